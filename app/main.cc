@@ -1,0 +1,26 @@
+// m3serve: one binary, subcommands in app/cmd_*.cc.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "app/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"m3serve: an inference server for the MiniMax-M3 model family"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", M3SERVE_VERSION);
+  m3::app::register_version(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const m3::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,82 @@
+// NVFP4: E2M1 elements (values 0, .5, 1, 1.5, 2, 3, 4, 6 and negatives; code 8 is -0) in groups
+// of 16 sharing one E4M3 scale. Two codes per byte, the even element in the low nibble.
+//
+// KV-cache encoding (m3serve's own, spec/README.md decision 4): per group of 16 along the head
+// dimension, scale = E4M3(clamp(amax / 6, 2^-9, 448)), code = E2M1(x / scale) rounded to nearest,
+// ties to even, saturating at +-6, and zero always +0 (never code 8). No second-level scale.
+//
+// Weights (compressed-tensors `weight_packed` + `weight_scale` + `weight_global_scale`):
+// value = e2m1 * e4m3(scale) / global. ModelOpt (`weight` + `weight_scale` + `weight_scale_2`):
+// value = e2m1 * e4m3(scale) * scale_2.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "formats/fp8_e4m3.h"
+
+namespace m3 {
+
+inline constexpr int kNvfp4Group = 16;
+inline constexpr float kNvfp4ScaleMin = 1.0f / 512.0f;
+
+M3_HD float e2m1_decode(uint8_t code) {
+  // Branch-free table: magnitudes of codes 0..7 in units of 0.5.
+  constexpr uint32_t kHalves = 0xC8643210u;  // nibbles: 0,1,2,3,4,6,8,12
+  float mag = static_cast<float>((kHalves >> ((code & 7u) * 4u)) & 0xfu) * 0.5f;
+  return (code & 8u) ? -mag : mag;
+}
+
+M3_HD uint8_t e2m1_encode(float x) {
+  float a = fabsf(x);
+  uint8_t c;
+  if (a <= 0.25f) c = 0;
+  else if (a < 0.75f) c = 1;
+  else if (a <= 1.25f) c = 2;
+  else if (a < 1.75f) c = 3;
+  else if (a <= 2.5f) c = 4;
+  else if (a < 3.5f) c = 5;
+  else if (a <= 5.0f) c = 6;
+  else c = 7;  // saturates; NaN lands here too
+  if (c == 0) return 0;
+  return static_cast<uint8_t>(c | (x < 0.0f ? 8u : 0u));
+}
+
+// E4M3 scale byte for a KV group whose largest magnitude is amax.
+M3_HD uint8_t nvfp4_kv_scale(float amax) {
+  float s = amax / 6.0f;
+  s = fminf(fmaxf(s, kNvfp4ScaleMin), kFp8E4M3Max);
+  return fp8_e4m3_encode(s);
+}
+
+// Encodes 16 values: 8 packed bytes and one scale byte.
+M3_HD void nvfp4_kv_encode_group(const float* x, uint8_t* packed, uint8_t* scale) {
+  float amax = 0.0f;
+  for (int i = 0; i < kNvfp4Group; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  uint8_t sc = nvfp4_kv_scale(amax);
+  float sd = fp8_e4m3_decode(sc);
+  for (int i = 0; i < kNvfp4Group / 2; ++i) {
+    uint8_t lo = e2m1_encode(x[2 * i] / sd);
+    uint8_t hi = e2m1_encode(x[2 * i + 1] / sd);
+    packed[i] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+  *scale = sc;
+}
+
+// Element i of a packed row.
+M3_HD uint8_t nvfp4_code_at(const uint8_t* packed, int i) {
+  uint8_t b = packed[i >> 1];
+  return (i & 1) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 0xf);
+}
+
+// Exact fp32 value of one element (code * scale is exact in fp32).
+M3_HD float nvfp4_value(uint8_t code, uint8_t scale) {
+  return e2m1_decode(code) * fp8_e4m3_decode(scale);
+}
+
+// The Q8KV4 path's view of an element: code * scale rounded to E4M3 with saturation
+// (msa-kernels.md 3.2), as the vendor kernels compute on FP8 tensor cores.
+M3_HD float nvfp4_value_e4m3(uint8_t code, uint8_t scale) {
+  return fp8_e4m3_round(nvfp4_value(code, scale));
+}
+
+}  // namespace m3

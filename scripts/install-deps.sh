@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs m3serve's build and test dependencies from Debian packages (DESIGN.md, "Dependencies").
+# Safe to run repeatedly; uses sudo when not root. Set M3_SKIP_APT=1 to skip (e.g. offline machines).
+set -euo pipefail
+[[ "${M3_SKIP_APT:-0}" == 1 ]] && exit 0
+PKGS=(build-essential cmake ninja-build pkg-config
+      nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libfmt-dev libpcre2-dev libxxhash-dev
+      libutf8proc-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+      python3 python3-jinja2 python3-numpy nodejs curl ca-certificates)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
