@@ -1,0 +1,92 @@
+// EngineCore: continuous batching over one model. One engine thread runs the loop
+//   drain the inbox (new requests, aborts) -> Scheduler -> StepBatch -> ModelRunner::forward ->
+//   Sampler -> sinks
+// add_request / abort / stats are thread-safe and cheap: they only touch the inbox (a queue under
+// a mutex) or the last published stats snapshot; everything else belongs to the engine thread.
+//
+// Behaviour the server can rely on:
+//   - Scheduling is FCFS with chunked prefill under max_num_batched_tokens and max_num_seqs;
+//     running decodes go first. When KV blocks run out the newest running request is preempted
+//     and later recomputed (its output so far kept); its outputs are unchanged by this.
+//   - Prefix caching reuses full blocks (block_size tokens) of identical token prefixes; at least
+//     the last prompt token is always computed. Requests with prompt_logprobs do not read the
+//     cache (their prompt rows need logits) but still fill it.
+//   - Greedy requests, and seeded ones, give the same tokens alone, in any batch, after
+//     preemption and on a prefix-cache hit (given a model whose logits are batch-invariant).
+//   - abort(id): the request's blocks are freed before the next step runs, and its sink gets a
+//     final output with reason kAbort (unless it had already finished). Unknown ids are ignored.
+//   - A failing step (model error) finishes that step's requests with kError; the engine goes on.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "engine/model_runner.h"
+#include "engine/request.h"
+
+namespace m3 {
+
+struct EngineConfig {
+  int max_num_seqs = 64;               // running requests at most
+  int max_num_batched_tokens = 2048;   // tokens per step (decode + prefill chunks); >= 1
+  // Longest prompt + output. 0: min(model max_position_embeddings, KV pool capacity). A value
+  // above either is rejected by the constructor with a message saying what fits.
+  int max_model_len = 0;
+  bool enable_prefix_caching = true;
+};
+
+// A snapshot, published after every step (vLLM metric names in comments).
+struct EngineStats {
+  int num_running = 0;  // vllm:num_requests_running
+  int num_waiting = 0;  // vllm:num_requests_waiting (preempted ones included)
+  int64_t num_kv_blocks = 0;
+  int64_t num_used_kv_blocks = 0;  // referenced by a request (cached-but-free blocks are free)
+  double kv_usage = 0.0;           // vllm:kv_cache_usage_perc, a fraction in [0, 1]
+  uint64_t prompt_tokens_total = 0;      // vllm:prompt_tokens_total (each prompt once, at its first token)
+  uint64_t generation_tokens_total = 0;  // vllm:generation_tokens_total
+  uint64_t prefix_cache_queries_tokens = 0;  // vllm:prefix_cache_queries_total (prompt tokens looked up)
+  uint64_t prefix_cache_hits_tokens = 0;     // vllm:prefix_cache_hits_total
+  uint64_t num_preemptions = 0;              // vllm:num_preemptions_total
+  uint64_t finished_stop = 0;    // vllm:request_success_total{finished_reason="stop"}
+  uint64_t finished_length = 0;  // ... "length"
+  uint64_t finished_abort = 0;   // ... "abort"
+  uint64_t finished_error = 0;
+  uint64_t num_steps = 0;
+};
+
+using OutputSink = std::function<void(const RequestOutput&)>;
+
+class EngineCore {
+ public:
+  // Throws m3::Error for an impossible config (e.g. max_model_len larger than the KV pool).
+  // The runner is driven only from the engine thread.
+  EngineCore(std::unique_ptr<ModelRunner> runner, EngineConfig config);
+  ~EngineCore();  // shutdown(false) if still running
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
+
+  void start();  // launches the engine thread; add_request works before start (it queues)
+  // drain = true: refuse new requests, finish every request in flight, then stop.
+  // drain = false: abort everything in flight (sinks get kAbort), then stop. Idempotent.
+  void shutdown(bool drain);
+
+  // Validates (SamplingParams::validate, token ids < vocab, prompt non-empty, prompt + max_tokens
+  // <= max_model_len, unique id, engine not shut down) and queues the request. Throws m3::Error
+  // naming the problem; nothing is queued then. The sink is called on the engine thread (see
+  // RequestOutput); it must be quick and must not block on the engine. It may call abort() or
+  // add_request() (both only queue).
+  void add_request(EngineRequest request, OutputSink sink);
+  void abort(const std::string& request_id);
+
+  EngineStats stats() const;
+  int max_model_len() const;         // effective limit, after the constructor's resolution
+  int64_t kv_capacity_tokens() const;  // num_kv_blocks * block_size
+  int block_size() const;
+  int vocab_size() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace m3

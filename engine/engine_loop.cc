@@ -1,0 +1,239 @@
+#include "engine/engine_loop.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace m3 {
+namespace {
+
+SchedulerConfig scheduler_config(const EngineConfig& config) {
+  SchedulerConfig out;
+  out.max_num_seqs = config.max_num_seqs;
+  out.max_num_batched_tokens = config.max_num_batched_tokens;
+  return out;
+}
+
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+bool contains(const std::vector<int32_t>& ids, int32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace
+
+EngineLoop::EngineLoop(ModelRunner& runner, const EngineConfig& config)
+    : runner_(runner),
+      config_(config),
+      vocab_size_(runner.vocab_size()),
+      kv_(runner.num_kv_blocks(), runner.block_size(), config.enable_prefix_caching),
+      scheduler_(scheduler_config(config), kv_) {}
+
+void EngineLoop::add(EngineRequest request, OutputSink sink, uint64_t seed, Clock::time_point arrival) {
+  auto seq = std::make_unique<Sequence>();
+  seq->request = std::move(request);
+  seq->sink = std::move(sink);
+  seq->arrival_order = next_arrival_++;
+  seq->seed = seed;
+  seq->arrival_time = arrival;
+  seq->tokens = seq->request.prompt_token_ids;
+  seq->num_prompt_tokens = seq->num_tokens();
+  const SamplingParams& p = seq->params();
+  if (p.repetition_penalty != 1.0f) {
+    seq->prompt_token_set = seq->tokens;
+    std::sort(seq->prompt_token_set.begin(), seq->prompt_token_set.end());
+    seq->prompt_token_set.erase(std::unique(seq->prompt_token_set.begin(), seq->prompt_token_set.end()),
+                                seq->prompt_token_set.end());
+  }
+  if (p.min_tokens > 0) {
+    seq->min_tokens_masked = p.stop_token_ids;
+    if (!p.ignore_eos) {
+      seq->min_tokens_masked.insert(seq->min_tokens_masked.end(), seq->request.eos_token_ids.begin(),
+                                    seq->request.eos_token_ids.end());
+    }
+  }
+  kv_.update_hashes(*seq);
+  Sequence* raw = seq.get();
+  const std::string id = raw->request.id;
+  M3_CHECK(seqs_.emplace(id, std::move(seq)).second, "request {}: duplicate request id", id);
+  scheduler_.add(raw);
+}
+
+bool EngineLoop::abort(const std::string& request_id) {
+  const auto it = seqs_.find(request_id);
+  if (it == seqs_.end()) return false;
+  Sequence& seq = *it->second;
+  RequestOutput out = make_output(seq);
+  finish(seq, out, FinishReason::kAbort);
+  emit(seq, out);
+  return true;
+}
+
+void EngineLoop::abort_all() {
+  std::vector<Sequence*> all;
+  for (auto& [id, seq] : seqs_) all.push_back(seq.get());
+  std::sort(all.begin(), all.end(), [](const Sequence* a, const Sequence* b) { return a->arrival_order < b->arrival_order; });
+  for (Sequence* seq : all) abort(seq->request.id);
+}
+
+RequestOutput EngineLoop::make_output(const Sequence& seq) const {
+  RequestOutput out;
+  out.request_id = seq.request.id;
+  out.num_prompt_tokens = seq.num_prompt_tokens;
+  out.num_cached_prompt_tokens = std::max(0, seq.num_cached_prompt_tokens);
+  return out;
+}
+
+void EngineLoop::finish(Sequence& seq, RequestOutput& out, FinishReason reason) {
+  scheduler_.remove(&seq);  // frees the blocks now
+  out.finished = true;
+  out.finish_reason = reason;
+  if (seq.wants_prompt_logprobs() && reason != FinishReason::kAbort && reason != FinishReason::kError) {
+    out.prompt_logprobs = std::move(seq.prompt_logprobs);
+    seq.prompt_logprobs_sent = true;
+  }
+  const Clock::time_point now = Clock::now();
+  RequestTimings timings;
+  if (seq.first_scheduled_time) timings.queue_s = seconds_between(seq.arrival_time, *seq.first_scheduled_time);
+  if (seq.first_token_time) timings.ttft_s = seconds_between(seq.arrival_time, *seq.first_token_time);
+  timings.e2e_s = seconds_between(seq.arrival_time, now);
+  out.timings = timings;
+  switch (reason) {
+    case FinishReason::kStop: ++counters_.finished_stop; break;
+    case FinishReason::kLength: ++counters_.finished_length; break;
+    case FinishReason::kAbort: ++counters_.finished_abort; break;
+    case FinishReason::kError: ++counters_.finished_error; break;
+    case FinishReason::kNone: break;
+  }
+}
+
+void EngineLoop::emit(Sequence& seq, const RequestOutput& out) {
+  bool drop = out.finished;
+  try {
+    if (seq.sink) seq.sink(out);
+  } catch (const std::exception& e) {
+    M3_LOG_ERROR("request {}: output sink threw ({}); dropping the request", seq.request.id, e.what());
+    if (!out.finished) {
+      scheduler_.remove(&seq);
+      ++counters_.finished_abort;
+    }
+    drop = true;
+  }
+  if (drop) seqs_.erase(seq.request.id);  // destroys seq
+}
+
+void EngineLoop::fail_step(const std::vector<ScheduledSeq>& scheduled, const std::string& message) {
+  for (const ScheduledSeq& s : scheduled) {
+    Sequence& seq = *s.seq;
+    RequestOutput out = make_output(seq);
+    out.error = message;
+    finish(seq, out, FinishReason::kError);
+    emit(seq, out);
+  }
+}
+
+void EngineLoop::collect_prompt_logprobs(Sequence& seq, const SeqLogitsRows& rows) {
+  const int k = seq.params().prompt_logprobs;
+  for (int j = 0; j < rows.num_prompt_rows; ++j) {
+    const int pos = rows.first_prompt_pos + j;
+    const float* row = logits_.data() + static_cast<std::size_t>(rows.first_prompt_row + j) * vocab_size_;
+    seq.prompt_logprobs.push_back(sampler_.logprobs({row, static_cast<std::size_t>(vocab_size_)}, seq.tokens[pos + 1], k));
+  }
+}
+
+RequestOutput EngineLoop::advance(Sequence& seq, const float* logits_row) {
+  RequestOutput out = make_output(seq);
+  const SamplingParams& p = seq.params();
+  const bool first_token = !seq.first_token_time.has_value();
+  if (first_token) {
+    seq.first_token_time = Clock::now();
+    counters_.prompt_tokens_total += seq.num_prompt_tokens;
+  }
+  if (seq.num_output_tokens() >= p.max_tokens) {  // max_tokens = 0: the prompt was all we ran
+    finish(seq, out, FinishReason::kLength);
+    return out;
+  }
+  if (seq.wants_prompt_logprobs()) {
+    out.prompt_logprobs = std::move(seq.prompt_logprobs);
+    seq.prompt_logprobs.clear();
+    seq.prompt_logprobs_sent = true;
+  }
+
+  const std::span<const float> logits(logits_row, static_cast<std::size_t>(vocab_size_));
+  SamplingState state;
+  state.params = &p;
+  state.seed = seq.seed;
+  state.output_index = seq.num_output_tokens();
+  state.prompt_token_set = seq.prompt_token_set;
+  state.output_counts = &seq.output_counts;
+  state.min_tokens_masked = seq.min_tokens_masked;
+  const int32_t token = sampler_.sample(logits, state);
+  if (p.logprobs >= 0) out.logprobs.push_back(sampler_.logprobs(logits, token, p.logprobs));
+
+  seq.tokens.push_back(token);
+  ++seq.output_counts[token];
+  kv_.update_hashes(seq);
+  ++counters_.generation_tokens_total;
+  out.new_token_ids.push_back(token);
+
+  const int num_output = seq.num_output_tokens();
+  if (num_output >= p.min_tokens &&
+      ((!p.ignore_eos && contains(seq.request.eos_token_ids, token)) || contains(p.stop_token_ids, token))) {
+    out.stop_token_id = token;
+    finish(seq, out, FinishReason::kStop);
+  } else if (num_output >= p.max_tokens || seq.num_tokens() >= config_.max_model_len) {
+    finish(seq, out, FinishReason::kLength);
+  }
+  return out;
+}
+
+void EngineLoop::step() {
+  SchedulerOutput sched = scheduler_.schedule();
+  if (sched.empty()) return;
+  ++counters_.num_steps;
+  const Clock::time_point now = Clock::now();
+  for (const ScheduledSeq& s : sched.scheduled) {
+    if (!s.seq->first_scheduled_time) s.seq->first_scheduled_time = now;
+  }
+  build_step(sched.scheduled, kv_.block_size(), plan_);
+  logits_.resize(plan_.batch.logits_rows.size() * static_cast<std::size_t>(vocab_size_));
+  try {
+    runner_.forward(plan_.batch, logits_.data());
+  } catch (const std::exception& e) {
+    M3_LOG_ERROR("engine step failed for {} request(s): {}", sched.scheduled.size(), e.what());
+    fail_step(sched.scheduled, e.what());
+    return;
+  }
+
+  for (std::size_t i = 0; i < sched.scheduled.size(); ++i) {
+    Sequence& seq = *sched.scheduled[i].seq;
+    const SeqLogitsRows& rows = plan_.rows[i];
+    seq.num_computed_tokens += sched.scheduled[i].num_new_tokens;
+    kv_.commit_computed(seq);
+    if (rows.num_prompt_rows > 0) collect_prompt_logprobs(seq, rows);
+    if (rows.sample_row < 0) continue;
+    const float* row = logits_.data() + static_cast<std::size_t>(rows.sample_row) * vocab_size_;
+    const RequestOutput out = advance(seq, row);
+    emit(seq, out);
+  }
+  counters_.num_preemptions = scheduler_.num_preemptions();
+}
+
+EngineStats EngineLoop::stats() const {
+  EngineStats s = counters_;
+  s.num_running = static_cast<int>(scheduler_.running().size());
+  s.num_waiting = static_cast<int>(scheduler_.waiting().size());
+  s.num_kv_blocks = kv_.pool().num_blocks();
+  s.num_used_kv_blocks = kv_.pool().num_used();
+  s.kv_usage = s.num_kv_blocks ? double(s.num_used_kv_blocks) / double(s.num_kv_blocks) : 0.0;
+  s.prefix_cache_queries_tokens = scheduler_.prefix_cache_queries_tokens();
+  s.prefix_cache_hits_tokens = scheduler_.prefix_cache_hits_tokens();
+  s.num_preemptions = scheduler_.num_preemptions();
+  return s;
+}
+
+}  // namespace m3

@@ -1,0 +1,57 @@
+// The engine's single-threaded core: requests in, one step at a time, outputs to sinks. No
+// locking: EngineCore runs it on its thread; tests drive it directly, step by step.
+#pragma once
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine_core.h"
+#include "engine/kv_manager.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/step_builder.h"
+
+namespace m3 {
+
+class EngineLoop {
+ public:
+  // `config.max_model_len` must already be resolved (> 0); requests must be validated.
+  EngineLoop(ModelRunner& runner, const EngineConfig& config);
+
+  void add(EngineRequest request, OutputSink sink, uint64_t seed, Clock::time_point arrival);
+  // Frees the request's blocks now and sends its final kAbort output. False for unknown ids.
+  bool abort(const std::string& request_id);
+  void abort_all();
+  bool has_work() const { return scheduler_.has_work(); }
+  // One schedule -> forward -> sample -> emit round; nothing happens when there is no work.
+  void step();
+
+  EngineStats stats() const;
+  const Scheduler& scheduler() const { return scheduler_; }
+  const KvManager& kv() const { return kv_; }
+
+ private:
+  void fail_step(const std::vector<ScheduledSeq>& scheduled, const std::string& message);
+  // Samples, appends and checks stop conditions; returns the output for the sink.
+  RequestOutput advance(Sequence& seq, const float* logits_row);
+  void collect_prompt_logprobs(Sequence& seq, const SeqLogitsRows& rows);
+  void finish(Sequence& seq, RequestOutput& out, FinishReason reason);
+  // Calls the sink; on a throwing sink the request is dropped (logged). Removes finished ones.
+  void emit(Sequence& seq, const RequestOutput& out);
+  RequestOutput make_output(const Sequence& seq) const;
+
+  ModelRunner& runner_;
+  EngineConfig config_;
+  int vocab_size_;
+  KvManager kv_;
+  Scheduler scheduler_;
+  Sampler sampler_;
+  StepPlan plan_;
+  std::vector<float> logits_;
+  std::unordered_map<std::string, std::unique_ptr<Sequence>> seqs_;
+  uint64_t next_arrival_ = 0;
+  EngineStats counters_;  // the monotonic counters; gauges are filled by stats()
+};
+
+}  // namespace m3

@@ -1,0 +1,25 @@
+// What the engine needs from a model: its KV geometry and "forward a StepBatch, get logits".
+// The engine owns block allocation (physical block ids in the StepBatch); the model owns the pool
+// memory. MiniMaxM3 is adapted by engine/minimax_m3_runner.h; tests use small fakes.
+#pragma once
+#include <cstdint>
+
+#include "ops/step_batch.h"
+
+namespace m3 {
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual int block_size() const = 0;             // tokens per KV block (config index_block_size)
+  virtual int64_t num_kv_blocks() const = 0;      // physical blocks in the pool: ids 0..n-1
+  virtual int vocab_size() const = 0;             // logits row width
+  virtual int64_t max_position_embeddings() const = 0;
+  // Runs one step: writes the KV of every token of `batch` into its slot and fills
+  // logits [batch.logits_rows.size(), vocab_size()] (fp32, row-major, raw). Must give the same
+  // logits for a token whatever else is in the batch. May throw m3::Error; the engine then fails
+  // the step's requests and keeps serving.
+  virtual void forward(const StepBatch& batch, float* logits) = 0;
+};
+
+}  // namespace m3

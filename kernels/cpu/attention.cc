@@ -1,0 +1,268 @@
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "formats/bf16.h"
+#include "formats/fp8_e4m3.h"
+#include "formats/nvfp4.h"
+
+namespace m3 {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kPosInf = std::numeric_limits<float>::infinity();
+
+void encode_row(KvDType dtype, const float* x, int dim, uint8_t* data, uint8_t* scales) {
+  switch (dtype) {
+    case KvDType::kF32:
+      std::memcpy(data, x, sizeof(float) * dim);
+      return;
+    case KvDType::kBF16:
+      for (int i = 0; i < dim; ++i) {
+        const uint16_t h = bf16_encode(x[i]);
+        std::memcpy(data + 2 * i, &h, 2);
+      }
+      return;
+    case KvDType::kFP8:
+      for (int i = 0; i < dim; ++i) data[i] = fp8_e4m3_encode(x[i]);
+      return;
+    case KvDType::kNVFP4:
+      for (int g = 0; g < dim / kNvfp4Group; ++g)
+        nvfp4_kv_encode_group(x + g * kNvfp4Group, data + g * kNvfp4Group / 2, scales + g);
+      return;
+  }
+}
+
+// Whether queries meet this cache in the E4M3 domain (fp8 and nvfp4 caches, ops/attention.h).
+bool e4m3_queries(KvDType dtype) { return dtype == KvDType::kFP8 || dtype == KvDType::kNVFP4; }
+
+struct TokenView {
+  int seq;
+  int pos;
+  const int32_t* pages;  // this sequence's page-table row
+};
+
+TokenView token_view(const AttentionBatchView& b, int t) {
+  const int s = b.token_seq[t];
+  return {s, b.positions[t], b.page_table + int64_t(s) * b.pages_per_seq};
+}
+
+float dot(const float* a, const float* b, int n) {
+  float acc = 0.0f;
+  for (int i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+}  // namespace
+
+void cpu_kv_decode_row(KvDType dtype, const uint8_t* data, const uint8_t* scales, int dim,
+                       bool e4m3_view, float* out) {
+  switch (dtype) {
+    case KvDType::kF32:
+      std::memcpy(out, data, sizeof(float) * dim);
+      return;
+    case KvDType::kBF16:
+      for (int i = 0; i < dim; ++i) {
+        uint16_t h;
+        std::memcpy(&h, data + 2 * i, 2);
+        out[i] = bf16_decode(h);
+      }
+      return;
+    case KvDType::kFP8:
+      for (int i = 0; i < dim; ++i) out[i] = fp8_e4m3_decode(data[i]);
+      return;
+    case KvDType::kNVFP4:
+      for (int i = 0; i < dim; ++i) {
+        const uint8_t code = nvfp4_code_at(data, i);
+        const uint8_t scale = scales[i / kNvfp4Group];
+        out[i] = e4m3_view ? nvfp4_value_e4m3(code, scale) : nvfp4_value(code, scale);
+      }
+      return;
+  }
+}
+
+void cpu_kv_insert(const AttentionBatchView& batch, const KvLayerView& cache, const float* k,
+                   const float* v, const float* index_k) {
+  const int hkv = cache.num_kv_heads, d = cache.head_dim, di = cache.index_dim;
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < batch.num_tokens; ++t) {
+    const int32_t slot = batch.slot_mapping[t];
+    if (slot < 0) continue;
+    const int64_t block = slot / cache.block_size;
+    const int row = slot % cache.block_size;
+    for (int h = 0; h < hkv; ++h) {
+      const int64_t off = (int64_t(t) * hkv + h) * d;
+      encode_row(cache.kv_dtype, k + off, d, cache.kv_row(block, 0, h, row),
+                 cache.kv_row_scales(block, 0, h, row));
+      encode_row(cache.kv_dtype, v + off, d, cache.kv_row(block, 1, h, row),
+                 cache.kv_row_scales(block, 1, h, row));
+    }
+    if (di > 0 && index_k != nullptr)
+      encode_row(cache.index_dtype, index_k + int64_t(t) * di, di, cache.index_row(block, row),
+                 cache.index_row_scales(block, row));
+  }
+}
+
+void cpu_indexer_topk(const AttentionBatchView& batch, const KvLayerView& cache,
+                      const float* index_q, const IndexerParams& params, int32_t* out) {
+  const int hi = params.index_heads, di = cache.index_dim, bs = cache.block_size;
+  const int topk = params.topk_blocks;
+  const bool q8 = e4m3_queries(cache.index_dtype);
+#pragma omp parallel
+  {
+    std::vector<float> q(size_t(hi) * di), key(di), score, order_tmp;
+    std::vector<int> order;
+#pragma omp for schedule(dynamic, 4)
+    for (int t = 0; t < batch.num_tokens; ++t) {
+      const TokenView tv = token_view(batch, t);
+      const int local = tv.pos / bs;
+      const int visible = local + 1;
+      for (int i = 0; i < hi * di; ++i) {
+        const float x = index_q[int64_t(t) * hi * di + i];
+        q[i] = q8 ? fp8_e4m3_round(x) : x;
+      }
+      score.assign(size_t(hi) * visible, kNegInf);
+      for (int b = 0; b < visible; ++b) {
+        const int64_t phys = tv.pages[b];
+        const int rows = std::min(bs, tv.pos - b * bs + 1);
+        for (int r = 0; r < rows; ++r) {
+          cpu_kv_decode_row(cache.index_dtype, cache.index_row(phys, r),
+                            cache.index_row_scales(phys, r), di, /*e4m3_view=*/true, key.data());
+          for (int j = 0; j < hi; ++j)
+            score[size_t(j) * visible + b] =
+                std::max(score[size_t(j) * visible + b], dot(q.data() + size_t(j) * di, key.data(), di));
+        }
+      }
+      const int seq_blocks = (batch.seq_lens[tv.seq] + bs - 1) / bs;
+      const int keep = std::min(topk, seq_blocks);
+      for (int j = 0; j < hi; ++j) {
+        float* s = score.data() + size_t(j) * visible;
+        for (int l = 0; l < params.local_blocks; ++l) s[std::max(local - l, 0)] = kPosInf;
+        for (int b = 0; b < std::min(params.init_blocks, visible); ++b) s[b] = kPosInf;
+        order.resize(visible);
+        std::iota(order.begin(), order.end(), 0);
+        const int n = std::min(keep, visible);
+        std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int a, int b) {
+          return s[a] > s[b] || (s[a] == s[b] && a < b);
+        });
+        int32_t* o = out + (int64_t(t) * hi + j) * topk;
+        int w = 0;
+        for (int i = 0; i < n; ++i)
+          if (s[order[i]] != kNegInf) o[w++] = order[i];
+        for (; w < topk; ++w) o[w] = -1;
+      }
+    }
+  }
+}
+
+void cpu_paged_attention(const AttentionBatchView& batch, const KvLayerView& cache,
+                         const float* q, int num_q_heads, const int32_t* selection, int topk,
+                         float sm_scale, float* out, float* lse) {
+  const int hkv = cache.num_kv_heads, d = cache.head_dim, bs = cache.block_size;
+  const int group = num_q_heads / hkv;
+  const bool q8kv4 = cache.kv_dtype == KvDType::kNVFP4;
+#pragma omp parallel
+  {
+    std::vector<float> qg(size_t(group) * d), row(d), logits, acc(size_t(group) * d);
+    std::vector<int> blocks;
+    std::vector<char> chosen;
+#pragma omp for collapse(2) schedule(dynamic, 2)
+    for (int t = 0; t < batch.num_tokens; ++t) {
+      for (int g = 0; g < hkv; ++g) {
+        const TokenView tv = token_view(batch, t);
+        const int local = tv.pos / bs;
+        // The visible blocks: all of 0..local, or the selected ones (a union: -1 and repeats ignored).
+        blocks.clear();
+        if (selection == nullptr) {
+          for (int b = 0; b <= local; ++b) blocks.push_back(b);
+        } else {
+          chosen.assign(local + 1, 0);
+          const int32_t* sel = selection + (int64_t(t) * hkv + g) * topk;
+          for (int i = 0; i < topk; ++i)
+            if (sel[i] >= 0 && sel[i] <= local) chosen[sel[i]] = 1;
+          for (int b = 0; b <= local; ++b)
+            if (chosen[b]) blocks.push_back(b);
+        }
+        for (int h = 0; h < group; ++h)
+          for (int c = 0; c < d; ++c) {
+            const float x = q[(int64_t(t) * num_q_heads + g * group + h) * d + c];
+            qg[size_t(h) * d + c] = q8kv4 ? fp8_e4m3_round(x) : x;
+          }
+        // Pass 1: raw dot products q.k of every visible key, per head of the group.
+        int n = 0;
+        for (int b : blocks) n += std::min(bs, tv.pos - b * bs + 1);
+        logits.assign(size_t(group) * n, 0.0f);
+        int key = 0;
+        for (int b : blocks) {
+          const int64_t phys = tv.pages[b];
+          const int rows = std::min(bs, tv.pos - b * bs + 1);
+          for (int r = 0; r < rows; ++r, ++key) {
+            cpu_kv_decode_row(cache.kv_dtype, cache.kv_row(phys, 0, g, r),
+                              cache.kv_row_scales(phys, 0, g, r), d, q8kv4, row.data());
+            for (int h = 0; h < group; ++h)
+              logits[size_t(h) * n + key] = dot(qg.data() + size_t(h) * d, row.data(), d);
+          }
+        }
+        // Softmax weights per head (fp32): plain, or the Q8KV4 probability path.
+        std::vector<float> maxes(group, kNegInf), sums(group, 0.0f);
+        for (int h = 0; h < group; ++h) {
+          float* l = logits.data() + size_t(h) * n;
+          float m = kNegInf;
+          if (q8kv4) {
+            for (int i = 0; i < n; ++i) m = std::max(m, l[i]);
+            float sum = 0.0f;
+            for (int i = 0; i < n; ++i) {
+              const float e = 448.0f * std::exp(sm_scale * (l[i] - m));
+              sum += e;
+              l[i] = fp8_e4m3_round(e);  // P8 multiplies V; the normaliser keeps e unquantised
+            }
+            maxes[h] = sm_scale * m;
+            sums[h] = sum / 448.0f;
+            for (int i = 0; i < n; ++i) l[i] /= sum;
+          } else {
+            for (int i = 0; i < n; ++i) {
+              l[i] *= sm_scale;
+              m = std::max(m, l[i]);
+            }
+            float sum = 0.0f;
+            for (int i = 0; i < n; ++i) {
+              l[i] = std::exp(l[i] - m);
+              sum += l[i];
+            }
+            maxes[h] = m;
+            sums[h] = sum;
+            for (int i = 0; i < n; ++i) l[i] /= sum;
+          }
+        }
+        // Pass 2: weighted sum of V.
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        key = 0;
+        for (int b : blocks) {
+          const int64_t phys = tv.pages[b];
+          const int rows = std::min(bs, tv.pos - b * bs + 1);
+          for (int r = 0; r < rows; ++r, ++key) {
+            cpu_kv_decode_row(cache.kv_dtype, cache.kv_row(phys, 1, g, r),
+                              cache.kv_row_scales(phys, 1, g, r), d, q8kv4, row.data());
+            for (int h = 0; h < group; ++h) {
+              const float p = logits[size_t(h) * n + key];
+              float* a = acc.data() + size_t(h) * d;
+              for (int c = 0; c < d; ++c) a[c] += p * row[c];
+            }
+          }
+        }
+        for (int h = 0; h < group; ++h) {
+          const int64_t qh = int64_t(t) * num_q_heads + g * group + h;
+          std::memcpy(out + qh * d, acc.data() + size_t(h) * d, sizeof(float) * d);
+          if (lse) lse[qh] = n > 0 ? maxes[h] + std::log(sums[h]) : kNegInf;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace m3

@@ -1,0 +1,314 @@
+// The CPU reference backend: every op of ops/backend.h, exact, on host memory.
+#include "kernels/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "core/error.h"
+#include "formats/bf16.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace m3 {
+namespace {
+
+using cpu::round_act;
+
+// Gemma RMSNorm of one row in the reference's order: (x * rsqrt(mean(x^2) + eps)) * (1 + w).
+void rms_norm_row(const float* x, const float* w, int n, float eps, bool bf16, float* y) {
+  double ss = 0.0;
+  for (int i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  const float r = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
+  for (int i = 0; i < n; ++i) y[i] = round_act((x[i] * r) * (1.0f + w[i]), bf16);
+}
+
+void check_rows(const Tensor& t, int64_t rows, int64_t cols, const char* what) {
+  M3_CHECK(t.defined() && t.dtype() == DType::kF32 && t.ndim() == 2 && t.dim(0) == rows &&
+               t.dim(1) == cols,
+           "cpu backend: {} must be F32 [{}, {}], got {} {}", what, rows, cols,
+           t.defined() ? dtype_name(t.dtype()) : "undefined", shape_string(t.shape()));
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() {
+    // Parallelism comes from OpenMP over weight tiles; OpenBLAS runs inside each tile.
+    openblas_set_num_threads(1);
+  }
+
+  std::string_view name() const override { return "cpu"; }
+  Device device() const override { return Device::kCpu; }
+
+  void configure(const ModelConfig& config, DType activation_dtype) override {
+    M3_CHECK(activation_dtype == DType::kF32 || activation_dtype == DType::kBF16,
+             "cpu backend: activations must be float32 or bfloat16, not {}",
+             dtype_name(activation_dtype));
+    config_ = config;
+    bf16_ = activation_dtype == DType::kBF16;
+    M3_CHECK(config.rope.rotary_dim % 2 == 0 && config.rope.rotary_dim <= config.head_dim &&
+                 static_cast<int>(config.rope.inv_freq.size()) * 2 >= config.rope.rotary_dim,
+             "cpu backend: rotary_dim {} needs {} inverse frequencies (have {})",
+             config.rope.rotary_dim, config.rope.rotary_dim / 2, config.rope.inv_freq.size());
+  }
+  DType activation_dtype() const override { return bf16_ ? DType::kBF16 : DType::kF32; }
+  DType activation_storage_dtype() const override { return DType::kF32; }
+
+  Tensor alloc(Shape shape, DType dtype) override { return Tensor::zeros(std::move(shape), dtype); }
+  void copy_to_host_f32(const Tensor& src, float* dst) override {
+    M3_CHECK(src.dtype() == DType::kF32, "cpu backend: copy_to_host_f32 of {}", dtype_name(src.dtype()));
+    std::memcpy(dst, src.data(), src.nbytes());
+  }
+
+  void plan(const StepBatch& batch) override {
+    batch_ = &batch;
+    view_.num_tokens = batch.num_tokens();
+    view_.num_seqs = batch.num_seqs();
+    view_.positions = batch.positions.data();
+    view_.token_seq = batch.token_seq.data();
+    view_.seq_lens = batch.seq_lens.data();
+    view_.page_table = batch.page_table.data();
+    view_.pages_per_seq = batch.pages_per_seq;
+    view_.slot_mapping = batch.slot_mapping.data();
+    // cos/sin as MiniMaxM3VLRotaryEmbedding: freqs = pos * inv_freq in fp32, concat(freqs, freqs),
+    // times attention_factor, cast to the activation dtype.
+    const int rd = config_.rope.rotary_dim, half = rd / 2;
+    const float factor = static_cast<float>(config_.rope.attention_factor);
+    cos_.resize(size_t(view_.num_tokens) * rd);
+    sin_.resize(size_t(view_.num_tokens) * rd);
+    for (int t = 0; t < view_.num_tokens; ++t) {
+      for (int i = 0; i < half; ++i) {
+        const float f = static_cast<float>(batch.positions[t]) * config_.rope.inv_freq[i];
+        const float c = round_act(std::cos(f) * factor, bf16_);
+        const float s = round_act(std::sin(f) * factor, bf16_);
+        cos_[size_t(t) * rd + i] = cos_[size_t(t) * rd + half + i] = c;
+        sin_[size_t(t) * rd + i] = sin_[size_t(t) * rd + half + i] = s;
+      }
+    }
+  }
+  AttentionBatchView attention_batch() const override { return view_; }
+
+  void embed(const Tensor& table, Tensor out) override {
+    const int64_t hidden = table.dim(1), vocab = table.dim(0);
+    check_rows(out, view_.num_tokens, hidden, "embed output");
+    for (int t = 0; t < view_.num_tokens; ++t) {
+      const int32_t id = batch_->token_ids[t];
+      M3_CHECK(id >= 0 && id < vocab, "token id {} out of range [0, {})", id, vocab);
+      float* y = out.data_as<float>() + int64_t(t) * hidden;
+      if (table.dtype() == DType::kBF16) {
+        const uint16_t* row = table.data_as<const uint16_t>() + int64_t(id) * hidden;
+        for (int64_t c = 0; c < hidden; ++c) y[c] = bf16_decode(row[c]);
+      } else {
+        M3_CHECK(table.dtype() == DType::kF32, "embedding table of dtype {} is not supported",
+                 dtype_name(table.dtype()));
+        const float* row = table.data_as<const float>() + int64_t(id) * hidden;
+        for (int64_t c = 0; c < hidden; ++c) y[c] = round_act(row[c], bf16_);
+      }
+    }
+  }
+
+  void gather_logits_rows(const Tensor& x, Tensor out) override {
+    const int64_t cols = x.dim(1);
+    const auto& rows = batch_->logits_rows;
+    check_rows(out, static_cast<int64_t>(rows.size()), cols, "gathered rows");
+    for (size_t r = 0; r < rows.size(); ++r)
+      std::memcpy(out.data_as<float>() + r * cols, x.data_as<const float>() + rows[r] * cols,
+                  sizeof(float) * cols);
+  }
+
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
+    const int64_t rows = x.dim(0), cols = x.dim(1);
+    check_rows(out, rows, cols, "rms_norm output");
+    M3_CHECK(weight.dtype() == DType::kF32 && weight.numel() == cols,
+             "rms_norm weight must be F32 [{}]", cols);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r)
+      rms_norm_row(x.data_as<const float>() + r * cols, weight.data_as<const float>(),
+                   static_cast<int>(cols), eps, bf16_, out.data_as<float>() + r * cols);
+  }
+
+  void linear(const Tensor& x, const LinearWeight& weight, Tensor out) override {
+    check_rows(x, x.dim(0), weight.in_features, ("input of " + weight.name).c_str());
+    check_rows(out, x.dim(0), weight.out_features, ("output of " + weight.name).c_str());
+    cpu::linear(x.data_as<const float>(), x.dim(0), weight, out.data_as<float>(), bf16_, scratch_);
+  }
+
+  void head_norm_rope(Tensor x, int num_heads, int head_dim, const Tensor& norm, float eps,
+                      int rope_dims) override {
+    check_rows(x, view_.num_tokens, int64_t(num_heads) * head_dim, "head_norm_rope input");
+    M3_CHECK(norm.dtype() == DType::kF32 && norm.numel() == head_dim,
+             "head norm weight must be F32 [{}]", head_dim);
+    M3_CHECK(rope_dims % 2 == 0 && rope_dims <= head_dim && rope_dims <= config_.rope.rotary_dim,
+             "rope over {} channels of {} (rotary_dim {})", rope_dims, head_dim,
+             config_.rope.rotary_dim);
+    const int rd = config_.rope.rotary_dim, half = rope_dims / 2;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < view_.num_tokens; ++t) {
+      const float* cs = cos_.data() + size_t(t) * rd;
+      const float* sn = sin_.data() + size_t(t) * rd;
+      for (int h = 0; h < num_heads; ++h) {
+        float* v = x.data_as<float>() + (int64_t(t) * num_heads + h) * head_dim;
+        rms_norm_row(v, norm.data_as<const float>(), head_dim, eps, bf16_, v);
+        for (int c = 0; c < half; ++c) {
+          const float a = v[c], b = v[c + half];
+          v[c] = round_act(round_act(a * cs[c], bf16_) + round_act(-b * sn[c], bf16_), bf16_);
+          v[c + half] = round_act(
+              round_act(b * cs[c + half], bf16_) + round_act(a * sn[c + half], bf16_), bf16_);
+        }
+      }
+    }
+  }
+
+  void kv_insert(const KvLayerView& cache, const Tensor& k, const Tensor& v,
+                 const Tensor& index_k) override {
+    const int64_t kv_cols = int64_t(cache.num_kv_heads) * cache.head_dim;
+    check_rows(k, view_.num_tokens, kv_cols, "K");
+    check_rows(v, view_.num_tokens, kv_cols, "V");
+    if (index_k.defined()) check_rows(index_k, view_.num_tokens, cache.index_dim, "index K");
+    cpu_kv_insert(view_, cache, k.data_as<const float>(), v.data_as<const float>(),
+                  index_k.defined() ? index_k.data_as<const float>() : nullptr);
+  }
+
+  void indexer_topk(const KvLayerView& cache, const Tensor& index_q, const IndexerParams& params,
+                    Tensor selection) override {
+    check_rows(index_q, view_.num_tokens, int64_t(params.index_heads) * cache.index_dim, "index Q");
+    M3_CHECK(selection.dtype() == DType::kI32 &&
+                 selection.numel() == int64_t(view_.num_tokens) * params.index_heads * params.topk_blocks,
+             "selection must be I32 [{}, {}, {}]", view_.num_tokens, params.index_heads,
+             params.topk_blocks);
+    cpu_indexer_topk(view_, cache, index_q.data_as<const float>(), params,
+                     selection.data_as<int32_t>());
+  }
+
+  void paged_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads,
+                       const Tensor& selection, int topk, float sm_scale, Tensor out) override {
+    const int64_t cols = int64_t(num_q_heads) * cache.head_dim;
+    check_rows(q, view_.num_tokens, cols, "Q");
+    check_rows(out, view_.num_tokens, cols, "attention output");
+    cpu_paged_attention(view_, cache, q.data_as<const float>(), num_q_heads,
+                        selection.defined() ? selection.data_as<const int32_t>() : nullptr, topk,
+                        sm_scale, out.data_as<float>(), nullptr);
+    if (bf16_) {
+      float* o = out.data_as<float>();
+      for (int64_t i = 0; i < out.numel(); ++i) o[i] = bf16_round(o[i]);
+    }
+  }
+
+  void swiglu_mlp(const Tensor& x, const LinearWeight& gate, const LinearWeight& up,
+                  const LinearWeight& down, float alpha, float limit, Tensor out) override {
+    check_rows(x, x.dim(0), gate.in_features, "MLP input");
+    check_rows(out, x.dim(0), down.out_features, "MLP output");
+    cpu::swiglu_mlp(x.data_as<const float>(), x.dim(0), gate, up, down, alpha, limit,
+                    out.data_as<float>(), bf16_, scratch_);
+  }
+
+  void moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) override;
+
+  void add_inplace(Tensor x, const Tensor& y) override {
+    M3_CHECK(x.numel() == y.numel(), "add: {} vs {} elements", x.numel(), y.numel());
+    float* a = x.data_as<float>();
+    const float* b = y.data_as<const float>();
+    const int64_t n = x.numel();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] = round_act(a[i] + b[i], bf16_);
+  }
+
+ private:
+  ModelConfig config_;
+  bool bf16_ = false;
+  const StepBatch* batch_ = nullptr;
+  AttentionBatchView view_;
+  std::vector<float> cos_, sin_;  // [T, rotary_dim]
+  cpu::Scratch scratch_;
+  std::vector<int32_t> expert_rows_;  // MoE routing bookkeeping, reused across steps
+  std::vector<float> expert_weights_;
+};
+
+// The MoE block in the reference's order: shared expert, sigmoid router, experts in ascending id
+// each adding weight * expert(x) into the routed sum, routed * scale + shared.
+void CpuBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) {
+  const int64_t rows = x.dim(0), hidden = x.dim(1);
+  const int e_count = params.num_experts, k = params.experts_per_token;
+  check_rows(out, rows, hidden, "MoE output");
+  M3_CHECK(mlp.router.dtype() == DType::kF32 && mlp.router.numel() == int64_t(e_count) * hidden,
+           "router weight must be F32 [{}, {}]", e_count, hidden);
+  M3_CHECK(static_cast<int>(mlp.experts.size()) == e_count, "MoE layer has {} experts, config {}",
+           mlp.experts.size(), e_count);
+  const float* xs = x.data_as<const float>();
+  // Scratch slots: 0-1 swiglu_mlp, 2 shared output, 3 router probs, 4 routed sum, 5 gathered
+  // rows, 6 expert output.
+  float* shared = scratch_.shared(2, rows * hidden).data();
+  cpu::swiglu_mlp(xs, rows, mlp.gate, mlp.up, mlp.down, params.swiglu_alpha, params.swiglu_limit,
+                  shared, bf16_, scratch_);
+
+  float* probs = scratch_.shared(3, rows * e_count).data();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), e_count,
+              static_cast<int>(hidden), 1.0f, xs, static_cast<int>(hidden),
+              mlp.router.data_as<const float>(), static_cast<int>(hidden), 0.0f, probs, e_count);
+  const float* bias = mlp.router_bias.defined() ? mlp.router_bias.data_as<const float>() : nullptr;
+  // chosen[r * k + i]: expert id; weight[r * k + i]: normalised p.
+  expert_rows_.assign(rows * k, 0);
+  expert_weights_.assign(rows * k, 0.0f);
+  std::vector<int> order(e_count);
+  std::vector<float> choice(e_count);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* p = probs + r * e_count;
+    for (int e = 0; e < e_count; ++e) {
+      p[e] = 1.0f / (1.0f + std::exp(-p[e]));
+      choice[e] = p[e] + (bias ? bias[e] : 0.0f);
+    }
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+      return choice[a] > choice[b] || (choice[a] == choice[b] && a < b);
+    });
+    float sum = 0.0f;
+    for (int i = 0; i < k; ++i) sum += p[order[i]];
+    for (int i = 0; i < k; ++i) {
+      expert_rows_[r * k + i] = order[i];
+      expert_weights_[r * k + i] = p[order[i]] / sum;
+    }
+  }
+
+  float* routed = scratch_.shared(4, rows * hidden).data();
+  std::fill(routed, routed + rows * hidden, 0.0f);
+  std::vector<int64_t> tokens;
+  std::vector<float> weights;
+  for (int e = 0; e < e_count; ++e) {
+    tokens.clear();
+    weights.clear();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int i = 0; i < k; ++i)
+        if (expert_rows_[r * k + i] == e) {
+          tokens.push_back(r);
+          weights.push_back(expert_weights_[r * k + i]);
+        }
+    if (tokens.empty()) continue;
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    float* gathered = scratch_.shared(5, n * hidden).data();
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(gathered + i * hidden, xs + tokens[i] * hidden, sizeof(float) * hidden);
+    float* y = scratch_.shared(6, n * hidden).data();
+    const ExpertWeights& ew = mlp.experts[e];
+    cpu::swiglu_mlp(gathered, n, ew.gate, ew.up, ew.down, params.swiglu_alpha, params.swiglu_limit,
+                    y, bf16_, scratch_);
+    for (int64_t i = 0; i < n; ++i) {
+      float* dst = routed + tokens[i] * hidden;
+      const float* src = y + i * hidden;
+      for (int64_t c = 0; c < hidden; ++c)
+        dst[c] = round_act(dst[c] + round_act(src[c] * weights[i], bf16_), bf16_);
+    }
+  }
+  float* o = out.data_as<float>();
+  const float scale = params.routed_scaling_factor;
+  for (int64_t i = 0; i < rows * hidden; ++i)
+    o[i] = round_act(round_act(routed[i] * scale, bf16_) + shared[i], bf16_);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace m3

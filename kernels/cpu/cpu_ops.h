@@ -1,0 +1,42 @@
+// Internal building blocks of the CPU backend (not part of the backend interface): the exact
+// linear layer over any weight format, the SwiGLU-OAI activation, and per-thread scratch.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "formats/bf16.h"
+#include "model/weights.h"
+
+namespace m3::cpu {
+
+// Rounds to bf16 when the activations are bf16 (the Hugging Face model's rounding points).
+inline float round_act(float x, bool bf16) { return bf16 ? bf16_round(x) : x; }
+
+// Grow-only fp32 buffers, one per OpenMP thread plus named shared ones: after the first steps of
+// a given size, the ops allocate nothing.
+class Scratch {
+ public:
+  float* thread_buffer(int thread, std::size_t floats);
+  std::vector<float>& shared(int slot, std::size_t floats);
+
+ private:
+  std::vector<std::vector<float>> per_thread_;
+  std::vector<std::vector<float>> shared_;
+};
+
+// out [rows, w.out_features] = x [rows, w.in_features] W^T with W dequantized exactly, tile by
+// tile of output rows into per-thread fp32 scratch (never a full copy), then OpenBLAS sgemm with
+// fp32 accumulation. Rounds the outputs to bf16 when round_bf16.
+void linear(const float* x, int64_t rows, const LinearWeight& w, float* out, bool round_bf16,
+            Scratch& scratch);
+
+// SwiGLU-OAI of one element (spec/model.md): g = min(gate, limit), u = clamp(up, +-limit),
+// (u + 1) * g * sigmoid(alpha * g), with the Hugging Face model's op-by-op bf16 rounding when bf16.
+float swiglu_oai(float gate, float up, float alpha, float limit, bool bf16);
+
+// The SwiGLU-OAI MLP on rows of x: out [rows, hidden].
+void swiglu_mlp(const float* x, int64_t rows, const LinearWeight& gate, const LinearWeight& up,
+                const LinearWeight& down, float alpha, float limit, float* out, bool bf16,
+                Scratch& scratch);
+
+}  // namespace m3::cpu

@@ -1,0 +1,386 @@
+// Paged attention over the MSA-selected blocks (sparse) or over all visible blocks (dense), for
+// decode and prefill rows alike, on tensor cores (mma.sync m16n8k16, fp32 accumulation).
+//
+// The M dimension of every MMA is the GQA group: the <= 16 query heads that share one KV head, so
+// each K/V byte a CTA stages serves all of them.
+//   sparse: one CTA per (query token, KV head, slot range); the 4 warps split each 64-token tile
+//           (16 tokens each) and merge their online-softmax states at the end.
+//   dense:  one CTA per (<= 4 rows of one sequence, KV head, block range); warp w owns row w and
+//           walks every tile, so a tile is staged once for 4 rows.
+// Splits write unnormalised partials (O, running max, normaliser) that combine_kernel merges.
+//
+// Numerics (ops/attention.h): bf16/fp8 KV: bf16 MMAs, fp32 softmax, P rounded to bf16 for the PV
+// MMA. nvfp4 KV: q' = E4M3(q), K'/V' the E4M3 view, P8 = E4M3(448 exp(.)) with the running max
+// of the tile sequence, normaliser sum of the unquantised 448 exp(.) (msa-kernels.md 2.2).
+#include <cmath>
+
+#include "kernels/cuda/device_common.cuh"
+
+namespace m3::cuda::detail {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLog2_448 = 8.80735492706298828125f;
+constexpr float kLn448 = 6.104793232414985f;
+
+template <KvDType kFmt, bool kDense>
+struct AttnConfig {
+  static constexpr bool kNvfp4 = kFmt == KvDType::kNVFP4;
+  static constexpr bool kBf16 = !kNvfp4;
+  static constexpr int kRows = kDense ? 4 : 1;  // query tokens per CTA
+  static constexpr int kStages = kFmt == KvDType::kBF16 ? 2 : 3;
+  static constexpr int kStageBytes = 2 * staged_tile_bytes(kFmt);  // K then V
+  static constexpr int kExpandBytes = kFmt == KvDType::kBF16 ? 0 : 2 * kTileBytes;
+  static constexpr int kTableBytes = kNvfp4 ? 256 * 8 : 0;
+  static constexpr int kQBytes = kRows * 16 * kTileStride * 2;
+  static constexpr int kListBytes = kDense ? 0 : kMaxSlotsPerItem * kMaxTilesPerBlock * 4;
+  // Merge scratch ([4 warps][16][D] O + [4][16][2] m,l floats) reuses the tile area.
+  static constexpr int kScratchBytes = 4 * 16 * kDim * 4 + 4 * 16 * 2 * 4;
+  static constexpr int kTileArea = kStages * kStageBytes + kExpandBytes;
+  static constexpr int kSmemBytes = kQBytes + kListBytes + kTableBytes +
+                                    (kTileArea > kScratchBytes ? kTileArea : kScratchBytes);
+};
+
+// One warp's pass over `NT` n-tiles (8 tokens each) of the K/V tiles, rows = its 16 heads.
+template <bool kNvfp4, int NT>
+__device__ __forceinline__ void attend_chunk(const uint8_t* kt, const uint8_t* vt, int tok_off,
+                                             int key_pos0, int my_pos, float c2,
+                                             const uint32_t (&qf)[kDim / 16][4], float (&m_run)[2],
+                                             float (&l_run)[2], float (&o)[kDim / 8][4]) {
+  constexpr bool kBf16 = !kNvfp4;
+  const int lane = threadIdx.x & 31, t = lane & 3;
+  float s[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) s[nt][c] = 0.0f;
+  const uint8_t* k_base =
+      kt + (tok_off + (lane & 7) + ((lane >> 4) << 3)) * (kTileStride * 2) + ((lane >> 3) & 1) * 16;
+#pragma unroll
+  for (int ks = 0; ks < kDim / 16; ++ks) {
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t kb[4];
+      ldmatrix_x4(kb, k_base + np * 16 * (kTileStride * 2) + ks * 32);
+      mma_16816<kBf16>(s[2 * np], qf[ks], kb[0], kb[1]);
+      mma_16816<kBf16>(s[2 * np + 1], qf[ks], kb[2], kb[3]);
+    }
+  }
+  // Causal mask (only the local block can reach past the row's position).
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      if (key_pos0 + tok_off + nt * 8 + 2 * t + (c & 1) > my_pos) s[nt][c] = -INFINITY;
+      mx[c >> 1] = fmaxf(mx[c >> 1], s[nt][c]);
+    }
+  float bias[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_new = fmaxf(m_run[h], warp_max_quad(mx[h]));
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float alpha = ex2_approx((m_run[h] - m_use) * c2);
+    m_run[h] = m_new;
+    l_run[h] *= alpha;
+#pragma unroll
+    for (int nt = 0; nt < kDim / 8; ++nt) {
+      o[nt][2 * h] *= alpha;
+      o[nt][2 * h + 1] *= alpha;
+    }
+    bias[h] = kNvfp4 ? fmaf(-m_use, c2, kLog2_448) : -m_use * c2;
+  }
+  uint32_t pa[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float p0 = ex2_approx(fmaf(s[nt][2 * h], c2, bias[h]));
+      const float p1 = ex2_approx(fmaf(s[nt][2 * h + 1], c2, bias[h]));
+      l_run[h] += p0 + p1;
+      pa[nt][h] = kNvfp4 ? f32x2_to_e4m3_as_f16x2(p0, p1) : pack2<true>(p0, p1);
+    }
+  const uint8_t* v_base =
+      vt + (tok_off + (lane & 7) + ((lane >> 3) & 1) * 8) * (kTileStride * 2) + (lane >> 4) * 16;
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; ++kk) {
+    const uint32_t a[4] = {pa[2 * kk][0], pa[2 * kk][1], pa[2 * kk + 1][0], pa[2 * kk + 1][1]};
+#pragma unroll
+    for (int dp = 0; dp < kDim / 16; ++dp) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, v_base + kk * 16 * (kTileStride * 2) + dp * 32);
+      mma_16816<kBf16>(o[2 * dp], a, vb[0], vb[1]);
+      mma_16816<kBf16>(o[2 * dp + 1], a, vb[2], vb[3]);
+    }
+  }
+}
+
+template <KvDType kFmt, bool kDense>
+__global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs a) {
+  using C = AttnConfig<kFmt, kDense>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ int s_num_tiles;
+  uint8_t* q_tile = smem;
+  int* tile_list = reinterpret_cast<int*>(smem + C::kQBytes);
+  uint2* table = reinterpret_cast<uint2*>(smem + C::kQBytes + C::kListBytes);
+  uint8_t* area = smem + C::kQBytes + C::kListBytes + C::kTableBytes;
+  uint8_t* stages = area;
+  uint8_t* expanded = area + C::kStages * C::kStageBytes;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int hkv = a.cache.num_kv_heads;
+  const int group = a.num_q_heads / hkv;
+  const int bs = a.cache.block_size;
+  const int tiles_per_block = bs / kTileTokens;
+
+  int seq, row0, nrows, kv, partial, num_tiles, tile_base = 0, partial_stride = 1;
+  if constexpr (kDense) {
+    const DenseWork w = static_cast<const DenseWork*>(a.work)[blockIdx.x];
+    seq = w.seq, row0 = w.row_begin, nrows = w.row_count, kv = w.kv_head, partial = w.partial;
+    partial_stride = w.partial_stride;
+    tile_base = w.block_begin * tiles_per_block;
+    const int last_pos = a.step.positions[row0 + nrows - 1];
+    num_tiles = min(w.block_end * tiles_per_block, last_pos / kTileTokens + 1) - tile_base;
+    if (num_tiles < 0) num_tiles = 0;
+  } else {
+    const SparseWork w = static_cast<const SparseWork*>(a.work)[blockIdx.x];
+    row0 = w.row, nrows = 1, kv = w.kv_head, partial = w.partial;
+    seq = a.step.token_seq[row0];
+    if (tid == 0) {
+      const int pos = a.step.positions[row0];
+      const int32_t* sel = a.selection + (int64_t(row0) * hkv + kv) * a.topk;
+      int n = 0;
+      for (int j = w.slot_begin; j < w.slot_end; ++j) {
+        const int b = sel[j];
+        if (b < 0) continue;
+        for (int h = 0; h < tiles_per_block && b * bs + h * kTileTokens <= pos; ++h)
+          tile_list[n++] = b * tiles_per_block + h;
+      }
+      s_num_tiles = n;
+    }
+    __syncthreads();
+    num_tiles = s_num_tiles;
+  }
+  const int32_t* pages = a.step.page_table + int64_t(seq) * a.step.pages_per_seq;
+
+  auto issue = [&](int i) {
+    if (i < num_tiles) {
+      const int tile = kDense ? tile_base + i : tile_list[i];
+      const int64_t phys = pages[tile / tiles_per_block];
+      const int tok0 = (tile % tiles_per_block) * kTileTokens;
+      uint8_t* dst = stages + (i % C::kStages) * C::kStageBytes;
+      stage_tile<kFmt>(dst, a.cache.kv_row(phys, 0, kv, tok0), a.cache.kv_row_scales(phys, 0, kv, tok0),
+                       tid, kThreads);
+      stage_tile<kFmt>(dst + C::kStageBytes / 2, a.cache.kv_row(phys, 1, kv, tok0),
+                       a.cache.kv_row_scales(phys, 1, kv, tok0), tid, kThreads);
+    }
+    cp_async_commit();
+  };
+  if constexpr (C::kNvfp4) {
+    for (int c = tid; c < 128; c += kThreads) cp_async16(table + 2 * c, a.e4m3_table + 2 * c);
+  }
+#pragma unroll
+  for (int s = 0; s < C::kStages - 1; ++s) issue(s);
+
+  // Query tile: [row][head][D], heads past the group zero.
+  for (int c = tid; c < C::kRows * 16 * (kDim / 8); c += kThreads) {
+    const int r = c / (16 * (kDim / 8)), h = (c / (kDim / 8)) % 16, d8 = (c % (kDim / 8)) * 8;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (r < nrows && h < group)
+      v = load_act8<C::kBf16, C::kNvfp4>(a.q, a.q_kind,
+                                         ((int64_t(row0) + r) * a.num_q_heads + kv * group + h) * kDim + d8);
+    *reinterpret_cast<uint4*>(q_tile + (r * 16 + h) * (kTileStride * 2) + d8 * 2) = v;
+  }
+  __syncthreads();
+  const int my_row = kDense ? warp : 0;
+  const int my_pos = my_row < nrows ? a.step.positions[row0 + my_row] : -1;
+  uint32_t qf[kDim / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < kDim / 16; ++ks)
+    ldmatrix_x4(qf[ks], q_tile + (my_row * 16 + (lane & 15)) * (kTileStride * 2) + (lane >> 4) * 16 + ks * 32);
+
+  const float c2 = a.sm_scale * kLog2e;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  float o[kDim / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < kDim / 8; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) o[nt][c] = 0.0f;
+
+  for (int i = 0; i < num_tiles; ++i) {
+    cp_async_wait<C::kStages - 2>();
+    __syncthreads();
+    issue(i + C::kStages - 1);
+    const uint8_t* kt = stages + (i % C::kStages) * C::kStageBytes;
+    const uint8_t* vt = kt + C::kStageBytes / 2;
+    if constexpr (kFmt != KvDType::kBF16) {
+      expand_tile<kFmt, C::kBf16>(kt, table, expanded, tid, kThreads);
+      expand_tile<kFmt, C::kBf16>(vt, table, expanded + kTileBytes, tid, kThreads);
+      __syncthreads();
+      kt = expanded;
+      vt = expanded + kTileBytes;
+    }
+    const int key_pos0 = (kDense ? tile_base + i : tile_list[i]) * kTileTokens;
+    if constexpr (kDense) {
+      if (my_row < nrows && key_pos0 <= my_pos) {
+        attend_chunk<C::kNvfp4, 4>(kt, vt, 0, key_pos0, my_pos, c2, qf, m_run, l_run, o);
+        if (key_pos0 + 32 <= my_pos)
+          attend_chunk<C::kNvfp4, 4>(kt, vt, 32, key_pos0, my_pos, c2, qf, m_run, l_run, o);
+      }
+    } else {
+      attend_chunk<C::kNvfp4, 2>(kt, vt, warp * 16, key_pos0, my_pos, c2, qf, m_run, l_run, o);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Each warp's state to shared memory, then merge (sparse: the 4 warps of the row).
+  float* s_o = reinterpret_cast<float*>(area);
+  float* s_ml = s_o + 4 * 16 * kDim;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l_run[h] = warp_sum_quad(l_run[h]);
+#pragma unroll
+  for (int nt = 0; nt < kDim / 8; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      s_o[(warp * 16 + g + 8 * (c >> 1)) * kDim + nt * 8 + 2 * t + (c & 1)] = o[nt][c];
+  if (t == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      s_ml[(warp * 16 + g + 8 * h) * 2] = m_run[h];
+      s_ml[(warp * 16 + g + 8 * h) * 2 + 1] = l_run[h];
+    }
+  }
+  __syncthreads();
+
+  const int out_rows = kDense ? nrows : 1;
+  for (int item = tid; item < out_rows * 16 * 8; item += kThreads) {
+    const int fr = item >> 7, r = (item >> 3) & 15, d0 = (item & 7) * 16;
+    const int w_begin = kDense ? fr : 0, w_end = kDense ? fr + 1 : 4;
+    float m = -INFINITY;
+    for (int w = w_begin; w < w_end; ++w) m = fmaxf(m, s_ml[(w * 16 + r) * 2]);
+    float l = 0.0f, acc[16];
+#pragma unroll
+    for (int d = 0; d < 16; ++d) acc[d] = 0.0f;
+    for (int w = w_begin; w < w_end; ++w) {
+      const float mw = s_ml[(w * 16 + r) * 2];
+      const float e = mw == -INFINITY ? 0.0f : ex2_approx((mw - m) * c2);
+      l += e * s_ml[(w * 16 + r) * 2 + 1];
+#pragma unroll
+      for (int d = 0; d < 16; ++d) acc[d] += e * s_o[(w * 16 + r) * kDim + d0 + d];
+    }
+    if (partial >= 0) {
+      const int64_t p = partial + int64_t(fr) * partial_stride;
+#pragma unroll
+      for (int d = 0; d < 16; ++d) a.partial_o[(p * kMaxGroup + r) * kDim + d0 + d] = acc[d];
+      if (d0 == 0) {
+        a.partial_ml[(p * kMaxGroup + r) * 2] = m;
+        a.partial_ml[(p * kMaxGroup + r) * 2 + 1] = l;
+      }
+    } else if (r < group) {
+      const int64_t head = int64_t(row0 + fr) * a.num_q_heads + kv * group + r;
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      uint32_t packed[8];
+#pragma unroll
+      for (int d = 0; d < 8; ++d) packed[d] = pack2<true>(acc[2 * d] * inv, acc[2 * d + 1] * inv);
+      uint4* dst = reinterpret_cast<uint4*>(a.out + head * kDim + d0);
+      dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+      if (a.lse && d0 == 0)
+        a.lse[head] = l > 0.0f ? m * a.sm_scale + logf(l) - (C::kNvfp4 ? kLn448 : 0.0f) : -INFINITY;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) combine_kernel(const CombineArgs a) {
+  const CombineWork w = a.work[blockIdx.x];
+  const int group = a.num_q_heads / a.num_kv_heads;
+  const float c2 = a.sm_scale * kLog2e;
+  for (int item = threadIdx.x; item < group * 8; item += kThreads) {
+    const int r = item >> 3, d0 = (item & 7) * 16;
+    float m = -INFINITY;
+    for (int s = 0; s < w.num_splits; ++s)
+      m = fmaxf(m, a.partial_ml[(int64_t(w.partial_begin + s) * kMaxGroup + r) * 2]);
+    float l = 0.0f, acc[16];
+#pragma unroll
+    for (int d = 0; d < 16; ++d) acc[d] = 0.0f;
+    for (int s = 0; s < w.num_splits; ++s) {
+      const int64_t p = w.partial_begin + s;
+      const float ms = a.partial_ml[(p * kMaxGroup + r) * 2];
+      const float e = ms == -INFINITY ? 0.0f : ex2_approx((ms - m) * c2);
+      l += e * a.partial_ml[(p * kMaxGroup + r) * 2 + 1];
+      const float4* src = reinterpret_cast<const float4*>(a.partial_o + (p * kMaxGroup + r) * kDim + d0);
+#pragma unroll
+      for (int d = 0; d < 4; ++d) {
+        const float4 v = src[d];
+        acc[4 * d] += e * v.x;
+        acc[4 * d + 1] += e * v.y;
+        acc[4 * d + 2] += e * v.z;
+        acc[4 * d + 3] += e * v.w;
+      }
+    }
+    const int64_t head = int64_t(w.row) * a.num_q_heads + w.kv_head * group + r;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    uint32_t packed[8];
+#pragma unroll
+    for (int d = 0; d < 8; ++d) packed[d] = pack2<true>(acc[2 * d] * inv, acc[2 * d + 1] * inv);
+    uint4* dst = reinterpret_cast<uint4*>(a.out + head * kDim + d0);
+    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+    if (a.lse && d0 == 0)
+      a.lse[head] = l > 0.0f ? m * a.sm_scale + logf(l) - (a.nvfp4 ? kLn448 : 0.0f) : -INFINITY;
+  }
+}
+
+template <KvDType kFmt, bool kDense>
+cudaError_t launch_for(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.num_work == 0) return cudaSuccess;
+  attention_kernel<kFmt, kDense>
+      <<<a.num_work, kThreads, AttnConfig<kFmt, kDense>::kSmemBytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <bool kDense>
+cudaError_t launch_dispatch(const AttentionArgs& a, cudaStream_t stream) {
+  switch (a.cache.kv_dtype) {
+    case KvDType::kBF16: return launch_for<KvDType::kBF16, kDense>(a, stream);
+    case KvDType::kFP8: return launch_for<KvDType::kFP8, kDense>(a, stream);
+    case KvDType::kNVFP4: return launch_for<KvDType::kNVFP4, kDense>(a, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+template <KvDType kFmt, bool kDense>
+cudaError_t allow_smem() {
+  return cudaFuncSetAttribute(attention_kernel<kFmt, kDense>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              AttnConfig<kFmt, kDense>::kSmemBytes);
+}
+
+}  // namespace
+
+cudaError_t init_attention_kernels() {
+  cudaError_t e = cudaSuccess;
+  for (cudaError_t r : {allow_smem<KvDType::kBF16, false>(), allow_smem<KvDType::kFP8, false>(),
+                        allow_smem<KvDType::kNVFP4, false>(), allow_smem<KvDType::kBF16, true>(),
+                        allow_smem<KvDType::kFP8, true>(), allow_smem<KvDType::kNVFP4, true>()})
+    if (e == cudaSuccess) e = r;
+  return e;
+}
+
+cudaError_t launch_sparse_attention(const AttentionArgs& a, cudaStream_t stream) {
+  return launch_dispatch<false>(a, stream);
+}
+
+cudaError_t launch_dense_attention(const AttentionArgs& a, cudaStream_t stream) {
+  return launch_dispatch<true>(a, stream);
+}
+
+cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream) {
+  if (a.num_work == 0) return cudaSuccess;
+  combine_kernel<<<a.num_work, kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace m3::cuda::detail

@@ -1,0 +1,225 @@
+// Device helpers shared by the MSA kernels: async copies, tensor-core fragments (mma.sync
+// m16n8k16 with fp32 accumulation), and the staging + expansion of 64-token cache tiles.
+//
+// Hopper has no FP4 matrix instructions, so an NVFP4 tile is expanded in shared memory to the
+// MMA's input type. The expansion computes the Q8KV4 view E4M3(e2m1 * scale) (ops/attention.h)
+// with a 256-entry table (per scale byte, the E4M3 bytes of the 8 e2m1 magnitudes times that
+// scale, built on the device with the formats/ codecs, so bit-identical to the CPU) and two byte
+// permutes per 4 codes; E4M3 values are exact in fp16, so the MMA sees exactly that view.
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "formats/bf16.h"
+#include "formats/fp8_e4m3.h"
+#include "kernels/cuda/msa_kernels.h"
+
+namespace m3::cuda::detail {
+
+// Halves per shared-memory tile row: 272-byte rows keep ldmatrix and 16-byte stores free of bank
+// conflicts.
+inline constexpr int kTileStride = kDim + 8;
+inline constexpr int kTileBytes = kTileTokens * kTileStride * 2;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// d += a * b for one m16n8k16 tile; kBf16 picks bf16 inputs, else fp16.
+template <bool kBf16>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  if constexpr (kBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+template <bool kBf16>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (kBf16) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// Two E4M3 bytes (low byte = first element) to an fp16 pair; exact.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
+  uint32_t out;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(out) : "h"(static_cast<uint16_t>(two_bytes)));
+  return out;
+}
+
+// fp16 pair to bf16 pair, exact for the E4M3 values that reach it.
+__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
+  float2 f = __half22float2(*reinterpret_cast<__half2*>(&h));
+  return pack2<true>(f.x, f.y);
+}
+
+// Saturating round-to-nearest-even E4M3 of (lo, hi) returned as an fp16 pair: the probability
+// path's P8 = E4M3(448 p) (msa-kernels.md 2.2, cvt.satfinite as in production).
+__device__ __forceinline__ uint32_t f32x2_to_e4m3_as_f16x2(float lo, float hi) {
+  uint16_t e;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(e) : "f"(hi), "f"(lo));
+  return e4m3x2_to_f16x2(e);
+}
+
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float warp_max_quad(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float warp_sum_quad(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Bytes one staged 64-token tile of a slot occupies in shared memory: raw data + scale rows for
+// fp8/nvfp4 (expanded afterwards), the padded MMA tile itself for bf16.
+__host__ __device__ constexpr int staged_tile_bytes(KvDType fmt) {
+  return fmt == KvDType::kBF16    ? kTileBytes
+         : fmt == KvDType::kFP8   ? kTileTokens * kDim
+                                  : kTileTokens * (kDim / 2 + kDim / 16);
+}
+
+// Issues the async copies of tokens [tok0, tok0 + 64) of one slot (data rows at `rows`, scale
+// rows at `scale_rows`) into `dst`. All `nthreads` threads of the CTA take part.
+template <KvDType kFmt>
+__device__ __forceinline__ void stage_tile(uint8_t* dst, const uint8_t* rows,
+                                          const uint8_t* scale_rows, int tid, int nthreads) {
+  if constexpr (kFmt == KvDType::kBF16) {
+    for (int c = tid; c < kTileTokens * 16; c += nthreads)
+      cp_async16(dst + (c >> 4) * (kTileStride * 2) + (c & 15) * 16, rows + c * 16);
+  } else if constexpr (kFmt == KvDType::kFP8) {
+    for (int c = tid; c < kTileTokens * kDim / 16; c += nthreads) cp_async16(dst + c * 16, rows + c * 16);
+  } else {
+    constexpr int kData = kTileTokens * kDim / 2 / 16;  // 256 chunks of codes
+    constexpr int kScale = kTileTokens * kDim / 16 / 16;  // 32 chunks of scales
+    for (int c = tid; c < kData + kScale; c += nthreads) {
+      if (c < kData) cp_async16(dst + c * 16, rows + c * 16);
+      else cp_async16(dst + kData * 16 + (c - kData) * 16, scale_rows + (c - kData) * 16);
+    }
+  }
+}
+
+// Expands a staged fp8/nvfp4 tile into an MMA tile [64][kTileStride] of fp16 (kBf16 = false) or
+// bf16 values. nvfp4 yields the E4M3 view; fp8 is exact either way.
+template <KvDType kFmt, bool kBf16>
+__device__ __forceinline__ void expand_tile(const uint8_t* raw, const uint2* table, uint8_t* tile,
+                                            int tid, int nthreads) {
+  if constexpr (kFmt == KvDType::kNVFP4) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(raw);
+    const uint8_t* scales = raw + kTileTokens * kDim / 2;
+    for (int i = tid; i < kTileTokens * kDim / 8; i += nthreads) {
+      const int row = i >> 4, word = i & 15;  // 8 codes: elements 8*word .. 8*word+7
+      const uint32_t w = words[i];
+      const uint2 t = table[scales[row * (kDim / 16) + (word >> 1)]];
+      // Magnitudes through the table (selector = code & 7), signs from bit 3 of each code.
+      const uint32_t lo = __byte_perm(t.x, t.y, w & 0x7777u) |
+                          __byte_perm(0u, 0x80u, (w >> 1) & 0x4444u);
+      const uint32_t hi = __byte_perm(t.x, t.y, (w >> 16) & 0x7777u) |
+                          __byte_perm(0u, 0x80u, (w >> 17) & 0x4444u);
+      uint4 out;
+      out.x = e4m3x2_to_f16x2(lo);
+      out.y = e4m3x2_to_f16x2(lo >> 16);
+      out.z = e4m3x2_to_f16x2(hi);
+      out.w = e4m3x2_to_f16x2(hi >> 16);
+      if constexpr (kBf16) {
+        out.x = f16x2_to_bf16x2(out.x);
+        out.y = f16x2_to_bf16x2(out.y);
+        out.z = f16x2_to_bf16x2(out.z);
+        out.w = f16x2_to_bf16x2(out.w);
+      }
+      *reinterpret_cast<uint4*>(tile + row * (kTileStride * 2) + word * 16) = out;
+    }
+  } else if constexpr (kFmt == KvDType::kFP8) {
+    const uint4* chunks = reinterpret_cast<const uint4*>(raw);
+    for (int i = tid; i < kTileTokens * kDim / 16; i += nthreads) {
+      const int row = i >> 3, chunk = i & 7;  // 16 codes: elements 16*chunk ..
+      const uint4 c = chunks[i];
+      const uint32_t in[4] = {c.x, c.y, c.z, c.w};
+      uint32_t h[8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        h[2 * j] = e4m3x2_to_f16x2(in[j]);
+        h[2 * j + 1] = e4m3x2_to_f16x2(in[j] >> 16);
+        if constexpr (kBf16) {
+          h[2 * j] = f16x2_to_bf16x2(h[2 * j]);
+          h[2 * j + 1] = f16x2_to_bf16x2(h[2 * j + 1]);
+        }
+      }
+      uint4* dst = reinterpret_cast<uint4*>(tile + row * (kTileStride * 2) + chunk * 32);
+      dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
+      dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
+    }
+  }
+}
+
+// Converts 8 activations (bf16 bits or E4M3 bytes) starting at element `i` of `src` into the MMA
+// input type. kToE4M3: activation values are first cast to E4M3 (saturating, no scale), as the
+// fp8/nvfp4 paths of ops/attention.h require.
+template <bool kBf16, bool kToE4M3>
+__device__ __forceinline__ uint4 load_act8(const void* src, ActKind kind, int64_t i) {
+  float f[8];
+  if (kind == ActKind::kBF16) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(src) + i);
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      f[2 * j] = bf16_decode(static_cast<uint16_t>(w[j]));
+      f[2 * j + 1] = bf16_decode(static_cast<uint16_t>(w[j] >> 16));
+    }
+  } else {
+    const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(src) + i);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      f[j] = fp8_e4m3_decode(static_cast<uint8_t>((j < 4 ? raw.x : raw.y) >> (8 * (j & 3))));
+  }
+  if constexpr (kToE4M3) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) f[j] = fp8_e4m3_round(f[j]);
+  }
+  return make_uint4(pack2<kBf16>(f[0], f[1]), pack2<kBf16>(f[2], f[3]), pack2<kBf16>(f[4], f[5]),
+                    pack2<kBf16>(f[6], f[7]));
+}
+
+}  // namespace m3::cuda::detail

@@ -1,0 +1,79 @@
+// MiniMax Sparse Attention on Hopper (sm_90a): the CUDA side of the attention ops of
+// ops/attention.h (semantics there; the CPU reference in kernels/cpu/attention.h is the oracle).
+//
+//   MsaPlan plan(config);                  // once: builds tables, raises kernel limits
+//   plan.plan(host_step, device_view, s);  // once per step, outside graph capture: schedules
+//   per layer (all capturable: no allocation, no synchronisation):
+//     plan.kv_insert(cache, k, v, index_k, s);
+//     plan.indexer_topk(cache, index_q, ActDType::kBF16, selection, s);   // sparse layers
+//     plan.attention(cache, q, ActDType::kBF16, selection, sm_scale, out, lse, s);
+//
+// Tensors (device pointers, contiguous, 16-byte aligned): k/v [T, Hkv, D] bf16, index_k [T, Di]
+// bf16, index_q [T, Hi, Di] and q [T, Hq, D] bf16 or E4M3 (ActDType), selection [T, Hkv, topk]
+// int32 (valid ids ascending, then -1), out [T, Hq, D] bf16, lse [T, Hq] fp32 (natural log).
+// Limits: head_dim = index_dim = 128, block_size a multiple of 64 up to 256, Hq / Hkv <= 16,
+// topk <= 128, KV and index caches in bf16, fp8 or nvfp4 (insert also writes f32).
+//
+// plan() grows its device workspaces when a step needs more than any step before; it then bumps
+// generation(), and CUDA graphs captured earlier must be captured again.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include <cuda_runtime_api.h>
+
+#include "ops/attention.h"
+#include "ops/step_batch.h"
+
+namespace m3::cuda {
+
+enum class ActDType : uint8_t { kBF16, kE4M3 };
+
+struct MsaConfig {
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 128;
+  int index_dim = 128;  // 0: no sparse layers
+  int block_size = 128;
+  IndexerParams indexer;  // index_heads, topk_blocks, local_blocks, init_blocks
+  bool dense = true;      // also schedule dense (full) attention, selection = null
+};
+
+class MsaPlan {
+ public:
+  explicit MsaPlan(const MsaConfig& config);
+  ~MsaPlan();
+  MsaPlan(const MsaPlan&) = delete;
+  MsaPlan& operator=(const MsaPlan&) = delete;
+
+  // `host` is the step on the host; `device` views the same arrays copied to the device (the
+  // runner owns them; they must stay valid while run calls of this step execute).
+  void plan(const StepBatch& host, const AttentionBatchView& device, cudaStream_t stream);
+  int64_t generation() const;
+
+  void kv_insert(const KvLayerView& cache, const uint16_t* k, const uint16_t* v,
+                 const uint16_t* index_k, cudaStream_t stream) const;
+  // Block scores then top-k: indexer_scores() + topk().
+  void indexer_topk(const KvLayerView& cache, const void* index_q, ActDType q_dtype,
+                    int32_t* selection, cudaStream_t stream) const;
+  void indexer_scores(const KvLayerView& cache, const void* index_q, ActDType q_dtype,
+                      cudaStream_t stream) const;
+  void topk(int32_t* selection, cudaStream_t stream) const;
+  // selection == nullptr: dense attention over every visible block.
+  void attention(const KvLayerView& cache, const void* q, ActDType q_dtype, const int32_t* selection,
+                 float sm_scale, uint16_t* out, float* lse, cudaStream_t stream) const;
+
+  // Schedule facts for benchmarks and logs.
+  struct Stats {
+    int indexer_items = 0, sparse_items = 0, dense_items = 0, combine_sparse = 0, combine_dense = 0;
+    int sparse_splits = 1;
+    int64_t score_entries = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace m3::cuda

@@ -1,0 +1,413 @@
+// MsaPlan: per-step schedules for the MSA kernels (host side) and the per-layer launches.
+//
+// plan() turns the step's query ranges and positions into work lists (indexer row tiles x block
+// chunks, sparse attention rows x slot splits, dense attention row groups x block chunks), sizes
+// the workspaces, and uploads everything in one async copy from pinned memory. Chunk sizes aim at
+// a few CTAs per multiprocessor so that small batches still fill the GPU.
+#include "kernels/cuda/msa.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cuda/msa_kernels.h"
+
+namespace m3::cuda {
+namespace {
+
+using detail::CombineWork;
+using detail::DenseWork;
+using detail::IndexerWork;
+using detail::SparseWork;
+
+void check_cuda(cudaError_t e, const char* what) {
+  M3_CHECK(e == cudaSuccess, "CUDA error in {}: {} ({})", what, cudaGetErrorString(e), int(e));
+}
+
+// Grow-only device allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  // True when the buffer moved.
+  bool reserve(size_t bytes, const char* what) {
+    if (bytes <= size_) return false;
+    if (ptr_) check_cuda(cudaFree(ptr_), what);
+    ptr_ = nullptr;
+    size_ = 0;
+    check_cuda(cudaMalloc(&ptr_, bytes), what);
+    size_ = bytes;
+    return true;
+  }
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  void reserve(size_t bytes) {
+    if (bytes <= size_) return;
+    if (ptr_) check_cuda(cudaFreeHost(ptr_), "pinned metadata");
+    ptr_ = nullptr;
+    size_ = 0;
+    check_cuda(cudaMallocHost(&ptr_, bytes), "pinned metadata");
+    size_ = bytes;
+  }
+  uint8_t* get() const { return static_cast<uint8_t*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Appends typed arrays to one byte blob at 256-byte aligned offsets.
+class Blob {
+ public:
+  template <class T>
+  size_t add(const std::vector<T>& v) {
+    const size_t offset = (bytes_.size() + 255) / 256 * 256;
+    bytes_.resize(offset + v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(bytes_.data() + offset, v.data(), v.size() * sizeof(T));
+    return offset;
+  }
+  const std::vector<uint8_t>& bytes() const { return bytes_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+}  // namespace
+
+struct MsaPlan::Impl {
+  MsaConfig config;
+  int num_sms = 0;
+  int64_t generation = 0;
+  cudaEvent_t upload_done = nullptr;
+  DeviceBuffer table, meta, scores, partial_o, partial_ml;
+  PinnedBuffer pinned;
+
+  // The current step.
+  detail::StepView step;
+  int num_tokens = 0;
+  int max_candidates = 0;
+  size_t off_score_offset = 0, off_indexer = 0, off_sparse = 0, off_sparse_combine = 0,
+         off_dense = 0, off_dense_combine = 0;
+  Stats stats;
+
+  template <class T>
+  const T* meta_at(size_t offset) const {
+    return reinterpret_cast<const T*>(static_cast<const uint8_t*>(meta.get()) + offset);
+  }
+  const uint2* e4m3_table() const { return static_cast<const uint2*>(table.get()); }
+};
+
+MsaPlan::MsaPlan(const MsaConfig& config) : impl_(std::make_unique<Impl>()) {
+  const IndexerParams& ip = config.indexer;
+  M3_CHECK(config.num_kv_heads > 0 && config.num_q_heads % config.num_kv_heads == 0,
+           "MSA CUDA: {} query heads do not split into {} KV heads", config.num_q_heads,
+           config.num_kv_heads);
+  M3_CHECK(config.num_q_heads / config.num_kv_heads <= detail::kMaxGroup,
+           "MSA CUDA: {} query heads per KV head (at most {} supported)",
+           config.num_q_heads / config.num_kv_heads, detail::kMaxGroup);
+  M3_CHECK(config.head_dim == detail::kDim, "MSA CUDA: head_dim {} (kernels are built for {})",
+           config.head_dim, detail::kDim);
+  M3_CHECK(config.index_dim == 0 || config.index_dim == detail::kDim,
+           "MSA CUDA: index_head_dim {} (kernels are built for {})", config.index_dim, detail::kDim);
+  M3_CHECK(config.block_size % detail::kTileTokens == 0 &&
+               config.block_size <= detail::kTileTokens * detail::kMaxTilesPerBlock,
+           "MSA CUDA: block_size {} must be a multiple of {} up to {}", config.block_size,
+           detail::kTileTokens, detail::kTileTokens * detail::kMaxTilesPerBlock);
+  if (config.index_dim > 0) {
+    M3_CHECK(ip.index_heads > 0 && ip.index_heads <= detail::kIndexerRows,
+             "MSA CUDA: {} index heads", ip.index_heads);
+    M3_CHECK(ip.topk_blocks > 0 && ip.topk_blocks <= 128, "MSA CUDA: topk_blocks {} (1..128)",
+             ip.topk_blocks);
+    M3_CHECK(ip.local_blocks >= 0 && ip.init_blocks >= 0, "MSA CUDA: negative forced blocks");
+  }
+  impl_->config = config;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&impl_->num_sms, cudaDevAttrMultiProcessorCount, device),
+             "multiprocessor count");
+  check_cuda(detail::init_indexer_kernels(), "indexer kernel attributes");
+  check_cuda(detail::init_topk_kernels(), "top-k kernel attributes");
+  check_cuda(detail::init_attention_kernels(), "attention kernel attributes");
+  check_cuda(cudaEventCreateWithFlags(&impl_->upload_done, cudaEventDisableTiming), "event");
+  impl_->table.reserve(256 * sizeof(uint2), "e4m3 table");
+  check_cuda(detail::build_e4m3_table(static_cast<uint2*>(impl_->table.get()), nullptr), "e4m3 table");
+  check_cuda(cudaDeviceSynchronize(), "e4m3 table");
+}
+
+MsaPlan::~MsaPlan() {
+  if (impl_ && impl_->upload_done) cudaEventDestroy(impl_->upload_done);
+}
+
+int64_t MsaPlan::generation() const { return impl_->generation; }
+MsaPlan::Stats MsaPlan::stats() const { return impl_->stats; }
+
+void MsaPlan::plan(const StepBatch& host, const AttentionBatchView& device, cudaStream_t stream) {
+  Impl& im = *impl_;
+  const MsaConfig& cfg = im.config;
+  const IndexerParams& ip = cfg.indexer;
+  const int T = host.num_tokens(), S = host.num_seqs();
+  const int bs = cfg.block_size, hkv = cfg.num_kv_heads;
+  M3_CHECK(static_cast<int>(host.positions.size()) == T && static_cast<int>(host.token_seq.size()) == T &&
+               static_cast<int>(host.query_start.size()) == S + 1,
+           "MSA plan: step arrays disagree (T={}, positions {}, token_seq {}, query_start {} for {} seqs)",
+           T, host.positions.size(), host.token_seq.size(), host.query_start.size(), S);
+  M3_CHECK(device.num_tokens == T && device.num_seqs == S, "MSA plan: device view has {} tokens / {} seqs, host {} / {}",
+           device.num_tokens, device.num_seqs, T, S);
+  const bool sparse = cfg.index_dim > 0;
+  const int sms = im.num_sms;
+
+  std::vector<int32_t> score_offset(T, 0);
+  std::vector<IndexerWork> indexer;
+  std::vector<SparseWork> sparse_work;
+  std::vector<CombineWork> sparse_combine, dense_combine;
+  std::vector<DenseWork> dense_work;
+  int64_t score_entries = 0;
+  int max_candidates = 1;
+  for (int t = 0; t < T; ++t) {
+    const int pos = host.positions[t];
+    score_offset[t] = static_cast<int32_t>(score_entries);
+    const int n = pos >= 0 ? pos / bs + 1 : 0;
+    score_entries += n;
+    max_candidates = std::max(max_candidates, n);
+  }
+  M3_CHECK(score_entries * std::max(1, ip.index_heads) < (int64_t(1) << 31),
+           "MSA plan: {} score entries exceed the int32 offsets", score_entries);
+
+  if (sparse) {
+    // Indexer: row tiles of <= 64 MMA rows, each against the blocks its rows may need scored.
+    const int rows_per_item = detail::kIndexerRows / ip.index_heads;
+    struct Span { int seq, row, count, blocks; };
+    std::vector<Span> spans;
+    int64_t total_blocks = 0;
+    for (int s = 0; s < S; ++s) {
+      for (int r = host.query_start[s]; r < host.query_start[s + 1]; r += rows_per_item) {
+        const int count = std::min(rows_per_item, host.query_start[s + 1] - r);
+        const int last_pos = host.positions[r + count - 1];
+        if (last_pos < 0) continue;
+        const int local = last_pos / bs;
+        if (local + 1 <= ip.topk_blocks) continue;  // every row keeps all its blocks
+        const int blocks = ip.local_blocks >= 1 ? local - ip.local_blocks + 1 : local + 1;
+        if (blocks <= 0) continue;
+        spans.push_back({s, r, count, blocks});
+        total_blocks += blocks;
+      }
+    }
+    const int chunk = std::clamp(ceil_div(total_blocks, 4 * int64_t(sms)), 1, 64);
+    for (const Span& sp : spans)
+      for (int b = 0; b < sp.blocks; b += chunk)
+        indexer.push_back({sp.seq, sp.row, sp.count, b, std::min(sp.blocks, b + chunk), {0, 0, 0}});
+
+    // Sparse attention: rows x KV heads, slot ranges split while the grid is small.
+    const int topk = ip.topk_blocks;
+    int splits = ceil_div(topk, detail::kMaxSlotsPerItem);
+    while (int64_t(T) * hkv * splits < 2 * sms && splits * 2 <= std::min(topk, 8)) splits *= 2;
+    const int per_split = ceil_div(topk, splits);
+    int next_partial = 0;
+    for (int t = 0; t < T; ++t)
+      for (int g = 0; g < hkv; ++g) {
+        if (splits == 1) {
+          sparse_work.push_back({t, g, 0, topk, -1, {0, 0, 0}});
+          continue;
+        }
+        for (int j = 0; j < splits; ++j)
+          sparse_work.push_back({t, g, j * per_split, std::min(topk, (j + 1) * per_split), next_partial + j, {0, 0, 0}});
+        sparse_combine.push_back({t, g, next_partial, splits});
+        next_partial += splits;
+      }
+    im.stats.sparse_splits = splits;
+    if (im.partial_o.reserve(size_t(next_partial) * detail::kMaxGroup * detail::kDim * 4, "sparse partials")) ++im.generation;
+    if (im.partial_ml.reserve(size_t(next_partial) * detail::kMaxGroup * 2 * 4, "sparse partials")) ++im.generation;
+    if (im.scores.reserve(size_t(score_entries) * ip.index_heads * 4, "indexer scores")) ++im.generation;
+  }
+
+  if (cfg.dense) {
+    struct Group { int seq, row, count, blocks; };
+    std::vector<Group> groups;
+    int64_t total_blocks = 0;
+    for (int s = 0; s < S; ++s)
+      for (int r = host.query_start[s]; r < host.query_start[s + 1]; r += 4) {
+        const int count = std::min(4, host.query_start[s + 1] - r);
+        const int last_pos = host.positions[r + count - 1];
+        if (last_pos < 0) continue;
+        groups.push_back({s, r, count, last_pos / bs + 1});
+        total_blocks += int64_t(last_pos / bs + 1) * hkv;
+      }
+    const int chunk = std::clamp(ceil_div(total_blocks, 3 * int64_t(sms)), 8, 256);
+    int next_partial = 0;
+    for (const Group& gr : groups)
+      for (int g = 0; g < hkv; ++g) {
+        const int pieces = ceil_div(gr.blocks, chunk);
+        if (pieces == 1) {
+          dense_work.push_back({gr.seq, gr.row, gr.count, g, 0, gr.blocks, -1, 0});
+          continue;
+        }
+        for (int j = 0; j < pieces; ++j)
+          dense_work.push_back({gr.seq, gr.row, gr.count, g, j * chunk, std::min(gr.blocks, (j + 1) * chunk),
+                                next_partial + j, pieces});
+        for (int r = 0; r < gr.count; ++r) dense_combine.push_back({gr.row + r, g, next_partial + r * pieces, pieces});
+        next_partial += gr.count * pieces;
+      }
+    if (im.partial_o.reserve(size_t(next_partial) * detail::kMaxGroup * detail::kDim * 4, "dense partials")) ++im.generation;
+    if (im.partial_ml.reserve(size_t(next_partial) * detail::kMaxGroup * 2 * 4, "dense partials")) ++im.generation;
+  }
+
+  Blob blob;
+  im.off_score_offset = blob.add(score_offset);
+  im.off_indexer = blob.add(indexer);
+  im.off_sparse = blob.add(sparse_work);
+  im.off_sparse_combine = blob.add(sparse_combine);
+  im.off_dense = blob.add(dense_work);
+  im.off_dense_combine = blob.add(dense_combine);
+  const std::vector<uint8_t>& bytes = blob.bytes();
+  // The previous step's upload must be done before its pinned bytes are overwritten.
+  check_cuda(cudaEventSynchronize(im.upload_done), "previous metadata upload");
+  im.pinned.reserve(bytes.size());
+  if (im.meta.reserve(bytes.size(), "step metadata")) ++im.generation;
+  if (!bytes.empty()) {
+    std::memcpy(im.pinned.get(), bytes.data(), bytes.size());
+    check_cuda(cudaMemcpyAsync(im.meta.get(), im.pinned.get(), bytes.size(), cudaMemcpyHostToDevice, stream),
+               "metadata upload");
+  }
+  check_cuda(cudaEventRecord(im.upload_done, stream), "metadata upload event");
+
+  im.step = {device.positions, device.token_seq, device.seq_lens, device.page_table, device.pages_per_seq,
+             device.slot_mapping};
+  im.num_tokens = T;
+  im.max_candidates = max_candidates;
+  im.stats.indexer_items = static_cast<int>(indexer.size());
+  im.stats.sparse_items = static_cast<int>(sparse_work.size());
+  im.stats.dense_items = static_cast<int>(dense_work.size());
+  im.stats.combine_sparse = static_cast<int>(sparse_combine.size());
+  im.stats.combine_dense = static_cast<int>(dense_combine.size());
+  im.stats.score_entries = score_entries * std::max(0, ip.index_heads);
+}
+
+void MsaPlan::kv_insert(const KvLayerView& cache, const uint16_t* k, const uint16_t* v,
+                        const uint16_t* index_k, cudaStream_t stream) const {
+  const Impl& im = *impl_;
+  detail::KvInsertArgs a;
+  a.cache = cache;
+  a.step = im.step;
+  a.num_tokens = im.num_tokens;
+  a.k = k;
+  a.v = v;
+  a.index_k = index_k;
+  check_cuda(detail::launch_kv_insert(a, stream), "kv_insert launch");
+}
+
+void MsaPlan::indexer_scores(const KvLayerView& cache, const void* index_q, ActDType q_dtype,
+                             cudaStream_t stream) const {
+  const Impl& im = *impl_;
+  M3_CHECK(cache.index_dim == detail::kDim, "indexer: layer has no {}-dim index cache (index_dim {})",
+           detail::kDim, cache.index_dim);
+  M3_CHECK(cache.index_dtype != KvDType::kF32, "indexer: float32 index cache is CPU-only");
+  detail::IndexerArgs a;
+  a.cache = cache;
+  a.step = im.step;
+  a.index_q = index_q;
+  a.q_kind = q_dtype == ActDType::kBF16 ? detail::ActKind::kBF16 : detail::ActKind::kE4M3;
+  a.index_heads = im.config.indexer.index_heads;
+  a.local_blocks = im.config.indexer.local_blocks;
+  a.work = im.meta_at<IndexerWork>(im.off_indexer);
+  a.num_work = im.stats.indexer_items;
+  a.score_offset = im.meta_at<int32_t>(im.off_score_offset);
+  a.scores = static_cast<float*>(im.scores.get());
+  a.e4m3_table = im.e4m3_table();
+  check_cuda(detail::launch_indexer_scores(a, stream), "indexer launch");
+}
+
+void MsaPlan::topk(int32_t* selection, cudaStream_t stream) const {
+  const Impl& im = *impl_;
+  const IndexerParams& ip = im.config.indexer;
+  detail::TopkArgs a;
+  a.step = im.step;
+  a.num_tokens = im.num_tokens;
+  a.index_heads = ip.index_heads;
+  a.block_size = im.config.block_size;
+  a.topk = ip.topk_blocks;
+  a.local_blocks = ip.local_blocks;
+  a.init_blocks = ip.init_blocks;
+  a.score_offset = im.meta_at<int32_t>(im.off_score_offset);
+  a.scores = static_cast<const float*>(im.scores.get());
+  a.out = selection;
+  a.max_candidates = im.max_candidates;
+  M3_CHECK(im.max_candidates <= 40 * 1024, "top-k: {} candidate blocks exceed the 40960 supported",
+           im.max_candidates);
+  check_cuda(detail::launch_topk(a, stream), "top-k launch");
+}
+
+void MsaPlan::indexer_topk(const KvLayerView& cache, const void* index_q, ActDType q_dtype,
+                           int32_t* selection, cudaStream_t stream) const {
+  indexer_scores(cache, index_q, q_dtype, stream);
+  topk(selection, stream);
+}
+
+void MsaPlan::attention(const KvLayerView& cache, const void* q, ActDType q_dtype,
+                        const int32_t* selection, float sm_scale, uint16_t* out, float* lse,
+                        cudaStream_t stream) const {
+  const Impl& im = *impl_;
+  M3_CHECK(cache.head_dim == detail::kDim && cache.num_kv_heads == im.config.num_kv_heads,
+           "attention: cache geometry (head_dim {}, {} KV heads) differs from the plan's", cache.head_dim,
+           cache.num_kv_heads);
+  M3_CHECK(cache.kv_dtype != KvDType::kF32, "attention: float32 KV cache is CPU-only");
+  M3_CHECK(selection != nullptr || im.config.dense, "attention: dense attention was not planned");
+  detail::AttentionArgs a;
+  a.cache = cache;
+  a.step = im.step;
+  a.q = q;
+  a.q_kind = q_dtype == ActDType::kBF16 ? detail::ActKind::kBF16 : detail::ActKind::kE4M3;
+  a.num_q_heads = im.config.num_q_heads;
+  a.selection = selection;
+  a.topk = im.config.indexer.topk_blocks;
+  a.sm_scale = sm_scale;
+  a.out = out;
+  a.lse = lse;
+  a.partial_o = static_cast<float*>(im.partial_o.get());
+  a.partial_ml = static_cast<float*>(im.partial_ml.get());
+  a.e4m3_table = im.e4m3_table();
+  detail::CombineArgs c;
+  c.num_q_heads = im.config.num_q_heads;
+  c.num_kv_heads = im.config.num_kv_heads;
+  c.sm_scale = sm_scale;
+  c.nvfp4 = cache.kv_dtype == KvDType::kNVFP4;
+  c.partial_o = a.partial_o;
+  c.partial_ml = a.partial_ml;
+  c.out = out;
+  c.lse = lse;
+  if (selection) {
+    a.work = im.meta_at<SparseWork>(im.off_sparse);
+    a.num_work = im.stats.sparse_items;
+    c.work = im.meta_at<CombineWork>(im.off_sparse_combine);
+    c.num_work = im.stats.combine_sparse;
+    check_cuda(detail::launch_sparse_attention(a, stream), "sparse attention launch");
+  } else {
+    a.work = im.meta_at<DenseWork>(im.off_dense);
+    a.num_work = im.stats.dense_items;
+    c.work = im.meta_at<CombineWork>(im.off_dense_combine);
+    c.num_work = im.stats.combine_dense;
+    check_cuda(detail::launch_dense_attention(a, stream), "dense attention launch");
+  }
+  check_cuda(detail::launch_combine(c, stream), "attention combine launch");
+}
+
+}  // namespace m3::cuda

@@ -1,0 +1,176 @@
+// Top-k block selection from the indexer's block scores (ops/attention.h, spec decision 2).
+//
+// One CTA per (query token, index head). Forced blocks (the `local_blocks` most recent and the
+// first `init_blocks`) are always kept; the remaining k - forced slots go to the highest scores
+// among the other visible blocks, ties to the lower block id. The exact k-th largest score is
+// found by a 4-pass radix select (8 bits per pass) over order-preserving integer keys, so the
+// result is the exact ordering, not a quantised one. Output: the chosen ids in ascending order,
+// then -1 padding.
+#include <cmath>
+
+#include "kernels/cuda/device_common.cuh"
+
+namespace m3::cuda::detail {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxTopk = 128;
+
+// Larger float -> larger key; -0 and +0 map to the same key (they tie, as floats do).
+__device__ __forceinline__ uint32_t order_key(float s) {
+  const uint32_t u = __float_as_uint(s + 0.0f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Exclusive prefix sum over the CTA; `total` gets the sum of all values.
+__device__ __forceinline__ int block_exclusive_scan(int v, int* warp_sums, int& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += n;
+  }
+  if (lane == 31) warp_sums[warp] = inc;
+  __syncthreads();
+  int before = 0;
+  total = 0;
+#pragma unroll
+  for (int i = 0; i < kThreads / 32; ++i) {
+    if (i < warp) before += warp_sums[i];
+    total += warp_sums[i];
+  }
+  __syncthreads();
+  return before + inc - v;
+}
+
+__global__ void __launch_bounds__(kThreads) topk_kernel(const TopkArgs a) {
+  extern __shared__ uint32_t keys[];
+  __shared__ uint32_t hist[256];
+  __shared__ int chosen[kMaxTopk];
+  __shared__ int num_chosen;
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_remaining;
+  __shared__ int warp_sums[kThreads / 32];
+
+  const int tid = threadIdx.x;
+  const int token = blockIdx.x / a.index_heads, head = blockIdx.x % a.index_heads;
+  int32_t* out = a.out + (int64_t(token) * a.index_heads + head) * a.topk;
+  const int pos = a.step.positions[token];
+  if (pos < 0) {
+    for (int i = tid; i < a.topk; i += kThreads) out[i] = -1;
+    return;
+  }
+  const int bs = a.block_size;
+  const int local = pos / bs, n = local + 1;
+  const int seq_len = a.step.seq_lens[a.step.token_seq[token]];
+  const int k = min(a.topk, (seq_len + bs - 1) / bs);
+  if (n <= k) {  // every visible block fits
+    for (int i = tid; i < a.topk; i += kThreads) out[i] = i < n ? i : -1;
+    return;
+  }
+  // Forced: [0, init_end) and [local_begin, n). Candidates: [init_end, local_begin).
+  const int init_end = min(a.init_blocks, n);
+  const int local_begin = max(init_end, n - a.local_blocks);
+  const int forced = init_end + (n - local_begin);
+  if (forced >= k) {  // all slots forced: the lowest ids win the +inf ties
+    for (int i = tid; i < a.topk; i += kThreads)
+      out[i] = i >= k ? -1 : (i < init_end ? i : local_begin + (i - init_end));
+    return;
+  }
+  const int m = local_begin - init_end;
+  const float* scores = a.scores + int64_t(a.score_offset[token]) * a.index_heads +
+                        int64_t(head) * n + init_end;
+  for (int i = tid; i < m; i += kThreads) keys[i] = order_key(scores[i]);
+  if (tid == 0) {
+    num_chosen = 0;
+    s_prefix = 0u;
+    s_remaining = k - forced;
+  }
+  for (int i = tid; i < forced; i += kThreads)
+    chosen[i] = i < init_end ? i : local_begin + (i - init_end);
+  __syncthreads();
+
+  // Radix select of the (k - forced)-th largest key, most significant byte first.
+  uint32_t prefix = 0u, mask = 0u;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    hist[tid] = 0u;
+    __syncthreads();
+    for (int i = tid; i < m; i += kThreads) {
+      const uint32_t key = keys[i];
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (tid < 32) {
+      const int remaining = s_remaining;
+      uint32_t c[8];
+      uint32_t sum = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        c[j] = hist[255 - 8 * tid - j];
+        sum += c[j];
+      }
+      uint32_t inc = sum;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t v = __shfl_up_sync(0xffffffffu, inc, o);
+        if (tid >= o) inc += v;
+      }
+      uint32_t cum = inc - sum;  // keys in higher bins than this lane's
+      if (cum < uint32_t(remaining) && uint32_t(remaining) <= inc) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (cum + c[j] >= uint32_t(remaining)) {
+            s_prefix = prefix | (uint32_t(255 - 8 * tid - j) << shift);
+            s_remaining = remaining - int(cum);
+            break;
+          }
+          cum += c[j];
+        }
+      }
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    mask |= 255u << shift;
+  }
+  const int take_equal = s_remaining;  // keys equal to the threshold still to take, lowest ids first
+
+  // Keys above the threshold: all of them (order fixed by the final sort).
+  for (int i = tid; i < m; i += kThreads)
+    if (keys[i] > prefix) chosen[forced + atomicAdd(&num_chosen, 1)] = init_end + i;
+  // Keys equal to the threshold: ordered compaction over contiguous chunks of ids.
+  const int chunk = (m + kThreads - 1) / kThreads;
+  const int lo = min(m, tid * chunk), hi = min(m, lo + chunk);
+  int eq = 0;
+  for (int i = lo; i < hi; ++i) eq += keys[i] == prefix;
+  int total = 0;
+  int rank = block_exclusive_scan(eq, warp_sums, total);
+  const int above = k - forced - take_equal;
+  for (int i = lo; i < hi && rank < take_equal; ++i)
+    if (keys[i] == prefix) chosen[forced + above + rank++] = init_end + i;
+  __syncthreads();
+
+  // Ascending ids: each id's rank is the number of smaller ids (all distinct).
+  if (tid < k) {
+    const int id = chosen[tid];
+    int r = 0;
+    for (int j = 0; j < k; ++j) r += chosen[j] < id;
+    out[r] = id;
+  }
+  for (int i = k + tid; i < a.topk; i += kThreads) out[i] = -1;
+}
+
+}  // namespace
+
+cudaError_t init_topk_kernels() {
+  return cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
+}
+
+cudaError_t launch_topk(const TopkArgs& a, cudaStream_t stream) {
+  if (a.num_tokens == 0) return cudaSuccess;
+  const size_t smem = size_t(a.max_candidates > 0 ? a.max_candidates : 1) * 4;
+  topk_kernel<<<a.num_tokens * a.index_heads, kThreads, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace m3::cuda::detail

@@ -1,0 +1,222 @@
+// The MiniMax-M3 layer graph (spec/model.md), top to bottom, against ops/backend.h.
+#include "model/minimax_m3.h"
+
+#include <cmath>
+#include <utility>
+
+#include "core/error.h"
+
+namespace m3 {
+
+KvDType resolve_kv_dtype(const std::string& name, DType activation_dtype) {
+  if (name == "auto" || name.empty())
+    return activation_dtype == DType::kF32 ? KvDType::kF32 : KvDType::kBF16;
+  return parse_kv_dtype(name);
+}
+
+DType parse_activation_dtype(const std::string& name) {
+  if (name == "float32" || name == "fp32" || name == "f32") return DType::kF32;
+  if (name == "bfloat16" || name == "bf16" || name == "auto") return DType::kBF16;
+  fail("unsupported --dtype '{}' (expected auto, bfloat16 or float32)", name);
+}
+
+namespace {
+
+void check_config(const ModelConfig& c) {
+  M3_CHECK(c.num_layers > 0 && c.hidden_size > 0 && c.vocab_size > 0, "config: empty model");
+  M3_CHECK(c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0,
+           "config: num_attention_heads {} is not a multiple of num_key_value_heads {}",
+           c.num_heads, c.num_kv_heads);
+  M3_CHECK(static_cast<int>(c.attention_kinds.size()) == c.num_layers &&
+               static_cast<int>(c.mlp_kinds.size()) == c.num_layers,
+           "config: layer_types / mlp_layer_types must have num_hidden_layers ({}) entries",
+           c.num_layers);
+  if (c.has_sparse_layers()) {
+    // Decision 2: index head g selects blocks for the query heads of KV head g.
+    M3_CHECK(c.index_heads == c.num_kv_heads,
+             "config: index_n_heads ({}) must equal num_key_value_heads ({})", c.index_heads,
+             c.num_kv_heads);
+    M3_CHECK(c.index_head_dim > 0 && c.index_topk_blocks > 0, "config: bad indexer geometry");
+  }
+}
+
+}  // namespace
+
+MiniMaxM3::MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend,
+                     ModelRuntimeOptions options)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      backend_(backend),
+      options_(options) {
+  check_config(config_);
+  M3_CHECK(static_cast<int>(weights_.layers.size()) == config_.num_layers,
+           "weights have {} layers, config {}", weights_.layers.size(), config_.num_layers);
+  M3_CHECK(options_.num_kv_blocks > 0, "the KV pool needs at least one block");
+  backend_.configure(config_, options_.activation_dtype);
+  std::vector<bool> has_index;
+  for (AttentionKind kind : config_.attention_kinds) has_index.push_back(kind == AttentionKind::kSparse);
+  // The page is the MSA block: index_block_size tokens (128 for the real models).
+  layout_ = KvLayout::make(config_.index_block_size, config_.num_kv_heads, config_.head_dim,
+                           config_.has_sparse_layers() ? config_.index_head_dim : 0,
+                           options_.kv_dtype, options_.index_dtype, std::move(has_index));
+  kv_pool_ = backend_.alloc({layout_.block_bytes * options_.num_kv_blocks}, DType::kU8);
+}
+
+void MiniMaxM3::validate(const StepBatch& b) const {
+  const int t_count = b.num_tokens(), s_count = b.num_seqs();
+  M3_CHECK(t_count > 0, "step batch has no tokens");
+  M3_CHECK(static_cast<int>(b.positions.size()) == t_count &&
+               static_cast<int>(b.token_seq.size()) == t_count &&
+               static_cast<int>(b.slot_mapping.size()) == t_count,
+           "step batch: positions/token_seq/slot_mapping must have {} entries", t_count);
+  M3_CHECK(static_cast<int>(b.query_start.size()) == s_count + 1 &&
+               static_cast<int64_t>(b.page_table.size()) >= int64_t(s_count) * b.pages_per_seq,
+           "step batch: query_start needs {} entries and page_table {} x {}", s_count + 1,
+           s_count, b.pages_per_seq);
+  const int bs = block_size();
+  for (int s = 0; s < s_count; ++s) {
+    const int pages = (b.seq_lens[s] + bs - 1) / bs;
+    M3_CHECK(pages <= b.pages_per_seq, "sequence {}: {} tokens need {} pages, page table has {}",
+             s, b.seq_lens[s], pages, b.pages_per_seq);
+    for (int p = 0; p < pages; ++p) {
+      const int32_t block = b.page_table[int64_t(s) * b.pages_per_seq + p];
+      M3_CHECK(block >= 0 && block < options_.num_kv_blocks,
+               "sequence {}: page {} maps to block {} outside the pool [0, {})", s, p, block,
+               options_.num_kv_blocks);
+    }
+  }
+  for (int t = 0; t < t_count; ++t) {
+    const int s = b.token_seq[t];
+    M3_CHECK(s >= 0 && s < s_count, "token {}: sequence {} out of range", t, s);
+    M3_CHECK(b.positions[t] >= 0 && b.positions[t] < b.seq_lens[s],
+             "token {}: position {} outside sequence {} of length {}", t, b.positions[t], s,
+             b.seq_lens[s]);
+    M3_CHECK(b.token_ids[t] >= 0 && b.token_ids[t] < config_.vocab_size,
+             "token {}: id {} outside the vocabulary [0, {})", t, b.token_ids[t], config_.vocab_size);
+    const int32_t expected = b.page_table[int64_t(s) * b.pages_per_seq + b.positions[t] / bs] * bs +
+                             b.positions[t] % bs;
+    M3_CHECK(b.slot_mapping[t] == expected,
+             "token {}: slot {} disagrees with its page table (position {} -> slot {})", t,
+             b.slot_mapping[t], b.positions[t], expected);
+  }
+  for (int32_t r : b.logits_rows)
+    M3_CHECK(r >= 0 && r < t_count, "logits row {} outside the step's {} tokens", r, t_count);
+}
+
+void MiniMaxM3::ensure_activations(int64_t tokens, int64_t logit_rows) {
+  const DType dt = backend_.activation_storage_dtype();
+  const ModelConfig& c = config_;
+  if (act_.capacity_tokens < tokens) {
+    const int64_t n = std::max<int64_t>(tokens, 16);
+    const int64_t index_cols = c.has_sparse_layers() ? int64_t(c.index_heads) * c.index_head_dim : 1;
+    const int64_t index_k_cols = c.has_sparse_layers() ? c.index_head_dim : 1;
+    act_.x = backend_.alloc({n, c.hidden_size}, dt);
+    act_.h = backend_.alloc({n, c.hidden_size}, dt);
+    act_.q = backend_.alloc({n, int64_t(c.num_heads) * c.head_dim}, dt);
+    act_.k = backend_.alloc({n, int64_t(c.num_kv_heads) * c.head_dim}, dt);
+    act_.v = backend_.alloc({n, int64_t(c.num_kv_heads) * c.head_dim}, dt);
+    act_.index_q = backend_.alloc({n, index_cols}, dt);
+    act_.index_k = backend_.alloc({n, index_k_cols}, dt);
+    act_.attn = backend_.alloc({n, int64_t(c.num_heads) * c.head_dim}, dt);
+    act_.selection = backend_.alloc({n * std::max(1, c.index_heads) * c.index_topk_blocks}, DType::kI32);
+    act_.mlp = backend_.alloc({n, c.hidden_size}, dt);
+    act_.capacity_tokens = n;
+  }
+  if (!act_.logit_rows.defined() || act_.logit_rows.dim(0) < logit_rows) {
+    const int64_t n = std::max<int64_t>(logit_rows, 16);
+    act_.logit_rows = backend_.alloc({n, c.hidden_size}, dt);
+    logits_ = backend_.alloc({n, c.vocab_size}, dt);
+  }
+}
+
+// Attention: projections, q/k norm + partial RoPE, KV (and index-K) write, block selection on
+// sparse layers, paged attention over the visible (or selected) blocks, o_proj.
+void MiniMaxM3::attention_block(int layer, Activations& a) {
+  const ModelConfig& c = config_;
+  const AttentionWeights& w = weights_.layers[layer].attn;
+  const int64_t t = backend_.attention_batch().num_tokens;
+  const KvLayerView cache = layout_.layer_view(kv_pool_.data_as<uint8_t>(), layer);
+  Tensor h = a.h.rows(0, t), q = a.q.rows(0, t), k = a.k.rows(0, t), v = a.v.rows(0, t);
+
+  backend_.linear(h, w.q, q);
+  backend_.linear(h, w.k, k);
+  backend_.linear(h, w.v, v);
+  backend_.head_norm_rope(q, c.num_heads, c.head_dim, w.q_norm, c.rms_norm_eps, c.rope.rotary_dim);
+  backend_.head_norm_rope(k, c.num_kv_heads, c.head_dim, w.k_norm, c.rms_norm_eps, c.rope.rotary_dim);
+
+  Tensor selection;
+  if (c.attention_kinds[layer] == AttentionKind::kSparse) {
+    Tensor iq = a.index_q.rows(0, t), ik = a.index_k.rows(0, t);
+    backend_.linear(h, w.index_q, iq);
+    backend_.linear(h, w.index_k, ik);
+    // The indexer reuses the main cos/sin truncated to index_head_dim channels.
+    const int index_rope = std::min(c.rope.rotary_dim, c.index_head_dim);
+    backend_.head_norm_rope(iq, c.index_heads, c.index_head_dim, w.index_q_norm, c.rms_norm_eps, index_rope);
+    backend_.head_norm_rope(ik, 1, c.index_head_dim, w.index_k_norm, c.rms_norm_eps, index_rope);
+    backend_.kv_insert(cache, k, v, ik);
+    IndexerParams params;
+    params.index_heads = c.index_heads;
+    params.topk_blocks = c.index_topk_blocks;
+    params.local_blocks = c.index_local_blocks;
+    params.init_blocks = c.index_init_blocks;
+    selection = a.selection.rows(0, t * c.index_heads * c.index_topk_blocks);
+    backend_.indexer_topk(cache, iq, params, selection);
+  } else {
+    backend_.kv_insert(cache, k, v, Tensor());
+  }
+
+  Tensor attn = a.attn.rows(0, t);
+  const float sm_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  backend_.paged_attention(cache, q, c.num_heads, selection, c.index_topk_blocks, sm_scale, attn);
+  backend_.linear(attn, w.o, h);  // h is free again: reuse it for the attention output
+}
+
+// MLP: dense SwiGLU-OAI, or the MoE block (sigmoid router, top-k experts, shared expert).
+void MiniMaxM3::mlp_block(int layer, Activations& a) {
+  const ModelConfig& c = config_;
+  const MlpWeights& w = weights_.layers[layer].mlp;
+  const int64_t t = backend_.attention_batch().num_tokens;
+  Tensor h = a.h.rows(0, t), out = a.mlp.rows(0, t);
+  if (c.mlp_kinds[layer] == MlpKind::kDense) {
+    backend_.swiglu_mlp(h, w.gate, w.up, w.down, c.swiglu_alpha, c.swiglu_limit, out);
+    return;
+  }
+  MoeParams p;
+  p.num_experts = c.num_experts;
+  p.experts_per_token = c.experts_per_token;
+  p.routed_scaling_factor = c.routed_scaling_factor;
+  p.swiglu_alpha = c.swiglu_alpha;
+  p.swiglu_limit = c.swiglu_limit;
+  backend_.moe(h, w, p, out);
+}
+
+void MiniMaxM3::forward(const StepBatch& batch, float* logits) {
+  validate(batch);
+  const int64_t t = batch.num_tokens();
+  const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());
+  ensure_activations(t, rows);
+  backend_.plan(batch);
+
+  Activations& a = act_;
+  Tensor x = a.x.rows(0, t), h = a.h.rows(0, t), mlp = a.mlp.rows(0, t);
+  backend_.embed(weights_.embed, x);
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const LayerWeights& lw = weights_.layers[l];
+    backend_.rms_norm(x, lw.input_norm, config_.rms_norm_eps, h);
+    attention_block(l, a);
+    backend_.add_inplace(x, h);
+    backend_.rms_norm(x, lw.post_attn_norm, config_.rms_norm_eps, h);
+    mlp_block(l, a);
+    backend_.add_inplace(x, mlp);
+  }
+  if (rows == 0) return;
+  // Only the requested rows go through the final norm and the head.
+  Tensor last = a.logit_rows.rows(0, rows);
+  backend_.gather_logits_rows(x, last);
+  backend_.rms_norm(last, weights_.final_norm, config_.rms_norm_eps, last);
+  Tensor out = logits_.rows(0, rows);
+  backend_.linear(last, weights_.lm_head, out);
+  backend_.copy_to_host_f32(out, logits);
+}
+
+}  // namespace m3

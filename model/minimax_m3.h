@@ -1,0 +1,79 @@
+// MiniMaxM3: the MiniMax-M3 text model's forward pass over a paged, batched StepBatch, written
+// once against ops/backend.h (spec/model.md; decisions 2-3 of spec/README.md).
+//
+// Contract for the engine:
+//  - The model owns the KV pool (num_kv_blocks blocks of block_size() tokens, ops::KvLayout,
+//    block-outer); the engine owns block allocation: physical block ids in StepBatch.page_table
+//    and slot_mapping must be < num_kv_blocks() and must not be shared by two sequences unless
+//    their contents are identical (prefix cache).
+//  - forward() handles any mix of prefill chunks and decode tokens across sequences: a sequence's
+//    tokens are its last q_len positions (StepBatch invariants); the KV of every earlier position
+//    of that sequence must already be in its pages (written by earlier steps).
+//  - Logits of the rows batch.logits_rows (in that order) are written as fp32 to
+//    logits [logits_rows.size(), vocab_size] (host memory).
+//  - Not thread-safe: one forward at a time.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "ops/backend.h"
+#include "ops/kv_layout.h"
+#include "ops/step_batch.h"
+
+namespace m3 {
+
+struct ModelRuntimeOptions {
+  DType activation_dtype = DType::kF32;  // kF32 or kBF16
+  KvDType kv_dtype = KvDType::kF32;      // K and V
+  KvDType index_dtype = KvDType::kF32;   // index-K of sparse layers
+  int64_t num_kv_blocks = 0;             // pool size in blocks (> 0)
+};
+
+// "auto" -> float32 for fp32 activations, bfloat16 for bf16 ones; otherwise parse_kv_dtype.
+KvDType resolve_kv_dtype(const std::string& name, DType activation_dtype);
+// "float32"/"fp32"/"f32" -> kF32, "bfloat16"/"bf16" -> kBF16, "auto" -> kBF16; else m3::Error.
+DType parse_activation_dtype(const std::string& name);
+
+class MiniMaxM3 {
+ public:
+  MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend,
+            ModelRuntimeOptions options);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelRuntimeOptions& options() const { return options_; }
+  // Tokens per KV page: config.index_block_size (128 for real models).
+  int block_size() const { return layout_.block_size; }
+  int64_t num_kv_blocks() const { return options_.num_kv_blocks; }
+  // K + V + index-K bytes of one token across all layers.
+  int64_t kv_bytes_per_token() const { return layout_.bytes_per_token(); }
+  int64_t kv_pool_bytes() const { return layout_.block_bytes * options_.num_kv_blocks; }
+  const KvLayout& kv_layout() const { return layout_; }
+
+  // One engine step. Throws m3::Error on malformed batches (wrong sizes, block ids out of range).
+  void forward(const StepBatch& batch, float* logits);
+
+ private:
+  struct Activations {
+    int64_t capacity_tokens = 0;
+    Tensor x, h, q, k, v, index_q, index_k, attn, selection, mlp, logit_rows;
+  };
+  void validate(const StepBatch& batch) const;
+  void ensure_activations(int64_t tokens, int64_t logit_rows);
+  void attention_block(int layer, Activations& a);
+  void mlp_block(int layer, Activations& a);
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  Backend& backend_;
+  ModelRuntimeOptions options_;
+  KvLayout layout_;
+  Tensor kv_pool_;
+  Activations act_;
+  Tensor logits_;  // [logit rows capacity, vocab]
+};
+
+}  // namespace m3

@@ -1,0 +1,107 @@
+// Backend: the few fused operations the MiniMax-M3 layer graph needs, written once against this
+// interface (model/minimax_m3.cc) and implemented per device (kernels/cpu: the exact reference;
+// kernels/cuda: fast). model/ never knows which backend runs.
+//
+// Tensors passed to a backend live on backend.device(). Activations are 2-D row-major
+// [tokens, features] tensors made by alloc(); their storage dtype is the backend's choice
+// (activation_storage_dtype(): the CPU backend stores F32 and, when the activation dtype is
+// bfloat16, rounds every op's output to bf16 exactly where the Hugging Face model in bf16 rounds:
+// outputs of linears, norms, RoPE, attention, the SwiGLU product, expert contributions, MoE sums
+// and residual adds; accumulation is always fp32).
+//
+// Plan / run: plan(batch) takes the step's metadata (token ids, positions, page tables, slots,
+// logits rows) once per step and prepares everything derived from it (RoPE cos/sin, device copies,
+// schedules); every other call is a "run" op that reads the planned metadata, allocates nothing
+// in steady state and never synchronises (CUDA graph capturable). Ops run in call order.
+//
+// Weights are the structs of model/weights.h (plain data: quantized tensors stay quantized; a
+// backend dequantizes on the fly, exactly, and never keeps a dequantized copy).
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "ops/attention.h"
+#include "ops/kv_layout.h"
+#include "ops/step_batch.h"
+
+namespace m3 {
+
+// MoE routing constants of one MoE layer (from ModelConfig).
+struct MoeParams {
+  int num_experts = 0;
+  int experts_per_token = 0;
+  float routed_scaling_factor = 1.0f;
+  float swiglu_alpha = 1.702f;
+  float swiglu_limit = 7.0f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual Device device() const = 0;
+
+  // Called once by the model before any other op: the geometry to pre-size scratch for and the
+  // activation numerics (DType::kF32 or DType::kBF16).
+  virtual void configure(const ModelConfig& config, DType activation_dtype) = 0;
+  virtual DType activation_dtype() const = 0;
+  // The element type of tensors alloc() returns for activations (F32 on the CPU).
+  virtual DType activation_storage_dtype() const = 0;
+
+  // A zero-filled tensor on the device. Activations: alloc({rows, cols}, activation_storage_dtype()).
+  // Also used for the KV pool (U8) and index selections (I32).
+  virtual Tensor alloc(Shape shape, DType dtype) = 0;
+  // Copies a device tensor of activations (any storage dtype) to host fp32.
+  virtual void copy_to_host_f32(const Tensor& src, float* dst) = 0;
+
+  // ---- plan: once per step ----
+  // Stores the step's metadata and computes RoPE cos/sin for its positions (fp32, as
+  // MiniMaxM3VLRotaryEmbedding: cos(pos * inv_freq) * attention_factor over config.rope.rotary_dim
+  // channels). The batch must stay alive and unchanged until the step's last op returns.
+  virtual void plan(const StepBatch& batch) = 0;
+  // The planned batch viewed as attention metadata (host pointers for the CPU backend).
+  virtual AttentionBatchView attention_batch() const = 0;
+
+  // ---- run ops (rows = planned tokens unless stated) ----
+  // out[t] = table[token_ids[t]]; table [vocab, hidden] F32 or BF16.
+  virtual void embed(const Tensor& table, Tensor out) = 0;
+  // out[r] = x[src_rows[r]] for r < n: gathers the planned logits_rows (for the final norm/head).
+  virtual void gather_logits_rows(const Tensor& x, Tensor out) = 0;
+  // Gemma RMSNorm per row: out = x * rsqrt(mean(x^2) + eps) * (1 + w), fp32; w F32 [cols].
+  // out may alias x.
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) = 0;
+  // out [rows, out_features] = x [rows, in_features] W^T, any WeightFormat, dequantized exactly.
+  virtual void linear(const Tensor& x, const LinearWeight& weight, Tensor out) = 0;
+  // In place on x [T, num_heads * head_dim]: per head, Gemma RMSNorm over head_dim with `norm`
+  // (F32 [head_dim]), then rotate-half RoPE over the first `rope_dims` channels (pairs c and
+  // c + rope_dims/2) with the planned cos/sin truncated to rope_dims channels (the indexer's
+  // `cos[..., :index_head_dim]`); the other channels pass through. rope_dims may be 0.
+  virtual void head_norm_rope(Tensor x, int num_heads, int head_dim, const Tensor& norm, float eps,
+                              int rope_dims) = 0;
+  // ops/attention.h kv_insert: k, v [T, Hkv * D]; index_k [T, Di] or an undefined Tensor.
+  virtual void kv_insert(const KvLayerView& cache, const Tensor& k, const Tensor& v,
+                         const Tensor& index_k) = 0;
+  // ops/attention.h indexer_topk: index_q [T, Hi * Di] -> selection I32 [T, Hi, topk_blocks].
+  virtual void indexer_topk(const KvLayerView& cache, const Tensor& index_q,
+                            const IndexerParams& params, Tensor selection) = 0;
+  // ops/attention.h paged_attention: q [T, Hq * D] -> out [T, Hq * D]; selection I32
+  // [T, Hkv, topk] or undefined (all blocks: full-attention layers).
+  virtual void paged_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads,
+                               const Tensor& selection, int topk, float sm_scale, Tensor out) = 0;
+  // SwiGLU-OAI MLP (dense layers, shared experts): out = down((clamp(up)+1) * g * sigmoid(alpha*g)),
+  // g = min(gate, limit), up clamped to [-limit, limit].
+  virtual void swiglu_mlp(const Tensor& x, const LinearWeight& gate, const LinearWeight& up,
+                          const LinearWeight& down, float alpha, float limit, Tensor out) = 0;
+  // The MoE block: sigmoid router (fp32 weight), top-k of p + e_score_correction_bias (ties to the
+  // lower expert id), weights = chosen p normalised to sum 1, routed = sum_k w_k expert_k(x),
+  // out = routed * routed_scaling_factor + shared_expert(x) (mlp.gate/up/down).
+  virtual void moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) = 0;
+  // x += y (the residual add; rounded to the activation dtype).
+  virtual void add_inplace(Tensor x, const Tensor& y) = 0;
+};
+
+}  // namespace m3

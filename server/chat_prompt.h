@@ -1,0 +1,26 @@
+// From a chat request to the prompt: messages (with a response_format hint), tools and
+// chat_template_kwargs rendered through the model's chat template, then tokenized.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "server/openai_request.h"
+#include "server/server_context.h"
+
+namespace m3::server {
+
+struct ChatPrompt {
+  std::string text;
+  std::vector<int32_t> token_ids;
+};
+
+// Template errors (a conversation the template refuses, such as roles out of order) are 400s
+// carrying the template's message.
+ChatPrompt build_chat_prompt(const ChatRequest& request, const ModelContext& model);
+
+// The instruction m3serve adds for response_format json_object / json_schema. m3serve has no
+// constrained decoding: the format is requested from the model as an instruction, not enforced.
+std::string response_format_instruction(const ChatRequest& request);
+
+}  // namespace m3::server

@@ -1,0 +1,156 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace m3::server {
+namespace {
+
+// vLLM's bucket boundaries (vllm/v1/metrics/loggers.py), so histograms line up across servers.
+const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
+                                          0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0,
+                                          20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
+const std::vector<double> kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                         0.3,  0.4,   0.5,  0.75,  1.0, 2.5,  5.0,
+                                         7.5,  10.0,  20.0, 40.0,  80.0};
+const std::vector<double> kRequestLatencyBuckets = {0.3,  0.5,  0.8,   1.0,   1.5,   2.0,
+                                                    2.5,  5.0,  10.0,  15.0,  20.0,  30.0,
+                                                    40.0, 50.0, 60.0,  120.0, 240.0, 480.0,
+                                                    960.0, 1920.0, 7680.0};
+const std::vector<double> kTokenCountBuckets = {1,    2,    5,     10,    20,    50,    100,
+                                                200,  500,  1000,  2000,  5000,  10000, 20000,
+                                                50000, 100000, 200000, 500000, 1000000};
+
+// Prometheus prints floats the way Python's repr does for whole numbers ("12.0"); any
+// round-trippable format parses, this one is what vLLM's output looks like.
+std::string number(double value) {
+  std::string s = fmt::format("{}", value);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+void header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void sample(std::string& out, std::string_view name, std::string_view labels, double value) {
+  fmt::format_to(std::back_inserter(out), "{}{{{}}} {}\n", name, labels, number(value));
+}
+
+}  // namespace
+
+std::string escape_label_value(std::string_view value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : upper_bounds_(std::move(upper_bounds)), counts_(upper_bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  size_t bucket = std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), value) -
+                  upper_bounds_.begin();
+  std::lock_guard lock(mutex_);
+  ++counts_[bucket];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::render(std::string& out, std::string_view name, std::string_view labels) const {
+  std::lock_guard lock(mutex_);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= upper_bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    std::string le = i < upper_bounds_.size() ? number(upper_bounds_[i]) : "+Inf";
+    fmt::format_to(std::back_inserter(out), "{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, le,
+                   number(static_cast<double>(cumulative)));
+  }
+  fmt::format_to(std::back_inserter(out), "{}_sum{{{}}} {}\n", name, labels, number(sum_));
+  fmt::format_to(std::back_inserter(out), "{}_count{{{}}} {}\n", name, labels,
+                 number(static_cast<double>(count_)));
+}
+
+ServerMetrics::ServerMetrics(std::string model_name)
+    : labels_(fmt::format("engine=\"0\",model_name=\"{}\"", escape_label_value(model_name))),
+      ttft_(kTtftBuckets),
+      itl_(kItlBuckets),
+      e2e_(kRequestLatencyBuckets),
+      queue_(kRequestLatencyBuckets),
+      prompt_tokens_(kTokenCountBuckets),
+      generation_tokens_(kTokenCountBuckets) {}
+
+void ServerMetrics::observe_request_tokens(int prompt_tokens, int generation_tokens) {
+  prompt_tokens_.observe(prompt_tokens);
+  generation_tokens_.observe(generation_tokens);
+}
+
+void ServerMetrics::count_finished(FinishedReason reason) {
+  ++finished_[static_cast<size_t>(reason)];
+}
+
+std::string ServerMetrics::render(const EngineStats& stats) const {
+  std::string out;
+  out.reserve(16384);
+  const std::string& l = labels_;
+
+  header(out, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.");
+  sample(out, "vllm:num_requests_running", l, stats.num_running);
+  header(out, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
+  sample(out, "vllm:num_requests_waiting", l, stats.num_waiting);
+  header(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.");
+  sample(out, "vllm:kv_cache_usage_perc", l, stats.kv_usage);
+
+  header(out, "vllm:prefix_cache_queries_total", "counter",
+         "Prefix cache queries, in terms of number of queried tokens.");
+  sample(out, "vllm:prefix_cache_queries_total", l, static_cast<double>(stats.prefix_cache_queries_tokens));
+  header(out, "vllm:prefix_cache_hits_total", "counter",
+         "Prefix cache hits, in terms of number of cached tokens.");
+  sample(out, "vllm:prefix_cache_hits_total", l, static_cast<double>(stats.prefix_cache_hits_tokens));
+  header(out, "vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.");
+  sample(out, "vllm:num_preemptions_total", l, static_cast<double>(stats.num_preemptions));
+  header(out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.");
+  sample(out, "vllm:prompt_tokens_total", l, static_cast<double>(stats.prompt_tokens_total));
+  header(out, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.");
+  sample(out, "vllm:generation_tokens_total", l, static_cast<double>(stats.generation_tokens_total));
+
+  header(out, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
+  static constexpr const char* kReasons[] = {"stop", "length", "abort", "error"};
+  for (size_t i = 0; i < finished_.size(); ++i) {
+    sample(out, "vllm:request_success_total",
+           fmt::format("{},finished_reason=\"{}\"", l, kReasons[i]),
+           static_cast<double>(finished_[i].load()));
+  }
+
+  // Speculative decoding is not running (DSpark is not implemented yet): the counters exist at
+  // zero so dashboards that divide accepted by drafted show "no data" rather than break.
+  header(out, "vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.");
+  sample(out, "vllm:spec_decode_num_drafts_total", l, 0);
+  header(out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.");
+  sample(out, "vllm:spec_decode_num_draft_tokens_total", l, 0);
+  header(out, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.");
+  sample(out, "vllm:spec_decode_num_accepted_tokens_total", l, 0);
+
+  header(out, "vllm:time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.");
+  ttft_.render(out, "vllm:time_to_first_token_seconds", l);
+  header(out, "vllm:inter_token_latency_seconds", "histogram", "Histogram of inter-token latency in seconds.");
+  itl_.render(out, "vllm:inter_token_latency_seconds", l);
+  header(out, "vllm:e2e_request_latency_seconds", "histogram", "Histogram of e2e request latency in seconds.");
+  e2e_.render(out, "vllm:e2e_request_latency_seconds", l);
+  header(out, "vllm:request_queue_time_seconds", "histogram",
+         "Histogram of time spent in WAITING phase for request.");
+  queue_.render(out, "vllm:request_queue_time_seconds", l);
+  header(out, "vllm:request_prompt_tokens", "histogram", "Number of prefill tokens processed.");
+  prompt_tokens_.render(out, "vllm:request_prompt_tokens", l);
+  header(out, "vllm:request_generation_tokens", "histogram", "Number of generation tokens processed.");
+  generation_tokens_.render(out, "vllm:request_generation_tokens", l);
+  return out;
+}
+
+}  // namespace m3::server

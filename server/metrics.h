@@ -1,0 +1,58 @@
+// Prometheus metrics with vLLM's names and labels (spec/README.md decision 8), so dashboards and
+// the AgentX harness read m3serve unchanged. Engine-side counters come from EngineStats; latency
+// histograms and finished-request counts are observed here, as the client sees them (request
+// arrival at the HTTP layer -> first token out, and between token outputs).
+#pragma once
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/engine_core.h"
+
+namespace m3::server {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void observe(double value);
+  // Appends the _bucket/_sum/_count lines; `labels` is e.g. `model_name="m"` (no braces).
+  void render(std::string& out, std::string_view name, std::string_view labels) const;
+
+ private:
+  std::vector<double> upper_bounds_;
+  mutable std::mutex mutex_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative
+  double sum_ = 0.0;
+  uint64_t count_ = 0;
+};
+
+enum class FinishedReason { kStop, kLength, kAbort, kError };
+
+class ServerMetrics {
+ public:
+  explicit ServerMetrics(std::string model_name);
+
+  void observe_time_to_first_token(double seconds) { ttft_.observe(seconds); }
+  void observe_inter_token_latency(double seconds) { itl_.observe(seconds); }
+  void observe_e2e_latency(double seconds) { e2e_.observe(seconds); }
+  void observe_queue_time(double seconds) { queue_.observe(seconds); }
+  void observe_request_tokens(int prompt_tokens, int generation_tokens);
+  void count_finished(FinishedReason reason);
+
+  // Prometheus text exposition format 0.0.4.
+  std::string render(const EngineStats& stats) const;
+
+ private:
+  std::string labels_;  // model_name="..." (escaped)
+  Histogram ttft_, itl_, e2e_, queue_, prompt_tokens_, generation_tokens_;
+  std::array<std::atomic<uint64_t>, 4> finished_{};
+};
+
+// Prometheus label-value escaping: backslash, double quote and newline.
+std::string escape_label_value(std::string_view value);
+
+}  // namespace m3::server

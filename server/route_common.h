@@ -1,0 +1,87 @@
+// What the completion and chat routes share: body parsing, model-name and length checks, the
+// engine requests of a choice set, per-choice bookkeeping (text pipeline, token counts, finish
+// reason) and the loop that drives a job while watching the client.
+#pragma once
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "server/choice_output.h"
+#include "server/generation_job.h"
+#include "server/json_fields.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/server_context.h"
+
+namespace httplib {
+struct Request;
+struct Response;
+class DataSink;
+}  // namespace httplib
+
+namespace m3::server {
+
+// The body as JSON: strict UTF-8 (the offset of a bad byte is reported) and valid JSON, else 400.
+Json parse_json_body(const httplib::Request& req);
+// 404 unless `requested` is empty or one of --served-model-name.
+void check_model_name(const ServerContext& context, const std::string& requested);
+// Token ids within the vocabulary and a non-empty prompt, else 400 naming `field`.
+void check_prompt_ids(const std::vector<int32_t>& ids, int vocab_size, std::string_view field);
+// The output budget: the client's max_tokens, else generation_config's max_new_tokens, else the
+// room left in the context. 400 (vLLM's messages) when the prompt or prompt + max_tokens does
+// not fit max_model_len.
+int resolve_max_tokens(const CommonRequest& request, const ModelContext& model, int prompt_tokens,
+                       std::string_view prompt_field);
+
+// Engine requests for n samples of one prompt; a seeded request's sample j uses seed + j (vLLM).
+std::vector<EngineRequest> make_engine_requests(const std::string& id_prefix,
+                                                const std::vector<int32_t>& prompt_ids,
+                                                const SamplingParams& sampling, int n,
+                                                const ModelContext& model);
+
+// One choice of a response, as the routes track it.
+struct ChoiceState {
+  ChoiceState(const text::Tokenizer& tokenizer, ChoiceTextOptions options)
+      : text(tokenizer, std::move(options)) {}
+
+  ChoiceOutput text;
+  int prompt_index = 0;
+  int prompt_tokens = 0;
+  int cached_tokens = 0;
+  int completion_tokens = 0;
+  std::vector<int32_t> output_ids;
+  std::vector<PositionLogprobs> logprobs;  // not yet sent (streaming) / all (non-streaming)
+  std::optional<std::vector<PositionLogprobs>> prompt_logprobs;
+  bool ended = false;            // the choice's output is over (finish reason known)
+  bool engine_finished = false;  // the engine's final output arrived
+  ChoiceEnd end;
+  std::string error;             // finish reason "error"
+};
+
+// Applies one engine output to its choice and returns the text that became final. Decides the
+// finish reason: stop (eos, stop token id -> stop_reason = id, or stop string -> stop_reason =
+// the string, in which case the engine request is aborted), length, tool_calls (stop with a
+// tool call), abort (client gone / shutdown), error.
+ChoiceDelta apply_output(ChoiceState& choice, const RequestOutput& output, int choice_index,
+                         GenerationJob& job, const std::vector<int32_t>& stop_token_ids);
+
+// Drives `job` until every choice is final: hands each event to `on_event` (which returns false
+// when writing to the client failed) and, while waiting, checks `client_alive` every 100 ms.
+// Returns false if the client went away; the job's requests are then aborted.
+bool pump_job(GenerationJob& job, const std::function<bool()>& client_alive,
+              const std::function<bool(const ChoiceEvent&)>& on_event);
+
+// Counts a finished choice in vllm:request_success_total.
+void count_finished(ServerMetrics& metrics, const ChoiceState& choice);
+
+// Usage over all choices: prompt tokens once per prompt, completion tokens summed.
+nlohmann::json total_usage(const std::vector<std::unique_ptr<ChoiceState>>& choices);
+
+// Sends `chunk` through the sink; false when the client is gone.
+bool write_chunk(httplib::DataSink& sink, std::string_view chunk);
+
+}  // namespace m3::server

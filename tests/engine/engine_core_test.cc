@@ -1,0 +1,230 @@
+// EngineCore: validation at the API boundary, the engine thread, concurrent clients, aborts and
+// shutdown, on the fake model (fake_model.h).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <fmt/core.h>
+
+#include "core/error.h"
+#include "engine/engine_core.h"
+#include "fake_model.h"
+
+namespace m3 {
+namespace {
+
+constexpr int kVocab = 61;
+
+std::vector<int32_t> prompt_of(int len, uint64_t salt) {
+  std::vector<int32_t> p(len);
+  for (int i = 0; i < len; ++i) p[i] = static_cast<int32_t>(test::mix64(salt * 7919 + i) % kVocab);
+  return p;
+}
+
+std::vector<int32_t> oracle_greedy(std::vector<int32_t> context, int n) {
+  std::vector<int32_t> out;
+  std::vector<float> logits(kVocab);
+  for (int i = 0; i < n; ++i) {
+    test::fake_logits(context, kVocab, logits.data());
+    out.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    context.push_back(out.back());
+  }
+  return out;
+}
+
+EngineRequest request(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
+  EngineRequest r;
+  r.id = id;
+  r.prompt_token_ids = std::move(prompt);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = 0.0f;
+  return r;
+}
+
+// Collects one request's stream; wait() blocks until the final output.
+struct Stream {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> tokens;
+  FinishReason reason = FinishReason::kNone;
+  int finals = 0;
+  int outputs_after_final = 0;
+
+  OutputSink sink() {
+    return [this](const RequestOutput& out) {
+      std::lock_guard lock(mu);
+      if (finals > 0) ++outputs_after_final;
+      tokens.insert(tokens.end(), out.new_token_ids.begin(), out.new_token_ids.end());
+      if (out.finished) {
+        reason = out.finish_reason;
+        ++finals;
+        cv.notify_all();
+      }
+    };
+  }
+  void wait() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return finals > 0; });
+  }
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(EngineCore, ResolvesMaxModelLenAndRejectsImpossibleConfigs) {
+  {
+    EngineCore engine(std::make_unique<test::FakeModel>(16, 10, kVocab, 1000), {});
+    EXPECT_EQ(engine.max_model_len(), 160);  // the KV pool is the limit
+    EXPECT_EQ(engine.kv_capacity_tokens(), 160);
+    EXPECT_EQ(engine.block_size(), 16);
+    EXPECT_EQ(engine.vocab_size(), kVocab);
+  }
+  {
+    EngineCore engine(std::make_unique<test::FakeModel>(16, 100, kVocab, 1000), {});
+    EXPECT_EQ(engine.max_model_len(), 1000);  // the model is the limit
+  }
+  EngineConfig too_long;
+  too_long.max_model_len = 161;
+  EXPECT_NE(error_of([&] { EngineCore e(std::make_unique<test::FakeModel>(16, 10, kVocab), too_long); })
+                .find("does not fit the KV cache"),
+            std::string::npos);
+  EngineConfig bad_budget;
+  bad_budget.max_num_batched_tokens = 0;
+  EXPECT_NE(error_of([&] { EngineCore e(std::make_unique<test::FakeModel>(16, 10, kVocab), bad_budget); })
+                .find("max_num_batched_tokens"),
+            std::string::npos);
+}
+
+TEST(EngineCore, AddRequestRejectsInvalidRequestsWithClearMessages) {
+  EngineConfig config;
+  config.max_model_len = 100;
+  EngineCore engine(std::make_unique<test::FakeModel>(8, 64, kVocab), config);
+  auto err = [&](EngineRequest r) { return error_of([&] { engine.add_request(std::move(r), nullptr); }); };
+  EXPECT_NE(err(request("a", {}, 5)).find("at least one token"), std::string::npos);
+  EXPECT_NE(err(request("a", {1, kVocab}, 5)).find("outside the vocabulary"), std::string::npos);
+  EXPECT_NE(err(request("a", {1, -1}, 5)).find("outside the vocabulary"), std::string::npos);
+  EXPECT_NE(err(request("a", prompt_of(101, 1), 0)).find("more than the maximum model length of 100"),
+            std::string::npos);
+  EXPECT_NE(err(request("a", prompt_of(90, 1), 11)).find("maximum context length is 100 tokens"), std::string::npos);
+  EXPECT_NE(err(request("", {1}, 1)).find("id"), std::string::npos);
+  auto bad = request("a", {1}, 1);
+  bad.sampling.top_p = 2.0f;
+  EXPECT_NE(err(bad).find("top_p"), std::string::npos);
+  EXPECT_EQ(err(request("ok", prompt_of(90, 1), 10)), "");  // exactly fits
+  EXPECT_NE(err(request("ok", {1}, 1)).find("already in flight"), std::string::npos);
+  engine.shutdown(false);
+  EXPECT_NE(err(request("late", {1}, 1)).find("shutting down"), std::string::npos);
+}
+
+TEST(EngineCore, ConcurrentStreamingClientsWithDisconnectsMatchSequentialRuns) {
+  EngineConfig config;
+  config.max_num_seqs = 16;
+  config.max_num_batched_tokens = 96;
+  config.max_model_len = 256;
+  // 40 blocks of 8 = 320 tokens of KV for 64 clients: preemption happens too.
+  EngineCore engine(std::make_unique<test::FakeModel>(8, 40, kVocab), config);
+  engine.start();
+  constexpr int kClients = 64;
+  std::vector<Stream> streams(kClients);
+  std::vector<std::vector<int32_t>> prompts(kClients);
+  std::vector<int> max_tokens(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    prompts[i] = prompt_of(1 + static_cast<int>(test::mix64(i) % 60), i);
+    max_tokens[i] = 3 + i % 17;
+    clients.emplace_back([&, i] {
+      const std::string id = fmt::format("c{}", i);
+      engine.add_request(request(id, prompts[i], max_tokens[i]), streams[i].sink());
+      if (i % 5 == 0) {  // this client disconnects after its first token (or right away)
+        for (;;) {
+          {
+            std::lock_guard lock(streams[i].mu);
+            if (!streams[i].tokens.empty() || streams[i].finals) break;
+          }
+          std::this_thread::yield();
+        }
+        engine.abort(id);
+      }
+      streams[i].wait();
+    });
+  }
+  for (auto& t : clients) t.join();
+  int completed = 0;
+  for (int i = 0; i < kClients; ++i) {
+    Stream& s = streams[i];
+    EXPECT_EQ(s.finals, 1) << i;
+    EXPECT_EQ(s.outputs_after_final, 0) << i;
+    const auto expected = oracle_greedy(prompts[i], max_tokens[i]);
+    if (s.reason == FinishReason::kLength) {
+      EXPECT_EQ(s.tokens, expected) << i;
+      ++completed;
+    } else {
+      EXPECT_EQ(s.reason, FinishReason::kAbort) << i;
+      EXPECT_EQ(i % 5, 0) << i;
+      EXPECT_TRUE(std::equal(s.tokens.begin(), s.tokens.end(), expected.begin())) << i << ": aborted prefix wrong";
+    }
+  }
+  EXPECT_GE(completed, kClients * 4 / 5);
+  engine.shutdown(true);
+  const EngineStats stats = engine.stats();
+  EXPECT_EQ(stats.num_used_kv_blocks, 0);
+  EXPECT_EQ(stats.num_running + stats.num_waiting, 0);
+  EXPECT_EQ(stats.finished_error, 0u);
+  EXPECT_EQ(stats.finished_length + stats.finished_abort, static_cast<uint64_t>(kClients));
+}
+
+TEST(EngineCore, SinkMayAbortAndIdsAreReusableAfterFinishing) {
+  EngineCore engine(std::make_unique<test::FakeModel>(8, 64, kVocab), {});
+  engine.start();
+  Stream s;
+  std::atomic<int> seen{0};
+  auto inner = s.sink();
+  engine.add_request(request("x", prompt_of(5, 1), 100), [&](const RequestOutput& out) {
+    inner(out);
+    if (++seen == 3) engine.abort("x");  // stop after 3 outputs, from the engine thread itself
+  });
+  s.wait();
+  EXPECT_EQ(s.reason, FinishReason::kAbort);
+  EXPECT_GE(s.tokens.size(), 3u);
+  EXPECT_LT(s.tokens.size(), 100u);
+  Stream again;
+  engine.add_request(request("x", prompt_of(5, 1), 4), again.sink());
+  again.wait();
+  EXPECT_EQ(again.tokens, oracle_greedy(prompt_of(5, 1), 4));
+}
+
+TEST(EngineCore, ShutdownDrainFinishesAndShutdownNowAborts) {
+  {
+    EngineCore engine(std::make_unique<test::FakeModel>(8, 64, kVocab), {});
+    Stream s;
+    engine.add_request(request("d", prompt_of(9, 2), 20), s.sink());  // queued before start
+    engine.start();
+    engine.shutdown(true);
+    EXPECT_EQ(s.finals, 1);
+    EXPECT_EQ(s.reason, FinishReason::kLength);
+    EXPECT_EQ(s.tokens, oracle_greedy(prompt_of(9, 2), 20));
+  }
+  {
+    EngineCore engine(std::make_unique<test::FakeModel>(8, 64, kVocab), {});
+    Stream s;
+    engine.add_request(request("n", prompt_of(9, 2), 200), s.sink());
+    engine.shutdown(false);  // never started: still owes a final output
+    EXPECT_EQ(s.finals, 1);
+    EXPECT_EQ(s.reason, FinishReason::kAbort);
+    engine.shutdown(false);  // idempotent
+  }
+}
+
+}  // namespace
+}  // namespace m3

@@ -1,0 +1,353 @@
+// Benchmark of the MSA CUDA kernels against their byte / FLOP floors (prints a table).
+//
+//   msa_bench [--suite decode|lowlat|dense|prefill|all] [--dtype nvfp4|fp8|all] [--quick]
+//
+// Shapes: the vendor's suites (msa-kernels.md section 6) at the TP4 per-rank shape the vendor
+// benchmarks (Hq 16, Hkv 1, Hi 1, D 128, page 128, top-16, 8 queries per request). Decode lengths
+// follow the vendor's recipe (B/2 deltas in [nominal/20, nominal/4], nominal +- delta, shuffled,
+// exact mean) with this program's own seeded generator (torch's generator is not reproduced).
+// Timing: each op captured N times in a CUDA graph, every call on a different layer of the cache so
+// the N layers span >= 2.5x the L2 (cold L2), 3 warm-up replays, median of 10 replays / N.
+// Floors: bytes each op must move (every input byte read once, every output written once; counted
+// below per op) over the measured device-to-device copy bandwidth; prefill also FLOP/s.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/msa.h"
+#include "tests/kernels_cuda/msa_bench_fill.h"
+#include "tests/kernels_cuda/msa_testing.h"
+
+namespace m3::cuda::testing {
+namespace {
+
+constexpr int kBlock = 128, kDim = 128, kHq = 16, kHkv = 1, kTopk = 16;
+
+struct Device {
+  int sms = 0;
+  size_t l2_bytes = 0;
+  double copy_bps = 0;  // measured device-to-device copy, bytes read + written per second
+};
+
+Device probe_device() {
+  Device d;
+  int dev = 0;
+  MSA_CUDA(cudaGetDevice(&dev));
+  cudaDeviceProp p;
+  MSA_CUDA(cudaGetDeviceProperties(&p, dev));
+  d.sms = p.multiProcessorCount;
+  d.l2_bytes = p.l2CacheSize;
+  const size_t bytes = size_t(2) << 30;
+  DeviceMem a(bytes), b(bytes);
+  MSA_CUDA(cudaMemset(a.as(), 1, bytes));
+  cudaEvent_t e0, e1;
+  MSA_CUDA(cudaEventCreate(&e0));
+  MSA_CUDA(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 8; ++i) {
+    MSA_CUDA(cudaEventRecord(e0));
+    MSA_CUDA(cudaMemcpyAsync(b.as(), a.as(), bytes, cudaMemcpyDeviceToDevice));
+    MSA_CUDA(cudaEventRecord(e1));
+    MSA_CUDA(cudaEventSynchronize(e1));
+    float t;
+    MSA_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 2) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  d.copy_bps = 2.0 * bytes / (ms[ms.size() / 2] * 1e-3);
+  std::printf("device: %s, %d SMs, L2 %.0f MB, measured copy %.2f TB/s (read + write)\n", p.name, d.sms,
+              d.l2_bytes / 1e6, d.copy_bps / 1e12);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return d;
+}
+
+// Median time of one call: `calls` calls (one per layer) captured in a graph.
+double time_graph(cudaStream_t s, int calls, const std::function<void(int)>& fn) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MSA_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int l = 0; l < calls; ++l) fn(l);
+  MSA_CUDA(cudaStreamEndCapture(s, &graph));
+  MSA_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t e0, e1;
+  MSA_CUDA(cudaEventCreate(&e0));
+  MSA_CUDA(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 13; ++i) {
+    MSA_CUDA(cudaEventRecord(e0, s));
+    MSA_CUDA(cudaGraphLaunch(exec, s));
+    MSA_CUDA(cudaEventRecord(e1, s));
+    MSA_CUDA(cudaEventSynchronize(e1));
+    float t;
+    MSA_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 3) ms.push_back(t);
+  }
+  MSA_CUDA(cudaGetLastError());
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return ms[ms.size() / 2] * 1e3 / calls;  // microseconds per call
+}
+
+struct Row {
+  std::string suite, dtype;
+  int batch = 0, q = 0;
+  int64_t nominal = 0;
+  double mean_len = 0;
+  double idx_us = 0, topk_us = 0, it_us = 0, sparse_us = 0, dense_us = 0;
+  double idx_bytes = 0, sparse_bytes = 0, dense_bytes = 0, idx_flops = 0, sparse_flops = 0;
+  int splits = 0;
+};
+
+struct Case {
+  std::string suite;
+  int64_t nominal = 0;
+  std::vector<SeqSpec> seqs;
+  bool dense = true;
+};
+
+// The vendor's decode length recipe (structure only; see the file comment).
+std::vector<int> decode_lengths(int batch, int64_t nominal) {
+  std::mt19937_64 rng(1701 + uint64_t(batch) * 1009 + nominal);
+  std::uniform_int_distribution<int64_t> delta(nominal / 20, nominal / 4);
+  std::vector<int> lens;
+  for (int i = 0; i < batch / 2; ++i) {
+    const int64_t d = delta(rng);
+    lens.push_back(int(nominal - d));
+    lens.push_back(int(nominal + d));
+  }
+  if (batch % 2) lens.push_back(int(nominal));
+  std::shuffle(lens.begin(), lens.end(), rng);
+  return lens;
+}
+
+Row run_case(const Device& dev, const Case& c, KvDType kv_dtype, cudaStream_t s) {
+  std::mt19937_64 rng(42);
+  BuiltStep built = build_step(c.seqs, kBlock, PageLayout::kPermuted, 0, rng);
+  const StepBatch& b = built.batch;
+  const int T = b.num_tokens();
+  const KvDType idx_dtype = kv_dtype;
+  KvLayout one = KvLayout::make(kBlock, kHkv, kDim, kDim, kv_dtype, idx_dtype, {true});
+  const double layer_bytes = double(built.num_blocks) * one.block_bytes;
+  const int layers = std::clamp(int(std::ceil(2.5 * dev.l2_bytes / layer_bytes)), 1, 256);
+  const KvLayout layout = KvLayout::make(kBlock, kHkv, kDim, kDim, kv_dtype, idx_dtype, std::vector<bool>(layers, true));
+  DeviceMem pool(size_t(built.num_blocks) * layout.block_bytes);
+  MSA_CUDA(fill_random_bytes(pool.as(), pool.bytes(), 1234, s));
+  std::vector<KvLayerView> views;
+  for (int l = 0; l < layers; ++l) views.push_back(layout.layer_view(pool.as<uint8_t>(), l));
+  if (kv_dtype == KvDType::kNVFP4) {
+    std::vector<int64_t> regions;
+    const KvLayerView& v0 = views[0];
+    for (int l = 0; l < layers; ++l) {
+      const int64_t base = layout.layer_offset[l];
+      for (int which = 0; which < 2; ++which)
+        regions.push_back(base + (v0.kv_row_scales(0, which, 0, 0) - v0.pool - v0.layer_offset));
+      regions.push_back(base + (v0.index_row_scales(0, 0) - v0.pool - v0.layer_offset));
+    }
+    DeviceMem d_regions = upload(regions);
+    MSA_CUDA(fix_nvfp4_scales(pool.as<uint8_t>(), built.num_blocks, layout.block_bytes, d_regions.as<int64_t>(),
+                              int(regions.size()), kBlock * kDim / 16, 99, s));
+    MSA_CUDA(cudaStreamSynchronize(s));
+  }
+  DeviceMem q(size_t(T) * kHq * kDim * 2), iq(size_t(T) * kHkv * kDim * 2);
+  MSA_CUDA(fill_random_bf16(q.as<uint16_t>(), size_t(T) * kHq * kDim, 7, s));
+  MSA_CUDA(fill_random_bf16(iq.as<uint16_t>(), size_t(T) * kHkv * kDim, 8, s));
+  DeviceMem sel(size_t(T) * kHkv * kTopk * 4), out(size_t(T) * kHq * kDim * 2), lse(size_t(T) * kHq * 4);
+  DeviceStep ds = upload_step(b);
+
+  MsaConfig cfg;
+  cfg.num_q_heads = kHq;
+  cfg.num_kv_heads = kHkv;
+  cfg.indexer = {kHkv, kTopk, 1, 0};
+  cfg.dense = c.dense;
+  MsaPlan plan(cfg);
+  plan.plan(b, ds.view, s);
+  plan.indexer_topk(views[0], iq.as(), ActDType::kBF16, sel.as<int32_t>(), s);
+  MSA_CUDA(cudaStreamSynchronize(s));
+  const float sm_scale = 1.0f / std::sqrt(float(kDim));
+
+  Row r;
+  r.suite = c.suite;
+  r.dtype = std::string(kv_dtype_name(kv_dtype));
+  r.batch = b.num_seqs();
+  r.q = c.seqs[0].q_len;
+  r.nominal = c.nominal;
+  r.splits = plan.stats().sparse_splits;
+  double sum_len = 0;
+  for (int x : b.seq_lens) sum_len += x;
+  r.mean_len = sum_len / b.num_seqs();
+
+  r.idx_us = time_graph(s, layers, [&](int l) { plan.indexer_scores(views[l], iq.as(), ActDType::kBF16, s); });
+  r.topk_us = time_graph(s, layers, [&](int) { plan.topk(sel.as<int32_t>(), s); });
+  r.it_us = time_graph(s, layers, [&](int l) {
+    plan.indexer_topk(views[l], iq.as(), ActDType::kBF16, sel.as<int32_t>(), s);
+  });
+  r.sparse_us = time_graph(s, layers, [&](int l) {
+    plan.attention(views[l], q.as(), ActDType::kBF16, sel.as<int32_t>(), sm_scale, out.as<uint16_t>(), lse.as<float>(), s);
+  });
+  if (c.dense)
+    r.dense_us = time_graph(s, layers, [&](int l) {
+      plan.attention(views[l], q.as(), ActDType::kBF16, nullptr, sm_scale, out.as<uint16_t>(), lse.as<float>(), s);
+    });
+
+  // Byte and FLOP floors.
+  const double index_block = double(views[0].index_slot_bytes());
+  const double kv_block = 2.0 * views[0].kv_slot_bytes();  // K + V of one KV head
+  const double row_io = double(kHq) * kDim * 2 * 2 + kHq * 4;  // q read, out written, lse
+  const std::vector<int32_t> h_sel = download<int32_t>(sel, size_t(T) * kTopk);
+  for (int sq = 0; sq < b.num_seqs(); ++sq) {
+    const int r0 = b.query_start[sq], r1 = b.query_start[sq + 1];
+    const int last_local = b.positions[r1 - 1] / kBlock;
+    // Indexer: the history blocks the rows need scored (all but the forced local block), read once.
+    if (last_local + 1 > kTopk) r.idx_bytes += double(last_local) * index_block;
+    for (int t = r0; t < r1; ++t) {
+      const int local = b.positions[t] / kBlock;
+      if (local + 1 > kTopk) r.idx_flops += 2.0 * kDim * kBlock * local * kHkv;
+    }
+    r.idx_bytes += double(r1 - r0) * kHkv * kDim * 2;
+    // Sparse attention: the union of the rows' selected blocks, K and V read once.
+    std::set<int> blocks;
+    for (int t = r0; t < r1; ++t)
+      for (int j = 0; j < kTopk; ++j) {
+        const int blk = h_sel[size_t(t) * kTopk + j];
+        if (blk < 0) continue;
+        blocks.insert(blk);
+        const int keys = std::min(kBlock, b.positions[t] - blk * kBlock + 1);
+        r.sparse_flops += 4.0 * kHq * kDim * keys;
+      }
+    r.sparse_bytes += double(blocks.size()) * kv_block + (r1 - r0) * row_io;
+    r.dense_bytes += double(last_local + 1) * kv_block + (r1 - r0) * row_io;
+  }
+  return r;
+}
+
+void print_header() {
+  std::printf("%-8s %-6s %4s %7s %8s | %8s %6s %5s | %7s %5s | %8s %6s %5s %6s | %9s %6s %5s | %7s\n", "suite", "dtype",
+              "B", "nominal", "mean_len", "idx_us", "TB/s", "%cpy", "topk_us", "%idx", "sparse", "TB/s", "%cpy",
+              "TF/s", "dense_us", "TB/s", "%cpy", "speedup");
+}
+
+void print_row(const Device& dev, const Row& r) {
+  auto tbs = [](double bytes, double us) { return us > 0 ? bytes / (us * 1e-6) / 1e12 : 0.0; };
+  const double idx_bw = tbs(r.idx_bytes, r.idx_us), sp_bw = tbs(r.sparse_bytes, r.sparse_us),
+               de_bw = tbs(r.dense_bytes, r.dense_us);
+  const double copy = dev.copy_bps / 1e12;
+  const double msa_us = r.it_us + r.sparse_us;
+  std::printf("%-8s %-6s %4d %7lld %8.0f | %8.1f %6.2f %5.0f | %7.1f %5.0f | %8.1f %6.2f %5.0f %6.0f | %9.1f %6.2f %5.0f | %7.2f\n",
+              r.suite.c_str(), r.dtype.c_str(), r.batch, static_cast<long long>(r.nominal), r.mean_len, r.idx_us,
+              idx_bw, 100 * idx_bw / copy, r.topk_us, r.idx_us > 0 ? 100 * r.topk_us / r.idx_us : 0.0, r.sparse_us,
+              sp_bw, 100 * sp_bw / copy, r.sparse_flops / (r.sparse_us * 1e-6) / 1e12, r.dense_us, de_bw,
+              100 * de_bw / copy, r.dense_us > 0 ? r.dense_us / msa_us : 0.0);
+}
+
+// Prefill shapes: representative and stress cases of the vendor's 128-case selection
+// (shared/data/msa/prefill_benchmark_shapes_recovered.json, MIT, MiniMax-AI/MSA).
+struct PrefillShape {
+  const char* case_id;
+  std::vector<int> query_lens, prefix_lens;
+};
+const std::vector<PrefillShape>& prefill_shapes() {
+  static const std::vector<PrefillShape> shapes = {
+      {"prefill_4469427d069d9467c4ec", {171}, {55168}},
+      {"prefill_f97f037f8487ee6aa442", {338}, {74240}},
+      {"prefill_36d8d7ac7e52c5d67548", {1404}, {45440}},
+      {"prefill_247ae467810aea26ebbf", {1626}, {91520}},
+      {"prefill_c17ccf7fbbb5d1ee5648", {16384}, {31360}},
+      {"prefill_167dfbd500b44961b5cb", {16384}, {68096}},
+      {"prefill_eb345f6ede4eae3bb3cb", {247, 15942}, {84736, 48128}},
+      {"prefill_ed173f6b3cdc11c49f0c", {16384}, {304896}},
+  };
+  return shapes;
+}
+
+}  // namespace
+}  // namespace m3::cuda::testing
+
+int main(int argc, char** argv) {
+  using namespace m3::cuda::testing;
+  using m3::KvDType;
+  std::string suite = "all", dtype = "all";
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--suite") && i + 1 < argc) suite = argv[++i];
+    else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+  }
+  try {
+    const Device dev = probe_device();
+    cudaStream_t s;
+    MSA_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    std::vector<Case> cases;
+    auto want = [&](const char* name) { return suite == "all" || suite == name; };
+    if (want("decode")) {
+      const std::vector<int> batches = quick ? std::vector<int>{8, 128} : std::vector<int>{8, 32, 64, 128};
+      const std::vector<int64_t> noms = quick ? std::vector<int64_t>{1000, 100000, 200000}
+                                              : std::vector<int64_t>{1000, 4000, 5000, 10000, 50000, 100000, 200000};
+      for (int bsz : batches)
+        for (int64_t nom : noms) {
+          Case c{"decode", nom, {}, true};
+          for (int len : decode_lengths(bsz, nom)) c.seqs.push_back({8, len});
+          cases.push_back(c);
+        }
+    }
+    if (want("lowlat"))
+      for (int bsz : {1, 2, 4})
+        for (int64_t kv : {1000, 4000, 8000, 32000}) {
+          Case c{"lowlat", kv, {}, true};
+          for (int len : bsz == 1 ? std::vector<int>{int(kv)} : decode_lengths(bsz, kv)) c.seqs.push_back({8, len});
+          cases.push_back(c);
+        }
+    if (want("dense"))
+      for (int bsz : {8, 32})
+        for (int64_t kv : {32768, 131072, 524288}) {
+          Case c{"vsdense", kv, {}, true};
+          for (int i = 0; i < bsz; ++i) c.seqs.push_back({8, int(kv)});
+          cases.push_back(c);
+        }
+    std::vector<KvDType> dtypes;
+    if (dtype == "all" || dtype == "nvfp4") dtypes.push_back(KvDType::kNVFP4);
+    if (dtype == "all" || dtype == "fp8") dtypes.push_back(KvDType::kFP8);
+
+    std::printf("\nDecode (Q=8 per request, Hq 16 / Hkv 1 / Hi 1, top-16): per-layer us; TB/s against the byte floor; "
+                "%%cpy = of measured copy; speedup = dense / (indexer+topk + sparse)\n");
+    print_header();
+    for (KvDType dt : dtypes)
+      for (const Case& c : cases) print_row(dev, run_case(dev, c, dt, s));
+
+    if (want("prefill")) {
+      std::printf("\nPrefill (vendor shapes; indexer FLOPs = 2*128*128*sum(history blocks) per row; attention FLOPs "
+                  "= 4*Hq*128*selected keys)\n");
+      std::printf("%-30s %-6s %6s %8s | %9s %7s | %8s %7s | %9s %7s\n", "case", "dtype", "T", "max_kv", "idx+topk_us",
+                  "TF/s", "topk_us", "%idx", "sparse_us", "TF/s");
+      for (KvDType dt : dtypes)
+        for (const PrefillShape& ps : prefill_shapes()) {
+          Case c{"prefill", 0, {}, false};
+          int max_kv = 0, total_q = 0;
+          for (size_t i = 0; i < ps.query_lens.size(); ++i) {
+            c.seqs.push_back({ps.query_lens[i], ps.query_lens[i] + ps.prefix_lens[i]});
+            max_kv = std::max(max_kv, ps.query_lens[i] + ps.prefix_lens[i]);
+            total_q += ps.query_lens[i];
+          }
+          const Row r = run_case(dev, c, dt, s);
+          std::printf("%-30s %-6s %6d %8d | %9.1f %7.1f | %8.1f %7.0f | %9.1f %7.1f\n", ps.case_id, r.dtype.c_str(),
+                      total_q, max_kv, r.it_us, r.idx_flops / (r.idx_us * 1e-6) / 1e12, r.topk_us,
+                      100 * r.topk_us / r.idx_us, r.sparse_us, r.sparse_flops / (r.sparse_us * 1e-6) / 1e12);
+        }
+    }
+    MSA_CUDA(cudaStreamDestroy(s));
+  } catch (const std::exception& e) {
+    std::printf("msa_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,59 @@
+#include "tests/kernels_cuda/msa_bench_fill.h"
+
+namespace m3::cuda::testing {
+namespace {
+
+__device__ __forceinline__ uint64_t mix(uint64_t x) {  // splitmix64 finaliser
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__global__ void bytes_kernel(uint64_t* dst, size_t words, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = mix(seed ^ (i * 0x2545f4914f6cdd1dull));
+}
+
+__global__ void bf16_kernel(uint16_t* dst, size_t count, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t r = mix(seed ^ (i * 0x2545f4914f6cdd1dull));
+    // Sum of four uniforms, centred and scaled to unit variance (Irwin-Hall).
+    float s = 0.0f;
+    for (int k = 0; k < 4; ++k) s += float((r >> (16 * k)) & 0xffff) * (1.0f / 65536.0f);
+    const float x = (s - 2.0f) * 1.7320508f;
+    dst[i] = static_cast<uint16_t>(__float_as_uint(x) >> 16);
+  }
+}
+
+__global__ void scales_kernel(uint8_t* pool, int64_t block_bytes, const int64_t* offsets, int num_regions,
+                              int region_bytes, uint64_t seed) {
+  uint8_t* block = pool + blockIdx.x * block_bytes;
+  for (int r = 0; r < num_regions; ++r)
+    for (int i = threadIdx.x; i < region_bytes; i += blockDim.x) {
+      const uint64_t h = mix(seed ^ ((uint64_t(blockIdx.x) * num_regions + r) << 20) ^ uint64_t(i));
+      block[offsets[r] + i] = static_cast<uint8_t>(0x18 + h % 0x21);
+    }
+}
+
+}  // namespace
+
+cudaError_t fill_random_bytes(void* dst, size_t bytes, uint64_t seed, cudaStream_t stream) {
+  bytes_kernel<<<4096, 256, 0, stream>>>(static_cast<uint64_t*>(dst), bytes / 8, seed);
+  return cudaGetLastError();
+}
+
+cudaError_t fill_random_bf16(uint16_t* dst, size_t count, uint64_t seed, cudaStream_t stream) {
+  bf16_kernel<<<2048, 256, 0, stream>>>(dst, count, seed);
+  return cudaGetLastError();
+}
+
+cudaError_t fix_nvfp4_scales(uint8_t* pool, int64_t num_blocks, int64_t block_bytes, const int64_t* region_offsets,
+                             int num_regions, int region_bytes, uint64_t seed, cudaStream_t stream) {
+  if (num_blocks == 0 || num_regions == 0) return cudaSuccess;
+  scales_kernel<<<static_cast<unsigned>(num_blocks), 256, 0, stream>>>(pool, block_bytes, region_offsets,
+                                                                        num_regions, region_bytes, seed);
+  return cudaGetLastError();
+}
+
+}  // namespace m3::cuda::testing

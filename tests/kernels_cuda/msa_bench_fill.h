@@ -1,0 +1,21 @@
+// Device-side random fill for the benchmark: caches of several GB are filled on the GPU.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace m3::cuda::testing {
+
+// Random bytes.
+cudaError_t fill_random_bytes(void* dst, size_t bytes, uint64_t seed, cudaStream_t stream);
+// Random bf16 values, roughly normal with unit variance.
+cudaError_t fill_random_bf16(uint16_t* dst, size_t count, uint64_t seed, cudaStream_t stream);
+// In each of `num_blocks` blocks (stride block_bytes), rewrites the byte ranges
+// [region_offsets[i], + region_bytes) with NVFP4 scale bytes 0x18..0x38 (1/16 .. 1, the vendor's
+// test range), so that random NVFP4 data decodes to finite values. region_offsets is on the device.
+cudaError_t fix_nvfp4_scales(uint8_t* pool, int64_t num_blocks, int64_t block_bytes,
+                             const int64_t* region_offsets, int num_regions, int region_bytes,
+                             uint64_t seed, cudaStream_t stream);
+
+}  // namespace m3::cuda::testing

@@ -1,0 +1,68 @@
+#include "server/metrics.h"
+
+#include <gtest/gtest.h>
+
+namespace m3::server {
+namespace {
+
+bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+TEST(Metrics, RendersVllmNamesWithLabels) {
+  ServerMetrics metrics("tiny \"model\"");
+  EngineStats stats;
+  stats.num_running = 3;
+  stats.num_waiting = 1;
+  stats.kv_usage = 0.25;
+  stats.prompt_tokens_total = 120;
+  stats.generation_tokens_total = 45;
+  stats.prefix_cache_queries_tokens = 256;
+  stats.prefix_cache_hits_tokens = 128;
+  stats.num_preemptions = 2;
+  metrics.count_finished(FinishedReason::kStop);
+  metrics.count_finished(FinishedReason::kStop);
+  metrics.count_finished(FinishedReason::kLength);
+  metrics.observe_time_to_first_token(0.03);
+  metrics.observe_time_to_first_token(3.0);
+  metrics.observe_inter_token_latency(0.02);
+
+  std::string text = metrics.render(stats);
+  const std::string l = "engine=\"0\",model_name=\"tiny \\\"model\\\"\"";
+  EXPECT_TRUE(contains(text, "# TYPE vllm:num_requests_running gauge\n"));
+  EXPECT_TRUE(contains(text, "vllm:num_requests_running{" + l + "} 3.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:num_requests_waiting{" + l + "} 1.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:kv_cache_usage_perc{" + l + "} 0.25\n"));
+  EXPECT_TRUE(contains(text, "vllm:prompt_tokens_total{" + l + "} 120.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:generation_tokens_total{" + l + "} 45.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:prefix_cache_queries_total{" + l + "} 256.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:prefix_cache_hits_total{" + l + "} 128.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:num_preemptions_total{" + l + "} 2.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:request_success_total{" + l + ",finished_reason=\"stop\"} 2.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:request_success_total{" + l + ",finished_reason=\"length\"} 1.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:request_success_total{" + l + ",finished_reason=\"abort\"} 0.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:spec_decode_num_drafts_total{" + l + "} 0.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:spec_decode_num_accepted_tokens_total{" + l + "} 0.0\n"));
+  // Cumulative buckets: 0.03 falls in le=0.04, 3.0 in le=5.0.
+  EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"0.02\"} 0.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"0.04\"} 1.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"2.5\"} 1.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"5.0\"} 2.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"+Inf\"} 2.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_count{" + l + "} 2.0\n"));
+  EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_sum{" + l + "} 3.03\n"));
+  EXPECT_TRUE(contains(text, "vllm:inter_token_latency_seconds_count{" + l + "} 1.0\n"));
+  // Every non-comment line is "name{labels} value".
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.rfind("#", 0) == 0) continue;
+    EXPECT_NE(line.find("} "), std::string::npos) << line;
+    EXPECT_EQ(line.rfind("vllm:", 0), 0u) << line;
+  }
+}
+
+}  // namespace
+}  // namespace m3::server

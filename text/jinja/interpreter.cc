@@ -1,0 +1,595 @@
+#include "text/jinja/interpreter.h"
+
+#include <fmt/format.h>
+
+#include "text/jinja/builtins.h"
+#include "text/jinja/objects.h"
+
+namespace m3::jinja {
+namespace {
+
+// Deep enough for recursive macros over nested tool arguments, shallow enough for a thread's
+// stack (Python's own limit stops jinja2 a few hundred macro calls deep).
+constexpr int kMaxCallDepth = 400;
+
+class Macro : public Object {
+ public:
+  Macro(const MacroDef& def, ScopePtr closure) : def_(def), closure_(std::move(closure)) {}
+  const char* type_name() const override { return "Macro"; }
+  std::string repr() const override { return fmt::format("<Macro '{}'>", def_.name); }
+  bool callable() const override { return true; }
+  Value call(Interpreter& interp, CallArgs& args) override {
+    return interp.call_macro(def_, closure_, args);
+  }
+  bool get_attr(std::string_view name, Value& out) override {
+    if (name == "name") {
+      out = Value::string(def_.name);
+    } else if (name == "arguments") {
+      std::vector<Value> names;
+      for (const std::string& p : def_.params) names.push_back(Value::string(p));
+      out = make_tuple(std::move(names));
+    } else if (name == "catch_kwargs") {
+      out = Value::boolean(def_.uses_kwargs);
+    } else if (name == "catch_varargs") {
+      out = Value::boolean(def_.uses_varargs);
+    } else if (name == "caller") {
+      out = Value::boolean(def_.uses_caller);
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  const MacroDef& def_;
+  ScopePtr closure_;
+};
+
+// jinja2's LoopContext: index/index0/revindex/first/last/length/previtem/nextitem/depth,
+// cycle() and changed(), and loop(...) in recursive loops.
+class LoopContext : public Object, public std::enable_shared_from_this<LoopContext> {
+ public:
+  LoopContext(std::vector<Value> items, int depth0, const ForStmt* recursive_stmt, ScopePtr scope)
+      : items_(std::move(items)), depth0_(depth0), stmt_(recursive_stmt), scope_(std::move(scope)) {}
+
+  size_t index0 = 0;
+
+  const char* type_name() const override { return "LoopContext"; }
+  std::string repr() const override {
+    return fmt::format("<LoopContext {}/{}>", index0 + 1, items_.size());
+  }
+  bool has_length() const override { return true; }
+  int64_t length() const override { return static_cast<int64_t>(items_.size()); }
+  bool callable() const override { return true; }
+  Value call(Interpreter& interp, CallArgs& args) override {
+    if (stmt_ == nullptr) {
+      throw_error("TypeError", "The loop must have the 'recursive' marker to be called recursively.");
+    }
+    std::vector<Value> v = bind_args("loop", args, {{"iterable", true}});
+    return interp.run_loop(*stmt_, scope_, v[0], depth0_ + 1);
+  }
+
+  bool get_attr(std::string_view name, Value& out) override {
+    int64_t n = static_cast<int64_t>(items_.size());
+    int64_t i = static_cast<int64_t>(index0);
+    if (name == "index") {
+      out = Value::integer(i + 1);
+    } else if (name == "index0") {
+      out = Value::integer(i);
+    } else if (name == "revindex") {
+      out = Value::integer(n - i);
+    } else if (name == "revindex0") {
+      out = Value::integer(n - i - 1);
+    } else if (name == "first") {
+      out = Value::boolean(i == 0);
+    } else if (name == "last") {
+      out = Value::boolean(i + 1 == n);
+    } else if (name == "length") {
+      out = Value::integer(n);
+    } else if (name == "depth") {
+      out = Value::integer(depth0_ + 1);
+    } else if (name == "depth0") {
+      out = Value::integer(depth0_);
+    } else if (name == "previtem") {
+      out = i > 0 ? items_[i - 1] : Value::undefined("there is no previous item");
+    } else if (name == "nextitem") {
+      out = i + 1 < n ? items_[i + 1] : Value::undefined("there is no next item");
+    } else if (name == "cycle") {
+      auto self = shared_from_this();
+      out = make_function("cycle", [self](Interpreter&, CallArgs& args) {
+        if (args.positional.empty()) throw_error("TypeError", "no items for cycling given");
+        return args.positional[self->index0 % args.positional.size()];
+      }, "method");
+    } else if (name == "changed") {
+      auto self = shared_from_this();
+      out = make_function("changed", [self](Interpreter&, CallArgs& args) {
+        Value current = make_tuple(args.positional);
+        if (self->has_last_changed_ && equals(self->last_changed_, current)) return Value::boolean(false);
+        self->last_changed_ = current;
+        self->has_last_changed_ = true;
+        return Value::boolean(true);
+      }, "method");
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  std::vector<Value> items_;
+  int depth0_;
+  const ForStmt* stmt_;
+  ScopePtr scope_;
+  Value last_changed_;
+  bool has_last_changed_ = false;
+};
+
+Value undefined_name(std::string_view name) {
+  return Value::undefined(fmt::format("'{}' is undefined", name));
+}
+
+}  // namespace
+
+// ---- scope ---------------------------------------------------------------------------------
+
+const Value* Scope::find(std::string_view name) const {
+  for (const Scope* s = this; s != nullptr; s = s->parent_.get()) {
+    for (const auto& [key, value] : s->vars_) {
+      if (key == name) return &value;
+    }
+  }
+  return nullptr;
+}
+
+void Scope::set(std::string_view name, Value value) {
+  for (auto& [key, existing] : vars_) {
+    if (key == name) {
+      existing = std::move(value);
+      return;
+    }
+  }
+  vars_.emplace_back(std::string(name), std::move(value));
+}
+
+// ---- rendering -----------------------------------------------------------------------------
+
+Interpreter::~Interpreter() {
+  for (const ScopePtr& scope : captured_scopes_) scope->clear();
+  for (const auto& ns : namespaces_) ns->attrs.entries.clear();
+}
+
+std::shared_ptr<Namespace> Interpreter::new_namespace() {
+  auto ns = std::make_shared<Namespace>();
+  namespaces_.push_back(ns);
+  return ns;
+}
+
+std::string Interpreter::render(const TemplateAst& ast, const ScopePtr& root) {
+  std::string out;
+  exec(ast.body, root, out);
+  return out;
+}
+
+Interpreter::Flow Interpreter::exec(const Body& body, const ScopePtr& scope, std::string& out) {
+  for (const StmtPtr& stmt : body) {
+    Flow flow = exec_stmt(*stmt, scope, out);
+    if (flow != Flow::kNormal) return flow;
+  }
+  return Flow::kNormal;
+}
+
+std::string Interpreter::capture(const Body& body, const ScopePtr& parent) {
+  std::string out;
+  exec(body, std::make_shared<Scope>(parent), out);
+  return out;
+}
+
+Value Interpreter::make_macro(const MacroDef& def, const ScopePtr& scope) {
+  captured_scopes_.push_back(scope);
+  return Value::object(std::make_shared<Macro>(def, scope));
+}
+
+Interpreter::Flow Interpreter::exec_stmt(const Stmt& stmt, const ScopePtr& scope, std::string& out) {
+  try {
+    switch (stmt.kind) {
+      case StmtKind::kOutput:
+        for (const auto& part : static_cast<const OutputStmt&>(stmt).parts) {
+          if (part.expr) {
+            append_str(out, eval(*part.expr, scope));
+          } else {
+            out += part.text;
+          }
+        }
+        return Flow::kNormal;
+      case StmtKind::kIf: {
+        const auto& s = static_cast<const IfStmt&>(stmt);
+        for (const auto& [test, body] : s.branches) {
+          if (truthy(eval(*test, scope))) return exec(body, scope, out);
+        }
+        return exec(s.else_body, scope, out);
+      }
+      case StmtKind::kFor: {
+        const auto& s = static_cast<const ForStmt&>(stmt);
+        exec_for(s, scope, eval(*s.iter, scope), 0, out);
+        return Flow::kNormal;
+      }
+      case StmtKind::kSet: {
+        const auto& s = static_cast<const SetStmt&>(stmt);
+        assign(s.target, eval(*s.value, scope), scope);
+        return Flow::kNormal;
+      }
+      case StmtKind::kSetBlock: {
+        const auto& s = static_cast<const SetBlockStmt&>(stmt);
+        Value text = Value::string(capture(s.body, scope));
+        if (s.filter) text = apply_filter(static_cast<const FilterExpr&>(*s.filter), scope, &text);
+        assign(s.target, std::move(text), scope);
+        return Flow::kNormal;
+      }
+      case StmtKind::kMacro: {
+        const auto& s = static_cast<const MacroStmt&>(stmt);
+        scope->set(s.def.name, make_macro(s.def, scope));
+        return Flow::kNormal;
+      }
+      case StmtKind::kCallBlock: {
+        const auto& s = static_cast<const CallBlockStmt&>(stmt);
+        Value callee = eval(*s.call->callee, scope);
+        CallArgs args = eval_args(s.call->args, scope);
+        args.keyword.emplace_back("caller", make_macro(s.caller, scope));
+        append_str(out, call(callee, args));
+        return Flow::kNormal;
+      }
+      case StmtKind::kFilterBlock: {
+        const auto& s = static_cast<const FilterBlockStmt&>(stmt);
+        Value text = Value::string(capture(s.body, scope));
+        append_str(out, apply_filter(static_cast<const FilterExpr&>(*s.filter), scope, &text));
+        return Flow::kNormal;
+      }
+      case StmtKind::kWith: {
+        const auto& s = static_cast<const WithStmt&>(stmt);
+        std::vector<Value> values;
+        for (const auto& [target, expr] : s.assignments) values.push_back(eval(*expr, scope));
+        auto inner = std::make_shared<Scope>(scope);
+        for (size_t k = 0; k < values.size(); ++k) assign(s.assignments[k].first, values[k], inner);
+        return exec(s.body, inner, out);
+      }
+      case StmtKind::kScope:
+        out += capture(static_cast<const ScopeStmt&>(stmt).body, scope);
+        return Flow::kNormal;
+      case StmtKind::kBreak: return Flow::kBreak;
+      case StmtKind::kContinue: return Flow::kContinue;
+    }
+  } catch (RenderError& e) {
+    if (e.line == 0) e.line = stmt.line;
+    throw;
+  }
+  return Flow::kNormal;
+}
+
+Value Interpreter::run_loop(const ForStmt& stmt, const ScopePtr& scope, const Value& iterable,
+                            int depth0) {
+  std::string out;
+  exec_for(stmt, scope, iterable, depth0, out);
+  return Value::string(std::move(out));
+}
+
+void Interpreter::exec_for(const ForStmt& stmt, const ScopePtr& scope, const Value& iterable,
+                           int depth0, std::string& out) {
+  std::vector<Value> items = iterate(iterable);
+  if (stmt.filter) {
+    std::vector<Value> kept;
+    for (Value& item : items) {
+      auto test_scope = std::make_shared<Scope>(scope);
+      assign(stmt.target, item, test_scope);
+      if (truthy(eval(*stmt.filter, test_scope))) kept.push_back(std::move(item));
+    }
+    items = std::move(kept);
+  }
+  if (items.empty()) {
+    exec(stmt.else_body, std::make_shared<Scope>(scope), out);
+    return;
+  }
+  if (stmt.recursive) captured_scopes_.push_back(scope);
+  auto loop = std::make_shared<LoopContext>(items, depth0, stmt.recursive ? &stmt : nullptr,
+                                            stmt.recursive ? scope : nullptr);
+  Value loop_value = Value::object(loop);
+  ScopePtr iteration;
+  for (size_t k = 0; k < items.size(); ++k) {
+    // Each iteration starts from the enclosing scope again; reuse the scope object unless a
+    // macro defined in the last iteration still holds it.
+    if (!iteration || iteration.use_count() > 1) {
+      iteration = std::make_shared<Scope>(scope);
+    } else {
+      iteration->clear();
+    }
+    loop->index0 = k;
+    iteration->set("loop", loop_value);
+    assign(stmt.target, items[k], iteration);
+    if (exec(stmt.body, iteration, out) == Flow::kBreak) break;
+  }
+}
+
+void Interpreter::assign(const Target& target, Value value, const ScopePtr& scope) {
+  switch (target.kind) {
+    case Target::Kind::kName: scope->set(target.name, std::move(value)); return;
+    case Target::Kind::kTuple: {
+      std::vector<Value> items = iterate(value);
+      size_t want = target.items.size();
+      if (items.size() < want) {
+        throw_error("ValueError", fmt::format("not enough values to unpack (expected {}, got {})",
+                                              want, items.size()));
+      }
+      if (items.size() > want) {
+        throw_error("ValueError", fmt::format("too many values to unpack (expected {})", want));
+      }
+      for (size_t k = 0; k < want; ++k) assign(target.items[k], std::move(items[k]), scope);
+      return;
+    }
+    case Target::Kind::kNamespaceAttr: {
+      const Value* ns = scope->find(target.name);
+      if (ns == nullptr || !ns->is_object() || std::string_view(ns->object().type_name()) != "Namespace") {
+        throw_error("TemplateRuntimeError", "Cannot assign attribute on non-namespace object");
+      }
+      static_cast<Namespace&>(ns->object()).attrs.set(Value::string(target.attr), std::move(value));
+      return;
+    }
+  }
+}
+
+Value Interpreter::call_macro(const MacroDef& def, const ScopePtr& closure, CallArgs& args) {
+  if (call_depth_ >= kMaxCallDepth) {
+    throw_error("RecursionError", fmt::format("macro '{}' nested more than {} calls deep", def.name,
+                                              kMaxCallDepth));
+  }
+  auto scope = std::make_shared<Scope>(closure);
+  size_t n_params = def.params.size();
+  // Positional arguments first, then keywords by name (jinja2's Macro.__call__).
+  Kwargs keyword = std::move(args.keyword);
+  auto take_keyword = [&](std::string_view name, Value& out) {
+    for (auto it = keyword.begin(); it != keyword.end(); ++it) {
+      if (it->first == name) {
+        out = std::move(it->second);
+        keyword.erase(it);
+        return true;
+      }
+    }
+    return false;
+  };
+  size_t first_default = n_params - def.defaults.size();
+  for (size_t k = 0; k < n_params; ++k) {
+    Value value;
+    if (k < args.positional.size()) {
+      value = args.positional[k];
+    } else if (!take_keyword(def.params[k], value)) {
+      if (k >= first_default) {
+        value = eval(*def.defaults[k - first_default], scope);  // may use earlier parameters
+      } else {
+        value = Value::undefined(fmt::format("parameter '{}' was not provided", def.params[k]));
+      }
+    }
+    scope->set(def.params[k], std::move(value));
+  }
+  bool explicit_caller = false;
+  for (const std::string& p : def.params) explicit_caller = explicit_caller || p == "caller";
+  if (def.uses_caller && !explicit_caller) {
+    Value caller;
+    if (!take_keyword("caller", caller)) caller = Value::undefined("No caller defined");
+    scope->set("caller", std::move(caller));
+  }
+  if (def.uses_kwargs) {
+    auto dict = std::make_shared<DictData>();
+    for (auto& [name, value] : keyword) dict->entries.emplace_back(Value::string(name), std::move(value));
+    scope->set("kwargs", Value::dict(std::move(dict)));
+  } else if (!keyword.empty()) {
+    if (keyword.front().first == "caller") {
+      throw_error("TypeError", fmt::format("macro '{}' was invoked with two values for the special "
+                                           "caller argument. This is most likely a bug.", def.name));
+    }
+    throw_error("TypeError", fmt::format("macro '{}' takes no keyword argument '{}'", def.name,
+                                         keyword.front().first));
+  }
+  if (def.uses_varargs) {
+    std::vector<Value> rest;
+    for (size_t k = n_params; k < args.positional.size(); ++k) rest.push_back(args.positional[k]);
+    scope->set("varargs", make_tuple(std::move(rest)));
+  } else if (args.positional.size() > n_params) {
+    throw_error("TypeError", fmt::format("macro '{}' takes not more than {} argument(s)", def.name,
+                                         n_params));
+  }
+  ++call_depth_;
+  std::string out;
+  try {
+    exec(def.body, scope, out);
+  } catch (...) {
+    --call_depth_;
+    throw;
+  }
+  --call_depth_;
+  return Value::string(std::move(out));
+}
+
+// ---- expressions ---------------------------------------------------------------------------
+
+Value Interpreter::call(const Value& callee, CallArgs& args) {
+  if (callee.is_undefined()) callee.raise_undefined();
+  if (!callee.is_object() || !callee.object().callable()) {
+    throw_error("TypeError", fmt::format("'{}' object is not callable", type_name(callee)));
+  }
+  return callee.object().call(*this, args);
+}
+
+CallArgs Interpreter::eval_args(const CallArgsExpr& args, const ScopePtr& scope) {
+  CallArgs out;
+  out.positional.reserve(args.positional.size());
+  for (const ExprPtr& e : args.positional) out.positional.push_back(eval(*e, scope));
+  for (const auto& [name, e] : args.keyword) out.keyword.emplace_back(name, eval(*e, scope));
+  if (args.star_args) {
+    for (Value& v : iterate(eval(*args.star_args, scope))) out.positional.push_back(std::move(v));
+  }
+  if (args.star_kwargs) {
+    Value kwargs = eval(*args.star_kwargs, scope);
+    if (!kwargs.is_dict()) {
+      throw_error("TypeError", fmt::format("argument after ** must be a mapping, not {}", type_name(kwargs)));
+    }
+    for (const auto& [k, v] : kwargs.dict().entries) {
+      if (!k.is_string()) throw_error("TypeError", "keywords must be strings");
+      out.keyword.emplace_back(k.str(), v);
+    }
+  }
+  return out;
+}
+
+Value Interpreter::apply_filter(const FilterExpr& filter, const ScopePtr& scope, const Value* block_input) {
+  // In {% filter %} and {% set x | f %} blocks the innermost filter of the chain takes the
+  // rendered block as its input.
+  Value input;
+  if (filter.input && block_input && filter.input->kind == ExprKind::kFilter) {
+    input = apply_filter(static_cast<const FilterExpr&>(*filter.input), scope, block_input);
+  } else if (filter.input) {
+    input = eval(*filter.input, scope);
+  } else if (block_input) {
+    input = *block_input;
+  }
+  if (filter.fn == nullptr) {
+    throw_error("TemplateRuntimeError", fmt::format("the '{}' filter is not supported by m3serve's "
+                                                    "chat template interpreter", filter.name));
+  }
+  CallArgs args = eval_args(filter.args, scope);
+  return filter.fn(*this, input, args);
+}
+
+Value Interpreter::eval(const Expr& expr, const ScopePtr& scope) {
+  try {
+    return eval_uncaught(expr, scope);
+  } catch (RenderError& e) {
+    if (e.line == 0) e.line = expr.line;
+    throw;
+  }
+}
+
+Value Interpreter::eval_uncaught(const Expr& expr, const ScopePtr& scope) {
+  switch (expr.kind) {
+    case ExprKind::kConst: return static_cast<const ConstExpr&>(expr).value;
+    case ExprKind::kName: {
+      const auto& name = static_cast<const NameExpr&>(expr).name;
+      const Value* value = scope->find(name);
+      return value ? *value : undefined_name(name);
+    }
+    case ExprKind::kList:
+    case ExprKind::kTuple: {
+      const auto& seq = static_cast<const SequenceExpr&>(expr);
+      std::vector<Value> items;
+      items.reserve(seq.items.size());
+      for (const ExprPtr& item : seq.items) items.push_back(eval(*item, scope));
+      return Value::list(std::move(items),
+                         expr.kind == ExprKind::kTuple ? ListFlavor::kTuple : ListFlavor::kList);
+    }
+    case ExprKind::kDict: {
+      auto dict = std::make_shared<DictData>();
+      for (const auto& [k, v] : static_cast<const DictExpr&>(expr).items) {
+        Value key = eval(*k, scope);
+        dict->set(std::move(key), eval(*v, scope));
+      }
+      return Value::dict(std::move(dict));
+    }
+    case ExprKind::kGetattr: {
+      const auto& e = static_cast<const GetattrExpr&>(expr);
+      return get_attr(eval(*e.object, scope), e.attr);
+    }
+    case ExprKind::kGetitem: {
+      const auto& e = static_cast<const GetitemExpr&>(expr);
+      Value object = eval(*e.object, scope);
+      if (e.index->kind == ExprKind::kSlice) {
+        const auto& s = static_cast<const SliceExpr&>(*e.index);
+        Value none = Value::none();
+        return get_slice(object, s.start ? eval(*s.start, scope) : none,
+                         s.stop ? eval(*s.stop, scope) : none, s.step ? eval(*s.step, scope) : none);
+      }
+      return get_item(object, eval(*e.index, scope));
+    }
+    case ExprKind::kSlice: throw_error("TypeError", "a slice is only valid inside []");
+    case ExprKind::kCall: {
+      const auto& e = static_cast<const CallExpr&>(expr);
+      Value callee = eval(*e.callee, scope);
+      CallArgs args = eval_args(e.args, scope);
+      return call(callee, args);
+    }
+    case ExprKind::kFilter: return apply_filter(static_cast<const FilterExpr&>(expr), scope, nullptr);
+    case ExprKind::kTest: {
+      const auto& e = static_cast<const TestExpr&>(expr);
+      Value input = eval(*e.input, scope);
+      if (e.fn == nullptr) {
+        throw_error("TemplateRuntimeError", fmt::format("the '{}' test is not supported by m3serve's "
+                                                        "chat template interpreter", e.name));
+      }
+      CallArgs args = eval_args(e.args, scope);
+      return Value::boolean(e.fn(*this, input, args));
+    }
+    case ExprKind::kNeg: return op_neg(eval(*static_cast<const UnaryExpr&>(expr).operand, scope));
+    case ExprKind::kPos: return op_pos(eval(*static_cast<const UnaryExpr&>(expr).operand, scope));
+    case ExprKind::kNot:
+      return Value::boolean(!truthy(eval(*static_cast<const UnaryExpr&>(expr).operand, scope)));
+    case ExprKind::kAnd: {
+      const auto& e = static_cast<const BinaryExpr&>(expr);
+      Value left = eval(*e.left, scope);
+      return truthy(left) ? eval(*e.right, scope) : left;
+    }
+    case ExprKind::kOr: {
+      const auto& e = static_cast<const BinaryExpr&>(expr);
+      Value left = eval(*e.left, scope);
+      return truthy(left) ? left : eval(*e.right, scope);
+    }
+    case ExprKind::kBinary: {
+      const auto& e = static_cast<const BinaryExpr&>(expr);
+      Value left = eval(*e.left, scope);
+      Value right = eval(*e.right, scope);
+      switch (e.op) {
+        case BinaryOp::kAdd: return op_add(left, right);
+        case BinaryOp::kSub: return op_sub(left, right);
+        case BinaryOp::kMul: return op_mul(left, right);
+        case BinaryOp::kDiv: return op_truediv(left, right);
+        case BinaryOp::kFloorDiv: return op_floordiv(left, right);
+        case BinaryOp::kMod: return op_mod(left, right);
+        case BinaryOp::kPow: return op_pow(left, right);
+      }
+      break;
+    }
+    case ExprKind::kConcat: {
+      std::string out;
+      for (const ExprPtr& part : static_cast<const ConcatExpr&>(expr).parts) {
+        append_str(out, eval(*part, scope));
+      }
+      return Value::string(std::move(out));
+    }
+    case ExprKind::kCompare: {
+      const auto& e = static_cast<const CompareExpr&>(expr);
+      Value left = eval(*e.first, scope);
+      for (const auto& [op, right_expr] : e.rest) {
+        Value right = eval(*right_expr, scope);
+        bool ok = false;
+        switch (op) {
+          case CompareOp::kEq: ok = equals(left, right); break;
+          case CompareOp::kNe: ok = !equals(left, right); break;
+          case CompareOp::kLt: ok = ordered_compare("<", left, right); break;
+          case CompareOp::kLe: ok = ordered_compare("<=", left, right); break;
+          case CompareOp::kGt: ok = ordered_compare(">", left, right); break;
+          case CompareOp::kGe: ok = ordered_compare(">=", left, right); break;
+          case CompareOp::kIn: ok = op_contains(right, left); break;
+          case CompareOp::kNotIn: ok = !op_contains(right, left); break;
+        }
+        if (!ok) return Value::boolean(false);
+        left = std::move(right);
+      }
+      return Value::boolean(true);
+    }
+    case ExprKind::kCondExpr: {
+      const auto& e = static_cast<const CondExpr&>(expr);
+      if (truthy(eval(*e.test, scope))) return eval(*e.then_expr, scope);
+      if (e.else_expr) return eval(*e.else_expr, scope);
+      return Value::undefined(fmt::format("the inline if-expression on line {} evaluated to false and "
+                                          "no else section was defined.", expr.line));
+    }
+  }
+  throw_error("TemplateRuntimeError", "unknown expression");
+}
+
+}  // namespace m3::jinja

@@ -1,0 +1,168 @@
+#include "text/tokenizer/regex.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "core/error.h"
+
+namespace m3::text {
+
+namespace {
+
+// Rewrites `\s` and `\S` (inside or outside a class) to the White_Space property, which is what
+// Oniguruma matches; everything else is passed through unchanged.
+std::string translate_pattern(std::string_view pattern) {
+  std::string out;
+  out.reserve(pattern.size() + 16);
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c != '\\' || i + 1 == pattern.size()) {
+      out.push_back(c);
+      continue;
+    }
+    const char next = pattern[i + 1];
+    if (next == 's') {
+      out.append("\\p{White_Space}");
+    } else if (next == 'S') {
+      out.append("\\P{White_Space}");
+    } else if (next == 'Q') {  // a quoted run: copy up to \E verbatim
+      const size_t end = pattern.find("\\E", i + 2);
+      const size_t stop = end == std::string_view::npos ? pattern.size() : end + 2;
+      out.append(pattern.substr(i, stop - i));
+      i = stop - 1;
+      continue;
+    } else {
+      out.push_back(c);
+      out.push_back(next);
+    }
+    ++i;
+  }
+  return out;
+}
+
+struct MatchDataDeleter {
+  void operator()(pcre2_match_data* md) const { pcre2_match_data_free(md); }
+};
+using MatchData = std::unique_ptr<pcre2_match_data, MatchDataDeleter>;
+
+}  // namespace
+
+struct Regex::Compiled {
+  pcre2_code* code = nullptr;
+  bool jit = false;
+  bool empty_literal = false;
+  ~Compiled() { pcre2_code_free(code); }
+
+  // First match at or after `start`. A JIT stack overflow (possible on pathological inputs) falls
+  // back to the interpreter, whose backtracking memory lives on the heap.
+  bool search(std::string_view text, size_t start, pcre2_match_data* md, bool* use_jit,
+              size_t* begin, size_t* end) const {
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    int rc = 0;
+    if (*use_jit) {
+      rc = pcre2_jit_match(code, subject, text.size(), start, 0, md, nullptr);
+      if (rc == PCRE2_ERROR_JIT_STACKLIMIT) *use_jit = false;
+    }
+    if (!*use_jit) {
+      rc = pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
+    }
+    if (rc == PCRE2_ERROR_NOMATCH) return false;
+    if (rc < 0) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof(message));
+      m3::fail("tokenizer regex match failed ({}) on a {}-byte input",
+               reinterpret_cast<const char*>(message), text.size());
+    }
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(md);
+    *begin = ovector[0];
+    *end = ovector[1];
+    return true;
+  }
+
+  // Calls on_match(begin, end) for each match Oniguruma's find_iter would report: after a match
+  // ending at e, an empty match at e is refused and the search moves on by one character.
+  template <class F>
+  void for_each_match(std::string_view text, F&& on_match) const {
+    if (empty_literal) return;
+    MatchData md(pcre2_match_data_create_from_pattern(code, nullptr));
+    bool use_jit = jit;
+    size_t search_from = 0;
+    bool have_last = false;
+    size_t last_end = 0;
+    while (search_from <= text.size()) {
+      size_t begin = 0, end = 0;
+      if (!search(text, search_from, md.get(), &use_jit, &begin, &end)) return;
+      if (begin == end && have_last && last_end == end) {
+        if (search_from >= text.size()) return;
+        size_t step = 1;
+        while (search_from + step < text.size() &&
+               (static_cast<unsigned char>(text[search_from + step]) & 0xC0) == 0x80) {
+          ++step;
+        }
+        search_from += step;
+        continue;
+      }
+      on_match(begin, end);
+      have_last = true;
+      last_end = end;
+      search_from = end;
+    }
+  }
+};
+
+Regex::Regex(std::string_view pattern, bool literal, std::string_view where)
+    : compiled_(std::make_unique<Compiled>()), pattern_(pattern) {
+  if (literal && pattern.empty()) {
+    compiled_->empty_literal = true;  // tokenizers: an empty string pattern matches nothing
+    return;
+  }
+  const std::string source = literal ? std::string(pattern) : translate_pattern(pattern);
+  uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE;
+  if (literal) options = PCRE2_UTF | PCRE2_LITERAL;
+  int error = 0;
+  PCRE2_SIZE error_offset = 0;
+  compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(),
+                                  options, &error, &error_offset, nullptr);
+  if (compiled_->code == nullptr) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error, message, sizeof(message));
+    m3::fail("{}: regex {:?} does not compile: {} (at offset {})", where, std::string(pattern),
+             reinterpret_cast<const char*>(message), error_offset);
+  }
+  compiled_->jit = pcre2_jit_compile(compiled_->code, PCRE2_JIT_COMPLETE) == 0;
+}
+
+Regex::~Regex() = default;
+Regex::Regex(Regex&&) noexcept = default;
+Regex& Regex::operator=(Regex&&) noexcept = default;
+
+std::vector<MatchSpan> Regex::find_matches(std::string_view text) const {
+  std::vector<MatchSpan> spans;
+  if (text.empty()) {
+    spans.push_back({0, 0, false});
+    return spans;
+  }
+  size_t previous = 0;
+  compiled_->for_each_match(text, [&](size_t begin, size_t end) {
+    if (begin != previous) spans.push_back({previous, begin, false});
+    spans.push_back({begin, end, true});
+    previous = end;
+  });
+  if (previous != text.size()) spans.push_back({previous, text.size(), false});
+  return spans;
+}
+
+std::string Regex::replace_all(std::string_view text, std::string_view replacement) const {
+  std::string out;
+  out.reserve(text.size());
+  size_t previous = 0;
+  compiled_->for_each_match(text, [&](size_t begin, size_t end) {
+    out.append(text.substr(previous, begin - previous));
+    out.append(replacement);
+    previous = end;
+  });
+  out.append(text.substr(previous));
+  return out;
+}
+
+}  // namespace m3::text

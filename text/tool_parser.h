@@ -1,0 +1,121 @@
+// Tool-call parsers for MiniMax models: find the tool calls in the assistant's content (after
+// reasoning extraction), stream them as OpenAI `tool_calls` deltas, and keep the rest as content.
+// Parser names: "minimax_m3", "minimax_m2" (as vLLM's --tool-call-parser).
+//
+// Grammar (NS is the namespace marker `]<]minimax[>[`; ws is JSON whitespace):
+//
+//   minimax_m3                                   minimax_m2
+//   block  = NS"<tool_call>" ... NS"</tool_call>"  "<minimax:tool_call>" ... "</minimax:tool_call>"
+//   invoke = NS"<invoke name=" Q ">" body          "<invoke name=" Q ">" body
+//            NS"</invoke>"                           "</invoke>"
+//   param  = NS"<" K ">" value NS"</" K ">"        "<parameter name=" Q ">" value "</parameter>"
+//          | NS value NS"</" K ">"   (elided)
+//   value  = text | (ws | param)*  (M3: nested objects; arrays as <item> children)
+//   Q is "v", 'v' or v (an invoke name up to 320 bytes); K is 1..128 bytes, no '<', '>', CR, LF,
+//   not starting with '/' or whitespace, not "invoke" or "tool_call".
+//
+// How text is read:
+//  - Outside calls, everything is content, except a block opener (dropped) and, for M3 only, an
+//    invoke header, which opens an implicit block (M3 tags are unambiguous; M2's are plain XML
+//    that prose may contain). Inside a block, whitespace between tags is dropped and any other
+//    text (stray tags included) is content, verbatim, except the whitespace at its ends.
+//  - A call is committed, and streamed, once its invoke header is complete: its first delta
+//    carries index, id and name. From then on it is never withdrawn; its arguments JSON is closed
+//    by NS"</invoke>", or implicitly by the next invoke header, a block opener or closer, or the
+//    end of input (ToolCall::complete is false only in that last case). Text that never forms a
+//    complete header (truncated, malformed, no name, no '>' within the limit) is content.
+//  - Inside an invoke body, whitespace is dropped, parameters are read, and any other text is
+//    content (never dropped, and it does not end the call).
+//  - The elided first-parameter tag: M3 checkpoints emit the first parameter without its opening
+//    tag: `NS<invoke name="save_file">NS offerta.docx NS</filename>` (vLLM PR #51075). Detected
+//    where a parameter may start (in the invoke body, or as the first thing of an element's
+//    body): NS followed by anything but '<'. The value runs to the next accepted closing tag
+//    NS"</K>", whose K names the parameter. If another tag comes first, the marker and the text
+//    are not a parameter: content in an invoke body, literal text inside an element.
+//  - Closing tags inside values: a closing tag counts only when it is followed, after optional
+//    whitespace, by more markup (M3: NS; M2: <parameter, <invoke, </invoke> or
+//    </minimax:tool_call>) or by the end of input. A value may thus contain its own closing tag
+//    (an XML file in a write_file call) as long as markup does not follow it directly.
+//    NS"</invoke>" (same rule), a block closer, and (M3) an invoke header also end an open value.
+//    M3 closing tags of an enclosing element close the inner ones.
+//  - Values are coerced with the tool's JSON schema (text/json_schema_coerce.h). A top-level
+//    parameter whose schema allows only strings streams character by character as a JSON string;
+//    its nested tags are literal text. Other values are emitted whole when they close.
+//  - Arguments are compact JSON: `{"k":v,"k2":v2}`, keys in the order generated; the key is sent
+//    as soon as the parameter's opening tag is read (for an elided tag, with its value). A key
+//    generated twice at the top level is sent twice (nested repeats fold into arrays).
+//
+// Streaming holds back only text that may still become a tag (a split marker or an unfinished
+// tag), the whitespace after a closing tag until what follows decides it, and whitespace inside a
+// block until the next tag. parse() is feed() + finish() on a fresh parser, so a stream, in any
+// chunking, produces exactly what parse() returns.
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace m3::text {
+
+struct ToolCallDelta {
+  int index = 0;                    // position of the call in the message, from 0
+  std::optional<std::string> id;    // set on the first delta of a call only
+  std::optional<std::string> name;  // set on the first delta of a call only
+  std::string arguments_delta;      // concatenated over a call: its arguments JSON text
+};
+
+struct ToolStreamDelta {
+  std::string content_delta;
+  std::vector<ToolCallDelta> tool_call_deltas;  // at most one per call index, in index order
+  bool empty() const { return content_delta.empty() && tool_call_deltas.empty(); }
+};
+
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // a JSON object text
+  bool complete = true;   // false: the input ended inside the call (its JSON was closed for it)
+};
+
+struct ToolParseResult {
+  std::string content;
+  std::vector<ToolCall> tool_calls;
+};
+
+// Makes the `id` of each tool call. The default draws "call_" + 24 random alphanumerics.
+using ToolCallIdGenerator = std::function<std::string()>;
+
+class ToolCallParser {
+ public:
+  // `tools`: the request's OpenAI tools array (or null). Throws m3::Error for an unknown parser
+  // name (listing the valid ones) or a malformed tools array.
+  ToolCallParser(std::string_view parser_name, const nlohmann::json& tools, ToolCallIdGenerator make_id = {});
+  ~ToolCallParser();
+  ToolCallParser(ToolCallParser&&) noexcept;
+  ToolCallParser& operator=(ToolCallParser&&) noexcept;
+
+  static std::vector<std::string> names();
+
+  // Consumes the next piece of content text.
+  ToolStreamDelta feed(std::string_view content_delta);
+  // End of the stream: flushes held-back text and closes an unfinished call.
+  ToolStreamDelta finish();
+  // Whole-output parse. Only on a parser that has not been fed.
+  ToolParseResult parse(std::string_view content);
+
+  // Whether a tool call has started so far (finish_reason "tool_calls").
+  bool saw_tool_call() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// The default id generator: "call_" followed by 24 random characters from [A-Za-z0-9].
+ToolCallIdGenerator random_tool_call_ids();
+
+}  // namespace m3::text
