@@ -118,8 +118,15 @@ int32_t Sampler::sample(std::span<const float> logits, const SamplingState& stat
       if (tail <= drop_mass) keep = j;
       else break;
     }
-    for (std::size_t j = keep; j < order_.size(); ++j) total -= probs_[j];
     order_.resize(keep);
+    // Draw in token-id order: a descending-probability order would let two nearly tied logits
+    // swap places under 1e-6 noise (batch-dependent rounding) and move a large slice of the CDF.
+    std::sort(order_.begin(), order_.end());
+    total = 0.0;
+    for (std::size_t j = 0; j < order_.size(); ++j) {
+      probs_[j] = std::exp(static_cast<double>(work_[order_[j]]) - max_logit);
+      total += probs_[j];
+    }
     probs_.resize(keep);
   }
 

@@ -1,9 +1,11 @@
 // Turns one row of raw logits into the next token, with vLLM's semantics and order:
 //   min_tokens mask (eos / stop ids -> -inf) -> repetition, frequency, presence penalties ->
 //   greedy argmax (ties: lowest id)  |  temperature -> min_p -> top_k -> top_p -> draw.
-// The draw is an inverse-CDF walk over the kept tokens (descending probability, ties by id) with
-// one uniform number that depends only on (seed, output index): a seeded request samples the
-// same tokens whatever shares its batch, across runs and after preemption.
+// The draw is an inverse-CDF walk over the kept tokens in token-id order with one uniform number
+// that depends only on (seed, output index): a seeded request samples the same tokens whatever
+// shares its batch, across runs and after preemption. Walking in id order keeps the draw stable
+// under tiny logit noise (a token's CDF slice moves by about the noise, never by a neighbour's
+// whole probability as it would in a sorted order).
 // Logprobs are log_softmax of the raw logits (vLLM's default "raw_logprobs").
 #pragma once
 #include <cstdint>

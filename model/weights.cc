@@ -270,9 +270,12 @@ void load_moe(Loader& ld, const ModelConfig& c, const std::string& L, MlpWeights
 ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path& model_dir,
                           LoadProgress* progress) {
   const auto start = std::chrono::steady_clock::now();
-  auto ckpt = std::make_shared<const SafetensorsCheckpoint>(SafetensorsCheckpoint::open(model_dir));
+  // The model directory may be named by its config.json, as load_model_config accepts.
+  const std::filesystem::path dir =
+      model_dir.filename() == "config.json" ? model_dir.parent_path() : model_dir;
+  auto ckpt = std::make_shared<const SafetensorsCheckpoint>(SafetensorsCheckpoint::open(dir));
   const CheckpointLayout layout = detect_checkpoint_layout(ckpt->names());
-  const std::string source = "checkpoint " + model_dir.string();
+  const std::string source = "checkpoint " + dir.string();
   Loader ld(*ckpt, source, progress);
   const int64_t hidden = config.hidden_size;
 
@@ -312,7 +315,7 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
   ld.check_all_used();
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   M3_LOG_INFO("loaded {} tensors from {} file(s) of {} ({} layout) in {:.0f} ms", ckpt->size(),
-              ckpt->files().size(), model_dir.string(), layout.model_prefix, ms);
+              ckpt->files().size(), dir.string(), layout.model_prefix, ms);
   return w;
 }
 

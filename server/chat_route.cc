@@ -251,9 +251,11 @@ void handle_chat_completions(ServerContext& context, const httplib::Request& req
 
   auto s = std::make_shared<ChatSession>(context, model, std::move(request), arrival);
   const ChatRequest& r = s->request;
-  std::string request_id = req.get_header_value("X-Request-Id");
-  if (request_id.empty()) request_id = s->id;
-  res.set_header("X-Request-Id", request_id);
+  // Engine ids are always the response id (unique); a client's X-Request-Id is echoed back and
+  // logged, but two clients may well send the same one.
+  const std::string& request_id = s->id;
+  std::string client_request_id = req.get_header_value("X-Request-Id");
+  res.set_header("X-Request-Id", client_request_id.empty() ? request_id : client_request_id);
 
   ChoiceTextOptions options = text_options(context.options(), r, prompt.text);
   s->reasoning = !options.reasoning_parser.empty();

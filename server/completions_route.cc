@@ -186,9 +186,11 @@ void handle_completions(ServerContext& context, const httplib::Request& req, htt
 
   auto s = std::make_shared<CompletionSession>(context, model, std::move(request), arrival);
   const CompletionRequest& r = s->request;
-  std::string request_id = req.get_header_value("X-Request-Id");
-  if (request_id.empty()) request_id = s->id;
-  res.set_header("X-Request-Id", request_id);
+  // Engine ids are always the response id (unique); a client's X-Request-Id is echoed back and
+  // logged, but two clients may well send the same one.
+  const std::string& request_id = s->id;
+  std::string client_request_id = req.get_header_value("X-Request-Id");
+  res.set_header("X-Request-Id", client_request_id.empty() ? request_id : client_request_id);
 
   std::vector<std::vector<EngineRequest>> engine_requests;
   for (size_t p = 0; p < r.prompts.size(); ++p) {

@@ -109,7 +109,7 @@ bool ReasoningParser::step(bool end_of_input, DeltaMessage& out) {
         phase_ = reasoning ? Phase::kContentAfter : Phase::kReasoning;
         return true;
       }
-      const std::size_t keep = 0;
+      const std::size_t keep = end_of_input ? 0 : partial_marker_suffix(pending_, marker);
       sink.append(pending_, 0, pending_.size() - keep);
       pending_.erase(0, pending_.size() - keep);
       return false;

@@ -76,6 +76,7 @@ struct ToolCallParser::State {
   Mode mode = Mode::kText;
   bool in_block = false;
   bool junk_started = false;  // inside a piece of stray text in a block or invoke body
+  std::string held_space;     // whitespace between tags, until what follows decides it
 
   int call_count = 0;  // calls started; the open call is call_count - 1
   std::string call_name;
@@ -301,37 +302,44 @@ struct ToolCallParser::State {
   }
 
   // In a block or an invoke body: whitespace around tags is dropped, other text is content.
+  // Whitespace waits in `held_space` until the next tag (dropped) or stray text (kept with it
+  // unless it leads the stray text).
   bool step_between_tags(bool eof) {
     const std::string_view r = rest();
-    std::size_t q = 0;
-    while (q < r.size() && is_json_space(r[q])) ++q;
-    if (q == r.size()) {  // only whitespace so far: what comes next decides whether it is content
-      if (!eof) return false;
-      pos += q;
+    std::size_t spaces = 0;
+    while (spaces < r.size() && is_json_space(r[spaces])) ++spaces;
+    if (spaces > 0) {
+      held_space.append(r.substr(0, spaces));
+      pos += spaces;
       return true;
     }
-    const std::size_t lead = junk_started ? 0 : q;
-    const std::size_t at = tool_calls::find_tag_start(dialect, r, q);
-    if (at > q) {
+    const std::size_t at = tool_calls::find_tag_start(dialect, r, 0);
+    if (at > 0) {
       std::size_t end = at;
-      while (end > q && is_json_space(r[end - 1])) --end;  // held until the next tag decides it
-      emit_content(r.substr(lead, end - lead));
-      junk_started = true;
+      while (is_json_space(r[end - 1])) --end;  // r[0] is not a space, so this stops at 1
+      emit_junk(r.substr(0, end));
       pos += end;
       return true;
     }
-    const Tag tag = tool_calls::lex_tag(dialect, r.substr(q), eof);
+    const Tag tag = tool_calls::lex_tag(dialect, r, eof);
     if (tag.kind == TagKind::kIncomplete) return false;
     if (take_structural_tag(tag)) {
-      pos += q + tag.length;
+      pos += tag.length;
+      held_space.clear();
       junk_started = false;
       return true;
     }
-    const std::size_t n = tool_calls::literal_length(dialect, tag, r.substr(q));
-    emit_content(r.substr(lead, q + n - lead));
-    junk_started = true;
-    pos += q + n;
+    const std::size_t n = tool_calls::literal_length(dialect, tag, r);
+    emit_junk(r.substr(0, n));
+    pos += n;
     return true;
+  }
+
+  void emit_junk(std::string_view text) {
+    if (junk_started) emit_content(held_space);
+    held_space.clear();
+    emit_content(text);
+    junk_started = true;
   }
 
   bool step_string_value(bool eof) {
@@ -342,7 +350,7 @@ struct ToolCallParser::State {
       pos += at;
       return true;
     }
-    const Tag tag = tool_calls::lex_tag(dialect, r, true);
+    const Tag tag = tool_calls::lex_tag(dialect, r, eof);
     if (tag.kind == TagKind::kIncomplete) return false;
     const bool own_closer =
         tag.kind == TagKind::kElementClose && (dialect == Dialect::kMiniMaxM2 || tag.name == param_name);
@@ -414,6 +422,7 @@ struct ToolCallParser::State {
 
   // The input ended: close whatever is open.
   void finalize() {
+    held_space.clear();  // whitespace at the end of the output, between tags
     if (mode == Mode::kStringValue) {
       emit_args("\"");
       mode = Mode::kBody;

@@ -34,7 +34,8 @@ struct AttnConfig {
   static constexpr int kExpandBytes = kFmt == KvDType::kBF16 ? 0 : 2 * kTileBytes;
   static constexpr int kTableBytes = kNvfp4 ? 256 * 8 : 0;
   static constexpr int kQBytes = kRows * 16 * kTileStride * 2;
-  static constexpr int kListBytes = kDense ? 0 : kMaxSlotsPerItem * kMaxTilesPerBlock * 4;
+  // sparse: (logical tile, physical block) per tile; dense: physical block per block.
+  static constexpr int kListBytes = kDense ? kDenseMaxBlocks * 4 : 2 * kMaxSlotsPerItem * kMaxTilesPerBlock * 4;
   // Merge scratch ([4 warps][16][D] O + [4][16][2] m,l floats) reuses the tile area.
   static constexpr int kScratchBytes = 4 * 16 * kDim * 4 + 4 * 16 * 2 * 4;
   static constexpr int kTileArea = kStages * kStageBytes + kExpandBytes;
@@ -43,11 +44,14 @@ struct AttnConfig {
 };
 
 // One warp's pass over `NT` n-tiles (8 tokens each) of the K/V tiles, rows = its 16 heads.
+// s_max (sparse only): the 4 warps of a row exchange their tile maxima through it, so all of them
+// quantise P8 against the same running max (that of the tiles seen so far, as a kernel walking
+// the keys in one sequence would); it costs one barrier per tile.
 template <bool kNvfp4, int NT>
 __device__ __forceinline__ void attend_chunk(const uint8_t* kt, const uint8_t* vt, int tok_off,
                                              int key_pos0, int my_pos, float c2,
                                              const uint32_t (&qf)[kDim / 16][4], float (&m_run)[2],
-                                             float (&l_run)[2], float (&o)[kDim / 8][4]) {
+                                             float (&l_run)[2], float (&o)[kDim / 8][4], float* s_max) {
   constexpr bool kBf16 = !kNvfp4;
   const int lane = threadIdx.x & 31, t = lane & 3;
   float s[NT][4];
@@ -76,10 +80,24 @@ __device__ __forceinline__ void attend_chunk(const uint8_t* kt, const uint8_t* v
       if (key_pos0 + tok_off + nt * 8 + 2 * t + (c & 1) > my_pos) s[nt][c] = -INFINITY;
       mx[c >> 1] = fmaxf(mx[c >> 1], s[nt][c]);
     }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) mx[h] = warp_max_quad(mx[h]);
+  if (s_max != nullptr) {
+    const int warp = threadIdx.x >> 5, g = lane >> 2;
+    if (t == 0) {
+      s_max[warp * 16 + g] = mx[0];
+      s_max[warp * 16 + g + 8] = mx[1];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      mx[h] = fmaxf(fmaxf(s_max[g + 8 * h], s_max[16 + g + 8 * h]),
+                    fmaxf(s_max[32 + g + 8 * h], s_max[48 + g + 8 * h]));
+  }
   float bias[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float m_new = fmaxf(m_run[h], warp_max_quad(mx[h]));
+    const float m_new = fmaxf(m_run[h], mx[h]);
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;
     const float alpha = ex2_approx((m_run[h] - m_use) * c2);
     m_run[h] = m_new;
@@ -121,8 +139,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
   using C = AttnConfig<kFmt, kDense>;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int s_num_tiles;
+  __shared__ float s_max[4 * 16];
   uint8_t* q_tile = smem;
   int* tile_list = reinterpret_cast<int*>(smem + C::kQBytes);
+  int* tile_phys = tile_list + kMaxSlotsPerItem * kMaxTilesPerBlock;  // sparse
+  int* block_phys = tile_list;                                         // dense
   uint2* table = reinterpret_cast<uint2*>(smem + C::kQBytes + C::kListBytes);
   uint8_t* area = smem + C::kQBytes + C::kListBytes + C::kTableBytes;
   uint8_t* stages = area;
@@ -135,46 +156,58 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
   const int bs = a.cache.block_size;
   const int tiles_per_block = bs / kTileTokens;
 
-  int seq, row0, nrows, kv, partial, num_tiles, tile_base = 0, partial_stride = 1;
+  // The tiles to walk, with their physical blocks resolved up front (no tile waits on a
+  // dependent global load later).
+  int row0, nrows, kv, partial, num_tiles, tile_base = 0, partial_stride = 1;
   if constexpr (kDense) {
     const DenseWork w = static_cast<const DenseWork*>(a.work)[blockIdx.x];
-    seq = w.seq, row0 = w.row_begin, nrows = w.row_count, kv = w.kv_head, partial = w.partial;
+    row0 = w.row_begin, nrows = w.row_count, kv = w.kv_head, partial = w.partial;
     partial_stride = w.partial_stride;
     tile_base = w.block_begin * tiles_per_block;
     const int last_pos = a.step.positions[row0 + nrows - 1];
     num_tiles = min(w.block_end * tiles_per_block, last_pos / kTileTokens + 1) - tile_base;
     if (num_tiles < 0) num_tiles = 0;
+    const int32_t* pages = a.step.page_table + int64_t(w.seq) * a.step.pages_per_seq;
+    for (int c = tid; c < w.block_end - w.block_begin; c += kThreads) block_phys[c] = pages[w.block_begin + c];
   } else {
     const SparseWork w = static_cast<const SparseWork*>(a.work)[blockIdx.x];
     row0 = w.row, nrows = 1, kv = w.kv_head, partial = w.partial;
-    seq = a.step.token_seq[row0];
-    if (tid == 0) {
+    if (warp == 0) {  // one lane per selection slot (<= 32), prefix sum of their tile counts
       const int pos = a.step.positions[row0];
-      const int32_t* sel = a.selection + (int64_t(row0) * hkv + kv) * a.topk;
-      int n = 0;
-      for (int j = w.slot_begin; j < w.slot_end; ++j) {
-        const int b = sel[j];
-        if (b < 0) continue;
-        for (int h = 0; h < tiles_per_block && b * bs + h * kTileTokens <= pos; ++h)
-          tile_list[n++] = b * tiles_per_block + h;
+      const int32_t* pages = a.step.page_table + int64_t(a.step.token_seq[row0]) * a.step.pages_per_seq;
+      const int j = w.slot_begin + lane;
+      const int b = j < w.slot_end ? a.selection[(int64_t(row0) * hkv + kv) * a.topk + j] : -1;
+      int count = 0, phys = 0;
+      if (b >= 0 && b * bs <= pos) {
+        count = min(tiles_per_block, (pos - b * bs) / kTileTokens + 1);
+        phys = pages[b];
       }
-      s_num_tiles = n;
+      int inc = count;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += v;
+      }
+      for (int h = 0; h < count; ++h) {
+        tile_list[inc - count + h] = b * tiles_per_block + h;
+        tile_phys[inc - count + h] = phys;
+      }
+      if (lane == 31) s_num_tiles = inc;
     }
-    __syncthreads();
-    num_tiles = s_num_tiles;
   }
-  const int32_t* pages = a.step.page_table + int64_t(seq) * a.step.pages_per_seq;
+  __syncthreads();
+  if constexpr (!kDense) num_tiles = s_num_tiles;
 
   auto issue = [&](int i) {
     if (i < num_tiles) {
       const int tile = kDense ? tile_base + i : tile_list[i];
-      const int64_t phys = pages[tile / tiles_per_block];
+      const int64_t phys = kDense ? block_phys[tile / tiles_per_block - tile_base / tiles_per_block] : tile_phys[i];
       const int tok0 = (tile % tiles_per_block) * kTileTokens;
       uint8_t* dst = stages + (i % C::kStages) * C::kStageBytes;
-      stage_tile<kFmt>(dst, a.cache.kv_row(phys, 0, kv, tok0), a.cache.kv_row_scales(phys, 0, kv, tok0),
-                       tid, kThreads);
-      stage_tile<kFmt>(dst + C::kStageBytes / 2, a.cache.kv_row(phys, 1, kv, tok0),
-                       a.cache.kv_row_scales(phys, 1, kv, tok0), tid, kThreads);
+      stage_tile<kFmt, kThreads>(dst, a.cache.kv_row(phys, 0, kv, tok0), a.cache.kv_row_scales(phys, 0, kv, tok0),
+                       tid);
+      stage_tile<kFmt, kThreads>(dst + C::kStageBytes / 2, a.cache.kv_row(phys, 1, kv, tok0),
+                       a.cache.kv_row_scales(phys, 1, kv, tok0), tid);
     }
     cp_async_commit();
   };
@@ -216,8 +249,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
     const uint8_t* kt = stages + (i % C::kStages) * C::kStageBytes;
     const uint8_t* vt = kt + C::kStageBytes / 2;
     if constexpr (kFmt != KvDType::kBF16) {
-      expand_tile<kFmt, C::kBf16>(kt, table, expanded, tid, kThreads);
-      expand_tile<kFmt, C::kBf16>(vt, table, expanded + kTileBytes, tid, kThreads);
+      expand_tile<kFmt, C::kBf16, kThreads>(kt, table, expanded, tid);
+      expand_tile<kFmt, C::kBf16, kThreads>(vt, table, expanded + kTileBytes, tid);
       __syncthreads();
       kt = expanded;
       vt = expanded + kTileBytes;
@@ -225,12 +258,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
     const int key_pos0 = (kDense ? tile_base + i : tile_list[i]) * kTileTokens;
     if constexpr (kDense) {
       if (my_row < nrows && key_pos0 <= my_pos) {
-        attend_chunk<C::kNvfp4, 4>(kt, vt, 0, key_pos0, my_pos, c2, qf, m_run, l_run, o);
+        attend_chunk<C::kNvfp4, 4>(kt, vt, 0, key_pos0, my_pos, c2, qf, m_run, l_run, o, nullptr);
         if (key_pos0 + 32 <= my_pos)
-          attend_chunk<C::kNvfp4, 4>(kt, vt, 32, key_pos0, my_pos, c2, qf, m_run, l_run, o);
+          attend_chunk<C::kNvfp4, 4>(kt, vt, 32, key_pos0, my_pos, c2, qf, m_run, l_run, o, nullptr);
       }
     } else {
-      attend_chunk<C::kNvfp4, 2>(kt, vt, warp * 16, key_pos0, my_pos, c2, qf, m_run, l_run, o);
+      attend_chunk<C::kNvfp4, 2>(kt, vt, warp * 16, key_pos0, my_pos, c2, qf, m_run, l_run, o, s_max);
     }
   }
   cp_async_wait<0>();

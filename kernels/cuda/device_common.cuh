@@ -122,10 +122,11 @@ __host__ __device__ constexpr int staged_tile_bytes(KvDType fmt) {
 }
 
 // Issues the async copies of tokens [tok0, tok0 + 64) of one slot (data rows at `rows`, scale
-// rows at `scale_rows`) into `dst`. All `nthreads` threads of the CTA take part.
-template <KvDType kFmt>
+// rows at `scale_rows`) into `dst`. All kThreadCount threads of the CTA take part.
+template <KvDType kFmt, int kThreadCount>
 __device__ __forceinline__ void stage_tile(uint8_t* dst, const uint8_t* rows,
-                                          const uint8_t* scale_rows, int tid, int nthreads) {
+                                          const uint8_t* scale_rows, int tid) {
+  constexpr int nthreads = kThreadCount;
   if constexpr (kFmt == KvDType::kBF16) {
     for (int c = tid; c < kTileTokens * 16; c += nthreads)
       cp_async16(dst + (c >> 4) * (kTileStride * 2) + (c & 15) * 16, rows + c * 16);
@@ -143,36 +144,45 @@ __device__ __forceinline__ void stage_tile(uint8_t* dst, const uint8_t* rows,
 
 // Expands a staged fp8/nvfp4 tile into an MMA tile [64][kTileStride] of fp16 (kBf16 = false) or
 // bf16 values. nvfp4 yields the E4M3 view; fp8 is exact either way.
-template <KvDType kFmt, bool kBf16>
+template <KvDType kFmt, bool kBf16, int kThreadCount>
 __device__ __forceinline__ void expand_tile(const uint8_t* raw, const uint2* table, uint8_t* tile,
-                                            int tid, int nthreads) {
+                                            int tid) {
+  constexpr int nthreads = kThreadCount;
   if constexpr (kFmt == KvDType::kNVFP4) {
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(raw);
+    // One 16-element group (8 bytes of codes, one scale byte) per thread and step.
+    const uint2* groups = reinterpret_cast<const uint2*>(raw);
     const uint8_t* scales = raw + kTileTokens * kDim / 2;
-    for (int i = tid; i < kTileTokens * kDim / 8; i += nthreads) {
-      const int row = i >> 4, word = i & 15;  // 8 codes: elements 8*word .. 8*word+7
-      const uint32_t w = words[i];
-      const uint2 t = table[scales[row * (kDim / 16) + (word >> 1)]];
-      // Magnitudes through the table (selector = code & 7), signs from bit 3 of each code.
-      const uint32_t lo = __byte_perm(t.x, t.y, w & 0x7777u) |
-                          __byte_perm(0u, 0x80u, (w >> 1) & 0x4444u);
-      const uint32_t hi = __byte_perm(t.x, t.y, (w >> 16) & 0x7777u) |
-                          __byte_perm(0u, 0x80u, (w >> 17) & 0x4444u);
-      uint4 out;
-      out.x = e4m3x2_to_f16x2(lo);
-      out.y = e4m3x2_to_f16x2(lo >> 16);
-      out.z = e4m3x2_to_f16x2(hi);
-      out.w = e4m3x2_to_f16x2(hi >> 16);
-      if constexpr (kBf16) {
-        out.x = f16x2_to_bf16x2(out.x);
-        out.y = f16x2_to_bf16x2(out.y);
-        out.z = f16x2_to_bf16x2(out.z);
-        out.w = f16x2_to_bf16x2(out.w);
+#pragma unroll
+    for (int i = tid; i < kTileTokens * kDim / 16; i += nthreads) {
+      const int row = i >> 3, group = i & 7;
+      const uint2 w = groups[i];
+      const uint2 t = table[scales[i]];
+      uint4 half[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t x = h ? w.y : w.x;  // 8 codes: elements 16*group + 8*h ..
+        // Magnitudes through the table (selector = code & 7), signs from bit 3 of each code.
+        const uint32_t lo = __byte_perm(t.x, t.y, x & 0x7777u) | __byte_perm(0u, 0x80u, (x >> 1) & 0x4444u);
+        const uint32_t hi =
+            __byte_perm(t.x, t.y, (x >> 16) & 0x7777u) | __byte_perm(0u, 0x80u, (x >> 17) & 0x4444u);
+        uint32_t f[4] = {e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2(lo >> 16), e4m3x2_to_f16x2(hi),
+                         e4m3x2_to_f16x2(hi >> 16)};
+        if constexpr (kBf16) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) f[j] = f16x2_to_bf16x2(f[j]);
+        }
+        half[h] = make_uint4(f[0], f[1], f[2], f[3]);
       }
-      *reinterpret_cast<uint4*>(tile + row * (kTileStride * 2) + word * 16) = out;
+      // Groups 4..7 store their second half first: each store instruction of 8 threads then
+      // covers all 32 banks.
+      uint4* dst = reinterpret_cast<uint4*>(tile + row * (kTileStride * 2) + group * 32);
+      const int first = group >> 2;
+      dst[first] = first ? half[1] : half[0];
+      dst[first ^ 1] = first ? half[0] : half[1];
     }
   } else if constexpr (kFmt == KvDType::kFP8) {
     const uint4* chunks = reinterpret_cast<const uint4*>(raw);
+#pragma unroll
     for (int i = tid; i < kTileTokens * kDim / 16; i += nthreads) {
       const int row = i >> 3, chunk = i & 7;  // 16 codes: elements 16*chunk ..
       const uint4 c = chunks[i];

@@ -25,9 +25,10 @@ struct IndexerConfig {
   static constexpr int kExpandBytes = kFmt == KvDType::kBF16 ? 0 : kTileBytes;
   static constexpr int kTableBytes = kFmt == KvDType::kNVFP4 ? 256 * 8 : 0;
   static constexpr int kRedBytes = 4 * kIndexerRows * 4;
-  static constexpr int kPosBytes = kIndexerRows * 4;
+  static constexpr int kRowBytes = 2 * kIndexerRows * 4;  // position, score base per row
+  static constexpr int kPageBytes = kIndexerMaxBlocks * 4;
   static constexpr int kSmemBytes =
-      kQBytes + kExpandBytes + kStages * kStageBytes + kTableBytes + kRedBytes + kPosBytes;
+      kQBytes + kExpandBytes + kStages * kStageBytes + kTableBytes + kRedBytes + kRowBytes + kPageBytes;
 };
 
 template <KvDType kFmt>
@@ -40,6 +41,8 @@ __global__ void __launch_bounds__(kThreads) indexer_scores_kernel(const IndexerA
   uint2* table = reinterpret_cast<uint2*>(stages + C::kStages * C::kStageBytes);
   float* red = reinterpret_cast<float*>(stages + C::kStages * C::kStageBytes + C::kTableBytes);
   int* row_pos = reinterpret_cast<int*>(red + 4 * kIndexerRows);
+  int* row_base = row_pos + kIndexerRows;  // score index of block 0 for the row
+  int* s_pages = row_base + kIndexerRows;
 
   const IndexerWork w = a.work[blockIdx.x];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -48,14 +51,24 @@ __global__ void __launch_bounds__(kThreads) indexer_scores_kernel(const IndexerA
   const int block_size = a.cache.block_size;
   const int tiles_per_block = block_size / kTileTokens;
   const int num_tiles = (w.block_end - w.block_begin) * tiles_per_block;
+  // Everything the loop reads from global metadata goes to shared memory first, so that no
+  // tile waits on a dependent global load.
   const int32_t* pages = a.step.page_table + int64_t(w.seq) * a.step.pages_per_seq;
+  for (int c = tid; c < w.block_end - w.block_begin; c += kThreads) s_pages[c] = pages[w.block_begin + c];
+  if (tid < kIndexerRows) {
+    const int pos = tid < rows ? a.step.positions[w.row_begin + tid / heads] : -1;
+    row_pos[tid] = pos;
+    if (tid < rows)
+      row_base[tid] = a.score_offset[w.row_begin + tid / heads] * heads + (tid % heads) * (pos / block_size + 1);
+  }
+  __syncthreads();
 
   auto issue = [&](int i) {
     if (i < num_tiles) {
-      const int64_t phys = pages[w.block_begin + i / tiles_per_block];
+      const int64_t phys = s_pages[i / tiles_per_block];
       const int tok0 = (i % tiles_per_block) * kTileTokens;
-      stage_tile<kFmt>(stages + (i % C::kStages) * C::kStageBytes, a.cache.index_row(phys, tok0),
-                       a.cache.index_row_scales(phys, tok0), tid, kThreads);
+      stage_tile<kFmt, kThreads>(stages + (i % C::kStages) * C::kStageBytes, a.cache.index_row(phys, tok0),
+                       a.cache.index_row_scales(phys, tok0), tid);
     }
     cp_async_commit();
   };
@@ -75,7 +88,6 @@ __global__ void __launch_bounds__(kThreads) indexer_scores_kernel(const IndexerA
                                          (int64_t(w.row_begin) * heads + m) * kDim + d8);
     *reinterpret_cast<uint4*>(q_tile + m * (kTileStride * 2) + d8 * 2) = v;
   }
-  if (tid < kIndexerRows) row_pos[tid] = tid < rows ? a.step.positions[w.row_begin + tid / heads] : -1;
   float run_max = -INFINITY;  // thread tid owns MMA row tid across tiles
 
   const int g = lane >> 2, t = lane & 3;
@@ -85,7 +97,7 @@ __global__ void __launch_bounds__(kThreads) indexer_scores_kernel(const IndexerA
     issue(i + C::kStages - 1);
     const uint8_t* kt = stages + (i % C::kStages) * C::kStageBytes;
     if constexpr (kFmt != KvDType::kBF16) {
-      expand_tile<kFmt, false>(kt, table, k_tile, tid, kThreads);
+      expand_tile<kFmt, false, kThreads>(kt, table, k_tile, tid);
       __syncthreads();
       kt = k_tile;
     }
@@ -141,10 +153,7 @@ __global__ void __launch_bounds__(kThreads) indexer_scores_kernel(const IndexerA
                             fmaxf(red[2 * kIndexerRows + tid], red[3 * kIndexerRows + tid]));
       run_max = fmaxf(run_max, m);
       if (i % tiles_per_block == tiles_per_block - 1) {
-        const int token = w.row_begin + tid / heads, head = tid % heads;
-        const int local = row_pos[tid] / block_size;
-        if (block <= local)
-          a.scores[int64_t(a.score_offset[token]) * heads + int64_t(head) * (local + 1) + block] = run_max;
+        if (block <= row_pos[tid] / block_size) a.scores[int64_t(row_base[tid]) + block] = run_max;
         run_max = -INFINITY;
       }
     }

@@ -16,6 +16,8 @@ inline constexpr int kDim = 128;         // head_dim and index_dim
 inline constexpr int kTileTokens = 64;   // tokens staged per pipeline step; block_size % 64 == 0
 inline constexpr int kMaxGroup = 16;     // query heads per KV head (one m16 MMA tile)
 inline constexpr int kIndexerRows = 64;  // (query token, index head) rows per indexer work item
+inline constexpr int kIndexerMaxBlocks = 64;  // blocks per indexer work item
+inline constexpr int kDenseMaxBlocks = 256;   // blocks per dense attention work item
 inline constexpr int kMaxSlotsPerItem = 32;  // selection slots one sparse attention item walks
 inline constexpr int kMaxTilesPerBlock = 4;  // block_size <= 256
 

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(const TopkArgs a) {
   __shared__ int chosen[kMaxTopk];
   __shared__ int num_chosen;
   __shared__ uint32_t s_prefix;
-  __shared__ int s_remaining;
+  __shared__ int s_remaining, s_bin_count;
   __shared__ int warp_sums[kThreads / 32];
 
   const int tid = threadIdx.x;
@@ -82,27 +82,30 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(const TopkArgs a) {
   const float* scores = a.scores + int64_t(a.score_offset[token]) * a.index_heads +
                         int64_t(head) * n + init_end;
   for (int i = tid; i < m; i += kThreads) keys[i] = order_key(scores[i]);
-  if (tid == 0) {
-    num_chosen = 0;
-    s_prefix = 0u;
-    s_remaining = k - forced;
-  }
+  if (tid == 0) num_chosen = 0;
   for (int i = tid; i < forced; i += kThreads)
     chosen[i] = i < init_end ? i : local_begin + (i - init_end);
   __syncthreads();
 
-  // Radix select of the (k - forced)-th largest key, most significant byte first.
+  // Radix select of the (k - forced)-th largest key, most significant byte first. Stops early
+  // once the bin holding the threshold holds exactly the keys still needed.
   uint32_t prefix = 0u, mask = 0u;
+  int remaining = k - forced;  // keys still to take from those matching `prefix` under `mask`
+  const int lane = tid & 31;
   for (int shift = 24; shift >= 0; shift -= 8) {
     hist[tid] = 0u;
     __syncthreads();
     for (int i = tid; i < m; i += kThreads) {
       const uint32_t key = keys[i];
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+      if ((key & mask) == prefix) {
+        // Scores cluster in few exponent bins: one shared atomic per distinct bin per warp.
+        const uint32_t bin = (key >> shift) & 255u;
+        const unsigned peers = __match_any_sync(__activemask(), bin);
+        if (lane == __ffs(peers) - 1) atomicAdd(&hist[bin], uint32_t(__popc(peers)));
+      }
     }
     __syncthreads();
     if (tid < 32) {
-      const int remaining = s_remaining;
       uint32_t c[8];
       uint32_t sum = 0;
 #pragma unroll
@@ -123,6 +126,7 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(const TopkArgs a) {
           if (cum + c[j] >= uint32_t(remaining)) {
             s_prefix = prefix | (uint32_t(255 - 8 * tid - j) << shift);
             s_remaining = remaining - int(cum);
+            s_bin_count = int(c[j]);
             break;
           }
           cum += c[j];
@@ -131,23 +135,25 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(const TopkArgs a) {
     }
     __syncthreads();
     prefix = s_prefix;
+    remaining = s_remaining;
     mask |= 255u << shift;
+    if (s_bin_count == remaining) break;  // every key of the bin is taken
   }
-  const int take_equal = s_remaining;  // keys equal to the threshold still to take, lowest ids first
+  const int take_equal = remaining;  // keys matching the prefix still to take, lowest ids first
 
-  // Keys above the threshold: all of them (order fixed by the final sort).
+  // Keys above the prefix: all of them (order fixed by the final sort).
   for (int i = tid; i < m; i += kThreads)
-    if (keys[i] > prefix) chosen[forced + atomicAdd(&num_chosen, 1)] = init_end + i;
-  // Keys equal to the threshold: ordered compaction over contiguous chunks of ids.
+    if ((keys[i] & mask) > prefix) chosen[forced + atomicAdd(&num_chosen, 1)] = init_end + i;
+  // Keys matching the prefix: ordered compaction over contiguous chunks of ids.
   const int chunk = (m + kThreads - 1) / kThreads;
   const int lo = min(m, tid * chunk), hi = min(m, lo + chunk);
   int eq = 0;
-  for (int i = lo; i < hi; ++i) eq += keys[i] == prefix;
+  for (int i = lo; i < hi; ++i) eq += (keys[i] & mask) == prefix;
   int total = 0;
   int rank = block_exclusive_scan(eq, warp_sums, total);
   const int above = k - forced - take_equal;
   for (int i = lo; i < hi && rank < take_equal; ++i)
-    if (keys[i] == prefix) chosen[forced + above + rank++] = init_end + i;
+    if ((keys[i] & mask) == prefix) chosen[forced + above + rank++] = init_end + i;
   __syncthreads();
 
   // Ascending ids: each id's rank is the number of smaller ids (all distinct).

@@ -214,8 +214,11 @@ TEST(FormatsFp16, DecodeEveryCode) {
   for (int h = 0; h < 65536; ++h) {
     double want = ref_fp16(static_cast<uint16_t>(h));
     float got = fp16_decode(static_cast<uint16_t>(h));
-    if (std::isnan(want)) EXPECT_TRUE(std::isnan(got)) << h;
-    else EXPECT_EQ(static_cast<double>(got), want) << h;
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << h;
+    } else {
+      EXPECT_EQ(static_cast<double>(got), want) << h;
+    }
     EXPECT_EQ(std::signbit(got), h >= 0x8000) << h;
   }
 }
@@ -399,8 +402,11 @@ TEST(FormatsRows, DecodeRowsMatchElementCodecs) {
   mxfp8_row_to_f32(codes.data(), mx_scales.data(), 100, out.data());
   for (int i = 0; i < 100; ++i) {
     double want = ref_e4m3(codes[i]) * std::ldexp(1.0, mx_scales[i / 32] - 127);
-    if (std::isnan(want)) EXPECT_TRUE(std::isnan(out[i]));
-    else EXPECT_EQ(static_cast<double>(out[i]), want) << i;
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(out[i]));
+    } else {
+      EXPECT_EQ(static_cast<double>(out[i]), want) << i;
+    }
   }
   nvfp4_row_to_f32(nv_packed.data(), nv_scales.data(), 99, out.data());  // odd length
   for (int i = 0; i < 99; ++i)

@@ -10,9 +10,15 @@ __device__ __forceinline__ uint64_t mix(uint64_t x) {  // splitmix64 finaliser
   return x ^ (x >> 31);
 }
 
-__global__ void bytes_kernel(uint64_t* dst, size_t words, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words; i += size_t(gridDim.x) * blockDim.x)
-    dst[i] = mix(seed ^ (i * 0x2545f4914f6cdd1dull));
+__global__ void bytes_kernel(uint64_t* dst, size_t words, uint64_t seed, bool e4m3_finite) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words; i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t v = mix(seed ^ (i * 0x2545f4914f6cdd1dull));
+    if (e4m3_finite) {  // 0x7f / 0xff (E4M3 NaN) -> 0x7e / 0xfe
+      const uint64_t low7 = v & 0x7f7f7f7f7f7f7f7full;
+      v ^= ((low7 + 0x0101010101010101ull) & 0x8080808080808080ull) >> 7;
+    }
+    dst[i] = v;
+  }
 }
 
 __global__ void bf16_kernel(uint16_t* dst, size_t count, uint64_t seed) {
@@ -38,8 +44,8 @@ __global__ void scales_kernel(uint8_t* pool, int64_t block_bytes, const int64_t*
 
 }  // namespace
 
-cudaError_t fill_random_bytes(void* dst, size_t bytes, uint64_t seed, cudaStream_t stream) {
-  bytes_kernel<<<4096, 256, 0, stream>>>(static_cast<uint64_t*>(dst), bytes / 8, seed);
+cudaError_t fill_random_bytes(void* dst, size_t bytes, uint64_t seed, bool e4m3_finite, cudaStream_t stream) {
+  bytes_kernel<<<4096, 256, 0, stream>>>(static_cast<uint64_t*>(dst), bytes / 8, seed, e4m3_finite);
   return cudaGetLastError();
 }
 

@@ -7,8 +7,8 @@
 
 namespace m3::cuda::testing {
 
-// Random bytes.
-cudaError_t fill_random_bytes(void* dst, size_t bytes, uint64_t seed, cudaStream_t stream);
+// Random bytes; e4m3_finite avoids the E4M3 NaN codes 0x7f and 0xff.
+cudaError_t fill_random_bytes(void* dst, size_t bytes, uint64_t seed, bool e4m3_finite, cudaStream_t stream);
 // Random bf16 values, roughly normal with unit variance.
 cudaError_t fill_random_bf16(uint16_t* dst, size_t count, uint64_t seed, cudaStream_t stream);
 // In each of `num_blocks` blocks (stride block_bytes), rewrites the byte ranges

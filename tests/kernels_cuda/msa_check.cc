@@ -36,14 +36,16 @@ struct CheckCase {
   ActDType act = ActDType::kBF16;
 };
 
+// msa-kernels.md section 5, per path and row kind (decode rows: sequences with <= 16 new tokens).
 struct Tolerance {
   float atol, rtol, lse;
+  bool cosine;  // cosine >= 0.999 per output row (Q8KV8 in the vendor's suite; bf16 here too)
 };
-Tolerance tolerance(KvDType dtype) {
+Tolerance tolerance(KvDType dtype, bool decode_row) {
   switch (dtype) {
-    case KvDType::kNVFP4: return {5e-2f, 5e-2f, 1e-3f};
-    case KvDType::kFP8: return {5e-2f, 1e-1f, 3e-3f};
-    default: return {3e-2f, 3e-2f, 1e-3f};
+    case KvDType::kNVFP4: return decode_row ? Tolerance{5e-2f, 5e-2f, 5e-4f, false} : Tolerance{3e-2f, 3e-2f, 5e-4f, false};
+    case KvDType::kFP8: return decode_row ? Tolerance{5e-2f, 5e-2f, 3e-3f, true} : Tolerance{3e-2f, 1e-1f, 3e-3f, true};
+    default: return {3e-2f, 3e-2f, 1e-3f, true};
   }
 }
 
@@ -149,15 +151,17 @@ void compare_selection(const CheckCase& c, Stats& st, const KvLayerView& cache, 
     }
 }
 
+// Rows are (token, query head); decode_token[t] picks the tolerance of token t.
 void compare_attention(const CheckCase& c, Stats& st, const char* what, const std::vector<float>& cpu_out,
                        const std::vector<float>& cpu_lse, const std::vector<uint16_t>& gpu_out_bits,
-                       const std::vector<float>& gpu_lse) {
-  const Tolerance tol = tolerance(c.kv_dtype);
+                       const std::vector<float>& gpu_lse, const std::vector<bool>& decode_token) {
   const std::vector<float> gpu_out = bf16_to_float(gpu_out_bits);
   const int d = 128, rows = static_cast<int>(cpu_lse.size());
+  const int heads = rows / static_cast<int>(decode_token.size());
   double max_err = 0.0, worst_cos = 1.0, max_lse_err = 0.0;
-  int bad = 0, bad_lse = 0;
+  int bad = 0, bad_lse = 0, bad_cos = 0;
   for (int r = 0; r < rows; ++r) {
+    const Tolerance tol = tolerance(c.kv_dtype, decode_token[r / heads]);
     double dot = 0, na = 0, nb = 0;
     for (int i = 0; i < d; ++i) {
       const float a = cpu_out[size_t(r) * d + i], g = gpu_out[size_t(r) * d + i];
@@ -165,8 +169,9 @@ void compare_attention(const CheckCase& c, Stats& st, const char* what, const st
       if (std::isfinite(g)) max_err = std::max(max_err, double(std::fabs(g - a)));
       dot += double(a) * g, na += double(a) * a, nb += double(g) * g;
     }
-    if (na > 0 && nb > 0) worst_cos = std::min(worst_cos, dot / std::sqrt(na * nb));
-    else if (na != nb) worst_cos = 0.0;
+    const double cosine = na > 0 && nb > 0 ? dot / std::sqrt(na * nb) : (na == nb ? 1.0 : 0.0);
+    worst_cos = std::min(worst_cos, cosine);
+    if (tol.cosine && cosine < 0.999) ++bad_cos;
     const float la = cpu_lse[r], lg = gpu_lse[r];
     if (std::isinf(la) || std::isinf(lg)) {
       if (la != lg) ++bad_lse;
@@ -180,15 +185,15 @@ void compare_attention(const CheckCase& c, Stats& st, const char* what, const st
               max_lse_err, rows);
   char msg[200];
   if (bad) {
-    std::snprintf(msg, sizeof msg, "%s: %d outputs outside atol %.0e rtol %.0e (or not finite)", what, bad, tol.atol, tol.rtol);
+    std::snprintf(msg, sizeof msg, "%s: %d outputs outside the section-5 atol/rtol (or not finite)", what, bad);
     st.fail(c.name, msg);
   }
   if (bad_lse) {
-    std::snprintf(msg, sizeof msg, "%s: %d lse values off by more than %.0e", what, bad_lse, tol.lse);
+    std::snprintf(msg, sizeof msg, "%s: %d lse values outside the section-5 tolerance", what, bad_lse);
     st.fail(c.name, msg);
   }
-  if (worst_cos < 0.999) {
-    std::snprintf(msg, sizeof msg, "%s: cosine %.6f < 0.999", what, worst_cos);
+  if (bad_cos) {
+    std::snprintf(msg, sizeof msg, "%s: %d rows with cosine < 0.999", what, bad_cos);
     st.fail(c.name, msg);
   }
 }
@@ -275,6 +280,11 @@ void run_case(const CheckCase& c, uint64_t seed, Stats& st) {
   std::printf("    top-k   %zu rows, %d ids swapped at exact-score near-ties\n", cpu_sel.size() / topk, tie_swaps);
 
   // 3. Sparse attention over the CPU's selection, 4. dense attention.
+  std::vector<bool> decode_token(T);
+  for (int t = 0; t < T; ++t) {
+    const int sq = b.token_seq[t];
+    decode_token[t] = b.query_start[sq + 1] - b.query_start[sq] <= 16;
+  }
   const Activations q = random_acts(rng, size_t(T) * hq * d, c.act);
   const float sm_scale = 1.0f / std::sqrt(float(d));
   DeviceMem d_q = upload(q.bytes), d_cpu_sel = upload(cpu_sel);
@@ -292,7 +302,7 @@ void run_case(const CheckCase& c, uint64_t seed, Stats& st) {
     MSA_CUDA(cudaDeviceSynchronize());
     std::vector<uint16_t> out = download<uint16_t>(d_out, cpu_out.size());
     std::vector<float> lse = download<float>(d_lse, cpu_lse.size());
-    compare_attention(c, st, dense ? "dense" : "sparse", cpu_out, cpu_lse, out, lse);
+    compare_attention(c, st, dense ? "dense" : "sparse", cpu_out, cpu_lse, out, lse, decode_token);
     (dense ? eager_dense : eager_sparse) = std::move(out);
     (dense ? eager_dense_lse : eager_sparse_lse) = std::move(lse);
   }
@@ -351,6 +361,9 @@ std::vector<CheckCase> all_cases(bool quick) {
   // No forced local block: the local block is scored with its causal mask.
   cases.push_back({"mixed_fp8_nolocal", kFP8, kFP8, 16, 1, {{1, 2600}, {64, 2700}, {8, 1999}},
                    PageLayout::kSharedPrefix, 8, {0, 12, 0, 0}});
+  // Long contexts: indexer items of several blocks, dense attention split into many pieces.
+  cases.push_back({"decode_long_q8kv4", kNVFP4, kNVFP4, 16, 1, {{8, 40000}, {8, 35000}, {4, 50001}, {8, 30000}},
+                   PageLayout::kPermuted});
   // nvfp4 KV with fp8 index, prefill + decode mixed, GQA 16 full heads.
   cases.push_back({"mixed_q8kv4_fp8idx_h64", kNVFP4, kFP8, 64, 4, {{3, 6000}, {50, 2000}, {1, 300}},
                    PageLayout::kDisjoint});

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -59,10 +60,10 @@ inline std::vector<uint8_t> safetensors_bytes(const std::string& header,
                                               const std::vector<uint8_t>& data,
                                               uint64_t header_len_field = UINT64_MAX) {
   uint64_t len = header_len_field == UINT64_MAX ? header.size() : header_len_field;
-  std::vector<uint8_t> out(8);
+  std::vector<uint8_t> out(8 + header.size() + data.size());
   for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(len >> (8 * i));
-  out.insert(out.end(), header.begin(), header.end());
-  out.insert(out.end(), data.begin(), data.end());
+  std::copy(header.begin(), header.end(), out.begin() + 8);
+  std::copy(data.begin(), data.end(), out.begin() + 8 + static_cast<std::ptrdiff_t>(header.size()));
   return out;
 }
 

@@ -123,8 +123,9 @@ void check_model(const ModelConfig& c, const ModelWeights& w, const Expected& e,
       expect_linear(l.mlp.experts[x].gate, e, KE + "gate");
       expect_linear(l.mlp.experts[x].up, e, KE + "up");
       expect_linear(l.mlp.experts[x].down, e, KE + "down");
-      if (o.layout == Layout::kRelease)
+      if (o.layout == Layout::kRelease) {
         EXPECT_EQ(l.mlp.experts[x].gate.format, expected_format(o.expert));
+      }
     }
   }
 }

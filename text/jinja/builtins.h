@@ -28,8 +28,10 @@ void add_globals(Scope& scope);
 // Binds call arguments to named parameters as Python does; each Param without a default is
 // required. Raises TypeError naming `function` for a missing, duplicate or unknown argument.
 struct Param {
+  Param(std::string_view name, bool required, Value default_value = Value())
+      : name(name), required(required), default_value(std::move(default_value)) {}
   std::string_view name;
-  bool required = false;
+  bool required;
   Value default_value;
 };
 std::vector<Value> bind_args(std::string_view function, const CallArgs& args,

@@ -220,11 +220,13 @@ Value f_indent(Interpreter&, const Value& in, Args& args) {
   std::string indention = v[0].is_string() ? v[0].str() : std::string(std::max<int64_t>(0, int_arg(v[0], "width")), ' ');
   std::vector<std::string> lines = pystr::splitlines(in.str() + "\n", false);
   std::string rv;
-  if (truthy(v[2])) {
-    for (size_t k = 0; k < lines.size(); ++k) rv += (k ? "\n" + indention : "") + lines[k];
-  } else {
-    rv = lines.empty() ? "" : lines[0];
-    for (size_t k = 1; k < lines.size(); ++k) rv += "\n" + (lines[k].empty() ? "" : indention) + lines[k];
+  bool indent_blank_lines = truthy(v[2]);
+  for (size_t k = 0; k < lines.size(); ++k) {
+    if (k > 0) {
+      rv.push_back('\n');
+      if (indent_blank_lines || !lines[k].empty()) rv.append(indention);
+    }
+    rv.append(lines[k]);
   }
   if (truthy(v[1])) rv = indention + rv;
   return Value::string(std::move(rv));

@@ -48,7 +48,7 @@ Value Value::number(double f) {
 Value Value::string(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.ptr_ = std::make_shared<const std::string>(std::move(s));
+  v.ptr_ = std::make_shared<std::string>(std::move(s));
   return v;
 }
 

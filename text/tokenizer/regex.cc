@@ -9,33 +9,78 @@ namespace m3::text {
 
 namespace {
 
-// Rewrites `\s` and `\S` (inside or outside a class) to the White_Space property, which is what
-// Oniguruma matches; everything else is passed through unchanged.
+// Oniguruma's Unicode classes, spelled with PCRE2 properties: `\s` is White_Space (PCRE2 adds
+// U+180E), `\w` is Alphabetic + marks + Nd + Pc + the Latin-1 superscripts and fractions
+// (PCRE2 leaves out marks and some letters), and `\h` is a hexadecimal digit (PCRE2: horizontal
+// space). Checked against the reference character by character.
+constexpr std::string_view kSpace = "\\p{White_Space}";
+constexpr std::string_view kWord =
+    "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
+constexpr std::string_view kHex = "0-9a-fA-F";
+
+// Rewrites those escapes; a negated one inside a class (`[^\W]`, `[a\S]`) cannot be spelled as a
+// PCRE2 class item except for \S, so \W and \H keep PCRE2's meaning there.
 std::string translate_pattern(std::string_view pattern) {
   std::string out;
   out.reserve(pattern.size() + 16);
+  bool in_class = false;
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
     if (c != '\\' || i + 1 == pattern.size()) {
+      if (c == '[' && !in_class) {
+        in_class = true;
+        out.push_back(c);
+        // A ']' right after '[' or '[^' is a literal member, not the end of the class.
+        if (i + 1 < pattern.size() && pattern[i + 1] == '^') out.push_back(pattern[++i]);
+        if (i + 1 < pattern.size() && pattern[i + 1] == ']') out.push_back(pattern[++i]);
+        continue;
+      }
+      if (c == '[' && in_class && i + 1 < pattern.size() && pattern[i + 1] == ':') {
+        const size_t end = pattern.find(":]", i + 2);  // a POSIX class such as [:alpha:]
+        const size_t stop = end == std::string_view::npos ? pattern.size() : end + 2;
+        out.append(pattern.substr(i, stop - i));
+        i = stop - 1;
+        continue;
+      }
+      if (c == ']' && in_class) in_class = false;
       out.push_back(c);
       continue;
     }
-    const char next = pattern[i + 1];
-    if (next == 's') {
-      out.append("\\p{White_Space}");
-    } else if (next == 'S') {
-      out.append("\\P{White_Space}");
-    } else if (next == 'Q') {  // a quoted run: copy up to \E verbatim
-      const size_t end = pattern.find("\\E", i + 2);
-      const size_t stop = end == std::string_view::npos ? pattern.size() : end + 2;
-      out.append(pattern.substr(i, stop - i));
-      i = stop - 1;
-      continue;
-    } else {
-      out.push_back(c);
-      out.push_back(next);
+    const char next = pattern[++i];
+    auto emit_set = [&](std::string_view items, bool negated) {
+      if (in_class) {
+        out.append(items);
+      } else {
+        out.append(negated ? "[^" : "[");
+        out.append(items);
+        out.push_back(']');
+      }
+    };
+    switch (next) {
+      case 's': out.append(kSpace); break;
+      case 'S': out.append("\\P{White_Space}"); break;
+      case 'w': emit_set(kWord, false); break;
+      case 'h': emit_set(kHex, false); break;
+      case 'W':
+      case 'H':
+        if (in_class) {
+          out.push_back('\\');
+          out.push_back(next);
+        } else {
+          emit_set(next == 'W' ? kWord : kHex, true);
+        }
+        break;
+      case 'Q': {  // a quoted run: copy up to \E verbatim
+        const size_t end = pattern.find("\\E", i + 1);
+        const size_t stop = end == std::string_view::npos ? pattern.size() : end + 2;
+        out.append(pattern.substr(i - 1, stop - (i - 1)));
+        i = stop - 1;
+        break;
+      }
+      default:
+        out.push_back('\\');
+        out.push_back(next);
     }
-    ++i;
   }
   return out;
 }
@@ -50,7 +95,6 @@ using MatchData = std::unique_ptr<pcre2_match_data, MatchDataDeleter>;
 struct Regex::Compiled {
   pcre2_code* code = nullptr;
   bool jit = false;
-  bool empty_literal = false;
   ~Compiled() { pcre2_code_free(code); }
 
   // First match at or after `start`. A JIT stack overflow (possible on pathological inputs) falls
@@ -83,7 +127,6 @@ struct Regex::Compiled {
   // ending at e, an empty match at e is refused and the search moves on by one character.
   template <class F>
   void for_each_match(std::string_view text, F&& on_match) const {
-    if (empty_literal) return;
     MatchData md(pcre2_match_data_create_from_pattern(code, nullptr));
     bool use_jit = jit;
     size_t search_from = 0;
@@ -112,10 +155,6 @@ struct Regex::Compiled {
 
 Regex::Regex(std::string_view pattern, bool literal, std::string_view where)
     : compiled_(std::make_unique<Compiled>()), pattern_(pattern) {
-  if (literal && pattern.empty()) {
-    compiled_->empty_literal = true;  // tokenizers: an empty string pattern matches nothing
-    return;
-  }
   const std::string source = literal ? std::string(pattern) : translate_pattern(pattern);
   uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE;
   if (literal) options = PCRE2_UTF | PCRE2_LITERAL;
@@ -153,6 +192,7 @@ std::vector<MatchSpan> Regex::find_matches(std::string_view text) const {
 }
 
 std::string Regex::replace_all(std::string_view text, std::string_view replacement) const {
+  if (text.empty()) return {};  // the reference finds no match in an empty text
   std::string out;
   out.reserve(text.size());
   size_t previous = 0;

@@ -1,7 +1,8 @@
 // The patterns of tokenizer.json (Split pre-tokenizer, Replace normalizer/decoder, the ByteLevel
 // regex) run on PCRE2 with Unicode semantics, made to agree with the Oniguruma engine the Rust
-// `tokenizers` library uses: `\s` / `\S` mean the Unicode White_Space property (PCRE2's own `\s`
-// also matches U+180E) and `^` / `$` match at line boundaries.
+// `tokenizers` library uses: `\s`, `\w` and `\h` get Oniguruma's meaning (regex.cc), `^` and `$`
+// match at line boundaries, and a `{"String": s}` pattern is the literal s (an empty one matches
+// the empty string everywhere, as the reference's escaped empty regex does).
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -19,7 +20,7 @@ struct MatchSpan {
 
 class Regex {
  public:
-  // `literal` compiles the pattern as a plain string (Split/Replace `{"String": ...}`).
+  // `literal` compiles the pattern as a plain string (`{"String": ...}` patterns).
   // Throws m3::Error naming `where` and the PCRE2 message when the pattern does not compile.
   Regex(std::string_view pattern, bool literal, std::string_view where);
   ~Regex();

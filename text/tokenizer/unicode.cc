@@ -174,16 +174,27 @@ bool is_word_char(char32_t c) {
 }
 
 namespace {
-bool is_ascii(std::string_view text) {
-  for (char ch : text) {
-    if (static_cast<unsigned char>(ch) >= 0x80) return false;
-  }
-  return true;
-}
-}  // namespace
 
-std::string normalize(std::string_view text, NormalForm form) {
-  if (is_ascii(text)) return std::string(text);  // every form leaves ASCII unchanged
+// Characters that every normal form leaves alone and that never combine with a neighbour:
+// ASCII, CJK ideographs and the common emoji blocks. The composing forms also keep Latin-1 and
+// Latin Extended (below U+0300: compatibility mappings there only matter to NFKC), precomposed
+// Hangul syllables and kana. Anything else sends its line through utf8proc.
+bool is_stable(char32_t c, NormalForm form) {
+  if (c < 0x80) return true;
+  if ((c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+      (c >= 0x1F300 && c <= 0x1F64F) || (c >= 0x1F680 && c <= 0x1F6FF) ||
+      (c >= 0x1F900 && c <= 0x1F9FF)) {
+    return true;
+  }
+  if (form == NormalForm::kNfc && c < 0x300) return true;
+  if (form == NormalForm::kNfc || form == NormalForm::kNfkc) {
+    return (c >= 0xAC00 && c <= 0xD7A3) || (c >= 0x3041 && c <= 0x3096) ||
+           (c >= 0x30A1 && c <= 0x30FA);
+  }
+  return false;
+}
+
+std::string utf8proc_normalize(std::string_view text, NormalForm form) {
   int options = UTF8PROC_STABLE;
   switch (form) {
     case NormalForm::kNfc: options |= UTF8PROC_COMPOSE; break;
@@ -199,6 +210,39 @@ std::string normalize(std::string_view text, NormalForm form) {
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
   M3_CHECK(n >= 0, "unicode normalization failed: {}", utf8proc_errmsg(n));
   return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+}
+
+}  // namespace
+
+std::string normalize(std::string_view text, NormalForm form) {
+  // A line feed is a starter that never composes, so lines normalize independently; lines made
+  // of stable characters only are copied as they are.
+  std::string out;
+  out.reserve(text.size());
+  size_t line_begin = 0;
+  while (line_begin < text.size()) {
+    size_t line_end = text.find('\n', line_begin);
+    line_end = line_end == std::string_view::npos ? text.size() : line_end + 1;
+    const std::string_view line = text.substr(line_begin, line_end - line_begin);
+    bool stable = true;
+    for (size_t pos = 0; pos < line.size() && stable;) {
+      if (static_cast<unsigned char>(line[pos]) < 0x80) {
+        ++pos;
+        continue;
+      }
+      char32_t c = 0;
+      const size_t len = decode_utf8(line, pos, &c);
+      stable = len != 0 && is_stable(c, form);
+      pos += len;
+    }
+    if (stable) {
+      out.append(line);
+    } else {
+      out.append(utf8proc_normalize(line, form));
+    }
+    line_begin = line_end;
+  }
+  return out;
 }
 
 std::string to_lowercase(std::string_view text) {

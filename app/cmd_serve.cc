@@ -1,0 +1,301 @@
+// `m3serve serve MODEL [options]`: the OpenAI-compatible server, a drop-in for `vllm serve`.
+// Accepts vLLM's option names (including the seed command lines of spec/README.md decision 7);
+// options it cannot honour on this machine fail at start with a message naming them.
+//
+// Start-up: bind the port first (so /health answers 503 while loading), load the model with a
+// progress bar, print the KV capacity, then serve. SIGINT/SIGTERM drain: new requests get 503,
+// requests in flight finish (up to --shutdown-timeout, then they are aborted), and the process
+// exits 0. A second signal aborts at once.
+#include <CLI/CLI.hpp>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "app/commands.h"
+#include "app/model_options.h"
+#include "app/serve_model.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "server/openai_server.h"
+#include "server/sampling.h"
+#include "text/reasoning_parser.h"
+#include "text/tool_parser.h"
+
+namespace m3::app {
+namespace {
+
+struct ServeArgs {
+  std::string model_positional;
+  ModelOptions model;
+  ServeEngineOptions engine;
+  server::ServeOptions serve;
+  std::vector<std::string> api_keys;
+  std::string chat_template;
+  std::string generation_config = "auto";
+  std::string log_level = "info";
+  std::string max_body_size = "32MiB";
+  std::string max_header_size = "64KiB";
+  int block_size = 0;
+  double gpu_memory_utilization = 0.0;
+  int shutdown_timeout_s = 30;
+  bool disable_log_stats = false;
+  bool disable_hybrid_kv_cache_manager = false;
+  // Accepted for vLLM compatibility and ignored: deployment knobs with no meaning here.
+  std::string ignored_string;
+  bool ignored_flag = false;
+};
+
+// Blocks SIGINT/SIGTERM in every thread (call before starting any) and waits for them on one.
+class SignalWatcher {
+ public:
+  SignalWatcher() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::thread([this] {
+      for (;;) {
+        int sig = 0;
+        if (sigwait(&set_, &sig) != 0) continue;
+        {
+          std::lock_guard lock(mutex_);
+          if (stopped_) return;
+          ++count_;
+          last_ = sig;
+        }
+        if (exit_now_) {
+          // Nothing is being served yet (the model is loading): stop right away.
+          M3_LOG_WARN("{} while loading the model: exiting", sig == SIGINT ? "SIGINT" : "SIGTERM");
+          std::_Exit(128 + sig);
+        }
+        changed_.notify_all();
+      }
+    });
+  }
+  ~SignalWatcher() {
+    {
+      std::lock_guard lock(mutex_);
+      stopped_ = true;
+    }
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait, which sees stopped_
+    thread_.join();
+  }
+  // Until this is called, a signal ends the process at once.
+  void start_draining_on_signal() { exit_now_ = false; }
+  // Waits until at least `n` signals arrived or `timeout` passed; returns the count.
+  int wait_for(int n, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, timeout, [&] { return count_ >= n; });
+    return count_;
+  }
+  const char* last_name() {
+    std::lock_guard lock(mutex_);
+    return last_ == SIGINT ? "SIGINT" : "SIGTERM";
+  }
+
+ private:
+  sigset_t set_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int count_ = 0;
+  int last_ = 0;
+  bool stopped_ = false;
+  std::atomic<bool> exit_now_{true};
+  std::thread thread_;
+};
+
+// vLLM-style periodic throughput log (every 10 s while there is activity).
+void log_stats(const EngineStats& now, const EngineStats& before, double seconds) {
+  if (now.prompt_tokens_total == before.prompt_tokens_total &&
+      now.generation_tokens_total == before.generation_tokens_total && now.num_running == 0 &&
+      now.num_waiting == 0) {
+    return;
+  }
+  const double queries = static_cast<double>(now.prefix_cache_queries_tokens);
+  M3_LOG_INFO("prompt throughput {:.1f} tok/s, generation {:.1f} tok/s, running {}, waiting {}, "
+              "KV usage {:.1f}%, prefix cache hit rate {:.1f}%",
+              (now.prompt_tokens_total - before.prompt_tokens_total) / seconds,
+              (now.generation_tokens_total - before.generation_tokens_total) / seconds, now.num_running,
+              now.num_waiting, 100.0 * now.kv_usage,
+              queries > 0 ? 100.0 * static_cast<double>(now.prefix_cache_hits_tokens) / queries : 0.0);
+}
+
+void run_serve(ServeArgs& a, CLI::App& cmd) {
+  set_log_level(parse_log_level(a.log_level));
+  if (!a.model_positional.empty()) {
+    M3_CHECK(a.model.model_dir.empty() || a.model.model_dir == a.model_positional,
+             "the model is given twice ('{}' and --model '{}')", a.model_positional, a.model.model_dir);
+    a.model.model_dir = a.model_positional;
+  }
+  M3_CHECK(!a.model.model_dir.empty(), "serve needs a model: m3serve serve MODEL_DIR [options]");
+  if (cmd.get_option("--gpu-memory-utilization")->count() > 0) {
+    a.engine.gpu_memory_utilization = a.gpu_memory_utilization;
+  }
+  if (cmd.get_option("--block-size")->count() > 0) a.engine.block_size = a.block_size;
+  check_deployment_options(a.engine);
+
+  server::ServeOptions& serve = a.serve;
+  serve.api_keys = a.api_keys;
+  if (serve.api_keys.empty()) {
+    if (const char* env = std::getenv("VLLM_API_KEY"); env && *env) serve.api_keys = {env};
+  }
+  if (serve.served_model_names.empty()) serve.served_model_names = {a.model.model_dir};
+  serve.model_path = a.model.model_dir;
+  serve.version = M3SERVE_VERSION;
+  serve.http.max_body_bytes = static_cast<size_t>(parse_memory_size(a.max_body_size, "--max-body-size"));
+  serve.http.max_header_bytes = static_cast<size_t>(parse_memory_size(a.max_header_size, "--max-header-size"));
+  if (!serve.reasoning_parser.empty()) text::ReasoningParser check(serve.reasoning_parser);
+  if (!serve.tool_call_parser.empty()) text::ToolCallParser check(serve.tool_call_parser, nullptr);
+  M3_CHECK(!serve.enable_auto_tool_choice || !serve.tool_call_parser.empty(),
+           "--enable-auto-tool-choice needs --tool-call-parser (e.g. minimax_m3)");
+  if (a.disable_hybrid_kv_cache_manager) {
+    M3_LOG_INFO("--disable-hybrid-kv-cache-manager: m3serve has one KV manager (K, V and index-K of "
+                "every layer per block), nothing to disable");
+  }
+
+  SignalWatcher signals;  // before any thread starts, so every thread inherits the mask
+  server::OpenAIServer server(serve);
+  const int port = server.start();
+  M3_LOG_INFO("listening on http://{}:{} (loading the model; /health answers 503 until ready)",
+              serve.host, port);
+
+  ServingModel serving = load_serving_model(a.model, a.engine);
+  text::Tokenizer tokenizer = text::Tokenizer::load(a.model.model_dir);
+  auto context = std::make_shared<server::ModelContext>(server::ModelContext{
+      tokenizer, load_chat_template(a.chat_template, a.model.model_dir, tokenizer), serving.engine.get(),
+      server::load_generation_defaults(a.generation_config, a.model.model_dir), {},
+      serving.engine->max_model_len(), serving.engine->vocab_size()});
+  // Stop on the config's eos ids, generation_config's and the tokenizer's (vLLM takes the union).
+  auto add_eos = [&](int32_t id) {
+    auto& ids = context->eos_token_ids;
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  };
+  for (int32_t id : serving.model->config().eos_token_ids) add_eos(id);
+  for (int32_t id : context->defaults.eos_token_ids) add_eos(id);
+  if (auto id = tokenizer.eos_token_id()) add_eos(*id);
+  M3_CHECK(tokenizer.vocab_size() <= serving.engine->vocab_size(),
+           "{}: the tokenizer has {} tokens but the model only {} logits", a.model.model_dir,
+           tokenizer.vocab_size(), serving.engine->vocab_size());
+  if (!context->defaults.source.empty()) {
+    M3_LOG_INFO("default sampling parameters from {}", context->defaults.source);
+  }
+
+  serving.engine->start();
+  server.set_model(context);
+  signals.start_draining_on_signal();
+  M3_LOG_INFO("ready: serving '{}' on http://{}:{}", server.context().model_name(), serve.host, port);
+
+  EngineStats last = serving.engine->stats();
+  auto last_time = std::chrono::steady_clock::now();
+  while (signals.wait_for(1, std::chrono::seconds(10)) == 0) {
+    if (a.disable_log_stats) continue;
+    EngineStats now = serving.engine->stats();
+    auto now_time = std::chrono::steady_clock::now();
+    log_stats(now, last, std::chrono::duration<double>(now_time - last_time).count());
+    last = now;
+    last_time = now_time;
+  }
+  M3_LOG_INFO("{}: draining (new requests get 503; in-flight requests may finish for up to {} s; "
+              "a second signal aborts them)", signals.last_name(), a.shutdown_timeout_s);
+  std::atomic<bool> drained{false};
+  std::thread second_signal([&] {
+    while (!drained) {
+      if (signals.wait_for(2, std::chrono::milliseconds(100)) >= 2) {
+        M3_LOG_WARN("second signal: aborting requests in flight");
+        serving.engine->shutdown(false);
+        return;
+      }
+    }
+  });
+  server.drain_and_stop(std::chrono::seconds(a.shutdown_timeout_s), [&] { serving.engine->shutdown(false); });
+  drained = true;
+  second_signal.join();
+  serving.engine->shutdown(true);
+  M3_LOG_INFO("stopped");
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  ServeArgs& a = *args;
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (a drop-in for `vllm serve`)");
+  cmd->add_option("model_tag", a.model_positional, "model directory (or use --model)");
+  add_model_options(*cmd, a.model);
+  cmd->get_option("--model")->required(false);
+
+  // Server.
+  cmd->add_option("--host", a.serve.host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", a.serve.port, "port to listen on (0: any free port)")->capture_default_str();
+  cmd->add_option("--api-key", a.api_keys, "require 'Authorization: Bearer KEY' on /v1 (repeatable; "
+                  "default: $VLLM_API_KEY)");
+  cmd->add_option("--served-model-name", a.serve.served_model_names,
+                  "model name(s) clients use; the first is reported (default: the model path)");
+  cmd->add_option("--max-body-size", a.max_body_size, "largest request body (413 beyond)")->capture_default_str();
+  cmd->add_option("--max-header-size", a.max_header_size, "largest total request headers (431 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", a.serve.http.max_connections,
+                  "connections served at once; each streaming request holds one (503 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s,
+                  "seconds in-flight requests may take to finish on SIGINT/SIGTERM")->capture_default_str();
+  cmd->add_option("--max-logprobs", a.serve.request_limits.max_logprobs, "largest logprobs / top_logprobs")
+      ->capture_default_str();
+  cmd->add_option("--log-level", a.log_level, "debug, info, warn or error")->capture_default_str();
+  cmd->add_flag("--disable-log-stats", a.disable_log_stats, "no periodic throughput log");
+
+  // Chat and parsers.
+  cmd->add_option("--chat-template", a.chat_template, "chat template file or text (default: the model's)");
+  cmd->add_option("--generation-config", a.generation_config,
+                  "'auto' (the model's generation_config.json), 'vllm' (none), or a folder")
+      ->capture_default_str();
+  cmd->add_option("--reasoning-parser", a.serve.reasoning_parser,
+                  "split reasoning from content: minimax_m3, minimax_m2, minimax_m2_append_think");
+  cmd->add_option("--tool-call-parser", a.serve.tool_call_parser, "tool-call format: minimax_m3, minimax_m2");
+  cmd->add_flag("--enable-auto-tool-choice", a.serve.enable_auto_tool_choice,
+                "let the model decide to call tools (tool_choice 'auto')");
+
+  // Engine.
+  cmd->add_option("--max-num-seqs", a.engine.max_num_seqs, "requests running at once")->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", a.engine.max_num_batched_tokens, "tokens per engine step")
+      ->capture_default_str();
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a.engine.enable_prefix_caching,
+                "reuse the KV of shared prompt prefixes (default on)");
+  cmd->add_option("--device", a.engine.device, "auto, cpu or cuda")->capture_default_str();
+  cmd->add_option("-t,--tensor-parallel-size", a.engine.tensor_parallel_size,
+                  "GPUs per model (-tp N is accepted too; only 1 for now)")->capture_default_str();
+  cmd->add_option("--block-size", a.block_size, "KV block size: must be the model's index_block_size");
+  cmd->add_option("--gpu-memory-utilization", a.gpu_memory_utilization, "GPU memory fraction (CUDA only)");
+  cmd->add_option("--speculative-config", a.engine.speculative_config, "JSON (not implemented yet: fails)");
+  cmd->add_option("--quantization-config.moe", a.engine.quantization_moe,
+                  "MoE weight format; must match the checkpoint (no re-quantization)");
+  cmd->add_flag("--disable-hybrid-kv-cache-manager", a.disable_hybrid_kv_cache_manager,
+                "accepted: m3serve's KV manager is never hybrid");
+
+  // vLLM deployment knobs without meaning here, accepted so existing command lines work.
+  auto* ignored = cmd->add_option_group("ignored", "accepted for vLLM compatibility, no effect");
+  ignored->add_option("--uvicorn-log-level", a.ignored_string, "no effect (no uvicorn)");
+  ignored->add_option("--max-log-len", a.ignored_string, "no effect (prompts are not logged)");
+  ignored->add_flag("--disable-log-requests", a.ignored_flag, "no effect (requests are not logged)");
+  ignored->add_flag("--enable-log-requests", a.ignored_flag, "no effect");
+  ignored->add_flag("--disable-uvicorn-access-log", a.ignored_flag, "no effect (no uvicorn)");
+  ignored->add_flag("--trust-remote-code", a.ignored_flag, "no effect (no remote code is ever run)");
+
+  cmd->callback([args, cmd] { run_serve(*args, *cmd); });
+}
+
+void expand_vllm_short_options(int argc, char** argv) {
+  // vLLM spells the tensor-parallel option "-tp"; CLI11 would read that as "-t p".
+  static char kLongName[] = "--tensor-parallel-size";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "-tp") argv[i] = kLongName;
+  }
+}
+
+}  // namespace m3::app

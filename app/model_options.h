@@ -1,0 +1,45 @@
+// Command-line options shared by the commands that load and run a model (generate, score, ...):
+// --model, --dtype, --kv-cache-dtype, --attention-config, --load-format, --num-layers,
+// --max-model-len, --num-kv-blocks / --kv-cache-memory, --seed. load_model() turns them into a
+// CPU-backend MiniMaxM3 and logs what it built (KV pool size and dtypes).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/minimax_m3.h"
+#include "ops/backend.h"
+
+namespace CLI {
+class App;
+}
+
+namespace m3::app {
+
+struct ModelOptions {
+  std::string model_dir;
+  std::string dtype = "auto";           // activations: auto (= bfloat16), bfloat16, float32
+  std::string kv_cache_dtype = "auto";  // auto (= activation dtype), float32, bfloat16, fp8, nvfp4
+  std::string attention_config;         // JSON: {"indexer_kv_dtype": ...}
+  std::string load_format = "auto";     // auto | safetensors | dummy
+  int num_layers = 0;                   // > 0: keep only the first layers
+  int64_t max_model_len = 0;            // 0: min(max_position_embeddings, 8192)
+  int64_t num_kv_blocks = 0;            // 0: from --kv-cache-memory or 2 x max_model_len
+  std::string kv_cache_memory;          // e.g. 512MiB, 2GiB, or bytes
+  uint64_t seed = 0;                    // dummy weights
+};
+
+void add_model_options(CLI::App& cmd, ModelOptions& options);
+
+struct LoadedModel {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<MiniMaxM3> model;
+  int64_t max_model_len = 0;
+};
+
+LoadedModel load_model(const ModelOptions& options);
+
+// "512MiB", "2GiB", "1.5G", "4096" -> bytes; throws m3::Error naming the option otherwise.
+int64_t parse_memory_size(const std::string& text, const std::string& option);
+
+}  // namespace m3::app
