@@ -138,7 +138,7 @@ void run_serve(ServeArgs& a, CLI::App& cmd) {
     a.engine.gpu_memory_utilization = a.gpu_memory_utilization;
   }
   if (cmd.get_option("--block-size")->count() > 0) a.engine.block_size = a.block_size;
-  check_deployment_options(a.engine);
+  check_deployment_options(a.engine, a.model);
 
   server::ServeOptions& serve = a.serve;
   serve.api_keys = a.api_keys;

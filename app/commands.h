@@ -10,10 +10,12 @@ namespace m3::app {
 // Every register_* adds one subcommand whose callback runs it; the callback throws m3::Error on
 // bad input, which main() prints and turns into exit status 1.
 void register_version(CLI::App& app);
+void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_score(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_serve(CLI::App& app);
+void register_bench_serve(CLI::App& app);
 
 // Rewrites vLLM's multi-letter short options (-tp) that CLI11 cannot parse into their long form,
 // in place, so `vllm serve` command lines work unchanged with `m3serve serve`.

@@ -11,10 +11,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", M3SERVE_VERSION);
   m3::app::register_version(app);
+  m3::app::register_tokenize(app);
   m3::app::register_generate(app);
   m3::app::register_score(app);
   m3::app::register_inspect(app);
   m3::app::register_serve(app);
+  m3::app::register_bench_serve(app);
   m3::app::expand_vllm_short_options(argc, argv);
   try {
     app.parse(argc, argv);

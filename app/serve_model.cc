@@ -76,7 +76,7 @@ constexpr int64_t kDefaultCpuKvBytes = int64_t{1} << 30;
 
 }  // namespace
 
-void check_deployment_options(const ServeEngineOptions& o) {
+void check_deployment_options(const ServeEngineOptions& o, const ModelOptions& mo) {
   M3_CHECK(o.device == "auto" || o.device == "cpu" || o.device == "cuda",
            "--device '{}' (expected auto, cpu or cuda)", o.device);
   M3_CHECK(o.device != "cuda", "--device cuda: serving on the CUDA backend is not available yet "
@@ -97,6 +97,7 @@ void check_deployment_options(const ServeEngineOptions& o) {
     fail("--speculative-config: speculative decoding{} is not implemented in m3serve yet; remove "
          "--speculative-config", method.empty() ? "" : " (method '" + method + "')");
   }
+  indexer_dtype_from(mo.attention_config);
   M3_CHECK(o.max_num_seqs >= 1, "--max-num-seqs must be >= 1, got {}", o.max_num_seqs);
   M3_CHECK(o.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be >= 1, got {}",
            o.max_num_batched_tokens);

@@ -30,8 +30,9 @@ struct ServeEngineOptions {
   bool enable_prefix_caching = true;
 };
 
-// Checks that need no model files (device, parallelism, speculative decoding). Throws m3::Error.
-void check_deployment_options(const ServeEngineOptions& options);
+// Checks that need no model files (device, parallelism, speculative decoding, attention config).
+// Throws m3::Error naming the option.
+void check_deployment_options(const ServeEngineOptions& options, const ModelOptions& model_options);
 
 struct ServingModel {
   std::unique_ptr<Backend> backend;

@@ -7,7 +7,7 @@ if(NOT M3_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_ARCHITECTURES OFF)
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
-    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 cannot pass C++20 to nvcc 13; kernels need only C++17
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     set(M3_CUDA_FLAGS -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo)
     set(M3_HAVE_CUDA ON)

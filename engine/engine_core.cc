@@ -81,7 +81,22 @@ struct EngineCore::State {
       loop.abort(c.request.id);
       return;
     }
-    loop.add(std::move(c.request), std::move(c.sink), c.seed, c.arrival);
+    OutputSink sink = c.sink;  // kept to report a failure after the moves below
+    const std::string id = c.request.id;
+    try {
+      loop.add(std::move(c.request), std::move(c.sink), c.seed, c.arrival);
+    } catch (const std::exception& e) {  // validated already: only resource exhaustion gets here
+      M3_LOG_ERROR("engine: could not queue a request: {}", e.what());
+      RequestOutput out;
+      out.request_id = id;
+      out.finished = true;
+      out.finish_reason = FinishReason::kError;
+      out.error = e.what();
+      try {
+        sink(out);
+      } catch (...) {
+      }
+    }
   }
 
   void run() {

@@ -82,7 +82,7 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  Tensor embed;  // [vocab, hidden] F32 or BF16
+  Tensor embed;  // [vocab, hidden] F32, BF16 or F16 as stored
   std::vector<LayerWeights> layers;
   Tensor final_norm;  // F32 [hidden]
   LinearWeight lm_head;
@@ -95,13 +95,20 @@ struct LoadProgress {
 };
 
 // Loads every tensor the config needs from the checkpoint in `model_dir` (single file or
-// sharded). Both on-disk layouts of spec decision 5 are accepted; a missing or unexpected tensor
-// is an error naming it.
+// sharded; the directory or its config.json). Both on-disk layouts of spec decision 5 are
+// accepted, detected from the tensor names; each linear's format comes from its own tensors
+// (names + dtypes). Large tensors are zero-copy read-only views of the mapped files (never write
+// through them); norms, router and bias are F32 copies. Vision, projector and mtp.* tensors are
+// ignored; any other missing, unexpected or misshapen tensor is an error naming it.
+// tie_word_embeddings: lm_head.weight is the embedding (dense, its dtype).
 ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path& model_dir,
                           LoadProgress* progress = nullptr);
 
-// Random weights in the formats a real checkpoint of this config would have (MXFP8 attention and
-// dense MLPs, NVFP4 routed experts when the config declares them, BF16 otherwise), for benchmarks.
+// Random weights in the formats a real checkpoint of this config would have, for benchmarks
+// (--load-format dummy): quantization_config's linear scheme for attention, indexer, dense MLPs
+// and shared experts, its expert scheme for routed experts (M3.1: MXFP8 + NVFP4), BF16 when
+// unquantized or listed in ignored_layers; BF16 embed/lm_head, F32 norms/router. Linears
+// dequantize to ~N(0, 1/in_features). Deterministic in `seed`; multithreaded.
 ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed);
 
 }  // namespace m3

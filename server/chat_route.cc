@@ -98,6 +98,7 @@ void run_streaming(const std::shared_ptr<ChatSession>& s, httplib::Response& res
                               {"finish_reason", nullptr}};
       if (!send(s->chunk(std::move(first)), *s->choices[c])) {
         s->job.abort_all();
+        count_abandoned(s->context.metrics(), s->choices);
         return false;
       }
     }
@@ -120,7 +121,10 @@ void run_streaming(const std::shared_ptr<ChatSession>& s, httplib::Response& res
       }
       return send(s->chunk(std::move(out)), choice);
     });
-    if (!alive) return false;
+    if (!alive) {
+      count_abandoned(s->context.metrics(), s->choices);
+      return false;
+    }
     if (!error.empty()) {
       write_chunk(sink, sse_event(error_json(500, error)));
     } else if (common.include_usage) {
@@ -166,7 +170,10 @@ void run_whole(const std::shared_ptr<ChatSession>& s, httplib::Response& res) {
       if (!was_ended && choice.ended) count_finished(s->context.metrics(), choice);
       return true;
     });
-    if (!alive) return false;
+    if (!alive) {
+      count_abandoned(s->context.metrics(), s->choices);
+      return false;
+    }
     nlohmann::json choices = nlohmann::json::array();
     for (int c = 0; c < static_cast<int>(s->choices.size()); ++c) {
       ChoiceState& choice = *s->choices[c];

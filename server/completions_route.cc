@@ -36,6 +36,7 @@ struct CompletionSession {
   std::vector<std::unique_ptr<CompletionLogprobs>> logprobs;  // per choice, when requested
   std::vector<int64_t> text_offsets;  // characters of text already sent per choice (logprobs)
   std::vector<char> echo_sent;         // streaming echo: the prompt chunk went out
+  bool prompt_logprobs_requested = false;  // by the client (echo + logprobs also asks the engine)
 
   nlohmann::json chunk(nlohmann::json choice) const {
     return {{"id", id}, {"object", "text_completion"}, {"created", created},
@@ -76,7 +77,7 @@ nlohmann::json choice_json(CompletionSession& s, int c, std::string text, bool f
                         {"logprobs", std::move(logprobs)},
                         {"finish_reason", final_chunk ? nlohmann::json(choice.end.finish_reason) : nullptr},
                         {"stop_reason", final_chunk ? choice.end.stop_reason : nullptr}};
-  if (final_chunk && choice.prompt_logprobs && s.request.common.prompt_logprobs >= 0) {
+  if (final_chunk && choice.prompt_logprobs && s.prompt_logprobs_requested) {
     out["prompt_logprobs"] = prompt_logprobs_json(*choice.prompt_logprobs, s.strings);
   }
   if (final_chunk && s.request.common.return_token_ids) {
@@ -122,7 +123,10 @@ void run_streaming(const std::shared_ptr<CompletionSession>& s, httplib::Respons
           if (delta.content.empty() && choice.logprobs.empty() && !choice.ended) return true;
           return send(s->chunk(choice_json(*s, event.choice, std::move(delta.content), choice.ended)), &choice);
         });
-        if (!alive) return false;
+        if (!alive) {
+      count_abandoned(s->context.metrics(), s->choices);
+      return false;
+    }
         if (!error.empty()) {
           write_chunk(sink, sse_event(error_json(500, error)));
         } else if (s->request.common.include_usage) {
@@ -149,7 +153,10 @@ void run_whole(const std::shared_ptr<CompletionSession>& s, httplib::Response& r
       if (!was_ended && choice.ended) count_finished(s->context.metrics(), choice);
       return true;
     });
-    if (!alive) return false;
+    if (!alive) {
+      count_abandoned(s->context.metrics(), s->choices);
+      return false;
+    }
     nlohmann::json choices = nlohmann::json::array();
     for (int c = 0; c < static_cast<int>(s->choices.size()); ++c) {
       ChoiceState& choice = *s->choices[c];
@@ -179,6 +186,7 @@ void handle_completions(ServerContext& context, const httplib::Request& req, htt
   Json body = parse_json_body(req);
   CompletionRequest request = parse_completion_request(body, context.options().request_limits);
   check_model_name(context, request.common.model);
+  const bool prompt_logprobs_requested = request.common.prompt_logprobs >= 0;
   // Echo with logprobs reports the prompt's logprobs too.
   if (request.echo && request.common.logprobs >= 0) {
     request.common.prompt_logprobs = std::max(request.common.prompt_logprobs, request.common.logprobs);
@@ -186,6 +194,7 @@ void handle_completions(ServerContext& context, const httplib::Request& req, htt
 
   auto s = std::make_shared<CompletionSession>(context, model, std::move(request), arrival);
   const CompletionRequest& r = s->request;
+  s->prompt_logprobs_requested = prompt_logprobs_requested;
   // Engine ids are always the response id (unique); a client's X-Request-Id is echoed back and
   // logged, but two clients may well send the same one.
   const std::string& request_id = s->id;

@@ -39,7 +39,9 @@ void check_prompt_ids(const std::vector<int32_t>& ids, int vocab_size, std::stri
 int resolve_max_tokens(const CommonRequest& request, const ModelContext& model, int prompt_tokens,
                        std::string_view prompt_field) {
   const int limit = model.max_model_len;
-  if (prompt_tokens >= limit && !(request.max_tokens && *request.max_tokens == 0 && prompt_tokens == limit)) {
+  // A prompt may fill the whole context only when nothing is to be generated (echo scoring).
+  const bool prompt_only = request.max_tokens && *request.max_tokens == 0;
+  if (prompt_tokens > limit || (prompt_tokens == limit && !prompt_only)) {
     throw ApiError(400,
                    fmt::format("This model's maximum context length is {} tokens. However, your "
                                "request has {} input tokens. Please reduce the length of the input.",
@@ -178,6 +180,15 @@ void count_finished(ServerMetrics& metrics, const ChoiceState& choice) {
                                          : FinishedReason::kStop;
   metrics.count_finished(r);
   metrics.observe_request_tokens(choice.prompt_tokens, choice.completion_tokens);
+}
+
+void count_abandoned(ServerMetrics& metrics, const std::vector<std::unique_ptr<ChoiceState>>& choices) {
+  for (const auto& choice : choices) {
+    if (choice->ended) continue;
+    choice->ended = true;
+    choice->end = {"abort", nullptr};
+    count_finished(metrics, *choice);
+  }
 }
 
 nlohmann::json total_usage(const std::vector<std::unique_ptr<ChoiceState>>& choices) {

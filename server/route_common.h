@@ -77,6 +77,8 @@ bool pump_job(GenerationJob& job, const std::function<bool()>& client_alive,
 
 // Counts a finished choice in vllm:request_success_total.
 void count_finished(ServerMetrics& metrics, const ChoiceState& choice);
+// The client went away: every choice still open counts as aborted.
+void count_abandoned(ServerMetrics& metrics, const std::vector<std::unique_ptr<ChoiceState>>& choices);
 
 // Usage over all choices: prompt tokens once per prompt, completion tokens summed.
 nlohmann::json total_usage(const std::vector<std::unique_ptr<ChoiceState>>& choices);

@@ -11,14 +11,17 @@
 //   param  = NS"<" K ">" value NS"</" K ">"        "<parameter name=" Q ">" value "</parameter>"
 //          | NS value NS"</" K ">"   (elided)
 //   value  = text | (ws | param)*  (M3: nested objects; arrays as <item> children)
-//   Q is "v", 'v' or v (an invoke name up to 320 bytes); K is 1..128 bytes, no '<', '>', CR, LF,
-//   not starting with '/' or whitespace, not "invoke" or "tool_call".
+//   Q is "v", 'v' or v; K is 1..128 bytes, no '<', '>', CR, LF, not starting with '/' or
+//   whitespace, not "invoke" or "tool_call". A tag holds at most 320 bytes between '<' and '>'
+//   and no CR, LF or '<'; anything longer is text (this bounds how much text is held back).
 //
 // How text is read:
-//  - Outside calls, everything is content, except a block opener (dropped) and, for M3 only, an
-//    invoke header, which opens an implicit block (M3 tags are unambiguous; M2's are plain XML
-//    that prose may contain). Inside a block, whitespace between tags is dropped and any other
-//    text (stray tags included) is content, verbatim, except the whitespace at its ends.
+//  - Outside calls, everything is content, except a block opener and, for M3 only, an invoke
+//    header, which opens an implicit block (M3 tags are unambiguous; M2's are plain XML that
+//    prose may contain). The tags that are read as structure (block openers and closers, invoke
+//    headers and closers, parameter tags) are not content, nor is the whitespace between them.
+//    Any other text in a block or an invoke body (stray tags included) is content, verbatim,
+//    except for the whitespace at its two ends.
 //  - A call is committed, and streamed, once its invoke header is complete: its first delta
 //    carries index, id and name. From then on it is never withdrawn; its arguments JSON is closed
 //    by NS"</invoke>", or implicitly by the next invoke header, a block opener or closer, or the
@@ -46,9 +49,12 @@
 //    generated twice at the top level is sent twice (nested repeats fold into arrays).
 //
 // Streaming holds back only text that may still become a tag (a split marker or an unfinished
-// tag), the whitespace after a closing tag until what follows decides it, and whitespace inside a
-// block until the next tag. parse() is feed() + finish() on a fresh parser, so a stream, in any
-// chunking, produces exactly what parse() returns.
+// tag), the whitespace after a closing tag until what follows decides it, whitespace inside a
+// block until the next tag, and values that are not plain strings until they close. parse() is
+// feed() + finish() on a fresh parser, so a stream, in any chunking, produces exactly what
+// parse() returns. Deltas are cut only before ASCII characters or where the input
+// was cut, so valid UTF-8 input chunks give valid UTF-8 deltas. The input must be the text with
+// special tokens kept (the namespace marker is one).
 #pragma once
 #include <functional>
 #include <memory>
@@ -68,6 +74,7 @@ struct ToolCallDelta {
   std::string arguments_delta;      // concatenated over a call: its arguments JSON text
 };
 
+// What one feed() produced. The order of content and call deltas within one feed is not kept.
 struct ToolStreamDelta {
   std::string content_delta;
   std::vector<ToolCallDelta> tool_call_deltas;  // at most one per call index, in index order

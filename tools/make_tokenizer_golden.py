@@ -5,10 +5,11 @@ how it encodes and decodes a corpus of edge cases; m3serve's tokenizer tests com
 Runs where `tokenizers` is installed (the GPU machine):
     python3 tools/make_tokenizer_golden.py --out DIR [--bench-out DIR]
 
-For each tokenizer shape in SHAPES it writes DIR/<name>/tokenizer.json (+ tokenizer_config.json
-for the bundled model's tokenizer) and DIR/<name>/golden.json:
-    {"tokenizers_version", "cases": [{"name", "text" | "hex", "ids", "ids_with_special",
-      "tokens", "decoded", "decoded_skip_special"}],
+For each tokenizer in SHAPES (trained) and VARIANTS (components of `tiny` swapped) it writes
+DIR/<name>/tokenizer.json (+ tokenizer_config.json for the bundled model's tokenizer) and
+DIR/<name>/golden.json:
+    {"tokenizers_version", "vocab_size", "cases": [{"name", "text" | "hex", "ids", "ids_with_special",
+      "tokens" (id_to_token of each id; trained shapes only), "decoded", "decoded_skip_special"}],
      "decode_cases": [{"ids", "decoded", "decoded_skip_special"}]}
 "hex" cases are raw bytes that are not valid UTF-8: the reference encodes
 bytes.decode("utf-8", "replace") of them. "decoded*" decode "ids_with_special".
@@ -101,7 +102,7 @@ SHAPES = [
         "specials": GOLDEN_SPECIALS, "added": ADDED_TOKENS,
     },
     {   # GPT-4 / cl100k (and Llama-3): Split regex + ByteLevel without regex, ignore_merges.
-        "name": "cl100k_style", "vocab_size": 4096, "ignore_merges": True,
+        "name": "cl100k_style", "vocab_size": 2048, "ignore_merges": True,
         "normalizer": None,
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
             split(GPT4_PATTERN, "Isolated"), byte_level_pre(False, False)]},
@@ -110,7 +111,7 @@ SHAPES = [
         "specials": GOLDEN_SPECIALS, "added": ADDED_TOKENS,
     },
     {   # Qwen2: NFC, single-digit numbers (Digits + regex), BOS template.
-        "name": "qwen2_style", "vocab_size": 3072,
+        "name": "qwen2_style", "vocab_size": 2048,
         "normalizer": {"type": "NFC"},
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
             {"type": "Digits", "individual_digits": True},
@@ -152,6 +153,14 @@ SHAPES = [
             {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
         "specials": ["<unk>", "<s>", "</s>"] + GOLDEN_SPECIALS, "added": ADDED_TOKENS,
     },
+    {   # A tiny byte-level vocabulary: the base of the VARIANTS below.
+        "name": "tiny", "vocab_size": 384,
+        "normalizer": None,
+        "pre_tokenizer": byte_level_pre(False, True),
+        "post_processor": BYTE_LEVEL_POST,
+        "decoder": BYTE_LEVEL_DECODER,
+        "specials": ["<unk>"] + GOLDEN_SPECIALS, "added": ADDED_TOKENS,
+    },
     {   # The bundled model's tokenizer: GPT-4/Qwen style, 8192 ids, MiniMax specials last.
         "name": "minimax_bundled", "vocab_size": 8192, "bundled": True,
         "normalizer": {"type": "NFC"},
@@ -161,6 +170,92 @@ SHAPES = [
         "decoder": BYTE_LEVEL_DECODER,
         "specials": [], "added": [added(t, special=True) for t in MINIMAX_SPECIALS],
     },
+]
+
+
+def _pipeline(normalizer=None, pre_tokenizer=None, decoder=None, post_processor=None, **model):
+    """A function that swaps components of a finished tokenizer.json (None keeps the base's)."""
+    def derive(spec):
+        for key, value in (("normalizer", normalizer), ("pre_tokenizer", pre_tokenizer),
+                           ("decoder", decoder), ("post_processor", post_processor)):
+            if value is not None:
+                spec[key] = None if value == "null" else value
+        spec["model"].update(model)
+        return spec
+    return derive
+
+
+def _with_added(tokens, **components):
+    def derive(spec):
+        spec = _pipeline(**components)(spec)
+        next_id = max([t["id"] for t in spec["added_tokens"]] + [len(spec["model"]["vocab"]) - 1]) + 1
+        for token in tokens:
+            entry = dict(token)
+            entry["id"] = spec["model"]["vocab"].get(token["content"], next_id)
+            next_id += token["content"] not in spec["model"]["vocab"]
+            spec["added_tokens"].append(entry)
+        return spec
+    return derive
+
+
+def _affix_model(spec):
+    """A hand-made vocabulary with a continuing-subword prefix and an end-of-word suffix."""
+    vocab = {}
+    def add(token):
+        vocab.setdefault(token, len(vocab))
+    add("<unk>")
+    for c in "abcdefgh":
+        for token in (c, "##" + c, c + "</w>", "##" + c + "</w>"):
+            add(token)
+    merges = []
+    for left, right in (("a", "##b"), ("ab", "##c"), ("##d", "##e</w>"), ("a", "##b</w>"),
+                        ("##c", "##d"), ("ab", "##cd"), ("##a", "##b")):
+        merges.append([left, right])
+        add(left + right[2:])
+    spec["model"].update({"vocab": vocab, "merges": merges, "unk_token": "<unk>",
+                          "continuing_subword_prefix": "##", "end_of_word_suffix": "</w>",
+                          "fuse_unk": False, "byte_fallback": False, "ignore_merges": False})
+    spec["added_tokens"] = [dict(added("<unk>", special=True), id=0)]
+    spec["normalizer"] = None
+    spec["pre_tokenizer"] = split(r"\s+", "Removed")
+    spec["post_processor"] = None
+    spec["decoder"] = None
+    return spec
+
+
+# Variants of `tiny`: components swapped after training (the merges stay valid for any pipeline).
+VARIANTS = [
+    ("regex_classes", _pipeline(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+        split(r"^ *\w|\w$|\h+|$", "Isolated"), byte_level_pre(False, False)]})),
+    ("literal_patterns", _pipeline(
+        normalizer={"type": "Replace", "pattern": {"String": "(a)"}, "content": "[$1]"},
+        pre_tokenizer={"type": "Sequence", "pretokenizers": [
+            split(".|", "MergedWithNext", regex=False), split("", "Removed", regex=False),
+            byte_level_pre(True, False)]})),
+    ("replace_normalizers", _pipeline(normalizer={"type": "Sequence", "normalizers": [
+        {"type": "Replace", "pattern": {"Regex": r"^\s+|\s+$"}, "content": ""},
+        {"type": "Replace", "pattern": {"Regex": r"^a|b$|^$"}, "content": "-"},
+        {"type": "Lowercase"}, {"type": "NFKD"}]})),
+    ("roberta_post", _pipeline(post_processor={
+        "type": "RobertaProcessing", "sep": ["[e~[", 3], "cls": ["]~!b[", 1],
+        "trim_offsets": True, "add_prefix_space": False})),
+    ("no_decoder", _pipeline(decoder="null", pre_tokenizer=byte_level_pre(True, True))),
+    ("strip_replace_decoder", _pipeline(decoder={"type": "Sequence", "decoders": [
+        {"type": "Strip", "content": "\u0120", "start": 1, "stop": 0},
+        {"type": "Replace", "pattern": {"String": "\u010a"}, "content": "<NL>"},
+        BYTE_LEVEL_DECODER]})),
+    ("unk_fused", _pipeline(pre_tokenizer=split(r"\s+", "Removed"), decoder={"type": "Fuse"},
+                            unk_token="<unk>", fuse_unk=True)),
+    ("unk_not_fused", _pipeline(pre_tokenizer=split(r"\s+", "Removed"), decoder="null",
+                                unk_token="<unk>", fuse_unk=False)),
+    ("unknown_dropped", _pipeline(pre_tokenizer=split(r"\s+", "Isolated"), decoder="null")),
+    ("added_edge_cases", _with_added([
+        added("SpecialUP", special=True, normalized=True, lstrip=True),
+        added("<|fim|>", special=True, single_word=True),
+        added("\u0120the", normalized=False),
+        added(" spaced tok ", single_word=True, lstrip=True, rstrip=True, normalized=False),
+    ], normalizer={"type": "Lowercase"}, pre_tokenizer=byte_level_pre(True, True))),
+    ("affixes", _affix_model),
 ]
 
 TRAIN_TEXTS = [
@@ -378,16 +473,17 @@ def resolve_post_processor(post, ids):
             "pair": single + [{"Sequence": {"id": "B", "type_id": 1}}], "special_tokens": specials}
 
 
-def golden(tok, rng):
+def golden(tok, rng, with_tokens):
     cases = []
     for case in test_cases():
         text = bytes.fromhex(case["hex"]).decode("utf-8", "replace") if "hex" in case else case["text"]
         plain = tok.encode(text, add_special_tokens=False)
         full = tok.encode(text, add_special_tokens=True)
         entry = dict(case)
+        if with_tokens:
+            entry["tokens"] = [tok.id_to_token(i) for i in plain.ids]
         entry.update({
             "ids": plain.ids, "ids_with_special": full.ids,
-            "tokens": [tok.id_to_token(i) for i in plain.ids],
             "decoded": tok.decode(full.ids, skip_special_tokens=False),
             "decoded_skip_special": tok.decode(full.ids, skip_special_tokens=True),
         })
@@ -452,36 +548,44 @@ def write_bench(out, tok):
     print("reference encode:", info)
 
 
+def write_fixture(directory, tok, rng, config=None, with_tokens=True):
+    import tokenizers
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "tokenizer.json").write_text(tok.to_str(pretty=False), encoding="utf-8")
+    if config is not None:
+        (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n",
+                                                         encoding="utf-8")
+    data = golden(tok, rng, with_tokens)
+    data["tokenizers_version"] = tokenizers.__version__
+    data["vocab_size"] = tok.get_vocab_size(with_added_tokens=True)
+    (directory / "golden.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--bench-out", type=Path)
-    parser.add_argument("--only", nargs="*", help="shape names to build (default: all)")
     args = parser.parse_args()
-    import tokenizers
+    from tokenizers import Tokenizer
     rng = random.Random(20240601)
+    built = {}
     for shape in SHAPES:
-        if args.only and shape["name"] not in args.only:
-            continue
         start = time.perf_counter()
         tok = train(shape)
-        directory = args.out / shape["name"]
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "tokenizer.json").write_text(tok.to_str(pretty=False), encoding="utf-8")
-        if shape.get("bundled"):
-            (directory / "tokenizer_config.json").write_text(
-                json.dumps(tokenizer_config(), indent=2) + "\n", encoding="utf-8")
-        data = golden(tok, rng)
-        data["tokenizers_version"] = tokenizers.__version__
-        (directory / "golden.json").write_text(json.dumps(data, ensure_ascii=False, indent=0),
-                                               encoding="utf-8")
+        built[shape["name"]] = tok
+        bundled = shape.get("bundled", False)
+        write_fixture(args.out / shape["name"], tok, rng, tokenizer_config() if bundled else None)
         print(f"{shape['name']}: {tok.get_vocab_size(with_added_tokens=True)} tokens, "
-              f"{time.perf_counter() - start:.1f}s")
-        if shape.get("bundled"):
-            check_with_transformers(directory, tok)
+              f"{time.perf_counter() - start:.1f}s", flush=True)
+        if bundled:
+            check_with_transformers(args.out / shape["name"], tok)
             if args.bench_out:
                 args.bench_out.mkdir(parents=True, exist_ok=True)
                 write_bench(args.bench_out, tok)
+    for name, derive in VARIANTS:
+        spec = derive(json.loads(built["tiny"].to_str()))
+        write_fixture(args.out / name, Tokenizer.from_str(json.dumps(spec)), rng, with_tokens=False)
+        print(f"{name}: derived from tiny", flush=True)
     return 0
 
 

@@ -77,10 +77,20 @@ def chat_variables(case):
     return variables
 
 
+_compiled = {}
+
+
+def compile_template(source, now):
+    """Compiles each (template, clock) once, as transformers caches compiled templates."""
+    key = (source, now)
+    if key not in _compiled:
+        _compiled[key] = make_environment(now).from_string(source)
+    return _compiled[key]
+
+
 def render_case(case):
     try:
-        env = make_environment(case.get("now"))
-        template = env.from_string(case["template"])
+        template = compile_template(case["template"], case.get("now"))
         variables = case["variables"] if "variables" in case else chat_variables(case)
         return {"ok": True, "text": template.render(**variables)}
     except Exception as e:  # every failure is a result to compare, not a crash

@@ -134,7 +134,8 @@ __device__ __forceinline__ void attend_chunk(const uint8_t* kt, const uint8_t* v
   }
 }
 
-template <KvDType kFmt, bool kDense>
+// kProbe (timing only, sparse nvfp4, wrong outputs): the tiles are not expanded.
+template <KvDType kFmt, bool kDense, bool kProbe = false>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs a) {
   using C = AttnConfig<kFmt, kDense>;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -249,9 +250,15 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
     const uint8_t* kt = stages + (i % C::kStages) * C::kStageBytes;
     const uint8_t* vt = kt + C::kStageBytes / 2;
     if constexpr (kFmt != KvDType::kBF16) {
-      expand_tile<kFmt, C::kBf16, kThreads>(kt, table, expanded, tid);
-      expand_tile<kFmt, C::kBf16, kThreads>(vt, table, expanded + kTileBytes, tid);
-      __syncthreads();
+      if constexpr (kDense) {  // every warp reads the whole tile
+        expand_tile<kFmt, C::kBf16, kThreads>(kt, table, expanded, tid);
+        expand_tile<kFmt, C::kBf16, kThreads>(vt, table, expanded + kTileBytes, tid);
+        __syncthreads();
+      } else if constexpr (!kProbe) {  // each warp expands the 16 rows it reads
+        expand_rows<kFmt, C::kBf16, 16, 32>(kt, table, expanded, warp * 16, lane);
+        expand_rows<kFmt, C::kBf16, 16, 32>(vt, table, expanded + kTileBytes, warp * 16, lane);
+        __syncwarp();
+      }
       kt = expanded;
       vt = expanded + kTileBytes;
     }
@@ -370,8 +377,11 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineArgs a) 
 template <KvDType kFmt, bool kDense>
 cudaError_t launch_for(const AttentionArgs& a, cudaStream_t stream) {
   if (a.num_work == 0) return cudaSuccess;
-  attention_kernel<kFmt, kDense>
-      <<<a.num_work, kThreads, AttnConfig<kFmt, kDense>::kSmemBytes, stream>>>(a);
+  constexpr int kSmem = AttnConfig<kFmt, kDense>::kSmemBytes;
+  if (kFmt == KvDType::kNVFP4 && !kDense && a.probe_skip_expand)
+    attention_kernel<kFmt, kDense, true><<<a.num_work, kThreads, kSmem, stream>>>(a);
+  else
+    attention_kernel<kFmt, kDense><<<a.num_work, kThreads, kSmem, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -385,9 +395,9 @@ cudaError_t launch_dispatch(const AttentionArgs& a, cudaStream_t stream) {
   }
 }
 
-template <KvDType kFmt, bool kDense>
+template <KvDType kFmt, bool kDense, bool kProbe = false>
 cudaError_t allow_smem() {
-  return cudaFuncSetAttribute(attention_kernel<kFmt, kDense>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  return cudaFuncSetAttribute(attention_kernel<kFmt, kDense, kProbe>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               AttnConfig<kFmt, kDense>::kSmemBytes);
 }
 
@@ -397,7 +407,8 @@ cudaError_t init_attention_kernels() {
   cudaError_t e = cudaSuccess;
   for (cudaError_t r : {allow_smem<KvDType::kBF16, false>(), allow_smem<KvDType::kFP8, false>(),
                         allow_smem<KvDType::kNVFP4, false>(), allow_smem<KvDType::kBF16, true>(),
-                        allow_smem<KvDType::kFP8, true>(), allow_smem<KvDType::kNVFP4, true>()})
+                        allow_smem<KvDType::kFP8, true>(), allow_smem<KvDType::kNVFP4, true>(),
+                        allow_smem<KvDType::kNVFP4, false, true>()})
     if (e == cudaSuccess) e = r;
   return e;
 }

@@ -142,18 +142,20 @@ __device__ __forceinline__ void stage_tile(uint8_t* dst, const uint8_t* rows,
   }
 }
 
-// Expands a staged fp8/nvfp4 tile into an MMA tile [64][kTileStride] of fp16 (kBf16 = false) or
-// bf16 values. nvfp4 yields the E4M3 view; fp8 is exact either way.
-template <KvDType kFmt, bool kBf16, int kThreadCount>
-__device__ __forceinline__ void expand_tile(const uint8_t* raw, const uint2* table, uint8_t* tile,
-                                            int tid) {
+// Expands rows [row_begin, row_begin + kRows) of a staged fp8/nvfp4 tile into an MMA tile
+// [64][kTileStride] of fp16 (kBf16 = false) or bf16 values, with kThreadCount threads (tid counts
+// from 0 among them). nvfp4 yields the E4M3 view; fp8 is exact either way.
+template <KvDType kFmt, bool kBf16, int kRows, int kThreadCount>
+__device__ __forceinline__ void expand_rows(const uint8_t* raw, const uint2* table, uint8_t* tile,
+                                            int row_begin, int tid) {
   constexpr int nthreads = kThreadCount;
   if constexpr (kFmt == KvDType::kNVFP4) {
     // One 16-element group (8 bytes of codes, one scale byte) per thread and step.
     const uint2* groups = reinterpret_cast<const uint2*>(raw);
     const uint8_t* scales = raw + kTileTokens * kDim / 2;
 #pragma unroll
-    for (int i = tid; i < kTileTokens * kDim / 16; i += nthreads) {
+    for (int k = tid; k < kRows * kDim / 16; k += nthreads) {
+      const int i = row_begin * (kDim / 16) + k;
       const int row = i >> 3, group = i & 7;
       const uint2 w = groups[i];
       const uint2 t = table[scales[i]];
@@ -183,7 +185,8 @@ __device__ __forceinline__ void expand_tile(const uint8_t* raw, const uint2* tab
   } else if constexpr (kFmt == KvDType::kFP8) {
     const uint4* chunks = reinterpret_cast<const uint4*>(raw);
 #pragma unroll
-    for (int i = tid; i < kTileTokens * kDim / 16; i += nthreads) {
+    for (int k = tid; k < kRows * kDim / 16; k += nthreads) {
+      const int i = row_begin * (kDim / 16) + k;
       const int row = i >> 3, chunk = i & 7;  // 16 codes: elements 16*chunk ..
       const uint4 c = chunks[i];
       const uint32_t in[4] = {c.x, c.y, c.z, c.w};
@@ -202,6 +205,11 @@ __device__ __forceinline__ void expand_tile(const uint8_t* raw, const uint2* tab
       dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
     }
   }
+}
+
+template <KvDType kFmt, bool kBf16, int kThreadCount>
+__device__ __forceinline__ void expand_tile(const uint8_t* raw, const uint2* table, uint8_t* tile, int tid) {
+  expand_rows<kFmt, kBf16, kTileTokens, kThreadCount>(raw, table, tile, 0, tid);
 }
 
 // Converts 8 activations (bf16 bits or E4M3 bytes) starting at element `i` of `src` into the MMA
@@ -230,6 +238,22 @@ __device__ __forceinline__ uint4 load_act8(const void* src, ActKind kind, int64_
   }
   return make_uint4(pack2<kBf16>(f[0], f[1]), pack2<kBf16>(f[2], f[3]), pack2<kBf16>(f[4], f[5]),
                     pack2<kBf16>(f[6], f[7]));
+}
+
+// Two consecutive activations (bf16 bits or E4M3 bytes) at element i, cast to E4M3 (saturating,
+// no scale) and returned as an exact fp16 pair.
+__device__ __forceinline__ uint32_t load_act2_e4m3_f16(const void* src, ActKind kind, int64_t i) {
+  float f0, f1;
+  if (kind == ActKind::kBF16) {
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(src) + i);
+    f0 = bf16_decode(static_cast<uint16_t>(w));
+    f1 = bf16_decode(static_cast<uint16_t>(w >> 16));
+  } else {
+    const uint16_t w = *reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(src) + i);
+    f0 = fp8_e4m3_decode(static_cast<uint8_t>(w));
+    f1 = fp8_e4m3_decode(static_cast<uint8_t>(w >> 8));
+  }
+  return pack2<false>(fp8_e4m3_round(f0), fp8_e4m3_round(f1));
 }
 
 }  // namespace m3::cuda::detail

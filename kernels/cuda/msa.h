@@ -63,6 +63,14 @@ class MsaPlan {
   void attention(const KvLayerView& cache, const void* q, ActDType q_dtype, const int32_t* selection,
                  float sm_scale, uint16_t* out, float* lse, cudaStream_t stream) const;
 
+  // Timing probes for msa_bench ("time variants that leave one stage out"): with a flag set the
+  // nvfp4 kernels skip that stage and their results are WRONG. Never set outside benchmarks.
+  struct TimingProbe {
+    bool skip_index_decode = false;  // indexer: nvfp4 codes fed to the MMA undecoded
+    bool skip_kv_expand = false;     // sparse attention: nvfp4 K/V tiles not expanded
+  };
+  void set_timing_probe(const TimingProbe& probe);
+
   // Schedule facts for benchmarks and logs.
   struct Stats {
     int indexer_items = 0, sparse_items = 0, dense_items = 0, combine_sparse = 0, combine_dense = 0;

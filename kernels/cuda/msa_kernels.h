@@ -99,6 +99,7 @@ struct IndexerArgs {
   const int32_t* score_offset = nullptr;  // [T]: first score entry of token t (times index_heads)
   float* scores = nullptr;
   const uint2* e4m3_table = nullptr;  // [256]: E4M3(e2m1 magnitude * scale) bytes per scale byte
+  bool probe_skip_decode = false;     // timing probe (nvfp4): raw code words fed to the MMA
 };
 
 struct TopkArgs {
@@ -131,6 +132,7 @@ struct AttentionArgs {
   float* partial_o = nullptr;   // [P, kMaxGroup, D] unnormalised outputs
   float* partial_ml = nullptr;  // [P, kMaxGroup, 2]: running max (raw dot units), normaliser
   const uint2* e4m3_table = nullptr;
+  bool probe_skip_expand = false;  // timing probe (sparse, nvfp4): K/V tiles not expanded
 };
 
 struct CombineArgs {

@@ -103,6 +103,7 @@ struct MsaPlan::Impl {
   PinnedBuffer pinned;
 
   // The current step.
+  TimingProbe probe;
   detail::StepView step;
   int num_tokens = 0;
   int max_candidates = 0;
@@ -159,6 +160,7 @@ MsaPlan::~MsaPlan() {
 }
 
 int64_t MsaPlan::generation() const { return impl_->generation; }
+void MsaPlan::set_timing_probe(const TimingProbe& probe) { impl_->probe = probe; }
 MsaPlan::Stats MsaPlan::stats() const { return impl_->stats; }
 
 void MsaPlan::plan(const StepBatch& host, const AttentionBatchView& device, cudaStream_t stream) {
@@ -333,6 +335,7 @@ void MsaPlan::indexer_scores(const KvLayerView& cache, const void* index_q, ActD
   a.score_offset = im.meta_at<int32_t>(im.off_score_offset);
   a.scores = static_cast<float*>(im.scores.get());
   a.e4m3_table = im.e4m3_table();
+  a.probe_skip_decode = im.probe.skip_index_decode;
   check_cuda(detail::launch_indexer_scores(a, stream), "indexer launch");
 }
 
@@ -385,6 +388,7 @@ void MsaPlan::attention(const KvLayerView& cache, const void* q, ActDType q_dtyp
   a.partial_o = static_cast<float*>(im.partial_o.get());
   a.partial_ml = static_cast<float*>(im.partial_ml.get());
   a.e4m3_table = im.e4m3_table();
+  a.probe_skip_expand = im.probe.skip_kv_expand;
   detail::CombineArgs c;
   c.num_q_heads = im.config.num_q_heads;
   c.num_kv_heads = im.config.num_kv_heads;

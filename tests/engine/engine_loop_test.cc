@@ -114,11 +114,26 @@ std::vector<EngineRequest> mixed_requests(int n, float temperature) {
   return reqs;
 }
 
+void expect_same_logprobs(const std::vector<PositionLogprobs>& a, const std::vector<PositionLogprobs>& b,
+                          const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].token_id, b[i].token_id) << what << " " << i;
+    EXPECT_EQ(a[i].logprob, b[i].logprob) << what << " " << i;
+    EXPECT_EQ(a[i].rank, b[i].rank) << what << " " << i;
+    ASSERT_EQ(a[i].top.size(), b[i].top.size()) << what << " " << i;
+    for (std::size_t j = 0; j < a[i].top.size(); ++j) EXPECT_EQ(a[i].top[j].token_id, b[i].top[j].token_id);
+  }
+}
+
 void expect_same_tokens(const Results& a, const Results& b) {
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [id, c] : a) {
     EXPECT_EQ(c.tokens, b.at(id).tokens) << id;
     EXPECT_EQ(c.reason, b.at(id).reason) << id;
+    expect_same_logprobs(c.logprobs, b.at(id).logprobs, id + " logprobs");
+    ASSERT_EQ(c.prompt_logprobs.has_value(), b.at(id).prompt_logprobs.has_value()) << id;
+    if (c.prompt_logprobs) expect_same_logprobs(*c.prompt_logprobs, *b.at(id).prompt_logprobs, id + " prompt logprobs");
   }
 }
 
@@ -144,7 +159,11 @@ TEST(EngineLoop, GreedyMatchesTheOracleAloneAndInABatchOf32) {
 
 TEST(EngineLoop, OutputsSurvivePreemptionUnchanged) {
   for (float temperature : {0.0f, 0.9f}) {
-    const auto reqs = mixed_requests(24, temperature);
+    auto reqs = mixed_requests(24, temperature);
+    for (int i = 0; i < 24; i += 3) {  // logprobs and prompt logprobs must survive recompute too
+      reqs[i].sampling.logprobs = 2;
+      reqs[i].sampling.prompt_logprobs = 1;
+    }
     test::FakeModel big(8, 1024, kVocab);
     const Results reference = run(big, {}, reqs);
     test::FakeModel tiny(8, 14, kVocab);  // 112 tokens of KV for 24 requests: constant preemption

@@ -1,6 +1,6 @@
 // Benchmark of the MSA CUDA kernels against their byte / FLOP floors (prints a table).
 //
-//   msa_bench [--suite decode|lowlat|dense|prefill|all] [--dtype nvfp4|fp8|all] [--quick]
+//   msa_bench [--suite decode|lowlat|dense|probe|prefill|all] [--dtype nvfp4|fp8|all] [--quick]
 //   (--quick: a subset of every suite)
 //
 // Shapes: the vendor's suites (msa-kernels.md section 6) at the TP4 per-rank shape the vendor
@@ -29,7 +29,7 @@
 namespace m3::cuda::testing {
 namespace {
 
-constexpr int kBlock = 128, kDim = 128, kHq = 16, kHkv = 1, kTopk = 16;
+constexpr int kBlock = 128, kDim = 128, kTopk = 16;
 
 struct Device {
   int sms = 0;
@@ -107,6 +107,7 @@ struct Row {
   double mean_len = 0;
   double idx_us = 0, topk_us = 0, it_us = 0, sparse_us = 0, dense_us = 0;
   double idx_bytes = 0, sparse_bytes = 0, dense_bytes = 0, idx_flops = 0, sparse_flops = 0;
+  double idx_probe_us = 0, sparse_probe_us = 0;  // "probe" suite: nvfp4 decode / expansion left out
   int splits = 0;
 };
 
@@ -115,6 +116,7 @@ struct Case {
   int64_t nominal = 0;
   std::vector<SeqSpec> seqs;
   bool dense = true;
+  int hq = 16, hkv = 1;  // per-rank heads; index heads = hkv
 };
 
 // The vendor's decode length recipe (structure only; see the file comment).
@@ -134,14 +136,15 @@ std::vector<int> decode_lengths(int batch, int64_t nominal) {
 
 Row run_case(const Device& dev, const Case& c, KvDType kv_dtype, cudaStream_t s) {
   std::mt19937_64 rng(42);
+  const int hq = c.hq, hkv = c.hkv;
   BuiltStep built = build_step(c.seqs, kBlock, PageLayout::kPermuted, 0, rng);
   const StepBatch& b = built.batch;
   const int T = b.num_tokens();
   const KvDType idx_dtype = kv_dtype;
-  KvLayout one = KvLayout::make(kBlock, kHkv, kDim, kDim, kv_dtype, idx_dtype, {true});
+  KvLayout one = KvLayout::make(kBlock, hkv, kDim, kDim, kv_dtype, idx_dtype, {true});
   const double layer_bytes = double(built.num_blocks) * one.block_bytes;
   const int layers = std::clamp(int(std::ceil(2.5 * dev.l2_bytes / layer_bytes)), 1, 256);
-  const KvLayout layout = KvLayout::make(kBlock, kHkv, kDim, kDim, kv_dtype, idx_dtype, std::vector<bool>(layers, true));
+  const KvLayout layout = KvLayout::make(kBlock, hkv, kDim, kDim, kv_dtype, idx_dtype, std::vector<bool>(layers, true));
   DeviceMem pool(size_t(built.num_blocks) * layout.block_bytes);
   MSA_CUDA(fill_random_bytes(pool.as(), pool.bytes(), 1234, kv_dtype == KvDType::kFP8, s));
   std::vector<KvLayerView> views;
@@ -160,16 +163,16 @@ Row run_case(const Device& dev, const Case& c, KvDType kv_dtype, cudaStream_t s)
                               int(regions.size()), kBlock * kDim / 16, 99, s));
     MSA_CUDA(cudaStreamSynchronize(s));
   }
-  DeviceMem q(size_t(T) * kHq * kDim * 2), iq(size_t(T) * kHkv * kDim * 2);
-  MSA_CUDA(fill_random_bf16(q.as<uint16_t>(), size_t(T) * kHq * kDim, 7, s));
-  MSA_CUDA(fill_random_bf16(iq.as<uint16_t>(), size_t(T) * kHkv * kDim, 8, s));
-  DeviceMem sel(size_t(T) * kHkv * kTopk * 4), out(size_t(T) * kHq * kDim * 2), lse(size_t(T) * kHq * 4);
+  DeviceMem q(size_t(T) * hq * kDim * 2), iq(size_t(T) * hkv * kDim * 2);
+  MSA_CUDA(fill_random_bf16(q.as<uint16_t>(), size_t(T) * hq * kDim, 7, s));
+  MSA_CUDA(fill_random_bf16(iq.as<uint16_t>(), size_t(T) * hkv * kDim, 8, s));
+  DeviceMem sel(size_t(T) * hkv * kTopk * 4), out(size_t(T) * hq * kDim * 2), lse(size_t(T) * hq * 4);
   DeviceStep ds = upload_step(b);
 
   MsaConfig cfg;
-  cfg.num_q_heads = kHq;
-  cfg.num_kv_heads = kHkv;
-  cfg.indexer = {kHkv, kTopk, 1, 0};
+  cfg.num_q_heads = hq;
+  cfg.num_kv_heads = hkv;
+  cfg.indexer = {hkv, kTopk, 1, 0};
   cfg.dense = c.dense;
   MsaPlan plan(cfg);
   plan.plan(b, ds.view, s);
@@ -196,6 +199,16 @@ Row run_case(const Device& dev, const Case& c, KvDType kv_dtype, cudaStream_t s)
   r.sparse_us = time_graph(s, layers, [&](int l) {
     plan.attention(views[l], q.as(), ActDType::kBF16, sel.as<int32_t>(), sm_scale, out.as<uint16_t>(), lse.as<float>(), s);
   });
+  if (c.suite == "probe" && kv_dtype == KvDType::kNVFP4) {
+    plan.set_timing_probe({true, true});
+    r.idx_probe_us =
+        time_graph(s, layers, [&](int l) { plan.indexer_scores(views[l], iq.as(), ActDType::kBF16, s); });
+    r.sparse_probe_us = time_graph(s, layers, [&](int l) {
+      plan.attention(views[l], q.as(), ActDType::kBF16, sel.as<int32_t>(), sm_scale, out.as<uint16_t>(),
+                     lse.as<float>(), s);
+    });
+    plan.set_timing_probe({});
+  }
   if (c.dense)
     r.dense_us = time_graph(s, layers, [&](int l) {
       plan.attention(views[l], q.as(), ActDType::kBF16, nullptr, sm_scale, out.as<uint16_t>(), lse.as<float>(), s);
@@ -204,8 +217,8 @@ Row run_case(const Device& dev, const Case& c, KvDType kv_dtype, cudaStream_t s)
   // Byte and FLOP floors.
   const double index_block = double(views[0].index_slot_bytes());
   const double kv_block = 2.0 * views[0].kv_slot_bytes();  // K + V of one KV head
-  const double row_io = double(kHq) * kDim * 2 * 2 + kHq * 4;  // q read, out written, lse
-  const std::vector<int32_t> h_sel = download<int32_t>(sel, size_t(T) * kTopk);
+  const double row_io = double(hq) * kDim * 2 * 2 + hq * 4;  // q read, out written, lse
+  const std::vector<int32_t> h_sel = download<int32_t>(sel, size_t(T) * hkv * kTopk);
   for (int sq = 0; sq < b.num_seqs(); ++sq) {
     const int r0 = b.query_start[sq], r1 = b.query_start[sq + 1];
     const int last_local = b.positions[r1 - 1] / kBlock;
@@ -213,29 +226,32 @@ Row run_case(const Device& dev, const Case& c, KvDType kv_dtype, cudaStream_t s)
     if (last_local + 1 > kTopk) r.idx_bytes += double(last_local) * index_block;
     for (int t = r0; t < r1; ++t) {
       const int local = b.positions[t] / kBlock;
-      if (local + 1 > kTopk) r.idx_flops += 2.0 * kDim * kBlock * local * kHkv;
+      if (local + 1 > kTopk) r.idx_flops += 2.0 * kDim * kBlock * local * hkv;
     }
-    r.idx_bytes += double(r1 - r0) * kHkv * kDim * 2;
-    // Sparse attention: the union of the rows' selected blocks, K and V read once.
-    std::set<int> blocks;
-    for (int t = r0; t < r1; ++t)
-      for (int j = 0; j < kTopk; ++j) {
-        const int blk = h_sel[size_t(t) * kTopk + j];
-        if (blk < 0) continue;
-        blocks.insert(blk);
-        const int keys = std::min(kBlock, b.positions[t] - blk * kBlock + 1);
-        r.sparse_flops += 4.0 * kHq * kDim * keys;
-      }
-    r.sparse_bytes += double(blocks.size()) * kv_block + (r1 - r0) * row_io;
-    r.dense_bytes += double(last_local + 1) * kv_block + (r1 - r0) * row_io;
+    r.idx_bytes += double(r1 - r0) * hkv * kDim * 2;
+    // Sparse attention: per KV head, the union of the rows' selected blocks, K and V read once.
+    for (int g = 0; g < hkv; ++g) {
+      std::set<int> blocks;
+      for (int t = r0; t < r1; ++t)
+        for (int j = 0; j < kTopk; ++j) {
+          const int blk = h_sel[(size_t(t) * hkv + g) * kTopk + j];
+          if (blk < 0) continue;
+          blocks.insert(blk);
+          const int keys = std::min(kBlock, b.positions[t] - blk * kBlock + 1);
+          r.sparse_flops += 4.0 * (hq / hkv) * kDim * keys;
+        }
+      r.sparse_bytes += double(blocks.size()) * kv_block;
+    }
+    r.sparse_bytes += (r1 - r0) * row_io;
+    r.dense_bytes += double(last_local + 1) * kv_block * hkv + (r1 - r0) * row_io;
   }
   return r;
 }
 
 void print_header() {
-  std::printf("%-8s %-6s %4s %7s %8s | %8s %6s %5s | %7s %5s | %8s %6s %5s %6s | %9s %6s %5s | %7s\n", "suite", "dtype",
-              "B", "nominal", "mean_len", "idx_us", "TB/s", "%cpy", "topk_us", "%idx", "sparse", "TB/s", "%cpy",
-              "TF/s", "dense_us", "TB/s", "%cpy", "speedup");
+  std::printf("%-8s %-6s %4s %7s %8s | %8s %6s %5s | %7s %5s | %8s %6s %5s %6s | %9s %6s %5s | %7s %7s\n", "suite",
+              "dtype", "B", "nominal", "mean_len", "idx_us", "TB/s", "%cpy", "topk_us", "%idx", "sparse", "TB/s", "%cpy",
+              "TF/s", "dense_us", "TB/s", "%cpy", "speedup", "vsfloor");
 }
 
 void print_row(const Device& dev, const Row& r) {
@@ -244,11 +260,12 @@ void print_row(const Device& dev, const Row& r) {
                de_bw = tbs(r.dense_bytes, r.dense_us);
   const double copy = dev.copy_bps / 1e12;
   const double msa_us = r.it_us + r.sparse_us;
-  std::printf("%-8s %-6s %4d %7lld %8.0f | %8.1f %6.2f %5.0f | %7.1f %5.0f | %8.1f %6.2f %5.0f %6.0f | %9.1f %6.2f %5.0f | %7.2f\n",
+  const double dense_floor_us = r.dense_bytes / dev.copy_bps * 1e6;
+  std::printf("%-8s %-6s %4d %7lld %8.0f | %8.1f %6.2f %5.0f | %7.1f %5.0f | %8.1f %6.2f %5.0f %6.0f | %9.1f %6.2f %5.0f | %7.2f %7.2f\n",
               r.suite.c_str(), r.dtype.c_str(), r.batch, static_cast<long long>(r.nominal), r.mean_len, r.idx_us,
               idx_bw, 100 * idx_bw / copy, r.topk_us, r.idx_us > 0 ? 100 * r.topk_us / r.idx_us : 0.0, r.sparse_us,
               sp_bw, 100 * sp_bw / copy, r.sparse_flops / (r.sparse_us * 1e-6) / 1e12, r.dense_us, de_bw,
-              100 * de_bw / copy, r.dense_us > 0 ? r.dense_us / msa_us : 0.0);
+              100 * de_bw / copy, r.dense_us > 0 ? r.dense_us / msa_us : 0.0, dense_floor_us / msa_us);
 }
 
 // Prefill shapes: representative and stress cases of the vendor's 128-case selection
@@ -308,23 +325,44 @@ int main(int argc, char** argv) {
           for (int len : bsz == 1 ? std::vector<int>{int(kv)} : decode_lengths(bsz, kv)) c.seqs.push_back({8, len});
           cases.push_back(c);
         }
+    // MSA against dense attention over the same cache, at the TP4 per-rank shape and at the whole
+    // model on one GPU (64 query / 4 KV / 4 index heads: dense reads 4 KV heads, MSA one index-K).
     if (want("dense"))
-      for (int bsz : quick ? std::vector<int>{8} : std::vector<int>{8, 32})
-        for (int64_t kv : {32768, 131072, 524288}) {
-          Case c{"vsdense", kv, {}, true};
-          for (int i = 0; i < bsz; ++i) c.seqs.push_back({8, int(kv)});
-          cases.push_back(c);
-        }
+      for (int heads : {1, 4})
+        for (int bsz : quick ? std::vector<int>{8} : std::vector<int>{8, 32})
+          for (int64_t kv : {32768, 131072, 524288}) {
+            Case c{heads == 1 ? "vsd-tp4" : "vsd-tp1", kv, {}, true, 16 * heads, heads};
+            for (int i = 0; i < bsz; ++i) c.seqs.push_back({8, int(kv)});
+            cases.push_back(c);
+          }
     std::vector<KvDType> dtypes;
     if (dtype == "all" || dtype == "nvfp4") dtypes.push_back(KvDType::kNVFP4);
     if (dtype == "all" || dtype == "fp8") dtypes.push_back(KvDType::kFP8);
 
-    std::printf("\nDecode (Q=8 per request, Hq 16 / Hkv 1 / Hi 1, top-16): per-layer us; TB/s against the byte floor; "
-                "%%cpy = of measured copy; speedup = dense / (indexer+topk + sparse)\n");
+    std::printf("\nDecode (Q=8 per request, Hq 16 / Hkv 1 / Hi 1 unless vsd-tp1: 64 / 4 / 4; top-16): per-layer us; "
+                "TB/s against the byte floor; %%cpy = of measured copy; speedup = dense kernel / (indexer+topk + "
+                "sparse); vsfloor = dense byte floor time / (indexer+topk + sparse)\n");
     print_header();
     for (KvDType dt : dtypes)
       for (const Case& c : cases) print_row(dev, run_case(dev, c, dt, s));
 
+    if (want("probe")) {
+      std::printf("\nProbes (nvfp4, timing only): the same kernels with the nvfp4 decode (indexer) or the K/V "
+                  "expansion (sparse attention) left out; TB/s against the same byte floor\n");
+      std::printf("%-8s %4s %7s | %8s %6s %9s %6s | %8s %6s %9s %6s\n", "case", "B", "nominal", "idx_us", "TB/s",
+                  "nodecode", "TB/s", "sparse", "TB/s", "noexpand", "TB/s");
+      for (int bsz : {8, 32, 128})
+        for (int64_t nom : {100000, 200000}) {
+          Case c{"probe", nom, {}, false};
+          for (int len : decode_lengths(bsz, nom)) c.seqs.push_back({8, len});
+          const Row r = run_case(dev, c, KvDType::kNVFP4, s);
+          auto tbs = [](double bytes, double us) { return bytes / (us * 1e-6) / 1e12; };
+          std::printf("%-8s %4d %7lld | %8.1f %6.2f %9.1f %6.2f | %8.1f %6.2f %9.1f %6.2f\n", "probe", r.batch,
+                      static_cast<long long>(nom), r.idx_us, tbs(r.idx_bytes, r.idx_us), r.idx_probe_us,
+                      tbs(r.idx_bytes, r.idx_probe_us), r.sparse_us, tbs(r.sparse_bytes, r.sparse_us),
+                      r.sparse_probe_us, tbs(r.sparse_bytes, r.sparse_probe_us));
+        }
+    }
     if (want("prefill")) {
       std::printf("\nPrefill (vendor shapes; indexer FLOPs = 2*128*128*sum(history blocks) per row; attention FLOPs "
                   "= 4*Hq*128*selected keys)\n");

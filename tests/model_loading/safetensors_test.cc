@@ -189,16 +189,22 @@ TEST(Safetensors, MissingFileFails) {
   EXPECT_THAT(open_error(dir.path()), HasSubstr("no model.safetensors.index.json"));
 }
 
+std::string numbered(int i) {
+  std::string s = "t";
+  s += std::to_string(i);
+  return s;
+}
+
 TEST(Safetensors, ShardedIndex) {
   ScratchDir dir;
   SafetensorsWriter w;
-  for (int i = 0; i < 7; ++i) w.add_f32("t" + std::to_string(i), {2}, {float(i), float(i) + 0.5f});
+  for (int i = 0; i < 7; ++i) w.add_f32(numbered(i), {2}, {float(i), float(i) + 0.5f});
   w.write_sharded(dir.path(), 3);
   SafetensorsCheckpoint ckpt = SafetensorsCheckpoint::open(dir.path());
   EXPECT_EQ(ckpt.files().size(), 3u);
   EXPECT_EQ(ckpt.size(), 7u);
   for (int i = 0; i < 7; ++i) {
-    Tensor t = ckpt.tensor("t" + std::to_string(i));
+    Tensor t = ckpt.tensor(numbered(i));
     EXPECT_EQ(t.data_as<float>()[1], i + 0.5f);
   }
   EXPECT_THAT(ckpt.file_of("t1"), HasSubstr("model-00002-of-00003.safetensors"));

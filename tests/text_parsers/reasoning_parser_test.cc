@@ -148,28 +148,31 @@ TEST(ReasoningParser, ParseNeedsAFreshParserAndFinishEndsInput) {
 // Streaming in every chunking gives exactly the non-streaming split.
 struct ReasoningCase {
   std::string parser;
-  ReasoningOptions options;
+  std::string thinking_mode;
   std::string text;
 };
 
 TEST(ReasoningParser, StreamingEqualsParseInEveryChunking) {
-  const std::vector<ReasoningCase> cases = {
-      {"minimax_m3", {}, "<mm:think>Let me see: 2+2 = 4 </mm: not yet</mm:think>It is **4**."},
-      {"minimax_m3", {}, "</mm:think>Hello <mm:think> there"},
-      {"minimax_m3", {}, "</mm:thin"},
-      {"minimax_m3", {}, "<<mm:think>>x</</mm:think>>"},
-      {"minimax_m3", {}, "前言<mm:think>思考：日本語と中文 🙂</mm:think>答え🙂"},
-      {"minimax_m3", {"enabled", {}}, "<mm:think>dup</mm:think>c"},
-      {"minimax_m3", {"enabled", {}}, "<mm:thinking is not the marker</mm:think></mm:think>"},
-      {"minimax_m3", {"disabled", {}}, "</mm:think></mm:think>x"},
-      {"minimax_m2", {}, "\nthink\n</think>\n\ncontent </think>"},
-      {"minimax_m2", {}, "<think>a</thin"},
-      {"minimax_m2_append_think", {}, "a</think>b"},
+  std::vector<ReasoningCase> cases;
+  auto add = [&](std::string parser, std::string mode, std::string text) {
+    cases.push_back({std::move(parser), std::move(mode), std::move(text)});
   };
+  add("minimax_m3", "", "<mm:think>Let me see: 2+2 = 4 </mm: not yet</mm:think>It is **4**.");
+  add("minimax_m3", "", "</mm:think>Hello <mm:think> there");
+  add("minimax_m3", "", "</mm:thin");
+  add("minimax_m3", "", "<<mm:think>>x</</mm:think>>");
+  add("minimax_m3", "", "前言<mm:think>思考：日本語と中文 🙂</mm:think>答え🙂");
+  add("minimax_m3", "enabled", "<mm:think>dup</mm:think>c");
+  add("minimax_m3", "enabled", "<mm:thinking is not the marker</mm:think></mm:think>");
+  add("minimax_m3", "disabled", "</mm:think></mm:think>x");
+  add("minimax_m2", "", "\nthink\n</think>\n\ncontent </think>");
+  add("minimax_m2", "", "<think>a</thin");
+  add("minimax_m2_append_think", "", "a</think>b");
   for (const ReasoningCase& c : cases) {
-    const ReasoningSplit expected = ReasoningParser(c.parser, c.options).parse(c.text);
+    const ReasoningOptions options{c.thinking_mode, std::nullopt};
+    const ReasoningSplit expected = ReasoningParser(c.parser, options).parse(c.text);
     for (const auto& chunking : testing::all_chunkings(c.text)) {
-      const ReasoningSplit got = testing::stream_reasoning(c.parser, c.options, chunking.chunks);
+      const ReasoningSplit got = testing::stream_reasoning(c.parser, options, chunking.chunks);
       ASSERT_EQ(got.reasoning, expected.reasoning) << c.text << " / " << chunking.label;
       ASSERT_EQ(got.content, expected.content) << c.text << " / " << chunking.label;
     }

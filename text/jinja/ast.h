@@ -106,7 +106,8 @@ struct FilterExpr : Expr {
   explicit FilterExpr(int line) : Expr(ExprKind::kFilter, line) {}
   ExprPtr input;
   std::string name;
-  FilterFn fn = nullptr;  // null: a jinja2 filter m3serve does not implement (fails when used)
+  FilterFn fn = nullptr;  // null: m3serve lacks it (fails when used)
+  bool unknown = false;   // jinja2 lacks it too (a syntax error outside if/else: checks.cc)
   CallArgsExpr args;
 };
 
@@ -115,6 +116,7 @@ struct TestExpr : Expr {
   ExprPtr input;
   std::string name;
   TestFn fn = nullptr;
+  bool unknown = false;
   CallArgsExpr args;
 };
 

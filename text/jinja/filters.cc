@@ -517,14 +517,18 @@ Value f_trim(Interpreter&, const Value& in, Args& args) {
 Value f_truncate(Interpreter&, const Value& in, Args& args) {
   auto v = bind_args("truncate", args, {{"length", false, Value::integer(255)}, {"killwords", false, Value::boolean(false)},
                                         {"end", false, Value::string("...")}, {"leeway", false, kNone}});
-  std::u32string s = pystr::decode(soft_str(in));
   int64_t length = int_arg(v[0], "length");
   int64_t leeway = v[3].is_none() ? 5 : int_arg(v[3], "leeway");
   std::string end = soft_str(v[2]);
   int64_t end_length = static_cast<int64_t>(pystr::length(end));
   if (length < end_length) throw_error("AssertionError", fmt::format("expected length >= {}, got {}", end_length, length));
   if (leeway < 0) throw_error("AssertionError", fmt::format("expected leeway >= 0, got {}", leeway));
-  if (static_cast<int64_t>(s.size()) <= length + leeway) return Value::string(pystr::encode(s));
+  // jinja2 measures and returns the value itself; only strings get cut.
+  if (jinja::length(in) <= length + leeway) return in;
+  if (!in.is_string()) {
+    throw_error("TypeError", fmt::format("can only concatenate {} (not \"str\") to {}", type_name(in), type_name(in)));
+  }
+  std::u32string s = pystr::decode(in.str());
   std::u32string head = s.substr(0, length - end_length);
   if (!truthy(v[1])) {
     size_t space = head.rfind(U' ');

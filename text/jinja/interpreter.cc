@@ -450,8 +450,10 @@ Value Interpreter::apply_filter(const FilterExpr& filter, const ScopePtr& scope,
     input = *block_input;
   }
   if (filter.fn == nullptr) {
-    throw_error("TemplateRuntimeError", fmt::format("the '{}' filter is not supported by m3serve's "
-                                                    "chat template interpreter", filter.name));
+    throw_error("TemplateRuntimeError",
+                filter.unknown ? fmt::format("No filter named '{}' found.", filter.name)
+                               : fmt::format("the '{}' filter is not supported by m3serve's chat "
+                                             "template interpreter", filter.name));
   }
   CallArgs args = eval_args(filter.args, scope);
   return filter.fn(*this, input, args);
@@ -518,8 +520,7 @@ Value Interpreter::eval_uncaught(const Expr& expr, const ScopePtr& scope) {
       const auto& e = static_cast<const TestExpr&>(expr);
       Value input = eval(*e.input, scope);
       if (e.fn == nullptr) {
-        throw_error("TemplateRuntimeError", fmt::format("the '{}' test is not supported by m3serve's "
-                                                        "chat template interpreter", e.name));
+        throw_error("TemplateRuntimeError", fmt::format("No test named '{}' found.", e.name));
       }
       CallArgs args = eval_args(e.args, scope);
       return Value::boolean(e.fn(*this, input, args));

@@ -736,9 +736,7 @@ class Parser {
       auto filter = std::make_unique<FilterExpr>(line);
       filter->name = parse_dotted_name();
       filter->fn = find_filter(filter->name);
-      if (!filter->fn && !is_jinja2_filter(filter->name)) {
-        fail(fmt::format("No filter named '{}'.", filter->name), line);
-      }
+      filter->unknown = !filter->fn && !is_jinja2_filter(filter->name);
       if (at_op("(")) filter->args = parse_call_args();
       filter->input = std::move(node);
       node = std::move(filter);
@@ -752,7 +750,7 @@ class Parser {
     auto test = std::make_unique<TestExpr>(line);
     test->name = parse_dotted_name();
     test->fn = find_test(test->name);
-    if (!test->fn && !is_jinja2_test(test->name)) fail(fmt::format("No test named '{}'.", test->name), line);
+    test->unknown = !test->fn && !is_jinja2_test(test->name);
     const Token& next = current();
     if (at_op("(")) {
       test->args = parse_call_args();
@@ -782,7 +780,9 @@ class Parser {
 }  // namespace
 
 std::unique_ptr<TemplateAst> parse_template(std::string_view source) {
-  return Parser(tokenize(source)).parse();
+  std::unique_ptr<TemplateAst> ast = Parser(tokenize(source)).parse();
+  check_filter_and_test_names(*ast);
+  return ast;
 }
 
 }  // namespace m3::jinja

@@ -1,5 +1,7 @@
 #include "text/jinja/pystr.h"
 
+#include "text/jinja/special_casing.h"
+
 #include <utf8proc.h>
 
 #include <algorithm>
@@ -27,6 +29,18 @@ std::string map_chars(std::string_view text, Map map) {
   out.reserve(text.size());
   for (char32_t c : decode(text)) append_utf8(out, map(c));
   return out;
+}
+
+// A full case mapping: the one-to-many special cases, else utf8proc's simple mapping.
+void append_mapped(std::string& out, char32_t c, const char* (*special)(char32_t),
+                   char32_t (*simple)(char32_t)) {
+  if (c >= 0x80) {
+    if (const char* mapped = special(c)) {
+      out += mapped;
+      return;
+    }
+  }
+  append_utf8(out, simple(c));
 }
 
 // Python's slice-index adjustment for str.find/count (negative indices count from the end).
@@ -196,8 +210,19 @@ bool is_line_break(char32_t c) {
          c == 0x85 || c == 0x2028 || c == 0x2029;
 }
 
-std::string upper(std::string_view text) { return map_chars(text, to_upper); }
-std::string lower(std::string_view text) { return map_chars(text, to_lower); }
+std::string upper(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char32_t c : decode(text)) append_mapped(out, c, special_upper, to_upper);
+  return out;
+}
+
+std::string lower(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char32_t c : decode(text)) append_mapped(out, c, special_lower, to_lower);
+  return out;
+}
 std::string swapcase(std::string_view text) {
   return map_chars(text, [](char32_t c) {
     if (is_upper(c)) return to_lower(c);
@@ -207,21 +232,31 @@ std::string swapcase(std::string_view text) {
 }
 
 std::string title(std::string_view text) {
+  std::string out;
   bool previous_cased = false;
-  return map_chars(text, [&](char32_t c) {
-    char32_t mapped = previous_cased ? to_lower(c) : to_title(c);
+  for (char32_t c : decode(text)) {
+    if (previous_cased) {
+      append_mapped(out, c, special_lower, to_lower);
+    } else {
+      append_mapped(out, c, special_title, to_title);
+    }
     previous_cased = is_cased(c);
-    return mapped;
-  });
+  }
+  return out;
 }
 
 std::string capitalize(std::string_view text) {
+  std::string out;
   bool first = true;
-  return map_chars(text, [&](char32_t c) {
-    char32_t mapped = first ? to_title(c) : to_lower(c);
+  for (char32_t c : decode(text)) {
+    if (first) {
+      append_mapped(out, c, special_title, to_title);
+    } else {
+      append_mapped(out, c, special_lower, to_lower);
+    }
     first = false;
-    return mapped;
-  });
+  }
+  return out;
 }
 
 bool all_match(std::string_view text, bool (*predicate)(char32_t)) {

@@ -27,7 +27,7 @@ TemplateError::TemplateError(const std::string& origin, int line, std::string ty
 
 Template Template::parse(std::string_view source, std::string origin) {
   try {
-    return Template(parse_template(source), std::move(origin));
+    return Template(parse_template(source), origin);
   } catch (const RenderError& e) {
     throw TemplateError(origin, e.line, e.type, e.what());
   }

@@ -1,6 +1,7 @@
 #include "text/tokenizer/bpe.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -41,6 +42,60 @@ std::pair<std::string, std::string> parse_merge(const Json& entry, size_t rank,
 }
 
 }  // namespace
+
+uint64_t WordCache::hash(std::string_view word) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ word.size();
+  size_t i = 0;
+  for (; i + 8 <= word.size(); i += 8) {
+    uint64_t v = 0;
+    std::memcpy(&v, word.data() + i, 8);
+    h = (h ^ v) * 0xff51afd7ed558ccdULL;
+    h ^= h >> 32;
+  }
+  uint64_t v = 0;
+  std::memcpy(&v, word.data() + i, word.size() - i);
+  h = (h ^ v) * 0xc4ceb9fe1a85ec53ULL;
+  return h ^ (h >> 29);
+}
+
+bool WordCache::find(std::string_view word, uint64_t hash, std::vector<int32_t>& out) const {
+  if (slots_.empty()) return false;
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    const Slot& slot = slots_[i];
+    if (slot.key_length == 0) return false;
+    if (slot.hash == hash && slot.key_length == word.size() &&
+        std::memcmp(keys_.data() + slot.key_offset, word.data(), word.size()) == 0) {
+      out.insert(out.end(), ids_.begin() + slot.ids_offset,
+                 ids_.begin() + slot.ids_offset + slot.ids_count);
+      return true;
+    }
+  }
+}
+
+void WordCache::insert(std::string_view word, uint64_t hash, std::span<const int32_t> ids) {
+  if ((used_ + 1) * 2 > slots_.size()) grow();
+  const size_t mask = slots_.size() - 1;
+  size_t i = hash & mask;
+  while (slots_[i].key_length != 0) i = (i + 1) & mask;
+  slots_[i] = Slot{hash, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(word.size()),
+                   static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(ids.size())};
+  keys_.append(word);
+  ids_.insert(ids_.end(), ids.begin(), ids.end());
+  ++used_;
+}
+
+void WordCache::grow() {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(old.empty() ? 1024 : old.size() * 2, Slot{});
+  const size_t mask = slots_.size() - 1;
+  for (const Slot& slot : old) {
+    if (slot.key_length == 0) continue;
+    size_t i = slot.hash & mask;
+    while (slots_[i].key_length != 0) i = (i + 1) & mask;
+    slots_[i] = slot;
+  }
+}
 
 void MergeTable::build(const std::vector<std::pair<uint64_t, Entry>>& merges) {
   size_t capacity = 16;
@@ -159,22 +214,16 @@ void BpeModel::tokenize(std::string_view word, BpeScratch& scratch,
       return;
     }
   }
-  if (const auto hit = scratch.cache.find(word); hit != scratch.cache.end()) {
-    const auto [offset, count] = hit->second;
-    out.insert(out.end(), scratch.cached_ids.begin() + offset,
-               scratch.cached_ids.begin() + offset + count);
-    return;
-  }
+  const bool cacheable = word.size() < kMaxCachedWordBytes;
+  const uint64_t hash = cacheable ? WordCache::hash(word) : 0;
+  if (cacheable && scratch.cache.find(word, hash, out)) return;
   merge_word(word, scratch);
   const size_t first = out.size();
   for (const auto& symbol : scratch.symbols) {
     if (symbol.byte_len != 0) out.push_back(symbol.id);
   }
-  if (word.size() < kMaxCachedWordBytes) {
-    const auto offset = static_cast<uint32_t>(scratch.cached_ids.size());
-    scratch.cached_ids.insert(scratch.cached_ids.end(), out.begin() + first, out.end());
-    scratch.cache.emplace(std::string(word),
-                          std::pair{offset, static_cast<uint32_t>(out.size() - first)});
+  if (cacheable) {
+    scratch.cache.insert(word, hash, std::span<const int32_t>(out).subspan(first));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -55,6 +56,30 @@ class MergeTable {
   size_t mask_ = 0;
 };
 
+// The ids of pre-tokens already seen in this call: open addressing over one key buffer and one
+// id buffer (a long prompt repeats the same few thousand words many times).
+class WordCache {
+ public:
+  static uint64_t hash(std::string_view word);
+  // The cached ids of `word`; false when it is not cached.
+  bool find(std::string_view word, uint64_t hash, std::vector<int32_t>& out) const;
+  void insert(std::string_view word, uint64_t hash, std::span<const int32_t> ids);
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t key_offset = 0;
+    uint32_t key_length = 0;  // 0: empty slot (pre-tokens are never empty)
+    uint32_t ids_offset = 0;
+    uint32_t ids_count = 0;
+  };
+  void grow();
+  std::vector<Slot> slots_;
+  size_t used_ = 0;
+  std::string keys_;
+  std::vector<int32_t> ids_;
+};
+
 // Per-call working memory of the BPE model (results of earlier pre-tokens, merge buffers), so a
 // shared Tokenizer stays immutable and thread-safe.
 struct BpeScratch {
@@ -72,8 +97,7 @@ struct BpeScratch {
   std::vector<Symbol> symbols;
   std::vector<Merge> heap;
   std::string piece;
-  StringMap<std::pair<uint32_t, uint32_t>> cache;  // pre-token -> range in cached_ids
-  std::vector<int32_t> cached_ids;
+  WordCache cache;
 };
 
 class BpeModel {

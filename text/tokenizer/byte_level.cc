@@ -17,13 +17,14 @@ ByteLevelTable::ByteLevelTable() {
   int next_extra = 0;
   for (int b = 0; b < 256; ++b) {
     const char32_t code_point = printable(b) ? static_cast<char32_t>(b) : 256 + next_extra++;
-    unicode::append_utf8(chars_[b], code_point);
+    std::string utf8;
+    unicode::append_utf8(utf8, code_point);
+    utf8_[b][0] = utf8[0];
+    utf8_[b][1] = utf8.size() > 1 ? utf8[1] : '\0';
+    utf8_[b][2] = static_cast<char>(utf8.size());
     byte_of_code_point_[code_point] = static_cast<int16_t>(b);
   }
 }
 
-void ByteLevelTable::encode(std::string_view bytes, std::string& out) const {
-  for (char ch : bytes) out.append(chars_[static_cast<uint8_t>(ch)]);
-}
 
 }  // namespace m3::text

@@ -12,10 +12,19 @@ class ByteLevelTable {
  public:
   static const ByteLevelTable& get();
 
-  // The UTF-8 encoding of the character standing for `byte`.
-  const std::string& char_of(uint8_t byte) const { return chars_[byte]; }
   // Appends the byte-level characters of `bytes` to `out`.
-  void encode(std::string_view bytes, std::string& out) const;
+  void encode(std::string_view bytes, std::string& out) const {
+    const size_t start = out.size();
+    out.resize(start + 2 * bytes.size());  // every character takes one or two bytes
+    char* dst = out.data() + start;
+    for (char ch : bytes) {
+      const auto& utf8 = utf8_[static_cast<uint8_t>(ch)];
+      dst[0] = utf8[0];
+      dst[1] = utf8[1];
+      dst += utf8[2];
+    }
+    out.resize(static_cast<size_t>(dst - out.data()));
+  }
   // The byte a code point stands for, or -1 when it is not one of the 256 characters.
   int byte_of(char32_t code_point) const {
     return code_point < byte_of_code_point_.size() ? byte_of_code_point_[code_point] : -1;
@@ -23,7 +32,7 @@ class ByteLevelTable {
 
  private:
   ByteLevelTable();
-  std::array<std::string, 256> chars_;
+  std::array<std::array<char, 3>, 256> utf8_{};  // the 1 or 2 bytes, then the length
   std::array<int16_t, 324> byte_of_code_point_{};  // the characters are all below U+0144
 };
 

@@ -87,18 +87,18 @@ std::vector<Cut> apply_behavior(const std::vector<MatchSpan>& spans, Behavior be
   return cuts;
 }
 
-void emit_cuts(std::string_view text, const std::vector<Cut>& cuts, std::vector<std::string>& out) {
+void emit_cuts(std::string_view text, const std::vector<Cut>& cuts, Pieces& out) {
   for (const auto& cut : cuts) {
-    if (!cut.remove && cut.end > cut.begin) out.emplace_back(text.substr(cut.begin, cut.end - cut.begin));
+    if (!cut.remove) out.add(text.substr(cut.begin, cut.end - cut.begin));
   }
 }
 
+// Rebuilds `pieces` from split_one(piece, out) over each piece, using `scratch` as the new buffer.
 template <class SplitOne>
-void split_pieces(std::vector<std::string>& pieces, SplitOne&& split_one) {
-  std::vector<std::string> out;
-  out.reserve(pieces.size() * 2);
-  for (const auto& piece : pieces) split_one(std::string_view(piece), out);
-  pieces.swap(out);
+void split_pieces(Pieces& pieces, Pieces& scratch, SplitOne&& split_one) {
+  scratch.clear();
+  for (size_t i = 0; i < pieces.size(); ++i) split_one(pieces[i], scratch);
+  pieces.swap(scratch);
 }
 
 class ByteLevelPreTokenizer final : public PreTokenizer {
@@ -107,21 +107,20 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
       : add_prefix_space_(add_prefix_space),
         regex_(use_regex ? std::make_unique<Regex>(kGpt2Pattern, false, where) : nullptr) {}
 
-  void pre_tokenize(std::vector<std::string>& pieces) const override {
+  void pre_tokenize(Pieces& pieces, Pieces& scratch) const override {
     const ByteLevelTable& table = ByteLevelTable::get();
     std::string prefixed;
-    split_pieces(pieces, [&](std::string_view piece, std::vector<std::string>& out) {
+    split_pieces(pieces, scratch, [&](std::string_view piece, Pieces& out) {
       if (add_prefix_space_ && !piece.empty() && piece.front() != ' ') {
         prefixed.assign(1, ' ');
         prefixed.append(piece);
         piece = prefixed;
       }
       auto emit = [&](std::string_view part) {
-        if (part.empty()) return;
-        std::string mapped;
-        mapped.reserve(part.size() * 2);
-        table.encode(part, mapped);
-        out.push_back(std::move(mapped));
+        std::string& buffer = out.begin_piece();
+        const size_t start = buffer.size();
+        table.encode(part, buffer);
+        out.end_piece(start);
       };
       if (!regex_) {
         emit(piece);
@@ -143,8 +142,8 @@ class SplitPreTokenizer final : public PreTokenizer {
   SplitPreTokenizer(Regex pattern, Behavior behavior, bool invert)
       : pattern_(std::move(pattern)), behavior_(behavior), invert_(invert) {}
 
-  void pre_tokenize(std::vector<std::string>& pieces) const override {
-    split_pieces(pieces, [&](std::string_view piece, std::vector<std::string>& out) {
+  void pre_tokenize(Pieces& pieces, Pieces& scratch) const override {
+    split_pieces(pieces, scratch, [&](std::string_view piece, Pieces& out) {
       std::vector<MatchSpan> spans = pattern_.find_matches(piece);
       if (invert_) {
         for (auto& span : spans) span.is_match = !span.is_match;
@@ -164,8 +163,8 @@ class DigitsPreTokenizer final : public PreTokenizer {
  public:
   explicit DigitsPreTokenizer(bool individual_digits) : individual_digits_(individual_digits) {}
 
-  void pre_tokenize(std::vector<std::string>& pieces) const override {
-    split_pieces(pieces, [&](std::string_view piece, std::vector<std::string>& out) {
+  void pre_tokenize(Pieces& pieces, Pieces& scratch) const override {
+    split_pieces(pieces, scratch, [&](std::string_view piece, Pieces& out) {
       std::vector<MatchSpan> spans;
       size_t last = 0;
       size_t pos = 0;
@@ -195,8 +194,8 @@ class SequencePreTokenizer final : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps)
       : steps_(std::move(steps)) {}
-  void pre_tokenize(std::vector<std::string>& pieces) const override {
-    for (const auto& step : steps_) step->pre_tokenize(pieces);
+  void pre_tokenize(Pieces& pieces, Pieces& scratch) const override {
+    for (const auto& step : steps_) step->pre_tokenize(pieces, scratch);
   }
 
  private:

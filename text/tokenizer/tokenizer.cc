@@ -166,8 +166,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   }
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 8);
+  M3_CHECK(text.size() < (size_t{1} << 32), "encode: a {}-byte text is over the 4 GiB limit",
+           text.size());
   BpeScratch scratch;
-  std::vector<std::string> pieces;
+  Pieces pieces;
+  Pieces pieces_scratch;
   std::vector<TextSegment> raw_segments;
   std::vector<TextSegment> normalized_segments;
 
@@ -195,9 +198,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
       }
       if (segment.end <= segment.begin) continue;
       pieces.clear();
-      pieces.emplace_back(part.substr(segment.begin, segment.end - segment.begin));
-      if (impl.pre_tokenizer) impl.pre_tokenizer->pre_tokenize(pieces);
-      for (const auto& piece : pieces) impl.model.tokenize(piece, scratch, ids);
+      pieces.add(part.substr(segment.begin, segment.end - segment.begin));
+      if (impl.pre_tokenizer) impl.pre_tokenizer->pre_tokenize(pieces, pieces_scratch);
+      for (size_t i = 0; i < pieces.size(); ++i) impl.model.tokenize(pieces[i], scratch, ids);
     }
   }
   if (add_special_tokens) ids = impl.post_processor.apply(std::move(ids));

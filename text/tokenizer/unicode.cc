@@ -9,6 +9,9 @@
 
 namespace m3::text::unicode {
 
+namespace {
+
+// Byte length of the sequence a lead byte announces (1 for continuation and invalid bytes).
 size_t utf8_sequence_length(unsigned char lead) {
   if (lead < 0x80) return 1;
   if (lead >= 0xC2 && lead <= 0xDF) return 2;
@@ -16,8 +19,6 @@ size_t utf8_sequence_length(unsigned char lead) {
   if (lead >= 0xF0 && lead <= 0xF4) return 4;
   return 1;
 }
-
-namespace {
 
 // Valid range of the second byte of a sequence, which depends on the lead byte (Unicode table
 // 3-7): it excludes overlong forms, surrogates and code points above U+10FFFF.
@@ -124,22 +125,6 @@ std::string to_valid_utf8(std::string_view bytes) {
     pos += len;
   }
   return out;
-}
-
-size_t incomplete_utf8_tail(std::string_view bytes) {
-  // A completable tail is at most 3 bytes long: look for its lead byte.
-  const size_t first = bytes.size() > 3 ? bytes.size() - 3 : 0;
-  for (size_t pos = bytes.size(); pos-- > first;) {
-    const auto b = static_cast<unsigned char>(bytes[pos]);
-    if (is_continuation(b)) continue;
-    bool complete = false;
-    const size_t len = valid_prefix_length(bytes, pos, &complete);
-    return (!complete && pos + len == bytes.size() && len > 0 &&
-            utf8_sequence_length(b) > 1)
-               ? bytes.size() - pos
-               : 0;
-  }
-  return 0;
 }
 
 bool is_white_space(char32_t c) {

@@ -14,15 +14,11 @@ constexpr char32_t kReplacementChar = 0xFFFD;
 // pos do not start a valid sequence (Rust strings never hold those; see to_valid_utf8).
 size_t decode_utf8(std::string_view text, size_t pos, char32_t* code_point);
 void append_utf8(std::string& out, char32_t code_point);
-// Byte length of the sequence a lead byte announces (1 for continuation/invalid bytes).
-size_t utf8_sequence_length(unsigned char lead);
 
 // Replaces every invalid sequence by U+FFFD, one per maximal subpart, exactly like Rust's
 // String::from_utf8_lossy and Python's bytes.decode("utf-8", "replace").
 std::string to_valid_utf8(std::string_view bytes);
 bool is_valid_utf8(std::string_view bytes);
-// Number of trailing bytes that form an incomplete but still completable sequence (0..3).
-size_t incomplete_utf8_tail(std::string_view bytes);
 
 // Rust char::is_whitespace (the Unicode White_Space property).
 bool is_white_space(char32_t c);

@@ -1,0 +1,65 @@
+"""Runs tests/server/node/openai_client_test.cjs (the official openai Node client, openai@6)
+against m3serve on the bundled model and against the scripted-model server.
+
+Installs the pinned client (node/package-lock.json) with `npm ci` into NODE_DEPS_DIR (a build
+folder, so the source tree stays clean) unless it is already there. Exits 77 (CTest: skipped)
+when npm cannot reach its registry, so an offline machine reports the test as skipped, not
+passed.
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from live_server import LiveServer  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.environ.get("M3SERVE_BIN", "build/bin/m3serve")
+SCRIPTED = os.environ.get("SCRIPTED_SERVER_BIN", "build/tests/server/scripted_server")
+MODEL = os.environ.get("M3SERVE_MODEL", "models/minimax-m3-tiny")
+DEPS = os.environ.get("NODE_DEPS_DIR", "build/node_client_test")
+
+
+def install_client():
+    lock = os.path.join(HERE, "node", "package-lock.json")
+    marker = os.path.join(DEPS, "node_modules", ".m3-lock")
+    want = open(lock).read()
+    if os.path.exists(marker) and open(marker).read() == want:
+        return True
+    os.makedirs(DEPS, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy(os.path.join(HERE, "node", name), os.path.join(DEPS, name))
+    p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=DEPS, capture_output=True, text=True,
+                       timeout=600)
+    if p.returncode != 0:
+        print(p.stdout + p.stderr)
+        return False
+    with open(marker, "w") as f:
+        f.write(want)
+    return True
+
+
+def main():
+    if not install_client():
+        print("SKIPPED: npm could not install the openai client (offline?)")
+        return 77
+    real = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name", "tiny",
+                       "--max-model-len", "1024", "--reasoning-parser", "minimax_m3",
+                       "--tool-call-parser", "minimax_m3", "--enable-auto-tool-choice", "--disable-log-stats"])
+    scripted = LiveServer([SCRIPTED, "--model-dir", MODEL, "--replies", os.path.join(HERE, "scripted_replies.json"),
+                           "--reasoning-parser", "minimax_m3", "--tool-call-parser", "minimax_m3",
+                           "--enable-auto-tool-choice"])
+    try:
+        env = dict(os.environ, NODE_PATH=os.path.abspath(os.path.join(DEPS, "node_modules")),
+                   M3SERVE_URL="http://127.0.0.1:%d" % real.port, SCRIPTED_URL="http://127.0.0.1:%d" % scripted.port)
+        p = subprocess.run(["node", os.path.join(HERE, "node", "openai_client_test.cjs")], env=env, timeout=300)
+        return p.returncode
+    finally:
+        codes = real.stop(), scripted.stop()
+        if codes[0] != 0:
+            print(real.log_text())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,465 @@
+"""HTTP tests of `m3serve serve` on the bundled model: every endpoint and request option, SSE
+framing, OpenAI error shapes for bad input, and the seed command lines of spec decision 7.
+
+Run: M3SERVE_BIN=build/bin/m3serve python3 tests/server/test_http_api.py (from the repo root).
+The bundled model has random weights, so tests check shapes, consistency between paths
+(streaming vs not, alone vs batched) and exact values where the server decides them.
+"""
+import json
+import os
+import subprocess
+import sys
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from live_server import LiveServer, open_stream  # noqa: E402
+
+BIN = os.environ.get("M3SERVE_BIN", "build/bin/m3serve")
+MODEL = os.environ.get("M3SERVE_MODEL", "models/minimax-m3-tiny")
+NAME = "tiny"
+SERVER = None
+
+
+def setUpModule():
+    global SERVER
+    SERVER = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0",
+                         "--served-model-name", NAME, "m3-alias", "--max-model-len", "1024",
+                         "--kv-cache-memory", "64MiB", "--reasoning-parser", "minimax_m3",
+                         "--tool-call-parser", "minimax_m3", "--enable-auto-tool-choice",
+                         "--disable-log-stats"])
+
+
+def tearDownModule():
+    if SERVER:
+        code = SERVER.stop()
+        assert code == 0, "server exit status %s:\n%s" % (code, SERVER.log_text())
+
+
+def chat_body(content="Hello, who are you?", **kw):
+    body = {"model": NAME, "messages": [{"role": "user", "content": content}], "max_tokens": 12,
+            "temperature": 0}
+    body.update(kw)
+    return body
+
+
+def completion_body(prompt="The quick brown fox", **kw):
+    body = {"model": NAME, "prompt": prompt, "max_tokens": 12, "temperature": 0}
+    body.update(kw)
+    return body
+
+
+def stream_text(events, key="content"):
+    out = ""
+    for e in events:
+        for c in e["choices"]:
+            if "delta" in c:
+                out += c["delta"].get(key) or ""
+            else:
+                out += c.get("text") or ""
+    return out
+
+
+class ServiceRoutes(unittest.TestCase):
+    def test_health_version_models(self):
+        status, _, body = SERVER.request("GET", "/health")
+        self.assertEqual(status, 200)
+        status, _, body = SERVER.request("GET", "/version")
+        self.assertEqual(status, 200)
+        self.assertIn("version", json.loads(body))
+        status, _, body = SERVER.request("GET", "/v1/models")
+        models = json.loads(body)
+        self.assertEqual(models["object"], "list")
+        self.assertEqual([m["id"] for m in models["data"]], [NAME, "m3-alias"])
+        self.assertEqual(models["data"][0]["object"], "model")
+        self.assertEqual(models["data"][0]["max_model_len"], 1024)
+
+    def test_metrics_have_vllm_names(self):
+        SERVER.post("/v1/completions", completion_body(max_tokens=2))
+        status, hdrs, body = SERVER.request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        self.assertTrue(hdrs["content-type"].startswith("text/plain"))
+        text = body.decode()
+        for name in ["vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+                     "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
+                     "vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting",
+                     "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
+                     "vllm:num_preemptions_total", "vllm:request_success_total",
+                     "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+                     "vllm:spec_decode_num_accepted_tokens_total"]:
+            self.assertIn(name + "{", text)
+        self.assertIn('model_name="%s"' % NAME, text)
+        self.assertGreater(SERVER.metric("vllm:generation_tokens_total"), 0)
+        self.assertGreater(SERVER.metric("vllm:time_to_first_token_seconds_count"), 0)
+
+    def test_tokenize_detokenize(self):
+        t = SERVER.post("/tokenize", {"model": NAME, "prompt": "Hello world, héllo 世界"})
+        self.assertEqual(t["count"], len(t["tokens"]))
+        self.assertEqual(t["max_model_len"], 1024)
+        d = SERVER.post("/detokenize", {"model": NAME, "tokens": t["tokens"]})
+        self.assertEqual(d["prompt"], "Hello world, héllo 世界")
+        chat = SERVER.post("/tokenize", {"model": NAME, "messages": [{"role": "user", "content": "hi"}]})
+        self.assertGreater(chat["count"], 2)
+        strs = SERVER.post("/tokenize", {"prompt": "abc", "return_token_strs": True})
+        self.assertEqual(len(strs["token_strs"]), strs["count"])
+
+
+class Completions(unittest.TestCase):
+    def test_shape(self):
+        r = SERVER.post("/v1/completions", completion_body(max_tokens=5, ignore_eos=True))
+        self.assertTrue(r["id"].startswith("cmpl-"))
+        self.assertEqual(r["object"], "text_completion")
+        self.assertIsInstance(r["created"], int)
+        self.assertEqual(r["model"], NAME)
+        self.assertEqual(len(r["choices"]), 1)
+        c = r["choices"][0]
+        self.assertEqual(c["index"], 0)
+        self.assertIsInstance(c["text"], str)
+        self.assertIsNone(c["logprobs"])
+        self.assertEqual(c["finish_reason"], "length")
+        u = r["usage"]
+        self.assertEqual(u["completion_tokens"], 5)
+        self.assertEqual(u["total_tokens"], u["prompt_tokens"] + 5)
+        self.assertIsInstance(u["prompt_tokens_details"]["cached_tokens"], int)
+
+    def test_stream_matches_whole_and_ends_with_done(self):
+        body = completion_body(max_tokens=10, ignore_eos=True)
+        whole = SERVER.post("/v1/completions", body)["choices"][0]["text"]
+        events, done, _ = SERVER.stream("/v1/completions", dict(body, stream_options={"include_usage": True}))
+        self.assertTrue(done)
+        self.assertEqual(stream_text(events[:-1]), whole)
+        for e in events[:-1]:
+            self.assertEqual(e["object"], "text_completion")
+            self.assertIsNone(e["usage"])
+        self.assertEqual(events[-1]["choices"], [])
+        self.assertEqual(events[-1]["usage"]["completion_tokens"], 10)
+        finals = [c for e in events for c in e["choices"] if c["finish_reason"]]
+        self.assertEqual([c["finish_reason"] for c in finals], ["length"])
+
+    def test_token_id_prompts_and_batches(self):
+        ids = SERVER.post("/tokenize", {"prompt": "The quick brown fox"})["tokens"]
+        by_ids = SERVER.post("/v1/completions", completion_body(prompt=ids))
+        by_text = SERVER.post("/v1/completions", completion_body())
+        self.assertEqual(by_ids["choices"][0]["text"], by_text["choices"][0]["text"])
+        batch = SERVER.post("/v1/completions", completion_body(prompt=["The quick brown fox", "Once upon"], n=2,
+                                                               temperature=0))
+        self.assertEqual([c["index"] for c in batch["choices"]], [0, 1, 2, 3])
+        self.assertEqual(batch["choices"][0]["text"], by_text["choices"][0]["text"])
+        self.assertEqual(batch["choices"][1]["text"], by_text["choices"][0]["text"])
+        ids_batch = SERVER.post("/v1/completions", completion_body(prompt=[ids, ids[:3]]))
+        self.assertEqual(len(ids_batch["choices"]), 2)
+
+    def test_max_tokens_and_ignore_eos(self):
+        r = SERVER.post("/v1/completions", completion_body(max_tokens=7, ignore_eos=True))
+        self.assertEqual(r["usage"]["completion_tokens"], 7)
+        self.assertEqual(r["choices"][0]["finish_reason"], "length")
+
+    def test_stop_strings(self):
+        full = SERVER.post("/v1/completions", completion_body(max_tokens=24, ignore_eos=True))["choices"][0]["text"]
+        # A 2-character stop string from the middle of the output, at its first occurrence.
+        for k in range(4, len(full) - 2):
+            stop = full[k:k + 2]
+            if stop.strip() and full.find(stop) == k:
+                break
+        else:
+            self.skipTest("output too repetitive to pick a stop string: %r" % full)
+        r = SERVER.post("/v1/completions", completion_body(max_tokens=24, ignore_eos=True, stop=[stop, "\x00never"]))
+        c = r["choices"][0]
+        self.assertEqual(c["text"], full[:k])
+        self.assertEqual(c["finish_reason"], "stop")
+        self.assertEqual(c["stop_reason"], stop)
+        inc = SERVER.post("/v1/completions", completion_body(max_tokens=24, ignore_eos=True, stop=stop,
+                                                             include_stop_str_in_output=True))
+        self.assertEqual(inc["choices"][0]["text"], full[:k + 2])
+        events, done, _ = SERVER.stream("/v1/completions", completion_body(max_tokens=24, ignore_eos=True, stop=stop))
+        self.assertEqual(stream_text(events), full[:k])
+
+    def test_stop_token_ids(self):
+        r = SERVER.post("/v1/completions", completion_body(max_tokens=16, ignore_eos=True, return_token_ids=True))
+        ids = r["choices"][0]["token_ids"]
+        k = next(i for i in range(3, len(ids)) if ids[i] not in ids[:i])
+        s = SERVER.post("/v1/completions", completion_body(max_tokens=16, ignore_eos=True, stop_token_ids=[ids[k]]))
+        c = s["choices"][0]
+        self.assertEqual(c["finish_reason"], "stop")
+        self.assertEqual(c["stop_reason"], ids[k])
+        self.assertEqual(s["usage"]["completion_tokens"], k + 1)
+        self.assertEqual(c["text"], SERVER.post("/detokenize", {"tokens": ids[:k]})["prompt"])
+
+    def test_logprobs(self):
+        r = SERVER.post("/v1/completions", completion_body(max_tokens=6, ignore_eos=True, logprobs=3))
+        lp = r["choices"][0]["logprobs"]
+        for key in ["tokens", "token_logprobs", "top_logprobs", "text_offset"]:
+            self.assertEqual(len(lp[key]), 6, key)
+        self.assertTrue(all(v <= 0 for v in lp["token_logprobs"]))
+        self.assertTrue(all(3 <= len(t) <= 4 for t in lp["top_logprobs"]))
+        self.assertEqual("".join(lp["tokens"]), r["choices"][0]["text"])
+
+    def test_echo_and_prompt_logprobs(self):
+        prompt = "The quick brown fox"
+        r = SERVER.post("/v1/completions", completion_body(prompt=prompt, max_tokens=3, ignore_eos=True, echo=True,
+                                                           logprobs=1, prompt_logprobs=2))
+        c = r["choices"][0]
+        self.assertTrue(c["text"].startswith(prompt))
+        n_prompt = r["usage"]["prompt_tokens"]
+        self.assertEqual(len(c["logprobs"]["tokens"]), n_prompt + 3)
+        self.assertIsNone(c["logprobs"]["token_logprobs"][0])
+        self.assertIsInstance(c["logprobs"]["token_logprobs"][1], float)
+        self.assertEqual(len(c["prompt_logprobs"]), n_prompt)
+        self.assertIsNone(c["prompt_logprobs"][0])
+        first = c["prompt_logprobs"][1]
+        self.assertTrue(all({"logprob", "rank", "decoded_token"} <= set(v) for v in first.values()))
+
+    def test_sampling_options_and_seed(self):
+        body = completion_body(max_tokens=16, ignore_eos=True, temperature=1.0, top_p=0.95, top_k=50, min_p=0.01,
+                               presence_penalty=0.3, frequency_penalty=0.2, repetition_penalty=1.1, seed=1234)
+        a = SERVER.post("/v1/completions", body)["choices"][0]["text"]
+        b = SERVER.post("/v1/completions", body)["choices"][0]["text"]
+        self.assertEqual(a, b)
+        c = SERVER.post("/v1/completions", dict(body, seed=98765))["choices"][0]["text"]
+        self.assertNotEqual(a, c)
+        n = SERVER.post("/v1/completions", dict(body, n=3))
+        self.assertEqual(len(n["choices"]), 3)
+        self.assertEqual(n["choices"][0]["text"], a)  # sample j uses seed + j
+
+
+class ChatCompletions(unittest.TestCase):
+    def test_shape(self):
+        r = SERVER.post("/v1/chat/completions", chat_body(max_completion_tokens=6))
+        self.assertTrue(r["id"].startswith("chatcmpl-"))
+        self.assertEqual(r["object"], "chat.completion")
+        self.assertEqual(r["model"], NAME)
+        c = r["choices"][0]
+        self.assertEqual(c["message"]["role"], "assistant")
+        self.assertIn(c["finish_reason"], ("stop", "length"))
+        self.assertIn("reasoning_content", c["message"])
+        self.assertLessEqual(r["usage"]["completion_tokens"], 6)
+
+    def test_stream_matches_whole(self):
+        body = chat_body(max_tokens=12, ignore_eos=True)
+        whole = SERVER.post("/v1/chat/completions", body)["choices"][0]["message"]
+        events, done, _ = SERVER.stream("/v1/chat/completions", body)
+        self.assertTrue(done)
+        self.assertEqual(events[0]["object"], "chat.completion.chunk")
+        self.assertEqual(events[0]["choices"][0]["delta"]["role"], "assistant")
+        self.assertEqual(stream_text(events, "content"), whole["content"] or "")
+        self.assertEqual(stream_text(events, "reasoning_content"), whole["reasoning_content"] or "")
+        self.assertEqual(len({e["id"] for e in events}), 1)
+        finals = [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]]
+        self.assertEqual(finals, ["length"])
+
+    def test_n_and_logprobs(self):
+        r = SERVER.post("/v1/chat/completions", chat_body(n=2, temperature=0.8, seed=5, logprobs=True,
+                                                          top_logprobs=2, max_tokens=5, ignore_eos=True))
+        self.assertEqual([c["index"] for c in r["choices"]], [0, 1])
+        for c in r["choices"]:
+            content = c["logprobs"]["content"]
+            self.assertEqual(len(content), 5)
+            for entry in content:
+                self.assertEqual(set(entry), {"token", "logprob", "bytes", "top_logprobs"})
+                self.assertEqual(len(entry["top_logprobs"]), 2)
+        self.assertEqual(r["usage"]["completion_tokens"], 10)
+
+    def test_request_options_are_accepted(self):
+        tools = [{"type": "function", "function": {"name": "get_weather", "description": "weather",
+                                                   "parameters": {"type": "object",
+                                                                  "properties": {"city": {"type": "string"}}}}}]
+        for extra in [dict(tools=tools), dict(tools=tools, tool_choice="auto"), dict(tools=tools, tool_choice="none"),
+                      dict(tools=tools, tool_choice={"type": "function", "function": {"name": "get_weather"}}),
+                      dict(response_format={"type": "json_object"}), dict(reasoning_effort="low"),
+                      dict(chat_template_kwargs={"thinking_mode": "disabled"}),
+                      dict(chat_template_kwargs={"thinking_mode": "enabled"}),
+                      dict(stop=["\n\n"], stream_options=None), dict(max_completion_tokens=3)]:
+            r = SERVER.post("/v1/chat/completions", chat_body(**extra))
+            self.assertIn(r["choices"][0]["finish_reason"], ("stop", "length", "tool_calls"), extra)
+            events, done, _ = SERVER.stream("/v1/chat/completions", chat_body(**extra))
+            self.assertTrue(done, extra)
+
+    def test_multi_turn_with_tool_history(self):
+        messages = [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21C"},
+            {"role": "user", "content": "Thanks, and tomorrow?"},
+        ]
+        r = SERVER.post("/v1/chat/completions", {"model": NAME, "messages": messages, "max_tokens": 4})
+        self.assertEqual(r["object"], "chat.completion")
+
+
+class BadInput(unittest.TestCase):
+    def check(self, path, body, status, words, param=None, headers=None):
+        code, _, raw = SERVER.request("POST", path, body, headers)
+        self.assertEqual(code, status, raw)
+        err = json.loads(raw)["error"]
+        self.assertEqual(set(err), {"message", "type", "param", "code"})
+        self.assertEqual(err["code"], status)
+        self.assertIn(words, err["message"])
+        if param is not None:
+            self.assertEqual(err["param"], param)
+
+    def test_errors(self):
+        c, m = "/v1/completions", "/v1/chat/completions"
+        self.check(c, b"{nope", 400, "not valid JSON")
+        self.check(c, b'{"prompt": "\xff\xfe"}', 400, "UTF-8")
+        self.check(c, b'{"prompt": "\\ud800"}', 400, "not valid JSON")
+        self.check(c, {"prompt": "x", "model": "gpt-4"}, 404, "does not exist", "model")
+        self.check(c, {"prompt": 12}, 400, "prompt", "prompt")
+        self.check(c, {"prompt": "x", "max_tokens": "ten"}, 400, "max_tokens", "max_tokens")
+        self.check(c, {"prompt": "x", "max_tokens": 5000}, 400, "maximum context length", "max_tokens")
+        self.check(c, {"prompt": "word " * 1500}, 400, "maximum context length")
+        self.check(c, {"prompt": "x", "temperature": -1}, 400, "temperature", "temperature")
+        self.check(c, {"prompt": "x", "top_p": 0}, 400, "top_p", "top_p")
+        self.check(c, {"prompt": "x", "top_k": -5}, 400, "top_k", "top_k")
+        self.check(c, {"prompt": "x", "logprobs": 50}, 400, "logprobs", "logprobs")
+        self.check(c, {"prompt": "x", "n": 0}, 400, "'n'", "n")
+        self.check(c, {"prompt": [1, 2, 10 ** 7]}, 400, "vocabulary")
+        self.check(c, {"prompt": "x", "stream": "yes"}, 400, "stream", "stream")
+        self.check(m, {"messages": []}, 400, "messages", "messages")
+        self.check(m, {"messages": [{"role": "user"}]}, 400, "content", "messages[0].content")
+        self.check(m, {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+                   400, "not supported", "messages[0].content[0]")
+        self.check(m, dict(chat_body(), top_logprobs=3), 400, "logprobs", "top_logprobs")
+        self.check(m, dict(chat_body(), presence_penalty=5), 400, "presence_penalty", "presence_penalty")
+        self.check(m, dict(chat_body(), tool_choice="required"), 400, "tools", "tool_choice")
+        self.check(m, dict(chat_body(), chat_template_kwargs={"thinking_mode": "sometimes"}), 400, "thinking_mode")
+        self.check("/v1/embeddings", {"input": "x"}, 404, "no route")
+        # After all that the server still answers.
+        self.assertEqual(SERVER.request("GET", "/health")[0], 200)
+        SERVER.post("/v1/completions", completion_body(max_tokens=2))
+
+
+class AuthAndLimits(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--api-key", "sk-abc",
+                                 "--max-body-size", "4KiB", "--max-header-size", "2KiB", "--max-connections", "3",
+                                 "--max-model-len", "512", "--disable-log-stats"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_api_key(self):
+        s = self.server
+        body = {"prompt": "hi", "max_tokens": 2}
+        status, hdrs, raw = s.request("POST", "/v1/completions", body)
+        self.assertEqual(status, 401)
+        self.assertEqual(json.loads(raw)["error"]["code"], 401)
+        self.assertEqual(s.request("POST", "/v1/completions", body, {"Authorization": "Bearer wrong"})[0], 401)
+        self.assertEqual(s.request("POST", "/v1/completions", body, {"Authorization": "Bearer sk-abc"})[0], 200)
+        self.assertEqual(s.request("GET", "/v1/models")[0], 401)
+        self.assertEqual(s.request("GET", "/health")[0], 200)
+        self.assertEqual(s.request("GET", "/metrics")[0], 200)
+
+    def test_body_and_header_limits(self):
+        s = self.server
+        auth = {"Authorization": "Bearer sk-abc"}
+        status, _, raw = s.request("POST", "/v1/completions", {"prompt": "x" * 10000}, auth)
+        self.assertEqual(status, 413)
+        self.assertIn("too large", json.loads(raw)["error"]["message"])
+        big = dict(auth, **{"X-Fill-%d" % i: "v" * 400 for i in range(8)})
+        status, _, raw = s.request("POST", "/v1/completions", {"prompt": "x"}, big)
+        self.assertEqual(status, 431)
+        self.assertEqual(s.request("GET", "/health")[0], 200)
+
+
+class Lifecycle(unittest.TestCase):
+    def test_sigterm_drains_in_flight_streams(self):
+        s = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--max-model-len", "512",
+                        "--disable-log-stats"])
+        sock = open_stream(s.port, "/v1/completions", {"prompt": "drain me", "max_tokens": 64, "ignore_eos": True})
+        received = b""
+        while b"data: " not in received:
+            received += sock.recv(65536)
+        s.proc.send_signal(15)
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+        sock.close()
+        self.assertIn(b"data: [DONE]", received)
+        self.assertIn(b'"finish_reason":"length"', received)
+        self.assertEqual(s.proc.wait(60), 0, s.log_text())
+        self.assertIn("draining", s.log_text())
+
+    def test_health_is_503_while_loading(self):
+        s = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--max-model-len", "512",
+                        "--disable-log-stats"], wait_ready=False)
+        status = s.request("GET", "/health")[0]
+        self.assertIn(status, (200, 503))
+        s.wait_ready()
+        self.assertEqual(s.request("GET", "/health")[0], 200)
+        self.assertEqual(s.stop(), 0)
+
+
+class SeedCommandLines(unittest.TestCase):
+    """spec/README.md decision 7: both seed lines parse; what cannot run here fails by name."""
+    SPEC1 = ('{"method":"dspark","num_speculative_tokens":7,"attention_backend":"FLASHINFER_TS",'
+             '"kv_cache_dtype":"fp8","draft_sample_method":"probabilistic"}')
+    SPEC2 = ('{"method":"dspark","num_speculative_tokens":3,"attention_backend":"TRITON_ATTN",'
+             '"kv_cache_dtype":"fp8","draft_sample_method":"probabilistic"}')
+
+    def run_serve(self, args):
+        p = subprocess.run([BIN, "serve"] + args, capture_output=True, text=True, timeout=120)
+        return p.returncode, p.stderr
+
+    def line1(self, model, tp):
+        return [model, "-tp", tp, "--reasoning-parser", "minimax_m3", "--block-size", "128",
+                "--kv-cache-dtype", "nvfp4", "--attention-config", '{"indexer_kv_dtype": "nvfp4"}',
+                "--speculative-config", self.SPEC1, "--disable-hybrid-kv-cache-manager"]
+
+    def line2(self, model, tp):
+        return [model, "-tp", tp, "--reasoning-parser", "minimax_m3", "--block-size", "128",
+                "--kv-cache-dtype", "nvfp4", "--attention-config",
+                '{"indexer_kv_dtype": "nvfp4", "indexer_decode_cp": true}',
+                "--quantization-config.moe", "mxfp8", "--speculative-config", self.SPEC2,
+                "--disable-hybrid-kv-cache-manager"]
+
+    def test_seed_lines_parse_and_fail_on_tensor_parallelism(self):
+        for line in (self.line1("MiniMaxAI/MiniMax-M3.1-Flash", "4"), self.line2("MiniMaxAI/MiniMax-M3.1-Flash", "4")):
+            code, err = self.run_serve(line)
+            self.assertEqual(code, 1, err)
+            self.assertIn("-tp/--tensor-parallel-size 4", err)
+            self.assertNotIn("not expected", err)
+            self.assertNotIn("Could not convert", err)
+
+    def test_each_unsupported_option_is_named(self):
+        code, err = self.run_serve(self.line1(MODEL, "1"))
+        self.assertEqual(code, 1)
+        self.assertIn("--speculative-config", err)
+        self.assertIn("dspark", err)
+        line = self.line2(MODEL, "1")
+        spec = line.index("--speculative-config")
+        del line[spec:spec + 2]
+        code, err = self.run_serve(line + ["--port", "0"])
+        self.assertEqual(code, 1)
+        self.assertIn("indexer_decode_cp", err)
+        line[line.index('{"indexer_kv_dtype": "nvfp4", "indexer_decode_cp": true}')] = '{"indexer_kv_dtype": "nvfp4"}'
+        code, err = self.run_serve(line + ["--port", "0"])
+        self.assertEqual(code, 1)
+        self.assertIn("--quantization-config.moe mxfp8", err)
+        code, err = self.run_serve([MODEL, "--block-size", "64", "--port", "0"])
+        self.assertEqual(code, 1)
+        self.assertIn("--block-size 64", err)
+        code, err = self.run_serve([MODEL, "--gpu-memory-utilization", "0.9", "--port", "0"])
+        self.assertEqual(code, 1)
+        self.assertIn("--gpu-memory-utilization", err)
+
+    def test_seed_options_that_can_run_here_do(self):
+        line = self.line1(MODEL, "1")
+        spec = line.index("--speculative-config")
+        del line[spec:spec + 2]
+        s = LiveServer([BIN, "serve"] + line + ["--host", "127.0.0.1", "--port", "0", "--max-model-len", "512",
+                                                "--disable-log-stats"])
+        try:
+            r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+            self.assertEqual(r["object"], "chat.completion")
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
