@@ -10,6 +10,7 @@ namespace m3::app {
 // Every register_* adds one subcommand whose callback runs it; the callback throws m3::Error on
 // bad input, which main() prints and turns into exit status 1.
 void register_version(CLI::App& app);
+void register_render_chat(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_score(CLI::App& app);

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", M3SERVE_VERSION);
   m3::app::register_version(app);
+  m3::app::register_render_chat(app);
   m3::app::register_tokenize(app);
   m3::app::register_generate(app);
   m3::app::register_score(app);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -23,6 +24,7 @@ const std::string kPlainReply = "Hello! This is a scripted reply, with a STOP wo
 
 ScriptedServerOptions default_options() {
   ScriptedServerOptions o;
+  if (const char* dir = std::getenv("M3SERVE_MODEL")) o.model_dir = dir;
   o.replies = {{"What is 2+2?", kThinkReply}, {"Weather in Paris?", kToolReply}, {"", kPlainReply}};
   o.serve.reasoning_parser = "minimax_m3";
   o.serve.tool_call_parser = "minimax_m3";

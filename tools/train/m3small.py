@@ -1,0 +1,535 @@
+"""The small MiniMax-M3 of m3serve in plain PyTorch: its configuration, a parameter container whose
+state_dict has exactly the names of transformers' MiniMaxM3VLForCausalLM, and one forward pass used
+three ways:
+
+  training   bf16 autocast; dense causal attention (SDPA) or MSA block-sparse attention with the
+             indexer's per-KV-group selection; optional fake quantization of q / index-q to E4M3 and
+             of K / V / index-K to NVFP4 with straight-through gradients (quantization-aware tuning);
+             optional indexer KL loss against the attention mass per 128-token block.
+  emulation  fp32, reproducing m3serve's CPU numerics for each KV-cache dtype (spec/README.md
+             decisions 2-4): bf16 / fp8 / nvfp4 K, V and index-K, E4M3 queries where m3serve uses
+             them, and the Q8KV4 probability path for nvfp4. eval_torch.py compares it with
+             `m3serve score`.
+  reference  the same module loaded into transformers checks that both compute the same model.
+
+Block selection is the engine's: index head g chooses blocks for the query heads of KV head g; the
+local block is forced and counts inside top-k; history blocks score max over their keys of
+dot(index_q, index_k).
+"""
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class SmallConfig:
+    vocab_size: int = 8192
+    hidden_size: int = 384
+    num_hidden_layers: int = 6
+    num_attention_heads: int = 6
+    num_key_value_heads: int = 2
+    head_dim: int = 64
+    partial_rotary_factor: float = 0.5
+    rope_theta: float = 5000000.0
+    dense_layers: int = 1  # the first layers use a dense MLP (M3: 3 of 60), the rest MoE
+    dense_intermediate_size: int = 1024
+    intermediate_size: int = 256
+    shared_intermediate_size: int = 256
+    num_local_experts: int = 8
+    num_experts_per_tok: int = 2
+    routed_scaling_factor: float = 2.0
+    swiglu_alpha: float = 1.702
+    swiglu_limit: float = 7.0
+    index_head_dim: int = 64
+    index_block_size: int = 128
+    index_topk_blocks: int = 4
+    index_local_blocks: int = 1
+    rms_norm_eps: float = 1e-6
+    max_position_embeddings: int = 8192
+    bos_token_id: int = 1
+    eos_token_id: int = 2
+    pad_token_id: int = 0
+
+    @property
+    def rotary_dim(self):
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def index_n_heads(self):
+        return self.num_key_value_heads  # one index head per KV group (decision 2)
+
+    @property
+    def layer_types(self):
+        return ["minimax_m3_sparse"] * self.num_hidden_layers  # M3.1: every layer sparse
+
+    @property
+    def mlp_layer_types(self):
+        return ["dense"] * self.dense_layers + ["sparse"] * (self.num_hidden_layers - self.dense_layers)
+
+    def to_dict(self):
+        return asdict(self)
+
+    def hf_kwargs(self):
+        """Arguments of transformers' MiniMaxM3VLTextConfig (through golden_common.text_config)."""
+        skip = {"dense_layers"}
+        kw = {k: v for k, v in asdict(self).items() if k not in skip}
+        kw.update(index_n_heads=self.index_n_heads, layer_types=self.layer_types,
+                  mlp_layer_types=self.mlp_layer_types, tie_word_embeddings=False)
+        return kw
+
+
+# Sizes of the smoke pass: every code path, tiny shapes that still meet the MXFP8 (K % 32) and
+# NVFP4 (K % 16) export constraints.
+SMOKE = dict(vocab_size=2048, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=32, dense_intermediate_size=64, intermediate_size=32, shared_intermediate_size=32,
+             index_head_dim=32, index_topk_blocks=2)
+
+
+# ----------------------------------------------------------------------------------------------
+# Parameters (names = transformers' MiniMaxM3VLForCausalLM state_dict)
+
+class Norm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(dim))  # Gemma style: scale is 1 + w
+
+
+class DenseMlp(nn.Module):
+    def __init__(self, hidden, inter):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(hidden, 2 * inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+
+class Router(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(c.num_local_experts, c.hidden_size))
+        self.register_buffer("e_score_correction_bias", torch.zeros(c.num_local_experts))
+
+
+class Experts(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        e, i, h = c.num_local_experts, c.intermediate_size, c.hidden_size
+        self.gate_up_proj = nn.Parameter(torch.empty(e, 2 * i, h))
+        self.down_proj = nn.Parameter(torch.empty(e, h, i))
+
+
+class Moe(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.gate = Router(c)
+        self.experts = Experts(c)
+        self.shared_experts = DenseMlp(c.hidden_size, c.shared_intermediate_size)
+
+
+class Indexer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.q_proj = nn.Linear(c.hidden_size, c.index_n_heads * c.index_head_dim, bias=False)
+        self.k_proj = nn.Linear(c.hidden_size, c.index_head_dim, bias=False)
+        self.q_norm = Norm(c.index_head_dim)
+        self.k_norm = Norm(c.index_head_dim)
+
+
+class Attention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        h, d = c.hidden_size, c.head_dim
+        self.q_proj = nn.Linear(h, c.num_attention_heads * d, bias=False)
+        self.k_proj = nn.Linear(h, c.num_key_value_heads * d, bias=False)
+        self.v_proj = nn.Linear(h, c.num_key_value_heads * d, bias=False)
+        self.o_proj = nn.Linear(c.num_attention_heads * d, h, bias=False)
+        self.q_norm = Norm(d)
+        self.k_norm = Norm(d)
+        self.indexer = Indexer(c)
+
+
+class Layer(nn.Module):
+    def __init__(self, c, i):
+        super().__init__()
+        self.self_attn = Attention(c)
+        self.mlp = DenseMlp(c.hidden_size, c.dense_intermediate_size) if c.mlp_layer_types[i] == "dense" else Moe(c)
+        self.input_layernorm = Norm(c.hidden_size)
+        self.post_attention_layernorm = Norm(c.hidden_size)
+
+
+class Backbone(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList([Layer(c, i) for i in range(c.num_hidden_layers)])
+        self.norm = Norm(c.hidden_size)
+
+
+class SmallM3(nn.Module):
+    def __init__(self, c: SmallConfig):
+        super().__init__()
+        self.config = c
+        self.model = Backbone(c)
+        self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+
+    def init_weights(self, seed):
+        """GPT-2 style: N(0, 0.02), residual projections scaled by 1/sqrt(2 * layers), norms 0
+        (scale 1), router bias 0."""
+        g = torch.Generator().manual_seed(seed)
+        resid = 0.02 / math.sqrt(2 * self.config.num_hidden_layers)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.zero_()
+                elif name.endswith(("o_proj.weight", "down_proj.weight", "experts.down_proj")):
+                    p.copy_(torch.randn(p.shape, generator=g) * resid)
+                else:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+            for name, b in self.named_buffers():
+                b.zero_()
+
+    def moe_layers(self):
+        return [l.mlp for l in self.model.layers if isinstance(l.mlp, Moe)]
+
+    def indexer_parameters(self):
+        return [p for n, p in self.named_parameters() if ".indexer." in n]
+
+    def main_parameters(self):
+        return [p for n, p in self.named_parameters() if ".indexer." not in n]
+
+
+# ----------------------------------------------------------------------------------------------
+# Number formats (bit-exact with formats/*.h, written with float ops so they run anywhere)
+
+E2M1_STEPS = ((0.25, True, 0.0), (0.75, False, 0.5), (1.25, True, 1.0), (1.75, False, 1.5),
+              (2.5, True, 2.0), (3.5, False, 3.0), (5.0, True, 4.0))
+
+
+def e4m3_round(x):
+    """fp32 -> nearest E4M3 value, ties to even, saturating at +-448, with subnormals."""
+    a = x.abs().clamp(max=448.0)
+    _, e = torch.frexp(a)  # a = m * 2^e, m in [0.5, 1)
+    e = (e - 1).clamp(min=-6)  # below 2^-6 the quantum stays 2^-9
+    quantum = torch.exp2((e - 3).to(a.dtype))
+    return torch.copysign(torch.round(a / quantum) * quantum, x)  # torch.round: half to even
+
+
+def bf16_round(x):
+    return x.to(torch.bfloat16).to(x.dtype)
+
+
+def e2m1_round(y):
+    """Nearest E2M1 value (0, .5, 1, 1.5, 2, 3, 4, 6), ties to even, saturating at 6."""
+    a = y.abs()
+    v = torch.full_like(a, 6.0)
+    for limit, inclusive, value in reversed(E2M1_STEPS):
+        inside = a <= limit if inclusive else a < limit
+        v = torch.where(inside, torch.full_like(a, value), v)
+    return torch.copysign(v, y)
+
+
+def nvfp4_kv_round(x, e4m3_view=True):
+    """m3serve's NVFP4 KV encoding (decision 4) and back: groups of 16 along the last dim, scale =
+    E4M3(clamp(amax / 6, 2^-9, 448)), E2M1 codes of x / scale. With e4m3_view, code * scale is
+    rounded to E4M3 as the Q8KV4 kernels read it (msa-kernels.md 3.2)."""
+    shape = x.shape
+    g = x.float().reshape(*shape[:-1], shape[-1] // 16, 16)
+    amax = g.abs().amax(-1, keepdim=True)
+    scale = e4m3_round((amax / 6.0).clamp(min=2.0 ** -9, max=448.0))
+    v = e2m1_round(g / scale) * scale
+    if e4m3_view:
+        v = e4m3_round(v)
+    return v.reshape(shape).to(x.dtype)
+
+
+def fake_quant(x, fn):
+    """Forward: fn(x); backward: identity (straight-through)."""
+    return x + (fn(x.float()).to(x.dtype) - x).detach()
+
+
+# How each KV-cache dtype treats (q, k/v, index-q, index-k) in m3serve (kernels/cpu/attention.cc):
+# fp8 and nvfp4 index caches meet E4M3 index queries; only the nvfp4 main cache meets E4M3
+# queries and uses the Q8KV4 probability path.
+def kv_codec(kv_dtype):
+    ident = lambda t: t  # noqa: E731
+    if kv_dtype == "f32":
+        return ident, ident, ident, ident
+    if kv_dtype == "bf16":
+        return ident, bf16_round, ident, bf16_round
+    if kv_dtype == "fp8":
+        return ident, e4m3_round, e4m3_round, e4m3_round
+    if kv_dtype == "nvfp4":
+        return e4m3_round, nvfp4_kv_round, e4m3_round, nvfp4_kv_round
+    raise ValueError(f"unknown KV dtype {kv_dtype!r} (f32, bf16, fp8, nvfp4)")
+
+
+# ----------------------------------------------------------------------------------------------
+# Forward
+
+@dataclass
+class ForwardOptions:
+    attention: str = "dense"  # dense | sparse
+    qat: bool = False  # fake-quantize q, index-q (E4M3) and K, V, index-K (NVFP4) with STE
+    indexer_kl: bool = False  # add the indexer's KL loss (inputs detached) to aux["indexer_kl"]
+    emulate: str = None  # None (training path) | f32 | bf16 | fp8 | nvfp4 (fp32 engine numerics)
+    topk_blocks: int = None  # override of config.index_topk_blocks
+    logits: bool = True
+
+
+def rms_norm(x, w, eps):
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * (1.0 + w.float())).to(x.dtype)
+
+
+def rope_tables(c, seq_len, device):
+    rd = c.rotary_dim
+    inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, rd, 2, dtype=torch.float32, device=device) / rd))
+    pos = torch.arange(seq_len, dtype=torch.float32, device=device)
+    freqs = pos[:, None] * inv_freq[None, :]
+    emb = torch.cat([freqs, freqs], -1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x, cos, sin):
+    """NeoX rotate-half on the first cos.shape[-1] channels of x [B, H, S, D]."""
+    rd = cos.shape[-1]
+    xr, xp = x[..., :rd], x[..., rd:]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    half = rd // 2
+    rot = torch.cat([-xr[..., half:], xr[..., :half]], -1)
+    return torch.cat([xr * cos + rot * sin, xp], -1)
+
+
+def history_block_scores(iq, ik, bs):
+    """Max over each block's keys of dot(iq, ik), fp32: [B, G, S, nb]. No token mask: a history
+    block lies wholly before its query; future and local blocks are handled by the caller."""
+    b, g, s, _ = iq.shape
+    nb = -(-s // bs)
+    scores = torch.matmul(iq.float(), ik.float().transpose(-1, -2))  # [B, G, S, S]
+    if nb * bs != s:
+        scores = F.pad(scores, (0, nb * bs - s), value=float("-inf"))
+    return scores.view(b, g, s, nb, bs).amax(-1)
+
+
+def block_masks(s, bs, device):
+    """query block [S]; history [S, nb] (block < query block); visible [S, nb] (block <= query block)."""
+    nb = -(-s // bs)
+    qb = torch.arange(s, device=device) // bs
+    blk = torch.arange(nb, device=device)
+    return qb, blk[None, :] < qb[:, None], blk[None, :] <= qb[:, None]
+
+
+def select_blocks(bscore, topk, bs):
+    """Engine selection from block scores [B, G, S, nb]: local block forced, top-k over the visible
+    blocks. Returns keep [B, G, S, nb] bool."""
+    b, g, s, nb = bscore.shape
+    qb, _, visible = block_masks(s, bs, bscore.device)
+    sc = bscore.masked_fill(~visible, float("-inf"))
+    sc = sc.masked_fill((torch.arange(nb, device=bscore.device)[None, :] == qb[:, None]), float("inf"))
+    k = min(topk, nb)
+    vals, idx = sc.topk(k, dim=-1)
+    keep = torch.zeros_like(sc, dtype=torch.bool)
+    return keep.scatter_(-1, idx, vals > float("-inf"))
+
+
+def key_mask(keep, s, bs):
+    """Block keep [B, G, S, nb] -> key-level mask [B, G, S, S] with the causal mask."""
+    m = keep.repeat_interleave(bs, dim=-1)[..., :s]
+    causal = torch.ones(s, s, dtype=torch.bool, device=keep.device).tril()
+    return m & causal
+
+
+def indexer_kl(bscore, q, k, c, stats):
+    """KL(attention mass per history block || indexer distribution), per KV group, averaged over
+    the query rows that have history. q [B, Hq, S, D], k [B, G, S, D] are the main attention's
+    (post norm / RoPE, as the attention sees them); the target carries no gradient."""
+    b, hq, s, d = q.shape
+    g = k.shape[1]
+    bs = c.index_block_size
+    nb = bscore.shape[-1]
+    _, history, _ = block_masks(s, bs, q.device)
+    rows = slice(bs, s)  # queries of block 0 have no history
+    with torch.no_grad():
+        causal = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
+        mass = []
+        for j in range(g):
+            qg = q[:, j * (hq // g):(j + 1) * (hq // g), rows].float()
+            logits = torch.matmul(qg, k[:, j:j + 1].float().transpose(-1, -2)) / math.sqrt(d)
+            p = torch.softmax(logits.masked_fill(~causal[rows], float("-inf")), -1).mean(1)  # [B, R, S]
+            if nb * bs != s:
+                p = F.pad(p, (0, nb * bs - s))
+            mass.append(p.view(b, -1, nb, bs).sum(-1))
+        mass = torch.stack(mass, 1) * history[rows]  # [B, G, R, nb]
+        target = mass / mass.sum(-1, keepdim=True).clamp(min=1e-12)
+    logits = (bscore[:, :, rows] / math.sqrt(c.index_head_dim)).masked_fill(~history[rows], float("-inf"))
+    logp = torch.log_softmax(logits, -1).masked_fill(~history[rows], 0.0)
+    kl = (torch.xlogy(target, target) - target * logp).sum(-1).mean()
+    if stats is not None:
+        with torch.no_grad():
+            # Recall of attention mass on rows where selection bites (more history blocks than
+            # the topk - 1 free slots): mass in the indexer's picks / mass in the best picks.
+            n = c.index_topk_blocks - 1
+            sel_rows = slice((n + 1) * bs - bs, None)  # rows of query block >= n + 1 (offset by bs)
+            t, lg = target[:, :, sel_rows], logits[:, :, sel_rows]
+            if t.shape[2] > 0 and n > 0:
+                got = t.gather(-1, lg.topk(n, -1).indices).sum(-1)
+                best = t.topk(n, -1).values.sum(-1)
+                stats.setdefault("recall", []).append(float((got / best.clamp(min=1e-12)).mean()))
+    return kl
+
+
+def attention_emulated(q, k, v, keep, c, kv_dtype):
+    """fp32 attention as m3serve computes it for one KV dtype. q [1, Hq, S, D]; k, v [1, G, S, D]."""
+    q_fn, kv_fn, _, _ = kv_codec(kv_dtype)
+    _, hq, s, d = q.shape
+    g = k.shape[1]
+    hg = hq // g
+    scale = 1.0 / math.sqrt(d)
+    q, k, v = q_fn(q), kv_fn(k), kv_fn(v)
+    out = torch.empty_like(q)
+    mask = key_mask(keep, s, c.index_block_size)  # [1, G, S, S]
+    for j in range(g):
+        logits = torch.matmul(q[:, j * hg:(j + 1) * hg], k[:, j:j + 1].transpose(-1, -2))  # unscaled
+        logits = logits.masked_fill(~mask[:, j:j + 1], float("-inf"))
+        if kv_dtype == "nvfp4":
+            # Q8KV4: P8 = E4M3(448 exp(s - m)) multiplies V; the normaliser sums the unquantized terms.
+            m = logits.amax(-1, keepdim=True)
+            e = 448.0 * torch.exp(scale * (logits - m))
+            p = e4m3_round(e) / e.sum(-1, keepdim=True)
+        else:
+            p = torch.softmax(logits * scale, -1)
+        out[:, j * hg:(j + 1) * hg] = torch.matmul(p, v[:, j:j + 1])
+    return out
+
+
+def attention_train(q, k, v, keep, c):
+    """bf16 training attention through SDPA. keep None: dense causal."""
+    hq, g = q.shape[1], k.shape[1]
+    hg = hq // g
+    if keep is None:
+        k = k.repeat_interleave(hg, dim=1)
+        v = v.repeat_interleave(hg, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    mask = key_mask(keep, q.shape[2], c.index_block_size)
+    outs = []
+    for j in range(g):  # one call per KV group: the mask broadcasts over the group's heads
+        kj = k[:, j:j + 1].expand(-1, hg, -1, -1)
+        vj = v[:, j:j + 1].expand(-1, hg, -1, -1)
+        outs.append(F.scaled_dot_product_attention(q[:, j * hg:(j + 1) * hg], kj, vj, attn_mask=mask[:, j:j + 1]))
+    return torch.cat(outs, 1)
+
+
+def swiglu_oai(gate_up, c):
+    gate, up = gate_up.chunk(2, dim=-1)
+    gate = gate.clamp(max=c.swiglu_limit)
+    up = up.clamp(min=-c.swiglu_limit, max=c.swiglu_limit)
+    return (up + 1.0) * (gate * torch.sigmoid(gate * c.swiglu_alpha))
+
+
+def dense_mlp(m, x, c):
+    return m.down_proj(swiglu_oai(m.gate_up_proj(x), c))
+
+
+def moe(m, x, c, aux):
+    shape = x.shape
+    x = x.reshape(-1, shape[-1])
+    shared = dense_mlp(m.shared_experts, x, c)
+    logits = F.linear(x.to(m.gate.weight.dtype), m.gate.weight)
+    probs = torch.sigmoid(logits.float())
+    _, top_i = torch.topk(probs + m.gate.e_score_correction_bias, c.num_experts_per_tok, dim=-1)
+    top_w = probs.gather(1, top_i)
+    top_w = top_w / top_w.sum(-1, keepdim=True)
+    out = torch.zeros_like(x, dtype=shared.dtype)
+    flat = top_i.reshape(-1)
+    order = torch.argsort(flat)
+    counts = torch.bincount(flat, minlength=c.num_local_experts)
+    aux.setdefault("expert_load", []).append(counts)
+    token = order // c.num_experts_per_tok
+    weight = top_w.reshape(-1)[order]
+    bounds = counts.cumsum(0).tolist()
+    start = 0
+    for e, end in enumerate(bounds):
+        if end > start:
+            idx = token[start:end]
+            h = swiglu_oai(F.linear(x[idx], m.experts.gate_up_proj[e]), c)
+            y = F.linear(h, m.experts.down_proj[e]) * weight[start:end, None].to(h.dtype)
+            out.index_add_(0, idx, y.to(out.dtype))
+        start = end
+    return (out * c.routed_scaling_factor + shared).reshape(shape)
+
+
+def attention_block(a, h, cos, sin, c, o, aux):
+    b, s, _ = h.shape
+    hq, g, d, di = c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.index_head_dim
+    q = rms_norm(a.q_proj(h).view(b, s, hq, d), a.q_norm.weight, c.rms_norm_eps).transpose(1, 2)
+    k = rms_norm(a.k_proj(h).view(b, s, g, d), a.k_norm.weight, c.rms_norm_eps).transpose(1, 2)
+    v = a.v_proj(h).view(b, s, g, d).transpose(1, 2)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+    need_index = o.attention == "sparse" or o.indexer_kl
+    keep = None
+    if need_index:
+        ix = a.indexer
+        hi = h.detach() if (o.indexer_kl and o.emulate is None) else h
+        iq = rms_norm(ix.q_proj(hi).view(b, s, g, di), ix.q_norm.weight, c.rms_norm_eps).transpose(1, 2)
+        ik = rms_norm(ix.k_proj(hi).view(b, s, 1, di), ix.k_norm.weight, c.rms_norm_eps).transpose(1, 2)
+        iq, ik = apply_rope(iq, cos[:, :di], sin[:, :di]), apply_rope(ik, cos[:, :di], sin[:, :di])
+        if o.emulate is not None:
+            _, _, iq_fn, ik_fn = kv_codec(o.emulate)
+            iq, ik = iq_fn(iq), ik_fn(ik)
+        elif o.qat:
+            iq, ik = fake_quant(iq, e4m3_round), fake_quant(ik, nvfp4_kv_round)
+        bscore = history_block_scores(iq, ik, c.index_block_size)
+        if o.indexer_kl:
+            qt, kt = (fake_quant(q, e4m3_round), fake_quant(k, nvfp4_kv_round)) if o.qat else (q, k)
+            aux.setdefault("indexer_kl", []).append(indexer_kl(bscore, qt.detach(), kt.detach(), c, aux))
+        if o.attention == "sparse":
+            keep = select_blocks(bscore.detach(), o.topk_blocks or c.index_topk_blocks, c.index_block_size)
+
+    if o.emulate is not None:
+        if keep is None:
+            keep = select_blocks(torch.zeros(b, g, s, -(-s // c.index_block_size), device=h.device), 1 << 30,
+                                 c.index_block_size)
+        out = attention_emulated(q, k, v, keep, c, o.emulate)
+    else:
+        if o.qat:
+            q, k, v = fake_quant(q, e4m3_round), fake_quant(k, nvfp4_kv_round), fake_quant(v, nvfp4_kv_round)
+        out = attention_train(q, k, v, keep, c)
+    return a.o_proj(out.transpose(1, 2).reshape(b, s, hq * d))
+
+
+def forward(model, ids, o: ForwardOptions):
+    """ids [B, S] -> (logits [B, S, V] or None, aux dict)."""
+    c = model.config
+    aux = {}
+    cos, sin = rope_tables(c, ids.shape[1], ids.device)
+    x = model.model.embed_tokens(ids)
+    if o.emulate is not None:
+        x = x.float()
+    for layer in model.model.layers:
+        h = rms_norm(x, layer.input_layernorm.weight, c.rms_norm_eps)
+        x = x + attention_block(layer.self_attn, h, cos, sin, c, o, aux)
+        h = rms_norm(x, layer.post_attention_layernorm.weight, c.rms_norm_eps)
+        x = x + (dense_mlp(layer.mlp, h, c) if isinstance(layer.mlp, DenseMlp) else moe(layer.mlp, h, c, aux))
+    if not o.logits:
+        return None, aux
+    x = rms_norm(x, model.model.norm.weight, c.rms_norm_eps)
+    return model.lm_head(x), aux
+
+
+def update_router_bias(model, aux, rate):
+    """Auxiliary-loss-free balancing (as M2/M3's e_score_correction_bias): raise the bias of
+    under-loaded experts, lower over-loaded ones."""
+    with torch.no_grad():
+        for m, load in zip(model.moe_layers(), aux.get("expert_load", [])):
+            load = load.float()
+            m.gate.e_score_correction_bias += rate * torch.sign(load.mean() - load)
+
+
+def sequence_nll(model, ids, o: ForwardOptions):
+    """Sum of next-token NLL of one [1, W] window (W - 1 predicted positions) and the count."""
+    logits, _ = forward(model, ids[:, :-1], o)
+    nll = F.cross_entropy(logits[0].float(), ids[0, 1:], reduction="sum")
+    return float(nll), ids.shape[1] - 1
