@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -115,6 +116,7 @@ struct FillJob {
   int64_t count;  // elements
   float std = 0, value = 0;
   const uint8_t* table = nullptr;  // kByteTable: 256 entries; kByteChoice4: 4 entries
+  const uint16_t* bf16_table = nullptr;  // kBf16Normal: bf16(std * normal quantile), 4096 entries
   uint64_t seed = 0;
 };
 
@@ -141,17 +143,23 @@ void fill_chunk(const FillJob& job, const Tables& t, int64_t begin, int64_t end,
       }
       break;
     }
-    case FillJob::kBf16Normal:
-    case FillJob::kF32Normal: {
-      const int per = 64 / kNormalBits;
+    case FillJob::kBf16Normal: {
+      uint16_t* out = static_cast<uint16_t*>(job.dst);
       const uint64_t mask = (uint64_t{1} << kNormalBits) - 1;
       for (int64_t i = begin; i < end;) {
         uint64_t r = rng.next();
-        for (int k = 0; k < per && i < end; ++k, ++i, r >>= kNormalBits) {
-          float v = t.normal[r & mask] * job.std + job.value;
-          if (job.kind == FillJob::kBf16Normal) static_cast<uint16_t*>(job.dst)[i] = bf16_encode(v);
-          else static_cast<float*>(job.dst)[i] = v;
-        }
+        for (int k = 0; k < 64 / kNormalBits && i < end; ++k, ++i, r >>= kNormalBits)
+          out[i] = job.bf16_table[r & mask];
+      }
+      break;
+    }
+    case FillJob::kF32Normal: {
+      float* out = static_cast<float*>(job.dst);
+      const uint64_t mask = (uint64_t{1} << kNormalBits) - 1;
+      for (int64_t i = begin; i < end;) {
+        uint64_t r = rng.next();
+        for (int k = 0; k < 64 / kNormalBits && i < end; ++k, ++i, r >>= kNormalBits)
+          out[i] = t.normal[r & mask] * job.std + job.value;
       }
       break;
     }
@@ -193,7 +201,14 @@ class DummyBuilder {
   }
   Tensor normal_bf16(Shape shape, float std) {
     Tensor t = uninitialized(std::move(shape), DType::kBF16);
-    add_job({FillJob::kBf16Normal, t.data(), t.numel(), std});
+    FillJob job{FillJob::kBf16Normal, t.data(), t.numel(), std};
+    auto& table = bf16_tables_[std];  // linears of one input width share a table
+    if (table.empty()) {
+      table.resize(tables_.normal.size());
+      for (std::size_t i = 0; i < table.size(); ++i) table[i] = bf16_encode(tables_.normal[i] * std);
+    }
+    job.bf16_table = table.data();
+    add_job(job);
     return t;
   }
   Tensor bytes(Shape shape, DType dtype, const uint8_t* table, FillJob::Kind kind = FillJob::kByteTable) {
@@ -214,6 +229,7 @@ class DummyBuilder {
   Tables tables_;
   std::vector<FillJob> jobs_;
   std::array<std::unique_ptr<std::array<uint8_t, 256>>, 256> constant_tables_;  // by value
+  std::map<float, std::vector<uint16_t>> bf16_tables_;                          // by std
 
   const uint8_t* constant_table(uint8_t value) {
     auto& t = constant_tables_[value];

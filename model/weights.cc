@@ -295,7 +295,9 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
     w.lm_head.in_features = hidden;
     w.lm_head.weight = w.embed;
   } else {
-    w.lm_head = ld.take_linear(layout.lm_head, config.vocab_size, hidden);
+    // A VL wrapper may keep its head outside the language model (plain lm_head.weight).
+    const std::string head = !ld.has_linear(layout.lm_head) && ld.has_linear("lm_head") ? "lm_head" : layout.lm_head;
+    w.lm_head = ld.take_linear(head, config.vocab_size, hidden);
   }
 
   w.layers.resize(config.num_layers);

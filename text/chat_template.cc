@@ -114,18 +114,22 @@ std::string ChatTemplate::render(const ChatTemplateInput& input) const {
     auto tool_use = named_.find("tool_use");
     if (tool_use != named_.end()) entry = tool_use->second.get();
   }
-  nlohmann::ordered_json variables = nlohmann::ordered_json::object();
-  variables["messages"] = input.messages;
-  variables["tools"] = input.tools;
-  variables["documents"] = input.documents;
-  variables["add_generation_prompt"] = input.add_generation_prompt;
-  for (const auto& [key, value] : special_tokens_.items()) variables[key] = value;
+  // Passed by reference: the request's messages and tools are not copied.
+  const nlohmann::ordered_json generation_prompt = input.add_generation_prompt;
+  jinja::Template::VariableRefs variables = {{"messages", &input.messages},
+                                             {"tools", &input.tools},
+                                             {"documents", &input.documents},
+                                             {"add_generation_prompt", &generation_prompt}};
+  for (auto it = special_tokens_.begin(); it != special_tokens_.end(); ++it) {
+    variables.emplace_back(it.key(), &it.value());
+  }
   M3_CHECK(input.kwargs.is_object(), "chat_template_kwargs must be a JSON object");
-  for (const auto& [key, value] : input.kwargs.items()) {
+  for (auto it = input.kwargs.begin(); it != input.kwargs.end(); ++it) {
+    const std::string& key = it.key();
     // transformers passes these as keyword arguments too: Python refuses a second value.
     M3_CHECK(key != "messages" && key != "tools" && key != "documents" && key != "add_generation_prompt",
              "chat_template_kwargs may not set '{}'", key);
-    variables[key] = value;
+    variables.emplace_back(key, &it.value());
   }
   jinja::RenderOptions options;
   options.now = input.now;

@@ -302,21 +302,30 @@ TRAIN_TEXTS = [
 ]
 
 
+SOURCE_SUFFIXES = (".cc", ".h", ".cu", ".py", ".md", ".sh", ".cmake", ".jinja")
+
+
+def repository_sources():
+    """The repository's own sources and docs, in a stable order (no fixtures, builds or data)."""
+    skipped = ("fixtures", "data", ".git", "node_modules", "__pycache__")
+    for path in sorted(REPO.glob("**/*")):
+        parts = path.relative_to(REPO).parts
+        if (path.suffix in SOURCE_SUFFIXES and path.is_file() and path.stat().st_size < 1_000_000
+                and not any(p in skipped or p.startswith(("build", ".")) for p in parts)):
+            yield path
+
+
 def training_corpus(bundled):
     """The embedded texts, repeated; the bundled tokenizer adds the repository's sources and docs
     and the Python standard library (about 8 MB), so its 7,918 merges are all learned."""
     corpus = TRAIN_TEXTS * 20
     if not bundled:
         return corpus
-    files = []
-    for pattern in ("**/*.cc", "**/*.h", "**/*.cu", "**/*.py", "**/*.md", "**/*.txt", "**/*.sh",
-                    "**/*.cmake", "**/*.json", "**/*.jinja"):
-        files.extend(p for p in REPO.glob(pattern) if "build" not in p.parts and ".git" not in p.parts
-                     and "fixtures" not in p.parts and p.stat().st_size < 2_000_000)
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    files.extend(sorted(stdlib.glob("**/*.py"))[:3000])
+    files = list(repository_sources()) + sorted(stdlib.glob("*.py")) + \
+        sorted(stdlib.glob("*/*.py"))
     total = 0
-    for path in sorted(set(files)):
+    for path in files:
         try:
             text = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
@@ -436,6 +445,8 @@ def base_vocab_size(shape):
 
 def finalize(shape, spec):
     """Adds byte-fallback tokens, the added tokens and the post-processor to a trained spec."""
+    skeleton = build_skeleton(shape)["model"]
+    spec["model"].update({k: v for k, v in skeleton.items() if k not in ("vocab", "merges")})
     vocab = spec["model"]["vocab"]
     if shape.get("bundled") and len(vocab) != base_vocab_size(shape):
         sys.exit(f"{shape['name']}: trained {len(vocab)} tokens, need {base_vocab_size(shape)}")
@@ -519,14 +530,10 @@ def check_with_transformers(directory, tok):
 
 
 def write_bench(out, tok):
-    """A ~1 MB text (repository sources and docs, then the training texts), the reference ids
+    """A 1 MB text (repository sources and docs, then the training texts), the reference ids
     and the reference single-call encode time."""
     parts, total = [], 0
-    for path in sorted(REPO.glob("**/*")):
-        if not path.is_file() or path.suffix not in (".cc", ".h", ".md", ".py", ".cu", ".txt"):
-            continue
-        if "build" in path.parts or "fixtures" in path.parts or ".git" in path.parts:
-            continue
+    for path in repository_sources():
         text = path.read_text(encoding="utf-8", errors="replace")
         parts.append(text)
         total += len(text.encode())

@@ -51,6 +51,12 @@ struct Expr {
 
 struct ConstExpr : Expr {
   ConstExpr(Value value, int line) : Expr(ExprKind::kConst, line), value(std::move(value)) {}
+  // A string literal: the value borrows `text`, so using it costs no reference counting.
+  ConstExpr(std::string literal, int line)
+      : Expr(ExprKind::kConst, line), text(std::move(literal)), value(Value::borrowed_string(text)) {}
+  ConstExpr(const ConstExpr&) = delete;
+  ConstExpr& operator=(const ConstExpr&) = delete;
+  std::string text;
   Value value;
 };
 

@@ -16,14 +16,14 @@ namespace m3::jinja {
 std::vector<Value> bind_args(std::string_view function, const CallArgs& args,
                              std::initializer_list<Param> params) {
   std::vector<Value> out(params.size());
-  std::vector<bool> given(params.size(), false);
+  uint64_t given = 0;  // bit k: parameter k has a value
   if (args.positional.size() > params.size()) {
     throw_error("TypeError", fmt::format("{}() takes at most {} argument(s) ({} given)", function,
                                          params.size(), args.positional.size()));
   }
   for (size_t k = 0; k < args.positional.size(); ++k) {
     out[k] = args.positional[k];
-    given[k] = true;
+    given |= uint64_t{1} << k;
   }
   for (const auto& [name, value] : args.keyword) {
     size_t index = 0;
@@ -34,15 +34,15 @@ std::vector<Value> bind_args(std::string_view function, const CallArgs& args,
     if (index == params.size()) {
       throw_error("TypeError", fmt::format("{}() got an unexpected keyword argument '{}'", function, name));
     }
-    if (given[index]) {
+    if (given & (uint64_t{1} << index)) {
       throw_error("TypeError", fmt::format("{}() got multiple values for argument '{}'", function, name));
     }
     out[index] = value;
-    given[index] = true;
+    given |= uint64_t{1} << index;
   }
   size_t k = 0;
   for (const Param& p : params) {
-    if (!given[k]) {
+    if (!(given & (uint64_t{1} << k))) {
       if (p.required) {
         throw_error("TypeError", fmt::format("{}() missing required argument '{}'", function, p.name));
       }

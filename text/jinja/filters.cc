@@ -94,7 +94,7 @@ Value f_attr(Interpreter&, const Value& in, Args& args) {
   Value out;
   if (!name.empty() && name[0] == '_') return get_attr(in, name);
   if (in.is_object() ? in.object().get_attr(name, out) : lookup_method(in, name, out)) return out;
-  return Value::undefined(fmt::format("'{} object' has no attribute '{}'", type_name(in), name));
+  return Value::missing_attribute(type_name(in), name);
 }
 
 Value f_batch(Interpreter&, const Value& in, Args& args) {

@@ -49,17 +49,17 @@ class Macro : public Object {
 // cycle() and changed(), and loop(...) in recursive loops.
 class LoopContext : public Object, public std::enable_shared_from_this<LoopContext> {
  public:
-  LoopContext(std::vector<Value> items, int depth0, const ForStmt* recursive_stmt, ScopePtr scope)
+  LoopContext(std::shared_ptr<ListData> items, int depth0, const ForStmt* recursive_stmt, ScopePtr scope)
       : items_(std::move(items)), depth0_(depth0), stmt_(recursive_stmt), scope_(std::move(scope)) {}
 
   size_t index0 = 0;
 
   const char* type_name() const override { return "LoopContext"; }
   std::string repr() const override {
-    return fmt::format("<LoopContext {}/{}>", index0 + 1, items_.size());
+    return fmt::format("<LoopContext {}/{}>", index0 + 1, items_->items.size());
   }
   bool has_length() const override { return true; }
-  int64_t length() const override { return static_cast<int64_t>(items_.size()); }
+  int64_t length() const override { return static_cast<int64_t>(items_->items.size()); }
   bool callable() const override { return true; }
   Value call(Interpreter& interp, CallArgs& args) override {
     if (stmt_ == nullptr) {
@@ -70,7 +70,8 @@ class LoopContext : public Object, public std::enable_shared_from_this<LoopConte
   }
 
   bool get_attr(std::string_view name, Value& out) override {
-    int64_t n = static_cast<int64_t>(items_.size());
+    const std::vector<Value>& items = items_->items;
+    int64_t n = static_cast<int64_t>(items.size());
     int64_t i = static_cast<int64_t>(index0);
     if (name == "index") {
       out = Value::integer(i + 1);
@@ -91,9 +92,9 @@ class LoopContext : public Object, public std::enable_shared_from_this<LoopConte
     } else if (name == "depth0") {
       out = Value::integer(depth0_);
     } else if (name == "previtem") {
-      out = i > 0 ? items_[i - 1] : Value::undefined("there is no previous item");
+      out = i > 0 && i - 1 < n ? items[i - 1] : Value::undefined("there is no previous item");
     } else if (name == "nextitem") {
-      out = i + 1 < n ? items_[i + 1] : Value::undefined("there is no next item");
+      out = i + 1 < n ? items[i + 1] : Value::undefined("there is no next item");
     } else if (name == "cycle") {
       auto self = shared_from_this();
       out = make_function("cycle", [self](Interpreter&, CallArgs& args) {
@@ -116,7 +117,7 @@ class LoopContext : public Object, public std::enable_shared_from_this<LoopConte
   }
 
  private:
-  std::vector<Value> items_;
+  std::shared_ptr<ListData> items_;
   int depth0_;
   const ForStmt* stmt_;
   ScopePtr scope_;
@@ -124,9 +125,6 @@ class LoopContext : public Object, public std::enable_shared_from_this<LoopConte
   bool has_last_changed_ = false;
 };
 
-Value undefined_name(std::string_view name) {
-  return Value::undefined(fmt::format("'{}' is undefined", name));
-}
 
 }  // namespace
 
@@ -148,7 +146,7 @@ void Scope::set(std::string_view name, Value value) {
       return;
     }
   }
-  vars_.emplace_back(std::string(name), std::move(value));
+  vars_.emplace_back(name, std::move(value));
 }
 
 // ---- rendering -----------------------------------------------------------------------------
@@ -274,17 +272,24 @@ Value Interpreter::run_loop(const ForStmt& stmt, const ScopePtr& scope, const Va
 
 void Interpreter::exec_for(const ForStmt& stmt, const ScopePtr& scope, const Value& iterable,
                            int depth0, std::string& out) {
-  std::vector<Value> items = iterate(iterable);
+  // A list is iterated in place, as Python's list iterator does; anything else is listed first.
+  std::shared_ptr<ListData> items;
+  if (iterable.is_list() && !stmt.filter) {
+    items = iterable.list_ptr();
+  } else {
+    items = std::make_shared<ListData>();
+    items->items = iterate(iterable);
+  }
   if (stmt.filter) {
     std::vector<Value> kept;
-    for (Value& item : items) {
+    for (Value& item : items->items) {
       auto test_scope = std::make_shared<Scope>(scope);
       assign(stmt.target, item, test_scope);
       if (truthy(eval(*stmt.filter, test_scope))) kept.push_back(std::move(item));
     }
-    items = std::move(kept);
+    items->items = std::move(kept);
   }
-  if (items.empty()) {
+  if (items->items.empty()) {
     exec(stmt.else_body, std::make_shared<Scope>(scope), out);
     return;
   }
@@ -293,7 +298,7 @@ void Interpreter::exec_for(const ForStmt& stmt, const ScopePtr& scope, const Val
                                             stmt.recursive ? scope : nullptr);
   Value loop_value = Value::object(loop);
   ScopePtr iteration;
-  for (size_t k = 0; k < items.size(); ++k) {
+  for (size_t k = 0; k < items->items.size(); ++k) {
     // Each iteration starts from the enclosing scope again; reuse the scope object unless a
     // macro defined in the last iteration still holds it.
     if (!iteration || iteration.use_count() > 1) {
@@ -303,7 +308,7 @@ void Interpreter::exec_for(const ForStmt& stmt, const ScopePtr& scope, const Val
     }
     loop->index0 = k;
     iteration->set("loop", loop_value);
-    assign(stmt.target, items[k], iteration);
+    assign(stmt.target, items->items[k], iteration);
     if (exec(stmt.body, iteration, out) == Flow::kBreak) break;
   }
 }
@@ -474,7 +479,7 @@ Value Interpreter::eval_uncaught(const Expr& expr, const ScopePtr& scope) {
     case ExprKind::kName: {
       const auto& name = static_cast<const NameExpr&>(expr).name;
       const Value* value = scope->find(name);
-      return value ? *value : undefined_name(name);
+      return value ? *value : Value::undefined_name(name);
     }
     case ExprKind::kList:
     case ExprKind::kTuple: {

@@ -13,16 +13,18 @@
 
 namespace m3::jinja {
 
+// Names are views: they point into the template's AST, the caller's JSON keys or literals, all
+// of which outlive a render.
 class Scope {
  public:
-  explicit Scope(std::shared_ptr<Scope> parent = nullptr) : parent_(std::move(parent)) {}
+  explicit Scope(std::shared_ptr<Scope> parent = nullptr) : parent_(std::move(parent)) { vars_.reserve(4); }
   const Value* find(std::string_view name) const;
   void set(std::string_view name, Value value);
   void clear() { vars_.clear(); }
 
  private:
   std::shared_ptr<Scope> parent_;
-  std::vector<std::pair<std::string, Value>> vars_;
+  std::vector<std::pair<std::string_view, Value>> vars_;
 };
 using ScopePtr = std::shared_ptr<Scope>;
 

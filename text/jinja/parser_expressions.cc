@@ -183,7 +183,7 @@ ExprPtr ExpressionParser::parse_primary() {
     case TokenType::kString: {
       std::string text = advance().text;
       while (current().type == TokenType::kString) text += advance().text;  // "a" "b"
-      return std::make_unique<ConstExpr>(Value::string(std::move(text)), line);
+      return std::make_unique<ConstExpr>(std::move(text), line);
     }
     case TokenType::kInteger: return std::make_unique<ConstExpr>(Value::integer(advance().int_value), line);
     case TokenType::kFloat: return std::make_unique<ConstExpr>(Value::number(advance().float_value), line);

@@ -21,7 +21,7 @@ Value from_json(const nlohmann::ordered_json& json) {
       return Value::integer(static_cast<int64_t>(u));
     }
     case Type::number_float: return Value::number(json.get<double>());
-    case Type::string: return Value::string(json.get<std::string>());
+    case Type::string: return Value::borrowed_string(json.get_ref<const std::string&>());
     case Type::array: {
       std::vector<Value> items;
       items.reserve(json.size());
@@ -31,8 +31,8 @@ Value from_json(const nlohmann::ordered_json& json) {
     case Type::object: {
       auto dict = std::make_shared<DictData>();
       dict->entries.reserve(json.size());
-      for (const auto& [key, item] : json.items()) {
-        dict->entries.emplace_back(Value::string(key), from_json(item));
+      for (auto it = json.begin(); it != json.end(); ++it) {
+        dict->entries.emplace_back(Value::borrowed_string(it.key()), from_json(it.value()));
       }
       return Value::dict(std::move(dict));
     }

@@ -11,7 +11,7 @@
 namespace m3::jinja {
 
 // Objects keep their key order; integers stay integers, numbers with a fraction or exponent
-// become floats, as json.loads gives them.
+// become floats, as json.loads gives them. Strings are borrowed: the JSON must outlive the value.
 Value from_json(const nlohmann::ordered_json& json);
 
 struct JsonDumpOptions {

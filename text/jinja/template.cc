@@ -27,7 +27,9 @@ TemplateError::TemplateError(const std::string& origin, int line, std::string ty
 
 Template Template::parse(std::string_view source, std::string origin) {
   try {
-    return Template(parse_template(source), origin);
+    auto globals = std::make_shared<Scope>();
+    add_globals(*globals);
+    return Template(parse_template(source), std::move(globals), origin);
   } catch (const RenderError& e) {
     throw TemplateError(origin, e.line, e.type, e.what());
   }
@@ -37,11 +39,16 @@ std::string Template::render(const nlohmann::ordered_json& variables, const Rend
   if (!variables.is_object()) {
     throw TemplateError(origin_, 0, "TypeError", "template variables must be a JSON object");
   }
+  VariableRefs refs;
+  refs.reserve(variables.size());
+  for (auto it = variables.begin(); it != variables.end(); ++it) refs.emplace_back(it.key(), &it.value());
+  return render(refs, options);
+}
+
+std::string Template::render(const VariableRefs& variables, const RenderOptions& options) const {
   try {
-    auto globals = std::make_shared<Scope>();
-    add_globals(*globals);
-    auto root = std::make_shared<Scope>(globals);
-    for (const auto& [name, value] : variables.items()) root->set(name, from_json(value));
+    auto root = std::make_shared<Scope>(globals_);
+    for (const auto& [name, value] : variables) root->set(name, from_json(*value));
     Interpreter interpreter(options);
     return interpreter.render(*ast_, root);
   } catch (const RenderError& e) {

@@ -7,12 +7,15 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
 namespace m3::jinja {
 
 struct TemplateAst;
+class Scope;
 
 // A syntax or render error, with the template line it happened on.
 class TemplateError : public m3::Error {
@@ -42,10 +45,16 @@ class Template {
   // `variables`: a JSON object; each key becomes a template variable.
   std::string render(const nlohmann::ordered_json& variables, const RenderOptions& options = {}) const;
 
+  // The same without copying: each name and value must outlive the call. A later name
+  // overrides an earlier one.
+  using VariableRefs = std::vector<std::pair<std::string_view, const nlohmann::ordered_json*>>;
+  std::string render(const VariableRefs& variables, const RenderOptions& options = {}) const;
+
  private:
-  Template(std::shared_ptr<const TemplateAst> ast, std::string origin)
-      : ast_(std::move(ast)), origin_(std::move(origin)) {}
+  Template(std::shared_ptr<const TemplateAst> ast, std::shared_ptr<Scope> globals, std::string origin)
+      : ast_(std::move(ast)), globals_(std::move(globals)), origin_(std::move(origin)) {}
   std::shared_ptr<const TemplateAst> ast_;
+  std::shared_ptr<Scope> globals_;  // range, namespace, ...: built once, only read while rendering
   std::string origin_;
 };
 

@@ -14,8 +14,42 @@ void throw_error(const char* type, std::string message) { throw RenderError(type
 
 Value Value::undefined(std::string message, bool unsafe) {
   Value v;
-  v.ptr_ = std::make_shared<UndefinedData>(UndefinedData{std::move(message), unsafe});
+  auto data = std::make_shared<UndefinedData>();
+  data->text = std::move(message);
+  data->unsafe = unsafe;
+  v.ptr_ = std::move(data);
   return v;
+}
+
+Value Value::undefined_name(std::string_view name) {
+  Value v;
+  auto data = std::make_shared<UndefinedData>();
+  data->reason = UndefinedData::Reason::kName;
+  data->text = name;
+  v.ptr_ = std::move(data);
+  return v;
+}
+
+Value Value::missing_attribute(const char* owner_type, std::string_view name) {
+  Value v;
+  auto data = std::make_shared<UndefinedData>();
+  data->reason = UndefinedData::Reason::kAttribute;
+  data->text = name;
+  data->owner = owner_type;
+  v.ptr_ = std::move(data);
+  return v;
+}
+
+std::string UndefinedData::message() const {
+  switch (reason) {
+    case Reason::kName: return fmt::format("'{}' is undefined", text);
+    case Reason::kAttribute:
+      // jinja2's object_type_repr: "None", else "<type> object".
+      if (std::string_view(owner) == "NoneType") return fmt::format("'None' has no attribute '{}'", text);
+      return fmt::format("'{} object' has no attribute '{}'", owner, text);
+    case Reason::kMessage: break;
+  }
+  return text;
 }
 
 Value Value::none() {
@@ -52,6 +86,14 @@ Value Value::string(std::string s) {
   return v;
 }
 
+Value Value::borrowed_string(const std::string& s) {
+  Value v;
+  v.kind_ = Kind::kString;
+  // The aliasing constructor with an empty owner: a pointer without a control block.
+  v.ptr_ = std::shared_ptr<void>(std::shared_ptr<void>(), const_cast<std::string*>(&s));
+  return v;
+}
+
 Value Value::list(std::vector<Value> items, ListFlavor flavor) {
   auto data = std::make_shared<ListData>();
   data->items = std::move(items);
@@ -83,7 +125,7 @@ Value Value::object(std::shared_ptr<Object> object) {
 void Value::raise_undefined() const {
   const UndefinedData* data = undefined_data();
   if (data == nullptr) throw_error("UndefinedError", "value is undefined");
-  throw_error(data->unsafe ? "SecurityError" : "UndefinedError", data->message);
+  throw_error(data->unsafe ? "SecurityError" : "UndefinedError", data->message());
 }
 
 Value make_tuple(std::vector<Value> items) { return Value::list(std::move(items), ListFlavor::kTuple); }
@@ -217,7 +259,12 @@ void append_str(std::string& out, const Value& v) {
     case Kind::kString: out += v.str(); return;
     case Kind::kNone: out += "None"; return;
     case Kind::kBool: out += v.as_bool() ? "True" : "False"; return;
-    case Kind::kInt: out += fmt::format("{}", v.as_int()); return;
+    case Kind::kInt: {
+      char buf[24];
+      auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v.as_int());
+      out.append(buf, end);
+      return;
+    }
     case Kind::kFloat: append_float_repr(out, v.as_float()); return;
     default: append_repr(out, v); return;
   }

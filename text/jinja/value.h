@@ -50,20 +50,31 @@ struct DictData {
   void set(Value key, Value value);
 };
 
+// Why a value is undefined. The message is only formatted when the template trips over it:
+// templates probe missing keys (`message.tool_calls is defined`) all the time.
 struct UndefinedData {
-  std::string message;  // what jinja2's UndefinedError (or SecurityError) would say
-  bool unsafe = false;  // an attribute the sandbox blocks: raises SecurityError when used
+  enum class Reason : uint8_t { kMessage, kName, kAttribute } reason = Reason::kMessage;
+  std::string text;             // the message, the variable name or the attribute name
+  const char* owner = nullptr;  // kAttribute: Python type name of the object
+  bool unsafe = false;          // an attribute the sandbox blocks: raises SecurityError when used
+  std::string message() const;  // what jinja2's UndefinedError (or SecurityError) would say
 };
 
 class Value {
  public:
   Value() = default;  // Undefined with no hint
   static Value undefined(std::string message, bool unsafe = false);
+  static Value undefined_name(std::string_view name);  // "'name' is undefined"
+  // "'dict object' has no attribute 'x'"; owner_type is a type_name() result.
+  static Value missing_attribute(const char* owner_type, std::string_view name);
   static Value none();
   static Value boolean(bool b);
   static Value integer(int64_t i);
   static Value number(double f);
   static Value string(std::string s);
+  // A string owned elsewhere (template text, request JSON) that outlives every use of the
+  // value: copies cost no reference counting.
+  static Value borrowed_string(const std::string& s);
   static Value list(std::vector<Value> items, ListFlavor flavor = ListFlavor::kList);
   static Value list(std::shared_ptr<ListData> data);
   static Value dict(std::shared_ptr<DictData> data);

@@ -89,7 +89,7 @@ std::string object_type_repr(const Value& obj) {
 }
 
 Value missing_attribute(const Value& obj, std::string_view name) {
-  return Value::undefined(fmt::format("'{}' has no attribute '{}'", object_type_repr(obj), name));
+  return Value::missing_attribute(type_name(obj), name);
 }
 
 Value missing_item(const Value& obj, const Value& key) {

@@ -142,11 +142,12 @@ def chat_pairs(files):
             tree = ast.parse(f["text"])
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
+        lines = f["text"].split("\n")  # ast.get_source_segment re-splits the file on every call
         for node in tree.body:
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name.startswith("_"):
                 continue
             doc = ast.get_docstring(node)
-            src = ast.get_source_segment(f["text"], node)
+            src = "\n".join(lines[node.lineno - 1:node.end_lineno]).rstrip()
             if not doc or not src or not (150 <= len(src) <= 2500):
                 continue
             summary = first_paragraph(doc)

@@ -404,6 +404,18 @@ def attention_emulated(q, k, v, keep, c, kv_dtype):
     return out
 
 
+def sdpa(q, k, v, attn_mask=None, is_causal=False):
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+    # torch < 2.0 (CPU runs of these scripts): the same attention, materialized.
+    s = q.shape[-2]
+    if is_causal:
+        attn_mask = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
+    logits = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    logits = logits.masked_fill(~attn_mask, float("-inf"))
+    return torch.matmul(torch.softmax(logits.float(), -1).to(v.dtype), v)
+
+
 def attention_train(q, k, v, keep, c):
     """bf16 training attention through SDPA. keep None: dense causal."""
     hq, g = q.shape[1], k.shape[1]
@@ -411,13 +423,13 @@ def attention_train(q, k, v, keep, c):
     if keep is None:
         k = k.repeat_interleave(hg, dim=1)
         v = v.repeat_interleave(hg, dim=1)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return sdpa(q, k, v, is_causal=True)
     mask = key_mask(keep, q.shape[2], c.index_block_size)
     outs = []
     for j in range(g):  # one call per KV group: the mask broadcasts over the group's heads
         kj = k[:, j:j + 1].expand(-1, hg, -1, -1)
         vj = v[:, j:j + 1].expand(-1, hg, -1, -1)
-        outs.append(F.scaled_dot_product_attention(q[:, j * hg:(j + 1) * hg], kj, vj, attn_mask=mask[:, j:j + 1]))
+        outs.append(sdpa(q[:, j * hg:(j + 1) * hg], kj, vj, attn_mask=mask[:, j:j + 1]))
     return torch.cat(outs, 1)
 
 

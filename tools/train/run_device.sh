@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The whole small-model pipeline, as run on the GPU machine (torch, transformers, tokenizers,
+# safetensors): corpus -> smoke pass of every later step on tiny sizes (fails fast) -> tokenizer
+# -> three training stages -> export -> PyTorch evaluation. Results are packed into $OUT as tarballs
+# of repository paths (split in 15 MiB parts), also when a step fails or the run is stopped.
+#
+#   OUT=/tmp/out bash tools/train/run_device.sh        # TIME_A/TIME_B/TIME_C: stage seconds
+#   SKIP_SMOKE=1 RESUME=ckpt.pt STAGES=c ...           # continue from a stage checkpoint
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/m3small-out}
+W=${M3SMALL_WORK:-/tmp/m3small}
+T=tools/train
+TIME_A=${TIME_A:-110}
+TIME_B=${TIME_B:-15}
+TIME_C=${TIME_C:-30}
+STAGES=${STAGES:-a,b,c}
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true
+mkdir -p "$OUT" "$W/stage/tools/train/results" "$W/stage/tools/train/eval" "$W/stage/tests/model_small"
+exec > >(tee -a "$OUT/run.log") 2>&1
+stamp() { echo "=== $(date +%T) +${SECONDS}s $*"; }
+
+pack() {
+  local rc=$?
+  trap - EXIT TERM INT
+  set +e
+  stamp "pack (exit $rc)"
+  local R=$W/stage/tools/train/results
+  cp -f "$W/corpus/corpus.json" "$W/tokens/tokens.json" "$W/train/summary.json" "$W/train/train_log.jsonl" \
+     "$W/eval/eval_torch.json" "$R/" 2>/dev/null || true
+  [ -f "$W/corpus/manifest.tsv" ] && gzip -9 -n -c "$W/corpus/manifest.tsv" > "$R/corpus_manifest.tsv.gz"
+  [ -f "$W/eval/engine_windows.json" ] && cp -f "$W/eval/engine_windows.json" "$W/stage/tools/train/eval/"
+  [ -f "$W/eval/heldout_sample.json" ] && cp -f "$W/eval/heldout_sample.json" "$W/stage/tests/model_small/"
+  if [ -f "$W/model/model.safetensors" ]; then
+    mkdir -p "$W/stage/models" && rm -rf "$W/stage/models/minimax-m3-small" && cp -r "$W/model" "$W/stage/models/minimax-m3-small"
+  else
+    # No export: keep the newest stage checkpoint (bf16) to resume from.
+    local ck
+    ck=$(ls -t "$W"/train/ckpt_*.pt 2>/dev/null | head -1 || true)
+    [ -n "$ck" ] && python3 -c "import torch,sys; c=torch.load(sys.argv[1]); c['state_dict']={k:v.bfloat16() for k,v in c['state_dict'].items()}; torch.save(c, sys.argv[2])" "$ck" "$W/stage/resume.pt" || true
+  fi
+  tar -C "$W/stage" -czf - . | split -b 15m -d - "$OUT/results.tgz.part-"
+  [ -d "$W/smoke" ] && tar -C "$W/smoke" -czf "$OUT/smoke.tgz" --exclude='*.pt' --exclude='*.npy' --exclude='*.safetensors' --exclude='*.jsonl' . 2>/dev/null || true
+  [ -d "$W/smoke/train" ] && cp -f "$W/smoke/train/train_log.jsonl" "$OUT/smoke_train_log.jsonl" 2>/dev/null || true
+  ls -la "$OUT"
+  exit $rc
+}
+trap pack EXIT TERM INT
+
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
+python3 -c "import torch, transformers, tokenizers, safetensors; print('torch', torch.__version__, 'transformers', transformers.__version__, 'tokenizers', tokenizers.__version__)"
+
+stamp corpus
+python3 $T/corpus.py --out $W/corpus
+
+if [ "${SKIP_SMOKE:-0}" != 1 ]; then
+  stamp smoke
+  S=$W/smoke
+  python3 $T/train_tokenizer.py --corpus $W/corpus --out $S/tokenizer --tokens-out $S/tokens --vocab-size 2048 \
+    --sample-mb 2 --max-docs 1500
+  python3 $T/train.py --tokens $S/tokens --out $S/train --size smoke --time-a 4 --time-b 2 --time-c 3 --seq 512 \
+    --long-seq 1024 --batch-tokens 4096 --eval-seq 1024 --eval-windows 2 --log-every 5
+  python3 $T/export.py --ckpt $S/train/ckpt_c.pt --tokenizer $S/tokenizer --out $S/model
+  python3 $T/eval_torch.py --model $S/model --tokens $S/tokens --out $S/eval --engine-out $S/eval \
+    --fixture-out $S/eval --short 512 --long 2048 --windows-long 2
+  stamp smoke passed
+fi
+
+stamp tokenizer
+python3 $T/train_tokenizer.py --corpus $W/corpus --out $W/tokenizer --tokens-out $W/tokens
+stamp train
+python3 $T/train.py --tokens $W/tokens --out $W/train --stages "$STAGES" ${RESUME:+--resume "$RESUME"} \
+  --time-a "$TIME_A" --time-b "$TIME_B" --time-c "$TIME_C"
+stamp export
+python3 $T/export.py --ckpt "$W/train/ckpt_${STAGES##*,}.pt" --tokenizer $W/tokenizer --out $W/model
+stamp eval
+python3 $T/eval_torch.py --model $W/model --tokens $W/tokens --out $W/eval --engine-out $W/eval --fixture-out $W/eval
+stamp done

@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Trains the small MiniMax-M3 in three logged stages, as M3.1 was trained:
+
+  a  language model with dense causal attention (the last --long-frac of the time at --long-seq);
+  b  the lightning indexer alone (the rest frozen): KL between the attention mass per 128-token
+     history block of each KV group (mean over the group's heads, from the dense attention) and the
+     indexer's block distribution (softmax of max-pooled index scores / sqrt(index_head_dim)), as
+     MSA and DeepSeek's sparse attention train it;
+  c  a short fine-tune of everything with MSA sparse attention (top-k blocks per KV group, local
+     block forced) and q / index-q fake-quantized to E4M3 and K / V / index-K to NVFP4
+     (straight-through), so that the model is native to `--kv-cache-dtype nvfp4`; the indexer keeps
+     its KL loss on detached inputs.
+
+Every stage runs for a wall-clock budget: the cosine learning-rate schedule follows elapsed time,
+so a faster or slower machine changes the token count, never the duration. Expert balance uses the
+auxiliary-loss-free bias of M3's router (e_score_correction_bias += rate * sign(mean - load)).
+Writes --out/ckpt_<stage>.pt (fp32 state dict + config) after each stage, train_log.jsonl (every
+logged step) and summary.json.
+
+Usage: python3 tools/train/train.py --tokens DIR --out DIR [--size small|smoke] [--stages a,b,c]
+           [--time-a S --time-b S --time-c S] [--resume CKPT]
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import m3small as M  # noqa: E402
+
+
+class Stream:
+    """Random windows of a token stream (resident on the device)."""
+
+    def __init__(self, arr, device, seed):
+        self.tokens = torch.from_numpy(arr.astype(np.int32)).to(device)
+        self.device = device
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+
+    def batch(self, batch, seq):
+        n = self.tokens.numel() - seq - 1
+        off = torch.randint(0, n, (batch,), generator=self.gen, device=self.device)
+        w = self.tokens[off[:, None] + torch.arange(seq + 1, device=self.device)].long()
+        return w[:, :-1], w[:, 1:]
+
+
+class Logger:
+    def __init__(self, path):
+        self.fh = open(path, "a")
+
+    def __call__(self, **rec):
+        self.fh.write(json.dumps(rec) + "\n")
+        self.fh.flush()
+        keys = [k for k in rec if k not in ("stage", "event")]
+        print(f"[{rec.get('stage', '-')}] {rec.get('event', '')} " + " ".join(
+            f"{k}={rec[k]:.4g}" if isinstance(rec[k], float) else f"{k}={rec[k]}" for k in keys), flush=True)
+
+
+def autocast(device):
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def lm_loss(model, x, y, opts):
+    logits, aux = M.forward(model, x, opts)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+    return loss, aux, {"lm": loss}
+
+
+def indexer_loss(model, x, y, opts):
+    _, aux = M.forward(model, x, opts)
+    kl = torch.stack(aux["indexer_kl"]).mean()
+    return kl, aux, {"kl": kl}
+
+
+def finetune_loss(kl_weight):
+    def fn(model, x, y, opts):
+        logits, aux = M.forward(model, x, opts)
+        lm = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+        kl = torch.stack(aux["indexer_kl"]).mean()
+        return lm + kl_weight * kl, aux, {"lm": lm, "kl": kl}
+    return fn
+
+
+def is_oom(e):
+    return "out of memory" in str(e).lower()
+
+
+def run_stage(name, model, params, opts, loss_fn, stream, args, log, budget_s, lr_peak, phases,
+              update_bias=True, warmup=30, min_lr_frac=0.1):
+    """phases: [(start fraction of the budget, seq, batch)]. Returns the stage record."""
+    device = next(model.parameters()).device
+    decay = [p for p in params if p.ndim >= 2]
+    other = [p for p in params if p.ndim < 2]
+    fused = {"fused": True} if device.type == "cuda" else {}
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                            lr=lr_peak, betas=(0.9, 0.95), eps=1e-8, **fused)
+    model.train()
+    start, step, tokens, accum = time.time(), 0, 0, 1
+    last_t, last_tokens, recent = start, 0, {}
+    while True:
+        elapsed = time.time() - start
+        if elapsed >= budget_s:
+            break
+        frac = elapsed / budget_s
+        seq, batch = [(s, b) for f, s, b in phases if frac >= f][-1]
+        lr = lr_peak * min(1.0, (step + 1) / warmup) * (
+            min_lr_frac + (1 - min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        x, y = stream.batch(batch, seq)
+        try:
+            parts = {}
+            for xm, ym in zip(x.chunk(accum), y.chunk(accum)):
+                with autocast(device):
+                    loss, aux, terms = loss_fn(model, xm, ym, opts)
+                (loss / accum).backward()
+                for k, v in terms.items():
+                    parts[k] = parts.get(k, 0.0) + v.detach() / accum
+                if update_bias:
+                    M.update_router_bias(model, aux, args.bias_rate / accum)
+        except RuntimeError as e:
+            if not is_oom(e) or accum >= batch:
+                raise
+            opt.zero_grad(set_to_none=True)
+            del e
+            torch.cuda.empty_cache()
+            accum *= 2
+            log(stage=name, event="oom", step=step, accum=accum)
+            continue
+        gnorm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        tokens += batch * seq
+        for k, v in parts.items():
+            recent.setdefault(k, []).append(v)
+        if step == 1 or step % args.log_every == 0:
+            now = time.time()
+            rec = {k: float(torch.stack(v).mean()) for k, v in recent.items()}
+            recent = {}
+            if "recall" in aux:
+                rec["recall"] = float(np.mean(aux["recall"]))
+            mem = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
+            log(stage=name, event="step", step=step, seq=seq, lr=lr, gnorm=float(gnorm), elapsed=round(now - start, 1),
+                tok_per_s=round((tokens - last_tokens) / max(now - last_t, 1e-9)), tokens=tokens, mem_gib=round(mem, 1),
+                **rec)
+            last_t, last_tokens = now, tokens
+    seconds = time.time() - start
+    return {"steps": step, "tokens": tokens, "seconds": round(seconds, 1), "tokens_per_s": round(tokens / seconds),
+            "micro_batches": accum}
+
+
+@torch.no_grad()
+def heldout_ppl(model, held, seq, windows, opts, device):
+    """Perplexity of the next token over `windows` consecutive held-out windows of `seq` ids."""
+    model.eval()
+    nll, count = 0.0, 0
+    for i in range(windows):
+        w = held[i * seq:(i + 1) * seq]
+        if w.numel() < seq:
+            break
+        x, y = w[None, :-1], w[None, 1:]
+        with autocast(device):
+            logits, _ = M.forward(model, x, opts)
+        nll += float(F.cross_entropy(logits[0].float(), y[0], reduction="sum"))
+        count += y.numel()
+    model.train()
+    return math.exp(nll / count)
+
+
+def evaluate(model, held, args, device, settings):
+    out = {}
+    for label, opts in settings:
+        out[label] = round(heldout_ppl(model, held, args.eval_seq, args.eval_windows, opts, device), 4)
+    return out
+
+
+def param_counts(model):
+    c = model.config
+    total = sum(p.numel() for p in model.parameters())
+    experts = sum(m.experts.gate_up_proj.numel() + m.experts.down_proj.numel() for m in model.moe_layers())
+    inactive = experts * (1 - c.num_experts_per_tok / c.num_local_experts)
+    embed = model.model.embed_tokens.weight.numel()
+    return {"total": total, "active_per_token": int(total - inactive), "embedding": embed}
+
+
+def save(model, path, extra):
+    sd = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+    torch.save({"config": model.config.to_dict(), "state_dict": sd, **extra}, path)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--size", choices=["small", "smoke"], default="small")
+    ap.add_argument("--stages", default="a,b,c")
+    ap.add_argument("--resume")
+    ap.add_argument("--time-a", type=float, default=130.0)
+    ap.add_argument("--time-b", type=float, default=20.0)
+    ap.add_argument("--time-c", type=float, default=35.0)
+    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--long-seq", type=int, default=8192)
+    ap.add_argument("--long-frac", type=float, default=0.2)
+    ap.add_argument("--batch-tokens", type=int, default=32768)
+    ap.add_argument("--lr-a", type=float, default=2e-3)
+    ap.add_argument("--lr-b", type=float, default=2e-3)
+    ap.add_argument("--lr-c", type=float, default=3e-4)
+    ap.add_argument("--kl-weight", type=float, default=1.0)
+    ap.add_argument("--bias-rate", type=float, default=1e-3)
+    ap.add_argument("--eval-seq", type=int, default=4096)
+    ap.add_argument("--eval-windows", type=int, default=8)
+    ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args()
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    os.makedirs(args.out, exist_ok=True)
+    log = Logger(os.path.join(args.out, "train_log.jsonl"))
+    tok_info = json.load(open(os.path.join(args.tokens, "tokens.json")))
+    sp = tok_info["specials"]
+    if args.resume:
+        ck = torch.load(args.resume, map_location="cpu")
+        cfg = M.SmallConfig(**ck["config"])
+    else:
+        base = {} if args.size == "small" else M.SMOKE
+        cfg = M.SmallConfig(**base, bos_token_id=sp["bos_token"], eos_token_id=sp["eos_token"],
+                            pad_token_id=sp["pad_token"])
+    assert cfg.vocab_size == tok_info["vocab_size"], "config and tokenizer disagree on the vocabulary"
+    assert cfg.index_local_blocks == 1, "the training selection forces exactly one local block"
+    torch.manual_seed(args.seed)
+    model = M.SmallM3(cfg)
+    if args.resume:
+        model.load_state_dict(ck["state_dict"])
+    else:
+        model.init_weights(args.seed)
+    model.to(device)
+    train = Stream(np.load(os.path.join(args.tokens, "train.npy")), device, args.seed)
+    held = torch.from_numpy(np.load(os.path.join(args.tokens, "heldout.npy")).astype(np.int64)).to(device)
+    summary_path = os.path.join(args.out, "summary.json")
+    summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {}
+    summary.update({"config": cfg.to_dict(), "params": param_counts(model), "device": str(
+        torch.cuda.get_device_name() if device.type == "cuda" else "cpu"), "torch": torch.__version__,
+        "args": vars(args), "train_tokens_available": int(train.tokens.numel())})
+    summary.setdefault("stages", {})
+    log(stage="-", event="start", **{k: v for k, v in summary["params"].items()}, train_tokens=summary[
+        "train_tokens_available"], heldout_tokens=int(held.numel()))
+
+    def phases(seq_short):
+        b_short = max(1, args.batch_tokens // seq_short)
+        b_long = max(1, args.batch_tokens // args.long_seq)
+        return [(0.0, seq_short, b_short)] + ([(1 - args.long_frac, args.long_seq, b_long)] if args.long_frac > 0 else [])
+
+    dense = M.ForwardOptions(attention="dense")
+    sparse = M.ForwardOptions(attention="sparse")
+    sparse_q = M.ForwardOptions(attention="sparse", qat=True)
+    for stage in args.stages.split(","):
+        if stage == "a":
+            rec = run_stage("a", model, list(model.main_parameters()), dense, lm_loss, train, args, log,
+                            args.time_a, args.lr_a, phases(args.seq))
+            rec["heldout_ppl"] = evaluate(model, held, args, device, [("dense", dense), ("sparse_untrained_indexer", sparse)])
+        elif stage == "b":
+            for p in model.main_parameters():
+                p.requires_grad_(False)
+            rec = run_stage("b", model, model.indexer_parameters(), M.ForwardOptions(
+                attention="dense", indexer_kl=True, logits=False), indexer_loss, train, args, log, args.time_b,
+                args.lr_b, [(0.0, args.seq, max(1, args.batch_tokens // args.seq))], update_bias=False, warmup=10,
+                min_lr_frac=0.05)
+            for p in model.parameters():
+                p.requires_grad_(True)
+            rec["heldout_ppl"] = evaluate(model, held, args, device, [("dense", dense), ("sparse", sparse)])
+        elif stage == "c":
+            rec = run_stage("c", model, list(model.parameters()), M.ForwardOptions(
+                attention="sparse", qat=True, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
+                args.time_c, args.lr_c, [(0.0, args.long_seq, max(1, args.batch_tokens // args.long_seq))], warmup=10)
+            rec["heldout_ppl"] = evaluate(model, held, args, device, [("dense", dense), ("sparse", sparse),
+                                                                      ("sparse_fake_nvfp4", sparse_q)])
+        else:
+            raise SystemExit(f"unknown stage {stage!r} (a, b, c)")
+        log(stage=stage, event="done", **{k: v for k, v in rec.items() if k != "heldout_ppl"},
+            **{f"ppl_{k}": v for k, v in rec["heldout_ppl"].items()})
+        summary["stages"][stage] = rec
+        save(model, os.path.join(args.out, f"ckpt_{stage}.pt"), {"stage": stage})
+        with open(summary_path, "w") as fh:
+            json.dump(summary, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
