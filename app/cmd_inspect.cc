@@ -34,17 +34,19 @@ struct Totals {
 };
 
 void print_config(const ModelConfig& c) {
-  std::printf("model_type %s%s: %d layers (%d sparse, %d MoE), hidden %d, heads %d/%d x %d, vocab %d\n",
-              c.model_type.c_str(), c.vl_wrapper ? " (text_config)" : "", c.num_layers,
-              c.num_sparse_layers(), c.num_moe_layers(), c.hidden_size, c.num_heads, c.num_kv_heads,
-              c.head_dim, c.vocab_size);
+  std::printf(
+      "model_type %s%s: %d layers (%d sparse, %d MoE), hidden %d, heads %d/%d x %d, vocab %d\n",
+      c.model_type.c_str(), c.vl_wrapper ? " (text_config)" : "", c.num_layers,
+      c.num_sparse_layers(), c.num_moe_layers(), c.hidden_size, c.num_heads, c.num_kv_heads,
+      c.head_dim, c.vocab_size);
   std::printf("experts %d (top %d, width %d), shared width %d, dense width %d\n", c.num_experts,
               c.experts_per_token, c.moe_intermediate_size, c.shared_intermediate_size,
               c.dense_intermediate_size);
-  std::printf("rope %s theta %g, %d of %d channels; indexer %d x %d, block %d, top-%d, local %d, init %d\n",
-              c.rope.type.c_str(), c.rope.theta, c.rope.rotary_dim, c.head_dim, c.index_heads,
-              c.index_head_dim, c.index_block_size, c.index_topk_blocks, c.index_local_blocks,
-              c.index_init_blocks);
+  std::printf(
+      "rope %s theta %g, %d of %d channels; indexer %d x %d, block %d, top-%d, local %d, init %d\n",
+      c.rope.type.c_str(), c.rope.theta, c.rope.rotary_dim, c.head_dim, c.index_heads,
+      c.index_head_dim, c.index_block_size, c.index_topk_blocks, c.index_local_blocks,
+      c.index_init_blocks);
   std::printf("quantization %s: linears %s, experts %s\n",
               c.quant.method.empty() ? "none" : c.quant.method.c_str(),
               std::string(quant_scheme_name(c.quant.linear_scheme)).c_str(),
@@ -68,15 +70,16 @@ void run(const InspectOptions& o) {
   Totals t;
   t.add(w.lm_head);
   for (const auto& l : w.layers) {
-    for (const auto* lw : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.attn.index_q, &l.attn.index_k,
-                           &l.mlp.gate, &l.mlp.up, &l.mlp.down})
+    for (const auto* lw : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.attn.index_q,
+                           &l.attn.index_k, &l.mlp.gate, &l.mlp.up, &l.mlp.down})
       t.add(*lw);
     for (const auto& e : l.mlp.experts) t.add(e.gate), t.add(e.up), t.add(e.down);
   }
   std::printf("%-14s %10s %12s\n", "format", "linears", "GB");
   double total = static_cast<double>(w.embed.nbytes());
   for (const auto& [name, cb] : t.by_format) {
-    std::printf("%-14s %10lld %12.3f\n", name.c_str(), static_cast<long long>(cb.first), cb.second / 1e9);
+    std::printf("%-14s %10lld %12.3f\n", name.c_str(), static_cast<long long>(cb.first),
+                cb.second / 1e9);
     total += cb.second;
   }
   std::printf("%-14s %10s %12.3f\n", "embed", "", w.embed.nbytes() / 1e9);
@@ -88,9 +91,11 @@ void run(const InspectOptions& o) {
 void register_inspect(CLI::App& app) {
   auto opts = std::make_shared<InspectOptions>();
   auto* cmd = app.add_subcommand("inspect", "read config.json and load (or generate) the weights");
-  cmd->add_option("model", opts->model, "model directory (config.json + safetensors) or config.json")
+  cmd->add_option("model", opts->model,
+                  "model directory (config.json + safetensors) or config.json")
       ->required();
-  cmd->add_option("--load-format", opts->load_format, "auto | safetensors | dummy (random weights)");
+  cmd->add_option("--load-format", opts->load_format,
+                  "auto | safetensors | dummy (random weights)");
   cmd->add_option("--num-layers", opts->num_layers, "keep only the first N layers");
   cmd->add_option("--seed", opts->seed, "seed of --load-format dummy");
   cmd->callback([opts] { run(*opts); });

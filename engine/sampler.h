@@ -41,7 +41,7 @@ class Sampler {
  private:
   std::vector<float> work_;        // penalised / tempered logits
   std::vector<int32_t> order_;     // candidate ids
-  std::vector<double> probs_;
+  std::vector<double> prob_;       // [vocab] unnormalised probabilities of the candidates
 };
 
 }  // namespace m3

@@ -60,7 +60,8 @@ inline void nvfp4_row_to_f32(const uint8_t* packed, const uint8_t* scales, int64
   const auto& t = fp8_e4m3_table();
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t byte = packed[i >> 1];
-    const uint8_t code = (i & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xf);
+    const uint8_t code =
+        (i & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xf);
     dst[i] = e2m1_decode(code) * t[scales[i / kNvfp4Group]];
   }
 }

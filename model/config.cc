@@ -25,7 +25,8 @@ constexpr const char* kSparseAttention = "minimax_m3_sparse";
 
 int positive_int(const Fields& f, const char* key, int64_t fallback) {
   int64_t v = f.get_int(key, fallback);
-  if (v <= 0 || v > (int64_t{1} << 31) - 1) f.reject(key, fmt::format("must be a positive integer, got {}", v));
+  if (v <= 0 || v > (int64_t{1} << 31) - 1)
+    f.reject(key, fmt::format("must be a positive integer, got {}", v));
   return static_cast<int>(v);
 }
 
@@ -52,24 +53,30 @@ void reject_unsupported(const Fields& t) {
     t.reject("use_routing_bias", "false is not supported (routing uses e_score_correction_bias)");
   if (std::string v = t.get_string("hidden_act", "silu"); v != "swigluoai" && v != "silu")
     t.reject("hidden_act", fmt::format("'{}' is not supported (swigluoai, or silu as the "
-                                       "reference normalises it)", v));
+                                       "reference normalises it)",
+                                       v));
   if (double beta = t.get_number("swiglu_beta", 1.0); beta != 1.0)
-    t.reject("swiglu_beta", fmt::format("{} is not supported (the reference computes up + 1)", beta));
+    t.reject("swiglu_beta",
+             fmt::format("{} is not supported (the reference computes up + 1)", beta));
   for (const char* key : {"n_group", "topk_group"})
     if (int64_t v = t.get_int(key, 1); v > 1)
       t.reject(key, fmt::format("{}: grouped expert selection is not supported", v));
   if (const nlohmann::json* v = t.raw("sliding_window"))
     t.reject("sliding_window", fmt::format("{} is not supported (MiniMax-M3 has no sliding "
-                                           "window)", v->dump()));
+                                           "window)",
+                                           v->dump()));
 }
 
 std::vector<AttentionKind> parse_layer_types(const Fields& f, const std::vector<std::string>& v) {
   std::vector<AttentionKind> out;
   for (const auto& s : v) {
-    if (s == kFullAttention) out.push_back(AttentionKind::kFull);
-    else if (s == kSparseAttention) out.push_back(AttentionKind::kSparse);
-    else f.reject("layer_types", fmt::format("unknown layer type '{}' (expected '{}' or '{}')", s,
-                                             kFullAttention, kSparseAttention));
+    if (s == kFullAttention)
+      out.push_back(AttentionKind::kFull);
+    else if (s == kSparseAttention)
+      out.push_back(AttentionKind::kSparse);
+    else
+      f.reject("layer_types", fmt::format("unknown layer type '{}' (expected '{}' or '{}')", s,
+                                          kFullAttention, kSparseAttention));
   }
   return out;
 }
@@ -77,17 +84,21 @@ std::vector<AttentionKind> parse_layer_types(const Fields& f, const std::vector<
 std::vector<MlpKind> parse_mlp_layer_types(const Fields& f, const std::vector<std::string>& v) {
   std::vector<MlpKind> out;
   for (const auto& s : v) {
-    if (s == "sparse") out.push_back(MlpKind::kMoe);
-    else if (s == "dense") out.push_back(MlpKind::kDense);
-    else f.reject("mlp_layer_types",
-                  fmt::format("unknown mlp layer type '{}' (expected 'sparse' or 'dense')", s));
+    if (s == "sparse")
+      out.push_back(MlpKind::kMoe);
+    else if (s == "dense")
+      out.push_back(MlpKind::kDense);
+    else
+      f.reject("mlp_layer_types",
+               fmt::format("unknown mlp layer type '{}' (expected 'sparse' or 'dense')", s));
   }
   return out;
 }
 
 // Absent -> the class default; explicit null -> none (bos -1, no eos ids).
 void parse_special_tokens(const Fields& t, ModelConfig& c) {
-  c.bos_token_id = t.present("bos_token_id") ? static_cast<int>(t.get_int("bos_token_id", -1)) : 200034;
+  c.bos_token_id =
+      t.present("bos_token_id") ? static_cast<int>(t.get_int("bos_token_id", -1)) : 200034;
   c.eos_token_ids.clear();
   if (!t.present("eos_token_id")) {
     c.eos_token_ids.push_back(200020);
@@ -96,7 +107,8 @@ void parse_special_tokens(const Fields& t, ModelConfig& c) {
       c.eos_token_ids.push_back(eos->get<int>());
     } else if (eos->is_array()) {
       for (const auto& e : *eos) {
-        if (!e.is_number_integer()) t.reject("eos_token_id", "expected an integer or a list of integers");
+        if (!e.is_number_integer())
+          t.reject("eos_token_id", "expected an integer or a list of integers");
         c.eos_token_ids.push_back(e.get<int>());
       }
     } else {
@@ -168,11 +180,12 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
   c.rms_norm_eps = static_cast<float>(t.get_number("rms_norm_eps", 1e-6));
   if (!(c.rms_norm_eps > 0)) t.reject("rms_norm_eps", "must be positive");
   if (c.num_heads % c.num_kv_heads != 0)
-    t.reject("num_key_value_heads", fmt::format("{} does not divide num_attention_heads {}",
-                                                c.num_kv_heads, c.num_heads));
+    t.reject("num_key_value_heads",
+             fmt::format("{} does not divide num_attention_heads {}", c.num_kv_heads, c.num_heads));
 
   // num_experts is the reference's attribute_map alias of num_local_experts.
-  const char* experts_key = t.has("num_local_experts") || !t.has("num_experts") ? "num_local_experts" : "num_experts";
+  const char* experts_key =
+      t.has("num_local_experts") || !t.has("num_experts") ? "num_local_experts" : "num_experts";
   c.num_experts = positive_int(t, experts_key, 128);
   c.experts_per_token = positive_int(t, "num_experts_per_tok", 4);
   c.moe_intermediate_size = positive_int(t, "intermediate_size", 3072);
@@ -197,12 +210,15 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
   std::optional<std::vector<bool>> sparse_freq;
   if (sparse) {
     const Fields& s = *sparse;
-    if (s.has("sparse_num_index_heads")) c.index_heads = positive_int(s, "sparse_num_index_heads", 0);
+    if (s.has("sparse_num_index_heads"))
+      c.index_heads = positive_int(s, "sparse_num_index_heads", 0);
     if (s.has("sparse_index_dim")) c.index_head_dim = positive_int(s, "sparse_index_dim", 0);
     if (s.has("sparse_block_size")) c.index_block_size = positive_int(s, "sparse_block_size", 0);
     if (s.has("sparse_topk_blocks")) c.index_topk_blocks = positive_int(s, "sparse_topk_blocks", 0);
-    if (s.has("sparse_local_block")) c.index_local_blocks = non_negative_int(s, "sparse_local_block", 0);
-    if (s.has("sparse_init_block")) c.index_init_blocks = non_negative_int(s, "sparse_init_block", 0);
+    if (s.has("sparse_local_block"))
+      c.index_local_blocks = non_negative_int(s, "sparse_local_block", 0);
+    if (s.has("sparse_init_block"))
+      c.index_init_blocks = non_negative_int(s, "sparse_init_block", 0);
     if (std::string v = s.get_string("sparse_score_type", "max"); v != "max")
       s.reject("sparse_score_type", fmt::format("'{}' is not supported (only 'max')", v));
     sparse_freq = s.opt_flags("sparse_attention_freq");
@@ -211,11 +227,14 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
         if ((*sparse_freq)[i] && !(i < no_value->size() && (*no_value)[i]))
           s.reject("sparse_disable_index_value",
                    fmt::format("layer {} is sparse with the index value path enabled; only "
-                               "score-only indexers (flag 1) are supported", i));
+                               "score-only indexers (flag 1) are supported",
+                               i));
     }
     if (!s.get_bool("use_sparse_attention", true) && sparse_freq)
-      M3_LOG_WARN("{}: use_sparse_attention is false but, as in the reference, "
-                  "sparse_attention_freq still selects the sparse layers", source);
+      M3_LOG_WARN(
+          "{}: use_sparse_attention is false but, as in the reference, "
+          "sparse_attention_freq still selects the sparse layers",
+          source);
   }
 
   // layer_types, else legacy sparse_attention_freq, else all full attention.
@@ -225,7 +244,8 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
       t.reject("layer_types", fmt::format("has {} entries for num_hidden_layers {}",
                                           c.attention_kinds.size(), c.num_layers));
   } else if (sparse_freq) {
-    for (bool f : *sparse_freq) c.attention_kinds.push_back(f ? AttentionKind::kSparse : AttentionKind::kFull);
+    for (bool f : *sparse_freq)
+      c.attention_kinds.push_back(f ? AttentionKind::kSparse : AttentionKind::kFull);
     if (static_cast<int>(c.attention_kinds.size()) != c.num_layers)
       sparse->reject("sparse_attention_freq", fmt::format("has {} entries for num_hidden_layers {}",
                                                           c.attention_kinds.size(), c.num_layers));
@@ -256,12 +276,15 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
       fail("{}: {}: {} index heads for {} KV heads; m3serve requires one index head per KV group",
            source, heads_field, c.index_heads, c.num_kv_heads);
     if (c.index_local_blocks + c.index_init_blocks > c.index_topk_blocks)
-      fail("{}: index_local_blocks {} + index_init_blocks {} exceed index_topk_blocks {} (forced "
-           "blocks count inside the top-k)",
-           source, c.index_local_blocks, c.index_init_blocks, c.index_topk_blocks);
+      fail(
+          "{}: index_local_blocks {} + index_init_blocks {} exceed index_topk_blocks {} (forced "
+          "blocks count inside the top-k)",
+          source, c.index_local_blocks, c.index_init_blocks, c.index_topk_blocks);
     if (c.index_local_blocks < 1)
-      fail("{}: index_local_blocks must be >= 1 on sparse models (the query's own block is always "
-           "attended)", source);
+      fail(
+          "{}: index_local_blocks must be >= 1 on sparse models (the query's own block is always "
+          "attended)",
+          source);
   }
 
   c.rope = config_detail::parse_rope(t, c.head_dim, c.max_position_embeddings,
@@ -278,7 +301,8 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& so
   if (auto q = top.opt_object("quantization_config")) {
     c.quant = config_detail::parse_quant_config(*q);
   } else if (c.vl_wrapper && text_opt) {
-    if (auto qt = t.opt_object("quantization_config")) c.quant = config_detail::parse_quant_config(*qt);
+    if (auto qt = t.opt_object("quantization_config"))
+      c.quant = config_detail::parse_quant_config(*qt);
   }
   return c;
 }

@@ -16,7 +16,8 @@ enum class MlpKind { kDense, kMoe };          // mlp_layer_types: dense | sparse
 
 // RoPE as modeling_rope_utils computes it: inv_freq over the rotated channels, and the scaling
 // applied to cos/sin ("attention_factor"). cos/sin = cos|sin(pos * inv_freq) * attention_factor,
-// duplicated (concat(freqs, freqs)) over rotary_dim channels, rotate-half pairs (c, c + rotary_dim/2).
+// duplicated (concat(freqs, freqs)) over rotary_dim channels, rotate-half pairs
+// (c, c + rotary_dim/2).
 // The indexer uses the same cos/sin truncated to index_head_dim channels.
 struct RopeConfig {
   std::string type = "default";  // default, linear, dynamic, yarn, llama3, longrope

@@ -74,9 +74,12 @@ std::optional<std::vector<bool>> Fields::opt_flags(const char* key) const {
   if (!v->is_array()) reject(key, fmt::format("expected a list of 0/1 flags, got {}", shown(*v)));
   std::vector<bool> out;
   for (const auto& e : *v) {
-    if (e.is_boolean()) out.push_back(e.get<bool>());
-    else if (e.is_number_integer()) out.push_back(e.get<int64_t>() != 0);
-    else reject(key, fmt::format("expected a list of 0/1 flags, found {}", shown(e)));
+    if (e.is_boolean())
+      out.push_back(e.get<bool>());
+    else if (e.is_number_integer())
+      out.push_back(e.get<int64_t>() != 0);
+    else
+      reject(key, fmt::format("expected a list of 0/1 flags, found {}", shown(e)));
   }
   return out;
 }

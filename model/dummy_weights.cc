@@ -49,12 +49,12 @@ struct Xorshift {
 
 // Standard normal quantile (Acklam's rational approximation; accuracy is irrelevant here).
 double normal_quantile(double p) {
-  static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
-                             1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00};
+  static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,  -2.759285104469687e+02,
+                             1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
   static const double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
                              6.680131188771972e+01, -1.328068155288572e+01};
   static const double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
-                             -2.549671010429940e+00, 4.374664141464968e+00, 2.938163982698783e+00};
+                             -2.549671010429940e+00, 4.374664141464968e+00,  2.938163982698783e+00};
   static const double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
                              3.754408661907416e+00};
   if (p < 0.02425) {
@@ -98,7 +98,8 @@ struct Tables {
       sum += std::pow(e2m1_decode(nibble[i]), 2);
     }
     nvfp4_rms = std::sqrt(sum / 16);
-    for (int b = 0; b < 256; ++b) nvfp4_pairs[b] = static_cast<uint8_t>(nibble[b & 15] | (nibble[b >> 4] << 4));
+    for (int b = 0; b < 256; ++b)
+      nvfp4_pairs[b] = static_cast<uint8_t>(nibble[b & 15] | (nibble[b >> 4] << 4));
     const float scales[4] = {48, 56, 64, 72};
     sum = 0;
     for (int i = 0; i < 4; ++i) {
@@ -115,7 +116,7 @@ struct FillJob {
   void* dst;
   int64_t count;  // elements
   float std = 0, value = 0;
-  const uint8_t* table = nullptr;  // kByteTable: 256 entries; kByteChoice4: 4 entries
+  const uint8_t* table = nullptr;        // kByteTable: 256 entries; kByteChoice4: 4 entries
   const uint16_t* bf16_table = nullptr;  // kBf16Normal: bf16(std * normal quantile), 4096 entries
   uint64_t seed = 0;
 };
@@ -164,7 +165,8 @@ void fill_chunk(const FillJob& job, const Tables& t, int64_t begin, int64_t end,
       break;
     }
     case FillJob::kF32Constant:
-      std::fill(static_cast<float*>(job.dst) + begin, static_cast<float*>(job.dst) + end, job.value);
+      std::fill(static_cast<float*>(job.dst) + begin, static_cast<float*>(job.dst) + end,
+                job.value);
       break;
   }
 }
@@ -180,7 +182,8 @@ Tensor uninitialized(Shape shape, DType dtype) {
 #ifdef MADV_HUGEPAGE
   if (align > 64) ::madvise(p, rounded, MADV_HUGEPAGE);
 #endif
-  return Tensor::wrap(p, std::move(shape), dtype, Device::kCpu, std::shared_ptr<void>(p, std::free));
+  return Tensor::wrap(p, std::move(shape), dtype, Device::kCpu,
+                      std::shared_ptr<void>(p, std::free));
 }
 
 class DummyBuilder {
@@ -205,13 +208,15 @@ class DummyBuilder {
     auto& table = bf16_tables_[std];  // linears of one input width share a table
     if (table.empty()) {
       table.resize(tables_.normal.size());
-      for (std::size_t i = 0; i < table.size(); ++i) table[i] = bf16_encode(tables_.normal[i] * std);
+      for (std::size_t i = 0; i < table.size(); ++i)
+        table[i] = bf16_encode(tables_.normal[i] * std);
     }
     job.bf16_table = table.data();
     add_job(job);
     return t;
   }
-  Tensor bytes(Shape shape, DType dtype, const uint8_t* table, FillJob::Kind kind = FillJob::kByteTable) {
+  Tensor bytes(Shape shape, DType dtype, const uint8_t* table,
+               FillJob::Kind kind = FillJob::kByteTable) {
     Tensor t = uninitialized(std::move(shape), dtype);
     FillJob job{kind, t.data(), t.numel()};
     job.table = table;
@@ -241,7 +246,8 @@ class DummyBuilder {
   }
 };
 
-LinearWeight DummyBuilder::linear(const std::string& name, int64_t out, int64_t in, QuantScheme scheme) {
+LinearWeight DummyBuilder::linear(const std::string& name, int64_t out, int64_t in,
+                                  QuantScheme scheme) {
   LinearWeight w;
   w.name = name;
   w.out_features = out;
@@ -309,7 +315,8 @@ void DummyBuilder::run_jobs() const {
     for (std::size_t i = next++; i < chunks.size(); i = next++) {
       const Chunk& ch = chunks[i];
       const FillJob& job = jobs_[ch.job];
-      fill_chunk(job, tables_, ch.begin, ch.end, job.seed ^ splitmix64(static_cast<uint64_t>(ch.begin)));
+      fill_chunk(job, tables_, ch.begin, ch.end,
+                 job.seed ^ splitmix64(static_cast<uint64_t>(ch.begin)));
     }
   };
   const unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(), 64u));
@@ -350,7 +357,8 @@ ModelWeights DummyBuilder::build() {
     l.attn.k_norm = normal_f32({hd}, norm_noise);
     if (c_.attention_kinds[i] == AttentionKind::kSparse) {
       const int64_t ihd = c_.index_head_dim;
-      l.attn.index_q = linear(A + "index_q_proj", c_.index_heads * ihd, H, scheme_for(A + "index_q_proj", lin));
+      l.attn.index_q =
+          linear(A + "index_q_proj", c_.index_heads * ihd, H, scheme_for(A + "index_q_proj", lin));
       l.attn.index_k = linear(A + "index_k_proj", ihd, H, scheme_for(A + "index_k_proj", lin));
       l.attn.index_q_norm = normal_f32({ihd}, norm_noise);
       l.attn.index_k_norm = normal_f32({ihd}, norm_noise);
@@ -386,15 +394,23 @@ ModelWeights DummyBuilder::build() {
   for (const FillJob& j : jobs_) {
     switch (j.kind) {
       case FillJob::kByteTable:
-      case FillJob::kByteChoice4: bytes += j.count; break;
-      case FillJob::kBf16Normal: bytes += 2 * j.count; break;
-      default: bytes += 4 * j.count; break;
+      case FillJob::kByteChoice4:
+        bytes += j.count;
+        break;
+      case FillJob::kBf16Normal:
+        bytes += 2 * j.count;
+        break;
+      default:
+        bytes += 4 * j.count;
+        break;
     }
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  M3_LOG_INFO("dummy weights: {} layers, {:.2f} GB in {} tensors, linears {} / experts {}, {:.2f} s ({:.1f} GB/s)",
-              c_.num_layers, bytes / 1e9, jobs_.size(), quant_scheme_name(lin), quant_scheme_name(exp), s,
-              bytes / 1e9 / s);
+  M3_LOG_INFO(
+      "dummy weights: {} layers, {:.2f} GB in {} tensors, linears {} / experts {}, {:.2f} s "
+      "({:.1f} GB/s)",
+      c_.num_layers, bytes / 1e9, jobs_.size(), quant_scheme_name(lin), quant_scheme_name(exp), s,
+      bytes / 1e9 / s);
   return w;
 }
 

@@ -21,11 +21,16 @@ float scalar_f32(const Tensor& t) {
 
 std::string_view weight_format_name(WeightFormat format) {
   switch (format) {
-    case WeightFormat::kDense: return "dense";
-    case WeightFormat::kFp8: return "fp8";
-    case WeightFormat::kFp8Block: return "fp8-block128";
-    case WeightFormat::kMxfp8: return "mxfp8";
-    case WeightFormat::kNvfp4: return "nvfp4";
+    case WeightFormat::kDense:
+      return "dense";
+    case WeightFormat::kFp8:
+      return "fp8";
+    case WeightFormat::kFp8Block:
+      return "fp8-block128";
+    case WeightFormat::kMxfp8:
+      return "mxfp8";
+    case WeightFormat::kNvfp4:
+      return "nvfp4";
   }
   return "?";
 }
@@ -81,7 +86,8 @@ void dequantize_rows(const LinearWeight& w, int64_t row_begin, int64_t row_end, 
         break;
       }
       case WeightFormat::kFp8:
-        fp8_e4m3_to_f32(w.weight.data_as<const uint8_t>() + r * stride, dst, in, scalar_f32(w.scale));
+        fp8_e4m3_to_f32(w.weight.data_as<const uint8_t>() + r * stride, dst, in,
+                        scalar_f32(w.scale));
         break;
       case WeightFormat::kFp8Block: {
         const uint8_t* codes = w.weight.data_as<const uint8_t>() + r * stride;

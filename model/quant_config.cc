@@ -1,8 +1,8 @@
 // quantization_config -> QuantConfig for the schemas MiniMax-M3 checkpoints are published in:
 // MiniMax's own mxfp8 (+ NVFP4 routed experts for M3.1), DeepSeek-style fp8, compressed-tensors
 // (llm-compressor) and NVIDIA ModelOpt. Anything else is rejected naming the field.
-#include <fnmatch.h>
 #include <fmt/format.h>
+#include <fnmatch.h>
 
 #include <regex>
 
@@ -14,11 +14,16 @@ namespace m3 {
 
 std::string_view quant_scheme_name(QuantScheme scheme) {
   switch (scheme) {
-    case QuantScheme::kNone: return "none";
-    case QuantScheme::kFp8: return "fp8";
-    case QuantScheme::kFp8Block: return "fp8-block128";
-    case QuantScheme::kMxfp8: return "mxfp8";
-    case QuantScheme::kNvfp4: return "nvfp4";
+    case QuantScheme::kNone:
+      return "none";
+    case QuantScheme::kFp8:
+      return "fp8";
+    case QuantScheme::kFp8Block:
+      return "fp8-block128";
+    case QuantScheme::kMxfp8:
+      return "mxfp8";
+    case QuantScheme::kNvfp4:
+      return "nvfp4";
   }
   return "?";
 }
@@ -34,9 +39,11 @@ bool QuantConfig::is_ignored(const std::string& name) const {
       }
     } else if (p.find_first_of("*?[") != std::string::npos) {
       if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;  // ModelOpt wildcards
-    } else if (name == p || (name.size() > p.size() && name.ends_with(p) &&
-                             name[name.size() - p.size() - 1] == '.') ||
-               (p.size() > name.size() && p.ends_with(name) && p[p.size() - name.size() - 1] == '.')) {
+    } else if (name == p ||
+               (name.size() > p.size() && name.ends_with(p) &&
+                name[name.size() - p.size() - 1] == '.') ||
+               (p.size() > name.size() && p.ends_with(name) &&
+                p[p.size() - name.size() - 1] == '.')) {
       // Exact, or the same module under a different prefix (language_model.model. vs model.).
       return true;
     }
@@ -62,12 +69,13 @@ QuantScheme fp8_block_scheme(const Fields& q) {
   };
   if (is(1, 32)) {
     if (std::string s = q.get_string("scale_fmt", "ue8m0"); s != "ue8m0")
-      q.reject("scale_fmt", fmt::format("'{}' is not supported with 1x32 blocks (only 'ue8m0')", s));
+      q.reject("scale_fmt",
+               fmt::format("'{}' is not supported with 1x32 blocks (only 'ue8m0')", s));
     return QuantScheme::kMxfp8;
   }
   if (is(128, 128)) return QuantScheme::kFp8Block;
-  q.reject("weight_block_size", fmt::format("{} is not supported ([1, 32] MXFP8 or [128, 128])",
-                                            block->dump()));
+  q.reject("weight_block_size",
+           fmt::format("{} is not supported ([1, 32] MXFP8 or [128, 128])", block->dump()));
 }
 
 // MiniMax's moe_quant_algo / moe_quant_format: the routed experts' own scheme.
@@ -79,7 +87,8 @@ void read_moe_override(const Fields& q, QuantConfig& out) {
   if (algo == "NVFP4" || algo == "nvfp4") {
     if (!format.empty() && format != "nvfp4-pack-quantized")
       q.reject("moe_quant_format", fmt::format("'{}' is not supported with NVFP4 (only "
-                                               "'nvfp4-pack-quantized')", format));
+                                               "'nvfp4-pack-quantized')",
+                                               format));
     out.expert_scheme = QuantScheme::kNvfp4;
   } else if (algo == "MXFP8" || algo == "mxfp8") {
     out.expert_scheme = QuantScheme::kMxfp8;
@@ -94,7 +103,8 @@ QuantScheme ct_weights_scheme(const Fields& weights) {
   std::string strategy = weights.get_string("strategy", "tensor");
   if (bits == 4 && type == "float") {
     if (int64_t g = weights.get_int("group_size", 16); g != 16)
-      weights.reject("group_size", fmt::format("{} is not supported for 4-bit float (NVFP4 uses 16)", g));
+      weights.reject("group_size",
+                     fmt::format("{} is not supported for 4-bit float (NVFP4 uses 16)", g));
     return QuantScheme::kNvfp4;
   }
   if (bits == 8 && type == "float") {
@@ -104,11 +114,13 @@ QuantScheme ct_weights_scheme(const Fields& weights) {
       if (block && *block == nlohmann::json::array({128, 128})) return QuantScheme::kFp8Block;
       weights.reject("block_structure", "only [128, 128] blocks are supported");
     }
-    weights.reject("strategy", fmt::format("'{}' is not supported for fp8 weights (tensor or block)",
-                                           strategy));
+    weights.reject(
+        "strategy",
+        fmt::format("'{}' is not supported for fp8 weights (tensor or block)", strategy));
   }
   weights.reject("num_bits", fmt::format("{}-bit {} weights are not supported (4-bit float = "
-                                         "NVFP4, 8-bit float = FP8)", bits, type));
+                                         "NVFP4, 8-bit float = FP8)",
+                                         bits, type));
 }
 
 void parse_compressed_tensors(const Fields& q, QuantConfig& out) {
@@ -128,7 +140,8 @@ void parse_compressed_tensors(const Fields& q, QuantConfig& out) {
     if (scheme == QuantScheme::kNvfp4 && !format.empty() && format != "nvfp4-pack-quantized" &&
         format != "mixed-precision")
       g->reject("format", fmt::format("'{}' is not supported for NVFP4 weights", format));
-    std::vector<std::string> targets = g->opt_strings("targets").value_or(std::vector<std::string>{"Linear"});
+    std::vector<std::string> targets =
+        g->opt_strings("targets").value_or(std::vector<std::string>{"Linear"});
     bool only_experts = !targets.empty();
     for (const auto& target : targets) only_experts &= target.find("expert") != std::string::npos;
     if (only_experts) {
@@ -216,7 +229,8 @@ QuantConfig parse_quant_config(const Fields& q) {
     parse_modelopt(q, out);
   } else {
     q.reject("quant_method", fmt::format("'{}' is not supported (mxfp8, fp8, compressed-tensors, "
-                                         "modelopt)", out.method));
+                                         "modelopt)",
+                                         out.method));
   }
   return out;
 }

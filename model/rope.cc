@@ -18,8 +18,8 @@ std::vector<float> pos_freqs(double base, int dim) {
   std::vector<float> out;
   for (int i = 0; i < dim; i += 2) {
     float exponent = static_cast<float>(i) / static_cast<float>(dim);
-    out.push_back(static_cast<float>(std::pow(static_cast<double>(static_cast<float>(base)),
-                                              static_cast<double>(exponent))));
+    out.push_back(static_cast<float>(
+        std::pow(static_cast<double>(static_cast<float>(base)), static_cast<double>(exponent))));
   }
   return out;
 }
@@ -38,7 +38,8 @@ double yarn_mscale(double scale, double mscale) {
 void compute_yarn(RopeConfig& r, const Fields& rp, int dim, int64_t max_pos) {
   const double base = r.theta;
   std::optional<double> factor = rp.opt_number("factor");
-  const double f = factor ? *factor : static_cast<double>(max_pos) / r.original_max_position_embeddings;
+  const double f =
+      factor ? *factor : static_cast<double>(max_pos) / r.original_max_position_embeddings;
   r.factor = f;
   std::optional<double> mscale = rp.opt_number("mscale");
   std::optional<double> mscale_all_dim = rp.opt_number("mscale_all_dim");
@@ -57,7 +58,8 @@ void compute_yarn(RopeConfig& r, const Fields& rp, int dim, int64_t max_pos) {
   const bool truncate = rp.get_bool("truncate", true);
 
   auto correction_dim = [&](double rotations) {
-    return (dim * std::log(r.original_max_position_embeddings / (rotations * 2 * std::numbers::pi))) /
+    return (dim *
+            std::log(r.original_max_position_embeddings / (rotations * 2 * std::numbers::pi))) /
            (2 * std::log(base));
   };
   double low = correction_dim(r.beta_fast);
@@ -99,8 +101,9 @@ void compute_llama3(RopeConfig& r, const Fields& rp) {
   for (float& inv : r.inv_freq) {
     float wavelen = two_pi / inv;
     float scaled = wavelen > low_wavelen ? inv / factor : inv;
-    float smooth = (static_cast<float>(old_context) / wavelen - static_cast<float>(r.low_freq_factor)) /
-                   static_cast<float>(r.high_freq_factor - r.low_freq_factor);
+    float smooth =
+        (static_cast<float>(old_context) / wavelen - static_cast<float>(r.low_freq_factor)) /
+        static_cast<float>(r.high_freq_factor - r.low_freq_factor);
     float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
     bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
     inv = medium ? smoothed : scaled;
@@ -157,8 +160,9 @@ RopeConfig parse_rope(const Fields& text, int head_dim, int64_t max_pos,
   if (given) {
     for (const auto& t : layer_type_names)
       if (rp.raw(t.c_str()))
-        text.reject(key, "per-layer-type RoPE parameters are not supported (the MiniMax-M3 "
-                         "reference reads one global rope_parameters)");
+        text.reject(key,
+                    "per-layer-type RoPE parameters are not supported (the MiniMax-M3 "
+                    "reference reads one global rope_parameters)");
   }
 
   RopeConfig r;
@@ -190,7 +194,8 @@ RopeConfig parse_rope(const Fields& text, int head_dim, int64_t max_pos,
     if (!original) original = rp.opt_int("original_max_position_embeddings");
     if (!original) original = max_pos;
     if (*original <= 0)
-      rp.reject("original_max_position_embeddings", fmt::format("must be positive, got {}", *original));
+      rp.reject("original_max_position_embeddings",
+                fmt::format("must be positive, got {}", *original));
     r.original_max_position_embeddings = static_cast<int>(*original);
   }
 
@@ -207,8 +212,9 @@ RopeConfig parse_rope(const Fields& text, int head_dim, int64_t max_pos,
     r.factor = rp.get_number("factor", 1.0);
     // At seq_len = max_position_embeddings (the reference's init and every shorter sequence).
     const double seq_len = static_cast<double>(max_pos);
-    double base = r.theta * std::pow((r.factor * seq_len / static_cast<double>(max_pos)) - (r.factor - 1),
-                                     static_cast<double>(dim) / (dim - 2));
+    double base =
+        r.theta * std::pow((r.factor * seq_len / static_cast<double>(max_pos)) - (r.factor - 1),
+                           static_cast<double>(dim) / (dim - 2));
     r.inv_freq = default_inv_freq(base, dim);
   } else if (r.type == "yarn") {
     if (!rp.raw("factor")) rp.reject("factor", "required for rope_type 'yarn'");
@@ -225,10 +231,11 @@ RopeConfig parse_rope(const Fields& text, int head_dim, int64_t max_pos,
   }
 
   if (std::optional<int64_t> declared = text.opt_int("rotary_dim"); declared && *declared != dim)
-    M3_LOG_WARN("{}: {} is {} but the reference rotates int(head_dim {} x partial_rotary_factor {}) "
-                "= {} channels; using {}",
-                text.source(), text.name("rotary_dim"), *declared, head_dim,
-                r.partial_rotary_factor, dim, dim);
+    M3_LOG_WARN(
+        "{}: {} is {} but the reference rotates int(head_dim {} x partial_rotary_factor {}) "
+        "= {} channels; using {}",
+        text.source(), text.name("rotary_dim"), *declared, head_dim, r.partial_rotary_factor, dim,
+        dim);
   return r;
 }
 

@@ -35,7 +35,8 @@ struct MappedFile {
       void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
       int err = errno;
       ::close(fd);
-      if (p == MAP_FAILED) fail("{}: cannot mmap {} bytes: {}", path.string(), size, std::strerror(err));
+      if (p == MAP_FAILED)
+        fail("{}: cannot mmap {} bytes: {}", path.string(), size, std::strerror(err));
       bytes = static_cast<const uint8_t*>(p);
     } else {
       ::close(fd);
@@ -60,7 +61,8 @@ std::optional<DType> parse_dtype(std::string_view name) {
 uint64_t json_u64(const nlohmann::json& v, const std::string& file, const std::string& tensor,
                   const char* field) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  if (v.is_number_integer() && v.get<int64_t>() >= 0)
+    return static_cast<uint64_t>(v.get<int64_t>());
   fail("{}: tensor '{}': {} entries must be non-negative integers, got {}", file, tensor, field,
        v.dump());
 }
@@ -72,13 +74,15 @@ SafetensorsEntry parse_entry(const std::string& file, const std::string& name,
   e.name = name;
 
   auto dt = info.find("dtype");
-  if (dt == info.end() || !dt->is_string()) fail("{}: tensor '{}': missing string 'dtype'", file, name);
+  if (dt == info.end() || !dt->is_string())
+    fail("{}: tensor '{}': missing string 'dtype'", file, name);
   auto dtype = parse_dtype(dt->get<std::string>());
   if (!dtype) fail("{}: tensor '{}': unknown dtype '{}'", file, name, dt->get<std::string>());
   e.dtype = *dtype;
 
   auto sh = info.find("shape");
-  if (sh == info.end() || !sh->is_array()) fail("{}: tensor '{}': missing array 'shape'", file, name);
+  if (sh == info.end() || !sh->is_array())
+    fail("{}: tensor '{}': missing array 'shape'", file, name);
   // numel * element size must fit: a tensor larger than the file fails the size check below.
   unsigned __int128 bytes = dtype_size(e.dtype);
   for (const auto& d : *sh) {
@@ -86,7 +90,8 @@ SafetensorsEntry parse_entry(const std::string& file, const std::string& name,
     if (dim > (uint64_t{1} << 62)) fail("{}: tensor '{}': dimension {} too large", file, name, dim);
     e.shape.push_back(static_cast<int64_t>(dim));
     bytes *= dim;
-    if (bytes > (static_cast<unsigned __int128>(1) << 64)) bytes = static_cast<unsigned __int128>(1) << 64;
+    if (bytes > (static_cast<unsigned __int128>(1) << 64))
+      bytes = static_cast<unsigned __int128>(1) << 64;
   }
 
   auto off = info.find("data_offsets");
@@ -98,9 +103,10 @@ SafetensorsEntry parse_entry(const std::string& file, const std::string& name,
     fail("{}: tensor '{}': data_offsets [{}, {}] has begin after end", file, name, e.data_begin,
          e.data_end);
   if (e.data_end > data_bytes)
-    fail("{}: tensor '{}': data_offsets [{}, {}] run past the data section of {} bytes "
-         "(truncated file?)",
-         file, name, e.data_begin, e.data_end, data_bytes);
+    fail(
+        "{}: tensor '{}': data_offsets [{}, {}] run past the data section of {} bytes "
+        "(truncated file?)",
+        file, name, e.data_begin, e.data_end, data_bytes);
   if (bytes != e.data_end - e.data_begin)
     fail("{}: tensor '{}': {} {} needs {} bytes but data_offsets [{}, {}] hold {}", file, name,
          dtype_name(e.dtype), shape_string(e.shape), static_cast<uint64_t>(bytes), e.data_begin,
@@ -120,9 +126,10 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | f.map_->bytes[i];
   if (header_len > size - 8)
-    fail("{}: header length {} runs past the end of the {}-byte file (truncated or not a "
-         "safetensors file)",
-         file, header_len, size);
+    fail(
+        "{}: header length {} runs past the end of the {}-byte file (truncated or not a "
+        "safetensors file)",
+        file, header_len, size);
 
   nlohmann::json header;
   try {

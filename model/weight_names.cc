@@ -29,9 +29,10 @@ CheckpointLayout detect_checkpoint_layout(const std::vector<std::string>& names)
     });
     if (found) return CheckpointLayout{p, c.lm_head};
   }
-  fail("checkpoint holds no MiniMax-M3 text model tensors (looked for language_model.model.*, "
-       "model.language_model.* and model.* layers / embed_tokens / norm among {} tensors)",
-       names.size());
+  fail(
+      "checkpoint holds no MiniMax-M3 text model tensors (looked for language_model.model.*, "
+      "model.language_model.* and model.* layers / embed_tokens / norm among {} tensors)",
+      names.size());
 }
 
 bool is_ignored_tensor(std::string_view name) {
@@ -40,8 +41,8 @@ bool is_ignored_tensor(std::string_view name) {
   if (name.ends_with("rotary_emb.inv_freq")) return true;
   std::string_view rest = name;
   if (rest.starts_with("model.")) rest.remove_prefix(6);
-  for (std::string_view vision : {"vision_tower.", "visual.", "vision_model.", "multi_modal_projector.",
-                                  "mm_projector.", "patch_merge"})
+  for (std::string_view vision : {"vision_tower.", "visual.", "vision_model.",
+                                  "multi_modal_projector.", "mm_projector.", "patch_merge"})
     if (rest.starts_with(vision)) return true;
   return false;
 }

@@ -39,7 +39,8 @@ class Loader {
   }
 
   // The tensor, marked as used; its dtype must be one of `dtypes` (any when empty).
-  Tensor take(const std::string& name, const Shape& shape, std::initializer_list<DType> dtypes = {}) {
+  Tensor take(const std::string& name, const Shape& shape,
+              std::initializer_list<DType> dtypes = {}) {
     const SafetensorsEntry* e = ckpt_.find(name);
     if (!e) fail("{}: missing tensor '{}'", source_, name);
     if (e->shape != shape)
@@ -55,9 +56,12 @@ class Loader {
     Tensor t = take(name, shape, {DType::kF32, DType::kBF16, DType::kF16});
     Tensor out = Tensor::zeros(shape, DType::kF32);
     const int64_t n = t.numel();
-    if (t.dtype() == DType::kF32) std::memcpy(out.data(), t.data(), n * sizeof(float));
-    else if (t.dtype() == DType::kBF16) bf16_to_f32(t.data_as<const uint16_t>(), out.data_as<float>(), n);
-    else fp16_to_f32(t.data_as<const uint16_t>(), out.data_as<float>(), n);
+    if (t.dtype() == DType::kF32)
+      std::memcpy(out.data(), t.data(), n * sizeof(float));
+    else if (t.dtype() == DType::kBF16)
+      bf16_to_f32(t.data_as<const uint16_t>(), out.data_as<float>(), n);
+    else
+      fp16_to_f32(t.data_as<const uint16_t>(), out.data_as<float>(), n);
     return out;
   }
 
@@ -88,7 +92,8 @@ class Loader {
       if (d == got) return;
     std::string want;
     for (DType d : dtypes) want += (want.empty() ? "" : " or ") + std::string(dtype_name(d));
-    fail("{}: tensor '{}': dtype {} where {} is expected", where(name), name, dtype_name(got), want);
+    fail("{}: tensor '{}': dtype {} where {} is expected", where(name), name, dtype_name(got),
+         want);
   }
 
   void mark_used(const std::string& name) {
@@ -120,12 +125,12 @@ LinearWeight Loader::take_linear(const std::string& base, int64_t out, int64_t i
     w.scale = take(scale, nvfp4_scales, {DType::kF8E4M3});
     w.global_divisor = take_scalar(base + ".weight_global_scale");
     w.global_scale = 1.0f / w.global_divisor;
-    if (has(base + ".input_global_scale")) w.input_scale = take_scalar(base + ".input_global_scale");
+    if (has(base + ".input_global_scale"))
+      w.input_scale = take_scalar(base + ".input_global_scale");
     return w;
   }
   const SafetensorsEntry* e = ckpt_.find(weight);
-  if (!e)
-    fail("{}: missing tensor '{}' (nor '{}.weight_packed')", source_, weight, base);
+  if (!e) fail("{}: missing tensor '{}' (nor '{}.weight_packed')", source_, weight, base);
   if (is_float_dtype(e->dtype)) {
     for (const auto& extra : {scale, scale_inv, base + ".weight_scale_2"})
       if (has(extra))
@@ -184,7 +189,8 @@ void Loader::check_all_used() const {
   for (std::size_t i = 0; i < unexpected.size() && i < 8; ++i)
     list += fmt::format("\n  {} ({})", unexpected[i], ckpt_.file_of(unexpected[i]));
   if (unexpected.size() > 8) list += fmt::format("\n  ... and {} more", unexpected.size() - 8);
-  fail("{}: {} unexpected tensor(s) the config does not explain:{}", source_, unexpected.size(), list);
+  fail("{}: {} unexpected tensor(s) the config does not explain:{}", source_, unexpected.size(),
+       list);
 }
 
 // SwiGLU pair: fused gate_up_proj (gate = first half) or separate gate_proj / up_proj.
@@ -227,10 +233,12 @@ void load_attention(Loader& ld, const ModelConfig& c, const std::string& L, bool
 void load_moe(Loader& ld, const ModelConfig& c, const std::string& L, MlpWeights& m) {
   const int64_t hidden = c.hidden_size, E = c.num_experts, I = c.moe_intermediate_size;
   // Release: block_sparse_moe.*, bias beside the gate; save_pretrained: mlp.*, bias in the gate.
-  const std::string b = ld.has(L + "block_sparse_moe.gate.weight") ? L + "block_sparse_moe." : L + "mlp.";
+  const std::string b =
+      ld.has(L + "block_sparse_moe.gate.weight") ? L + "block_sparse_moe." : L + "mlp.";
   m.router = ld.take_f32(b + "gate.weight", {E, hidden});
-  const std::string bias = ld.has(b + "e_score_correction_bias") ? b + "e_score_correction_bias"
-                                                                 : b + "gate.e_score_correction_bias";
+  const std::string bias = ld.has(b + "e_score_correction_bias")
+                               ? b + "e_score_correction_bias"
+                               : b + "gate.e_score_correction_bias";
   m.router_bias = ld.take_f32(bias, {E});
   take_gate_up(ld, b + "shared_experts.", c.shared_intermediate_size, hidden, m.gate, m.up);
   m.down = ld.take_linear(b + "shared_experts.down_proj", hidden, c.shared_intermediate_size);
@@ -286,8 +294,8 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
   w.final_norm = ld.take_f32(layout.model_prefix + "norm.weight", {hidden});
   if (config.tie_word_embeddings) {
     if (ld.has_linear(layout.lm_head)) {
-      M3_LOG_WARN("{}: tie_word_embeddings is true; ignoring '{}' in favour of the embedding", source,
-                  layout.lm_head + ".weight");
+      M3_LOG_WARN("{}: tie_word_embeddings is true; ignoring '{}' in favour of the embedding",
+                  source, layout.lm_head + ".weight");
       ld.take(layout.lm_head + ".weight", {config.vocab_size, hidden});
     }
     w.lm_head.name = layout.model_prefix + "embed_tokens";
@@ -296,7 +304,8 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
     w.lm_head.weight = w.embed;
   } else {
     // A VL wrapper may keep its head outside the language model (plain lm_head.weight).
-    const std::string head = !ld.has_linear(layout.lm_head) && ld.has_linear("lm_head") ? "lm_head" : layout.lm_head;
+    const std::string head =
+        !ld.has_linear(layout.lm_head) && ld.has_linear("lm_head") ? "lm_head" : layout.lm_head;
     w.lm_head = ld.take_linear(head, config.vocab_size, hidden);
   }
 
@@ -310,12 +319,18 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
     if (config.mlp_kinds[i] == MlpKind::kMoe) {
       load_moe(ld, config, L, lw.mlp);
     } else {
-      take_gate_up(ld, L + "mlp.", config.dense_intermediate_size, hidden, lw.mlp.gate, lw.mlp.up);
-      lw.mlp.down = ld.take_linear(L + "mlp.down_proj", hidden, config.dense_intermediate_size);
+      // Dense MLPs sit under mlp. (release, save_pretrained of the text model) or, as the VL
+      // wrapper's save_pretrained writes them, under block_sparse_moe.
+      const bool moe_prefix =
+          !ld.has_linear(L + "mlp.down_proj") && ld.has_linear(L + "block_sparse_moe.down_proj");
+      const std::string D = moe_prefix ? L + "block_sparse_moe." : L + "mlp.";
+      take_gate_up(ld, D, config.dense_intermediate_size, hidden, lw.mlp.gate, lw.mlp.up);
+      lw.mlp.down = ld.take_linear(D + "down_proj", hidden, config.dense_intermediate_size);
     }
   }
   ld.check_all_used();
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   M3_LOG_INFO("loaded {} tensors from {} file(s) of {} ({} layout) in {:.0f} ms", ckpt->size(),
               ckpt->files().size(), dir.string(), layout.model_prefix, ms);
   return w;

@@ -15,7 +15,8 @@ namespace m3 {
 enum class WeightFormat {
   kDense,     // F32 / BF16 / F16 [out, in]
   kFp8,       // F8_E4M3 [out, in], value = fp8 * scale (F32 [1]; 1 when undefined)
-  kFp8Block,  // F8_E4M3 [out, in] + F32 scale [ceil(out/128), ceil(in/128)]: value = fp8 * scale[r/128][c/128]
+  kFp8Block,  // F8_E4M3 [out, in] + F32 scale [ceil(out/128), ceil(in/128)]:
+              // value = fp8 * scale[r/128][c/128]
   kMxfp8,     // F8_E4M3 [out, in] + UE8M0 U8 scale [out, ceil(in/32)]: value = fp8 * 2^(s-127)
   kNvfp4,     // U8 [out, ceil(in/2)] (E2M1 pairs, even element in the low nibble) + F8_E4M3 scale
               // [out, ceil(in/16)]: value = e2m1 * e4m3(scale) * global_scale, or exactly

@@ -89,7 +89,7 @@ void cpu_kv_decode_row(KvDType dtype, const uint8_t* data, const uint8_t* scales
 void cpu_kv_insert(const AttentionBatchView& batch, const KvLayerView& cache, const float* k,
                    const float* v, const float* index_k) {
   const int hkv = cache.num_kv_heads, d = cache.head_dim, di = cache.index_dim;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (batch.num_tokens >= 64)
   for (int t = 0; t < batch.num_tokens; ++t) {
     const int32_t slot = batch.slot_mapping[t];
     if (slot < 0) continue;
@@ -113,7 +113,7 @@ void cpu_indexer_topk(const AttentionBatchView& batch, const KvLayerView& cache,
   const int hi = params.index_heads, di = cache.index_dim, bs = cache.block_size;
   const int topk = params.topk_blocks;
   const bool q8 = e4m3_queries(cache.index_dtype);
-#pragma omp parallel
+#pragma omp parallel if (batch.num_tokens > 1)
   {
     std::vector<float> q(size_t(hi) * di), key(di), score, order_tmp;
     std::vector<int> order;
@@ -166,7 +166,7 @@ void cpu_paged_attention(const AttentionBatchView& batch, const KvLayerView& cac
   const int hkv = cache.num_kv_heads, d = cache.head_dim, bs = cache.block_size;
   const int group = num_q_heads / hkv;
   const bool q8kv4 = cache.kv_dtype == KvDType::kNVFP4;
-#pragma omp parallel
+#pragma omp parallel if (batch.num_tokens * hkv >= 8)
   {
     std::vector<float> qg(size_t(group) * d), row(d), logits, acc(size_t(group) * d);
     std::vector<int> blocks;

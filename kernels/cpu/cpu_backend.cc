@@ -124,7 +124,7 @@ class CpuBackend final : public Backend {
     check_rows(out, rows, cols, "rms_norm output");
     M3_CHECK(weight.dtype() == DType::kF32 && weight.numel() == cols,
              "rms_norm weight must be F32 [{}]", cols);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= (1 << 16))
     for (int64_t r = 0; r < rows; ++r)
       rms_norm_row(x.data_as<const float>() + r * cols, weight.data_as<const float>(),
                    static_cast<int>(cols), eps, bf16_, out.data_as<float>() + r * cols);
@@ -145,7 +145,7 @@ class CpuBackend final : public Backend {
              "rope over {} channels of {} (rotary_dim {})", rope_dims, head_dim,
              config_.rope.rotary_dim);
     const int rd = config_.rope.rotary_dim, half = rope_dims / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (int64_t(view_.num_tokens) * num_heads * head_dim >= (1 << 16))
     for (int t = 0; t < view_.num_tokens; ++t) {
       const float* cs = cos_.data() + size_t(t) * rd;
       const float* sn = sin_.data() + size_t(t) * rd;
@@ -212,7 +212,7 @@ class CpuBackend final : public Backend {
     float* a = x.data_as<float>();
     const float* b = y.data_as<const float>();
     const int64_t n = x.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
     for (int64_t i = 0; i < n; ++i) a[i] = round_act(a[i] + b[i], bf16_);
   }
 

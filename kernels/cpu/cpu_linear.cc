@@ -35,7 +35,9 @@ void linear(const float* x, int64_t rows, const LinearWeight& w, float* out, boo
   const int64_t num_tiles = (out_features + tile - 1) / tile;
   const int threads = omp_get_max_threads();
   for (int i = 0; i < threads; ++i) scratch.thread_buffer(i, direct ? 1 : tile * in);
-#pragma omp parallel for schedule(dynamic, 1)
+  // Small products (decode of small models) run faster on one thread than through a parallel region.
+  const bool parallel = num_tiles > 1 && rows * in * out_features >= (int64_t(1) << 18);
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
   for (int64_t i = 0; i < num_tiles; ++i) {
     const int64_t r0 = i * tile, r1 = std::min(out_features, r0 + tile);
     const float* wt;
@@ -52,7 +54,6 @@ void linear(const float* x, int64_t rows, const LinearWeight& w, float* out, boo
   }
   if (round_bf16) {
     const int64_t n = rows * out_features;
-#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) out[i] = bf16_round(out[i]);
   }
 }
@@ -83,7 +84,7 @@ void swiglu_mlp(const float* x, int64_t rows, const LinearWeight& gate, const Li
   linear(x, rows, gate, g, bf16, scratch);
   linear(x, rows, up, u, bf16, scratch);
   const int64_t n = rows * inter;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
   for (int64_t i = 0; i < n; ++i) g[i] = swiglu_oai(g[i], u[i], alpha, limit, bf16);
   linear(g, rows, down, out, bf16, scratch);
 }

@@ -37,9 +37,12 @@ double ref_e4m3(uint8_t b) {  // NaN for 0x7f / 0xff
 double ref_fp16(uint16_t h) {
   int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
   double v;
-  if (e == 31) v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  else if (e == 0) v = std::ldexp(m, -24);
-  else v = std::ldexp(1024 + m, e - 25);
+  if (e == 31)
+    v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else if (e == 0)
+    v = std::ldexp(m, -24);
+  else
+    v = std::ldexp(1024 + m, e - 25);
   return s ? -v : v;
 }
 
@@ -132,9 +135,10 @@ TEST(FormatsE4M3, EncodeTiesSubnormalsSaturationSpecials) {
       check_e4m3(-x);
     }
   }
-  for (float x : {0.0f, 1.0f / 1024, 1.0f / 1024 + 1e-12f, 3.0f / 1024, 448.0f, 450.0f, 464.0f, 465.0f,
-                  1e30f, std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
-                  std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min()}) {
+  for (float x :
+       {0.0f, 1.0f / 1024, 1.0f / 1024 + 1e-12f, 3.0f / 1024, 448.0f, 450.0f, 464.0f, 465.0f, 1e30f,
+        std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
+        std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min()}) {
     check_e4m3(x);
     check_e4m3(-x);
   }
@@ -174,7 +178,8 @@ TEST(FormatsBf16, EncodeMatchesReference) {
   auto check = [](float x) {
     ASSERT_EQ(bf16_encode(x), ref_bf16_encode(x)) << std::hex << to_bits(x);
   };
-  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4099) check(from_bits(static_cast<uint32_t>(u)));
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4099)
+    check(from_bits(static_cast<uint32_t>(u)));
   for (uint32_t h = 0; h < 65536; ++h) {
     uint32_t tie = (h << 16) | 0x8000;  // exactly halfway to the next code
     check(from_bits(tie));
@@ -240,8 +245,9 @@ TEST(FormatsFp16, EncodeMatchesReference) {
     }
   }
   for (uint32_t u = 0; u < 0x48000000u; u += 53) check(from_bits(u));  // through 2^17
-  for (float x : {65504.0f, 65519.0f, 65520.0f, 1e10f, std::numeric_limits<float>::infinity(),
-                  std::numeric_limits<float>::denorm_min(), std::ldexp(1.0f, -25), std::ldexp(1.5f, -25)})
+  for (float x :
+       {65504.0f, 65519.0f, 65520.0f, 1e10f, std::numeric_limits<float>::infinity(),
+        std::numeric_limits<float>::denorm_min(), std::ldexp(1.0f, -25), std::ldexp(1.5f, -25)})
     check(x), check(-x);
   EXPECT_EQ(fp16_encode(std::ldexp(1.0f, -25)), 0x0000);  // tie with 0: even
   EXPECT_EQ(fp16_encode(65520.0f), 0x7c00);
@@ -259,8 +265,12 @@ TEST(FormatsUe8m0, EveryByte) {
     }
     EXPECT_EQ(static_cast<double>(v), std::ldexp(1.0, s - 127)) << s;
     EXPECT_EQ(ue8m0_encode_ceil(v), s) << s;
-    if (s < 254) EXPECT_EQ(ue8m0_encode_ceil(std::nextafter(v, INFINITY)), s + 1) << s;
-    if (s > 0) EXPECT_EQ(ue8m0_encode_ceil(std::nextafter(v, 0.0f)), s) << s;  // ceil: 2^k covers below
+    if (s < 254) {
+      EXPECT_EQ(ue8m0_encode_ceil(std::nextafter(v, INFINITY)), s + 1) << s;
+    }
+    if (s > 0) {
+      EXPECT_EQ(ue8m0_encode_ceil(std::nextafter(v, 0.0f)), s) << s;  // ceil: 2^k covers below
+    }
   }
   EXPECT_EQ(ue8m0_encode_ceil(0.0f), 0);
   EXPECT_EQ(ue8m0_encode_ceil(std::numeric_limits<float>::denorm_min()), 0);
@@ -275,7 +285,7 @@ TEST(FormatsE2M1, EveryCode) {
   for (int c = 0; c < 16; ++c) {
     float v = e2m1_decode(static_cast<uint8_t>(c));
     EXPECT_EQ(static_cast<double>(v), ref_e2m1(static_cast<uint8_t>(c))) << c;
-    EXPECT_EQ(std::signbit(v), c >= 8) << c;  // code 8 is -0
+    EXPECT_EQ(std::signbit(v), c >= 8) << c;         // code 8 is -0
     EXPECT_EQ(e2m1_encode(v), c == 8 ? 0 : c) << c;  // zero always encodes as +0
   }
 }
@@ -315,7 +325,8 @@ TEST(FormatsNvfp4, EveryCodeAndScaleByte) {
       }
       ASSERT_EQ(static_cast<double>(got), want) << c << " " << s;  // exact in fp32
       // The Q8KV4 view: the product rounded to E4M3 with saturation.
-      ASSERT_EQ(to_bits(nvfp4_value_e4m3(code, scale)), to_bits(static_cast<float>(ref_e4m3(ref_e4m3_encode(want)))))
+      ASSERT_EQ(to_bits(nvfp4_value_e4m3(code, scale)),
+                to_bits(static_cast<float>(ref_e4m3(ref_e4m3_encode(want)))))
           << c << " " << s;
     }
 }
@@ -363,7 +374,8 @@ TEST(FormatsNvfp4, KvGroupEncodeMatchesBruteForce) {
       // Exact ties: midpoints between neighbouring codes at the group's own scale.
       float amax = 0;
       for (float v : x) amax = std::fmax(amax, std::fabs(v));
-      const double sd = ref_e4m3(ref_e4m3_encode(std::fmin(std::fmax(amax / 6.0f, 1.0f / 512), 448.0f)));
+      const double sd =
+          ref_e4m3(ref_e4m3_encode(std::fmin(std::fmax(amax / 6.0f, 1.0f / 512), 448.0f)));
       for (int i = 0; i < 16; ++i) {
         int k = pick(rng) % 7;
         if (std::fabs((mags[k] + mags[k + 1]) / 2 * sd) < amax)
@@ -445,7 +457,8 @@ TEST(FormatsRows, QuantizeRowsStayWithinOneCodeStep) {
     EXPECT_EQ(nv_scales[g], fp8_e4m3_encode(amax / 6.0f * global)) << g;
     for (int i = g * 16; i < std::min(n, g * 16 + 16); ++i) {
       // One E2M1 step at the top of the range is 2 x scale.
-      EXPECT_LE(std::fabs(back[i] / global - x[i]), 1.01f * fp8_e4m3_decode(nv_scales[g]) / global) << i;
+      EXPECT_LE(std::fabs(back[i] / global - x[i]), 1.01f * fp8_e4m3_decode(nv_scales[g]) / global)
+          << i;
     }
   }
 }

@@ -29,9 +29,12 @@ enum class Fmt {
 struct BuildOptions {
   Layout layout = Layout::kRelease;
   Fmt linear = Fmt::kBf16;  // attention, indexer, dense MLP, shared experts, lm_head
-  Fmt expert = Fmt::kBf16;  // routed experts (release layout; save_pretrained experts are 3-D floats)
+  Fmt expert =
+      Fmt::kBf16;  // routed experts (release layout; save_pretrained experts are 3-D floats)
   bool fused_dense = false;  // release layout: mlp.gate_up_proj instead of gate_proj / up_proj
-  bool extras = true;        // add vision / projector / mtp tensors the loader must ignore
+  bool dense_in_moe_block =
+      false;           // release layout: dense MLP under block_sparse_moe. (VL save_pretrained)
+  bool extras = true;  // add vision / projector / mtp tensors the loader must ignore
   uint64_t seed = 1;
 };
 
@@ -49,13 +52,15 @@ class CheckpointBuilder {
   void build() {
     const int64_t H = c_.hidden_size;
     const std::string P = prefix();
-    expected_["embed"] = w_.add_bf16(P + "embed_tokens.weight", {c_.vocab_size, H}, random(c_.vocab_size * H, 1.0f));
+    expected_["embed"] =
+        w_.add_bf16(P + "embed_tokens.weight", {c_.vocab_size, H}, random(c_.vocab_size * H, 1.0f));
     norm(P + "norm.weight", "final_norm", H);
     if (!c_.tie_word_embeddings) linear(lm_head(), "lm_head", c_.vocab_size, H, o_.linear);
     for (int i = 0; i < c_.num_layers; ++i) layer(i);
     if (o_.extras) {
       w_.add_bf16(P + "mtp.layers.0.eh_proj.weight", {4, 4}, random(16, 1));
-      w_.add_bf16(vision_prefix() + "vision_tower.vision_model.pre_layrnorm.weight", {4}, random(4, 1));
+      w_.add_bf16(vision_prefix() + "vision_tower.vision_model.pre_layrnorm.weight", {4},
+                  random(4, 1));
       w_.add_bf16(vision_prefix() + "multi_modal_projector.linear_1.weight", {4, 4}, random(16, 1));
       w_.add_bf16(vision_prefix() + "patch_merge_mlp.linear_1.weight", {4, 4}, random(16, 1));
     }
@@ -63,18 +68,25 @@ class CheckpointBuilder {
 
   std::string prefix() const {
     switch (o_.layout) {
-      case Layout::kRelease: return "language_model.model.";
-      case Layout::kVlSavePretrained: return "model.language_model.";
-      case Layout::kTextSavePretrained: return "model.";
+      case Layout::kRelease:
+        return "language_model.model.";
+      case Layout::kVlSavePretrained:
+        return "model.language_model.";
+      case Layout::kTextSavePretrained:
+        return "model.";
     }
     return "";
   }
-  std::string lm_head() const { return o_.layout == Layout::kRelease ? "language_model.lm_head" : "lm_head"; }
+  std::string lm_head() const {
+    return o_.layout == Layout::kRelease ? "language_model.lm_head" : "lm_head";
+  }
   std::string layer_prefix(int i) const { return prefix() + "layers." + std::to_string(i) + "."; }
 
  private:
   bool release() const { return o_.layout == Layout::kRelease; }
-  std::string vision_prefix() const { return o_.layout == Layout::kVlSavePretrained ? "model." : ""; }
+  std::string vision_prefix() const {
+    return o_.layout == Layout::kVlSavePretrained ? "model." : "";
+  }
 
   std::vector<float> random(int64_t n, float std) {
     std::normal_distribution<float> dist(0.0f, std);
@@ -86,8 +98,10 @@ class CheckpointBuilder {
   void norm(const std::string& name, const std::string& key, int64_t n) {
     std::vector<float> v = random(n, 0.1f);
     // Alternate stored dtypes: the loader converts both to F32.
-    if (++norm_count_ % 2) expected_[key] = w_.add_bf16(name, {n}, v);
-    else w_.add_f32(name, {n}, v), expected_[key] = v;
+    if (++norm_count_ % 2)
+      expected_[key] = w_.add_bf16(name, {n}, v);
+    else
+      w_.add_f32(name, {n}, v), expected_[key] = v;
   }
 
   void layer(int i) {
@@ -111,8 +125,10 @@ class CheckpointBuilder {
       norm(I + "k_norm.weight", K + "index_k_norm", ihd);
     }
     if (c_.mlp_kinds[i] == MlpKind::kDense) {
-      gate_up(L + "mlp.", K, c_.dense_intermediate_size, !release() || o_.fused_dense);
-      linear(L + "mlp.down_proj", K + "down", H, c_.dense_intermediate_size, o_.linear);
+      const std::string D =
+          release() && o_.dense_in_moe_block ? L + "block_sparse_moe." : L + "mlp.";
+      gate_up(D, K, c_.dense_intermediate_size, !release() || o_.fused_dense);
+      linear(D + "down_proj", K + "down", H, c_.dense_intermediate_size, o_.linear);
       return;
     }
     const std::string M = release() ? L + "block_sparse_moe." : L + "mlp.";
@@ -121,7 +137,8 @@ class CheckpointBuilder {
     w_.add_f32(M + "gate.weight", {E, H}, router);
     expected_[K + "router"] = router;
     std::vector<float> bias = random(E, 0.01f);
-    w_.add_f32(release() ? M + "e_score_correction_bias" : M + "gate.e_score_correction_bias", {E}, bias);
+    w_.add_f32(release() ? M + "e_score_correction_bias" : M + "gate.e_score_correction_bias", {E},
+               bias);
     expected_[K + "router_bias"] = bias;
     gate_up(M + "shared_experts.", K, c_.shared_intermediate_size, !release());
     linear(M + "shared_experts.down_proj", K + "down", H, c_.shared_intermediate_size, o_.linear);
@@ -186,7 +203,8 @@ class CheckpointBuilder {
         const int64_t blocks = (in + 31) / 32;
         std::vector<uint8_t> codes(out * in), scales(out * blocks);
         for (int64_t r = 0; r < out; ++r)
-          mxfp8_quantize_row(v.data() + r * in, in, codes.data() + r * in, scales.data() + r * blocks);
+          mxfp8_quantize_row(v.data() + r * in, in, codes.data() + r * in,
+                             scales.data() + r * blocks);
         for (int64_t r = 0; r < out; ++r)
           for (int64_t c = 0; c < in; ++c)
             expect[r * in + c] = fp8_e4m3_decode(codes[r * in + c]) *

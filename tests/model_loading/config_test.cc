@@ -1,6 +1,8 @@
 // config.json parsing against transformers 5.17's MiniMaxM3VLTextConfig / MiniMaxM3VLConfig
 // semantics: defaults, current and legacy field names, the VL nesting, RoPE variants, quantization
 // schemas, and every rejection naming its field.
+#include "model/config.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,7 +11,6 @@
 #include <numbers>
 
 #include "core/error.h"
-#include "model/config.h"
 
 namespace m3 {
 namespace {
@@ -19,7 +20,9 @@ using json = nlohmann::json;
 
 const std::string kFixtures = "tests/model_loading/fixtures/";
 
-ModelConfig parse(const std::string& text) { return parse_model_config(json::parse(text), "test.json"); }
+ModelConfig parse(const std::string& text) {
+  return parse_model_config(json::parse(text), "test.json");
+}
 
 std::string parse_error(const json& j) {
   try {
@@ -161,9 +164,9 @@ TEST(Config, ClassDefaultsWhenFieldsAreAbsent) {
 TEST(Config, LegacySparseKeysOverrideFlatOnes) {
   json j = tiny();
   j["index_n_heads"] = 7;  // overridden by sparse_num_index_heads, as the reference does
-  j["sparse_attention_config"] = {{"sparse_num_index_heads", 2}, {"sparse_index_dim", 8},
-                                  {"sparse_block_size", 16},    {"sparse_topk_blocks", 6},
-                                  {"sparse_local_block", 2},    {"sparse_init_block", 1},
+  j["sparse_attention_config"] = {{"sparse_num_index_heads", 2},       {"sparse_index_dim", 8},
+                                  {"sparse_block_size", 16},           {"sparse_topk_blocks", 6},
+                                  {"sparse_local_block", 2},           {"sparse_init_block", 1},
                                   {"sparse_attention_freq", {1, 0, 1}}};
   ModelConfig c = parse_model_config(j, "t");
   EXPECT_EQ(c.index_heads, 2);
@@ -269,7 +272,9 @@ TEST(Config, OverrideNumLayers) {
 
 // ---- RoPE ----
 
-double ulp_distance(float a, double b) { return std::fabs(a - b) / std::fabs(std::nextafter(a, INFINITY) - a); }
+double ulp_distance(float a, double b) {
+  return std::fabs(a - b) / std::fabs(std::nextafter(a, INFINITY) - a);
+}
 
 TEST(ConfigRope, DefaultInvFreqMatchesTheFormula) {
   ModelConfig c = load_model_config(kFixtures + "m3_vl_config.json");
@@ -312,7 +317,9 @@ TEST(ConfigRope, DynamicEqualsDefaultUpToMaxPositions) {
 
 TEST(ConfigRope, Yarn) {
   const double theta = 10000, factor = 8, original = 64;
-  RopeConfig r = rope_of({{"rope_type", "yarn"}, {"factor", factor}, {"rope_theta", theta},
+  RopeConfig r = rope_of({{"rope_type", "yarn"},
+                          {"factor", factor},
+                          {"rope_theta", theta},
                           {"original_max_position_embeddings", 64}},
                          512);
   EXPECT_NEAR(r.attention_factor, 0.1 * std::log(factor) + 1.0, 1e-12);
@@ -330,25 +337,33 @@ TEST(ConfigRope, Yarn) {
     EXPECT_NEAR(r.inv_freq[i], expect, 4e-7 * expect) << i;
   }
   // mscale / mscale_all_dim and explicit attention_factor.
-  RopeConfig m = rope_of({{"rope_type", "yarn"}, {"factor", factor}, {"mscale", 0.707},
-                          {"mscale_all_dim", 1.0}, {"original_max_position_embeddings", 64}},
+  RopeConfig m = rope_of({{"rope_type", "yarn"},
+                          {"factor", factor},
+                          {"mscale", 0.707},
+                          {"mscale_all_dim", 1.0},
+                          {"original_max_position_embeddings", 64}},
                          512);
   EXPECT_NEAR(m.attention_factor, (0.1 * 0.707 * std::log(8) + 1) / (0.1 * std::log(8) + 1), 1e-12);
-  RopeConfig a = rope_of({{"rope_type", "yarn"}, {"factor", factor}, {"attention_factor", 1.5}}, 512);
+  RopeConfig a =
+      rope_of({{"rope_type", "yarn"}, {"factor", factor}, {"attention_factor", 1.5}}, 512);
   EXPECT_EQ(a.attention_factor, 1.5);
   EXPECT_EQ(a.original_max_position_embeddings, 512);  // defaults to max_position_embeddings
 }
 
 TEST(ConfigRope, TopLevelOriginalMaxPositionsOverrides) {
-  RopeConfig r = rope_of({{"rope_type", "yarn"}, {"factor", 2.0}, {"original_max_position_embeddings", 100}},
-                         512, {{"original_max_position_embeddings", 128}});
+  RopeConfig r =
+      rope_of({{"rope_type", "yarn"}, {"factor", 2.0}, {"original_max_position_embeddings", 100}},
+              512, {{"original_max_position_embeddings", 128}});
   EXPECT_EQ(r.original_max_position_embeddings, 128);
 }
 
 TEST(ConfigRope, Llama3) {
   const double theta = 500000, factor = 8, low = 1, high = 4, old = 8192;
-  RopeConfig r = rope_of({{"rope_type", "llama3"}, {"factor", factor}, {"rope_theta", theta},
-                          {"low_freq_factor", low}, {"high_freq_factor", high},
+  RopeConfig r = rope_of({{"rope_type", "llama3"},
+                          {"factor", factor},
+                          {"rope_theta", theta},
+                          {"low_freq_factor", low},
+                          {"high_freq_factor", high},
                           {"original_max_position_embeddings", 8192}},
                          131072);
   int seen_high = 0, seen_low = 0, seen_mid = 0;
@@ -377,8 +392,11 @@ TEST(ConfigRope, Longrope) {
     shortf.push_back(1.0 + i * 0.01);
     longf.push_back(2.0 + i * 0.5);
   }
-  RopeConfig r = rope_of({{"rope_type", "longrope"}, {"short_factor", shortf}, {"long_factor", longf},
-                          {"original_max_position_embeddings", 64}, {"rope_theta", 10000.0}},
+  RopeConfig r = rope_of({{"rope_type", "longrope"},
+                          {"short_factor", shortf},
+                          {"long_factor", longf},
+                          {"original_max_position_embeddings", 64},
+                          {"rope_theta", 10000.0}},
                          256);
   EXPECT_NEAR(r.factor, 4.0, 0);
   EXPECT_NEAR(r.attention_factor, std::sqrt(1 + std::log(4.0) / std::log(64.0)), 1e-12);
@@ -402,7 +420,8 @@ TEST(ConfigQuant, Schemes) {
   EXPECT_EQ(quant_of({{"quant_method", "fp8"}}).linear_scheme, QuantScheme::kFp8);
   EXPECT_EQ(quant_of({{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}}).linear_scheme,
             QuantScheme::kFp8Block);
-  QuantConfig fp8_mx = quant_of({{"quant_method", "fp8"}, {"weight_block_size", {1, 32}}, {"scale_fmt", "ue8m0"}});
+  QuantConfig fp8_mx =
+      quant_of({{"quant_method", "fp8"}, {"weight_block_size", {1, 32}}, {"scale_fmt", "ue8m0"}});
   EXPECT_EQ(fp8_mx.linear_scheme, QuantScheme::kMxfp8);
 
   QuantConfig ct = quant_of(json::parse(R"({
@@ -420,7 +439,9 @@ TEST(ConfigQuant, Schemes) {
   EXPECT_TRUE(ct.is_ignored("model.layers.3.mlp.gate"));
   EXPECT_FALSE(ct.is_ignored("model.layers.3.mlp.gate_up_proj"));
 
-  QuantConfig mo = quant_of({{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}, {"group_size", 16},
+  QuantConfig mo = quant_of({{"quant_method", "modelopt"},
+                             {"quant_algo", "NVFP4"},
+                             {"group_size", 16},
                              {"exclude_modules", {"lm_head", "*block_sparse_moe.gate"}}});
   EXPECT_EQ(mo.linear_scheme, QuantScheme::kNvfp4);
   EXPECT_TRUE(mo.nvfp4_modelopt);
@@ -434,8 +455,8 @@ TEST(ConfigQuant, Schemes) {
   EXPECT_EQ(mixed.expert_scheme, QuantScheme::kNvfp4);
   EXPECT_EQ(mixed.linear_scheme, QuantScheme::kMxfp8);
 
-  QuantConfig nested = quant_of({{"quant_method", "modelopt"},
-                                 {"quantization", {{"quant_algo", "FP8"}}}});
+  QuantConfig nested =
+      quant_of({{"quant_method", "modelopt"}, {"quantization", {{"quant_algo", "FP8"}}}});
   EXPECT_EQ(nested.linear_scheme, QuantScheme::kFp8);
 }
 

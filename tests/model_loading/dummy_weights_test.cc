@@ -30,8 +30,8 @@ ModelConfig config_with(const json& quant) {
 std::vector<const LinearWeight*> all_linears(const ModelWeights& w) {
   std::vector<const LinearWeight*> out{&w.lm_head};
   for (const auto& l : w.layers) {
-    for (const auto* x : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.attn.index_q, &l.attn.index_k,
-                          &l.mlp.gate, &l.mlp.up, &l.mlp.down})
+    for (const auto* x : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.attn.index_q,
+                          &l.attn.index_k, &l.mlp.gate, &l.mlp.up, &l.mlp.down})
       if (x->defined()) out.push_back(x);
     for (const auto& e : l.mlp.experts) out.insert(out.end(), {&e.gate, &e.up, &e.down});
   }
@@ -79,7 +79,8 @@ void check_statistics(const LinearWeight& w) {
     sum += x, sq += double(x) * x;
   }
   const double n = static_cast<double>(v.size()), mean = sum / n;
-  const double std = std::sqrt(sq / n - mean * mean), target = 1.0 / std::sqrt(double(w.in_features));
+  const double std = std::sqrt(sq / n - mean * mean),
+               target = 1.0 / std::sqrt(double(w.in_features));
   EXPECT_GT(std, target / 1.5);
   EXPECT_LT(std, target * 1.5);
   EXPECT_LT(std::fabs(mean), 0.1 * target);
@@ -127,12 +128,14 @@ TEST_P(DummyWeights, FormatsShapesStatisticsAndDeterminism) {
     check_shapes(*la[i]);
     if (la[i]->in_features >= 64 && la[i]->out_features >= 64) check_statistics(*la[i]);
     ASSERT_EQ(la[i]->weight.nbytes(), lb[i]->weight.nbytes());
-    EXPECT_EQ(std::memcmp(la[i]->weight.data(), lb[i]->weight.data(), la[i]->weight.nbytes()), 0) << la[i]->name;
+    EXPECT_EQ(std::memcmp(la[i]->weight.data(), lb[i]->weight.data(), la[i]->weight.nbytes()), 0)
+        << la[i]->name;
     if (la[i]->scale.defined()) {
       EXPECT_EQ(std::memcmp(la[i]->scale.data(), lb[i]->scale.data(), la[i]->scale.nbytes()), 0);
     }
     EXPECT_EQ(la[i]->global_scale, lb[i]->global_scale);
-    differing += std::memcmp(la[i]->weight.data(), lo[i]->weight.data(), la[i]->weight.nbytes()) != 0;
+    differing +=
+        std::memcmp(la[i]->weight.data(), lo[i]->weight.data(), la[i]->weight.nbytes()) != 0;
   }
   EXPECT_EQ(differing, static_cast<int>(la.size()));  // another seed changes every tensor
   EXPECT_EQ(std::memcmp(a.embed.data(), b.embed.data(), a.embed.nbytes()), 0);
@@ -144,17 +147,25 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"bf16", nullptr, WeightFormat::kDense, WeightFormat::kDense},
         Case{"mxfp8", {{"quant_method", "mxfp8"}}, WeightFormat::kMxfp8, WeightFormat::kMxfp8},
         Case{"m31",
-             {{"quant_method", "mxfp8"}, {"moe_quant_algo", "NVFP4"}, {"moe_quant_format", "nvfp4-pack-quantized"}},
-             WeightFormat::kMxfp8, WeightFormat::kNvfp4},
-        Case{"modelopt_nvfp4", {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}}, WeightFormat::kNvfp4,
+             {{"quant_method", "mxfp8"},
+              {"moe_quant_algo", "NVFP4"},
+              {"moe_quant_format", "nvfp4-pack-quantized"}},
+             WeightFormat::kMxfp8,
+             WeightFormat::kNvfp4},
+        Case{"modelopt_nvfp4",
+             {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}},
+             WeightFormat::kNvfp4,
              WeightFormat::kNvfp4},
         Case{"fp8", {{"quant_method", "fp8"}}, WeightFormat::kFp8, WeightFormat::kFp8},
-        Case{"fp8_block", {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}}, WeightFormat::kFp8Block,
+        Case{"fp8_block",
+             {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}},
+             WeightFormat::kFp8Block,
              WeightFormat::kFp8Block}),
     [](const auto& info) { return std::string(info.param.label); });
 
 TEST(DummyWeightsIgnore, IgnoredLayersStayUnquantized) {
-  ModelConfig c = config_with({{"quant_method", "mxfp8"}, {"ignored_layers", {"re:.*self_attn\\.o_proj$"}}});
+  ModelConfig c =
+      config_with({{"quant_method", "mxfp8"}, {"ignored_layers", {"re:.*self_attn\\.o_proj$"}}});
   ModelWeights w = make_dummy_weights(c, 1);
   EXPECT_EQ(w.layers[1].attn.o.format, WeightFormat::kDense);
   EXPECT_EQ(w.layers[1].attn.q.format, WeightFormat::kMxfp8);

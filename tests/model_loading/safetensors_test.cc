@@ -13,9 +13,9 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::safetensors_bytes;
 using testing::SafetensorsWriter;
 using testing::ScratchDir;
-using testing::safetensors_bytes;
 using testing::write_bytes;
 using testing::write_text;
 
@@ -39,10 +39,10 @@ TEST(Safetensors, ReadsEveryDtypeAsZeroCopyViews) {
   ScratchDir dir;
   SafetensorsWriter w;
   const std::vector<std::pair<std::string, DType>> dtypes = {
-      {"F64", DType::kF64}, {"F32", DType::kF32},     {"F16", DType::kF16},
+      {"F64", DType::kF64},   {"F32", DType::kF32},        {"F16", DType::kF16},
       {"BF16", DType::kBF16}, {"F8_E4M3", DType::kF8E4M3}, {"F8_E5M2", DType::kF8E5M2},
-      {"I64", DType::kI64}, {"I32", DType::kI32},     {"I16", DType::kI16},
-      {"I8", DType::kI8},   {"U8", DType::kU8},       {"BOOL", DType::kBool}};
+      {"I64", DType::kI64},   {"I32", DType::kI32},        {"I16", DType::kI16},
+      {"I8", DType::kI8},     {"U8", DType::kU8},          {"BOOL", DType::kBool}};
   for (const auto& [name, dt] : dtypes)
     w.add("t." + name, dt, {3, 2}, iota_bytes(6 * dtype_size(dt)));
   w.add("empty", DType::kF32, {0, 4}, {});
@@ -128,34 +128,70 @@ INSTANTIATE_TEST_SUITE_P(
         CorruptCase{"bad_json", R"({"w":{"dtype":"F32",)", {}, UINT64_MAX, {"not valid JSON"}},
         CorruptCase{"header_not_object", "[1,2]", {}, UINT64_MAX, {"not a JSON object"}},
         CorruptCase{"entry_not_object", R"({"w":3})", {}, UINT64_MAX, {"'w'"}},
-        CorruptCase{"unknown_dtype", R"({"w":{"dtype":"F4X","shape":[2],"data_offsets":[0,8]}})",
-                    iota_bytes(8), UINT64_MAX, {"'w'", "unknown dtype 'F4X'"}},
-        CorruptCase{"missing_dtype", R"({"w":{"shape":[2],"data_offsets":[0,8]}})", iota_bytes(8),
-                    UINT64_MAX, {"'w'", "dtype"}},
-        CorruptCase{"negative_shape", R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})",
-                    iota_bytes(8), UINT64_MAX, {"'w'", "shape"}},
-        CorruptCase{"float_shape", R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})",
-                    iota_bytes(8), UINT64_MAX, {"'w'", "shape"}},
-        CorruptCase{"shape_not_array", R"({"w":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})",
-                    iota_bytes(8), UINT64_MAX, {"'w'", "shape"}},
-        CorruptCase{"offsets_past_data", R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
-                    iota_bytes(4), UINT64_MAX, {"'w'", "past the data section"}},
-        CorruptCase{"offsets_reversed", R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})",
-                    iota_bytes(8), UINT64_MAX, {"'w'", "begin after end"}},
-        CorruptCase{"offsets_arity", R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})",
-                    iota_bytes(8), UINT64_MAX, {"'w'", "data_offsets"}},
-        CorruptCase{"offsets_negative", R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})",
-                    iota_bytes(8), UINT64_MAX, {"'w'", "data_offsets"}},
-        CorruptCase{"size_mismatch", R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
-                    iota_bytes(12), UINT64_MAX, {"'w'", "needs 12 bytes", "hold 8"}},
-        CorruptCase{"shape_overflow",
-                    R"({"w":{"dtype":"F32","shape":[4611686018427387904,4611686018427387904],"data_offsets":[0,8]}})",
-                    iota_bytes(8), UINT64_MAX, {"'w'"}},
-        CorruptCase{"overlap",
-                    R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-                    iota_bytes(12), UINT64_MAX, {"'a'", "'b'", "overlap"}},
-        CorruptCase{"metadata_not_object", R"({"__metadata__":[1]})", {}, UINT64_MAX,
-                    {"__metadata__"}}),
+        CorruptCase{"unknown_dtype",
+                    R"({"w":{"dtype":"F4X","shape":[2],"data_offsets":[0,8]}})",
+                    iota_bytes(8),
+                    UINT64_MAX,
+                    {"'w'", "unknown dtype 'F4X'"}},
+        CorruptCase{"missing_dtype",
+                    R"({"w":{"shape":[2],"data_offsets":[0,8]}})",
+                    iota_bytes(8),
+                    UINT64_MAX,
+                    {"'w'", "dtype"}},
+        CorruptCase{"negative_shape",
+                    R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})",
+                    iota_bytes(8),
+                    UINT64_MAX,
+                    {"'w'", "shape"}},
+        CorruptCase{"float_shape",
+                    R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})",
+                    iota_bytes(8),
+                    UINT64_MAX,
+                    {"'w'", "shape"}},
+        CorruptCase{"shape_not_array",
+                    R"({"w":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})",
+                    iota_bytes(8),
+                    UINT64_MAX,
+                    {"'w'", "shape"}},
+        CorruptCase{"offsets_past_data",
+                    R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                    iota_bytes(4),
+                    UINT64_MAX,
+                    {"'w'", "past the data section"}},
+        CorruptCase{"offsets_reversed",
+                    R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})",
+                    iota_bytes(8),
+                    UINT64_MAX,
+                    {"'w'", "begin after end"}},
+        CorruptCase{"offsets_arity",
+                    R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})",
+                    iota_bytes(8),
+                    UINT64_MAX,
+                    {"'w'", "data_offsets"}},
+        CorruptCase{"offsets_negative",
+                    R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})",
+                    iota_bytes(8),
+                    UINT64_MAX,
+                    {"'w'", "data_offsets"}},
+        CorruptCase{"size_mismatch",
+                    R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
+                    iota_bytes(12),
+                    UINT64_MAX,
+                    {"'w'", "needs 12 bytes", "hold 8"}},
+        CorruptCase{
+            "shape_overflow",
+            R"({"w":{"dtype":"F32","shape":[4611686018427387904,4611686018427387904],"data_offsets":[0,8]}})",
+            iota_bytes(8),
+            UINT64_MAX,
+            {"'w'"}},
+        CorruptCase{
+            "overlap",
+            R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+            iota_bytes(12),
+            UINT64_MAX,
+            {"'a'", "'b'", "overlap"}},
+        CorruptCase{
+            "metadata_not_object", R"({"__metadata__":[1]})", {}, UINT64_MAX, {"__metadata__"}}),
     [](const auto& info) { return std::string(info.param.label); });
 
 TEST(Safetensors, TruncatedFilesFail) {
@@ -171,8 +207,9 @@ TEST(Safetensors, TruncatedFilesFail) {
   w.write(dir / "cut.safetensors");
   std::filesystem::resize_file(dir / "cut.safetensors",
                                std::filesystem::file_size(dir / "cut.safetensors") - 3);
-  EXPECT_THAT(open_error(dir / "cut.safetensors"),
-              AllOf(HasSubstr("cut.safetensors"), HasSubstr("'w'"), HasSubstr("past the data section")));
+  EXPECT_THAT(
+      open_error(dir / "cut.safetensors"),
+      AllOf(HasSubstr("cut.safetensors"), HasSubstr("'w'"), HasSubstr("past the data section")));
 }
 
 TEST(Safetensors, EmptyTensorsNeverOverlap) {

@@ -52,7 +52,8 @@ inline void write_text(const std::filesystem::path& path, const std::string& tex
 
 inline void write_bytes(const std::filesystem::path& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 // header length (u64 LE) + header + data, with the length field overridable for corrupt files.
@@ -71,7 +72,8 @@ inline std::vector<uint8_t> safetensors_bytes(const std::string& header,
 class SafetensorsWriter {
  public:
   void add(const std::string& name, DType dtype, Shape shape, std::vector<uint8_t> bytes) {
-    EXPECT_EQ(bytes.size(), static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype)) << name;
+    EXPECT_EQ(bytes.size(), static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype))
+        << name;
     tensors_[name] = {dtype, std::move(shape), std::move(bytes)};
   }
   template <class T>
@@ -120,7 +122,8 @@ class SafetensorsWriter {
   // Splits the tensors over `num_shards` files plus model.safetensors.index.json in `dir`.
   void write_sharded(const std::filesystem::path& dir, int num_shards) const {
     std::vector<SafetensorsWriter> shards(num_shards);
-    nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+    nlohmann::json index = {{"metadata", {{"total_size", 0}}},
+                            {"weight_map", nlohmann::json::object()}};
     int i = 0;
     for (const auto& [name, t] : tensors_) {
       int s = i++ % num_shards;

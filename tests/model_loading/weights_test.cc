@@ -1,23 +1,24 @@
 // load_weights over tiny checkpoints written by the tests: both on-disk layouts, every weight
 // format, sharded or not; loaded values (dequantized) must equal what was written, bit for bit.
+#include "model/weights.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model/weights.h"
 #include "tests/model_loading/checkpoint_builder.h"
 
 namespace m3 {
 namespace {
 
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 using testing::BuildOptions;
 using testing::CheckpointBuilder;
 using testing::Expected;
 using testing::Fmt;
+using ::testing::HasSubstr;
 using testing::Layout;
 using testing::ScratchDir;
 
@@ -57,25 +58,32 @@ void expect_linear(const LinearWeight& w, const Expected& e, const std::string& 
   ASSERT_EQ(got.size(), want.size());
   int64_t bad = 0;
   for (std::size_t i = 0; i < got.size(); ++i)
-    if (got[i] != want[i] && bad++ < 3) ADD_FAILURE() << "element " << i << ": " << got[i] << " != " << want[i];
+    if (got[i] != want[i] && bad++ < 3)
+      ADD_FAILURE() << "element " << i << ": " << got[i] << " != " << want[i];
   EXPECT_EQ(bad, 0);
 }
 
 WeightFormat expected_format(Fmt f) {
   switch (f) {
     case Fmt::kBf16:
-    case Fmt::kF32: return WeightFormat::kDense;
+    case Fmt::kF32:
+      return WeightFormat::kDense;
     case Fmt::kMxfp8:
-    case Fmt::kMxfp8Renamed: return WeightFormat::kMxfp8;
-    case Fmt::kFp8Tensor: return WeightFormat::kFp8;
-    case Fmt::kFp8Block: return WeightFormat::kFp8Block;
+    case Fmt::kMxfp8Renamed:
+      return WeightFormat::kMxfp8;
+    case Fmt::kFp8Tensor:
+      return WeightFormat::kFp8;
+    case Fmt::kFp8Block:
+      return WeightFormat::kFp8Block;
     case Fmt::kNvfp4Ct:
-    case Fmt::kNvfp4ModelOpt: return WeightFormat::kNvfp4;
+    case Fmt::kNvfp4ModelOpt:
+      return WeightFormat::kNvfp4;
   }
   return WeightFormat::kDense;
 }
 
-void check_model(const ModelConfig& c, const ModelWeights& w, const Expected& e, const BuildOptions& o) {
+void check_model(const ModelConfig& c, const ModelWeights& w, const Expected& e,
+                 const BuildOptions& o) {
   EXPECT_EQ(w.embed.dtype(), DType::kBF16);  // embeddings stay in their dtype
   std::vector<float> embed(w.embed.numel());
   bf16_to_f32(w.embed.data_as<const uint16_t>(), embed.data(), w.embed.numel());
@@ -145,8 +153,10 @@ TEST_P(LoadWeights, ValuesMatchWhatWasWritten) {
   ModelConfig c = tiny_config(k.tied);
   CheckpointBuilder b(c, k.options);
   b.build();
-  if (k.shards) b.writer().write_sharded(dir.path(), k.shards);
-  else b.writer().write(dir / "model.safetensors");
+  if (k.shards)
+    b.writer().write_sharded(dir.path(), k.shards);
+  else
+    b.writer().write(dir / "model.safetensors");
 
   struct Count : LoadProgress {
     std::size_t last = 0, total = 0;
@@ -158,12 +168,14 @@ TEST_P(LoadWeights, ValuesMatchWhatWasWritten) {
   EXPECT_GT(progress.total, 0u);
 }
 
-BuildOptions opts(Layout layout, Fmt linear, Fmt expert, bool fused = false) {
+BuildOptions opts(Layout layout, Fmt linear, Fmt expert, bool fused = false,
+                  bool dense_in_moe_block = false) {
   BuildOptions o;
   o.layout = layout;
   o.linear = linear;
   o.expert = expert;
   o.fused_dense = fused;
+  o.dense_in_moe_block = dense_in_moe_block;
   return o;
 }
 
@@ -172,15 +184,22 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Case{"release_bf16", opts(Layout::kRelease, Fmt::kBf16, Fmt::kBf16)},
         Case{"release_f32_fused_dense", opts(Layout::kRelease, Fmt::kF32, Fmt::kF32, true)},
+        Case{"release_dense_in_moe_block",
+             opts(Layout::kRelease, Fmt::kF32, Fmt::kF32, false, true)},
         Case{"release_mxfp8", opts(Layout::kRelease, Fmt::kMxfp8, Fmt::kMxfp8), 3},
-        Case{"release_mxfp8_renamed_scales", opts(Layout::kRelease, Fmt::kMxfp8Renamed, Fmt::kMxfp8Renamed)},
-        Case{"release_m31_mxfp8_nvfp4_experts", opts(Layout::kRelease, Fmt::kMxfp8, Fmt::kNvfp4Ct), 2},
+        Case{"release_mxfp8_renamed_scales",
+             opts(Layout::kRelease, Fmt::kMxfp8Renamed, Fmt::kMxfp8Renamed)},
+        Case{"release_m31_mxfp8_nvfp4_experts", opts(Layout::kRelease, Fmt::kMxfp8, Fmt::kNvfp4Ct),
+             2},
         Case{"release_modelopt_nvfp4", opts(Layout::kRelease, Fmt::kMxfp8, Fmt::kNvfp4ModelOpt)},
-        Case{"release_nvfp4_everywhere", opts(Layout::kRelease, Fmt::kNvfp4Ct, Fmt::kNvfp4Ct, true)},
+        Case{"release_nvfp4_everywhere",
+             opts(Layout::kRelease, Fmt::kNvfp4Ct, Fmt::kNvfp4Ct, true)},
         Case{"release_fp8_tensor", opts(Layout::kRelease, Fmt::kFp8Tensor, Fmt::kFp8Tensor)},
         Case{"release_fp8_block", opts(Layout::kRelease, Fmt::kFp8Block, Fmt::kFp8Block)},
-        Case{"text_save_pretrained_bf16", opts(Layout::kTextSavePretrained, Fmt::kBf16, Fmt::kBf16)},
-        Case{"text_save_pretrained_tied", opts(Layout::kTextSavePretrained, Fmt::kF32, Fmt::kF32), 0, true},
+        Case{"text_save_pretrained_bf16",
+             opts(Layout::kTextSavePretrained, Fmt::kBf16, Fmt::kBf16)},
+        Case{"text_save_pretrained_tied", opts(Layout::kTextSavePretrained, Fmt::kF32, Fmt::kF32),
+             0, true},
         Case{"vl_save_pretrained_f32", opts(Layout::kVlSavePretrained, Fmt::kF32, Fmt::kF32), 4},
         Case{"vl_save_pretrained_mxfp8", opts(Layout::kVlSavePretrained, Fmt::kMxfp8, Fmt::kBf16)}),
     [](const auto& info) { return std::string(info.param.label); });
@@ -216,7 +235,8 @@ class LoadErrors : public ::testing::Test {
 TEST_F(LoadErrors, MissingTensorIsNamed) {
   build();
   w().remove("language_model.model.layers.1.self_attn.index_k_proj.weight");
-  EXPECT_THAT(error_after_writing(), HasSubstr("language_model.model.layers.1.self_attn.index_k_proj.weight"));
+  EXPECT_THAT(error_after_writing(),
+              HasSubstr("language_model.model.layers.1.self_attn.index_k_proj.weight"));
 }
 
 TEST_F(LoadErrors, MissingExpertIsNamed) {
@@ -235,8 +255,9 @@ TEST_F(LoadErrors, UnexpectedTensorIsNamed) {
   build();
   w().add_f32("language_model.model.layers.1.self_attn.index_v_proj.weight", {2, 2}, {1, 2, 3, 4});
   std::string err = error_after_writing();
-  EXPECT_THAT(err, AllOf(HasSubstr("unexpected"), HasSubstr("layers.1.self_attn.index_v_proj.weight"),
-                         HasSubstr("model.safetensors")));
+  EXPECT_THAT(err,
+              AllOf(HasSubstr("unexpected"), HasSubstr("layers.1.self_attn.index_v_proj.weight"),
+                    HasSubstr("model.safetensors")));
 }
 
 TEST_F(LoadErrors, LayerBeyondTheConfigIsUnexpected) {
@@ -247,13 +268,15 @@ TEST_F(LoadErrors, LayerBeyondTheConfigIsUnexpected) {
 
 TEST_F(LoadErrors, IndexerOnAFullAttentionLayerIsUnexpected) {
   build();
-  w().add_f32("language_model.model.layers.0.self_attn.index_q_norm.weight", {16}, std::vector<float>(16));
+  w().add_f32("language_model.model.layers.0.self_attn.index_q_norm.weight", {16},
+              std::vector<float>(16));
   EXPECT_THAT(error_after_writing(), HasSubstr("layers.0.self_attn.index_q_norm.weight"));
 }
 
 TEST_F(LoadErrors, WrongShapeNamesTensorAndShapes) {
   build();
-  w().add_f32("language_model.model.layers.0.self_attn.q_proj.weight", {60, 48}, std::vector<float>(60 * 48));
+  w().add_f32("language_model.model.layers.0.self_attn.q_proj.weight", {60, 48},
+              std::vector<float>(60 * 48));
   EXPECT_THAT(error_after_writing(), AllOf(HasSubstr("layers.0.self_attn.q_proj.weight"),
                                            HasSubstr("[64, 48]"), HasSubstr("[60, 48]")));
 }
@@ -262,16 +285,20 @@ TEST_F(LoadErrors, WrongScaleShapeIsNamed) {
   build(opts(Layout::kRelease, Fmt::kMxfp8, Fmt::kMxfp8));
   w().add("language_model.model.layers.0.self_attn.k_proj.weight_scale_inv", DType::kU8, {32, 1},
           std::vector<uint8_t>(32, 127));
-  EXPECT_THAT(error_after_writing(), AllOf(HasSubstr("k_proj.weight_scale_inv"), HasSubstr("[32, 2]")));
+  EXPECT_THAT(error_after_writing(),
+              AllOf(HasSubstr("k_proj.weight_scale_inv"), HasSubstr("[32, 2]")));
 }
 
 TEST_F(LoadErrors, WrongDtypeIsNamed) {
   build();
   w().add("language_model.model.norm.weight", DType::kI32, {48}, std::vector<uint8_t>(48 * 4));
-  EXPECT_THAT(error_after_writing(), AllOf(HasSubstr("language_model.model.norm.weight"), HasSubstr("I32")));
+  EXPECT_THAT(error_after_writing(),
+              AllOf(HasSubstr("language_model.model.norm.weight"), HasSubstr("I32")));
   w().add("language_model.model.norm.weight", DType::kF32, {48}, std::vector<uint8_t>(48 * 4));
-  w().add("language_model.lm_head.weight", DType::kI64, {64, 48}, std::vector<uint8_t>(64 * 48 * 8));
-  EXPECT_THAT(error_after_writing(), AllOf(HasSubstr("language_model.lm_head.weight"), HasSubstr("I64")));
+  w().add("language_model.lm_head.weight", DType::kI64, {64, 48},
+          std::vector<uint8_t>(64 * 48 * 8));
+  EXPECT_THAT(error_after_writing(),
+              AllOf(HasSubstr("language_model.lm_head.weight"), HasSubstr("I64")));
 }
 
 TEST_F(LoadErrors, DenseWeightWithAScaleIsRejected) {
@@ -283,7 +310,8 @@ TEST_F(LoadErrors, DenseWeightWithAScaleIsRejected) {
 
 TEST_F(LoadErrors, BadGlobalScaleIsRejected) {
   build(opts(Layout::kRelease, Fmt::kBf16, Fmt::kNvfp4Ct));
-  w().add_f32("language_model.model.layers.1.block_sparse_moe.experts.0.w1.weight_global_scale", {1}, {0.0f});
+  w().add_f32("language_model.model.layers.1.block_sparse_moe.experts.0.w1.weight_global_scale",
+              {1}, {0.0f});
   EXPECT_THAT(error_after_writing(), HasSubstr("experts.0.w1.weight_global_scale"));
 }
 
@@ -302,6 +330,33 @@ TEST_F(LoadErrors, TiedConfigIgnoresAnLmHead) {
   EXPECT_EQ(error_after_writing(), "");
 }
 
+// Checkpoints written by transformers 5.17 itself (tools/make_golden_models.py,
+// tools/make_release_checkpoint.py): every one must load completely.
+TEST(LoadWeights, CheckpointsWrittenByTransformers) {
+  const std::filesystem::path root = "tests/model_golden/data";
+  if (!std::filesystem::exists(root)) GTEST_SKIP() << root << " is absent";
+  int loaded = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(root)) {
+    const auto dir = entry.path();
+    if (!std::filesystem::exists(dir / "config.json") ||
+        !std::filesystem::exists(dir / "model.safetensors"))
+      continue;
+    SCOPED_TRACE(dir.string());
+    ModelConfig c = load_model_config(dir);
+    ModelWeights w = load_weights(c, dir);
+    ASSERT_EQ(static_cast<int>(w.layers.size()), c.num_layers);
+    for (int i = 0; i < c.num_layers; ++i) {
+      EXPECT_EQ(w.layers[i].attn.index_q.defined(), c.attention_kinds[i] == AttentionKind::kSparse);
+      EXPECT_EQ(w.layers[i].mlp.experts.size(),
+                c.mlp_kinds[i] == MlpKind::kMoe ? size_t(c.num_experts) : 0u);
+      for (const auto& e : w.layers[i].mlp.experts)
+        EXPECT_TRUE(e.gate.defined() && e.up.defined() && e.down.defined());
+    }
+    ++loaded;
+  }
+  EXPECT_GT(loaded, 0);
+}
+
 TEST(LinearWeight, Fp8BlockDequantizeAndRows) {
   // 260 x 300: partial blocks in both dimensions.
   const int64_t out = 260, in = 300;
@@ -312,7 +367,8 @@ TEST(LinearWeight, Fp8BlockDequantizeAndRows) {
   w.format = WeightFormat::kFp8Block;
   w.weight = Tensor::zeros({out, in}, DType::kF8E4M3);
   w.scale = Tensor::zeros({3, 3}, DType::kF32);
-  for (int64_t i = 0; i < out * in; ++i) w.weight.data_as<uint8_t>()[i] = static_cast<uint8_t>((i * 37) % 126);
+  for (int64_t i = 0; i < out * in; ++i)
+    w.weight.data_as<uint8_t>()[i] = static_cast<uint8_t>((i * 37) % 126);
   for (int i = 0; i < 9; ++i) w.scale.data_as<float>()[i] = 0.5f + i;
   std::vector<float> all = dequantized(w);
   for (int64_t r : {0L, 127L, 128L, 259L})

@@ -132,7 +132,10 @@ class LoopContext : public Object, public std::enable_shared_from_this<LoopConte
 
 const Value* Scope::find(std::string_view name) const {
   for (const Scope* s = this; s != nullptr; s = s->parent_.get()) {
-    for (const auto& [key, value] : s->vars_) {
+    for (size_t k = 0; k < s->inline_count_; ++k) {
+      if (s->inline_[k].first == name) return &s->inline_[k].second;
+    }
+    for (const auto& [key, value] : s->more_) {
       if (key == name) return &value;
     }
   }
@@ -140,13 +143,29 @@ const Value* Scope::find(std::string_view name) const {
 }
 
 void Scope::set(std::string_view name, Value value) {
-  for (auto& [key, existing] : vars_) {
+  for (size_t k = 0; k < inline_count_; ++k) {
+    if (inline_[k].first == name) {
+      inline_[k].second = std::move(value);
+      return;
+    }
+  }
+  for (auto& [key, existing] : more_) {
     if (key == name) {
       existing = std::move(value);
       return;
     }
   }
-  vars_.emplace_back(name, std::move(value));
+  if (inline_count_ < kInline) {
+    inline_[inline_count_++] = {name, std::move(value)};
+  } else {
+    more_.emplace_back(name, std::move(value));
+  }
+}
+
+void Scope::clear() {
+  for (size_t k = 0; k < inline_count_; ++k) inline_[k].second = Value();
+  inline_count_ = 0;
+  more_.clear();
 }
 
 // ---- rendering -----------------------------------------------------------------------------
@@ -193,7 +212,8 @@ Interpreter::Flow Interpreter::exec_stmt(const Stmt& stmt, const ScopePtr& scope
       case StmtKind::kOutput:
         for (const auto& part : static_cast<const OutputStmt&>(stmt).parts) {
           if (part.expr) {
-            append_str(out, eval(*part.expr, scope));
+            Value storage;
+            append_str(out, eval_ref(*part.expr, scope, storage));
           } else {
             out += part.text;
           }
@@ -202,7 +222,8 @@ Interpreter::Flow Interpreter::exec_stmt(const Stmt& stmt, const ScopePtr& scope
       case StmtKind::kIf: {
         const auto& s = static_cast<const IfStmt&>(stmt);
         for (const auto& [test, body] : s.branches) {
-          if (truthy(eval(*test, scope))) return exec(body, scope, out);
+          Value storage;
+          if (truthy(eval_ref(*test, scope, storage))) return exec(body, scope, out);
         }
         return exec(s.else_body, scope, out);
       }
@@ -464,6 +485,18 @@ Value Interpreter::apply_filter(const FilterExpr& filter, const ScopePtr& scope,
   return filter.fn(*this, input, args);
 }
 
+const Value& Interpreter::eval_ref(const Expr& expr, const ScopePtr& scope, Value& storage) {
+  if (expr.kind == ExprKind::kName) {
+    const auto& name = static_cast<const NameExpr&>(expr).name;
+    if (const Value* value = scope->find(name)) return *value;
+    storage = Value::undefined_template_name(name);
+    return storage;
+  }
+  if (expr.kind == ExprKind::kConst) return static_cast<const ConstExpr&>(expr).value;
+  storage = eval(expr, scope);
+  return storage;
+}
+
 Value Interpreter::eval(const Expr& expr, const ScopePtr& scope) {
   try {
     return eval_uncaught(expr, scope);
@@ -479,7 +512,7 @@ Value Interpreter::eval_uncaught(const Expr& expr, const ScopePtr& scope) {
     case ExprKind::kName: {
       const auto& name = static_cast<const NameExpr&>(expr).name;
       const Value* value = scope->find(name);
-      return value ? *value : Value::undefined_name(name);
+      return value ? *value : Value::undefined_template_name(name);
     }
     case ExprKind::kList:
     case ExprKind::kTuple: {
@@ -500,11 +533,15 @@ Value Interpreter::eval_uncaught(const Expr& expr, const ScopePtr& scope) {
     }
     case ExprKind::kGetattr: {
       const auto& e = static_cast<const GetattrExpr&>(expr);
-      return get_attr(eval(*e.object, scope), e.attr);
+      Value storage, out;
+      const Value& object = eval_ref(*e.object, scope, storage);
+      if (try_get_attr(object, e.attr, out)) return out;
+      return Value::missing_template_attribute(type_name(object), e.attr);
     }
     case ExprKind::kGetitem: {
       const auto& e = static_cast<const GetitemExpr&>(expr);
-      Value object = eval(*e.object, scope);
+      Value storage;
+      const Value& object = eval_ref(*e.object, scope, storage);
       if (e.index->kind == ExprKind::kSlice) {
         const auto& s = static_cast<const SliceExpr&>(*e.index);
         Value none = Value::none();
@@ -523,7 +560,8 @@ Value Interpreter::eval_uncaught(const Expr& expr, const ScopePtr& scope) {
     case ExprKind::kFilter: return apply_filter(static_cast<const FilterExpr&>(expr), scope, nullptr);
     case ExprKind::kTest: {
       const auto& e = static_cast<const TestExpr&>(expr);
-      Value input = eval(*e.input, scope);
+      Value storage;
+      const Value& input = eval_ref(*e.input, scope, storage);
       if (e.fn == nullptr) {
         throw_error("TemplateRuntimeError", fmt::format("No test named '{}' found.", e.name));
       }
@@ -532,8 +570,10 @@ Value Interpreter::eval_uncaught(const Expr& expr, const ScopePtr& scope) {
     }
     case ExprKind::kNeg: return op_neg(eval(*static_cast<const UnaryExpr&>(expr).operand, scope));
     case ExprKind::kPos: return op_pos(eval(*static_cast<const UnaryExpr&>(expr).operand, scope));
-    case ExprKind::kNot:
-      return Value::boolean(!truthy(eval(*static_cast<const UnaryExpr&>(expr).operand, scope)));
+    case ExprKind::kNot: {
+      Value storage;
+      return Value::boolean(!truthy(eval_ref(*static_cast<const UnaryExpr&>(expr).operand, scope, storage)));
+    }
     case ExprKind::kAnd: {
       const auto& e = static_cast<const BinaryExpr&>(expr);
       Value left = eval(*e.left, scope);
@@ -562,7 +602,8 @@ Value Interpreter::eval_uncaught(const Expr& expr, const ScopePtr& scope) {
     case ExprKind::kConcat: {
       std::string out;
       for (const ExprPtr& part : static_cast<const ConcatExpr&>(expr).parts) {
-        append_str(out, eval(*part, scope));
+        Value storage;
+        append_str(out, eval_ref(*part, scope, storage));
       }
       return Value::string(std::move(out));
     }
@@ -570,7 +611,8 @@ Value Interpreter::eval_uncaught(const Expr& expr, const ScopePtr& scope) {
       const auto& e = static_cast<const CompareExpr&>(expr);
       Value left = eval(*e.first, scope);
       for (const auto& [op, right_expr] : e.rest) {
-        Value right = eval(*right_expr, scope);
+        Value right_storage;
+        const Value& right = eval_ref(*right_expr, scope, right_storage);
         bool ok = false;
         switch (op) {
           case CompareOp::kEq: ok = equals(left, right); break;
@@ -583,7 +625,7 @@ Value Interpreter::eval_uncaught(const Expr& expr, const ScopePtr& scope) {
           case CompareOp::kNotIn: ok = !op_contains(right, left); break;
         }
         if (!ok) return Value::boolean(false);
-        left = std::move(right);
+        left = right;
       }
       return Value::boolean(true);
     }

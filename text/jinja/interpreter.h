@@ -17,14 +17,18 @@ namespace m3::jinja {
 // of which outlive a render.
 class Scope {
  public:
-  explicit Scope(std::shared_ptr<Scope> parent = nullptr) : parent_(std::move(parent)) { vars_.reserve(4); }
+  explicit Scope(std::shared_ptr<Scope> parent = nullptr) : parent_(std::move(parent)) {}
   const Value* find(std::string_view name) const;
   void set(std::string_view name, Value value);
-  void clear() { vars_.clear(); }
+  void clear();
 
  private:
+  // Most scopes (a loop iteration, a macro call) hold a few names: those live inline.
+  static constexpr size_t kInline = 4;
   std::shared_ptr<Scope> parent_;
-  std::vector<std::pair<std::string_view, Value>> vars_;
+  std::pair<std::string_view, Value> inline_[kInline];
+  size_t inline_count_ = 0;
+  std::vector<std::pair<std::string_view, Value>> more_;
 };
 using ScopePtr = std::shared_ptr<Scope>;
 
@@ -40,6 +44,9 @@ class Interpreter {
   std::string render(const TemplateAst& ast, const ScopePtr& root);
 
   Value eval(const Expr& expr, const ScopePtr& scope);
+  // eval without copying names and constants: the result is either in the scope, in the AST
+  // or in `storage`, and stays valid while the scope is not assigned to.
+  const Value& eval_ref(const Expr& expr, const ScopePtr& scope, Value& storage);
   // Calls any callable value (macro, function, method, loop).
   Value call(const Value& callee, CallArgs& args);
   const RenderOptions& options() const { return options_; }

@@ -305,33 +305,41 @@ class Lexer {
     token.type = TokenType::kInteger;
     char prefix = pos + 1 < src_.size() ? static_cast<char>(src_[pos + 1] | 0x20) : 0;
     int base = 10;
-    size_t end;
+    size_t end = std::string::npos;
+    std::string digits_text;
     if (src_[pos] == '0' && (prefix == 'x' || prefix == 'o' || prefix == 'b')) {
-      base = prefix == 'x' ? 16 : prefix == 'o' ? 8 : 2;
-      // The prefix may be followed by an underscore: 0x_ff.
+      // 0x1F, 0o17, 0b101, with an optional underscore after the prefix; a bare "0x" is the
+      // integer 0 followed by the name x.
+      int prefixed_base = prefix == 'x' ? 16 : prefix == 'o' ? 8 : 2;
       size_t p = pos + 2;
       if (p < src_.size() && src_[p] == '_') ++p;
-      auto digit = base == 16 ? +[](char ch) { return hex_value(ch); }
-                   : base == 8 ? +[](char ch) { return ch >= '0' && ch <= '7' ? ch - '0' : -1; }
-                               : +[](char ch) { return ch == '0' || ch == '1' ? ch - '0' : -1; };
+      auto digit = prefixed_base == 16 ? +[](char ch) { return hex_value(ch); }
+                   : prefixed_base == 8 ? +[](char ch) { return ch >= '0' && ch <= '7' ? ch - '0' : -1; }
+                                        : +[](char ch) { return ch == '0' || ch == '1' ? ch - '0' : -1; };
       end = digits(p, digit);
-      if (end == std::string::npos) end = pos + 1;  // just "0"
-      else token.text = strip_underscores(src_.substr(p, end - p));
-    } else if (src_[pos] == '0') {
-      end = pos + 1;
-      while (end < src_.size() && (src_[end] == '0' || (src_[end] == '_' && end + 1 < src_.size() &&
-                                                         src_[end + 1] == '0'))) {
+      if (end != std::string::npos) {
+        base = prefixed_base;
+        digits_text = strip_underscores(src_.substr(p, end - p));
+      }
+    }
+    if (end == std::string::npos && src_[pos] == '0') {
+      end = pos + 1;  // "0", "00", "0_0": all zero
+      while (end < src_.size() &&
+             (src_[end] == '0' || (src_[end] == '_' && end + 1 < src_.size() && src_[end + 1] == '0'))) {
         end += src_[end] == '_' ? 2 : 1;
       }
-      token.text = "0";
-    } else {
+      digits_text.assign(1, '0');
+    } else if (end == std::string::npos) {
       end = digits(pos, decimal);
-      token.text = strip_underscores(src_.substr(pos, end - pos));
+      digits_text = strip_underscores(src_.substr(pos, end - pos));
     }
-    if (base != 10 && end == pos + 1) token.text = "0", base = 10;
     errno = 0;
-    token.int_value = static_cast<int64_t>(std::strtoull(token.text.c_str(), nullptr, base));
-    if (errno == ERANGE || token.int_value < 0) fail(pos, "integer literal too large");
+    unsigned long long value = std::strtoull(digits_text.c_str(), nullptr, base);
+    if (errno == ERANGE || value > static_cast<unsigned long long>(INT64_MAX)) {
+      fail(pos, "integer literal too large");
+    }
+    token.int_value = static_cast<int64_t>(value);
+    token.text = src_.substr(pos, end - pos);
     return end;
   }
 

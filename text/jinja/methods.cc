@@ -325,8 +325,14 @@ constexpr std::string_view kListMethods[] = {"append", "clear", "copy", "count",
                                              "insert", "pop", "remove", "reverse", "sort"};
 constexpr std::string_view kTupleMethods[] = {"count", "index"};
 
+// Attribute lookups on dicts check the method names first (d.items is the method even when
+// the dict has an "items" key), so most lookups end in a miss here: reject by first letter.
 template <size_t N>
 bool contains(const std::string_view (&names)[N], std::string_view name) {
+  if (name.empty()) return false;
+  bool first_letter_seen = false;
+  for (std::string_view candidate : names) first_letter_seen = first_letter_seen || candidate[0] == name[0];
+  if (!first_letter_seen) return false;
   return std::find(std::begin(names), std::end(names), name) != std::end(names);
 }
 

@@ -40,16 +40,56 @@ Value Value::missing_attribute(const char* owner_type, std::string_view name) {
   return v;
 }
 
-std::string UndefinedData::message() const {
-  switch (reason) {
-    case Reason::kName: return fmt::format("'{}' is undefined", text);
-    case Reason::kAttribute:
-      // jinja2's object_type_repr: "None", else "<type> object".
-      if (std::string_view(owner) == "NoneType") return fmt::format("'None' has no attribute '{}'", text);
-      return fmt::format("'{} object' has no attribute '{}'", owner, text);
-    case Reason::kMessage: break;
+namespace {
+
+std::shared_ptr<void> borrow(const std::string& s) {
+  // The aliasing constructor with an empty owner: a pointer without a control block.
+  return std::shared_ptr<void>(std::shared_ptr<void>(), const_cast<std::string*>(&s));
+}
+
+std::string attribute_message(const char* owner, std::string_view name) {
+  // jinja2's object_type_repr: "None", else "<type> object".
+  if (std::string_view(owner) == "NoneType") return fmt::format("'None' has no attribute '{}'", name);
+  return fmt::format("'{} object' has no attribute '{}'", owner, name);
+}
+
+}  // namespace
+
+Value Value::undefined_template_name(const std::string& name) {
+  Value v;
+  v.borrowed_undefined_ = BorrowedUndefined::kName;
+  v.ptr_ = borrow(name);
+  return v;
+}
+
+Value Value::missing_template_attribute(const char* owner_type, const std::string& name) {
+  Value v;
+  v.borrowed_undefined_ = BorrowedUndefined::kAttribute;
+  v.scalar_.owner = owner_type;
+  v.ptr_ = borrow(name);
+  return v;
+}
+
+std::string Value::undefined_message() const {
+  switch (borrowed_undefined_) {
+    case BorrowedUndefined::kName: return fmt::format("'{}' is undefined", str());
+    case BorrowedUndefined::kAttribute: return attribute_message(scalar_.owner, str());
+    case BorrowedUndefined::kNone: break;
   }
-  return text;
+  const auto* data = static_cast<const UndefinedData*>(ptr_.get());
+  if (data == nullptr) return "value is undefined";
+  switch (data->reason) {
+    case UndefinedData::Reason::kName: return fmt::format("'{}' is undefined", data->text);
+    case UndefinedData::Reason::kAttribute: return attribute_message(data->owner, data->text);
+    case UndefinedData::Reason::kMessage: break;
+  }
+  return data->text;
+}
+
+bool Value::undefined_is_unsafe() const {
+  if (borrowed_undefined_ != BorrowedUndefined::kNone) return false;
+  const auto* data = static_cast<const UndefinedData*>(ptr_.get());
+  return data != nullptr && data->unsafe;
 }
 
 Value Value::none() {
@@ -89,8 +129,7 @@ Value Value::string(std::string s) {
 Value Value::borrowed_string(const std::string& s) {
   Value v;
   v.kind_ = Kind::kString;
-  // The aliasing constructor with an empty owner: a pointer without a control block.
-  v.ptr_ = std::shared_ptr<void>(std::shared_ptr<void>(), const_cast<std::string*>(&s));
+  v.ptr_ = borrow(s);
   return v;
 }
 
@@ -123,9 +162,7 @@ Value Value::object(std::shared_ptr<Object> object) {
 }
 
 void Value::raise_undefined() const {
-  const UndefinedData* data = undefined_data();
-  if (data == nullptr) throw_error("UndefinedError", "value is undefined");
-  throw_error(data->unsafe ? "SecurityError" : "UndefinedError", data->message());
+  throw_error(undefined_is_unsafe() ? "SecurityError" : "UndefinedError", undefined_message());
 }
 
 Value make_tuple(std::vector<Value> items) { return Value::list(std::move(items), ListFlavor::kTuple); }

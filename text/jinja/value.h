@@ -57,7 +57,6 @@ struct UndefinedData {
   std::string text;             // the message, the variable name or the attribute name
   const char* owner = nullptr;  // kAttribute: Python type name of the object
   bool unsafe = false;          // an attribute the sandbox blocks: raises SecurityError when used
-  std::string message() const;  // what jinja2's UndefinedError (or SecurityError) would say
 };
 
 class Value {
@@ -67,6 +66,10 @@ class Value {
   static Value undefined_name(std::string_view name);  // "'name' is undefined"
   // "'dict object' has no attribute 'x'"; owner_type is a type_name() result.
   static Value missing_attribute(const char* owner_type, std::string_view name);
+  // The same for a name or attribute written in the template: the AST keeps the string, so
+  // nothing is allocated (missing keys are probed on every message).
+  static Value undefined_template_name(const std::string& name);
+  static Value missing_template_attribute(const char* owner_type, const std::string& name);
   static Value none();
   static Value boolean(bool b);
   static Value integer(int64_t i);
@@ -103,9 +106,9 @@ class Value {
   Object& object() const { return *static_cast<Object*>(ptr_.get()); }
   std::shared_ptr<ListData> list_ptr() const { return std::static_pointer_cast<ListData>(ptr_); }
   std::shared_ptr<Object> object_ptr() const { return std::static_pointer_cast<Object>(ptr_); }
-  const UndefinedData* undefined_data() const {
-    return static_cast<const UndefinedData*>(ptr_.get());
-  }
+  // What jinja2's UndefinedError (or SecurityError) would say about this Undefined.
+  std::string undefined_message() const;
+  bool undefined_is_unsafe() const;
   // Identity, for `is sameas` and object equality.
   const void* identity() const { return ptr_.get(); }
 
@@ -113,11 +116,17 @@ class Value {
   [[noreturn]] void raise_undefined() const;
 
  private:
+  // Undefined values made by undefined_template_name / missing_template_attribute point at the
+  // AST's string instead of an UndefinedData.
+  enum class BorrowedUndefined : uint8_t { kNone, kName, kAttribute };
+
   Kind kind_ = Kind::kUndefined;
+  BorrowedUndefined borrowed_undefined_ = BorrowedUndefined::kNone;
   union {
     bool b;
     int64_t i;
     double f;
+    const char* owner;  // BorrowedUndefined::kAttribute
   } scalar_{};
   std::shared_ptr<void> ptr_;
 };
@@ -179,6 +188,8 @@ int64_t length(const Value& v);              // len(v)
 Value get_item(const Value& obj, const Value& key);
 // obj.name with jinja2's sandbox rules (attributes first, then items, else Undefined).
 Value get_attr(const Value& obj, std::string_view name);
+// The same, returning false (and leaving `out` alone) where get_attr gives "no such attribute".
+bool try_get_attr(const Value& obj, std::string_view name, Value& out);
 Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
 
 // Builds a fresh tuple / dict_items pair.

@@ -309,26 +309,38 @@ int64_t length(const Value& v) {
   }
 }
 
-Value get_attr(const Value& obj, std::string_view name) {
+bool try_get_attr(const Value& obj, std::string_view name, Value& out) {
   if (obj.is_undefined()) obj.raise_undefined();
   if (!name.empty() && name[0] == '_') {
     // The sandbox hides private and dunder attributes.
     if (obj.is_dict()) {
-      if (const Value* item = obj.dict().find(name)) return *item;
+      if (const Value* item = obj.dict().find(name)) {
+        out = *item;
+        return true;
+      }
     }
-    return Value::undefined(fmt::format("access to attribute '{}' of '{}' object is unsafe.", name,
-                                        type_name(obj)),
-                            /*unsafe=*/true);
+    out = Value::undefined(fmt::format("access to attribute '{}' of '{}' object is unsafe.", name,
+                                       type_name(obj)),
+                           /*unsafe=*/true);
+    return true;
   }
-  Value out;
   if (obj.is_object()) {
-    if (obj.object().get_attr(name, out)) return out;
+    if (obj.object().get_attr(name, out)) return true;
   } else if (lookup_method(obj, name, out)) {
-    return out;
+    return true;
   }
   if (obj.is_dict()) {
-    if (const Value* item = obj.dict().find(name)) return *item;
+    if (const Value* item = obj.dict().find(name)) {
+      out = *item;
+      return true;
+    }
   }
+  return false;
+}
+
+Value get_attr(const Value& obj, std::string_view name) {
+  Value out;
+  if (try_get_attr(obj, name, out)) return out;
   return missing_attribute(obj, name);
 }
 

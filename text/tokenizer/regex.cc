@@ -154,7 +154,7 @@ struct Regex::Compiled {
 };
 
 Regex::Regex(std::string_view pattern, bool literal, std::string_view where)
-    : compiled_(std::make_unique<Compiled>()), pattern_(pattern) {
+    : compiled_(std::make_unique<Compiled>()) {
   const std::string source = literal ? std::string(pattern) : translate_pattern(pattern);
   uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE;
   if (literal) options = PCRE2_UTF | PCRE2_LITERAL;

@@ -34,12 +34,9 @@ class Regex {
   // Replaces every match by `replacement` (the Replace normalizer and decoder).
   std::string replace_all(std::string_view text, std::string_view replacement) const;
 
-  const std::string& pattern() const { return pattern_; }
-
  private:
   struct Compiled;
   std::unique_ptr<Compiled> compiled_;
-  std::string pattern_;
 };
 
 }  // namespace m3::text
