@@ -19,6 +19,10 @@ EngineConfig resolve_config(EngineConfig config, const ModelRunner& runner) {
   M3_CHECK(config.max_num_seqs >= 1, "max_num_seqs must be >= 1, got {}", config.max_num_seqs);
   M3_CHECK(config.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1, got {}",
            config.max_num_batched_tokens);
+  // Otherwise a full batch of decodes would not fit one step and the newest would starve.
+  M3_CHECK(config.max_num_batched_tokens >= config.max_num_seqs,
+           "max_num_batched_tokens ({}) must be greater than or equal to max_num_seqs ({})",
+           config.max_num_batched_tokens, config.max_num_seqs);
   M3_CHECK(config.max_model_len >= 0, "max_model_len must be >= 0 (0 = automatic), got {}", config.max_model_len);
   const int64_t capacity = runner.num_kv_blocks() * runner.block_size();
   int64_t model_max = runner.max_position_embeddings();

@@ -2,7 +2,8 @@
 """Trains small byte-level BPE tokenizers with the Hugging Face `tokenizers` package and records
 how it encodes and decodes a corpus of edge cases; m3serve's tokenizer tests compare against them.
 
-Runs where `tokenizers` is installed (the GPU machine):
+Runs where `tokenizers` is installed (the GPU machine), then DIR/* goes to
+tests/text_tokenizer/fixtures/:
     python3 tools/make_tokenizer_golden.py --out DIR [--bench-out DIR]
 
 For each tokenizer in SHAPES (trained) and VARIANTS (components of `tiny` swapped) it writes
@@ -22,7 +23,6 @@ speed (bench.json), for the m3serve encode benchmark.
 """
 import argparse
 import json
-import os
 import random
 import sys
 import sysconfig

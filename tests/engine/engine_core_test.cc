@@ -99,6 +99,12 @@ TEST(EngineCore, ResolvesMaxModelLenAndRejectsImpossibleConfigs) {
   EXPECT_NE(error_of([&] { EngineCore e(std::make_unique<test::FakeModel>(16, 10, kVocab), too_long); })
                 .find("does not fit the KV cache"),
             std::string::npos);
+  EngineConfig starving;
+  starving.max_num_seqs = 64;
+  starving.max_num_batched_tokens = 32;
+  EXPECT_NE(error_of([&] { EngineCore e(std::make_unique<test::FakeModel>(16, 10, kVocab), starving); })
+                .find("greater than or equal to max_num_seqs"),
+            std::string::npos);
   EngineConfig bad_budget;
   bad_budget.max_num_batched_tokens = 0;
   EXPECT_NE(error_of([&] { EngineCore e(std::make_unique<test::FakeModel>(16, 10, kVocab), bad_budget); })

@@ -2,6 +2,7 @@
 // section 5 (the reference test checks the interpreter; this checks what the templates say).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -114,6 +115,14 @@ TEST(MiniMaxM3Template, ToolResultWithoutToolCallIsRefused) {
   } catch (const m3::Error& e) {
     EXPECT_NE(std::string(e.what()).find("no previous assistant message with a tool call"), std::string::npos);
   }
+}
+
+// The bundled model carries a copy of the template in its tokenizer_config.json: it must not
+// drift from text/templates/minimax_m3.jinja.
+TEST(MiniMaxM3Template, BundledModelUsesThisTemplate) {
+  const std::string model_dir = "models/minimax-m3-small";
+  if (!std::filesystem::exists(model_dir + "/tokenizer_config.json")) GTEST_SKIP() << model_dir << " is not there";
+  EXPECT_EQ(ChatTemplate::load(model_dir).source(), read("text/templates/minimax_m3.jinja"));
 }
 
 TEST(MiniMaxM2Template, ThinkingAndToolCallFormat) {
