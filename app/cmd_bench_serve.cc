@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdio>
 #include <future>
-#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>

@@ -28,7 +28,7 @@ namespace m3 {
 
 struct EngineConfig {
   int max_num_seqs = 64;               // running requests at most
-  int max_num_batched_tokens = 2048;   // tokens per step (decode + prefill chunks); >= 1
+  int max_num_batched_tokens = 2048;   // tokens per step (decode + prefill chunks); >= max_num_seqs
   // Longest prompt + output. 0: min(model max_position_embeddings, KV pool capacity). A value
   // above either is rejected by the constructor with a message saying what fits.
   int max_model_len = 0;

@@ -40,7 +40,7 @@ void EngineLoop::add(EngineRequest request, OutputSink sink, uint64_t seed, Cloc
   seq->arrival_order = next_arrival_++;
   seq->seed = seed;
   seq->arrival_time = arrival;
-  seq->tokens = seq->request.prompt_token_ids;
+  seq->tokens = std::move(seq->request.prompt_token_ids);  // one copy of a long prompt, not two
   seq->num_prompt_tokens = seq->num_tokens();
   const SamplingParams& p = seq->params();
   if (p.repetition_penalty != 1.0f) {

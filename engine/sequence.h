@@ -17,7 +17,7 @@ using Clock = std::chrono::steady_clock;
 enum class SeqStatus : uint8_t { kWaiting, kRunning, kFinished };
 
 struct Sequence {
-  EngineRequest request;
+  EngineRequest request;  // its prompt_token_ids moved into `tokens`
   std::function<void(const RequestOutput&)> sink;
   uint64_t arrival_order = 0;  // FCFS key: smaller arrived earlier
   uint64_t seed = 0;           // sampling seed (the request's, or drawn at add_request)

@@ -2,7 +2,9 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <exception>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -193,6 +195,12 @@ int HttpServer::start(const std::string& host, int port) {
              "available; pick another --host/--port)", host, port);
   }
   listener_ = std::thread([this] { server_->listen_after_bind(); });
+  // stop() only takes effect once the accept loop runs: wait for it, so a stop right after
+  // start (a failed model load) cannot leave the listener running and its join hanging.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!server_->is_running() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return bound;
 }
 

@@ -236,8 +236,7 @@ def main():
     model = hf.MiniMaxM3VLForCausalLM(cfg).float()
     gc.randomize_(model, seed)
     rel, mo, deq, ignored, modelopt_layers = build(model, cfg)
-    missing, unexpected = model.load_state_dict(deq, strict=True), None
-    print("loaded dequantized weights:", missing)
+    print("loaded dequantized weights:", model.load_state_dict(deq, strict=True))
     ignored += ["vision_tower", "multi_modal_projector"]
 
     quant = {"quant_method": "mxfp8", "activation_scheme": "dynamic", "fmt": "e4m3", "weight_block_size": [1, 32],

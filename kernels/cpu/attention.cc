@@ -1,6 +1,7 @@
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -58,6 +59,24 @@ float dot(const float* a, const float* b, int n) {
   return acc;
 }
 
+// code * scale (and its E4M3 rounding, the Q8KV4 view) for every (scale byte, code) pair: an
+// exact table of the same function, so decoding a row costs a lookup per element.
+struct Nvfp4Tables {
+  std::array<float, 256 * 16> value, e4m3_view;
+  Nvfp4Tables() {
+    for (int s = 0; s < 256; ++s)
+      for (int c = 0; c < 16; ++c) {
+        value[s * 16 + c] = nvfp4_value(static_cast<uint8_t>(c), static_cast<uint8_t>(s));
+        e4m3_view[s * 16 + c] = nvfp4_value_e4m3(static_cast<uint8_t>(c), static_cast<uint8_t>(s));
+      }
+  }
+};
+
+const Nvfp4Tables& nvfp4_tables() {
+  static const Nvfp4Tables tables;
+  return tables;
+}
+
 }  // namespace
 
 void cpu_kv_decode_row(KvDType dtype, const uint8_t* data, const uint8_t* scales, int dim,
@@ -76,13 +95,12 @@ void cpu_kv_decode_row(KvDType dtype, const uint8_t* data, const uint8_t* scales
     case KvDType::kFP8:
       for (int i = 0; i < dim; ++i) out[i] = fp8_e4m3_decode(data[i]);
       return;
-    case KvDType::kNVFP4:
-      for (int i = 0; i < dim; ++i) {
-        const uint8_t code = nvfp4_code_at(data, i);
-        const uint8_t scale = scales[i / kNvfp4Group];
-        out[i] = e4m3_view ? nvfp4_value_e4m3(code, scale) : nvfp4_value(code, scale);
-      }
+    case KvDType::kNVFP4: {
+      const float* table = e4m3_view ? nvfp4_tables().e4m3_view.data() : nvfp4_tables().value.data();
+      for (int i = 0; i < dim; ++i)
+        out[i] = table[scales[i / kNvfp4Group] * 16 + nvfp4_code_at(data, i)];
       return;
+    }
   }
 }
 

@@ -47,6 +47,9 @@ class CpuBackend final : public Backend {
     M3_CHECK(activation_dtype == DType::kF32 || activation_dtype == DType::kBF16,
              "cpu backend: activations must be float32 or bfloat16, not {}",
              dtype_name(activation_dtype));
+    // longrope switches inv_freq with the sequence length; the CPU backend plans one table per step.
+    M3_CHECK(config.rope.inv_freq_long.empty(),
+             "cpu backend: rope type '{}' (length-dependent frequencies) is not supported", config.rope.type);
     config_ = config;
     bf16_ = activation_dtype == DType::kBF16;
     M3_CHECK(config.rope.rotary_dim % 2 == 0 && config.rope.rotary_dim <= config.head_dim &&

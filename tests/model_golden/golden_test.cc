@@ -29,9 +29,9 @@ std::vector<Case> cases() {
   return {
       {"tiny_mixed", kData / "tiny-mixed", kData / "tiny-mixed", ""},
       {"tiny_sparse_local2", kData / "tiny-sparse-local2", kData / "tiny-sparse-local2", ""},
-      // tiny-vl (the VL wrapper as save_pretrained writes it) is not listed until the loader accepts
-      // its dense-layer names `block_sparse_moe.{gate,up,down}_proj` (transformers' reverse
-      // conversion writes them so); its fixture is committed.
+      // The VL wrapper as save_pretrained writes it (release-style names, dense layers under
+      // block_sparse_moe.{gate,up,down}_proj).
+      {"tiny_vl", kData / "tiny-vl", kData / "tiny-vl", ""},
       {"release_mxfp8_nvfp4", kData / "release-mxfp8-nvfp4", kData / "release-mxfp8-nvfp4", ""},
       {"release_modelopt_nvfp4", kData / "release-modelopt-nvfp4", kData / "release-modelopt-nvfp4", ""},
       {"bundled_tiny", "models/minimax-m3-tiny", kData / "bundled-tiny", "fp32"},

@@ -495,15 +495,29 @@ TEST(ScriptedServerLifecycle, HealthReflectsLoadingReadyAndDraining) {
   server.publish_model();
   EXPECT_EQ(http_get(server.port(), "/health").status, 200);
 
-  // Draining: a stream in flight finishes; new work and /health get 503.
-  json body = {{"messages", {user("Hi")}}, {"stream", true}};
+  // Draining: a stream in flight finishes; new work and /health get 503 meanwhile. The stream
+  // (with 20 logprobs per token) is far larger than the socket buffers, so it cannot end before
+  // this test reads it.
+  json body = {{"messages", {user("Hi")}}, {"stream", true},     {"max_tokens", 3000},
+               {"ignore_eos", true},        {"logprobs", true}, {"top_logprobs", 20}};
   OpenRequest in_flight(server.port(), "POST", "/v1/chat/completions", body.dump());
   in_flight.read_until("data: ");
-  std::thread drain([&] { server.server().drain_and_stop(std::chrono::seconds(10), [&] { server.engine().shutdown(false); }); });
+  std::thread drain([&] {
+    server.server().drain_and_stop(std::chrono::seconds(30), [&] { server.engine().shutdown(false); });
+  });
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!server.server().context().draining() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  HttpReply health = http_get(server.port(), "/health");
+  HttpReply refused = http_post(server.port(), "/v1/completions", R"({"prompt": "x"})");
   std::string rest = in_flight.read_until("[DONE]");
-  EXPECT_NE(rest.find(json(kPlainReply.substr(kPlainReply.size() - 5)).dump().substr(1, 4)), std::string::npos);
-  EXPECT_NE(rest.find("data: [DONE]"), std::string::npos);
   drain.join();
+  EXPECT_EQ(health.status, 503);
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_NE(refused.body.find("shutting down"), std::string::npos) << refused.body;
+  EXPECT_NE(rest.find("\"finish_reason\":\"length\""), std::string::npos);
+  EXPECT_NE(rest.find("data: [DONE]"), std::string::npos);
 }
 
 }  // namespace
