@@ -368,6 +368,73 @@ TEST(EngineLoop, AThrowingSinkDropsOnlyItsRequest) {
   EXPECT_EQ(loop.kv().pool().num_used(), 0);
 }
 
+// Random arrivals, aborts, shared prefixes, pools small enough to preempt, odd budgets: every
+// request that completes must equal the oracle, aborted ones must be a prefix of it, and the
+// pool's bookkeeping must hold after every step.
+TEST(EngineLoop, RandomisedSchedulesNeverCorruptOutputs) {
+  uint64_t total_preemptions = 0, total_hits = 0;
+  for (uint64_t scenario = 0; scenario < 150; ++scenario) {
+    uint64_t rng = scenario * 0x9e3779b97f4a7c15ull + 1;
+    auto next = [&](uint64_t bound) { return (rng = test::mix64(rng)) % bound; };
+    const int block_size = 1 + static_cast<int>(next(8));
+    const int num_blocks = 24 + static_cast<int>(next(40));
+    test::FakeModel model(block_size, num_blocks, kVocab);
+    EngineConfig config;
+    config.max_num_seqs = 1 + static_cast<int>(next(12));
+    config.max_num_batched_tokens = config.max_num_seqs + static_cast<int>(next(40));
+    config.max_model_len = num_blocks * block_size;
+    config.enable_prefix_caching = next(4) != 0;
+    EngineLoop loop(model, config);
+    Results results;
+    std::map<std::string, EngineRequest> requests;
+    const auto shared = pseudo_prompt(30, 1000 + scenario);
+    const int num_requests = 10 + static_cast<int>(next(20));
+    int added = 0;
+    for (int step = 0; added < num_requests || loop.has_work(); ++step) {
+      if (added < num_requests && next(3) == 0) {
+        EngineRequest r;
+        r.id = fmt::format("s{}", added++);
+        if (next(2)) r.prompt_token_ids.assign(shared.begin(), shared.begin() + 1 + next(shared.size()));
+        const auto tail = pseudo_prompt(static_cast<int>(next(40)), scenario * 100 + added);
+        r.prompt_token_ids.insert(r.prompt_token_ids.end(), tail.begin(), tail.end());
+        if (r.prompt_token_ids.empty()) r.prompt_token_ids.push_back(5);
+        const int room = config.max_model_len - static_cast<int>(r.prompt_token_ids.size());
+        if (room < 1) continue;
+        r.sampling.max_tokens = 1 + static_cast<int>(next(std::min(room, 25)));
+        r.sampling.temperature = 0.0f;
+        if (next(5) == 0) r.sampling.logprobs = 1;
+        if (next(7) == 0) r.sampling.prompt_logprobs = 0;
+        requests[r.id] = r;
+        loop.add(r, collector(results, r.id), 0, Clock::now());
+      }
+      if (added > 0 && next(9) == 0) loop.abort(fmt::format("s{}", next(added)));
+      loop.step();
+      loop.kv().pool().check_invariants();
+    }
+    ASSERT_EQ(loop.kv().pool().num_used(), 0) << "scenario " << scenario;
+    for (const auto& [id, r] : requests) {
+      const Collected& c = results[id];
+      ASSERT_EQ(c.finished_calls, 1) << "scenario " << scenario << " " << id;
+      ASSERT_TRUE(c.error.empty()) << "scenario " << scenario << " " << id << ": " << c.error;
+      const auto expected = oracle_greedy(r.prompt_token_ids, r.sampling.max_tokens);
+      if (c.reason == FinishReason::kLength) {
+        ASSERT_EQ(c.tokens, expected) << "scenario " << scenario << " " << id;
+      } else {
+        ASSERT_EQ(c.reason, FinishReason::kAbort) << "scenario " << scenario << " " << id;
+        ASSERT_TRUE(std::equal(c.tokens.begin(), c.tokens.end(), expected.begin())) << "scenario " << scenario;
+      }
+      if (r.sampling.prompt_logprobs >= 0 && c.reason == FinishReason::kLength) {
+        ASSERT_TRUE(c.prompt_logprobs.has_value()) << "scenario " << scenario << " " << id;
+        ASSERT_EQ(c.prompt_logprobs->size(), r.prompt_token_ids.size() - 1) << "scenario " << scenario << " " << id;
+      }
+    }
+    total_preemptions += loop.stats().num_preemptions;
+    total_hits += loop.stats().prefix_cache_hits_tokens;
+  }
+  EXPECT_GT(total_preemptions, 100u);  // the scenarios do exercise preemption
+  EXPECT_GT(total_hits, 1000u);        // and prefix caching
+}
+
 TEST(EngineLoop, StatsCountTokensAndRequests) {
   test::FakeModel model(8, 64, kVocab);
   EngineStats stats;

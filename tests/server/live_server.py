@@ -123,12 +123,14 @@ class LiveServer:
             except subprocess.TimeoutExpired:
                 self.kill()
         self._drainer.join(5)
+        self.proc.stderr.close()
         return self.proc.returncode
 
     def kill(self):
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self.proc.stderr.close()
 
 
 def parse_sse(text):

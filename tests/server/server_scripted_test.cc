@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <thread>
 
 #include "tests/server/http_client.h"
@@ -349,6 +350,81 @@ TEST_F(ScriptedServerTest, ClientDisconnectAbortsTheRequest) {
   EXPECT_EQ(server_->engine().stats().num_running, 0);
   EXPECT_EQ(finished_abort(), aborted_before + 1);
   EXPECT_EQ(server_->engine().stats().num_used_kv_blocks, 0);
+}
+
+TEST_F(ScriptedServerTest, NonStreamingClientDisconnectAbortsToo) {
+  auto running = [] { return server_->engine().stats().num_running + server_->engine().stats().num_waiting; };
+  {
+    json body = {{"messages", {user("Hi")}}, {"max_tokens", 6000}, {"ignore_eos", true}};
+    OpenRequest request(port(), "POST", "/v1/chat/completions", body.dump());
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (running() == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_GT(running(), 0);
+  }  // hang up while it generates
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (running() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(running(), 0);
+  EXPECT_LT(server_->engine().stats().generation_tokens_total, 1u << 30);
+}
+
+// Valid requests with fields replaced by values of every JSON type, and bodies cut short or with
+// flipped bytes: each gets a 200 or an OpenAI error, and the server keeps serving.
+TEST_F(ScriptedServerTest, MutatedRequestsNeverBreakTheServer) {
+  const std::vector<std::pair<std::string, json>> seeds = {
+      {"/v1/chat/completions",
+       {{"messages", {user("Hi")}}, {"max_tokens", 4}, {"temperature", 0.5}, {"n", 2}, {"stop", {"x"}},
+        {"logprobs", true}, {"top_logprobs", 2}, {"tools", weather_tools()}, {"tool_choice", "auto"},
+        {"stream", false}, {"seed", 3}, {"response_format", {{"type", "json_object"}}}}},
+      {"/v1/completions",
+       {{"prompt", "Say hi]~b]ai\n"}, {"max_tokens", 4}, {"echo", true}, {"logprobs", 1}, {"top_p", 0.9},
+        {"stop_token_ids", {5}}, {"min_tokens", 1}, {"presence_penalty", 0.1}}},
+      {"/tokenize", {{"prompt", "abc"}, {"add_special_tokens", false}}},
+      {"/detokenize", {{"tokens", {1, 2, 3}}}},
+  };
+  const std::vector<json> values = {nullptr, true, false, 0, -1, 3, 2.5, -1e308, 1e308, 4294967296LL,
+                                    "", "text", "\u0000", json::array(), json::array({1, "a"}),
+                                    json::object(), json{{"k", {{"n", nullptr}}}}};
+  std::mt19937 rng(1234);
+  int requests = 0;
+  for (const auto& [path, seed] : seeds) {
+    for (auto it = seed.begin(); it != seed.end(); ++it) {
+      for (const json& value : values) {
+        json body = seed;
+        body[it.key()] = value;
+        if (body.contains("max_tokens") && body["max_tokens"].is_number() && body["max_tokens"].get<double>() > 8) {
+          body["max_tokens"] = 4;  // keep the fuzzing fast: long generations prove nothing here
+        }
+        body["stream"] = false;
+        HttpReply reply = http_post(port(), path, body.dump());
+        ++requests;
+        ASSERT_TRUE(reply.status == 200 || reply.status == 400 || reply.status == 404)
+            << path << " " << body.dump() << " -> " << reply.status << " " << reply.body;
+        json parsed = json::parse(reply.body, nullptr, false);
+        ASSERT_FALSE(parsed.is_discarded()) << reply.body;
+        if (reply.status != 200) ASSERT_TRUE(parsed.contains("error")) << reply.body;
+      }
+    }
+    const std::string text = seed.dump();
+    for (int trial = 0; trial < 40; ++trial) {
+      std::string broken = text;
+      if (trial % 2 == 0) {
+        broken.resize(rng() % broken.size());
+      } else {
+        for (int k = 0; k < 3; ++k) broken[rng() % broken.size()] = static_cast<char>(rng() % 256);
+      }
+      HttpReply reply = http_post(port(), path, broken);
+      ++requests;
+      ASSERT_TRUE(reply.status == 200 || reply.status == 400 || reply.status == 404)
+          << path << " " << broken << " -> " << reply.status << " " << reply.body;
+    }
+  }
+  EXPECT_GT(requests, 400);
+  EXPECT_EQ(http_get(port(), "/health").status, 200);
+  EXPECT_EQ(server_->engine().stats().num_running, 0);
 }
 
 TEST_F(ScriptedServerTest, BadRequestsGetOpenAIErrors) {
