@@ -2,7 +2,8 @@
 //                     [--no-generation-prompt]
 // Prints the exact prompt text the model's chat template produces, as transformers'
 // apply_chat_template(tokenize=False) would. FILE.json holds a list of messages or an OpenAI
-// request body ({"messages": [...], "tools": [...]}); --tools overrides the body's tools.
+// request body ({"messages": [...], "tools": [...]}); --tools (a list, or a body with "tools")
+// overrides the body's tools.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -50,7 +51,13 @@ void run_render_chat(const RenderChatOptions& options) {
     input.messages = std::move(messages);
   }
   M3_CHECK(input.messages.is_array(), "render-chat: the messages in {} must be a list", options.messages_file);
-  if (!options.tools_file.empty()) input.tools = read_json_file(options.tools_file, "--tools");
+  if (!options.tools_file.empty()) {
+    nlohmann::ordered_json tools = read_json_file(options.tools_file, "--tools");
+    if (tools.is_object() && tools.contains("tools")) tools = tools["tools"];
+    M3_CHECK(tools.is_array(), "render-chat: {} must hold a list of tools (or {{\"tools\": [...]}})",
+             options.tools_file);
+    input.tools = std::move(tools);
+  }
   try {
     input.kwargs = nlohmann::ordered_json::parse(options.kwargs);
   } catch (const nlohmann::json::exception& e) {
@@ -71,7 +78,7 @@ void register_render_chat(CLI::App& app) {
       ->required();
   cmd->add_option("--messages", options->messages_file, "JSON file: a list of messages or {\"messages\": [...]}")
       ->required();
-  cmd->add_option("--tools", options->tools_file, "JSON file with the list of tool schemas");
+  cmd->add_option("--tools", options->tools_file, "JSON file: a list of tool schemas or {\"tools\": [...]}");
   cmd->add_option("--kwargs", options->kwargs, "chat_template_kwargs as a JSON object, e.g. '{\"thinking_mode\": \"enabled\"}'");
   cmd->add_flag("--no-generation-prompt", options->no_generation_prompt, "leave out the assistant turn opener");
   cmd->callback([options] { run_render_chat(*options); });

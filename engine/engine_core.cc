@@ -64,7 +64,8 @@ struct EngineCore::State {
   std::unordered_set<std::string> live_ids;  // accepted and not yet finished
   Mode mode = Mode::kOpen;
   bool started = false;
-  std::thread thread;
+  std::thread thread;  // set once under mu (start_locked), joined under join_mu
+  std::mutex join_mu;
 
   mutable std::mutex stats_mu;
   EngineStats stats;
@@ -72,6 +73,12 @@ struct EngineCore::State {
   State(std::unique_ptr<ModelRunner> r, const EngineConfig& c)
       : runner(std::move(r)), config(resolve_config(c, *runner)), loop(*runner, config) {
     stats = loop.stats();
+  }
+
+  void start_locked() {
+    if (started) return;
+    started = true;
+    thread = std::thread([this] { run(); });
   }
 
   void publish_stats() {
@@ -148,20 +155,21 @@ EngineCore::~EngineCore() { shutdown(false); }
 
 void EngineCore::start() {
   std::lock_guard lock(state_->mu);
-  if (state_->started) return;
-  state_->started = true;
-  state_->thread = std::thread([s = state_.get()] { s->run(); });
+  state_->start_locked();
 }
 
 void EngineCore::shutdown(bool drain) {
-  start();  // a never-started engine still owes its queued requests a final output
   {
     std::lock_guard lock(state_->mu);
     if (!drain || state_->mode == Mode::kOpen) {
       state_->mode = drain ? Mode::kDraining : Mode::kStopping;
     }
+    // A never-started engine still owes its queued requests a final output; the mode is set
+    // first so that its thread aborts them rather than starting to run them.
+    state_->start_locked();
   }
   state_->cv.notify_all();
+  std::lock_guard join_lock(state_->join_mu);  // shutdown may race with the destructor's
   if (state_->thread.joinable()) state_->thread.join();
 }
 

@@ -156,6 +156,10 @@ def main():
     if args.tools:
         with open(args.tools, encoding="utf-8") as f:
             tools = json.load(f)
+        if isinstance(tools, dict) and "tools" in tools:
+            tools = tools["tools"]
+        if not isinstance(tools, list):
+            sys.exit(f"{args.tools} must hold a list of tools (or {{\"tools\": [...]}})")
     template, special = load_model_template(args.model, tools is not None)
     result = render_case({"template": template, "messages": messages, "tools": tools,
                           "add_generation_prompt": not args.no_generation_prompt,

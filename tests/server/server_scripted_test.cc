@@ -341,10 +341,18 @@ TEST_F(ScriptedServerTest, ClientDisconnectAbortsTheRequest) {
     OpenRequest request(port(), "POST", "/v1/chat/completions", body.dump());
     std::string got = request.read_until("\"content\":\"Hello");
     ASSERT_NE(got.find("Hello"), std::string::npos);
+    // Engine stats are published after each step, so they may lag the first token: wait until
+    // they show the request running before hanging up.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (server_->engine().stats().num_running == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_GT(server_->engine().stats().num_running, 0);
   }  // hang up mid-stream
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline &&
-         (server_->engine().stats().num_running > 0 || finished_abort() <= aborted_before)) {
+         (server_->engine().stats().num_running > 0 || server_->engine().stats().num_used_kv_blocks > 0 ||
+          finished_abort() <= aborted_before)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(server_->engine().stats().num_running, 0);
@@ -405,7 +413,9 @@ TEST_F(ScriptedServerTest, MutatedRequestsNeverBreakTheServer) {
             << path << " " << body.dump() << " -> " << reply.status << " " << reply.body;
         json parsed = json::parse(reply.body, nullptr, false);
         ASSERT_FALSE(parsed.is_discarded()) << reply.body;
-        if (reply.status != 200) ASSERT_TRUE(parsed.contains("error")) << reply.body;
+        if (reply.status != 200) {
+          ASSERT_TRUE(parsed.contains("error")) << reply.body;
+        }
       }
     }
     const std::string text = seed.dump();

@@ -21,6 +21,11 @@ bool is_jinja2_test(std::string_view name);
 Value call_filter(Interpreter& interp, std::string_view name, const Value& input, CallArgs& args);
 bool call_test(Interpreter& interp, std::string_view name, const Value& input, CallArgs& args);
 
+// Python's int(value) / float(value) as jinja2's |int and |float use them: strings parse with
+// Python's literal rules; what cannot convert gives `fallback`.
+Value python_int(const Value& v, const Value& fallback, int base);
+Value python_float(const Value& v, const Value& fallback);
+
 // The global functions: range, dict, namespace, cycler, joiner, raise_exception, strftime_now.
 class Scope;
 void add_globals(Scope& scope);

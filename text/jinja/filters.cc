@@ -15,9 +15,6 @@
 
 namespace m3::jinja {
 
-Value python_int(const Value& v, const Value& fallback, int base);    // builtins.cc
-Value python_float(const Value& v, const Value& fallback);            // builtins.cc
-
 namespace {
 
 using Args = CallArgs;

@@ -79,7 +79,7 @@ std::string format_int(int64_t value, const Spec& spec) {
   return layout_number(sign, prefix, digits, spec, '>');
 }
 
-std::string format_float(double value, const Spec& spec, bool printf_style) {
+std::string format_float(double value, const Spec& spec) {
   char type = spec.type;
   int64_t precision = spec.precision;
   bool python_general = type == 0;  // str.format with no type: 'g' that keeps a ".0"
@@ -112,7 +112,6 @@ std::string format_float(double value, const Spec& spec, bool printf_style) {
   std::string sign = std::signbit(shown) && !(std::isnan(shown))
                          ? "-"
                          : spec.sign == '+' ? "+" : spec.sign == ' ' ? " " : "";
-  (void)printf_style;
   return layout_number(sign, "", body, spec, '>');
 }
 
@@ -154,7 +153,7 @@ std::string format_value(const Value& v, Spec spec, bool printf_style) {
         if (!v.is_number()) {
           throw_error("TypeError", fmt::format("must be real number, not {}", type_name(v)));
         }
-        return format_float(v.as_float(), spec, true);
+        return format_float(v.as_float(), spec);
     }
   }
   if (v.is_string() || v.is_undefined()) {
@@ -174,9 +173,9 @@ std::string format_value(const Value& v, Spec spec, bool printf_style) {
       pystr::append_utf8(ch, static_cast<char32_t>(v.as_int()));
       return format_text(ch, spec);
     }
-    return format_float(v.as_float(), spec, false);
+    return format_float(v.as_float(), spec);
   }
-  if (v.is_float()) return format_float(v.as_float(), spec, false);
+  if (v.is_float()) return format_float(v.as_float(), spec);
   bool empty_spec = type == 0 && spec.width < 0 && spec.precision < 0 && !spec.align && !spec.grouping;
   if (!empty_spec) {
     throw_error("TypeError", fmt::format("unsupported format string passed to {}.__format__", type_name(v)));
