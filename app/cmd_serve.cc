@@ -6,10 +6,10 @@
 // progress bar, print the KV capacity, then serve. SIGINT/SIGTERM drain: new requests get 503,
 // requests in flight finish (up to --shutdown-timeout, then they are aborted), and the process
 // exits 0. A second signal aborts at once.
-#include <CLI/CLI.hpp>
 #include <pthread.h>
 #include <signal.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -118,19 +118,21 @@ void log_stats(const EngineStats& now, const EngineStats& before, double seconds
     return;
   }
   const double queries = static_cast<double>(now.prefix_cache_queries_tokens);
-  M3_LOG_INFO("prompt throughput {:.1f} tok/s, generation {:.1f} tok/s, running {}, waiting {}, "
-              "KV usage {:.1f}%, prefix cache hit rate {:.1f}%",
-              (now.prompt_tokens_total - before.prompt_tokens_total) / seconds,
-              (now.generation_tokens_total - before.generation_tokens_total) / seconds, now.num_running,
-              now.num_waiting, 100.0 * now.kv_usage,
-              queries > 0 ? 100.0 * static_cast<double>(now.prefix_cache_hits_tokens) / queries : 0.0);
+  M3_LOG_INFO(
+      "prompt throughput {:.1f} tok/s, generation {:.1f} tok/s, running {}, waiting {}, "
+      "KV usage {:.1f}%, prefix cache hit rate {:.1f}%",
+      (now.prompt_tokens_total - before.prompt_tokens_total) / seconds,
+      (now.generation_tokens_total - before.generation_tokens_total) / seconds, now.num_running,
+      now.num_waiting, 100.0 * now.kv_usage,
+      queries > 0 ? 100.0 * static_cast<double>(now.prefix_cache_hits_tokens) / queries : 0.0);
 }
 
 void run_serve(ServeArgs& a, CLI::App& cmd) {
   set_log_level(parse_log_level(a.log_level));
   if (!a.model_positional.empty()) {
     M3_CHECK(a.model.model_dir.empty() || a.model.model_dir == a.model_positional,
-             "the model is given twice ('{}' and --model '{}')", a.model_positional, a.model.model_dir);
+             "the model is given twice ('{}' and --model '{}')", a.model_positional,
+             a.model.model_dir);
     a.model.model_dir = a.model_positional;
   }
   M3_CHECK(!a.model.model_dir.empty(), "serve needs a model: m3serve serve MODEL_DIR [options]");
@@ -148,15 +150,18 @@ void run_serve(ServeArgs& a, CLI::App& cmd) {
   if (serve.served_model_names.empty()) serve.served_model_names = {a.model.model_dir};
   serve.model_path = a.model.model_dir;
   serve.version = M3SERVE_VERSION;
-  serve.http.max_body_bytes = static_cast<size_t>(parse_memory_size(a.max_body_size, "--max-body-size"));
-  serve.http.max_header_bytes = static_cast<size_t>(parse_memory_size(a.max_header_size, "--max-header-size"));
+  serve.http.max_body_bytes =
+      static_cast<size_t>(parse_memory_size(a.max_body_size, "--max-body-size"));
+  serve.http.max_header_bytes =
+      static_cast<size_t>(parse_memory_size(a.max_header_size, "--max-header-size"));
   if (!serve.reasoning_parser.empty()) text::ReasoningParser check(serve.reasoning_parser);
   if (!serve.tool_call_parser.empty()) text::ToolCallParser check(serve.tool_call_parser, nullptr);
   M3_CHECK(!serve.enable_auto_tool_choice || !serve.tool_call_parser.empty(),
            "--enable-auto-tool-choice needs --tool-call-parser (e.g. minimax_m3)");
   if (a.disable_hybrid_kv_cache_manager) {
-    M3_LOG_INFO("--disable-hybrid-kv-cache-manager: m3serve has one KV manager (K, V and index-K of "
-                "every layer per block), nothing to disable");
+    M3_LOG_INFO(
+        "--disable-hybrid-kv-cache-manager: m3serve has one KV manager (K, V and index-K of "
+        "every layer per block), nothing to disable");
   }
 
   SignalWatcher signals;  // before any thread starts, so every thread inherits the mask
@@ -167,10 +172,14 @@ void run_serve(ServeArgs& a, CLI::App& cmd) {
 
   ServingModel serving = load_serving_model(a.model, a.engine);
   text::Tokenizer tokenizer = text::Tokenizer::load(a.model.model_dir);
-  auto context = std::make_shared<server::ModelContext>(server::ModelContext{
-      tokenizer, load_chat_template(a.chat_template, a.model.model_dir, tokenizer), serving.engine.get(),
-      server::load_generation_defaults(a.generation_config, a.model.model_dir), {},
-      serving.engine->max_model_len(), serving.engine->vocab_size()});
+  auto context = std::make_shared<server::ModelContext>(
+      server::ModelContext{tokenizer,
+                           load_chat_template(a.chat_template, a.model.model_dir, tokenizer),
+                           serving.engine.get(),
+                           server::load_generation_defaults(a.generation_config, a.model.model_dir),
+                           {},
+                           serving.engine->max_model_len(),
+                           serving.engine->vocab_size()});
   // Stop on the config's eos ids, generation_config's and the tokenizer's (vLLM takes the union).
   auto add_eos = [&](int32_t id) {
     auto& ids = context->eos_token_ids;
@@ -189,7 +198,8 @@ void run_serve(ServeArgs& a, CLI::App& cmd) {
   serving.engine->start();
   server.set_model(context);
   signals.start_draining_on_signal();
-  M3_LOG_INFO("ready: serving '{}' on http://{}:{}", server.context().model_name(), serve.host, port);
+  M3_LOG_INFO("ready: serving '{}' on http://{}:{}", server.context().model_name(), serve.host,
+              port);
 
   EngineStats last = serving.engine->stats();
   auto last_time = std::chrono::steady_clock::now();
@@ -201,8 +211,10 @@ void run_serve(ServeArgs& a, CLI::App& cmd) {
     last = now;
     last_time = now_time;
   }
-  M3_LOG_INFO("{}: draining (new requests get 503; in-flight requests may finish for up to {} s; "
-              "a second signal aborts them)", signals.last_name(), a.shutdown_timeout_s);
+  M3_LOG_INFO(
+      "{}: draining (new requests get 503; in-flight requests may finish for up to {} s; "
+      "a second signal aborts them)",
+      signals.last_name(), a.shutdown_timeout_s);
   std::atomic<bool> drained{false};
   std::thread second_signal([&] {
     while (!drained) {
@@ -213,7 +225,8 @@ void run_serve(ServeArgs& a, CLI::App& cmd) {
       }
     }
   });
-  server.drain_and_stop(std::chrono::seconds(a.shutdown_timeout_s), [&] { serving.engine->shutdown(false); });
+  server.drain_and_stop(std::chrono::seconds(a.shutdown_timeout_s),
+                        [&] { serving.engine->shutdown(false); });
   drained = true;
   second_signal.join();
   serving.engine->shutdown(true);
@@ -225,54 +238,70 @@ void run_serve(ServeArgs& a, CLI::App& cmd) {
 void register_serve(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   ServeArgs& a = *args;
-  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (a drop-in for `vllm serve`)");
+  auto* cmd =
+      app.add_subcommand("serve", "OpenAI-compatible HTTP server (a drop-in for `vllm serve`)");
   cmd->add_option("model_tag", a.model_positional, "model directory (or use --model)");
   add_model_options(*cmd, a.model);
   cmd->get_option("--model")->required(false);
 
   // Server.
   cmd->add_option("--host", a.serve.host, "address to listen on")->capture_default_str();
-  cmd->add_option("--port", a.serve.port, "port to listen on (0: any free port)")->capture_default_str();
-  cmd->add_option("--api-key", a.api_keys, "require 'Authorization: Bearer KEY' on /v1 (repeatable; "
+  cmd->add_option("--port", a.serve.port, "port to listen on (0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--api-key", a.api_keys,
+                  "require 'Authorization: Bearer KEY' on /v1 (repeatable; "
                   "default: $VLLM_API_KEY)");
   cmd->add_option("--served-model-name", a.serve.served_model_names,
                   "model name(s) clients use; the first is reported (default: the model path)");
-  cmd->add_option("--max-body-size", a.max_body_size, "largest request body (413 beyond)")->capture_default_str();
-  cmd->add_option("--max-header-size", a.max_header_size, "largest total request headers (431 beyond)")
+  cmd->add_option("--max-body-size", a.max_body_size, "largest request body (413 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--max-header-size", a.max_header_size,
+                  "largest total request headers (431 beyond)")
       ->capture_default_str();
   cmd->add_option("--max-connections", a.serve.http.max_connections,
                   "connections served at once; each streaming request holds one (503 beyond)")
       ->capture_default_str();
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s,
-                  "seconds in-flight requests may take to finish on SIGINT/SIGTERM")->capture_default_str();
-  cmd->add_option("--max-logprobs", a.serve.request_limits.max_logprobs, "largest logprobs / top_logprobs")
+                  "seconds in-flight requests may take to finish on SIGINT/SIGTERM")
+      ->capture_default_str();
+  cmd->add_option("--max-logprobs", a.serve.request_limits.max_logprobs,
+                  "largest logprobs / top_logprobs")
       ->capture_default_str();
   cmd->add_option("--log-level", a.log_level, "debug, info, warn or error")->capture_default_str();
   cmd->add_flag("--disable-log-stats", a.disable_log_stats, "no periodic throughput log");
 
   // Chat and parsers.
-  cmd->add_option("--chat-template", a.chat_template, "chat template file or text (default: the model's)");
+  cmd->add_option("--chat-template", a.chat_template,
+                  "chat template file or text (default: the model's)");
   cmd->add_option("--generation-config", a.generation_config,
                   "'auto' (the model's generation_config.json), 'vllm' (none), or a folder")
       ->capture_default_str();
   cmd->add_option("--reasoning-parser", a.serve.reasoning_parser,
                   "split reasoning from content: minimax_m3, minimax_m2, minimax_m2_append_think");
-  cmd->add_option("--tool-call-parser", a.serve.tool_call_parser, "tool-call format: minimax_m3, minimax_m2");
+  cmd->add_option("--tool-call-parser", a.serve.tool_call_parser,
+                  "tool-call format: minimax_m3, minimax_m2");
   cmd->add_flag("--enable-auto-tool-choice", a.serve.enable_auto_tool_choice,
                 "let the model decide to call tools (tool_choice 'auto')");
 
   // Engine.
-  cmd->add_option("--max-num-seqs", a.engine.max_num_seqs, "requests running at once")->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", a.engine.max_num_batched_tokens, "tokens per engine step")
+  cmd->add_option("--max-num-seqs", a.engine.max_num_seqs, "requests running at once")
       ->capture_default_str();
-  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a.engine.enable_prefix_caching,
+  cmd->add_option("--max-num-batched-tokens", a.engine.max_num_batched_tokens,
+                  "tokens per engine step")
+      ->capture_default_str();
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching",
+                a.engine.enable_prefix_caching,
                 "reuse the KV of shared prompt prefixes (default on)");
   cmd->add_option("--device", a.engine.device, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("-t,--tensor-parallel-size", a.engine.tensor_parallel_size,
-                  "GPUs per model (-tp N is accepted too; only 1 for now)")->capture_default_str();
-  cmd->add_option("--block-size", a.block_size, "KV block size: must be the model's index_block_size");
-  cmd->add_option("--gpu-memory-utilization", a.gpu_memory_utilization, "GPU memory fraction (CUDA only)");
-  cmd->add_option("--speculative-config", a.engine.speculative_config, "JSON (not implemented yet: fails)");
+                  "GPUs per model (-tp N is accepted too; only 1 for now)")
+      ->capture_default_str();
+  cmd->add_option("--block-size", a.block_size,
+                  "KV block size: must be the model's index_block_size");
+  cmd->add_option("--gpu-memory-utilization", a.gpu_memory_utilization,
+                  "GPU memory fraction (CUDA only)");
+  cmd->add_option("--speculative-config", a.engine.speculative_config,
+                  "JSON (not implemented yet: fails)");
   cmd->add_option("--quantization-config.moe", a.engine.quantization_moe,
                   "MoE weight format; must match the checkpoint (no re-quantization)");
   cmd->add_flag("--disable-hybrid-kv-cache-manager", a.disable_hybrid_kv_cache_manager,
@@ -282,10 +311,12 @@ void register_serve(CLI::App& app) {
   auto* ignored = cmd->add_option_group("ignored", "accepted for vLLM compatibility, no effect");
   ignored->add_option("--uvicorn-log-level", a.ignored_string, "no effect (no uvicorn)");
   ignored->add_option("--max-log-len", a.ignored_string, "no effect (prompts are not logged)");
-  ignored->add_flag("--disable-log-requests", a.ignored_flag, "no effect (requests are not logged)");
+  ignored->add_flag("--disable-log-requests", a.ignored_flag,
+                    "no effect (requests are not logged)");
   ignored->add_flag("--enable-log-requests", a.ignored_flag, "no effect");
   ignored->add_flag("--disable-uvicorn-access-log", a.ignored_flag, "no effect (no uvicorn)");
-  ignored->add_flag("--trust-remote-code", a.ignored_flag, "no effect (no remote code is ever run)");
+  ignored->add_flag("--trust-remote-code", a.ignored_flag,
+                    "no effect (no remote code is ever run)");
 
   cmd->callback([args, cmd] { run_serve(*args, *cmd); });
 }

@@ -2,12 +2,11 @@
 
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
@@ -23,7 +22,8 @@ namespace {
 // A progress bar on a terminal; on a log file, one line per 10%.
 class ConsoleProgress final : public LoadProgress {
  public:
-  ConsoleProgress() : tty_(::isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()) {}
+  ConsoleProgress()
+      : tty_(::isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()) {}
 
   void on_tensor(std::size_t done, std::size_t total) override {
     if (total == 0) return;
@@ -39,7 +39,8 @@ class ConsoleProgress final : public LoadProgress {
       if (done == total) std::fputc('\n', stderr);
       std::fflush(stderr);
     } else if (percent >= next_percent_ || done == total) {
-      std::fprintf(stderr, "loading weights: %3d%% (%zu/%zu tensors, %.1fs)\n", percent, done, total, seconds);
+      std::fprintf(stderr, "loading weights: %3d%% (%zu/%zu tensors, %.1fs)\n", percent, done,
+                   total, seconds);
       next_percent_ = (percent / 10 + 1) * 10;
     }
   }
@@ -63,10 +64,14 @@ std::string indexer_dtype_from(const std::string& attention_config) {
       index = value.get<std::string>();
     } else if (key == "indexer_decode_cp") {
       M3_CHECK(value.is_boolean(), "--attention-config: indexer_decode_cp must be true or false");
-      M3_CHECK(!value.get<bool>(), "--attention-config: indexer_decode_cp (indexer decode context "
+      M3_CHECK(!value.get<bool>(),
+               "--attention-config: indexer_decode_cp (indexer decode context "
                "parallelism) needs several GPUs and is not implemented yet; remove it");
     } else {
-      fail("--attention-config: unsupported key '{}' (supported: indexer_kv_dtype, indexer_decode_cp)", key);
+      fail(
+          "--attention-config: unsupported key '{}' (supported: indexer_kv_dtype, "
+          "indexer_decode_cp)",
+          key);
     }
   }
   return index;
@@ -79,23 +84,28 @@ constexpr int64_t kDefaultCpuKvBytes = int64_t{1} << 30;
 void check_deployment_options(const ServeEngineOptions& o, const ModelOptions& mo) {
   M3_CHECK(o.device == "auto" || o.device == "cpu" || o.device == "cuda",
            "--device '{}' (expected auto, cpu or cuda)", o.device);
-  M3_CHECK(o.device != "cuda", "--device cuda: serving on the CUDA backend is not available yet "
+  M3_CHECK(o.device != "cuda",
+           "--device cuda: serving on the CUDA backend is not available yet "
            "(the CUDA kernels exist, the CUDA model backend does not); use --device cpu");
   M3_CHECK(o.tensor_parallel_size >= 1, "-tp/--tensor-parallel-size must be >= 1, got {}",
            o.tensor_parallel_size);
   M3_CHECK(o.tensor_parallel_size == 1,
            "-tp/--tensor-parallel-size {}: m3serve runs a model on a single device for now (tensor "
-           "parallelism is not implemented); use -tp 1", o.tensor_parallel_size);
-  M3_CHECK(!o.gpu_memory_utilization,
-           "--gpu-memory-utilization applies to GPU memory and this server runs on the CPU backend; "
-           "size the KV cache with --kv-cache-memory (default 1GiB) or --num-kv-blocks");
+           "parallelism is not implemented); use -tp 1",
+           o.tensor_parallel_size);
+  M3_CHECK(
+      !o.gpu_memory_utilization,
+      "--gpu-memory-utilization applies to GPU memory and this server runs on the CPU backend; "
+      "size the KV cache with --kv-cache-memory (default 1GiB) or --num-kv-blocks");
   if (!o.speculative_config.empty()) {
     nlohmann::json spec = nlohmann::json::parse(o.speculative_config, nullptr, false);
     M3_CHECK(!spec.is_discarded() && spec.is_object(),
              "--speculative-config must be a JSON object, got '{}'", o.speculative_config);
     std::string method = spec.value("method", "");
-    fail("--speculative-config: speculative decoding{} is not implemented in m3serve yet; remove "
-         "--speculative-config", method.empty() ? "" : " (method '" + method + "')");
+    fail(
+        "--speculative-config: speculative decoding{} is not implemented in m3serve yet; remove "
+        "--speculative-config",
+        method.empty() ? "" : " (method '" + method + "')");
   }
   indexer_dtype_from(mo.attention_config);
   M3_CHECK(o.max_num_seqs >= 1, "--max-num-seqs must be >= 1, got {}", o.max_num_seqs);
@@ -107,16 +117,18 @@ ServingModel load_serving_model(const ModelOptions& mo, const ServeEngineOptions
   ModelConfig config = load_model_config(mo.model_dir);
   if (mo.num_layers > 0) override_num_layers(config, mo.num_layers);
   if (o.block_size) {
-    M3_CHECK(*o.block_size == config.index_block_size,
-             "--block-size {}: the KV block must be the model's MSA block (index_block_size = {} in "
-             "{}/config.json); use --block-size {}", *o.block_size, config.index_block_size,
-             mo.model_dir, config.index_block_size);
+    M3_CHECK(
+        *o.block_size == config.index_block_size,
+        "--block-size {}: the KV block must be the model's MSA block (index_block_size = {} in "
+        "{}/config.json); use --block-size {}",
+        *o.block_size, config.index_block_size, mo.model_dir, config.index_block_size);
   }
   if (!o.quantization_moe.empty()) {
     const std::string stored(quant_scheme_name(config.quant.expert_scheme));
     M3_CHECK(o.quantization_moe == stored,
              "--quantization-config.moe {}: this checkpoint stores its routed experts as {}, and "
-             "re-quantizing them at load time is not implemented", o.quantization_moe, stored);
+             "re-quantizing them at load time is not implemented",
+             o.quantization_moe, stored);
   }
 
   ModelRuntimeOptions rt;
@@ -126,15 +138,17 @@ ServingModel load_serving_model(const ModelOptions& mo, const ServeEngineOptions
   rt.index_dtype = index.empty() ? rt.kv_dtype : resolve_kv_dtype(index, rt.activation_dtype);
 
   std::vector<bool> sparse;
-  for (AttentionKind kind : config.attention_kinds) sparse.push_back(kind == AttentionKind::kSparse);
-  const KvLayout layout = KvLayout::make(config.index_block_size, config.num_kv_heads, config.head_dim,
-                                         config.has_sparse_layers() ? config.index_head_dim : 0,
-                                         rt.kv_dtype, rt.index_dtype, sparse);
+  for (AttentionKind kind : config.attention_kinds)
+    sparse.push_back(kind == AttentionKind::kSparse);
+  const KvLayout layout = KvLayout::make(
+      config.index_block_size, config.num_kv_heads, config.head_dim,
+      config.has_sparse_layers() ? config.index_head_dim : 0, rt.kv_dtype, rt.index_dtype, sparse);
   if (mo.num_kv_blocks > 0) {
     rt.num_kv_blocks = mo.num_kv_blocks;
   } else {
-    const int64_t bytes = mo.kv_cache_memory.empty() ? kDefaultCpuKvBytes
-                                                     : parse_memory_size(mo.kv_cache_memory, "--kv-cache-memory");
+    const int64_t bytes = mo.kv_cache_memory.empty()
+                              ? kDefaultCpuKvBytes
+                              : parse_memory_size(mo.kv_cache_memory, "--kv-cache-memory");
     rt.num_kv_blocks = bytes / layout.block_bytes;
     M3_CHECK(rt.num_kv_blocks > 0, "--kv-cache-memory {} holds no KV block ({} bytes each)",
              mo.kv_cache_memory, layout.block_bytes);
@@ -161,19 +175,22 @@ ServingModel load_serving_model(const ModelOptions& mo, const ServeEngineOptions
   const MiniMaxM3& model = *s.model;
   const int64_t capacity = model.num_kv_blocks() * model.block_size();
   engine_config.max_model_len = static_cast<int>(
-      mo.max_model_len > 0 ? mo.max_model_len
-                           : std::min<int64_t>({model.config().max_position_embeddings, 8192, capacity}));
-  s.engine = std::make_unique<EngineCore>(std::make_unique<MiniMaxM3Runner>(*s.model), engine_config);
+      mo.max_model_len > 0
+          ? mo.max_model_len
+          : std::min<int64_t>({model.config().max_position_embeddings, 8192, capacity}));
+  s.engine =
+      std::make_unique<EngineCore>(std::make_unique<MiniMaxM3Runner>(*s.model), engine_config);
   M3_LOG_INFO("model {}: {} layers ({} sparse), hidden {}, vocab {}; backend {}, activations {}",
               mo.model_dir, model.config().num_layers, model.config().num_sparse_layers(),
               model.config().hidden_size, model.config().vocab_size, s.backend->name(),
               dtype_name(rt.activation_dtype));
-  M3_LOG_INFO("KV cache: {} tokens ({} blocks of {}, KV {} / index {}, {} B/token, {:.1f} MiB); "
-              "max model len {}, so up to {:.2f} full-length requests at once",
-              s.engine->kv_capacity_tokens(), model.num_kv_blocks(), model.block_size(),
-              kv_dtype_name(rt.kv_dtype), kv_dtype_name(rt.index_dtype), model.kv_bytes_per_token(),
-              model.kv_pool_bytes() / (1024.0 * 1024.0), s.engine->max_model_len(),
-              static_cast<double>(s.engine->kv_capacity_tokens()) / s.engine->max_model_len());
+  M3_LOG_INFO(
+      "KV cache: {} tokens ({} blocks of {}, KV {} / index {}, {} B/token, {:.1f} MiB); "
+      "max model len {}, so up to {:.2f} full-length requests at once",
+      s.engine->kv_capacity_tokens(), model.num_kv_blocks(), model.block_size(),
+      kv_dtype_name(rt.kv_dtype), kv_dtype_name(rt.index_dtype), model.kv_bytes_per_token(),
+      model.kv_pool_bytes() / (1024.0 * 1024.0), s.engine->max_model_len(),
+      static_cast<double>(s.engine->kv_capacity_tokens()) / s.engine->max_model_len());
   return s;
 }
 
@@ -184,7 +201,9 @@ std::optional<text::ChatTemplate> load_chat_template(const std::string& setting,
     try {
       return text::ChatTemplate::load(model_dir);
     } catch (const m3::Error& e) {
-      M3_LOG_WARN("no chat template: {}; /v1/chat/completions will answer 400 (pass --chat-template)", e.what());
+      M3_LOG_WARN(
+          "no chat template: {}; /v1/chat/completions will answer 400 (pass --chat-template)",
+          e.what());
       return std::nullopt;
     }
   }
@@ -198,7 +217,8 @@ std::optional<text::ChatTemplate> load_chat_template(const std::string& setting,
     origin = setting;
   } else {
     M3_CHECK(setting.find("{{") != std::string::npos || setting.find("{%") != std::string::npos,
-             "--chat-template '{}': no such file, and it does not look like a Jinja template", setting);
+             "--chat-template '{}': no such file, and it does not look like a Jinja template",
+             setting);
   }
   nlohmann::ordered_json special = nlohmann::ordered_json::object();
   const auto& tokens = tokenizer.special_tokens();

@@ -21,10 +21,10 @@ namespace m3::app {
 struct ServeEngineOptions {
   std::string device = "auto";  // auto | cpu | cuda
   int tensor_parallel_size = 1;
-  std::optional<int> block_size;                  // must equal the model's index_block_size
-  std::optional<double> gpu_memory_utilization;   // CUDA only
-  std::string speculative_config;                 // JSON
-  std::string quantization_moe;                   // --quantization-config.moe
+  std::optional<int> block_size;                 // must equal the model's index_block_size
+  std::optional<double> gpu_memory_utilization;  // CUDA only
+  std::string speculative_config;                // JSON
+  std::string quantization_moe;                  // --quantization-config.moe
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
   bool enable_prefix_caching = true;
@@ -43,7 +43,8 @@ struct ServingModel {
 // Loads config and weights (with a progress bar on stderr), checks the options that depend on
 // the checkpoint (--block-size, --quantization-config.moe), sizes the KV pool (--num-kv-blocks,
 // --kv-cache-memory, default 1 GiB on the CPU) and builds the engine.
-ServingModel load_serving_model(const ModelOptions& model_options, const ServeEngineOptions& options);
+ServingModel load_serving_model(const ModelOptions& model_options,
+                                const ServeEngineOptions& options);
 
 // --chat-template: a file, or the template text itself; empty: the model's own (none is fine:
 // chat requests then get a 400 that says so).

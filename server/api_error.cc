@@ -4,19 +4,32 @@ namespace m3::server {
 
 std::string_view error_type_for_status(int status) {
   switch (status) {
-    case 400: return "BadRequestError";
-    case 401: return "AuthenticationError";
-    case 403: return "PermissionDeniedError";
-    case 404: return "NotFoundError";
-    case 405: return "MethodNotAllowedError";
-    case 408: return "RequestTimeoutError";
-    case 413: return "RequestEntityTooLargeError";
-    case 422: return "UnprocessableEntityError";
-    case 429: return "RateLimitError";
-    case 431: return "RequestHeaderFieldsTooLargeError";
-    case 501: return "NotImplementedError";
-    case 503: return "ServiceUnavailableError";
-    default: return status >= 500 ? "InternalServerError" : "BadRequestError";
+    case 400:
+      return "BadRequestError";
+    case 401:
+      return "AuthenticationError";
+    case 403:
+      return "PermissionDeniedError";
+    case 404:
+      return "NotFoundError";
+    case 405:
+      return "MethodNotAllowedError";
+    case 408:
+      return "RequestTimeoutError";
+    case 413:
+      return "RequestEntityTooLargeError";
+    case 422:
+      return "UnprocessableEntityError";
+    case 429:
+      return "RateLimitError";
+    case 431:
+      return "RequestHeaderFieldsTooLargeError";
+    case 501:
+      return "NotImplementedError";
+    case 503:
+      return "ServiceUnavailableError";
+    default:
+      return status >= 500 ? "InternalServerError" : "BadRequestError";
   }
 }
 

@@ -4,6 +4,7 @@
 // vLLM's create_error_response does; the openai clients map the status to their exception class.
 #pragma once
 #include <fmt/core.h>
+
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -34,7 +35,8 @@ std::string error_body(int status, std::string_view message, std::string_view pa
 template <class... Args>
 [[noreturn]] void bad_field(std::string_view field, fmt::format_string<Args...> format,
                             Args&&... args) {
-  throw ApiError(400, fmt::format("'{}' {}", field, fmt::format(format, std::forward<Args>(args)...)),
+  throw ApiError(400,
+                 fmt::format("'{}' {}", field, fmt::format(format, std::forward<Args>(args)...)),
                  std::string(field));
 }
 

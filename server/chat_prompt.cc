@@ -11,7 +11,8 @@ std::string response_format_instruction(const ChatRequest& request) {
   }
   if (request.response_format == "json_schema") {
     return "Respond with a single valid JSON object that conforms to this JSON schema, and "
-           "nothing else:\n" + request.response_schema.dump();
+           "nothing else:\n" +
+           request.response_schema.dump();
   }
   return {};
 }
@@ -37,8 +38,9 @@ Json with_format_hint(Json messages, const std::string& hint) {
 
 ChatPrompt build_chat_prompt(const ChatRequest& request, const ModelContext& model) {
   if (!model.chat_template) {
-    bad_request("this model has no chat template (no chat_template in tokenizer_config.json or "
-                "chat_template.jinja); start the server with --chat-template or use /v1/completions");
+    bad_request(
+        "this model has no chat template (no chat_template in tokenizer_config.json or "
+        "chat_template.jinja); start the server with --chat-template or use /v1/completions");
   }
   text::ChatTemplateInput input;
   input.messages = with_format_hint(request.messages, response_format_instruction(request));
@@ -61,10 +63,12 @@ ChatPrompt build_chat_prompt(const ChatRequest& request, const ModelContext& mod
     // model continues that message instead of closing it.
     const Json& last = request.messages.back();
     std::string content = last.contains("content") && last["content"].is_string()
-                              ? last["content"].get<std::string>() : std::string();
+                              ? last["content"].get<std::string>()
+                              : std::string();
     size_t pos = content.empty() ? std::string::npos : prompt.text.rfind(content);
     if (pos == std::string::npos) {
-      bad_field("continue_final_message", "the final message's content was not found in the "
+      bad_field("continue_final_message",
+                "the final message's content was not found in the "
                 "rendered prompt, so it cannot be continued");
     }
     prompt.text.resize(pos + content.size());

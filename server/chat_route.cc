@@ -16,8 +16,8 @@ namespace m3::server {
 namespace {
 
 struct ChatSession {
-  ChatSession(ServerContext& context, std::shared_ptr<const ModelContext> model, ChatRequest request,
-              GenerationJob::Clock::time_point arrival)
+  ChatSession(ServerContext& context, std::shared_ptr<const ModelContext> model,
+              ChatRequest request, GenerationJob::Clock::time_point arrival)
       : context(context),
         model(std::move(model)),
         request(std::move(request)),
@@ -39,9 +39,16 @@ struct ChatSession {
   bool reasoning = false;  // a reasoning parser splits the output
   std::vector<std::unique_ptr<ChoiceState>> choices;
 
+  nlohmann::json envelope() const {
+    return {{"id", id},
+            {"object", "chat.completion.chunk"},
+            {"created", created},
+            {"model", context.model_name()}};
+  }
   nlohmann::json chunk(nlohmann::json choice) const {
-    return {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
-            {"model", context.model_name()}, {"choices", nlohmann::json::array({std::move(choice)})}};
+    nlohmann::json out = envelope();
+    out["choices"] = nlohmann::json::array({std::move(choice)});
+    return out;
   }
   nlohmann::json logprobs_json(ChoiceState& choice) {
     if (request.common.logprobs < 0) return nullptr;
@@ -78,65 +85,67 @@ nlohmann::json delta_json(const ChoiceDelta& delta) {
   return out;
 }
 
-void run_streaming(const std::shared_ptr<ChatSession>& s, httplib::Response& res) {
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [s](size_t, httplib::DataSink& sink) {
-    const CommonRequest& common = s->request.common;
-    auto send = [&](nlohmann::json chunk, const ChoiceState& choice) {
-      if (common.include_usage) {
-        chunk["usage"] = common.continuous_usage_stats
-                             ? usage_json(choice.prompt_tokens, choice.completion_tokens, choice.cached_tokens)
-                             : nlohmann::json(nullptr);
-      }
-      return write_chunk(sink, sse_event(chunk));
-    };
-    // The first chunk of every choice announces the role, before any generation.
-    for (int c = 0; c < static_cast<int>(s->choices.size()); ++c) {
-      nlohmann::json first = {{"index", c},
-                              {"delta", {{"role", "assistant"}, {"content", ""}}},
-                              {"logprobs", nullptr},
-                              {"finish_reason", nullptr}};
-      if (!send(s->chunk(std::move(first)), *s->choices[c])) {
-        s->job.abort_all();
-        count_abandoned(s->context.metrics(), s->choices);
-        return false;
-      }
+// Streams the job as chat.completion.chunk events; false when the client went away.
+bool stream_chat(ChatSession& s, httplib::DataSink& sink) {
+  const CommonRequest& common = s.request.common;
+  auto send = [&](nlohmann::json chunk, const ChoiceState& choice) {
+    if (common.include_usage) {
+      chunk["usage"] =
+          common.continuous_usage_stats
+              ? usage_json(choice.prompt_tokens, choice.completion_tokens, choice.cached_tokens)
+              : nlohmann::json(nullptr);
     }
-    std::string error;
-    bool alive = pump_job(s->job, [&] { return sink.is_writable(); }, [&](const ChoiceEvent& event) {
-      ChoiceState& choice = *s->choices[event.choice];
-      bool was_ended = choice.ended;
-      ChoiceDelta delta = apply_output(choice, event.output, event.choice, s->job, common.stop_token_ids);
-      if (was_ended) return true;
-      if (choice.ended) count_finished(s->context.metrics(), choice);
-      if (choice.ended && choice.end.finish_reason == "error") error = choice.error;
-      if (delta.empty() && choice.logprobs.empty() && !choice.ended) return true;
-      nlohmann::json out = {{"index", event.choice},
-                            {"delta", delta_json(delta)},
-                            {"logprobs", s->logprobs_json(choice)},
-                            {"finish_reason", choice.ended ? nlohmann::json(choice.end.finish_reason) : nullptr}};
-      if (choice.ended) {
-        out["stop_reason"] = choice.end.stop_reason;
-        if (common.return_token_ids) out["token_ids"] = choice.output_ids;
-      }
-      return send(s->chunk(std::move(out)), choice);
-    });
-    if (!alive) {
-      count_abandoned(s->context.metrics(), s->choices);
+    return write_chunk(sink, sse_event(chunk));
+  };
+  // The first chunk of every choice announces the role, before any generation.
+  for (int c = 0; c < static_cast<int>(s.choices.size()); ++c) {
+    nlohmann::json first = {{"index", c},
+                            {"delta", {{"role", "assistant"}, {"content", ""}}},
+                            {"logprobs", nullptr},
+                            {"finish_reason", nullptr}};
+    if (!send(s.chunk(std::move(first)), *s.choices[c])) {
+      s.job.abort_all();
+      count_abandoned(s.context.metrics(), s.choices);
       return false;
     }
-    if (!error.empty()) {
-      write_chunk(sink, sse_event(error_json(500, error)));
-    } else if (common.include_usage) {
-      nlohmann::json usage_chunk = {{"id", s->id}, {"object", "chat.completion.chunk"}, {"created", s->created},
-                                    {"model", s->context.model_name()}, {"choices", nlohmann::json::array()},
-                                    {"usage", total_usage(s->choices)}};
-      if (!write_chunk(sink, sse_event(usage_chunk))) return false;
+  }
+  std::string error;
+  auto on_event = [&](const ChoiceEvent& event) {
+    ChoiceState& choice = *s.choices[event.choice];
+    const bool was_ended = choice.ended;
+    ChoiceDelta delta =
+        apply_output(choice, event.output, event.choice, s.job, common.stop_token_ids);
+    if (was_ended) return true;
+    if (choice.ended) count_finished(s.context.metrics(), choice);
+    if (choice.ended && choice.end.finish_reason == "error") error = choice.error;
+    if (delta.empty() && choice.logprobs.empty() && !choice.ended) return true;
+    nlohmann::json out = {{"index", event.choice},
+                          {"delta", delta_json(delta)},
+                          {"logprobs", s.logprobs_json(choice)},
+                          {"finish_reason", choice.ended ? nlohmann::json(choice.end.finish_reason)
+                                                         : nlohmann::json(nullptr)}};
+    if (choice.ended) {
+      out["stop_reason"] = choice.end.stop_reason;
+      if (common.return_token_ids) out["token_ids"] = choice.output_ids;
     }
-    write_chunk(sink, kSseDone);
-    sink.done();
-    return true;
-  });
+    return send(s.chunk(std::move(out)), choice);
+  };
+  if (!pump_job(
+          s.job, [&] { return sink.is_writable(); }, on_event)) {
+    count_abandoned(s.context.metrics(), s.choices);
+    return false;
+  }
+  if (!error.empty()) {
+    write_chunk(sink, sse_event(error_json(500, error)));
+  } else if (common.include_usage) {
+    nlohmann::json usage_chunk = s.envelope();
+    usage_chunk["choices"] = nlohmann::json::array();
+    usage_chunk["usage"] = total_usage(s.choices);
+    if (!write_chunk(sink, sse_event(usage_chunk))) return false;
+  }
+  write_chunk(sink, kSseDone);
+  sink.done();
+  return true;
 }
 
 nlohmann::json message_json(const ChatSession& s, const ChoiceState& choice) {
@@ -146,14 +155,16 @@ nlohmann::json message_json(const ChatSession& s, const ChoiceState& choice) {
   message["content"] = (has_calls && out.content().empty()) ? nlohmann::json(nullptr)
                                                             : nlohmann::json(out.content());
   if (s.reasoning) {
-    nlohmann::json reasoning = out.reasoning().empty() ? nlohmann::json(nullptr) : nlohmann::json(out.reasoning());
+    nlohmann::json reasoning =
+        out.reasoning().empty() ? nlohmann::json(nullptr) : nlohmann::json(out.reasoning());
     message["reasoning_content"] = reasoning;
     message["reasoning"] = reasoning;
   }
   if (has_calls) {
     nlohmann::json calls = nlohmann::json::array();
     for (const AssembledToolCall& call : out.tool_calls()) {
-      calls.push_back({{"id", call.id}, {"type", "function"},
+      calls.push_back({{"id", call.id},
+                       {"type", "function"},
                        {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
     }
     message["tool_calls"] = std::move(calls);
@@ -161,43 +172,44 @@ nlohmann::json message_json(const ChatSession& s, const ChoiceState& choice) {
   return message;
 }
 
-void run_whole(const std::shared_ptr<ChatSession>& s, httplib::Response& res) {
-  res.set_chunked_content_provider("application/json", [s](size_t, httplib::DataSink& sink) {
-    bool alive = pump_job(s->job, [&] { return sink.is_writable(); }, [&](const ChoiceEvent& event) {
-      ChoiceState& choice = *s->choices[event.choice];
-      bool was_ended = choice.ended;
-      apply_output(choice, event.output, event.choice, s->job, s->request.common.stop_token_ids);
-      if (!was_ended && choice.ended) count_finished(s->context.metrics(), choice);
-      return true;
-    });
-    if (!alive) {
-      count_abandoned(s->context.metrics(), s->choices);
-      return false;
-    }
-    nlohmann::json choices = nlohmann::json::array();
-    for (int c = 0; c < static_cast<int>(s->choices.size()); ++c) {
-      ChoiceState& choice = *s->choices[c];
-      if (choice.end.finish_reason == "error") {
-        write_chunk(sink, dump_json(error_json(500, choice.error)));
-        sink.done();
-        return true;
-      }
-      nlohmann::json out = {{"index", c},
-                            {"message", message_json(*s, choice)},
-                            {"logprobs", s->logprobs_json(choice)},
-                            {"finish_reason", choice.end.finish_reason},
-                            {"stop_reason", choice.end.stop_reason}};
-      if (s->request.common.return_token_ids) out["token_ids"] = choice.output_ids;
-      choices.push_back(std::move(out));
-    }
-    nlohmann::json body = {{"id", s->id}, {"object", "chat.completion"}, {"created", s->created},
-                           {"model", s->context.model_name()}, {"choices", std::move(choices)},
-                           {"usage", total_usage(s->choices)}};
-    if (s->request.common.return_token_ids) body["prompt_token_ids"] = s->prompt_ids;
-    write_chunk(sink, dump_json(body));
-    sink.done();
+// Waits for every choice, then writes one chat.completion object; false when the client left.
+bool complete_chat(ChatSession& s, httplib::DataSink& sink) {
+  auto on_event = [&](const ChoiceEvent& event) {
+    ChoiceState& choice = *s.choices[event.choice];
+    const bool was_ended = choice.ended;
+    apply_output(choice, event.output, event.choice, s.job, s.request.common.stop_token_ids);
+    if (!was_ended && choice.ended) count_finished(s.context.metrics(), choice);
     return true;
-  });
+  };
+  if (!pump_job(
+          s.job, [&] { return sink.is_writable(); }, on_event)) {
+    count_abandoned(s.context.metrics(), s.choices);
+    return false;
+  }
+  nlohmann::json body = s.envelope();
+  body["object"] = "chat.completion";
+  body["choices"] = nlohmann::json::array();
+  for (int c = 0; c < static_cast<int>(s.choices.size()); ++c) {
+    ChoiceState& choice = *s.choices[c];
+    if (choice.end.finish_reason == "error") {
+      // The 200 status is already on the wire (see route_common.h); the body says what failed.
+      write_chunk(sink, dump_json(error_json(500, choice.error)));
+      sink.done();
+      return true;
+    }
+    nlohmann::json out = {{"index", c},
+                          {"message", message_json(s, choice)},
+                          {"logprobs", s.logprobs_json(choice)},
+                          {"finish_reason", choice.end.finish_reason},
+                          {"stop_reason", choice.end.stop_reason}};
+    if (s.request.common.return_token_ids) out["token_ids"] = choice.output_ids;
+    body["choices"].push_back(std::move(out));
+  }
+  body["usage"] = total_usage(s.choices);
+  if (s.request.common.return_token_ids) body["prompt_token_ids"] = s.prompt_ids;
+  write_chunk(sink, dump_json(body));
+  sink.done();
+  return true;
 }
 
 // Which parsers run for this request, per the server's options and the tool choice.
@@ -229,8 +241,10 @@ ChoiceTextOptions text_options(const ServeOptions& options, const ChatRequest& r
 void check_tool_choice(const ServeOptions& options, const ChatRequest& r) {
   if (r.tool_choice == ToolChoice::kAuto &&
       (!options.enable_auto_tool_choice || options.tool_call_parser.empty())) {
-    throw ApiError(400, "\"auto\" tool choice requires --enable-auto-tool-choice and "
-                        "--tool-call-parser to be set", "tool_choice");
+    throw ApiError(400,
+                   "\"auto\" tool choice requires --enable-auto-tool-choice and "
+                   "--tool-call-parser to be set",
+                   "tool_choice");
   }
   if ((r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) &&
       options.tool_call_parser.empty()) {
@@ -252,8 +266,8 @@ void handle_chat_completions(ServerContext& context, const httplib::Request& req
 
   ChatPrompt prompt = build_chat_prompt(request, *model);
   check_prompt_ids(prompt.token_ids, model->vocab_size, "messages");
-  int max_tokens = resolve_max_tokens(request.common, *model, static_cast<int>(prompt.token_ids.size()),
-                                      "messages");
+  int max_tokens = resolve_max_tokens(request.common, *model,
+                                      static_cast<int>(prompt.token_ids.size()), "messages");
   SamplingParams sampling = make_sampling_params(request.common, model->defaults, max_tokens);
 
   auto s = std::make_shared<ChatSession>(context, model, std::move(request), arrival);
@@ -273,13 +287,20 @@ void handle_chat_completions(ServerContext& context, const httplib::Request& req
   }
   s->prompt_ids = prompt.token_ids;
   s->job.submit(make_engine_requests(request_id, prompt.token_ids, sampling, r.common.n, *model));
-  M3_LOG_DEBUG("chat {}: {} prompt tokens, n={}, max_tokens={}", request_id, prompt.token_ids.size(),
-               r.common.n, max_tokens);
+  M3_LOG_DEBUG("chat {}: {} prompt tokens, n={}, max_tokens={}", request_id,
+               prompt.token_ids.size(), r.common.n, max_tokens);
 
+  // A chunked response even when not streaming: the provider runs while the client waits, so a
+  // client that hangs up is noticed (sink.is_writable) and its requests are aborted at once.
   if (r.common.stream) {
-    run_streaming(s, res);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [s](size_t, httplib::DataSink& sink) {
+      return stream_chat(*s, sink);
+    });
   } else {
-    run_whole(s, res);
+    res.set_chunked_content_provider("application/json", [s](size_t, httplib::DataSink& sink) {
+      return complete_chat(*s, sink);
+    });
   }
 }
 

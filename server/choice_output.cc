@@ -66,8 +66,9 @@ ChoiceDelta ChoiceOutput::route_text(std::string text, bool end_of_output) {
       calls.content_delta += rest.content_delta;
       for (auto& call : rest.tool_call_deltas) {
         // At most one delta per index per step: merge a flush into the feed's delta.
-        auto same = std::find_if(calls.tool_call_deltas.begin(), calls.tool_call_deltas.end(),
-                                 [&](const text::ToolCallDelta& d) { return d.index == call.index; });
+        auto same =
+            std::find_if(calls.tool_call_deltas.begin(), calls.tool_call_deltas.end(),
+                         [&](const text::ToolCallDelta& d) { return d.index == call.index; });
         if (same == calls.tool_call_deltas.end()) {
           calls.tool_call_deltas.push_back(std::move(call));
         } else {

@@ -6,12 +6,11 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/stop_strings.h"
 #include "text/detokenizer.h"
@@ -27,8 +26,8 @@ struct ChoiceTextOptions {
   bool include_stop_str_in_output = false;
   std::string reasoning_parser;  // empty: no reasoning split
   text::ReasoningOptions reasoning_options;
-  std::string tool_parser;  // empty: no tool-call parsing
-  nlohmann::json tools;     // the request's tools, for argument coercion
+  std::string tool_parser;                      // empty: no tool-call parsing
+  nlohmann::json tools;                         // the request's tools, for argument coercion
   text::ToolCallIdGenerator make_tool_call_id;  // empty: random ids
 };
 

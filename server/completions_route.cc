@@ -34,13 +34,20 @@ struct CompletionSession {
   std::vector<std::string> prompt_texts;  // for echo
   std::vector<std::unique_ptr<ChoiceState>> choices;
   std::vector<std::unique_ptr<CompletionLogprobs>> logprobs;  // per choice, when requested
-  std::vector<int64_t> text_offsets;  // characters of text already sent per choice (logprobs)
-  std::vector<char> echo_sent;         // streaming echo: the prompt chunk went out
+  std::vector<int64_t> text_offsets;       // characters of text already sent per choice (logprobs)
+  std::vector<char> echo_sent;             // streaming echo: the prompt chunk went out
   bool prompt_logprobs_requested = false;  // by the client (echo + logprobs also asks the engine)
 
+  nlohmann::json envelope() const {
+    return {{"id", id},
+            {"object", "text_completion"},
+            {"created", created},
+            {"model", context.model_name()}};
+  }
   nlohmann::json chunk(nlohmann::json choice) const {
-    return {{"id", id}, {"object", "text_completion"}, {"created", created},
-            {"model", context.model_name()}, {"choices", nlohmann::json::array({std::move(choice)})}};
+    nlohmann::json out = envelope();
+    out["choices"] = nlohmann::json::array({std::move(choice)});
+    return out;
   }
 };
 
@@ -72,11 +79,12 @@ nlohmann::json choice_json(CompletionSession& s, int c, std::string text, bool f
     logprobs = s.logprobs[c]->take(s.text_offsets[c]);
     s.text_offsets[c] = s.logprobs[c]->text_length();
   }
-  nlohmann::json out = {{"index", c},
-                        {"text", std::move(text)},
-                        {"logprobs", std::move(logprobs)},
-                        {"finish_reason", final_chunk ? nlohmann::json(choice.end.finish_reason) : nullptr},
-                        {"stop_reason", final_chunk ? choice.end.stop_reason : nullptr}};
+  nlohmann::json out = {
+      {"index", c},
+      {"text", std::move(text)},
+      {"logprobs", std::move(logprobs)},
+      {"finish_reason", final_chunk ? nlohmann::json(choice.end.finish_reason) : nullptr},
+      {"stop_reason", final_chunk ? choice.end.stop_reason : nullptr}};
   if (final_chunk && choice.prompt_logprobs && s.prompt_logprobs_requested) {
     out["prompt_logprobs"] = prompt_logprobs_json(*choice.prompt_logprobs, s.strings);
   }
@@ -87,100 +95,99 @@ nlohmann::json choice_json(CompletionSession& s, int c, std::string text, bool f
   return out;
 }
 
-void run_streaming(const std::shared_ptr<CompletionSession>& s, httplib::Response& res) {
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", [s](size_t, httplib::DataSink& sink) {
-        const bool usage_each = s->request.common.include_usage && s->request.common.continuous_usage_stats;
-        auto send = [&](nlohmann::json chunk, const ChoiceState* choice) {
-          if (s->request.common.include_usage) {
-            chunk["usage"] = usage_each && choice ? usage_json(choice->prompt_tokens, choice->completion_tokens,
-                                                               choice->cached_tokens)
-                                                  : nlohmann::json(nullptr);
-          }
-          return write_chunk(sink, sse_event(chunk));
-        };
-        std::string error;
-        bool alive = pump_job(s->job, [&] { return sink.is_writable(); }, [&](const ChoiceEvent& event) {
-          const int c = event.choice;
-          ChoiceState& choice = *s->choices[c];
-          bool was_ended = choice.ended;
-          if (s->request.echo && !s->echo_sent[c]) {
-            // Echo: the prompt goes first, as its own chunk, once its logprobs (delivered with
-            // the first output) are known.
-            s->echo_sent[c] = true;
-            if (event.output.prompt_logprobs) choice.prompt_logprobs = event.output.prompt_logprobs;
-            if (s->logprobs[c]) add_echo_logprobs(*s, c);
-            if (!send(s->chunk(choice_json(*s, c, s->prompt_texts[choice.prompt_index], false)), &choice)) {
-              return false;
-            }
-          }
-          ChoiceDelta delta = apply_output(choice, event.output, event.choice, s->job,
-                                           s->request.common.stop_token_ids);
-          if (was_ended) return true;
-          if (choice.ended) count_finished(s->context.metrics(), choice);
-          if (choice.ended && choice.end.finish_reason == "error") error = choice.error;
-          if (delta.content.empty() && choice.logprobs.empty() && !choice.ended) return true;
-          return send(s->chunk(choice_json(*s, event.choice, std::move(delta.content), choice.ended)), &choice);
-        });
-        if (!alive) {
-      count_abandoned(s->context.metrics(), s->choices);
-      return false;
+// Streams the job as text_completion chunks; false when the client went away.
+bool stream_completion(CompletionSession& s, httplib::DataSink& sink) {
+  const CommonRequest& common = s.request.common;
+  auto send = [&](nlohmann::json chunk, const ChoiceState& choice) {
+    if (common.include_usage) {
+      chunk["usage"] =
+          common.continuous_usage_stats
+              ? usage_json(choice.prompt_tokens, choice.completion_tokens, choice.cached_tokens)
+              : nlohmann::json(nullptr);
     }
-        if (!error.empty()) {
-          write_chunk(sink, sse_event(error_json(500, error)));
-        } else if (s->request.common.include_usage) {
-          nlohmann::json usage_chunk = {{"id", s->id}, {"object", "text_completion"}, {"created", s->created},
-                                        {"model", s->context.model_name()}, {"choices", nlohmann::json::array()},
-                                        {"usage", total_usage(s->choices)}};
-          if (!write_chunk(sink, sse_event(usage_chunk))) return false;
-        }
-        write_chunk(sink, kSseDone);
-        sink.done();
-        return true;
-      });
+    return write_chunk(sink, sse_event(chunk));
+  };
+  std::string error;
+  auto on_event = [&](const ChoiceEvent& event) {
+    const int c = event.choice;
+    ChoiceState& choice = *s.choices[c];
+    const bool was_ended = choice.ended;
+    if (s.request.echo && !s.echo_sent[c]) {
+      // Echo: the prompt goes first, as its own chunk, once its logprobs (delivered with the
+      // first output) are known.
+      s.echo_sent[c] = true;
+      if (event.output.prompt_logprobs) choice.prompt_logprobs = event.output.prompt_logprobs;
+      if (s.logprobs[c]) add_echo_logprobs(s, c);
+      if (!send(s.chunk(choice_json(s, c, s.prompt_texts[choice.prompt_index], false)), choice)) {
+        return false;
+      }
+    }
+    ChoiceDelta delta = apply_output(choice, event.output, c, s.job, common.stop_token_ids);
+    if (was_ended) return true;
+    if (choice.ended) count_finished(s.context.metrics(), choice);
+    if (choice.ended && choice.end.finish_reason == "error") error = choice.error;
+    if (delta.content.empty() && choice.logprobs.empty() && !choice.ended) return true;
+    return send(s.chunk(choice_json(s, c, std::move(delta.content), choice.ended)), choice);
+  };
+  if (!pump_job(
+          s.job, [&] { return sink.is_writable(); }, on_event)) {
+    count_abandoned(s.context.metrics(), s.choices);
+    return false;
+  }
+  if (!error.empty()) {
+    write_chunk(sink, sse_event(error_json(500, error)));
+  } else if (common.include_usage) {
+    nlohmann::json usage_chunk = s.envelope();
+    usage_chunk["choices"] = nlohmann::json::array();
+    usage_chunk["usage"] = total_usage(s.choices);
+    if (!write_chunk(sink, sse_event(usage_chunk))) return false;
+  }
+  write_chunk(sink, kSseDone);
+  sink.done();
+  return true;
 }
 
-void run_whole(const std::shared_ptr<CompletionSession>& s, httplib::Response& res) {
-  res.set_chunked_content_provider("application/json", [s](size_t, httplib::DataSink& sink) {
-    std::vector<std::string> texts(s->choices.size());
-    bool alive = pump_job(s->job, [&] { return sink.is_writable(); }, [&](const ChoiceEvent& event) {
-      ChoiceState& choice = *s->choices[event.choice];
-      bool was_ended = choice.ended;
-      ChoiceDelta delta = apply_output(choice, event.output, event.choice, s->job,
-                                       s->request.common.stop_token_ids);
-      texts[event.choice] += delta.content;
-      if (!was_ended && choice.ended) count_finished(s->context.metrics(), choice);
-      return true;
-    });
-    if (!alive) {
-      count_abandoned(s->context.metrics(), s->choices);
-      return false;
-    }
-    nlohmann::json choices = nlohmann::json::array();
-    for (int c = 0; c < static_cast<int>(s->choices.size()); ++c) {
-      ChoiceState& choice = *s->choices[c];
-      if (choice.end.finish_reason == "error") {
-        write_chunk(sink, dump_json(error_json(500, choice.error)));
-        sink.done();
-        return true;
-      }
-      if (s->logprobs[c] && s->request.echo) add_echo_logprobs(*s, c);
-      std::string text = s->request.echo ? s->prompt_texts[choice.prompt_index] + texts[c] : texts[c];
-      choices.push_back(choice_json(*s, c, std::move(text), true));
-    }
-    nlohmann::json body = {{"id", s->id}, {"object", "text_completion"}, {"created", s->created},
-                           {"model", s->context.model_name()}, {"choices", std::move(choices)},
-                           {"usage", total_usage(s->choices)}};
-    write_chunk(sink, dump_json(body));
-    sink.done();
+// Waits for every choice, then writes one text_completion object; false when the client left.
+bool complete_whole(CompletionSession& s, httplib::DataSink& sink) {
+  std::vector<std::string> texts(s.choices.size());
+  auto on_event = [&](const ChoiceEvent& event) {
+    ChoiceState& choice = *s.choices[event.choice];
+    const bool was_ended = choice.ended;
+    ChoiceDelta delta =
+        apply_output(choice, event.output, event.choice, s.job, s.request.common.stop_token_ids);
+    texts[event.choice] += delta.content;
+    if (!was_ended && choice.ended) count_finished(s.context.metrics(), choice);
     return true;
-  });
+  };
+  if (!pump_job(
+          s.job, [&] { return sink.is_writable(); }, on_event)) {
+    count_abandoned(s.context.metrics(), s.choices);
+    return false;
+  }
+  nlohmann::json body = s.envelope();
+  body["choices"] = nlohmann::json::array();
+  for (int c = 0; c < static_cast<int>(s.choices.size()); ++c) {
+    ChoiceState& choice = *s.choices[c];
+    if (choice.end.finish_reason == "error") {
+      // The 200 status is already on the wire (see route_common.h); the body says what failed.
+      write_chunk(sink, dump_json(error_json(500, choice.error)));
+      sink.done();
+      return true;
+    }
+    if (s.logprobs[c] && s.request.echo) add_echo_logprobs(s, c);
+    std::string text = s.request.echo ? s.prompt_texts[choice.prompt_index] + texts[c] : texts[c];
+    body["choices"].push_back(choice_json(s, c, std::move(text), true));
+  }
+  body["usage"] = total_usage(s.choices);
+  write_chunk(sink, dump_json(body));
+  sink.done();
+  return true;
 }
 
 }  // namespace
 
-void handle_completions(ServerContext& context, const httplib::Request& req, httplib::Response& res) {
+void handle_completions(ServerContext& context, const httplib::Request& req,
+                        httplib::Response& res) {
   auto arrival = GenerationJob::Clock::now();
   auto model = context.require_model();
   Json body = parse_json_body(req);
@@ -189,7 +196,8 @@ void handle_completions(ServerContext& context, const httplib::Request& req, htt
   const bool prompt_logprobs_requested = request.common.prompt_logprobs >= 0;
   // Echo with logprobs reports the prompt's logprobs too.
   if (request.echo && request.common.logprobs >= 0) {
-    request.common.prompt_logprobs = std::max(request.common.prompt_logprobs, request.common.logprobs);
+    request.common.prompt_logprobs =
+        std::max(request.common.prompt_logprobs, request.common.logprobs);
   }
 
   auto s = std::make_shared<CompletionSession>(context, model, std::move(request), arrival);
@@ -213,7 +221,8 @@ void handle_completions(ServerContext& context, const httplib::Request& req, htt
     SamplingParams sampling = make_sampling_params(r.common, model->defaults, max_tokens);
     std::string prefix = r.prompts.size() == 1 ? request_id : fmt::format("{}-p{}", request_id, p);
     engine_requests.push_back(make_engine_requests(prefix, ids, sampling, r.common.n, *model));
-    s->prompt_texts.push_back(prompt.is_token_ids ? model->tokenizer.decode(ids, false) : prompt.text);
+    s->prompt_texts.push_back(prompt.is_token_ids ? model->tokenizer.decode(ids, false)
+                                                  : prompt.text);
     s->prompt_ids.push_back(std::move(ids));
   }
   for (size_t p = 0; p < engine_requests.size(); ++p) {
@@ -222,9 +231,9 @@ void handle_completions(ServerContext& context, const httplib::Request& req, htt
       choice->prompt_index = static_cast<int>(p);
       choice->prompt_tokens = static_cast<int>(s->prompt_ids[p].size());
       s->choices.push_back(std::move(choice));
-      s->logprobs.push_back(r.common.logprobs >= 0
-                                ? std::make_unique<CompletionLogprobs>(s->strings, r.common.logprobs)
-                                : nullptr);
+      s->logprobs.push_back(r.common.logprobs >= 0 ? std::make_unique<CompletionLogprobs>(
+                                                         s->strings, r.common.logprobs)
+                                                   : nullptr);
       s->text_offsets.push_back(0);
       s->echo_sent.push_back(0);
     }
@@ -232,10 +241,17 @@ void handle_completions(ServerContext& context, const httplib::Request& req, htt
   for (auto& requests : engine_requests) s->job.submit(std::move(requests));
   M3_LOG_DEBUG("completion {}: {} prompt(s) x {}", request_id, r.prompts.size(), r.common.n);
 
+  // A chunked response even when not streaming: the provider runs while the client waits, so a
+  // client that hangs up is noticed (sink.is_writable) and its requests are aborted at once.
   if (r.common.stream) {
-    run_streaming(s, res);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [s](size_t, httplib::DataSink& sink) {
+      return stream_completion(*s, sink);
+    });
   } else {
-    run_whole(s, res);
+    res.set_chunked_content_provider("application/json", [s](size_t, httplib::DataSink& sink) {
+      return complete_whole(*s, sink);
+    });
   }
 }
 

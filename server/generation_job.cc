@@ -5,7 +5,10 @@
 namespace m3::server {
 
 GenerationJob::GenerationJob(EngineCore& engine, ServerMetrics& metrics, Clock::time_point arrival)
-    : engine_(engine), metrics_(metrics), arrival_(arrival), channel_(std::make_shared<Channel>()) {}
+    : engine_(engine),
+      metrics_(metrics),
+      arrival_(arrival),
+      channel_(std::make_shared<Channel>()) {}
 
 GenerationJob::~GenerationJob() { abort_all(); }
 

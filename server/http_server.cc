@@ -100,13 +100,16 @@ HttpServer::HttpServer(HttpLimits limits, std::vector<std::string> api_keys,
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (t_connection_over_limit) {
       res.set_header("Connection", "close");
-      send_error(res, 503, fmt::format("the server is at its limit of {} concurrent connections; "
-                                       "retry later", limits_.max_connections));
+      send_error(res, 503,
+                 fmt::format("the server is at its limit of {} concurrent connections; "
+                             "retry later",
+                             limits_.max_connections));
       return httplib::Server::HandlerResponse::Handled;
     }
     if (header_bytes(req) > limits_.max_header_bytes) {
-      send_error(res, 431, fmt::format("request headers are too large ({} bytes; the limit is {})",
-                                       header_bytes(req), limits_.max_header_bytes));
+      send_error(res, 431,
+                 fmt::format("request headers are too large ({} bytes; the limit is {})",
+                             header_bytes(req), limits_.max_header_bytes));
       return httplib::Server::HandlerResponse::Handled;
     }
     if (!api_keys_.empty() && needs_auth_ && needs_auth_(req.path)) {
@@ -119,8 +122,9 @@ HttpServer::HttpServer(HttpLimits limits, std::vector<std::string> api_keys,
       }
       if (!ok) {
         res.set_header("WWW-Authenticate", "Bearer");
-        send_error(res, 401, auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
-                                          : "invalid API key");
+        send_error(res, 401,
+                   auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
+                                : "invalid API key");
         return httplib::Server::HandlerResponse::Handled;
       }
     }
@@ -136,8 +140,9 @@ HttpServer::HttpServer(HttpLimits limits, std::vector<std::string> api_keys,
         send_error(res, 404, fmt::format("no route for {} {}", req.method, req.path));
         break;
       case 413:
-        send_error(res, 413, fmt::format("request body is too large (the limit is {} bytes)",
-                                         limits_.max_body_bytes));
+        send_error(res, 413,
+                   fmt::format("request body is too large (the limit is {} bytes)",
+                               limits_.max_body_bytes));
         break;
       case 400:
         send_error(res, 400, "malformed HTTP request");
@@ -146,18 +151,18 @@ HttpServer::HttpServer(HttpLimits limits, std::vector<std::string> api_keys,
         send_error(res, res.status, fmt::format("HTTP error {}", res.status));
     }
   });
-  s.set_exception_handler([](const httplib::Request& req, httplib::Response& res,
-                             std::exception_ptr error) {
-    std::string what = "unknown error";
-    try {
-      if (error) std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    M3_LOG_ERROR("{} {}: internal error: {}", req.method, req.path, what);
-    send_error(res, 500, fmt::format("internal server error: {}", what));
-  });
+  s.set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
+        std::string what = "unknown error";
+        try {
+          if (error) std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        M3_LOG_ERROR("{} {}: internal error: {}", req.method, req.path, what);
+        send_error(res, 500, fmt::format("internal server error: {}", what));
+      });
 }
 
 HttpServer::~HttpServer() { stop(); }
@@ -191,8 +196,10 @@ int HttpServer::start(const std::string& host, int port) {
     bound = server_->bind_to_any_port(host);
     M3_CHECK(bound > 0, "cannot bind {} to a free port", host);
   } else {
-    M3_CHECK(server_->bind_to_port(host, port), "cannot listen on {}:{} (address in use or not "
-             "available; pick another --host/--port)", host, port);
+    M3_CHECK(server_->bind_to_port(host, port),
+             "cannot listen on {}:{} (address in use or not "
+             "available; pick another --host/--port)",
+             host, port);
   }
   listener_ = std::thread([this] { server_->listen_after_bind(); });
   // stop() only takes effect once the accept loop runs: wait for it, so a stop right after

@@ -17,8 +17,7 @@ std::string_view name_of(std::string_view key, std::string_view path) {
   return path.empty() ? key : path;
 }
 
-[[noreturn]] void wrong_type(std::string_view field, std::string_view expected,
-                             const Json& value) {
+[[noreturn]] void wrong_type(std::string_view field, std::string_view expected, const Json& value) {
   bad_field(field, "must be {}, got {}", expected, json_type_name(value));
 }
 
@@ -26,15 +25,23 @@ std::string_view name_of(std::string_view key, std::string_view path) {
 
 std::string_view json_type_name(const Json& value) {
   switch (value.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::boolean: return "boolean";
-    case Json::value_t::string: return "string";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "boolean";
+    case Json::value_t::string:
+      return "string";
     case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "integer";
-    case Json::value_t::number_float: return "number";
-    case Json::value_t::object: return "object";
-    case Json::value_t::array: return "array";
-    default: return "unsupported value";
+    case Json::value_t::number_unsigned:
+      return "integer";
+    case Json::value_t::number_float:
+      return "number";
+    case Json::value_t::object:
+      return "object";
+    case Json::value_t::array:
+      return "array";
+    default:
+      return "unsupported value";
   }
 }
 
@@ -66,23 +73,20 @@ std::optional<std::string> read_string(const Json& object, std::string_view key,
   return as_string(*value, name_of(key, path));
 }
 
-std::optional<bool> read_bool(const Json& object, std::string_view key,
-                              std::string_view path) {
+std::optional<bool> read_bool(const Json& object, std::string_view key, std::string_view path) {
   const Json* value = find_field(object, key);
   if (!value) return std::nullopt;
   if (!value->is_boolean()) wrong_type(name_of(key, path), "a boolean", *value);
   return value->get<bool>();
 }
 
-std::optional<int64_t> read_int(const Json& object, std::string_view key,
-                                std::string_view path) {
+std::optional<int64_t> read_int(const Json& object, std::string_view key, std::string_view path) {
   const Json* value = find_field(object, key);
   if (!value) return std::nullopt;
   return as_int(*value, name_of(key, path));
 }
 
-std::optional<double> read_number(const Json& object, std::string_view key,
-                                  std::string_view path) {
+std::optional<double> read_number(const Json& object, std::string_view key, std::string_view path) {
   const Json* value = find_field(object, key);
   if (!value) return std::nullopt;
   if (!value->is_number()) wrong_type(name_of(key, path), "a number", *value);
@@ -91,15 +95,13 @@ std::optional<double> read_number(const Json& object, std::string_view key,
   return d;
 }
 
-const Json* read_object(const Json& object, std::string_view key,
-                                  std::string_view path) {
+const Json* read_object(const Json& object, std::string_view key, std::string_view path) {
   const Json* value = find_field(object, key);
   if (value && !value->is_object()) wrong_type(name_of(key, path), "an object", *value);
   return value;
 }
 
-const Json* read_array(const Json& object, std::string_view key,
-                                 std::string_view path) {
+const Json* read_array(const Json& object, std::string_view key, std::string_view path) {
   const Json* value = find_field(object, key);
   if (value && !value->is_array()) wrong_type(name_of(key, path), "an array", *value);
   return value;

@@ -3,11 +3,10 @@
 // type received, so clients learn exactly what to fix.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 namespace m3::server {
 
@@ -22,8 +21,7 @@ std::string_view json_type_name(const Json& value);
 // in `object`, which must be a JSON object.
 std::optional<std::string> read_string(const Json& object, std::string_view key,
                                        std::string_view path = {});
-std::optional<bool> read_bool(const Json& object, std::string_view key,
-                              std::string_view path = {});
+std::optional<bool> read_bool(const Json& object, std::string_view key, std::string_view path = {});
 // Integers: JSON integers, or floats with an integral value (2.0), as Python's pydantic accepts.
 std::optional<int64_t> read_int(const Json& object, std::string_view key,
                                 std::string_view path = {});
@@ -31,10 +29,8 @@ std::optional<int64_t> read_int(const Json& object, std::string_view key,
 std::optional<double> read_number(const Json& object, std::string_view key,
                                   std::string_view path = {});
 // A JSON object field; nullptr when missing or null.
-const Json* read_object(const Json& object, std::string_view key,
-                                  std::string_view path = {});
-const Json* read_array(const Json& object, std::string_view key,
-                                 std::string_view path = {});
+const Json* read_object(const Json& object, std::string_view key, std::string_view path = {});
+const Json* read_array(const Json& object, std::string_view key, std::string_view path = {});
 
 // Value-level checks for elements of arrays ("stop[1]").
 int64_t as_int(const Json& value, std::string_view path);

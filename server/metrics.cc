@@ -8,18 +8,16 @@ namespace m3::server {
 namespace {
 
 // vLLM's bucket boundaries (vllm/v1/metrics/loggers.py), so histograms line up across servers.
-const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
-                                          0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0,
+const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                          0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
                                           20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
-const std::vector<double> kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
-                                         0.3,  0.4,   0.5,  0.75,  1.0, 2.5,  5.0,
-                                         7.5,  10.0,  20.0, 40.0,  80.0};
-const std::vector<double> kRequestLatencyBuckets = {0.3,  0.5,  0.8,   1.0,   1.5,   2.0,
-                                                    2.5,  5.0,  10.0,  15.0,  20.0,  30.0,
-                                                    40.0, 50.0, 60.0,  120.0, 240.0, 480.0,
-                                                    960.0, 1920.0, 7680.0};
-const std::vector<double> kTokenCountBuckets = {1,    2,    5,     10,    20,    50,    100,
-                                                200,  500,  1000,  2000,  5000,  10000, 20000,
+const std::vector<double> kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                         0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+const std::vector<double> kRequestLatencyBuckets = {
+    0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+    30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+const std::vector<double> kTokenCountBuckets = {1,     2,      5,      10,     20,     50,    100,
+                                                200,   500,    1000,   2000,   5000,   10000, 20000,
                                                 50000, 100000, 200000, 500000, 1000000};
 
 // Prometheus prints floats the way Python's repr does for whole numbers ("12.0"); any
@@ -43,10 +41,14 @@ void sample(std::string& out, std::string_view name, std::string_view labels, do
 std::string escape_label_value(std::string_view value) {
   std::string out;
   for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -55,8 +57,8 @@ Histogram::Histogram(std::vector<double> upper_bounds)
     : upper_bounds_(std::move(upper_bounds)), counts_(upper_bounds_.size() + 1, 0) {}
 
 void Histogram::observe(double value) {
-  size_t bucket = std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), value) -
-                  upper_bounds_.begin();
+  size_t bucket =
+      std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), value) - upper_bounds_.begin();
   std::lock_guard lock(mutex_);
   ++counts_[bucket];
   sum_ += value;
@@ -100,7 +102,8 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
   out.reserve(16384);
   const std::string& l = labels_;
 
-  header(out, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.");
+  header(out, "vllm:num_requests_running", "gauge",
+         "Number of requests in model execution batches.");
   sample(out, "vllm:num_requests_running", l, stats.num_running);
   header(out, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
   sample(out, "vllm:num_requests_waiting", l, stats.num_waiting);
@@ -109,16 +112,20 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
 
   header(out, "vllm:prefix_cache_queries_total", "counter",
          "Prefix cache queries, in terms of number of queried tokens.");
-  sample(out, "vllm:prefix_cache_queries_total", l, static_cast<double>(stats.prefix_cache_queries_tokens));
+  sample(out, "vllm:prefix_cache_queries_total", l,
+         static_cast<double>(stats.prefix_cache_queries_tokens));
   header(out, "vllm:prefix_cache_hits_total", "counter",
          "Prefix cache hits, in terms of number of cached tokens.");
-  sample(out, "vllm:prefix_cache_hits_total", l, static_cast<double>(stats.prefix_cache_hits_tokens));
-  header(out, "vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.");
+  sample(out, "vllm:prefix_cache_hits_total", l,
+         static_cast<double>(stats.prefix_cache_hits_tokens));
+  header(out, "vllm:num_preemptions_total", "counter",
+         "Cumulative number of preemption from the engine.");
   sample(out, "vllm:num_preemptions_total", l, static_cast<double>(stats.num_preemptions));
   header(out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.");
   sample(out, "vllm:prompt_tokens_total", l, static_cast<double>(stats.prompt_tokens_total));
   header(out, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.");
-  sample(out, "vllm:generation_tokens_total", l, static_cast<double>(stats.generation_tokens_total));
+  sample(out, "vllm:generation_tokens_total", l,
+         static_cast<double>(stats.generation_tokens_total));
 
   header(out, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
   static constexpr const char* kReasons[] = {"stop", "length", "abort", "error"};
@@ -134,21 +141,26 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
   sample(out, "vllm:spec_decode_num_drafts_total", l, 0);
   header(out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.");
   sample(out, "vllm:spec_decode_num_draft_tokens_total", l, 0);
-  header(out, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.");
+  header(out, "vllm:spec_decode_num_accepted_tokens_total", "counter",
+         "Number of accepted tokens.");
   sample(out, "vllm:spec_decode_num_accepted_tokens_total", l, 0);
 
-  header(out, "vllm:time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.");
+  header(out, "vllm:time_to_first_token_seconds", "histogram",
+         "Histogram of time to first token in seconds.");
   ttft_.render(out, "vllm:time_to_first_token_seconds", l);
-  header(out, "vllm:inter_token_latency_seconds", "histogram", "Histogram of inter-token latency in seconds.");
+  header(out, "vllm:inter_token_latency_seconds", "histogram",
+         "Histogram of inter-token latency in seconds.");
   itl_.render(out, "vllm:inter_token_latency_seconds", l);
-  header(out, "vllm:e2e_request_latency_seconds", "histogram", "Histogram of e2e request latency in seconds.");
+  header(out, "vllm:e2e_request_latency_seconds", "histogram",
+         "Histogram of e2e request latency in seconds.");
   e2e_.render(out, "vllm:e2e_request_latency_seconds", l);
   header(out, "vllm:request_queue_time_seconds", "histogram",
          "Histogram of time spent in WAITING phase for request.");
   queue_.render(out, "vllm:request_queue_time_seconds", l);
   header(out, "vllm:request_prompt_tokens", "histogram", "Number of prefill tokens processed.");
   prompt_tokens_.render(out, "vllm:request_prompt_tokens", l);
-  header(out, "vllm:request_generation_tokens", "histogram", "Number of generation tokens processed.");
+  header(out, "vllm:request_generation_tokens", "histogram",
+         "Number of generation tokens processed.");
   generation_tokens_.render(out, "vllm:request_generation_tokens", l);
   return out;
 }

@@ -32,7 +32,8 @@ void reject_unsupported(const json& body) {
       {"function_call", "the legacy 'function_call' field is not supported; use 'tool_choice'"},
       {"audio", "audio output is not supported"},
       {"prediction", "predicted outputs are not supported"},
-      {"chat_template", "a per-request chat template is not supported; start the server with --chat-template"},
+      {"chat_template",
+       "a per-request chat template is not supported; start the server with --chat-template"},
       {"web_search_options", "web search is not supported"},
   };
   for (const auto& [field, why] : kUnsupported) {
@@ -83,7 +84,8 @@ SamplingRequest parse_sampling(const json& body) {
   }
   if ((s.top_k = read_int(body, "top_k"))) {
     if (*s.top_k < -1) bad_field("top_k", "must be -1 or 0 (disabled) or >= 1, got {}", *s.top_k);
-    if (*s.top_k > std::numeric_limits<int32_t>::max()) bad_field("top_k", "is too large: {}", *s.top_k);
+    if (*s.top_k > std::numeric_limits<int32_t>::max())
+      bad_field("top_k", "is too large: {}", *s.top_k);
   }
   if (auto seed = read_int(body, "seed")) s.seed = static_cast<uint64_t>(*seed);
   return s;
@@ -103,7 +105,8 @@ std::vector<std::string> parse_stop(const json& body, const RequestLimits& limit
     bad_field("stop", "must be a string or an array of strings, got {}", json_type_name(*it));
   }
   if (static_cast<int>(stops.size()) > limits.max_stop_strings) {
-    bad_field("stop", "has {} strings; at most {} are allowed", stops.size(), limits.max_stop_strings);
+    bad_field("stop", "has {} strings; at most {} are allowed", stops.size(),
+              limits.max_stop_strings);
   }
   for (const std::string& s : stops) {
     if (s.empty()) bad_field("stop", "must not contain empty strings");
@@ -201,8 +204,10 @@ std::vector<PromptInput> parse_prompts(const json& body) {
     return prompts;
   }
   if (!prompt.is_array()) {
-    bad_field("prompt", "must be a string, an array of strings, an array of token ids or an "
-                        "array of token-id arrays, got {}", json_type_name(prompt));
+    bad_field("prompt",
+              "must be a string, an array of strings, an array of token ids or an "
+              "array of token-id arrays, got {}",
+              json_type_name(prompt));
   }
   if (prompt.empty()) bad_field("prompt", "must not be empty");
   const json& first = prompt.front();
@@ -219,8 +224,10 @@ std::vector<PromptInput> parse_prompts(const json& body) {
       if (item.empty()) bad_field(path, "must not be empty");
       prompts.push_back({true, {}, parse_token_id_array(item, path)});
     } else {
-      bad_field(path, "has the wrong type ({}): prompts in one batch must all be strings or all "
-                      "token-id arrays", json_type_name(item));
+      bad_field(path,
+                "has the wrong type ({}): prompts in one batch must all be strings or all "
+                "token-id arrays",
+                json_type_name(item));
     }
   }
   return prompts;
@@ -294,7 +301,8 @@ json normalize_messages(const json& body) {
     if (!message.is_object()) bad_field(path, "must be an object, got {}", json_type_name(message));
     auto role = read_string(message, "role", path + ".role");
     if (!role || role->empty()) bad_field(path + ".role", "is required");
-    if (*role == "function") bad_field(path + ".role", "'function' messages are not supported; use 'tool'");
+    if (*role == "function")
+      bad_field(path + ".role", "'function' messages are not supported; use 'tool'");
     json normalized = message;
 
     auto content = message.find("content");
@@ -307,7 +315,8 @@ json normalize_messages(const json& body) {
     bool has_content = content != message.end() && !content->is_null();
 
     if (const json* calls = read_array(message, "tool_calls", path + ".tool_calls")) {
-      if (*role != "assistant") bad_field(path + ".tool_calls", "is only allowed on assistant messages");
+      if (*role != "assistant")
+        bad_field(path + ".tool_calls", "is only allowed on assistant messages");
       normalized["tool_calls"] = normalize_tool_calls(*calls, path + ".tool_calls");
     }
     if (*role == "assistant") {
@@ -335,7 +344,8 @@ json parse_tools(const json& body) {
     const json& tool = (*tools)[i];
     if (!tool.is_object()) bad_field(path, "must be an object, got {}", json_type_name(tool));
     std::string type = read_string(tool, "type", path + ".type").value_or("function");
-    if (type != "function") bad_field(path + ".type", "'{}' is not supported (only 'function')", type);
+    if (type != "function")
+      bad_field(path + ".type", "'{}' is not supported (only 'function')", type);
     const json* function = read_object(tool, "function", path + ".function");
     if (!function) bad_field(path + ".function", "is required");
     auto name = read_string(*function, "name", path + ".function.name");
@@ -362,7 +372,8 @@ void parse_tool_choice(const json& body, ChatRequest& r) {
       if (!has_tools) bad_field("tool_choice", "'required' needs a non-empty 'tools' list");
       r.tool_choice = ToolChoice::kRequired;
     } else {
-      bad_field("tool_choice", "must be 'none', 'auto', 'required' or a named function, got '{}'", mode);
+      bad_field("tool_choice", "must be 'none', 'auto', 'required' or a named function, got '{}'",
+                mode);
     }
     return;
   }
@@ -394,7 +405,8 @@ void parse_response_format(const json& body, ChatRequest& r) {
     r.response_format = *type;
     r.response_schema = schema ? *schema : json::object();
   } else {
-    bad_field("response_format.type", "'{}' is not supported (text, json_object, json_schema)", *type);
+    bad_field("response_format.type", "'{}' is not supported (text, json_object, json_schema)",
+              *type);
   }
 }
 
@@ -414,7 +426,8 @@ CompletionRequest parse_completion_request(const json& body, const RequestLimits
   r.common.logprobs = parse_logprobs_count(body, "logprobs", limits);
   // OpenAI's completions default is 16 tokens (vLLM keeps it).
   if (!r.common.max_tokens) r.common.max_tokens = 16;
-  if (*r.common.max_tokens == 0 && !r.echo) bad_field("max_tokens", "must be >= 1 (0 only with echo)");
+  if (*r.common.max_tokens == 0 && !r.echo)
+    bad_field("max_tokens", "must be >= 1 (0 only with echo)");
   return r;
 }
 
@@ -432,13 +445,17 @@ ChatRequest parse_chat_request(const json& body, const RequestLimits& limits) {
   parse_response_format(body, r);
 
   if (auto effort = read_string(body, "reasoning_effort")) {
-    static constexpr std::string_view kEfforts[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
+    static constexpr std::string_view kEfforts[] = {"none",   "minimal", "low",
+                                                    "medium", "high",    "xhigh"};
     bool known = false;
     for (std::string_view e : kEfforts) known = known || e == *effort;
-    if (!known) bad_field("reasoning_effort", "must be one of none, minimal, low, medium, high, xhigh; got '{}'", *effort);
+    if (!known)
+      bad_field("reasoning_effort",
+                "must be one of none, minimal, low, medium, high, xhigh; got '{}'", *effort);
     r.reasoning_effort = *effort;
   }
-  if (const json* kwargs = read_object(body, "chat_template_kwargs")) r.chat_template_kwargs = *kwargs;
+  if (const json* kwargs = read_object(body, "chat_template_kwargs"))
+    r.chat_template_kwargs = *kwargs;
   r.add_generation_prompt = read_bool(body, "add_generation_prompt").value_or(true);
   r.continue_final_message = read_bool(body, "continue_final_message").value_or(false);
   if (r.add_generation_prompt && r.continue_final_message) {

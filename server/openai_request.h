@@ -6,11 +6,10 @@
 // suffix, guided decoding, ...) are rejected instead of being silently ignored.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/json_fields.h"
 
@@ -40,9 +39,9 @@ struct CommonRequest {
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
   bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats (vLLM)
-  int logprobs = -1;         // top logprobs per output token; -1 = none
-  int prompt_logprobs = -1;  // vLLM extension; -1 = none
-  bool return_token_ids = false;  // vLLM extension: token_ids / prompt_token_ids in choices
+  int logprobs = -1;                    // top logprobs per output token; -1 = none
+  int prompt_logprobs = -1;             // vLLM extension; -1 = none
+  bool return_token_ids = false;        // vLLM extension: token_ids / prompt_token_ids in choices
 };
 
 // One prompt of /v1/completions: text, or token ids given directly.
@@ -69,15 +68,15 @@ struct ChatRequest {
   Json tools;  // array of {"type": "function", "function": {...}}, or null
   ToolChoice tool_choice = ToolChoice::kNone;
   bool tool_choice_given = false;
-  std::string tool_choice_name;       // kNamed
+  std::string tool_choice_name;          // kNamed
   std::string response_format = "text";  // text | json_object | json_schema
-  Json response_schema;          // json_schema.schema, or null
+  Json response_schema;                  // json_schema.schema, or null
   std::optional<std::string> reasoning_effort;
   Json chat_template_kwargs = Json::object();
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   bool add_special_tokens = false;  // the template writes the special tokens itself (vLLM default)
-  int top_logprobs = 0;  // with logprobs: true
+  int top_logprobs = 0;             // with logprobs: true
 };
 
 // What the request parsers need to know about the server.

@@ -72,7 +72,8 @@ nlohmann::json chat_logprob_entries(const std::vector<PositionLogprobs>& positio
     nlohmann::json top = nlohmann::json::array();
     for (size_t i = 0; i < p.top.size() && static_cast<int>(i) < top_k; ++i) {
       std::string alt = strings.text(p.top[i].token_id);
-      top.push_back({{"token", alt}, {"logprob", json_logprob(p.top[i].logprob)}, {"bytes", byte_list(alt)}});
+      top.push_back(
+          {{"token", alt}, {"logprob", json_logprob(p.top[i].logprob)}, {"bytes", byte_list(alt)}});
     }
     entries.push_back({{"token", token},
                        {"logprob", json_logprob(p.logprob)},

@@ -2,11 +2,10 @@
 // openai clients and vLLM use: ids, usage, logprobs, SSE framing.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/request.h"
 #include "text/tokenizer.h"
@@ -24,13 +23,14 @@ std::string dump_json(const nlohmann::json& value);
 std::string sse_event(const nlohmann::json& value);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
-// {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}}
+// {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
+// {"cached_tokens"}}
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 
 // finish_reason / stop_reason of a choice as vLLM reports them.
 struct ChoiceEnd {
-  std::string finish_reason;               // stop | length | tool_calls | abort | error
-  nlohmann::json stop_reason = nullptr;    // the stop string, the stop token id, or null (eos)
+  std::string finish_reason;             // stop | length | tool_calls | abort | error
+  nlohmann::json stop_reason = nullptr;  // the stop string, the stop token id, or null (eos)
 };
 
 // Token text for logprobs: the token decoded on its own, special tokens included.

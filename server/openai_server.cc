@@ -51,7 +51,8 @@ void OpenAIServer::drain_and_stop(std::chrono::milliseconds grace,
     return context_.in_flight() == 0;
   };
   if (context_.in_flight() > 0) {
-    M3_LOG_INFO("draining {} request(s) in flight (up to {} ms)", context_.in_flight(), grace.count());
+    M3_LOG_INFO("draining {} request(s) in flight (up to {} ms)", context_.in_flight(),
+                grace.count());
   }
   if (!wait_idle(grace)) {
     M3_LOG_WARN("{} request(s) still running after {} ms: aborting them", context_.in_flight(),

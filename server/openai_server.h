@@ -24,7 +24,8 @@ class OpenAIServer {
   // Graceful shutdown: new requests get 503 and /health turns 503; requests in flight may finish
   // for up to `grace`; then `abort_in_flight` is called (it should make the engine abort them)
   // and their handlers get a moment to send what they have. Finally the HTTP server stops.
-  void drain_and_stop(std::chrono::milliseconds grace, const std::function<void()>& abort_in_flight);
+  void drain_and_stop(std::chrono::milliseconds grace,
+                      const std::function<void()>& abort_in_flight);
   void stop();
 
   ServerContext& context() { return context_; }

@@ -42,11 +42,12 @@ int resolve_max_tokens(const CommonRequest& request, const ModelContext& model, 
   // A prompt may fill the whole context only when nothing is to be generated (echo scoring).
   const bool prompt_only = request.max_tokens && *request.max_tokens == 0;
   if (prompt_tokens > limit || (prompt_tokens == limit && !prompt_only)) {
-    throw ApiError(400,
-                   fmt::format("This model's maximum context length is {} tokens. However, your "
-                               "request has {} input tokens. Please reduce the length of the input.",
-                               limit, prompt_tokens),
-                   std::string(prompt_field));
+    throw ApiError(
+        400,
+        fmt::format("This model's maximum context length is {} tokens. However, your "
+                    "request has {} input tokens. Please reduce the length of the input.",
+                    limit, prompt_tokens),
+        std::string(prompt_field));
   }
   const int room = limit - prompt_tokens;
   if (request.max_tokens) {
@@ -87,7 +88,8 @@ std::vector<EngineRequest> make_engine_requests(const std::string& id_prefix,
 ChoiceDelta apply_output(ChoiceState& choice, const RequestOutput& output, int choice_index,
                          GenerationJob& job, const std::vector<int32_t>& stop_token_ids) {
   if (output.finished) choice.engine_finished = true;
-  if (output.prompt_logprobs && !choice.prompt_logprobs) choice.prompt_logprobs = output.prompt_logprobs;
+  if (output.prompt_logprobs && !choice.prompt_logprobs)
+    choice.prompt_logprobs = output.prompt_logprobs;
   if (output.num_prompt_tokens > 0) {
     choice.prompt_tokens = output.num_prompt_tokens;
     choice.cached_tokens = output.num_cached_prompt_tokens;
@@ -127,20 +129,23 @@ ChoiceDelta apply_output(ChoiceState& choice, const RequestOutput& output, int c
     switch (output.finish_reason) {
       case FinishReason::kStop: {
         nlohmann::json reason = nullptr;
-        if (output.stop_token_id &&
-            std::find(stop_token_ids.begin(), stop_token_ids.end(), *output.stop_token_id) !=
-                stop_token_ids.end()) {
+        if (output.stop_token_id && std::find(stop_token_ids.begin(), stop_token_ids.end(),
+                                              *output.stop_token_id) != stop_token_ids.end()) {
           reason = *output.stop_token_id;
         }
         choice.end = {"stop", reason};
         break;
       }
-      case FinishReason::kLength: choice.end = {"length", nullptr}; break;
+      case FinishReason::kLength:
+        choice.end = {"length", nullptr};
+        break;
       case FinishReason::kError:
         choice.end = {"error", nullptr};
         choice.error = output.error.empty() ? "the engine failed this request" : output.error;
         break;
-      default: choice.end = {"abort", nullptr}; break;
+      default:
+        choice.end = {"abort", nullptr};
+        break;
     }
     if (choice.text.stopped_by_string()) choice.end = {"stop", choice.text.matched_stop_string()};
   }
@@ -182,7 +187,8 @@ void count_finished(ServerMetrics& metrics, const ChoiceState& choice) {
   metrics.observe_request_tokens(choice.prompt_tokens, choice.completion_tokens);
 }
 
-void count_abandoned(ServerMetrics& metrics, const std::vector<std::unique_ptr<ChoiceState>>& choices) {
+void count_abandoned(ServerMetrics& metrics,
+                     const std::vector<std::unique_ptr<ChoiceState>>& choices) {
   for (const auto& choice : choices) {
     if (choice->ended) continue;
     choice->ended = true;

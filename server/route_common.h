@@ -1,6 +1,12 @@
 // What the completion and chat routes share: body parsing, model-name and length checks, the
 // engine requests of a choice set, per-choice bookkeeping (text pipeline, token counts, finish
 // reason) and the loop that drives a job while watching the client.
+//
+// Responses are written by a chunked content provider, streaming or not: cpp-httplib gives a
+// handler no view of its connection, but a provider can ask sink.is_writable(), so a client
+// that hangs up mid-generation is noticed within 100 ms and its engine requests are aborted.
+// The price: the 200 status is sent before generation, so an engine failure during a
+// non-streaming request arrives as an error object in a 200 body (streams send an error event).
 #pragma once
 #include <chrono>
 #include <functional>
@@ -59,7 +65,7 @@ struct ChoiceState {
   bool ended = false;            // the choice's output is over (finish reason known)
   bool engine_finished = false;  // the engine's final output arrived
   ChoiceEnd end;
-  std::string error;             // finish reason "error"
+  std::string error;  // finish reason "error"
 };
 
 // Applies one engine output to its choice and returns the text that became final. Decides the
@@ -78,7 +84,8 @@ bool pump_job(GenerationJob& job, const std::function<bool()>& client_alive,
 // Counts a finished choice in vllm:request_success_total.
 void count_finished(ServerMetrics& metrics, const ChoiceState& choice);
 // The client went away: every choice still open counts as aborted.
-void count_abandoned(ServerMetrics& metrics, const std::vector<std::unique_ptr<ChoiceState>>& choices);
+void count_abandoned(ServerMetrics& metrics,
+                     const std::vector<std::unique_ptr<ChoiceState>>& choices);
 
 // Usage over all choices: prompt tokens once per prompt, completion tokens summed.
 nlohmann::json total_usage(const std::vector<std::unique_ptr<ChoiceState>>& choices);

@@ -17,7 +17,8 @@ class ServerContext;
 
 void register_basic_routes(HttpServer& http, ServerContext& context);
 void register_tokenize_routes(HttpServer& http, ServerContext& context);
-void handle_completions(ServerContext& context, const httplib::Request& req, httplib::Response& res);
+void handle_completions(ServerContext& context, const httplib::Request& req,
+                        httplib::Response& res);
 void handle_chat_completions(ServerContext& context, const httplib::Request& req,
                              httplib::Response& res);
 

@@ -23,9 +23,11 @@ void health(ServerContext& context, httplib::Response& res) {
 }  // namespace
 
 void register_basic_routes(HttpServer& http, ServerContext& context) {
-  http.get("/health", [&](const httplib::Request&, httplib::Response& res) { health(context, res); });
+  http.get("/health",
+           [&](const httplib::Request&, httplib::Response& res) { health(context, res); });
   http.get("/ping", [&](const httplib::Request&, httplib::Response& res) { health(context, res); });
-  http.post("/ping", [&](const httplib::Request&, httplib::Response& res) { health(context, res); });
+  http.post("/ping",
+            [&](const httplib::Request&, httplib::Response& res) { health(context, res); });
 
   http.get("/version", [&](const httplib::Request&, httplib::Response& res) {
     send_json(res, dump_json({{"version", context.options().version}}));
@@ -41,7 +43,8 @@ void register_basic_routes(HttpServer& http, ServerContext& context) {
                       {"owned_by", "m3serve"},
                       {"root", context.options().model_path},
                       {"parent", nullptr},
-                      {"max_model_len", model ? nlohmann::json(model->max_model_len) : nlohmann::json(nullptr)},
+                      {"max_model_len",
+                       model ? nlohmann::json(model->max_model_len) : nlohmann::json(nullptr)},
                       {"permission", nlohmann::json::array()}});
     }
     send_json(res, dump_json({{"object", "list"}, {"data", std::move(data)}}));

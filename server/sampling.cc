@@ -1,9 +1,8 @@
 #include "server/sampling.h"
 
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -44,7 +43,8 @@ GenerationDefaults load_generation_defaults(const std::string& setting,
   defaults.top_p = number_field(json, "top_p", source);
   defaults.min_p = number_field(json, "min_p", source);
   defaults.repetition_penalty = number_field(json, "repetition_penalty", source);
-  if (auto top_k = number_field(json, "top_k", source)) defaults.top_k = static_cast<int64_t>(*top_k);
+  if (auto top_k = number_field(json, "top_k", source))
+    defaults.top_k = static_cast<int64_t>(*top_k);
   if (auto max_new = number_field(json, "max_new_tokens", source)) {
     defaults.max_new_tokens = static_cast<int64_t>(*max_new);
   }
@@ -62,11 +62,12 @@ GenerationDefaults load_generation_defaults(const std::string& setting,
   return defaults;
 }
 
-SamplingParams make_sampling_params(const CommonRequest& request, const GenerationDefaults& defaults,
-                                    int max_tokens) {
+SamplingParams make_sampling_params(const CommonRequest& request,
+                                    const GenerationDefaults& defaults, int max_tokens) {
   const SamplingRequest& s = request.sampling;
   SamplingParams p;
-  if (auto t = s.temperature ? s.temperature : defaults.temperature) p.temperature = static_cast<float>(*t);
+  if (auto t = s.temperature ? s.temperature : defaults.temperature)
+    p.temperature = static_cast<float>(*t);
   if (auto v = s.top_p ? s.top_p : defaults.top_p) p.top_p = static_cast<float>(*v);
   if (auto v = s.min_p ? s.min_p : defaults.min_p) p.min_p = static_cast<float>(*v);
   if (auto v = s.top_k ? s.top_k : defaults.top_k) p.top_k = static_cast<int>(*v);

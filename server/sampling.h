@@ -28,7 +28,7 @@ GenerationDefaults load_generation_defaults(const std::string& setting,
                                             const std::filesystem::path& model_dir);
 
 // `max_tokens` is already resolved (client value or the room left in the context).
-SamplingParams make_sampling_params(const CommonRequest& request, const GenerationDefaults& defaults,
-                                    int max_tokens);
+SamplingParams make_sampling_params(const CommonRequest& request,
+                                    const GenerationDefaults& defaults, int max_tokens);
 
 }  // namespace m3::server

@@ -8,7 +8,8 @@ namespace m3::server {
 
 ServerContext::ServerContext(ServeOptions options)
     : options_(std::move(options)),
-      metrics_(options_.served_model_names.empty() ? std::string() : options_.served_model_names.front()),
+      metrics_(options_.served_model_names.empty() ? std::string()
+                                                   : options_.served_model_names.front()),
       start_time_(unix_time_seconds()) {
   M3_CHECK(!options_.served_model_names.empty(), "the server needs at least one served model name");
 }

@@ -23,10 +23,10 @@ namespace m3::server {
 struct ServeOptions {
   std::string host = "0.0.0.0";
   int port = 8000;
-  std::vector<std::string> api_keys;          // empty: no authentication
+  std::vector<std::string> api_keys;            // empty: no authentication
   std::vector<std::string> served_model_names;  // the first one is reported in responses
-  std::string model_path;                     // reported as the model's "root"
-  std::string version;                        // reported by /version
+  std::string model_path;                       // reported as the model's "root"
+  std::string version;                          // reported by /version
   HttpLimits http;
   RequestLimits request_limits;
   std::string reasoning_parser;  // empty: reasoning stays in the content

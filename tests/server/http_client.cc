@@ -37,7 +37,8 @@ void send_all(int fd, std::string_view data) {
 
 // Reads whatever arrives within the deadline; false when the peer closed.
 bool read_some(int fd, std::string& out, std::chrono::steady_clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
   if (left.count() <= 0) return false;
   pollfd p{fd, POLLIN, 0};
   if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
@@ -88,7 +89,8 @@ HttpReply parse_reply(const std::string& raw) {
 
 std::string format_request(std::string_view method, std::string_view path, std::string_view body,
                            const std::map<std::string, std::string>& headers) {
-  std::string raw = std::string(method) + " " + std::string(path) + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  std::string raw =
+      std::string(method) + " " + std::string(path) + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
   bool has_type = false;
   for (const auto& [name, value] : headers) {
     raw += name + ": " + value + "\r\n";

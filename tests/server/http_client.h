@@ -26,7 +26,9 @@ inline HttpReply http_post(int port, std::string_view path, std::string_view bod
                            const std::map<std::string, std::string>& headers = {}) {
   return http_request(port, "POST", path, body, headers);
 }
-inline HttpReply http_get(int port, std::string_view path) { return http_request(port, "GET", path); }
+inline HttpReply http_get(int port, std::string_view path) {
+  return http_request(port, "GET", path);
+}
 
 // An open connection that has sent a request, for reading part of a response and hanging up.
 class OpenRequest {

@@ -38,17 +38,25 @@ TEST(Metrics, RendersVllmNamesWithLabels) {
   EXPECT_TRUE(contains(text, "vllm:prefix_cache_queries_total{" + l + "} 256.0\n"));
   EXPECT_TRUE(contains(text, "vllm:prefix_cache_hits_total{" + l + "} 128.0\n"));
   EXPECT_TRUE(contains(text, "vllm:num_preemptions_total{" + l + "} 2.0\n"));
-  EXPECT_TRUE(contains(text, "vllm:request_success_total{" + l + ",finished_reason=\"stop\"} 2.0\n"));
-  EXPECT_TRUE(contains(text, "vllm:request_success_total{" + l + ",finished_reason=\"length\"} 1.0\n"));
-  EXPECT_TRUE(contains(text, "vllm:request_success_total{" + l + ",finished_reason=\"abort\"} 0.0\n"));
+  EXPECT_TRUE(
+      contains(text, "vllm:request_success_total{" + l + ",finished_reason=\"stop\"} 2.0\n"));
+  EXPECT_TRUE(
+      contains(text, "vllm:request_success_total{" + l + ",finished_reason=\"length\"} 1.0\n"));
+  EXPECT_TRUE(
+      contains(text, "vllm:request_success_total{" + l + ",finished_reason=\"abort\"} 0.0\n"));
   EXPECT_TRUE(contains(text, "vllm:spec_decode_num_drafts_total{" + l + "} 0.0\n"));
   EXPECT_TRUE(contains(text, "vllm:spec_decode_num_accepted_tokens_total{" + l + "} 0.0\n"));
   // Cumulative buckets: 0.03 falls in le=0.04, 3.0 in le=5.0.
-  EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"0.02\"} 0.0\n"));
-  EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"0.04\"} 1.0\n"));
-  EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"2.5\"} 1.0\n"));
-  EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"5.0\"} 2.0\n"));
-  EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"+Inf\"} 2.0\n"));
+  EXPECT_TRUE(
+      contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"0.02\"} 0.0\n"));
+  EXPECT_TRUE(
+      contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"0.04\"} 1.0\n"));
+  EXPECT_TRUE(
+      contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"2.5\"} 1.0\n"));
+  EXPECT_TRUE(
+      contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"5.0\"} 2.0\n"));
+  EXPECT_TRUE(
+      contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"+Inf\"} 2.0\n"));
   EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_count{" + l + "} 2.0\n"));
   EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_sum{" + l + "} 3.03\n"));
   EXPECT_TRUE(contains(text, "vllm:inter_token_latency_seconds_count{" + l + "} 1.0\n"));

@@ -46,12 +46,21 @@ TEST(CompletionRequest, ParsesPromptForms) {
 
 TEST(CompletionRequest, RejectsBadPrompts) {
   EXPECT_EQ(error_of([] { parse_completion_request(json::object(), kLimits); }).param(), "prompt");
-  EXPECT_EQ(error_of([] { parse_completion_request(json{{"prompt", 5}}, kLimits); }).param(), "prompt");
-  EXPECT_EQ(error_of([] { parse_completion_request(json{{"prompt", json::array()}}, kLimits); }).param(),
+  EXPECT_EQ(error_of([] {
+              parse_completion_request(json{{"prompt", 5}}, kLimits);
+            }).param(),
             "prompt");
-  EXPECT_EQ(error_of([] { parse_completion_request(json{{"prompt", {"a", 1}}}, kLimits); }).param(),
+  EXPECT_EQ(error_of([] {
+              parse_completion_request(json{{"prompt", json::array()}}, kLimits);
+            }).param(),
+            "prompt");
+  EXPECT_EQ(error_of([] {
+              parse_completion_request(json{{"prompt", {"a", 1}}}, kLimits);
+            }).param(),
             "prompt[1]");
-  EXPECT_EQ(error_of([] { parse_completion_request(json{{"prompt", {1, -2}}}, kLimits); }).param(),
+  EXPECT_EQ(error_of([] {
+              parse_completion_request(json{{"prompt", {1, -2}}}, kLimits);
+            }).param(),
             "prompt[1]");
   EXPECT_EQ(error_of([] { parse_completion_request(json::array(), kLimits); }).status(), 400);
 }
@@ -101,11 +110,19 @@ TEST(CompletionRequest, ValidatesSamplingRanges) {
 }
 
 TEST(CompletionRequest, AcceptsNullsAsAbsentAndReadsOptions) {
-  json body = {{"prompt", "x"},       {"temperature", nullptr}, {"max_tokens", 5},
-               {"stop", "\n"},        {"seed", 7},              {"stream", true},
-               {"stream_options", {{"include_usage", true}}},   {"logprobs", 3},
-               {"echo", true},        {"top_k", -1},            {"ignore_eos", true},
-               {"prompt_logprobs", 2}, {"stop_token_ids", {9}}};
+  json body = {{"prompt", "x"},
+               {"temperature", nullptr},
+               {"max_tokens", 5},
+               {"stop", "\n"},
+               {"seed", 7},
+               {"stream", true},
+               {"stream_options", {{"include_usage", true}}},
+               {"logprobs", 3},
+               {"echo", true},
+               {"top_k", -1},
+               {"ignore_eos", true},
+               {"prompt_logprobs", 2},
+               {"stop_token_ids", {9}}};
   auto r = parse_completion_request(body, kLimits);
   EXPECT_FALSE(r.common.sampling.temperature);
   EXPECT_EQ(r.common.max_tokens, 5);
@@ -119,9 +136,10 @@ TEST(CompletionRequest, AcceptsNullsAsAbsentAndReadsOptions) {
   EXPECT_TRUE(r.common.ignore_eos);
   EXPECT_EQ(r.common.stop_token_ids, std::vector<int32_t>{9});
   // max_tokens 0 is allowed with echo (scoring the prompt only).
-  EXPECT_EQ(parse_completion_request(json{{"prompt", "x"}, {"echo", true}, {"max_tokens", 0}}, kLimits)
-                .common.max_tokens,
-            0);
+  EXPECT_EQ(
+      parse_completion_request(json{{"prompt", "x"}, {"echo", true}, {"max_tokens", 0}}, kLimits)
+          .common.max_tokens,
+      0);
 }
 
 TEST(ChatRequest, NormalizesMessages) {
@@ -164,8 +182,10 @@ TEST(ChatRequest, RejectsBadMessagesNamingTheField) {
       {json{{{"role", "user"}, {"content", 5}}}, "messages[0].content"},
       {json{{{"role", "user"}, {"content", {{{"type", "image_url"}, {"image_url", "x"}}}}}},
        "messages[0].content[0]"},
-      {json{{{"role", "user"}, {"content", "x"}}, {{"role", "assistant"}, {"content", "y"},
-        {"tool_calls", {{{"function", {{"name", "f"}, {"arguments", "{oops"}}}}}}}},
+      {json{{{"role", "user"}, {"content", "x"}},
+            {{"role", "assistant"},
+             {"content", "y"},
+             {"tool_calls", {{{"function", {{"name", "f"}, {"arguments", "{oops"}}}}}}}},
        "messages[1].tool_calls[0].function.arguments"},
   };
   for (const Case& c : cases) {
@@ -199,10 +219,11 @@ TEST(ChatRequest, ToolsAndToolChoice) {
                                  kLimits);
             }).param(),
             "tool_choice.function.name");
-  EXPECT_EQ(error_of([&] {
-              parse_chat_request(json{{"messages", messages}, {"tool_choice", "required"}}, kLimits);
-            }).param(),
-            "tool_choice");
+  EXPECT_EQ(
+      error_of([&] {
+        parse_chat_request(json{{"messages", messages}, {"tool_choice", "required"}}, kLimits);
+      }).param(),
+      "tool_choice");
   EXPECT_EQ(error_of([&] {
               parse_chat_request(json{{"messages", messages}, {"tools", {{{"type", "function"}}}}},
                                  kLimits);
@@ -228,19 +249,22 @@ TEST(ChatRequest, LogprobsResponseFormatAndEffort) {
               parse_chat_request(json{{"messages", messages}, {"top_logprobs", 2}}, kLimits);
             }).param(),
             "top_logprobs");
-  EXPECT_EQ(error_of([&] {
-              parse_chat_request(json{{"messages", messages}, {"reasoning_effort", "extreme"}}, kLimits);
-            }).param(),
-            "reasoning_effort");
+  EXPECT_EQ(
+      error_of([&] {
+        parse_chat_request(json{{"messages", messages}, {"reasoning_effort", "extreme"}}, kLimits);
+      }).param(),
+      "reasoning_effort");
   EXPECT_EQ(error_of([&] {
               parse_chat_request(
-                  json{{"messages", messages}, {"response_format", {{"type", "grammar"}}}}, kLimits);
+                  json{{"messages", messages}, {"response_format", {{"type", "grammar"}}}},
+                  kLimits);
             }).param(),
             "response_format.type");
-  EXPECT_EQ(error_of([&] {
-              parse_chat_request(json{{"messages", messages}, {"max_completion_tokens", 0}}, kLimits);
-            }).param(),
-            "max_completion_tokens");
+  EXPECT_EQ(
+      error_of([&] {
+        parse_chat_request(json{{"messages", messages}, {"max_completion_tokens", 0}}, kLimits);
+      }).param(),
+      "max_completion_tokens");
 }
 
 }  // namespace

@@ -8,7 +8,8 @@ namespace m3::testing {
 namespace {
 
 // Index just past the last occurrence of `needle` in h[0, end), or -1.
-int64_t last_end_of(const std::vector<int32_t>& h, int64_t end, const std::vector<int32_t>& needle) {
+int64_t last_end_of(const std::vector<int32_t>& h, int64_t end,
+                    const std::vector<int32_t>& needle) {
   if (needle.empty() || static_cast<int64_t>(needle.size()) > end) return -1;
   for (int64_t stop = end; stop >= static_cast<int64_t>(needle.size()); --stop) {
     if (std::equal(needle.begin(), needle.end(), h.begin() + (stop - needle.size()))) return stop;
@@ -53,7 +54,8 @@ void ScriptedRunner::forward(const StepBatch& batch, float* logits) {
     const int p = batch.positions[t];
     history.assign(static_cast<size_t>(p) + 1, -1);
     for (int q = 0; q <= p; ++q) {
-      int32_t block = batch.page_table[static_cast<size_t>(s) * batch.pages_per_seq + q / block_size_];
+      int32_t block =
+          batch.page_table[static_cast<size_t>(s) * batch.pages_per_seq + q / block_size_];
       history[q] = slots_.at(static_cast<size_t>(block) * block_size_ + q % block_size_);
     }
     float* row = logits + r * static_cast<size_t>(vocab_size_);

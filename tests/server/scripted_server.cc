@@ -16,9 +16,9 @@ ScriptedServer::ScriptedServer(ScriptedServerOptions options) : options_(std::mo
                        tok.encode(reply, false)});
   }
   int32_t eos = tok.eos_token_id().value_or(0);
-  auto runner = std::make_unique<ScriptedRunner>(tok.vocab_size(), options_.block_size,
-                                                 options_.num_kv_blocks, tok.encode(options_.marker, false),
-                                                 std::move(replies), eos);
+  auto runner = std::make_unique<ScriptedRunner>(
+      tok.vocab_size(), options_.block_size, options_.num_kv_blocks,
+      tok.encode(options_.marker, false), std::move(replies), eos);
   engine_ = std::make_unique<EngineCore>(std::move(runner), options_.engine);
   engine_->start();
 
@@ -32,9 +32,14 @@ ScriptedServer::ScriptedServer(ScriptedServerOptions options) : options_(std::mo
 }
 
 void ScriptedServer::publish_model() {
-  auto model = std::make_shared<server::ModelContext>(server::ModelContext{
-      *tokenizer_, text::ChatTemplate::load(options_.model_dir), engine_.get(),
-      server::GenerationDefaults{}, {}, engine_->max_model_len(), engine_->vocab_size()});
+  auto model = std::make_shared<server::ModelContext>(
+      server::ModelContext{*tokenizer_,
+                           text::ChatTemplate::load(options_.model_dir),
+                           engine_.get(),
+                           server::GenerationDefaults{},
+                           {},
+                           engine_->max_model_len(),
+                           engine_->vocab_size()});
   if (auto eos = tokenizer_->eos_token_id()) model->eos_token_ids.push_back(*eos);
   server_->set_model(std::move(model));
 }

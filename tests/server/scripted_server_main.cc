@@ -4,9 +4,9 @@
 //                   [--tool-call-parser P] [--enable-auto-tool-choice]
 // FILE.json: [{"trigger": "text in the prompt", "reply": "text the model says"}, ...].
 // Prints "listening on http://127.0.0.1:PORT" on stderr and serves until SIGINT/SIGTERM.
-#include <CLI/CLI.hpp>
 #include <signal.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>

@@ -43,7 +43,7 @@ json weather_tools() {
 
 struct Sse {
   std::vector<json> events;
-  bool done = false;       // ended with data: [DONE]
+  bool done = false;        // ended with data: [DONE]
   bool well_formed = true;  // every event is "data: <json>\n\n"
 };
 
@@ -106,7 +106,8 @@ class ScriptedServerTest : public ::testing::Test {
 ScriptedServer* ScriptedServerTest::server_ = nullptr;
 
 TEST_F(ScriptedServerTest, ChatReturnsTheScriptedReply) {
-  json r = post_json("/v1/chat/completions", {{"model", "scripted"}, {"messages", {user("Hi there")}}});
+  json r =
+      post_json("/v1/chat/completions", {{"model", "scripted"}, {"messages", {user("Hi there")}}});
   EXPECT_EQ(r["object"], "chat.completion");
   EXPECT_EQ(r["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
   EXPECT_EQ(r["model"], "scripted");
@@ -122,7 +123,8 @@ TEST_F(ScriptedServerTest, ChatReturnsTheScriptedReply) {
   EXPECT_TRUE(choice["stop_reason"].is_null());  // eos
   const json& usage = r["usage"];
   EXPECT_EQ(usage["completion_tokens"], num_tokens(kPlainReply) + 1);  // + eos
-  EXPECT_EQ(usage["total_tokens"], usage["prompt_tokens"].get<int>() + usage["completion_tokens"].get<int>());
+  EXPECT_EQ(usage["total_tokens"],
+            usage["prompt_tokens"].get<int>() + usage["completion_tokens"].get<int>());
   EXPECT_TRUE(usage["prompt_tokens_details"]["cached_tokens"].is_number_integer());
 }
 
@@ -163,7 +165,8 @@ TEST_F(ScriptedServerTest, ReasoningIsSplitFromContent) {
   std::string reasoning, content;
   for (const json& e : sse.events) {
     const json& delta = e["choices"][0]["delta"];
-    if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
+    if (delta.contains("reasoning_content"))
+      reasoning += delta["reasoning_content"].get<std::string>();
     if (delta.contains("content")) content += delta["content"].get<std::string>();
   }
   EXPECT_EQ(reasoning, "Two plus two is four.");
@@ -207,23 +210,28 @@ TEST_F(ScriptedServerTest, ToolCallsAreParsedWithSchemaTypes) {
 }
 
 TEST_F(ScriptedServerTest, ToolChoiceNoneLeavesTheMarkupInContent) {
-  json body = {{"messages", {user("Weather in Paris?")}}, {"tools", weather_tools()}, {"tool_choice", "none"}};
+  json body = {{"messages", {user("Weather in Paris?")}},
+               {"tools", weather_tools()},
+               {"tool_choice", "none"}};
   json r = post_json("/v1/chat/completions", body);
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
   EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls"));
-  EXPECT_NE(r["choices"][0]["message"]["content"].get<std::string>().find("get_weather"), std::string::npos);
+  EXPECT_NE(r["choices"][0]["message"]["content"].get<std::string>().find("get_weather"),
+            std::string::npos);
 }
 
 TEST_F(ScriptedServerTest, StopStringsTruncateAndReportTheString) {
-  json r = post_json("/v1/chat/completions", {{"messages", {user("Hi")}}, {"stop", {"STOP", "zzz"}}});
+  json r =
+      post_json("/v1/chat/completions", {{"messages", {user("Hi")}}, {"stop", {"STOP", "zzz"}}});
   EXPECT_EQ(r["choices"][0]["message"]["content"], "Hello! This is a scripted reply, with a ");
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(r["choices"][0]["stop_reason"], "STOP");
 
-  json included = post_json("/v1/chat/completions", {{"messages", {user("Hi")}},
-                                                     {"stop", "STOP"},
-                                                     {"include_stop_str_in_output", true}});
-  EXPECT_EQ(included["choices"][0]["message"]["content"], "Hello! This is a scripted reply, with a STOP");
+  json included = post_json(
+      "/v1/chat/completions",
+      {{"messages", {user("Hi")}}, {"stop", "STOP"}, {"include_stop_str_in_output", true}});
+  EXPECT_EQ(included["choices"][0]["message"]["content"],
+            "Hello! This is a scripted reply, with a STOP");
 
   Sse sse = post_stream("/v1/chat/completions", {{"messages", {user("Hi")}}, {"stop", "STOP"}});
   std::string content;
@@ -243,7 +251,8 @@ TEST_F(ScriptedServerTest, StopTokenIdsEndTheOutputAndAreReported) {
   // The first position where the token has not appeared before, so the stop is unambiguous.
   size_t k = 3;
   while (std::find(ids.begin(), ids.begin() + k, ids[k]) != ids.begin() + k) ++k;
-  json r = post_json("/v1/completions", {{"prompt", "Hi]~b]ai\n"}, {"max_tokens", 100}, {"stop_token_ids", {ids[k]}}});
+  json r = post_json("/v1/completions",
+                     {{"prompt", "Hi]~b]ai\n"}, {"max_tokens", 100}, {"stop_token_ids", {ids[k]}}});
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(r["choices"][0]["stop_reason"], ids[k]);
   EXPECT_EQ(r["usage"]["completion_tokens"], static_cast<int>(k) + 1);
@@ -252,7 +261,8 @@ TEST_F(ScriptedServerTest, StopTokenIdsEndTheOutputAndAreReported) {
 }
 
 TEST_F(ScriptedServerTest, MaxTokensEndsWithLength) {
-  json r = post_json("/v1/chat/completions", {{"messages", {user("Hi")}}, {"max_completion_tokens", 3}});
+  json r =
+      post_json("/v1/chat/completions", {{"messages", {user("Hi")}}, {"max_completion_tokens", 3}});
   EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(r["usage"]["completion_tokens"], 3);
   std::vector<int32_t> ids = server_->tokenizer().encode(kPlainReply, false);
@@ -278,7 +288,8 @@ TEST_F(ScriptedServerTest, CompletionsCarryTextLogprobsAndEcho) {
   EXPECT_EQ(joined, choice["text"]);
   EXPECT_GT(lp["token_logprobs"][0].get<double>(), -0.01);  // the script's token dominates
 
-  json echo = post_json("/v1/completions", {{"prompt", prompt}, {"max_tokens", 2}, {"echo", true}, {"logprobs", 1}});
+  json echo = post_json("/v1/completions",
+                        {{"prompt", prompt}, {"max_tokens", 2}, {"echo", true}, {"logprobs", 1}});
   const json& e = echo["choices"][0];
   EXPECT_EQ(e["text"].get<std::string>().rfind(prompt, 0), 0u);
   size_t prompt_tokens = echo["usage"]["prompt_tokens"];
@@ -288,8 +299,9 @@ TEST_F(ScriptedServerTest, CompletionsCarryTextLogprobsAndEcho) {
 }
 
 TEST_F(ScriptedServerTest, ChatLogprobsShape) {
-  json r = post_json("/v1/chat/completions",
-                     {{"messages", {user("Hi")}}, {"max_tokens", 4}, {"logprobs", true}, {"top_logprobs", 3}});
+  json r = post_json(
+      "/v1/chat/completions",
+      {{"messages", {user("Hi")}}, {"max_tokens", 4}, {"logprobs", true}, {"top_logprobs", 3}});
   const json& content = r["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), 4u);
   for (const json& entry : content) {
@@ -310,7 +322,8 @@ TEST_F(ScriptedServerTest, NChoicesAndPromptBatches) {
   }
   EXPECT_EQ(r["usage"]["completion_tokens"], 3 * (num_tokens(kPlainReply) + 1));
 
-  json batch = post_json("/v1/completions", {{"prompt", {"A]~b]ai\n", "B]~b]ai\n"}}, {"n", 2}, {"max_tokens", 2}});
+  json batch = post_json("/v1/completions",
+                         {{"prompt", {"A]~b]ai\n", "B]~b]ai\n"}}, {"n", 2}, {"max_tokens", 2}});
   ASSERT_EQ(batch["choices"].size(), 4u);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(batch["choices"][i]["index"], i);
 }
@@ -337,22 +350,24 @@ TEST_F(ScriptedServerTest, ClientDisconnectAbortsTheRequest) {
   };
   double aborted_before = finished_abort();
   {
-    json body = {{"messages", {user("Hi")}}, {"stream", true}, {"max_tokens", 1000}, {"ignore_eos", true}};
+    json body = {
+        {"messages", {user("Hi")}}, {"stream", true}, {"max_tokens", 1000}, {"ignore_eos", true}};
     OpenRequest request(port(), "POST", "/v1/chat/completions", body.dump());
     std::string got = request.read_until("\"content\":\"Hello");
     ASSERT_NE(got.find("Hello"), std::string::npos);
     // Engine stats are published after each step, so they may lag the first token: wait until
     // they show the request running before hanging up.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (server_->engine().stats().num_running == 0 && std::chrono::steady_clock::now() < deadline) {
+    while (server_->engine().stats().num_running == 0 &&
+           std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     ASSERT_GT(server_->engine().stats().num_running, 0);
   }  // hang up mid-stream
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline &&
-         (server_->engine().stats().num_running > 0 || server_->engine().stats().num_used_kv_blocks > 0 ||
-          finished_abort() <= aborted_before)) {
+         (server_->engine().stats().num_running > 0 ||
+          server_->engine().stats().num_used_kv_blocks > 0 || finished_abort() <= aborted_before)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(server_->engine().stats().num_running, 0);
@@ -361,7 +376,9 @@ TEST_F(ScriptedServerTest, ClientDisconnectAbortsTheRequest) {
 }
 
 TEST_F(ScriptedServerTest, NonStreamingClientDisconnectAbortsToo) {
-  auto running = [] { return server_->engine().stats().num_running + server_->engine().stats().num_waiting; };
+  auto running = [] {
+    return server_->engine().stats().num_running + server_->engine().stats().num_waiting;
+  };
   {
     json body = {{"messages", {user("Hi")}}, {"max_tokens", 6000}, {"ignore_eos", true}};
     OpenRequest request(port(), "POST", "/v1/chat/completions", body.dump());
@@ -384,18 +401,47 @@ TEST_F(ScriptedServerTest, NonStreamingClientDisconnectAbortsToo) {
 TEST_F(ScriptedServerTest, MutatedRequestsNeverBreakTheServer) {
   const std::vector<std::pair<std::string, json>> seeds = {
       {"/v1/chat/completions",
-       {{"messages", {user("Hi")}}, {"max_tokens", 4}, {"temperature", 0.5}, {"n", 2}, {"stop", {"x"}},
-        {"logprobs", true}, {"top_logprobs", 2}, {"tools", weather_tools()}, {"tool_choice", "auto"},
-        {"stream", false}, {"seed", 3}, {"response_format", {{"type", "json_object"}}}}},
+       {{"messages", {user("Hi")}},
+        {"max_tokens", 4},
+        {"temperature", 0.5},
+        {"n", 2},
+        {"stop", {"x"}},
+        {"logprobs", true},
+        {"top_logprobs", 2},
+        {"tools", weather_tools()},
+        {"tool_choice", "auto"},
+        {"stream", false},
+        {"seed", 3},
+        {"response_format", {{"type", "json_object"}}}}},
       {"/v1/completions",
-       {{"prompt", "Say hi]~b]ai\n"}, {"max_tokens", 4}, {"echo", true}, {"logprobs", 1}, {"top_p", 0.9},
-        {"stop_token_ids", {5}}, {"min_tokens", 1}, {"presence_penalty", 0.1}}},
+       {{"prompt", "Say hi]~b]ai\n"},
+        {"max_tokens", 4},
+        {"echo", true},
+        {"logprobs", 1},
+        {"top_p", 0.9},
+        {"stop_token_ids", {5}},
+        {"min_tokens", 1},
+        {"presence_penalty", 0.1}}},
       {"/tokenize", {{"prompt", "abc"}, {"add_special_tokens", false}}},
       {"/detokenize", {{"tokens", {1, 2, 3}}}},
   };
-  const std::vector<json> values = {nullptr, true, false, 0, -1, 3, 2.5, -1e308, 1e308, 4294967296LL,
-                                    "", "text", "\u0000", json::array(), json::array({1, "a"}),
-                                    json::object(), json{{"k", {{"n", nullptr}}}}};
+  const std::vector<json> values = {nullptr,
+                                    true,
+                                    false,
+                                    0,
+                                    -1,
+                                    3,
+                                    2.5,
+                                    -1e308,
+                                    1e308,
+                                    4294967296LL,
+                                    "",
+                                    "text",
+                                    "\u0000",
+                                    json::array(),
+                                    json::array({1, "a"}),
+                                    json::object(),
+                                    json{{"k", {{"n", nullptr}}}}};
   std::mt19937 rng(1234);
   int requests = 0;
   for (const auto& [path, seed] : seeds) {
@@ -403,7 +449,8 @@ TEST_F(ScriptedServerTest, MutatedRequestsNeverBreakTheServer) {
       for (const json& value : values) {
         json body = seed;
         body[it.key()] = value;
-        if (body.contains("max_tokens") && body["max_tokens"].is_number() && body["max_tokens"].get<double>() > 8) {
+        if (body.contains("max_tokens") && body["max_tokens"].is_number() &&
+            body["max_tokens"].get<double>() > 8) {
           body["max_tokens"] = 4;  // keep the fuzzing fast: long generations prove nothing here
         }
         body["stream"] = false;
@@ -445,10 +492,17 @@ TEST_F(ScriptedServerTest, BadRequestsGetOpenAIErrors) {
   };
   const std::vector<Case> cases = {
       {"/v1/chat/completions", "{not json", 400, "", "not valid JSON"},
-      {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\"}]}", 400, "", "UTF-8"},
-      {"/v1/chat/completions", R"({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})", 404, "model", "does not exist"},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "temperature": -1})", 400, "temperature", "temperature"},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000000})", 400, "max_tokens", "maximum context length"},
+      {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\"}]}", 400,
+       "", "UTF-8"},
+      {"/v1/chat/completions",
+       R"({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})", 404, "model",
+       "does not exist"},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": "x"}], "temperature": -1})", 400, "temperature",
+       "temperature"},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000000})", 400,
+       "max_tokens", "maximum context length"},
       {"/v1/chat/completions", R"({"messages": "hi"})", 400, "messages", "messages"},
       {"/v1/completions", R"({"prompt": [1, 2, 99999999]})", 400, "prompt", "vocabulary"},
       {"/v1/completions", R"({"prompt": "x", "n": "two"})", 400, "n", "integer"},
@@ -466,7 +520,8 @@ TEST_F(ScriptedServerTest, BadRequestsGetOpenAIErrors) {
     } else {
       EXPECT_EQ(error["error"]["param"], c.param) << reply.body;
     }
-    EXPECT_NE(error["error"]["message"].get<std::string>().find(c.words), std::string::npos) << reply.body;
+    EXPECT_NE(error["error"]["message"].get<std::string>().find(c.words), std::string::npos)
+        << reply.body;
   }
   // The server still serves after all that.
   EXPECT_EQ(http_get(port(), "/health").status, 200);
@@ -503,12 +558,12 @@ TEST_F(ScriptedServerTest, ServiceRoutes) {
   EXPECT_EQ(json::parse(http_get(port(), "/version").body)["version"], "test");
   HttpReply metrics = http_get(port(), "/metrics");
   EXPECT_EQ(metrics.status, 200);
-  for (const char* name : {"vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-                           "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
-                           "vllm:kv_cache_usage_perc", "vllm:num_requests_running",
-                           "vllm:num_requests_waiting", "vllm:time_to_first_token_seconds_bucket",
-                           "vllm:inter_token_latency_seconds_bucket", "vllm:num_preemptions_total",
-                           "vllm:request_success_total", "vllm:spec_decode_num_drafts_total"}) {
+  for (const char* name :
+       {"vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total", "vllm:kv_cache_usage_perc", "vllm:num_requests_running",
+        "vllm:num_requests_waiting", "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_bucket", "vllm:num_preemptions_total",
+        "vllm:request_success_total", "vllm:spec_decode_num_drafts_total"}) {
     EXPECT_NE(metrics.body.find(name), std::string::npos) << name;
   }
 }
@@ -523,10 +578,12 @@ TEST(ScriptedServerLimits, ApiKeyIsRequiredOnTheApiOnly) {
   HttpReply missing = http_post(server.port(), "/v1/chat/completions", body);
   EXPECT_EQ(missing.status, 401);
   EXPECT_EQ(json::parse(missing.body)["error"]["code"], 401);
-  HttpReply wrong = http_post(server.port(), "/v1/chat/completions", body, {{"Authorization", "Bearer nope"}});
+  HttpReply wrong =
+      http_post(server.port(), "/v1/chat/completions", body, {{"Authorization", "Bearer nope"}});
   EXPECT_EQ(wrong.status, 401);
   EXPECT_NE(wrong.body.find("invalid API key"), std::string::npos);
-  HttpReply right = http_post(server.port(), "/v1/chat/completions", body, {{"Authorization", "Bearer sk-test-123"}});
+  HttpReply right = http_post(server.port(), "/v1/chat/completions", body,
+                              {{"Authorization", "Bearer sk-test-123"}});
   EXPECT_EQ(right.status, 200) << right.body;
   EXPECT_EQ(http_get(server.port(), "/health").status, 200);
   EXPECT_EQ(http_get(server.port(), "/v1/models").status, 401);
@@ -552,7 +609,8 @@ TEST(ScriptedServerLimits, ConnectionsBeyondTheLimitGet503) {
   ScriptedServerOptions o = default_options();
   o.serve.http.max_connections = 2;
   ScriptedServer server(std::move(o));
-  json body = {{"messages", {user("Hi")}}, {"stream", true}, {"max_tokens", 2000}, {"ignore_eos", true}};
+  json body = {
+      {"messages", {user("Hi")}}, {"stream", true}, {"max_tokens", 2000}, {"ignore_eos", true}};
   OpenRequest a(server.port(), "POST", "/v1/chat/completions", body.dump());
   OpenRequest b(server.port(), "POST", "/v1/chat/completions", body.dump());
   a.read_until("data: ");
@@ -564,7 +622,8 @@ TEST(ScriptedServerLimits, ConnectionsBeyondTheLimitGet503) {
   b.close();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   int status = 0;
-  while (std::chrono::steady_clock::now() < deadline && (status = http_get(server.port(), "/health").status) != 200) {
+  while (std::chrono::steady_clock::now() < deadline &&
+         (status = http_get(server.port(), "/health").status) != 200) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_EQ(status, 200);
@@ -584,12 +643,13 @@ TEST(ScriptedServerLifecycle, HealthReflectsLoadingReadyAndDraining) {
   // Draining: a stream in flight finishes; new work and /health get 503 meanwhile. The stream
   // (with 20 logprobs per token) is far larger than the socket buffers, so it cannot end before
   // this test reads it.
-  json body = {{"messages", {user("Hi")}}, {"stream", true},     {"max_tokens", 3000},
-               {"ignore_eos", true},        {"logprobs", true}, {"top_logprobs", 20}};
+  json body = {{"messages", {user("Hi")}}, {"stream", true},   {"max_tokens", 3000},
+               {"ignore_eos", true},       {"logprobs", true}, {"top_logprobs", 20}};
   OpenRequest in_flight(server.port(), "POST", "/v1/chat/completions", body.dump());
   in_flight.read_until("data: ");
   std::thread drain([&] {
-    server.server().drain_and_stop(std::chrono::seconds(30), [&] { server.engine().shutdown(false); });
+    server.server().drain_and_stop(std::chrono::seconds(30),
+                                   [&] { server.engine().shutdown(false); });
   });
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!server.server().context().draining() && std::chrono::steady_clock::now() < deadline) {

@@ -13,7 +13,9 @@ TEST(Utf8, AcceptsValidText) {
 }
 
 TEST(Utf8, ReportsTheOffsetOfTheFirstBadByte) {
-  EXPECT_EQ(find_invalid_utf8("ab\xFF" "cd"), 2u);
+  EXPECT_EQ(find_invalid_utf8("ab\xFF"
+                              "cd"),
+            2u);
   EXPECT_EQ(find_invalid_utf8("ok\xC3"), 2u);            // truncated sequence
   EXPECT_EQ(find_invalid_utf8("\xC0\xAF"), 0u);          // overlong '/'
   EXPECT_EQ(find_invalid_utf8("\xE0\x80\xAF"), 0u);      // overlong

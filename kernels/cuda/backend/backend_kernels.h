@@ -1,0 +1,199 @@
+// Internal interface between the CUDA backend (host, cuda_backend.cc) and its kernels (*.cu): plain
+// argument structs and launch functions. Launchers only enqueue work on the given stream (no
+// allocation, no synchronisation), so every op of a step can be captured in a CUDA graph.
+//
+// Activations are bf16 (uint16_t bits) rows; accumulation is fp32. Every kernel rounds its outputs
+// to bf16 at the points where the CPU reference (kernels/cpu) rounds in bf16 mode, with the same
+// intermediate roundings, so that the two backends differ only by fp32 summation order.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "ops/attention.h"
+#include "ops/kv_layout.h"
+
+namespace m3::cuda::detail {
+
+// ---- weights ----
+
+// How one linear layer's weight is stored on the device (model/weights.h WeightFormat, with the
+// dense dtype folded in).
+enum class WeightKind : uint8_t { kBF16, kF16, kF32, kFp8, kFp8Block, kMxfp8, kNvfp4 };
+
+// A device view of one LinearWeight (rows = output features).
+struct WeightView {
+  const uint8_t* data = nullptr;   // codes or values, row stride row_bytes
+  const uint8_t* scale = nullptr;  // kMxfp8 UE8M0 / kNvfp4 E4M3 bytes, kFp8Block F32, kFp8 F32[1]
+  int64_t row_bytes = 0;
+  int64_t scale_stride = 0;  // scale entries per scale row (bytes, or floats for kFp8Block)
+  WeightKind kind = WeightKind::kBF16;
+  // Second-level NVFP4 scale: the fp32 dot product is multiplied by out_mul (ModelOpt
+  // weight_scale_2) or divided by out_div (compressed-tensors weight_global_scale; 0 = none).
+  float out_mul = 1.0f;
+  float out_div = 0.0f;
+};
+
+// One tile of rows that a linear kernel computes against one weight (one expert).
+struct LinearItem {
+  int32_t expert;
+  int32_t row_begin;  // first row in the item space (the permuted rows for MoE)
+  int32_t row_count;
+  int32_t pad;
+};
+
+enum class Epilogue : uint8_t {
+  kStore,   // out = bf16(x W^T)
+  kSwiglu,  // out = SwiGLU-OAI(bf16(x Wg^T), bf16(x Wu^T)) with the reference's bf16 roundings
+};
+
+// out[r] = epilogue(x[src(r)] . W^T) for the rows of every item. Dense: items are the row tiles
+// [i * item_rows, ...) of `rows` rows and weight w[0] (w[1]: the up projection of kSwiglu).
+// Grouped (MoE): items[0 .. *num_items) from the device, weights table[j][item.expert], at most
+// max_items items. src(r) = x_rows ? x_rows[r] : r.
+struct LinearArgs {
+  const uint16_t* x = nullptr;
+  int64_t x_stride = 0;  // elements
+  const int32_t* x_rows = nullptr;
+  int rows = 0;
+  int n = 0;  // output features
+  int k = 0;  // input features
+  WeightView w[2];
+  const WeightView* table[2] = {nullptr, nullptr};
+  const LinearItem* items = nullptr;
+  const int32_t* num_items = nullptr;
+  int max_items = 0;
+  int item_rows = 16;  // rows per item: 16, 32 or 64 (skinny kernel), 128 (tiled kernel)
+  uint16_t* out = nullptr;
+  int64_t out_stride = 0;
+  Epilogue epilogue = Epilogue::kStore;
+  float swiglu_alpha = 1.702f;
+  float swiglu_limit = 7.0f;
+};
+
+// True when the tensor-core kernels take this weight (exact bf16 expansion, aligned rows);
+// otherwise launch_linear uses the exact fp32 SIMT kernel.
+bool linear_has_mma_path(const WeightView& w, int k);
+// Rows per item the kernels prefer for a problem of `rows` rows (dense) or of about `rows` rows
+// per expert (grouped).
+int linear_item_rows(const WeightView& w, int k, int rows);
+cudaError_t init_linear_kernels();
+cudaError_t launch_linear(const LinearArgs& args, cudaStream_t stream);
+
+// ---- elementwise and normalisation ----
+
+// cos/sin tables [T, rotary_dim / 2] (fp32, rounded to bf16 like the reference's cast):
+// cos(pos * inv_freq[i]) * attention_factor.
+cudaError_t launch_rope_tables(const int32_t* positions, int num_tokens, const float* inv_freq,
+                               int half, float attention_factor, float* cos, float* sin,
+                               cudaStream_t stream);
+// out[t] = table[ids[t]] as bf16; table_dtype: 0 bf16, 1 f32 (rounded), 2 f16 (rounded).
+cudaError_t launch_embed(const void* table, int table_dtype, int64_t hidden, const int32_t* ids,
+                         int num_tokens, uint16_t* out, cudaStream_t stream);
+// out[r] = x[rows[r]] for r < n.
+cudaError_t launch_gather_rows(const uint16_t* x, const int32_t* rows, int n, int64_t cols,
+                               uint16_t* out, cudaStream_t stream);
+// Gemma RMSNorm of each row; out may alias x.
+cudaError_t launch_rms_norm(const uint16_t* x, const float* w, int rows, int cols, float eps,
+                            uint16_t* out, cudaStream_t stream);
+// Per head: Gemma RMSNorm then rotate-half RoPE over rope_dims channels (ops/backend.h).
+struct HeadNormRopeArgs {
+  uint16_t* x = nullptr;  // [T, heads * head_dim], in place
+  int num_tokens = 0;
+  int num_heads = 0;
+  int head_dim = 0;
+  const float* norm = nullptr;  // [head_dim]
+  float eps = 1e-6f;
+  int rope_dims = 0;
+  const float* cos = nullptr;  // [T, rope_half] with rope_half = rotary_dim / 2
+  const float* sin = nullptr;
+  int rope_half = 0;
+};
+cudaError_t launch_head_norm_rope(const HeadNormRopeArgs& args, cudaStream_t stream);
+// x = bf16(x + y), n elements.
+cudaError_t launch_add(uint16_t* x, const uint16_t* y, int64_t n, cudaStream_t stream);
+// dst[i] = float(src[i]) for bf16 src.
+cudaError_t launch_bf16_to_f32(const uint16_t* src, int64_t n, float* dst, cudaStream_t stream);
+
+// ---- MoE ----
+
+struct MoeRouteArgs {
+  const uint16_t* x = nullptr;  // [T, hidden]
+  int num_tokens = 0;
+  int hidden = 0;
+  const float* router = nullptr;  // [E, hidden]
+  const float* bias = nullptr;    // [E] or null
+  int num_experts = 0;
+  int top_k = 0;
+  float* logits = nullptr;  // scratch [T, E]
+  // Outputs, per token the top_k choices in ascending expert id:
+  int32_t* choice_expert = nullptr;  // [T, top_k]
+  float* choice_weight = nullptr;    // [T, top_k], normalised router probabilities
+  int32_t* choice_row = nullptr;     // [T, top_k] permuted row of the choice
+  // The permutation: rows grouped by expert, and the work items over them.
+  int32_t* row_token = nullptr;      // [T * top_k] token of each permuted row
+  int32_t* expert_count = nullptr;   // scratch [E + 1]
+  LinearItem* items = nullptr;       // [max_items]
+  int32_t* num_items = nullptr;      // [1]
+  int item_rows = 16;
+  int max_items = 0;
+};
+cudaError_t launch_moe_route(const MoeRouteArgs& args, cudaStream_t stream);
+// out[t] = bf16(bf16(routed_t * scale) + shared[t]) with routed_t the sum over the token's
+// choices in ascending expert id of bf16(y[row] * weight), rounded after every add.
+cudaError_t launch_moe_combine(const uint16_t* y, const int32_t* choice_row, const float* choice_weight,
+                               int num_tokens, int top_k, int hidden, float routed_scale,
+                               const uint16_t* shared, uint16_t* out, cudaStream_t stream);
+
+// ---- attention, any geometry (the MSA kernels take the M3 shape) ----
+
+// The per-step metadata on the device.
+struct StepDevice {
+  int num_tokens = 0;
+  int num_seqs = 0;
+  const int32_t* positions = nullptr;
+  const int32_t* token_seq = nullptr;
+  const int32_t* seq_lens = nullptr;
+  const int32_t* page_table = nullptr;
+  int32_t pages_per_seq = 0;
+  const int32_t* slot_mapping = nullptr;
+  int max_blocks = 0;  // largest ceil(seq_len / block_size) of the step
+};
+
+// ops/attention.h kv_insert from bf16 rows; index_k may be null.
+cudaError_t launch_generic_kv_insert(const StepDevice& step, const KvLayerView& cache,
+                                     const uint16_t* k, const uint16_t* v, const uint16_t* index_k,
+                                     cudaStream_t stream);
+// ops/attention.h indexer_topk: selection [T, Hi, topk].
+cudaError_t launch_generic_indexer_topk(const StepDevice& step, const KvLayerView& cache,
+                                        const uint16_t* index_q, const IndexerParams& params,
+                                        int32_t* selection, cudaStream_t stream);
+// ops/attention.h paged_attention; selection null for full attention. out bf16 [T, Hq * D].
+cudaError_t launch_generic_attention(const StepDevice& step, const KvLayerView& cache,
+                                     const uint16_t* q, int num_q_heads, const int32_t* selection,
+                                     int topk, float sm_scale, uint16_t* out, cudaStream_t stream);
+
+// The fused attention input path: per token, head norm + RoPE of q (in place), of k and of
+// index-K, and the quantized write of k, v and index-K into the cache. k and index_k are also
+// left normed and roped in place, as the separate ops leave them.
+struct AttentionInputArgs {
+  StepDevice step;
+  KvLayerView cache;
+  uint16_t* q = nullptr;
+  int num_q_heads = 0;
+  uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
+  uint16_t* index_k = nullptr;  // null: no index cache write
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  const float* index_k_norm = nullptr;
+  float eps = 1e-6f;
+  int rope_dims = 0;
+  int index_rope_dims = 0;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  int rope_half = 0;
+};
+cudaError_t launch_attention_input(const AttentionInputArgs& args, cudaStream_t stream);
+
+}  // namespace m3::cuda::detail
