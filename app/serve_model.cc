@@ -78,6 +78,7 @@ std::string indexer_dtype_from(const std::string& attention_config) {
 }
 
 constexpr int64_t kDefaultCpuKvBytes = int64_t{1} << 30;
+constexpr int64_t kDefaultModelLen = 8192;
 
 }  // namespace
 
@@ -96,7 +97,7 @@ void check_deployment_options(const ServeEngineOptions& o, const ModelOptions& m
   M3_CHECK(
       !o.gpu_memory_utilization,
       "--gpu-memory-utilization applies to GPU memory and this server runs on the CPU backend; "
-      "size the KV cache with --kv-cache-memory (default 1GiB) or --num-kv-blocks");
+      "size the KV cache with --kv-cache-memory or --num-kv-blocks");
   if (!o.speculative_config.empty()) {
     nlohmann::json spec = nlohmann::json::parse(o.speculative_config, nullptr, false);
     M3_CHECK(!spec.is_discarded() && spec.is_object(),
@@ -143,15 +144,22 @@ ServingModel load_serving_model(const ModelOptions& mo, const ServeEngineOptions
   const KvLayout layout = KvLayout::make(
       config.index_block_size, config.num_kv_heads, config.head_dim,
       config.has_sparse_layers() ? config.index_head_dim : 0, rt.kv_dtype, rt.index_dtype, sparse);
+  // The longest request: --max-model-len, else the model's limit capped at 8192 tokens.
+  const int64_t model_len =
+      mo.max_model_len > 0 ? mo.max_model_len
+                           : std::min<int64_t>(config.max_position_embeddings, kDefaultModelLen);
   if (mo.num_kv_blocks > 0) {
     rt.num_kv_blocks = mo.num_kv_blocks;
-  } else {
-    const int64_t bytes = mo.kv_cache_memory.empty()
-                              ? kDefaultCpuKvBytes
-                              : parse_memory_size(mo.kv_cache_memory, "--kv-cache-memory");
-    rt.num_kv_blocks = bytes / layout.block_bytes;
+  } else if (!mo.kv_cache_memory.empty()) {
+    rt.num_kv_blocks = parse_memory_size(mo.kv_cache_memory, "--kv-cache-memory") / layout.block_bytes;
     M3_CHECK(rt.num_kv_blocks > 0, "--kv-cache-memory {} holds no KV block ({} bytes each)",
              mo.kv_cache_memory, layout.block_bytes);
+  } else {
+    // Enough for max_num_seqs full-length requests at once, within a CPU budget of 1 GiB.
+    const int64_t blocks_per_request = (model_len + layout.block_size - 1) / layout.block_size;
+    rt.num_kv_blocks = std::max<int64_t>(
+        blocks_per_request,
+        std::min(kDefaultCpuKvBytes / layout.block_bytes, o.max_num_seqs * blocks_per_request));
   }
 
   ModelWeights weights;
@@ -174,10 +182,8 @@ ServingModel load_serving_model(const ModelOptions& mo, const ServeEngineOptions
   engine_config.enable_prefix_caching = o.enable_prefix_caching;
   const MiniMaxM3& model = *s.model;
   const int64_t capacity = model.num_kv_blocks() * model.block_size();
-  engine_config.max_model_len = static_cast<int>(
-      mo.max_model_len > 0
-          ? mo.max_model_len
-          : std::min<int64_t>({model.config().max_position_embeddings, 8192, capacity}));
+  engine_config.max_model_len =
+      static_cast<int>(mo.max_model_len > 0 ? model_len : std::min(model_len, capacity));
   s.engine =
       std::make_unique<EngineCore>(std::make_unique<MiniMaxM3Runner>(*s.model), engine_config);
   M3_LOG_INFO("model {}: {} layers ({} sparse), hidden {}, vocab {}; backend {}, activations {}",

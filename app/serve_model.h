@@ -42,7 +42,8 @@ struct ServingModel {
 
 // Loads config and weights (with a progress bar on stderr), checks the options that depend on
 // the checkpoint (--block-size, --quantization-config.moe), sizes the KV pool (--num-kv-blocks,
-// --kv-cache-memory, default 1 GiB on the CPU) and builds the engine.
+// --kv-cache-memory; by default room for --max-num-seqs full-length requests, at most 1 GiB)
+// and builds the engine.
 ServingModel load_serving_model(const ModelOptions& model_options,
                                 const ServeEngineOptions& options);
 

@@ -85,6 +85,19 @@ class Backend {
   // ops/attention.h kv_insert: k, v [T, Hkv * D]; index_k [T, Di] or an undefined Tensor.
   virtual void kv_insert(const KvLayerView& cache, const Tensor& k, const Tensor& v,
                          const Tensor& index_k) = 0;
+  // The attention input path in one op: head_norm_rope of q (num_q_heads, q_norm) and of k
+  // (cache.num_kv_heads, k_norm) over rope_dims, of index_k (one head, index_k_norm, over
+  // index_rope_dims) when defined, then kv_insert(cache, k, v, index_k). Same results as those
+  // calls (q, k and index_k are left normed and roped); backends may fuse it (CUDA: one launch).
+  virtual void attention_input(const KvLayerView& cache, Tensor q, int num_q_heads, Tensor k,
+                               const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
+                               Tensor index_k, const Tensor& index_k_norm, float eps,
+                               int rope_dims, int index_rope_dims) {
+    head_norm_rope(q, num_q_heads, cache.head_dim, q_norm, eps, rope_dims);
+    head_norm_rope(k, cache.num_kv_heads, cache.head_dim, k_norm, eps, rope_dims);
+    if (index_k.defined()) head_norm_rope(index_k, 1, cache.index_dim, index_k_norm, eps, index_rope_dims);
+    kv_insert(cache, k, v, index_k);
+  }
   // ops/attention.h indexer_topk: index_q [T, Hi * Di] -> selection I32 [T, Hi, topk_blocks].
   virtual void indexer_topk(const KvLayerView& cache, const Tensor& index_q,
                             const IndexerParams& params, Tensor selection) = 0;

@@ -171,6 +171,14 @@ TEST_F(ScriptedServerTest, ReasoningIsSplitFromContent) {
   }
   EXPECT_EQ(reasoning, "Two plus two is four.");
   EXPECT_EQ(content, "The answer is 4.");
+
+  // thinking_mode "enabled": the prompt already ends with <mm:think>, so the model's output
+  // starts inside the reasoning (the script continues after the pre-filled opener).
+  json enabled = post_json("/v1/chat/completions",
+                           {{"messages", {user("What is 2+2?")}},
+                            {"chat_template_kwargs", {{"thinking_mode", "enabled"}}}});
+  EXPECT_EQ(enabled["choices"][0]["message"]["reasoning_content"], "Two plus two is four.");
+  EXPECT_EQ(enabled["choices"][0]["message"]["content"], "The answer is 4.");
 }
 
 TEST_F(ScriptedServerTest, ToolCallsAreParsedWithSchemaTypes) {

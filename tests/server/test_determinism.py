@@ -63,12 +63,16 @@ class Determinism(unittest.TestCase):
                   "--disable-log-stats"]
         reference = LiveServer([BIN, "serve", MODEL, "--no-enable-prefix-caching", "--num-kv-blocks", "16"] + common)
         try:
-            cls.alone = [reference.post("/v1/completions", b)["choices"][0]["text"] for b in REQUESTS]
+            replies = [reference.post("/v1/completions", b) for b in REQUESTS]
+            cls.alone = [r["choices"][0]["text"] for r in replies]
+            cls.reference_cached = sum(r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in replies)
             cls.seeded_alone = [reference.post("/v1/completions", b)["choices"][0]["text"] for b in SEEDED]
         finally:
             reference.stop()
-        # 32 requests need ~40 blocks at once; 12 blocks force preemption.
-        cls.server = LiveServer([BIN, "serve", MODEL, "--num-kv-blocks", "12", "--max-num-seqs", "32"] + common)
+        # 32 requests need ~40 blocks at once; 12 blocks force preemption. A 256-token step budget
+        # splits the long shared prompts into chunks (chunked prefill).
+        cls.server = LiveServer([BIN, "serve", MODEL, "--num-kv-blocks", "12", "--max-num-seqs", "32",
+                                 "--max-num-batched-tokens", "256"] + common)
 
     @classmethod
     def tearDownClass(cls):
@@ -93,6 +97,10 @@ class Determinism(unittest.TestCase):
             self.assertGreaterEqual(r["usage"]["prompt_tokens_details"]["cached_tokens"], 256, "request %d" % i)
             self.assertEqual(r["choices"][0]["text"], self.alone[i], "request %d" % i)
         self.assertGreater(self.server.metric("vllm:prefix_cache_hits_total"), hits_before)
+
+    def test_prefix_caching_can_be_turned_off(self):
+        # The reference server ran the shared-prefix prompts 8 times with --no-enable-prefix-caching.
+        self.assertEqual(self.reference_cached, 0)
 
     def test_seeded_sampling_is_reproducible(self):
         again = [self.server.post("/v1/completions", b)["choices"][0]["text"] for b in SEEDED]

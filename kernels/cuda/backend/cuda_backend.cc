@@ -1,0 +1,618 @@
+// The CUDA backend: ops/backend.h on the device, one stream, bf16 activations.
+//
+// plan() uploads the step's metadata in one async copy from pinned memory, computes the RoPE
+// tables on the device and plans the MSA kernels; the run ops only enqueue kernels (no allocation
+// once the scratch buffers have grown to the step sizes seen, no synchronisation), except
+// copy_to_host_f32, which waits for the stream.
+#include "kernels/cuda/backend/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "core/log.h"
+#include "kernels/cuda/backend/backend_kernels.h"
+#include "kernels/cuda/backend/cublas_gemm.h"
+#include "kernels/cuda/backend/device_memory.h"
+#include "kernels/cuda/msa.h"
+
+namespace m3 {
+namespace {
+
+using cuda::check_cuda;
+using cuda::DeviceBuffer;
+using cuda::PinnedBuffer;
+namespace detail = cuda::detail;
+
+const uint16_t* bf16_ptr(const Tensor& t) { return t.data_as<const uint16_t>(); }
+uint16_t* bf16_ptr_mut(const Tensor& t) { return t.data_as<uint16_t>(); }
+
+void check_act(const Tensor& t, int64_t rows, int64_t cols, const std::string& what) {
+  M3_CHECK(t.defined() && t.device() == Device::kCuda && t.dtype() == DType::kBF16 && t.ndim() == 2 &&
+               t.dim(0) == rows && t.dim(1) == cols,
+           "cuda backend: {} must be a device BF16 [{}, {}] tensor, got {} {} on {}", what, rows, cols,
+           t.defined() ? dtype_name(t.dtype()) : "undefined", shape_string(t.shape()),
+           t.defined() ? device_name(t.device()) : "-");
+}
+
+void check_f32_vector(const Tensor& t, int64_t n, const char* what) {
+  M3_CHECK(t.defined() && t.device() == Device::kCuda && t.dtype() == DType::kF32 && t.numel() == n,
+           "cuda backend: {} must be a device F32 tensor of {} elements", what, n);
+}
+
+detail::WeightView weight_view(const LinearWeight& w) {
+  M3_CHECK(w.weight.defined(), "linear {}: weight is not loaded", w.name);
+  M3_CHECK(w.weight.device() == Device::kCuda,
+           "linear {}: weight is in host memory (upload the model's weights with upload_weights_to_cuda)", w.name);
+  detail::WeightView v;
+  v.data = w.weight.data_as<const uint8_t>();
+  v.row_bytes = w.weight.dim(-1) * static_cast<int64_t>(dtype_size(w.weight.dtype()));
+  if (w.scale.defined()) {
+    v.scale = w.scale.data_as<const uint8_t>();
+    v.scale_stride = w.scale.ndim() >= 2 ? w.scale.dim(-1) : 0;
+  }
+  switch (w.format) {
+    case WeightFormat::kDense:
+      if (w.weight.dtype() == DType::kBF16) v.kind = detail::WeightKind::kBF16;
+      else if (w.weight.dtype() == DType::kF16) v.kind = detail::WeightKind::kF16;
+      else if (w.weight.dtype() == DType::kF32) v.kind = detail::WeightKind::kF32;
+      else fail("linear {}: dense weight of dtype {} is not supported", w.name, dtype_name(w.weight.dtype()));
+      break;
+    case WeightFormat::kFp8:
+      v.kind = detail::WeightKind::kFp8;
+      break;
+    case WeightFormat::kFp8Block:
+      v.kind = detail::WeightKind::kFp8Block;
+      break;
+    case WeightFormat::kMxfp8:
+      v.kind = detail::WeightKind::kMxfp8;
+      break;
+    case WeightFormat::kNvfp4:
+      v.kind = detail::WeightKind::kNvfp4;
+      if (w.global_divisor != 0.0f) v.out_div = w.global_divisor;
+      else v.out_mul = w.global_scale;
+      break;
+  }
+  return v;
+}
+
+// Per-expert weight views of one MoE layer, on the device (built on the first call for a layer).
+struct ExpertTables {
+  DeviceBuffer views;  // [3][E] WeightView: gate, up, down
+  detail::WeightView first[3];
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
+    check_cuda(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming), "event");
+    check_cuda(detail::init_linear_kernels(), "linear kernel attributes");
+    gemm_ = std::make_unique<cuda::CublasLtGemm>();
+  }
+  ~CudaBackend() override {
+    msa_.reset();
+    if (stream_) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+    if (upload_done_) cudaEventDestroy(upload_done_);
+  }
+
+  std::string_view name() const override { return "cuda"; }
+  Device device() const override { return Device::kCuda; }
+
+  void configure(const ModelConfig& config, DType activation_dtype) override {
+    M3_CHECK(activation_dtype == DType::kBF16,
+             "cuda backend: activations are bfloat16 on the GPU (--dtype {} is CPU-only; use --dtype bfloat16)",
+             dtype_name(activation_dtype));
+    M3_CHECK(config.rope.inv_freq_long.empty(),
+             "cuda backend: rope type '{}' (length-dependent frequencies) is not supported", config.rope.type);
+    M3_CHECK(config.rope.rotary_dim % 2 == 0 && config.rope.rotary_dim <= config.head_dim &&
+                 static_cast<int>(config.rope.inv_freq.size()) * 2 >= config.rope.rotary_dim,
+             "cuda backend: rotary_dim {} needs {} inverse frequencies (have {})", config.rope.rotary_dim,
+             config.rope.rotary_dim / 2, config.rope.inv_freq.size());
+    config_ = config;
+    rope_half_ = std::max(1, config.rope.rotary_dim / 2);
+    inv_freq_.reserve(sizeof(float) * rope_half_, "rope inverse frequencies");
+    std::vector<float> f(config.rope.inv_freq.begin(), config.rope.inv_freq.begin() + config.rope.rotary_dim / 2);
+    f.resize(rope_half_, 0.0f);
+    check_cuda(cudaMemcpy(inv_freq_.as(), f.data(), sizeof(float) * rope_half_, cudaMemcpyHostToDevice), "inv_freq");
+    msa_.reset();
+    const int group = config.num_kv_heads > 0 ? config.num_heads / config.num_kv_heads : 0;
+    const bool sparse = config.has_sparse_layers();
+    const bool msa_shape = config.head_dim == 128 && config.index_block_size % 64 == 0 &&
+                           config.index_block_size <= 256 && group >= 1 && group <= 16 &&
+                           (!sparse || (config.index_head_dim == 128 && config.index_heads <= 64 &&
+                                        config.index_topk_blocks <= 128));
+    if (msa_shape) {
+      cuda::MsaConfig mc;
+      mc.num_q_heads = config.num_heads;
+      mc.num_kv_heads = config.num_kv_heads;
+      mc.head_dim = config.head_dim;
+      mc.index_dim = sparse ? config.index_head_dim : 0;
+      mc.block_size = config.index_block_size;
+      mc.indexer.index_heads = config.index_heads;
+      mc.indexer.topk_blocks = config.index_topk_blocks;
+      mc.indexer.local_blocks = config.index_local_blocks;
+      mc.indexer.init_blocks = config.index_init_blocks;
+      mc.dense = true;
+      msa_ = std::make_unique<cuda::MsaPlan>(mc);
+    }
+    M3_LOG_DEBUG("cuda backend: attention on the {} kernels", msa_ ? "MSA" : "generic");
+  }
+  DType activation_dtype() const override { return DType::kBF16; }
+  DType activation_storage_dtype() const override { return DType::kBF16; }
+
+  Tensor alloc(Shape shape, DType dtype) override { return cuda::device_tensor(std::move(shape), dtype, "activation"); }
+
+  void copy_to_host_f32(const Tensor& src, float* dst) override {
+    M3_CHECK(src.device() == Device::kCuda, "cuda backend: copy_to_host_f32 of a host tensor");
+    const int64_t n = src.numel();
+    if (src.dtype() == DType::kF32) {
+      check_cuda(cudaMemcpyAsync(dst, src.data(), n * sizeof(float), cudaMemcpyDeviceToHost, stream_), "copy to host");
+    } else {
+      M3_CHECK(src.dtype() == DType::kBF16, "cuda backend: copy_to_host_f32 of {}", dtype_name(src.dtype()));
+      host_f32_.reserve(n * sizeof(float), "host copy staging");
+      check_cuda(detail::launch_bf16_to_f32(bf16_ptr(src), n, host_f32_.as<float>(), stream_), "bf16 -> f32");
+      check_cuda(cudaMemcpyAsync(dst, host_f32_.as(), n * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+                 "copy to host");
+    }
+    check_cuda(cudaStreamSynchronize(stream_), "copy to host");
+  }
+
+  void plan(const StepBatch& batch) override;
+  AttentionBatchView attention_batch() const override { return view_; }
+
+  void embed(const Tensor& table, Tensor out) override {
+    check_act(out, step_.num_tokens, table.dim(1), "embed output");
+    M3_CHECK(table.device() == Device::kCuda, "embedding table is in host memory");
+    int kind;
+    if (table.dtype() == DType::kBF16) kind = 0;
+    else if (table.dtype() == DType::kF32) kind = 1;
+    else if (table.dtype() == DType::kF16) kind = 2;
+    else fail("embedding table of dtype {} is not supported", dtype_name(table.dtype()));
+    check_cuda(detail::launch_embed(table.data(), kind, table.dim(1), token_ids_, step_.num_tokens, bf16_ptr_mut(out),
+                                    stream_),
+               "embed");
+  }
+
+  void gather_logits_rows(const Tensor& x, Tensor out) override {
+    check_act(out, num_logit_rows_, x.dim(1), "gathered rows");
+    check_cuda(detail::launch_gather_rows(bf16_ptr(x), logits_rows_, num_logit_rows_, x.dim(1), bf16_ptr_mut(out), stream_),
+               "gather rows");
+  }
+
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
+    const int64_t rows = x.dim(0), cols = x.dim(1);
+    check_act(x, rows, cols, "rms_norm input");
+    check_act(out, rows, cols, "rms_norm output");
+    check_f32_vector(weight, cols, "rms_norm weight");
+    check_cuda(detail::launch_rms_norm(bf16_ptr(x), weight.data_as<const float>(), static_cast<int>(rows),
+                                       static_cast<int>(cols), eps, bf16_ptr_mut(out), stream_),
+               "rms_norm");
+  }
+
+  void linear(const Tensor& x, const LinearWeight& weight, Tensor out) override {
+    const int64_t rows = x.dim(0);
+    check_act(x, rows, weight.in_features, "input of " + weight.name);
+    check_act(out, rows, weight.out_features, "output of " + weight.name);
+    const detail::WeightView w = weight_view(weight);
+    if (w.kind == detail::WeightKind::kBF16) {
+      gemm_->gemm_bf16(bf16_ptr(x), x.dim(1), static_cast<int>(rows), reinterpret_cast<const uint16_t*>(w.data),
+                       static_cast<int>(weight.out_features), static_cast<int>(weight.in_features), bf16_ptr_mut(out),
+                       out.dim(1), stream_);
+      return;
+    }
+    detail::LinearArgs a;
+    a.x = bf16_ptr(x);
+    a.x_stride = x.dim(1);
+    a.rows = static_cast<int>(rows);
+    a.n = static_cast<int>(weight.out_features);
+    a.k = static_cast<int>(weight.in_features);
+    a.w[0] = w;
+    a.item_rows = detail::linear_item_rows(w, a.k, a.rows);
+    a.out = bf16_ptr_mut(out);
+    a.out_stride = out.dim(1);
+    check_cuda(detail::launch_linear(a, stream_), weight.name.c_str());
+  }
+
+  void head_norm_rope(Tensor x, int num_heads, int head_dim, const Tensor& norm, float eps, int rope_dims) override {
+    check_act(x, step_.num_tokens, int64_t(num_heads) * head_dim, "head_norm_rope input");
+    check_f32_vector(norm, head_dim, "head norm weight");
+    M3_CHECK(rope_dims % 2 == 0 && rope_dims <= head_dim && rope_dims <= config_.rope.rotary_dim,
+             "rope over {} channels of {} (rotary_dim {})", rope_dims, head_dim, config_.rope.rotary_dim);
+    detail::HeadNormRopeArgs a;
+    a.x = bf16_ptr_mut(x);
+    a.num_tokens = step_.num_tokens;
+    a.num_heads = num_heads;
+    a.head_dim = head_dim;
+    a.norm = norm.data_as<const float>();
+    a.eps = eps;
+    a.rope_dims = rope_dims;
+    a.cos = rope_cos_.as<const float>();
+    a.sin = rope_sin_.as<const float>();
+    a.rope_half = rope_half_;
+    check_cuda(detail::launch_head_norm_rope(a, stream_), "head_norm_rope");
+  }
+
+  void kv_insert(const KvLayerView& cache, const Tensor& k, const Tensor& v, const Tensor& index_k) override {
+    const int64_t kv_cols = int64_t(cache.num_kv_heads) * cache.head_dim;
+    check_act(k, step_.num_tokens, kv_cols, "K");
+    check_act(v, step_.num_tokens, kv_cols, "V");
+    if (index_k.defined()) check_act(index_k, step_.num_tokens, cache.index_dim, "index K");
+    const uint16_t* ik = index_k.defined() ? bf16_ptr(index_k) : nullptr;
+    if (msa_ && cache.kv_dtype != KvDType::kF32 && (ik == nullptr || cache.index_dtype != KvDType::kF32)) {
+      msa_->kv_insert(cache, bf16_ptr(k), bf16_ptr(v), ik, stream_);
+      return;
+    }
+    check_cuda(detail::launch_generic_kv_insert(step_, cache, bf16_ptr(k), bf16_ptr(v), ik, stream_), "kv_insert");
+  }
+
+  void attention_input(const KvLayerView& cache, Tensor q, int num_q_heads, Tensor k, const Tensor& v,
+                       const Tensor& q_norm, const Tensor& k_norm, Tensor index_k, const Tensor& index_k_norm,
+                       float eps, int rope_dims, int index_rope_dims) override {
+    const int64_t kv_cols = int64_t(cache.num_kv_heads) * cache.head_dim;
+    check_act(q, step_.num_tokens, int64_t(num_q_heads) * cache.head_dim, "Q");
+    check_act(k, step_.num_tokens, kv_cols, "K");
+    check_act(v, step_.num_tokens, kv_cols, "V");
+    check_f32_vector(q_norm, cache.head_dim, "q_norm");
+    check_f32_vector(k_norm, cache.head_dim, "k_norm");
+    M3_CHECK(rope_dims % 2 == 0 && rope_dims <= cache.head_dim && rope_dims <= config_.rope.rotary_dim,
+             "rope over {} channels of {} (rotary_dim {})", rope_dims, cache.head_dim, config_.rope.rotary_dim);
+    detail::AttentionInputArgs a;
+    if (index_k.defined()) {
+      check_act(index_k, step_.num_tokens, cache.index_dim, "index K");
+      check_f32_vector(index_k_norm, cache.index_dim, "index_k_norm");
+      M3_CHECK(index_rope_dims % 2 == 0 && index_rope_dims <= cache.index_dim &&
+                   index_rope_dims <= config_.rope.rotary_dim,
+               "index rope over {} channels of {}", index_rope_dims, cache.index_dim);
+      a.index_k = bf16_ptr_mut(index_k);
+      a.index_k_norm = index_k_norm.data_as<const float>();
+    }
+    a.step = step_;
+    a.cache = cache;
+    a.q = bf16_ptr_mut(q);
+    a.num_q_heads = num_q_heads;
+    a.k = bf16_ptr_mut(k);
+    a.v = bf16_ptr(v);
+    a.q_norm = q_norm.data_as<const float>();
+    a.k_norm = k_norm.data_as<const float>();
+    a.eps = eps;
+    a.rope_dims = rope_dims;
+    a.index_rope_dims = index_rope_dims;
+    a.cos = rope_cos_.as<const float>();
+    a.sin = rope_sin_.as<const float>();
+    a.rope_half = rope_half_;
+    check_cuda(detail::launch_attention_input(a, stream_), "attention_input");
+  }
+
+  void indexer_topk(const KvLayerView& cache, const Tensor& index_q, const IndexerParams& params,
+                    Tensor selection) override {
+    check_act(index_q, step_.num_tokens, int64_t(params.index_heads) * cache.index_dim, "index Q");
+    M3_CHECK(selection.dtype() == DType::kI32 && selection.device() == Device::kCuda &&
+                 selection.numel() == int64_t(step_.num_tokens) * params.index_heads * params.topk_blocks,
+             "selection must be a device I32 [{}, {}, {}]", step_.num_tokens, params.index_heads,
+             params.topk_blocks);
+    if (msa_ && cache.index_dtype != KvDType::kF32 && params.topk_blocks == config_.index_topk_blocks) {
+      msa_->indexer_topk(cache, bf16_ptr(index_q), cuda::ActDType::kBF16, selection.data_as<int32_t>(), stream_);
+      return;
+    }
+    check_cuda(detail::launch_generic_indexer_topk(step_, cache, bf16_ptr(index_q), params,
+                                                   selection.data_as<int32_t>(), stream_),
+               "indexer_topk");
+  }
+
+  void paged_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads, const Tensor& selection, int topk,
+                       float sm_scale, Tensor out) override {
+    const int64_t cols = int64_t(num_q_heads) * cache.head_dim;
+    check_act(q, step_.num_tokens, cols, "Q");
+    check_act(out, step_.num_tokens, cols, "attention output");
+    const int32_t* sel = selection.defined() ? selection.data_as<const int32_t>() : nullptr;
+    if (msa_ && cache.kv_dtype != KvDType::kF32 && (sel == nullptr || topk == config_.index_topk_blocks)) {
+      msa_->attention(cache, bf16_ptr(q), cuda::ActDType::kBF16, sel, sm_scale, bf16_ptr_mut(out), nullptr, stream_);
+      return;
+    }
+    check_cuda(detail::launch_generic_attention(step_, cache, bf16_ptr(q), num_q_heads, sel, topk, sm_scale,
+                                                bf16_ptr_mut(out), stream_),
+               "paged_attention");
+  }
+
+  void swiglu_mlp(const Tensor& x, const LinearWeight& gate, const LinearWeight& up, const LinearWeight& down,
+                  float alpha, float limit, Tensor out) override {
+    const int64_t rows = x.dim(0), inter = gate.out_features;
+    check_act(x, rows, gate.in_features, "MLP input");
+    check_act(out, rows, down.out_features, "MLP output");
+    M3_CHECK(up.out_features == inter && down.in_features == inter,
+             "MLP {}: gate/up/down shapes disagree ({} / {} / {})", gate.name, inter, up.out_features, down.in_features);
+    mlp_act_.reserve(size_t(rows) * inter * 2, "MLP activation");
+    gate_up_swiglu(bf16_ptr(x), x.dim(1), static_cast<int>(rows), gate, up, alpha, limit, mlp_act_.as<uint16_t>());
+    Tensor act = Tensor::wrap(mlp_act_.as(), {rows, inter}, DType::kBF16, Device::kCuda);
+    linear(act, down, out);
+  }
+
+  void moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) override;
+
+  void add_inplace(Tensor x, const Tensor& y) override {
+    M3_CHECK(x.numel() == y.numel() && x.dtype() == DType::kBF16 && y.dtype() == DType::kBF16,
+             "add: {} {} vs {} {}", dtype_name(x.dtype()), x.numel(), dtype_name(y.dtype()), y.numel());
+    check_cuda(detail::launch_add(bf16_ptr_mut(x), bf16_ptr(y), x.numel(), stream_), "add");
+  }
+
+ private:
+  // act [rows, inter] = SwiGLU-OAI(x gate^T, x up^T), fused into one GEMM's epilogue.
+  void gate_up_swiglu(const uint16_t* x, int64_t x_stride, int rows, const LinearWeight& gate, const LinearWeight& up,
+                      float alpha, float limit, uint16_t* act) {
+    detail::LinearArgs a;
+    a.x = x;
+    a.x_stride = x_stride;
+    a.rows = rows;
+    a.n = static_cast<int>(gate.out_features);
+    a.k = static_cast<int>(gate.in_features);
+    a.w[0] = weight_view(gate);
+    a.w[1] = weight_view(up);
+    a.item_rows = detail::linear_item_rows(a.w[0], a.k, rows);
+    a.out = act;
+    a.out_stride = gate.out_features;
+    a.epilogue = detail::Epilogue::kSwiglu;
+    a.swiglu_alpha = alpha;
+    a.swiglu_limit = limit;
+    check_cuda(detail::launch_linear(a, stream_), gate.name.c_str());
+  }
+  ExpertTables& expert_tables(const MlpWeights& mlp);
+
+  ModelConfig config_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t upload_done_ = nullptr;
+  std::unique_ptr<cuda::CublasLtGemm> gemm_;
+  std::unique_ptr<cuda::MsaPlan> msa_;
+
+  // The planned step.
+  const StepBatch* batch_ = nullptr;
+  detail::StepDevice step_;
+  AttentionBatchView view_;
+  const int32_t* token_ids_ = nullptr;
+  const int32_t* logits_rows_ = nullptr;
+  int num_logit_rows_ = 0;
+  PinnedBuffer meta_pinned_;
+  DeviceBuffer meta_;
+  int rope_half_ = 1;
+  DeviceBuffer inv_freq_, rope_cos_, rope_sin_;
+
+  // Scratch (grow-only).
+  DeviceBuffer host_f32_, mlp_act_;
+  DeviceBuffer moe_logits_, moe_choice_expert_, moe_choice_weight_, moe_choice_row_, moe_row_token_, moe_counts_,
+      moe_items_, moe_num_items_, moe_act_, moe_y_, moe_shared_act_, moe_shared_;
+  std::unordered_map<const void*, std::unique_ptr<ExpertTables>> expert_tables_;
+};
+
+void CudaBackend::plan(const StepBatch& b) {
+  batch_ = &b;
+  const int t_count = b.num_tokens(), s_count = b.num_seqs();
+  const int r_count = static_cast<int>(b.logits_rows.size());
+  const size_t page_entries = size_t(s_count) * b.pages_per_seq;
+  M3_CHECK(b.positions.size() == size_t(t_count) && b.token_seq.size() == size_t(t_count) &&
+               b.slot_mapping.size() == size_t(t_count) && b.page_table.size() >= page_entries,
+           "cuda backend: step arrays disagree ({} tokens)", t_count);
+  // One blob: ids | positions | token_seq | slots | seq_lens | page_table | logits_rows, 256-aligned.
+  const std::vector<std::pair<const int32_t*, size_t>> parts = {
+      {b.token_ids.data(), size_t(t_count)},  {b.positions.data(), size_t(t_count)},
+      {b.token_seq.data(), size_t(t_count)},  {b.slot_mapping.data(), size_t(t_count)},
+      {b.seq_lens.data(), size_t(s_count)},   {b.page_table.data(), page_entries},
+      {b.logits_rows.data(), size_t(r_count)}};
+  std::vector<size_t> offsets;
+  size_t bytes = 0;
+  for (const auto& [ptr, n] : parts) {
+    offsets.push_back(bytes);
+    bytes += (n * sizeof(int32_t) + 255) / 256 * 256;
+  }
+  bytes = std::max<size_t>(bytes, 256);
+  check_cuda(cudaEventSynchronize(upload_done_), "previous metadata upload");
+  meta_pinned_.reserve(bytes, "step metadata (pinned)");
+  meta_.reserve(bytes, "step metadata");
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (parts[i].second) std::memcpy(meta_pinned_.as<uint8_t>() + offsets[i], parts[i].first, parts[i].second * 4);
+  check_cuda(cudaMemcpyAsync(meta_.as(), meta_pinned_.as(), bytes, cudaMemcpyHostToDevice, stream_), "metadata upload");
+  check_cuda(cudaEventRecord(upload_done_, stream_), "metadata upload event");
+  auto at = [&](int i) { return reinterpret_cast<const int32_t*>(meta_.as<uint8_t>() + offsets[i]); };
+  token_ids_ = at(0);
+  logits_rows_ = at(6);
+  num_logit_rows_ = r_count;
+  step_.num_tokens = t_count;
+  step_.num_seqs = s_count;
+  step_.positions = at(1);
+  step_.token_seq = at(2);
+  step_.slot_mapping = at(3);
+  step_.seq_lens = at(4);
+  step_.page_table = at(5);
+  step_.pages_per_seq = b.pages_per_seq;
+  const int bs = config_.index_block_size;
+  int max_blocks = 1;
+  for (int32_t len : b.seq_lens) max_blocks = std::max(max_blocks, (len + bs - 1) / bs);
+  step_.max_blocks = max_blocks;
+  view_.num_tokens = t_count;
+  view_.num_seqs = s_count;
+  view_.positions = step_.positions;
+  view_.token_seq = step_.token_seq;
+  view_.seq_lens = step_.seq_lens;
+  view_.page_table = step_.page_table;
+  view_.pages_per_seq = b.pages_per_seq;
+  view_.slot_mapping = step_.slot_mapping;
+
+  rope_cos_.reserve(sizeof(float) * std::max(1, t_count) * rope_half_, "rope cos");
+  rope_sin_.reserve(sizeof(float) * std::max(1, t_count) * rope_half_, "rope sin");
+  check_cuda(detail::launch_rope_tables(step_.positions, t_count, inv_freq_.as<const float>(), rope_half_,
+                                        static_cast<float>(config_.rope.attention_factor), rope_cos_.as<float>(),
+                                        rope_sin_.as<float>(), stream_),
+             "rope tables");
+  if (msa_) msa_->plan(b, view_, stream_);
+}
+
+ExpertTables& CudaBackend::expert_tables(const MlpWeights& mlp) {
+  const void* key = mlp.experts.front().gate.weight.data();
+  auto it = expert_tables_.find(key);
+  if (it != expert_tables_.end()) return *it->second;
+  auto t = std::make_unique<ExpertTables>();
+  const size_t e_count = mlp.experts.size();
+  std::vector<detail::WeightView> views(3 * e_count);
+  for (size_t e = 0; e < e_count; ++e) {
+    const ExpertWeights& ew = mlp.experts[e];
+    views[e] = weight_view(ew.gate);
+    views[e_count + e] = weight_view(ew.up);
+    views[2 * e_count + e] = weight_view(ew.down);
+    for (int j = 0; j < 3; ++j) {
+      const detail::WeightView& v = views[j * e_count + e];
+      const detail::WeightView& v0 = views[j * e_count];
+      M3_CHECK(v.kind == v0.kind, "MoE {}: experts mix weight formats", ew.gate.name);
+    }
+  }
+  for (int j = 0; j < 3; ++j) t->first[j] = views[j * e_count];
+  t->views.reserve(views.size() * sizeof(detail::WeightView), "expert weight table");
+  check_cuda(cudaMemcpy(t->views.as(), views.data(), views.size() * sizeof(detail::WeightView), cudaMemcpyHostToDevice),
+             "expert weight table");
+  return *expert_tables_.emplace(key, std::move(t)).first->second;
+}
+
+// The MoE block: shared expert (fused gate/up + SwiGLU, down), router and permutation on the
+// device, grouped gate/up + SwiGLU over the routed rows, grouped down, weighted combine.
+void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) {
+  const int64_t rows = x.dim(0), hidden = x.dim(1);
+  const int e_count = params.num_experts, k = params.experts_per_token;
+  check_act(x, rows, hidden, "MoE input");
+  check_act(out, rows, hidden, "MoE output");
+  M3_CHECK(static_cast<int>(mlp.experts.size()) == e_count && e_count > 0, "MoE layer has {} experts, config {}",
+           mlp.experts.size(), e_count);
+  M3_CHECK(k >= 1 && k <= 16 && k <= e_count && e_count <= 512, "MoE: top-{} of {} experts is not supported", k,
+           e_count);
+  M3_CHECK(mlp.router.dtype() == DType::kF32 && mlp.router.device() == Device::kCuda &&
+               mlp.router.numel() == int64_t(e_count) * hidden,
+           "router weight must be a device F32 [{}, {}]", e_count, hidden);
+  if (rows == 0) return;
+  const int64_t inter = mlp.experts.front().gate.out_features;
+  const int64_t shared_inter = mlp.gate.out_features;
+  const int64_t pairs = rows * k;
+  ExpertTables& tables = expert_tables(mlp);
+
+  // Shared expert.
+  moe_shared_act_.reserve(size_t(rows) * std::max<int64_t>(shared_inter, 1) * 2, "shared expert activation");
+  moe_shared_.reserve(size_t(rows) * hidden * 2, "shared expert output");
+  gate_up_swiglu(bf16_ptr(x), hidden, static_cast<int>(rows), mlp.gate, mlp.up, params.swiglu_alpha,
+                 params.swiglu_limit, moe_shared_act_.as<uint16_t>());
+  Tensor shared_act = Tensor::wrap(moe_shared_act_.as(), {rows, shared_inter}, DType::kBF16, Device::kCuda);
+  Tensor shared = Tensor::wrap(moe_shared_.as(), {rows, hidden}, DType::kBF16, Device::kCuda);
+  linear(shared_act, mlp.down, shared);
+
+  // Routing and permutation.
+  const int per_expert = static_cast<int>((pairs + e_count - 1) / e_count);
+  const int item_rows = detail::linear_item_rows(tables.first[0], static_cast<int>(hidden), per_expert);
+  const int max_items = static_cast<int>((pairs + item_rows - 1) / item_rows) + std::min<int64_t>(e_count, pairs);
+  moe_logits_.reserve(sizeof(float) * rows * e_count, "router logits");
+  moe_choice_expert_.reserve(sizeof(int32_t) * pairs, "MoE choices");
+  moe_choice_weight_.reserve(sizeof(float) * pairs, "MoE choices");
+  moe_choice_row_.reserve(sizeof(int32_t) * pairs, "MoE choices");
+  moe_row_token_.reserve(sizeof(int32_t) * pairs, "MoE permutation");
+  moe_counts_.reserve(sizeof(int32_t) * (2 * e_count + 2), "MoE counts");
+  moe_items_.reserve(sizeof(detail::LinearItem) * max_items, "MoE work items");
+  moe_num_items_.reserve(sizeof(int32_t), "MoE work items");
+  detail::MoeRouteArgs r;
+  r.x = bf16_ptr(x);
+  r.num_tokens = static_cast<int>(rows);
+  r.hidden = static_cast<int>(hidden);
+  r.router = mlp.router.data_as<const float>();
+  r.bias = mlp.router_bias.defined() ? mlp.router_bias.data_as<const float>() : nullptr;
+  r.num_experts = e_count;
+  r.top_k = k;
+  r.logits = moe_logits_.as<float>();
+  r.choice_expert = moe_choice_expert_.as<int32_t>();
+  r.choice_weight = moe_choice_weight_.as<float>();
+  r.choice_row = moe_choice_row_.as<int32_t>();
+  r.row_token = moe_row_token_.as<int32_t>();
+  r.expert_count = moe_counts_.as<int32_t>();
+  r.items = moe_items_.as<detail::LinearItem>();
+  r.num_items = moe_num_items_.as<int32_t>();
+  r.item_rows = item_rows;
+  r.max_items = max_items;
+  check_cuda(detail::launch_moe_route(r, stream_), "MoE routing");
+
+  // Routed experts over the permuted rows.
+  moe_act_.reserve(size_t(pairs) * inter * 2, "routed expert activation");
+  moe_y_.reserve(size_t(pairs) * hidden * 2, "routed expert output");
+  const detail::WeightView* table = tables.views.as<const detail::WeightView>();
+  detail::LinearArgs a;
+  a.x = bf16_ptr(x);
+  a.x_stride = hidden;
+  a.x_rows = r.row_token;
+  a.rows = static_cast<int>(pairs);
+  a.n = static_cast<int>(inter);
+  a.k = static_cast<int>(hidden);
+  a.w[0] = tables.first[0];
+  a.w[1] = tables.first[1];
+  a.table[0] = table;
+  a.table[1] = table + e_count;
+  a.items = r.items;
+  a.num_items = r.num_items;
+  a.max_items = max_items;
+  a.item_rows = item_rows;
+  a.out = moe_act_.as<uint16_t>();
+  a.out_stride = inter;
+  a.epilogue = detail::Epilogue::kSwiglu;
+  a.swiglu_alpha = params.swiglu_alpha;
+  a.swiglu_limit = params.swiglu_limit;
+  check_cuda(detail::launch_linear(a, stream_), "routed experts gate/up");
+
+  detail::LinearArgs d = a;
+  d.x = moe_act_.as<const uint16_t>();
+  d.x_stride = inter;
+  d.x_rows = nullptr;
+  d.n = static_cast<int>(hidden);
+  d.k = static_cast<int>(inter);
+  d.w[0] = tables.first[2];
+  d.w[1] = detail::WeightView();
+  d.table[0] = table + 2 * e_count;
+  d.table[1] = nullptr;
+  d.out = moe_y_.as<uint16_t>();
+  d.out_stride = hidden;
+  d.epilogue = detail::Epilogue::kStore;
+  check_cuda(detail::launch_linear(d, stream_), "routed experts down");
+
+  check_cuda(detail::launch_moe_combine(moe_y_.as<const uint16_t>(), r.choice_row, r.choice_weight,
+                                        static_cast<int>(rows), k, static_cast<int>(hidden),
+                                        params.routed_scaling_factor, moe_shared_.as<const uint16_t>(),
+                                        bf16_ptr_mut(out), stream_),
+             "MoE combine");
+}
+
+}  // namespace
+
+CudaDeviceInfo cuda_device_info() {
+  CudaDeviceInfo info;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return info;
+  }
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) return info;
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return info;
+  info.available = true;
+  info.name = prop.name;
+  info.total_bytes = static_cast<int64_t>(total);
+  info.free_bytes = static_cast<int64_t>(free_bytes);
+  info.sm_count = prop.multiProcessorCount;
+  info.compute_capability = prop.major * 10 + prop.minor;
+  return info;
+}
+
+std::unique_ptr<Backend> make_cuda_backend() {
+  const CudaDeviceInfo info = cuda_device_info();
+  M3_CHECK(info.available, "--device cuda: no usable CUDA device (no GPU, or no driver)");
+  M3_CHECK(info.compute_capability == 90,
+           "--device cuda: {} has compute capability {}.{}; the CUDA backend is built for Hopper (sm_90a)", info.name,
+           info.compute_capability / 10, info.compute_capability % 10);
+  return std::make_unique<CudaBackend>();
+}
+
+}  // namespace m3

@@ -1,0 +1,48 @@
+// CudaBackend: ops/backend.h on one NVIDIA GPU (Hopper, sm_90a).
+//
+//   ModelWeights w = upload_weights_to_cuda(load_weights(config, dir));  // quantized stays quantized
+//   auto backend = make_cuda_backend();
+//   MiniMaxM3 model(config, std::move(w), *backend, options);             // KV pool on the GPU
+//
+// Activations are bf16 on the device (activation_storage_dtype() == BF16) with fp32 accumulation;
+// every op rounds where the CPU reference rounds in bf16 mode, so the two agree up to fp32
+// summation order (docs/gpu-backend-notes.md lists every approximation). float32 activations are
+// CPU-only. Weights are read in their stored formats and expanded in registers (never a
+// dequantized copy). Attention uses the MSA kernels (kernels/cuda/msa.h) for the M3 shape
+// (head_dim = index_dim = 128, 64-multiple blocks, bf16/fp8/nvfp4 caches) and exact generic
+// kernels for any other geometry or a float32 cache.
+//
+// All ops run on the backend's own stream; copy_to_host_f32 is the only one that waits for it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/weights.h"
+#include "ops/backend.h"
+
+namespace m3 {
+
+struct CudaDeviceInfo {
+  bool available = false;
+  std::string name;
+  int64_t total_bytes = 0;
+  int64_t free_bytes = 0;
+  int sm_count = 0;
+  int compute_capability = 0;  // e.g. 90
+};
+
+// The current CUDA device, or available = false when no usable device or driver is present.
+CudaDeviceInfo cuda_device_info();
+
+// A backend on the current CUDA device. Throws m3::Error when none is usable.
+std::unique_ptr<Backend> make_cuda_backend();
+
+// Copies every tensor of `host` to the current CUDA device as stored (formats, scales and the
+// scalar fields of each LinearWeight are kept); tensors shared between fields (tied embeddings)
+// are copied once. Throws m3::Error naming the tensor when device memory runs out.
+ModelWeights upload_weights_to_cuda(const ModelWeights& host);
+// Device bytes upload_weights_to_cuda would take for `host`.
+int64_t cuda_weight_bytes(const ModelWeights& host);
+
+}  // namespace m3

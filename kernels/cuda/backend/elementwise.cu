@@ -1,0 +1,163 @@
+// Elementwise and normalisation kernels of the CUDA backend: RoPE tables, embedding, row gather,
+// Gemma RMSNorm, per-head norm + RoPE, residual add, bf16 -> fp32. Rounding follows the CPU
+// reference op by op (see row_ops.cuh).
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/backend/backend_kernels.h"
+#include "kernels/cuda/backend/device_math.cuh"
+#include "kernels/cuda/backend/row_ops.cuh"
+
+namespace m3::cuda::detail {
+namespace {
+
+__global__ void rope_tables_kernel(const int32_t* positions, int num_tokens, const float* inv_freq, int half,
+                                   float factor, float* cos_out, float* sin_out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= num_tokens * half) return;
+  const int t = i / half, j = i % half;
+  const float f = __fmul_rn(static_cast<float>(positions[t]), inv_freq[j]);
+  cos_out[i] = round_bf16(__fmul_rn(cosf(f), factor));
+  sin_out[i] = round_bf16(__fmul_rn(sinf(f), factor));
+}
+
+__global__ void embed_kernel(const void* table, int table_dtype, int64_t hidden, const int32_t* ids,
+                             uint16_t* out) {
+  const int t = blockIdx.x;
+  const int64_t row = int64_t(ids[t]) * hidden;
+  uint16_t* y = out + int64_t(t) * hidden;
+  for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
+    if (table_dtype == 0) {
+      y[c] = static_cast<const uint16_t*>(table)[row + c];
+    } else if (table_dtype == 1) {
+      y[c] = f32_to_bf16_bits(static_cast<const float*>(table)[row + c]);
+    } else {
+      y[c] = f32_to_bf16_bits(__half2float(static_cast<const __half*>(table)[row + c]));
+    }
+  }
+}
+
+__global__ void gather_rows_kernel(const uint16_t* x, const int32_t* rows, int64_t cols, uint16_t* out) {
+  const uint16_t* src = x + int64_t(rows[blockIdx.x]) * cols;
+  uint16_t* dst = out + int64_t(blockIdx.x) * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
+}
+
+// One CTA per row; the sum of squares in double as the reference.
+__global__ void rms_norm_kernel(const uint16_t* x, const float* w, int cols, float eps, uint16_t* out) {
+  const uint16_t* xr = x + int64_t(blockIdx.x) * cols;
+  uint16_t* yr = out + int64_t(blockIdx.x) * cols;
+  double ss = 0.0;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    const double v = bf16_bits_to_f32(xr[c]);
+    ss += v * v;
+  }
+  __shared__ double partial[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    double s = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.0;
+    s = warp_sum(s);
+    if (threadIdx.x == 0) partial[0] = s;
+  }
+  __syncthreads();
+  const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(static_cast<float>(partial[0] / cols), eps)));
+  for (int c = threadIdx.x; c < cols; c += blockDim.x)
+    yr[c] = f32_to_bf16_bits(__fmul_rn(__fmul_rn(bf16_bits_to_f32(xr[c]), r), __fadd_rn(1.0f, w[c])));
+}
+
+// One warp per (token, head).
+__global__ void head_norm_rope_kernel(const HeadNormRopeArgs a) {
+  extern __shared__ float head_buf[];
+  const int warp = threadIdx.x >> 5;
+  const int item = blockIdx.x * (blockDim.x >> 5) + warp;
+  if (item >= a.num_tokens * a.num_heads) return;
+  const int t = item / a.num_heads;
+  float* v = head_buf + warp * a.head_dim;
+  uint16_t* row = a.x + int64_t(item) * a.head_dim;
+  warp_head_norm_rope(row, row, v, a.head_dim, a.norm, a.eps, a.rope_dims, a.cos + int64_t(t) * a.rope_half,
+                      a.sin + int64_t(t) * a.rope_half, a.rope_half);
+}
+
+__global__ void add_kernel(uint16_t* x, const uint16_t* y, int64_t n, bool vector) {
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  if (vector && i + 8 <= n) {
+    uint4 a = *reinterpret_cast<const uint4*>(x + i);
+    const uint4 b = *reinterpret_cast<const uint4*>(y + i);
+    uint32_t* aw = reinterpret_cast<uint32_t*>(&a);
+    const uint32_t* bw = reinterpret_cast<const uint32_t*>(&b);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float lo = __fadd_rn(bf16_bits_to_f32(uint16_t(aw[j])), bf16_bits_to_f32(uint16_t(bw[j])));
+      const float hi = __fadd_rn(bf16_bits_to_f32(uint16_t(aw[j] >> 16)), bf16_bits_to_f32(uint16_t(bw[j] >> 16)));
+      aw[j] = uint32_t(f32_to_bf16_bits(lo)) | (uint32_t(f32_to_bf16_bits(hi)) << 16);
+    }
+    *reinterpret_cast<uint4*>(x + i) = a;
+  } else {
+    for (int64_t j = i; j < n && j < i + 8; ++j) x[j] = f32_to_bf16_bits(__fadd_rn(bf16_bits_to_f32(x[j]), bf16_bits_to_f32(y[j])));
+  }
+}
+
+__global__ void bf16_to_f32_kernel(const uint16_t* src, int64_t n, float* dst) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = bf16_bits_to_f32(src[i]);
+}
+
+}  // namespace
+
+cudaError_t launch_rope_tables(const int32_t* positions, int num_tokens, const float* inv_freq, int half,
+                               float attention_factor, float* cos, float* sin, cudaStream_t stream) {
+  const int n = num_tokens * half;
+  if (n == 0) return cudaSuccess;
+  rope_tables_kernel<<<(n + 255) / 256, 256, 0, stream>>>(positions, num_tokens, inv_freq, half, attention_factor,
+                                                          cos, sin);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_embed(const void* table, int table_dtype, int64_t hidden, const int32_t* ids, int num_tokens,
+                         uint16_t* out, cudaStream_t stream) {
+  if (num_tokens == 0) return cudaSuccess;
+  embed_kernel<<<num_tokens, 256, 0, stream>>>(table, table_dtype, hidden, ids, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_gather_rows(const uint16_t* x, const int32_t* rows, int n, int64_t cols, uint16_t* out,
+                               cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  gather_rows_kernel<<<n, 256, 0, stream>>>(x, rows, cols, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rms_norm(const uint16_t* x, const float* w, int rows, int cols, float eps, uint16_t* out,
+                            cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  rms_norm_kernel<<<rows, 256, 0, stream>>>(x, w, cols, eps, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_head_norm_rope(const HeadNormRopeArgs& a, cudaStream_t stream) {
+  const int items = a.num_tokens * a.num_heads;
+  if (items == 0) return cudaSuccess;
+  constexpr int kWarps = 8;
+  head_norm_rope_kernel<<<(items + kWarps - 1) / kWarps, kWarps * 32, kWarps * a.head_dim * sizeof(float), stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add(uint16_t* x, const uint16_t* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const int64_t threads = (n + 7) / 8;
+  const bool vector = (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y)) % 16 == 0;
+  add_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(x, y, n, vector);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_bf16_to_f32(const uint16_t* src, int64_t n, float* dst, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
+  bf16_to_f32_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(src, n, dst);
+  return cudaGetLastError();
+}
+
+}  // namespace m3::cuda::detail

@@ -1,0 +1,237 @@
+// MoE routing on the GPU: router logits (fp32 weight, fp32 accumulation), sigmoid + bias top-k
+// (ties to the lower expert id) and normalisation as the CPU reference, the permutation of the
+// (token, choice) pairs into rows grouped by expert with the grouped GEMM's work items, and the
+// weighted combine in ascending expert id with the reference's bf16 roundings.
+//
+// Rows of one expert are placed by atomic counters, so their order inside the expert varies from
+// run to run; results do not, since every row of a grouped GEMM is computed independently and the
+// combine sums each token's choices in expert order.
+#include <cfloat>
+
+#include "kernels/cuda/backend/backend_kernels.h"
+#include "kernels/cuda/backend/device_math.cuh"
+
+namespace m3::cuda::detail {
+namespace {
+
+constexpr int kSmallTokens = 8;  // tokens per CTA of the decode-shaped router kernel
+
+// Decode shape: one CTA per (expert, 8 tokens); threads stride over hidden (coalesced).
+__global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a) {
+  const int e = blockIdx.x, t0 = blockIdx.y * kSmallTokens;
+  const int nt = min(kSmallTokens, a.num_tokens - t0);
+  const float* w = a.router + int64_t(e) * a.hidden;
+  float acc[kSmallTokens];
+#pragma unroll
+  for (int i = 0; i < kSmallTokens; ++i) acc[i] = 0.0f;
+  for (int h = threadIdx.x; h < a.hidden; h += blockDim.x) {
+    const float wv = w[h];
+#pragma unroll
+    for (int i = 0; i < kSmallTokens; ++i)
+      if (i < nt) acc[i] += bf16_bits_to_f32(a.x[int64_t(t0 + i) * a.hidden + h]) * wv;
+  }
+  __shared__ float part[kSmallTokens][8];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < kSmallTokens; ++i) {
+    const float s = warp_sum(acc[i]);
+    if (lane == 0) part[i][warp] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x < nt) {
+    float s = 0.0f;
+    for (int j = 0; j < 8; ++j) s += part[threadIdx.x][j];
+    a.logits[int64_t(t0 + threadIdx.x) * a.num_experts + e] = s;
+  }
+}
+
+// Prefill shape: 32 tokens x 64 experts per CTA, K steps of 32 through shared memory.
+__global__ void __launch_bounds__(256) router_tiled_kernel(const MoeRouteArgs a) {
+  __shared__ float xs[32][33];
+  __shared__ float ws[64][33];
+  const int e0 = blockIdx.x * 64, t0 = blockIdx.y * 32;
+  const int te = threadIdx.x & 63, tt = threadIdx.x >> 6;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int k0 = 0; k0 < a.hidden; k0 += 32) {
+    for (int i = threadIdx.x; i < 32 * 32; i += 256) {
+      const int r = i >> 5, c = i & 31;
+      const int t = t0 + r, k = k0 + c;
+      xs[r][c] = t < a.num_tokens && k < a.hidden ? bf16_bits_to_f32(a.x[int64_t(t) * a.hidden + k]) : 0.0f;
+    }
+    for (int i = threadIdx.x; i < 64 * 32; i += 256) {
+      const int r = i >> 5, c = i & 31;
+      const int e = e0 + r, k = k0 + c;
+      ws[r][c] = e < a.num_experts && k < a.hidden ? a.router[int64_t(e) * a.hidden + k] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < 32; ++kk) {
+      const float wv = ws[te][kk];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] += xs[tt + 4 * i][kk] * wv;
+    }
+    __syncthreads();
+  }
+  const int e = e0 + te;
+  if (e >= a.num_experts) return;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int t = t0 + tt + 4 * i;
+    if (t < a.num_tokens) a.logits[int64_t(t) * a.num_experts + e] = acc[i];
+  }
+}
+
+// One warp per token: sigmoid, biased top-k, normalised weights, choices sorted by expert id,
+// per-expert counts (the atomic's old value is the choice's rank inside its expert).
+__global__ void __launch_bounds__(256) topk_kernel(const MoeRouteArgs a) {
+  extern __shared__ float topk_buf[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int t = blockIdx.x * 8 + warp;
+  if (t >= a.num_tokens) return;
+  const int ne = a.num_experts;
+  float* p = topk_buf + warp * 2 * ne;
+  float* choice = p + ne;
+  for (int e = lane; e < ne; e += 32) {
+    const float l = a.logits[int64_t(t) * ne + e];
+    const float s = 1.0f / (1.0f + expf(-l));
+    p[e] = s;
+    choice[e] = s + (a.bias != nullptr ? a.bias[e] : 0.0f);
+  }
+  __syncwarp();
+  int sel[16];
+  for (int i = 0; i < a.top_k; ++i) {
+    float best = -FLT_MAX;
+    int best_e = ne;
+    for (int e = lane; e < ne; e += 32) {
+      const float c = choice[e];
+      if (c > best || (c == best && e < best_e)) {
+        best = c;
+        best_e = e;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+      if (ob > best || (ob == best && oe < best_e)) {
+        best = ob;
+        best_e = oe;
+      }
+    }
+    sel[i] = best_e;
+    if (lane == 0) choice[best_e] = -INFINITY;
+    __syncwarp();
+  }
+  if (lane != 0) return;
+  float sum = 0.0f;
+  for (int i = 0; i < a.top_k; ++i) sum += p[sel[i]];
+  float wts[16];
+  for (int i = 0; i < a.top_k; ++i) wts[i] = p[sel[i]] / sum;
+  // Insertion sort by expert id (k <= 16).
+  for (int i = 1; i < a.top_k; ++i) {
+    const int e = sel[i];
+    const float wv = wts[i];
+    int j = i - 1;
+    while (j >= 0 && sel[j] > e) {
+      sel[j + 1] = sel[j];
+      wts[j + 1] = wts[j];
+      --j;
+    }
+    sel[j + 1] = e;
+    wts[j + 1] = wv;
+  }
+  for (int i = 0; i < a.top_k; ++i) {
+    const int64_t c = int64_t(t) * a.top_k + i;
+    a.choice_expert[c] = sel[i];
+    a.choice_weight[c] = wts[i];
+    a.choice_row[c] = atomicAdd(&a.expert_count[sel[i]], 1);
+  }
+}
+
+// One CTA of 1024 threads: per-expert row offsets and the work items (scans in shared memory).
+__global__ void __launch_bounds__(1024) scan_kernel(const MoeRouteArgs a) {
+  __shared__ int rows_scan[1024];
+  __shared__ int items_scan[1024];
+  const int e = threadIdx.x;
+  const int count = e < a.num_experts ? a.expert_count[e] : 0;
+  const int n_items = (count + a.item_rows - 1) / a.item_rows;
+  rows_scan[e] = count;
+  items_scan[e] = n_items;
+  __syncthreads();
+  for (int o = 1; o < 1024; o <<= 1) {
+    const int r = e >= o ? rows_scan[e - o] : 0;
+    const int i = e >= o ? items_scan[e - o] : 0;
+    __syncthreads();
+    rows_scan[e] += r;
+    items_scan[e] += i;
+    __syncthreads();
+  }
+  const int row_offset = rows_scan[e] - count, item_offset = items_scan[e] - n_items;
+  if (e < a.num_experts) {
+    a.expert_count[a.num_experts + 1 + e] = row_offset;
+    for (int i = 0; i < n_items && item_offset + i < a.max_items; ++i) {
+      LinearItem item;
+      item.expert = e;
+      item.row_begin = row_offset + i * a.item_rows;
+      item.row_count = min(a.item_rows, count - i * a.item_rows);
+      item.pad = 0;
+      a.items[item_offset + i] = item;
+    }
+  }
+  if (e == 1023) *a.num_items = min(items_scan[1023], a.max_items);
+}
+
+__global__ void place_kernel(const MoeRouteArgs a) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= a.num_tokens * a.top_k) return;
+  const int e = a.choice_expert[c];
+  const int row = a.expert_count[a.num_experts + 1 + e] + a.choice_row[c];
+  a.choice_row[c] = row;
+  a.row_token[row] = c / a.top_k;
+}
+
+__global__ void combine_kernel(const uint16_t* y, const int32_t* choice_row, const float* choice_weight, int top_k,
+                               int hidden, float routed_scale, const uint16_t* shared, uint16_t* out) {
+  const int t = blockIdx.y;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= hidden) return;
+  float routed = 0.0f;
+  for (int i = 0; i < top_k; ++i) {
+    const int64_t ci = int64_t(t) * top_k + i;
+    const float v = bf16_bits_to_f32(y[int64_t(choice_row[ci]) * hidden + c]);
+    routed = round_bf16(__fadd_rn(routed, round_bf16(__fmul_rn(v, choice_weight[ci]))));
+  }
+  const int64_t o = int64_t(t) * hidden + c;
+  out[o] = f32_to_bf16_bits(__fadd_rn(round_bf16(__fmul_rn(routed, routed_scale)), bf16_bits_to_f32(shared[o])));
+}
+
+}  // namespace
+
+cudaError_t launch_moe_route(const MoeRouteArgs& a, cudaStream_t stream) {
+  if (a.num_tokens == 0) return cudaSuccess;
+  if (a.num_experts > 512 || a.top_k > 16 || a.top_k > a.num_experts) return cudaErrorInvalidValue;
+  cudaError_t e = cudaMemsetAsync(a.expert_count, 0, sizeof(int32_t) * (2 * a.num_experts + 2), stream);
+  if (e != cudaSuccess) return e;
+  if (a.num_tokens <= 4 * kSmallTokens) {
+    router_small_kernel<<<dim3(a.num_experts, (a.num_tokens + kSmallTokens - 1) / kSmallTokens), 256, 0, stream>>>(a);
+  } else {
+    router_tiled_kernel<<<dim3((a.num_experts + 63) / 64, (a.num_tokens + 31) / 32), 256, 0, stream>>>(a);
+  }
+  const size_t topk_smem = size_t(8) * 2 * a.num_experts * sizeof(float);
+  topk_kernel<<<(a.num_tokens + 7) / 8, 256, topk_smem, stream>>>(a);
+  scan_kernel<<<1, 1024, 0, stream>>>(a);
+  const int pairs = a.num_tokens * a.top_k;
+  place_kernel<<<(pairs + 255) / 256, 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_moe_combine(const uint16_t* y, const int32_t* choice_row, const float* choice_weight,
+                               int num_tokens, int top_k, int hidden, float routed_scale, const uint16_t* shared,
+                               uint16_t* out, cudaStream_t stream) {
+  if (num_tokens == 0) return cudaSuccess;
+  combine_kernel<<<dim3((hidden + 255) / 256, num_tokens), 256, 0, stream>>>(y, choice_row, choice_weight, top_k,
+                                                                            hidden, routed_scale, shared, out);
+  return cudaGetLastError();
+}
+
+}  // namespace m3::cuda::detail

@@ -1,0 +1,129 @@
+// Expansion of quantized weight chunks to bf16 in registers, exactly.
+//
+// A lane reads one 16-byte chunk of a weight row at a time (kElems elements) and turns it, 8
+// elements at a time, into bf16 pairs for the tensor cores. Every expansion is exact:
+//  - fp8 E4M3 values have 4 significant bits and bf16's exponent range covers theirs;
+//  - MXFP8 multiplies by a power of two (exact unless the product leaves bf16's range, which
+//    real scales never approach);
+//  - NVFP4 e2m1 (2 significant bits) times the E4M3 group scale (4 bits) has at most 6 significant
+//    bits: exact in bf16. The second-level scale (ModelOpt weight_scale_2, compressed-tensors
+//    1/weight_global_scale) is applied to the fp32 dot product instead (WeightView::out_mul/out_div).
+// fp8's per-tensor scale is likewise applied to the dot product.
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "formats/fp8_e4m3.h"
+#include "formats/ue8m0.h"
+#include "kernels/cuda/backend/backend_kernels.h"
+
+namespace m3::cuda::detail {
+
+template <WeightKind F>
+struct WeightFmt;
+template <>
+struct WeightFmt<WeightKind::kBF16> {
+  static constexpr int kElems = 8;
+  __device__ static int64_t byte_offset(int64_t k) { return 2 * k; }
+};
+template <>
+struct WeightFmt<WeightKind::kFp8> {
+  static constexpr int kElems = 16;
+  __device__ static int64_t byte_offset(int64_t k) { return k; }
+};
+template <>
+struct WeightFmt<WeightKind::kMxfp8> {
+  static constexpr int kElems = 16;
+  __device__ static int64_t byte_offset(int64_t k) { return k; }
+};
+template <>
+struct WeightFmt<WeightKind::kNvfp4> {
+  static constexpr int kElems = 32;
+  __device__ static int64_t byte_offset(int64_t k) { return k / 2; }
+};
+
+// The per-chunk scale of a lane's chunk: mxfp8 one UE8M0 factor (the chunk lies inside one
+// 32-element block); nvfp4 two E4M3 group scales as bf16 pairs (elements 0-15 and 16-31).
+struct ChunkScale {
+  float mx = 1.0f;
+  __nv_bfloat162 fp4[2];
+};
+
+__device__ __forceinline__ uint4 load_stream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <WeightKind F>
+__device__ __forceinline__ ChunkScale load_chunk_scale(const uint8_t* scale_row, int64_t k0) {
+  ChunkScale s;
+  if constexpr (F == WeightKind::kMxfp8) {
+    s.mx = ue8m0_decode(__ldg(scale_row + k0 / 32));
+  } else if constexpr (F == WeightKind::kNvfp4) {
+    const __nv_bfloat16 a = __float2bfloat16_rn(fp8_e4m3_decode(__ldg(scale_row + k0 / 16)));
+    const __nv_bfloat16 b = __float2bfloat16_rn(fp8_e4m3_decode(__ldg(scale_row + k0 / 16 + 1)));
+    s.fp4[0] = __halves2bfloat162(a, a);
+    s.fp4[1] = __halves2bfloat162(b, b);
+  }
+  return s;
+}
+
+__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+
+// Two E4M3 bytes (low byte first) to a bf16 pair, times `mul` (a power of two or 1): exact.
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two, float mul) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(static_cast<uint16_t>(two)));
+  float2 f = __half22float2(*reinterpret_cast<__half2*>(&h));
+  return bf16x2_bits(__floats2bfloat162_rn(f.x * mul, f.y * mul));
+}
+
+// Four e2m1 codes (the low 16 bits of `codes`, element j in nibble j) to two bf16 pairs
+// (unscaled): magnitudes through byte tables of the bf16 high and low bytes, sign from bit 3.
+__device__ __forceinline__ void e2m1x4_to_bf16x2(uint32_t codes, uint32_t& w0, uint32_t& w1) {
+  // bf16 of 0, .5, 1, 1.5, 2, 3, 4, 6: 0000 3F00 3F80 3FC0 4000 4040 4080 40C0.
+  const uint32_t sel = codes & 0x7777u;
+  const uint32_t hi = __byte_perm(0x3F3F3F00u, 0x40404040u, sel) | __byte_perm(0u, 0x80u, (codes >> 1) & 0x4444u);
+  const uint32_t lo = __byte_perm(0xC0800000u, 0xC0804000u, sel);
+  w0 = __byte_perm(lo, hi, 0x5140u);
+  w1 = __byte_perm(lo, hi, 0x7362u);
+}
+
+// Elements [8 s, 8 s + 8) of a chunk as four bf16 pairs (element order).
+template <WeightKind F>
+__device__ __forceinline__ uint4 decode_sub(const uint4& raw, int s, const ChunkScale& sc) {
+  if constexpr (F == WeightKind::kBF16) {
+    return raw;
+  } else if constexpr (F == WeightKind::kFp8 || F == WeightKind::kMxfp8) {
+    const uint32_t a = s == 0 ? raw.x : raw.z, b = s == 0 ? raw.y : raw.w;
+    const float mul = F == WeightKind::kMxfp8 ? sc.mx : 1.0f;
+    return make_uint4(e4m3x2_to_bf16x2(a, mul), e4m3x2_to_bf16x2(a >> 16, mul), e4m3x2_to_bf16x2(b, mul),
+                      e4m3x2_to_bf16x2(b >> 16, mul));
+  } else {
+    const uint32_t word = s == 0 ? raw.x : s == 1 ? raw.y : s == 2 ? raw.z : raw.w;
+    uint32_t w[4];
+    e2m1x4_to_bf16x2(word, w[0], w[1]);
+    e2m1x4_to_bf16x2(word >> 16, w[2], w[3]);
+    const __nv_bfloat162 scale = sc.fp4[s >> 1];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      __nv_bfloat162 v = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&w[j]), scale);
+      w[j] = bf16x2_bits(v);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+// The factor the fp32 dot product of a row takes (second-level and per-tensor scales).
+__device__ __forceinline__ float apply_out_scale(const WeightView& w, float v) {
+  if (w.kind == WeightKind::kFp8 && w.scale != nullptr) v *= *reinterpret_cast<const float*>(w.scale);
+  if (w.out_div != 0.0f) return v / w.out_div;
+  return v * w.out_mul;
+}
+
+}  // namespace m3::cuda::detail
