@@ -151,9 +151,10 @@ bool stream_chat(ChatSession& s, httplib::DataSink& sink) {
 nlohmann::json message_json(const ChatSession& s, const ChoiceState& choice) {
   const ChoiceOutput& out = choice.text;
   nlohmann::json message = {{"role", "assistant"}};
-  bool has_calls = !out.tool_calls().empty();
-  message["content"] = (has_calls && out.content().empty()) ? nlohmann::json(nullptr)
-                                                            : nlohmann::json(out.content());
+  const bool has_calls = !out.tool_calls().empty();
+  // As vLLM: no content is null when something else (tool calls, reasoning) was produced.
+  const bool content_null = out.content().empty() && (has_calls || !out.reasoning().empty());
+  message["content"] = content_null ? nlohmann::json(nullptr) : nlohmann::json(out.content());
   if (s.reasoning) {
     nlohmann::json reasoning =
         out.reasoning().empty() ? nlohmann::json(nullptr) : nlohmann::json(out.reasoning());

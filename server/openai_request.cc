@@ -155,7 +155,10 @@ CommonRequest parse_common(const json& body, const RequestLimits& limits, bool c
     max_key = "max_completion_tokens";
   }
   if ((c.max_tokens = read_int(body, max_key))) {
-    if (*c.max_tokens < 0) bad_field(max_key, "must be >= 1, got {}", *c.max_tokens);
+    if (*c.max_tokens < 0) {
+      bad_field(max_key, "must be >= 1{}, got {}", chat ? "" : " (0 only with echo)",
+                *c.max_tokens);
+    }
     if (*c.max_tokens > std::numeric_limits<int32_t>::max()) {
       bad_field(max_key, "is too large: {}", *c.max_tokens);
     }

@@ -30,8 +30,12 @@ def install_client():
     os.makedirs(DEPS, exist_ok=True)
     for name in ("package.json", "package-lock.json"):
         shutil.copy(os.path.join(HERE, "node", name), os.path.join(DEPS, name))
-    p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=DEPS, capture_output=True, text=True,
-                       timeout=600)
+    try:
+        p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=DEPS, capture_output=True, text=True,
+                           timeout=600)
+    except FileNotFoundError:
+        print("npm is not installed")
+        return False
     if p.returncode != 0:
         print(p.stdout + p.stderr)
         return False
@@ -42,7 +46,7 @@ def install_client():
 
 def main():
     if not install_client():
-        print("SKIPPED: npm could not install the openai client (offline?)")
+        print("SKIPPED: npm could not install the openai client (npm missing or offline?)")
         return 77
     real = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name", "tiny",
                        "--max-model-len", "1024", "--reasoning-parser", "minimax_m3",

@@ -174,9 +174,9 @@ TEST_F(ScriptedServerTest, ReasoningIsSplitFromContent) {
 
   // thinking_mode "enabled": the prompt already ends with <mm:think>, so the model's output
   // starts inside the reasoning (the script continues after the pre-filled opener).
-  json enabled = post_json("/v1/chat/completions",
-                           {{"messages", {user("What is 2+2?")}},
-                            {"chat_template_kwargs", {{"thinking_mode", "enabled"}}}});
+  json enabled =
+      post_json("/v1/chat/completions", {{"messages", {user("What is 2+2?")}},
+                                         {"chat_template_kwargs", {{"thinking_mode", "enabled"}}}});
   EXPECT_EQ(enabled["choices"][0]["message"]["reasoning_content"], "Two plus two is four.");
   EXPECT_EQ(enabled["choices"][0]["message"]["content"], "The answer is 4.");
 }

@@ -11,9 +11,9 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/m3small-out}
 W=${M3SMALL_WORK:-/tmp/m3small}
 T=tools/train
-TIME_A=${TIME_A:-110}
+TIME_A=${TIME_A:-95}
 TIME_B=${TIME_B:-15}
-TIME_C=${TIME_C:-30}
+TIME_C=${TIME_C:-25}
 STAGES=${STAGES:-a,b,c}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true
 mkdir -p "$OUT" "$W/stage/tools/train/results" "$W/stage/tools/train/eval" "$W/stage/tests/model_small"

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The main job: installs the dependencies, builds m3serve, serves the bundled small model
+# (models/minimax-m3-small, NVFP4 KV cache as it was trained for) on loopback, and sends it a
+# completion and a streamed chat request through the OpenAI API.
+#
+#   scripts/run-main.sh            # demo, then stop the server
+#   scripts/run-main.sh --serve    # demo, then keep serving until Ctrl-C
+# Environment: MODEL (default models/minimax-m3-small), PORT (default 8000), BUILD_DIR (build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODEL=${MODEL:-models/minimax-m3-small}
+PORT=${PORT:-8000}
+BUILD_DIR=${BUILD_DIR:-build}
+KEEP=0
+[[ "${1:-}" == "--serve" ]] && KEEP=1
+
+scripts/install-deps.sh
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD_DIR" --target m3serve -j "${JOBS:-$(nproc)}"
+
+LOG=$(mktemp /tmp/m3serve-main.XXXXXX.log)
+"$BUILD_DIR/bin/m3serve" serve "$MODEL" --host 127.0.0.1 --port "$PORT" --served-model-name m3-small \
+  --kv-cache-dtype nvfp4 --max-model-len 8192 --reasoning-parser minimax_m3 \
+  --tool-call-parser minimax_m3 --enable-auto-tool-choice >"$LOG" 2>&1 &
+SERVER=$!
+stop_server() { kill -TERM "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; }
+# (SIGTERM: a background job of a non-interactive shell ignores SIGINT.)
+trap stop_server EXIT
+
+for _ in $(seq 1 600); do
+  if curl -sf "http://127.0.0.1:$PORT/health" >/dev/null; then break; fi
+  if ! kill -0 "$SERVER" 2>/dev/null; then cat "$LOG"; echo "m3serve exited during start-up" >&2; exit 1; fi
+  sleep 0.1
+done
+curl -sf "http://127.0.0.1:$PORT/health" >/dev/null || { cat "$LOG"; echo "m3serve did not become ready" >&2; exit 1; }
+grep -E "KV cache|model " "$LOG" || true
+
+echo
+echo "== POST /v1/completions (the model knows Python source code)"
+curl -s "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' -d '{
+  "model": "m3-small", "prompt": "import os\n\n\ndef list_python_files(root):\n    \"\"\"Return the .py files under root.\"\"\"\n",
+  "max_tokens": 64, "temperature": 0.6, "seed": 1}' |
+  /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["choices"][0]["text"]); print("usage:", r["usage"])'
+
+echo
+echo "== POST /v1/chat/completions (streamed)"
+curl -sN "http://127.0.0.1:$PORT/v1/chat/completions" -H 'Content-Type: application/json' -d '{
+  "model": "m3-small", "stream": true, "max_tokens": 96, "temperature": 0.6, "seed": 1,
+  "stream_options": {"include_usage": true},
+  "messages": [{"role": "user", "content": "Write a Python function that reverses a string."}]}' |
+  /usr/bin/python3 -c '
+import json, sys
+for line in sys.stdin:
+    line = line.strip()
+    if not line.startswith("data: ") or line == "data: [DONE]":
+        continue
+    chunk = json.loads(line[6:])
+    for c in chunk.get("choices", []):
+        d = c.get("delta", {})
+        sys.stdout.write(d.get("reasoning_content") or d.get("reasoning") or "")
+        sys.stdout.write(d.get("content") or "")
+        sys.stdout.flush()
+    if chunk.get("usage"):
+        print("\nusage:", chunk["usage"])
+'
+
+if ((KEEP)); then
+  echo
+  echo "serving $MODEL on http://127.0.0.1:$PORT/v1 (Ctrl-C to stop; log: $LOG)"
+  wait "$SERVER"
+fi
