@@ -11,6 +11,9 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The OpenAI client test installs the `openai` npm package: npm comes with NodeSource's nodejs,
+# Debian packages it separately.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if ((${#missing[@]})); then
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
