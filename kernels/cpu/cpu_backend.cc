@@ -1,7 +1,6 @@
 // The CPU reference backend: every op of ops/backend.h, exact, on host memory.
 #include "kernels/cpu/cpu_backend.h"
 
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,11 +34,6 @@ void check_rows(const Tensor& t, int64_t rows, int64_t cols, const char* what) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() {
-    // Parallelism comes from OpenMP over weight tiles; OpenBLAS runs inside each tile.
-    openblas_set_num_threads(1);
-  }
-
   std::string_view name() const override { return "cpu"; }
   Device device() const override { return Device::kCpu; }
 
@@ -248,9 +242,8 @@ void CpuBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& pa
                   shared, bf16_, scratch_);
 
   float* probs = scratch_.shared(3, rows * e_count).data();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), e_count,
-              static_cast<int>(hidden), 1.0f, xs, static_cast<int>(hidden),
-              mlp.router.data_as<const float>(), static_cast<int>(hidden), 0.0f, probs, e_count);
+  cpu::gemm_xwt(xs, rows, hidden, mlp.router.data_as<const float>(), e_count, hidden, hidden, probs,
+                e_count);
   const float* bias = mlp.router_bias.defined() ? mlp.router_bias.data_as<const float>() : nullptr;
   // chosen[r * k + i]: expert id; weight[r * k + i]: normalised p.
   expert_rows_.assign(rows * k, 0);

@@ -1,13 +1,95 @@
-#include <cblas.h>
 #include <omp.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace m3::cpu {
+
+namespace {
+// One fixed order for every output: lane l accumulates fma(x[k], w[k], acc) for k = l mod 8 in
+// ascending k over the whole multiples of 8; the lanes are summed pairwise; the tail is fused in
+// ascending k. The AVX2 path and the portable path compute exactly this (fma rounds once either way).
+inline float reduce8(const float a[8], const float* x, const float* w, int64_t k8, int64_t k) {
+  float s = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+  for (int64_t i = k8; i < k; ++i) s = std::fma(x[i], w[i], s);
+  return s;
+}
+
+#if defined(__x86_64__)
+template <int R, int C>
+__attribute__((target("avx2,fma"))) inline void block_avx2(const float* x, int64_t ldx, const float* w,
+                                                           int64_t ldw, int64_t k, float* out, int64_t ldo) {
+  const int64_t k8 = k & ~int64_t(7);
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < k8; i += 8) {
+    __m256 xv[R];
+    for (int r = 0; r < R; ++r) xv[r] = _mm256_loadu_ps(x + r * ldx + i);
+    for (int c = 0; c < C; ++c) {
+      const __m256 wv = _mm256_loadu_ps(w + c * ldw + i);
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(xv[r], wv, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      alignas(32) float a[8];
+      _mm256_store_ps(a, acc[r][c]);
+      out[r * ldo + c] = reduce8(a, x + r * ldx, w + c * ldw, k8, k);
+    }
+}
+
+#endif  // __x86_64__
+
+inline void dot_portable(const float* x, const float* w, int64_t k, float* out) {
+  const int64_t k8 = k & ~int64_t(7);
+  float a[8] = {};
+  for (int64_t i = 0; i < k8; i += 8)
+    for (int l = 0; l < 8; ++l) a[l] = std::fma(x[i + l], w[i + l], a[l]);
+  *out = reduce8(a, x, w, k8, k);
+}
+
+#if defined(__x86_64__)
+template <int R>
+__attribute__((target("avx2,fma"))) void rows_avx2(const float* x, int64_t ldx, const float* w, int64_t ldw,
+                                                   int64_t n, int64_t k, float* out, int64_t ldo) {
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) block_avx2<R, 4>(x, ldx, w + j * ldw, ldw, k, out + j, ldo);
+  for (; j < n; ++j) block_avx2<R, 1>(x, ldx, w + j * ldw, ldw, k, out + j, ldo);
+}
+#endif  // __x86_64__
+}  // namespace
+
+void gemm_xwt(const float* x, int64_t rows, int64_t ldx, const float* w, int64_t n, int64_t k,
+              int64_t ldw, float* out, int64_t ldo) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  constexpr bool avx2 = false;
+#endif
+  if (!avx2) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < n; ++j) dot_portable(x + r * ldx, w + j * ldw, k, out + r * ldo + j);
+    return;
+  }
+#if defined(__x86_64__)
+  // Panels of weight rows small enough to stay in L1/L2 while every input row passes over them.
+  const int64_t panel = std::max<int64_t>(4, (int64_t(16) << 10) / std::max<int64_t>(k, 1) / 4 * 4);
+  for (int64_t j0 = 0; j0 < n; j0 += panel) {
+    const int64_t nj = std::min(panel, n - j0);
+    int64_t r = 0;
+    for (; r + 3 <= rows; r += 3) rows_avx2<3>(x + r * ldx, ldx, w + j0 * ldw, ldw, nj, k, out + r * ldo + j0, ldo);
+    for (; r < rows; ++r) rows_avx2<1>(x + r * ldx, ldx, w + j0 * ldw, ldw, nj, k, out + r * ldo + j0, ldo);
+  }
+#endif
+}
 
 float* Scratch::thread_buffer(int thread, std::size_t floats) {
   if (per_thread_.size() <= static_cast<std::size_t>(thread)) per_thread_.resize(thread + 1);
@@ -48,9 +130,7 @@ void linear(const float* x, int64_t rows, const LinearWeight& w, float* out, boo
       dequantize_rows(w, r0, r1, buf);
       wt = buf;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
-                static_cast<int>(r1 - r0), static_cast<int>(in), 1.0f, x, static_cast<int>(in), wt,
-                static_cast<int>(in), 0.0f, out + r0, static_cast<int>(out_features));
+    gemm_xwt(x, rows, in, wt, r1 - r0, in, in, out + r0, out_features);
   }
   if (round_bf16) {
     const int64_t n = rows * out_features;

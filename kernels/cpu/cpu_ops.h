@@ -24,9 +24,17 @@ class Scratch {
   std::vector<std::vector<float>> shared_;
 };
 
+// out[r][j] = sum_k x[r][k] w[j][k] (row strides ldx, ldw, ldo), fp32, batch-invariant: every
+// output is summed in one fixed order that depends on k only, never on the number of rows or the
+// row's position, so a request's logits do not change with the batch it runs in (BLAS GEMMs pick
+// kernels and blockings by shape). Bit-identical on every x86-64 machine (AVX2+FMA or portable
+// path: both fuse each multiply-add).
+void gemm_xwt(const float* x, int64_t rows, int64_t ldx, const float* w, int64_t n, int64_t k,
+              int64_t ldw, float* out, int64_t ldo);
+
 // out [rows, w.out_features] = x [rows, w.in_features] W^T with W dequantized exactly, tile by
-// tile of output rows into per-thread fp32 scratch (never a full copy), then OpenBLAS sgemm with
-// fp32 accumulation. Rounds the outputs to bf16 when round_bf16.
+// tile of output rows into per-thread fp32 scratch (never a full copy), then gemm_xwt with fp32
+// accumulation. Rounds the outputs to bf16 when round_bf16.
 void linear(const float* x, int64_t rows, const LinearWeight& w, float* out, bool round_bf16,
             Scratch& scratch);
 

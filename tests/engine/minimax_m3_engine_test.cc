@@ -27,13 +27,14 @@ struct Loaded {
   std::unique_ptr<MiniMaxM3> model;
 };
 
-Loaded load(const std::filesystem::path& dir, KvDType kv, int64_t num_blocks) {
+Loaded load(const std::filesystem::path& dir, KvDType kv, int64_t num_blocks,
+            DType activations = DType::kF32) {
   Loaded m;
   m.backend = make_cpu_backend();
   ModelConfig config = load_model_config(dir);
   ModelWeights weights = load_weights(config, dir);
   ModelRuntimeOptions options;
-  options.activation_dtype = DType::kF32;
+  options.activation_dtype = activations;
   options.kv_dtype = kv;
   options.index_dtype = kv;
   options.num_kv_blocks = num_blocks;
@@ -134,8 +135,9 @@ void expect_same(const Results& reference, const Results& other, const char* wha
   std::printf("[engine e2e] %s: %zu requests, %d differ\n", what, reference.size(), differing);
 }
 
-void check_determinism(const std::filesystem::path& dir, KvDType kv, float temperature) {
-  Loaded m = load(dir, kv, 600);
+void check_determinism(const std::filesystem::path& dir, KvDType kv, float temperature,
+                       DType activations = DType::kF32) {
+  Loaded m = load(dir, kv, 600, activations);
   MiniMaxM3Runner runner(*m.model);
   const auto reqs = workload(runner.vocab_size(), 32, temperature);
 
@@ -179,12 +181,19 @@ TEST(MiniMaxM3Engine, GreedyIdenticalAcrossBatchingPreemptionAndPrefixHitsSparse
 
 TEST(MiniMaxM3Engine, GreedyIdenticalWithNvfp4KvOnMixedModel) { check_determinism(kMixed, KvDType::kNVFP4, 0.0f); }
 
-// f32 KV here: the CPU forward is not bitwise batch-invariant (a row's GEMM result depends on
-// the step's row count at the 1e-6 level) and bf16/fp8 KV rounding amplifies that to ~1e-3 when a
-// K element lands on a rounding boundary: enough to move a sampled token across a CDF boundary
-// now and then (seen: 1 of ~350 draws after preemption). Greedy margins absorb it.
 TEST(MiniMaxM3Engine, SeededSamplingIdenticalAcrossBatchingPreemptionAndPrefixHits) {
   check_determinism(kSparse, KvDType::kF32, 0.8f);
+}
+
+// The CPU forward is bitwise batch-invariant (cpu::gemm_xwt sums every output in one fixed
+// order), so the server's default numerics, bf16 activations with a quantized KV cache, give the
+// same tokens in any batch, even where a rounding boundary would amplify a last-bit difference.
+TEST(MiniMaxM3Engine, Bf16GreedyIdenticalAcrossBatchingPreemptionAndPrefixHits) {
+  check_determinism(kSparse, KvDType::kBF16, 0.0f, DType::kBF16);
+}
+
+TEST(MiniMaxM3Engine, Bf16SeededSamplingWithFp8KvIdenticalAcrossBatching) {
+  check_determinism(kMixed, KvDType::kFP8, 0.8f, DType::kBF16);
 }
 
 TEST(MiniMaxM3Engine, EngineCoreServesTheBundledModelWithFullBlockPrefixHits) {

@@ -57,10 +57,8 @@ def run_batch(server, bodies):
 class Determinism(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        # float32: the CPU backend's bfloat16 path is not yet batch-invariant (batches of 4 or more
-        # sequences change greedy outputs), which these tests would otherwise report.
-        common = ["--host", "127.0.0.1", "--port", "0", "--max-model-len", "1024", "--dtype", "float32",
-                  "--disable-log-stats"]
+        # The default bfloat16 activations: the CPU backend is batch-invariant (kernels/cpu/cpu_ops.h).
+        common = ["--host", "127.0.0.1", "--port", "0", "--max-model-len", "1024", "--disable-log-stats"]
         reference = LiveServer([BIN, "serve", MODEL, "--no-enable-prefix-caching", "--num-kv-blocks", "16"] + common)
         try:
             replies = [reference.post("/v1/completions", b) for b in REQUESTS]

@@ -112,7 +112,7 @@ class Load(unittest.TestCase):
 
     def test_64_streaming_clients(self):
         server = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--max-model-len", "1024",
-                             "--num-kv-blocks", "48", "--max-num-seqs", "64", "--dtype", "float32",
+                             "--num-kv-blocks", "48", "--max-num-seqs", "64",
                              "--disable-log-stats"])
         try:
             specs = [spec(i) for i in range(CLIENTS)]
