@@ -106,7 +106,7 @@ void run(const GenerateOptions& o) {
 
 void register_generate(CLI::App& app) {
   auto opts = std::make_shared<GenerateOptions>();
-  auto* cmd = app.add_subcommand("generate", "generate tokens from a prompt of token ids (CPU backend)");
+  auto* cmd = app.add_subcommand("generate", "generate tokens from a prompt of token ids");
   add_model_options(*cmd, opts->model);
   cmd->add_option("--prompt-ids", opts->prompt_ids, "comma-separated prompt token ids")->required();
   cmd->add_option("--max-tokens", opts->max_tokens, "tokens to generate")->capture_default_str();

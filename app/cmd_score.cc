@@ -1,5 +1,5 @@
 // m3serve score: for every prompt position after the first, the log-probability of the actual
-// next token and the argmax id (teacher forcing over the prompt, CPU backend).
+// next token and the argmax id (teacher forcing over the prompt).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -71,7 +71,7 @@ void run(const ScoreOptions& o) {
 
 void register_score(CLI::App& app) {
   auto opts = std::make_shared<ScoreOptions>();
-  auto* cmd = app.add_subcommand("score", "log-probabilities of a prompt's tokens (CPU backend)");
+  auto* cmd = app.add_subcommand("score", "log-probabilities of a prompt's tokens");
   add_model_options(*cmd, opts->model);
   cmd->add_option("--prompt-ids", opts->prompt_ids, "comma-separated prompt token ids")->required();
   cmd->add_option("--chunk-size", opts->chunk, "prefill chunk in tokens")->capture_default_str();

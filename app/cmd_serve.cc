@@ -140,6 +140,7 @@ void run_serve(ServeArgs& a, CLI::App& cmd) {
     a.engine.gpu_memory_utilization = a.gpu_memory_utilization;
   }
   if (cmd.get_option("--block-size")->count() > 0) a.engine.block_size = a.block_size;
+  a.engine.device = a.model.device;  // --device is registered by add_model_options
   check_deployment_options(a.engine, a.model);
 
   server::ServeOptions& serve = a.serve;
@@ -292,14 +293,14 @@ void register_serve(CLI::App& app) {
   cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching",
                 a.engine.enable_prefix_caching,
                 "reuse the KV of shared prompt prefixes (default on)");
-  cmd->add_option("--device", a.engine.device, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("-t,--tensor-parallel-size", a.engine.tensor_parallel_size,
                   "GPUs per model (-tp N is accepted too; only 1 for now)")
       ->capture_default_str();
   cmd->add_option("--block-size", a.block_size,
                   "KV block size: must be the model's index_block_size");
   cmd->add_option("--gpu-memory-utilization", a.gpu_memory_utilization,
-                  "GPU memory fraction (CUDA only)");
+                  "fraction of GPU memory for weights, activations and the KV pool (CUDA "
+                  "only; default 0.9 unless --num-kv-blocks / --kv-cache-memory size the pool)");
   cmd->add_option("--speculative-config", a.engine.speculative_config,
                   "JSON (not implemented yet: fails)");
   cmd->add_option("--quantization-config.moe", a.engine.quantization_moe,
@@ -322,9 +323,11 @@ void register_serve(CLI::App& app) {
 }
 
 void expand_vllm_short_options(int argc, char** argv) {
-  // vLLM spells the tensor-parallel option "-tp"; CLI11 would read that as "-t p".
+  // vLLM spells the tensor-parallel option "-tp"; CLI11 would read that as "-t p". Only the
+  // serve command's arguments are rewritten.
   static char kLongName[] = "--tensor-parallel-size";
-  for (int i = 1; i < argc; ++i) {
+  if (argc < 2 || std::string_view(argv[1]) != "serve") return;
+  for (int i = 2; i < argc; ++i) {
     if (std::string_view(argv[i]) == "-tp") argv[i] = kLongName;
   }
 }

@@ -9,6 +9,9 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/cpu/cpu_backend.h"
+#if M3SERVE_WITH_CUDA
+#include "kernels/cuda/backend/cuda_backend.h"
+#endif
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -30,6 +33,67 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--num-kv-blocks", o.num_kv_blocks, "KV pool size in blocks");
   cmd.add_option("--kv-cache-memory", o.kv_cache_memory, "KV pool size in bytes (e.g. 2GiB)");
   cmd.add_option("--seed", o.seed, "seed of --load-format dummy weights");
+  cmd.add_option("--device", o.device, "auto (cuda when a GPU is present), cpu or cuda")->capture_default_str();
+}
+
+std::string resolve_device(const std::string& device, DType activation_dtype) {
+  M3_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device '{}' (expected auto, cpu or cuda)",
+           device);
+  if (device == "cpu") return device;
+#if M3SERVE_WITH_CUDA
+  const CudaDeviceInfo gpu = cuda_device_info();
+  const bool usable = gpu.available && gpu.compute_capability == 90;
+  if (device == "auto") return usable && activation_dtype == DType::kBF16 ? "cuda" : "cpu";
+  M3_CHECK(gpu.available, "--device cuda: no usable CUDA device (no GPU, or no driver)");
+  M3_CHECK(usable, "--device cuda: {} (compute capability {}.{}) is not a Hopper GPU; the CUDA backend is built "
+           "for sm_90a", gpu.name, gpu.compute_capability / 10, gpu.compute_capability % 10);
+  M3_CHECK(activation_dtype == DType::kBF16,
+           "--device cuda runs bfloat16 activations; --dtype {} is CPU-only (use --device cpu)",
+           dtype_name(activation_dtype));
+  return device;
+#else
+  (void)activation_dtype;
+  M3_CHECK(device == "auto", "--device cuda: this m3serve was built without the CUDA backend (no nvcc at build time)");
+  return "cpu";
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, ModelWeights& weights) {
+  if (device == "cpu") return make_cpu_backend();
+#if M3SERVE_WITH_CUDA
+  M3_CHECK(device == "cuda", "unknown device '{}'", device);
+  auto backend = make_cuda_backend();
+  const auto t0 = std::chrono::steady_clock::now();
+  weights = upload_weights_to_cuda(weights);
+  M3_LOG_INFO("weights uploaded to the GPU in {:.2f} s",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return backend;
+#else
+  (void)weights;
+  fail("device '{}' is not available in this build", device);
+#endif
+}
+
+int64_t gpu_kv_blocks(double utilization, int64_t block_bytes, int64_t reserve_bytes) {
+  M3_CHECK(utilization > 0 && utilization <= 1, "--gpu-memory-utilization must be in (0, 1], got {}", utilization);
+#if M3SERVE_WITH_CUDA
+  const CudaDeviceInfo gpu = cuda_device_info();
+  M3_CHECK(gpu.available, "--gpu-memory-utilization: no usable CUDA device");
+  const int64_t used = gpu.total_bytes - gpu.free_bytes;
+  const int64_t budget = static_cast<int64_t>(utilization * static_cast<double>(gpu.total_bytes));
+  const int64_t left = budget - used - reserve_bytes;
+  const int64_t blocks = left > 0 ? left / block_bytes : 0;
+  M3_CHECK(blocks > 0,
+           "--gpu-memory-utilization {}: {:.1f} GiB of {:.1f} GiB, {:.1f} GiB already in use (weights, other "
+           "processes) and {:.1f} GiB reserved for activations leave no room for a {}-byte KV block; raise it",
+           utilization, budget / 1073741824.0, gpu.total_bytes / 1073741824.0, used / 1073741824.0,
+           reserve_bytes / 1073741824.0, block_bytes);
+  return blocks;
+#else
+  (void)block_bytes;
+  (void)reserve_bytes;
+  fail("--gpu-memory-utilization needs the CUDA backend, and this build has none");
+#endif
 }
 
 int64_t parse_memory_size(const std::string& text, const std::string& option) {
@@ -90,6 +154,7 @@ LoadedModel load_model(const ModelOptions& o) {
   rt.kv_dtype = resolve_kv_dtype(o.kv_cache_dtype, rt.activation_dtype);
   const std::string index = indexer_kv_dtype(o.attention_config);
   rt.index_dtype = index.empty() ? rt.kv_dtype : resolve_kv_dtype(index, rt.activation_dtype);
+  const std::string device = resolve_device(o.device, rt.activation_dtype);
 
   const auto t0 = std::chrono::steady_clock::now();
   ModelWeights weights;
@@ -120,7 +185,7 @@ LoadedModel load_model(const ModelOptions& o) {
   } else {
     rt.num_kv_blocks = 2 * ((m.max_model_len + bs - 1) / bs);  // two sequences of max_model_len
   }
-  m.backend = make_cpu_backend();
+  m.backend = make_backend(device, weights);
   m.model = std::make_unique<MiniMaxM3>(std::move(config), std::move(weights), *m.backend, rt);
   const MiniMaxM3& model = *m.model;
   M3_LOG_INFO("model {}: {} layers ({} sparse), hidden {}, vocab {}; weights {} in {:.2f} s", o.model_dir,

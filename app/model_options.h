@@ -1,7 +1,7 @@
 // Command-line options shared by the commands that load and run a model (generate, score, ...):
 // --model, --dtype, --kv-cache-dtype, --attention-config, --load-format, --num-layers,
-// --max-model-len, --num-kv-blocks / --kv-cache-memory, --seed. load_model() turns them into a
-// CPU-backend MiniMaxM3 and logs what it built (KV pool size and dtypes).
+// --max-model-len, --num-kv-blocks / --kv-cache-memory, --seed, --device. load_model() turns them
+// into a MiniMaxM3 on the chosen backend and logs what it built (KV pool size and dtypes).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -27,6 +27,7 @@ struct ModelOptions {
   int64_t num_kv_blocks = 0;            // 0: from --kv-cache-memory or 2 x max_model_len
   std::string kv_cache_memory;          // e.g. 512MiB, 2GiB, or bytes
   uint64_t seed = 0;                    // dummy weights
+  std::string device = "auto";          // auto (cuda when a usable GPU is present), cpu, cuda
 };
 
 void add_model_options(CLI::App& cmd, ModelOptions& options);
@@ -38,6 +39,18 @@ struct LoadedModel {
 };
 
 LoadedModel load_model(const ModelOptions& options);
+
+// --device: "cpu" or "cuda" as given; "auto" is cuda when this build has the CUDA backend, a
+// usable Hopper GPU is present and the activations are bfloat16 (the GPU's only activation
+// dtype), else cpu. Throws m3::Error for other names, or for cuda without a usable GPU.
+std::string resolve_device(const std::string& device, DType activation_dtype);
+// The backend for a resolved device; for cuda the weights move to the GPU (uploaded in their
+// stored formats; the host copy is released).
+std::unique_ptr<Backend> make_backend(const std::string& device, ModelWeights& weights);
+// KV blocks for --gpu-memory-utilization: utilization x total GPU memory, minus what is already
+// in use (weights uploaded, other processes) and `reserve_bytes` for activations and scratch,
+// divided into blocks of block_bytes. Throws m3::Error naming the option when nothing is left.
+int64_t gpu_kv_blocks(double utilization, int64_t block_bytes, int64_t reserve_bytes);
 
 // "512MiB", "2GiB", "1.5G", "4096" -> bytes; throws m3::Error naming the option otherwise.
 int64_t parse_memory_size(const std::string& text, const std::string& option);

@@ -12,7 +12,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/minimax_m3_runner.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -79,25 +78,40 @@ std::string indexer_dtype_from(const std::string& attention_config) {
 
 constexpr int64_t kDefaultCpuKvBytes = int64_t{1} << 30;
 constexpr int64_t kDefaultModelLen = 8192;
+constexpr double kDefaultGpuMemoryUtilization = 0.9;  // vLLM's default
+
+// GPU memory a step takes beyond the weights and the KV pool, kept out of the KV budget: the
+// model's activations for max_num_batched_tokens tokens (bf16: residual, norms, q/k/v, index-Q,
+// attention output, MoE permuted rows and expert activations), the logits of max_num_seqs rows
+// (bf16 and an f32 staging copy), and a fixed margin for the CUDA context, cuBLASLt's workspace
+// and the MSA kernels' schedules.
+int64_t gpu_activation_reserve_bytes(const ModelConfig& c, int max_tokens, int max_seqs) {
+  const int64_t index = c.has_sparse_layers() ? int64_t(c.index_heads + 1) * c.index_head_dim : 0;
+  const int64_t experts = int64_t(c.experts_per_token) * (c.moe_intermediate_size + c.hidden_size);
+  const int64_t mlp = std::max<int64_t>(c.dense_intermediate_size, c.shared_intermediate_size + c.hidden_size) +
+                      experts + 2 * c.num_experts;  // + fp32 router logits
+  const int64_t per_token = 2 * (4 * int64_t(c.hidden_size) + 2 * int64_t(c.num_heads) * c.head_dim +
+                                 2 * int64_t(c.num_kv_heads) * c.head_dim + index + mlp);
+  const int64_t per_row = int64_t(c.vocab_size) * (2 + 4) + 2 * int64_t(c.hidden_size);
+  return (int64_t{1} << 30) + per_token * max_tokens + per_row * max_seqs;
+}
 
 }  // namespace
 
 void check_deployment_options(const ServeEngineOptions& o, const ModelOptions& mo) {
   M3_CHECK(o.device == "auto" || o.device == "cpu" || o.device == "cuda",
            "--device '{}' (expected auto, cpu or cuda)", o.device);
-  M3_CHECK(o.device != "cuda",
-           "--device cuda: serving on the CUDA backend is not available yet "
-           "(the CUDA kernels exist, the CUDA model backend does not); use --device cpu");
   M3_CHECK(o.tensor_parallel_size >= 1, "-tp/--tensor-parallel-size must be >= 1, got {}",
            o.tensor_parallel_size);
   M3_CHECK(o.tensor_parallel_size == 1,
            "-tp/--tensor-parallel-size {}: m3serve runs a model on a single device for now (tensor "
            "parallelism is not implemented); use -tp 1",
            o.tensor_parallel_size);
-  M3_CHECK(
-      !o.gpu_memory_utilization,
-      "--gpu-memory-utilization applies to GPU memory and this server runs on the CPU backend; "
-      "size the KV cache with --kv-cache-memory or --num-kv-blocks");
+  // cpu: known without asking the driver (cmd_serve calls this before it blocks SIGTERM in every
+  // thread, and the CUDA runtime starts threads of its own); auto and cuda: load_serving_model.
+  M3_CHECK(!o.gpu_memory_utilization || o.device != "cpu",
+           "--gpu-memory-utilization applies to GPU memory and --device cpu runs on the CPU "
+           "backend; size the KV cache with --kv-cache-memory or --num-kv-blocks");
   if (!o.speculative_config.empty()) {
     nlohmann::json spec = nlohmann::json::parse(o.speculative_config, nullptr, false);
     M3_CHECK(!spec.is_discarded() && spec.is_object(),
@@ -134,6 +148,11 @@ ServingModel load_serving_model(const ModelOptions& mo, const ServeEngineOptions
 
   ModelRuntimeOptions rt;
   rt.activation_dtype = parse_activation_dtype(mo.dtype);
+  const std::string device = resolve_device(o.device, rt.activation_dtype);
+  M3_CHECK(!o.gpu_memory_utilization || device == "cuda",
+           "--gpu-memory-utilization applies to GPU memory and this server runs on the CPU "
+           "backend{}; size the KV cache with --kv-cache-memory or --num-kv-blocks",
+           o.device == "auto" ? " (no usable GPU found)" : "");
   rt.kv_dtype = resolve_kv_dtype(mo.kv_cache_dtype, rt.activation_dtype);
   const std::string index = indexer_dtype_from(mo.attention_config);
   rt.index_dtype = index.empty() ? rt.kv_dtype : resolve_kv_dtype(index, rt.activation_dtype);
@@ -151,9 +170,12 @@ ServingModel load_serving_model(const ModelOptions& mo, const ServeEngineOptions
   if (mo.num_kv_blocks > 0) {
     rt.num_kv_blocks = mo.num_kv_blocks;
   } else if (!mo.kv_cache_memory.empty()) {
-    rt.num_kv_blocks = parse_memory_size(mo.kv_cache_memory, "--kv-cache-memory") / layout.block_bytes;
+    rt.num_kv_blocks =
+        parse_memory_size(mo.kv_cache_memory, "--kv-cache-memory") / layout.block_bytes;
     M3_CHECK(rt.num_kv_blocks > 0, "--kv-cache-memory {} holds no KV block ({} bytes each)",
              mo.kv_cache_memory, layout.block_bytes);
+  } else if (device == "cuda") {
+    rt.num_kv_blocks = 0;  // from --gpu-memory-utilization once the weights are on the GPU
   } else {
     // Enough for max_num_seqs full-length requests at once, within a CPU budget of 1 GiB.
     const int64_t blocks_per_request = (model_len + layout.block_size - 1) / layout.block_size;
@@ -174,7 +196,15 @@ ServingModel load_serving_model(const ModelOptions& mo, const ServeEngineOptions
   }
 
   ServingModel s;
-  s.backend = make_cpu_backend();
+  s.backend = make_backend(device, weights);  // cuda: the weights move to the GPU
+  if (rt.num_kv_blocks == 0) {
+    const double utilization = o.gpu_memory_utilization.value_or(kDefaultGpuMemoryUtilization);
+    rt.num_kv_blocks = gpu_kv_blocks(
+        utilization, layout.block_bytes,
+        gpu_activation_reserve_bytes(config, o.max_num_batched_tokens, o.max_num_seqs));
+    M3_LOG_INFO("--gpu-memory-utilization {}: {} KV blocks of {} bytes", utilization,
+                rt.num_kv_blocks, layout.block_bytes);
+  }
   s.model = std::make_unique<MiniMaxM3>(std::move(config), std::move(weights), *s.backend, rt);
   EngineConfig engine_config;
   engine_config.max_num_seqs = o.max_num_seqs;

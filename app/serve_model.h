@@ -31,6 +31,7 @@ struct ServeEngineOptions {
 };
 
 // Checks that need no model files (device, parallelism, speculative decoding, attention config).
+// Never touches the GPU driver: serve calls it before blocking SIGINT/SIGTERM in every thread.
 // Throws m3::Error naming the option.
 void check_deployment_options(const ServeEngineOptions& options, const ModelOptions& model_options);
 
@@ -41,9 +42,11 @@ struct ServingModel {
 };
 
 // Loads config and weights (with a progress bar on stderr), checks the options that depend on
-// the checkpoint (--block-size, --quantization-config.moe), sizes the KV pool (--num-kv-blocks,
-// --kv-cache-memory; by default room for --max-num-seqs full-length requests, at most 1 GiB)
-// and builds the engine.
+// the checkpoint (--block-size, --quantization-config.moe), resolves --device (auto: cuda when a
+// usable GPU is present), moves the weights to the GPU there, sizes the KV pool (--num-kv-blocks,
+// --kv-cache-memory; by default on the CPU room for --max-num-seqs full-length requests, at most
+// 1 GiB, on the GPU what --gpu-memory-utilization (default 0.9) leaves after the weights and the
+// activations of --max-num-batched-tokens) and builds the engine.
 ServingModel load_serving_model(const ModelOptions& model_options,
                                 const ServeEngineOptions& options);
 

@@ -24,6 +24,25 @@ bool contains(const std::vector<int32_t>& ids, int32_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
+// The forced token at the next output index, or -1 to sample.
+int32_t forced_token(const Sequence& seq) {
+  const std::vector<int32_t>& forced = seq.params().forced_tokens;
+  if (seq.forced_start < 0) return -1;
+  const int i = seq.num_output_tokens() - seq.forced_start;
+  return i >= 0 && i < static_cast<int>(forced.size()) ? forced[i] : -1;
+}
+
+// After a token is appended: the output now ending with forced_after starts the forced tokens.
+void note_forced_trigger(Sequence& seq) {
+  const SamplingParams& p = seq.params();
+  if (p.forced_tokens.empty() || seq.forced_start >= 0) return;
+  const int n = static_cast<int>(p.forced_after.size());
+  if (seq.num_output_tokens() < n) return;
+  if (std::equal(p.forced_after.begin(), p.forced_after.end(), seq.tokens.end() - n)) {
+    seq.forced_start = seq.num_output_tokens();
+  }
+}
+
 }  // namespace
 
 EngineLoop::EngineLoop(ModelRunner& runner, const EngineConfig& config)
@@ -56,6 +75,7 @@ void EngineLoop::add(EngineRequest request, OutputSink sink, uint64_t seed, Cloc
                                     seq->request.eos_token_ids.end());
     }
   }
+  if (!p.forced_tokens.empty() && p.forced_after.empty()) seq->forced_start = 0;
   kv_.update_hashes(*seq);
   Sequence* raw = seq.get();
   const std::string id = raw->request.id;
@@ -171,10 +191,12 @@ RequestOutput EngineLoop::advance(Sequence& seq, const float* logits_row) {
   state.prompt_token_set = seq.prompt_token_set;
   state.output_counts = &seq.output_counts;
   state.min_tokens_masked = seq.min_tokens_masked;
-  const int32_t token = sampler_.sample(logits, state);
+  const int32_t forced = forced_token(seq);
+  const int32_t token = forced >= 0 ? forced : sampler_.sample(logits, state);
   if (p.logprobs >= 0) out.logprobs.push_back(sampler_.logprobs(logits, token, p.logprobs));
 
   seq.tokens.push_back(token);
+  note_forced_trigger(seq);
   ++seq.output_counts[token];
   kv_.update_hashes(seq);
   ++counters_.generation_tokens_total;

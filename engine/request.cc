@@ -32,6 +32,8 @@ void SamplingParams::validate() const {
   for (int32_t id : stop_token_ids) {
     M3_CHECK(id >= 0, "stop_token_ids must be non-negative token ids, got {}", id);
   }
+  for (int32_t id : forced_after) M3_CHECK(id >= 0, "forced_after holds a negative token id {}", id);
+  for (int32_t id : forced_tokens) M3_CHECK(id >= 0, "forced_tokens holds a negative token id {}", id);
 }
 
 std::string_view finish_reason_name(FinishReason reason) {

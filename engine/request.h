@@ -43,6 +43,13 @@ struct SamplingParams {
   // Logprobs are log_softmax of the RAW logits (before penalties/temperature), as vLLM's default.
   int logprobs = -1;         // -1: none; k in 0..20: the sampled token's logprob + the top k
   int prompt_logprobs = -1;  // -1: none; k in 0..20: per prompt token, its logprob + the top k
+  // A forced continuation (the server's tool_choice "required" or named function): once the
+  // output contains `forced_after` (empty: from the first output token), the next output tokens
+  // are `forced_tokens`, whatever the logits say (their logprobs are still reported). Decided by
+  // the output ids alone, so it holds across batching and preemption. Only the first occurrence
+  // of `forced_after` counts.
+  std::vector<int32_t> forced_after;
+  std::vector<int32_t> forced_tokens;
 
   bool greedy() const { return temperature < 1e-5f; }
   // Throws m3::Error naming the first invalid field, e.g. "top_p must be in (0, 1], got 1.5".

@@ -41,6 +41,8 @@ struct Sequence {
   std::vector<int32_t> prompt_token_set;              // sorted unique prompt ids (repetition penalty)
   std::vector<int32_t> min_tokens_masked;             // stop ids (+ eos unless ignore_eos)
   std::unordered_map<int32_t, int32_t> output_counts;  // presence / frequency penalties
+  // Output index where params().forced_tokens begin; -1 while forced_after has not appeared.
+  int forced_start = -1;
   std::vector<PositionLogprobs> prompt_logprobs;      // collected during prefill
   bool prompt_logprobs_sent = false;
   int num_cached_prompt_tokens = -1;  // set on the first schedule

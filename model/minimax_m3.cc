@@ -141,19 +141,23 @@ void MiniMaxM3::attention_block(int layer, Activations& a) {
   backend_.linear(h, w.q, q);
   backend_.linear(h, w.k, k);
   backend_.linear(h, w.v, v);
-  backend_.head_norm_rope(q, c.num_heads, c.head_dim, w.q_norm, c.rms_norm_eps, c.rope.rotary_dim);
-  backend_.head_norm_rope(k, c.num_kv_heads, c.head_dim, w.k_norm, c.rms_norm_eps, c.rope.rotary_dim);
-
-  Tensor selection;
-  if (c.attention_kinds[layer] == AttentionKind::kSparse) {
-    Tensor iq = a.index_q.rows(0, t), ik = a.index_k.rows(0, t);
+  const bool sparse = c.attention_kinds[layer] == AttentionKind::kSparse;
+  Tensor iq, ik;
+  if (sparse) {
+    iq = a.index_q.rows(0, t);
+    ik = a.index_k.rows(0, t);
     backend_.linear(h, w.index_q, iq);
     backend_.linear(h, w.index_k, ik);
-    // The indexer reuses the main cos/sin truncated to index_head_dim channels.
-    const int index_rope = std::min(c.rope.rotary_dim, c.index_head_dim);
+  }
+  // The indexer reuses the main cos/sin truncated to index_head_dim channels.
+  const int index_rope = sparse ? std::min(c.rope.rotary_dim, c.index_head_dim) : 0;
+  // q/k (and index-K) norms + RoPE and the cache write in one op (one kernel on the GPU).
+  backend_.attention_input(cache, q, c.num_heads, k, v, w.q_norm, w.k_norm, ik, w.index_k_norm,
+                           c.rms_norm_eps, c.rope.rotary_dim, index_rope);
+
+  Tensor selection;
+  if (sparse) {
     backend_.head_norm_rope(iq, c.index_heads, c.index_head_dim, w.index_q_norm, c.rms_norm_eps, index_rope);
-    backend_.head_norm_rope(ik, 1, c.index_head_dim, w.index_k_norm, c.rms_norm_eps, index_rope);
-    backend_.kv_insert(cache, k, v, ik);
     IndexerParams params;
     params.index_heads = c.index_heads;
     params.topk_blocks = c.index_topk_blocks;
@@ -161,8 +165,6 @@ void MiniMaxM3::attention_block(int layer, Activations& a) {
     params.init_blocks = c.index_init_blocks;
     selection = a.selection.rows(0, t * c.index_heads * c.index_topk_blocks);
     backend_.indexer_topk(cache, iq, params, selection);
-  } else {
-    backend_.kv_insert(cache, k, v, Tensor());
   }
 
   Tensor attn = a.attn.rows(0, t);

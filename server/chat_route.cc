@@ -6,11 +6,16 @@
 // as `reasoning` (vLLM's newer name), so clients of either generation find it.
 #include <httplib.h>
 
+#include <cctype>
+#include <optional>
+
 #include "core/log.h"
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/route_common.h"
 #include "server/routes.h"
+#include "text/reasoning_parser.h"
+#include "text/tool_parser.h"
 
 namespace m3::server {
 namespace {
@@ -239,6 +244,29 @@ ChoiceTextOptions text_options(const ServeOptions& options, const ChatRequest& r
   return o;
 }
 
+// tool_choice "required" or a named function: the model is made to open a call, since nothing
+// else would make it call one. The call opener (with the function's name when it is known) is
+// forced once reasoning has ended, or from the first token when the prompt already closed it
+// (thinking disabled). As in vLLM, a model that answers without ever closing its reasoning is
+// not forced. With "required", the model names the function itself unless there is only one.
+void force_tool_call(const ServeOptions& options, const ChatRequest& r, const std::string& prompt_text,
+                     const text::Tokenizer& tokenizer, SamplingParams& sampling) {
+  if (r.tool_choice != ToolChoice::kRequired && r.tool_choice != ToolChoice::kNamed) return;
+  std::optional<std::string_view> name;
+  if (r.tool_choice == ToolChoice::kNamed) {
+    name = r.tool_choice_name;
+  } else if (r.tools.is_array() && r.tools.size() == 1) {
+    name = r.tools[0]["function"]["name"].get_ref<const std::string&>();
+  }
+  const std::string opener = text::ToolCallParser::call_opener(options.tool_call_parser, name);
+  sampling.forced_tokens = tokenizer.encode(opener, false);
+  if (options.reasoning_parser.empty()) return;
+  const std::string_view end = text::ReasoningParser::end_marker(options.reasoning_parser);
+  std::string_view prompt = prompt_text;
+  while (!prompt.empty() && std::isspace(static_cast<unsigned char>(prompt.back()))) prompt.remove_suffix(1);
+  if (!prompt.ends_with(end)) sampling.forced_after = tokenizer.encode(end, false);
+}
+
 void check_tool_choice(const ServeOptions& options, const ChatRequest& r) {
   if (r.tool_choice == ToolChoice::kAuto &&
       (!options.enable_auto_tool_choice || options.tool_call_parser.empty())) {
@@ -270,6 +298,7 @@ void handle_chat_completions(ServerContext& context, const httplib::Request& req
   int max_tokens = resolve_max_tokens(request.common, *model,
                                       static_cast<int>(prompt.token_ids.size()), "messages");
   SamplingParams sampling = make_sampling_params(request.common, model->defaults, max_tokens);
+  force_tool_call(context.options(), request, prompt.text, model->tokenizer, sampling);
 
   auto s = std::make_shared<ChatSession>(context, model, std::move(request), arrival);
   const ChatRequest& r = s->request;

@@ -77,6 +77,12 @@ bool ReasoningParser::prompt_ends_in_reasoning(std::string_view parser_name, std
   m3::fail("unknown reasoning parser '{}'; valid: {}", parser_name, joined(kParserNames));
 }
 
+std::string_view ReasoningParser::end_marker(std::string_view parser_name) {
+  if (parser_name == "minimax_m3") return kM3Closer;
+  if (parser_name == "minimax_m2" || parser_name == "minimax_m2_append_think") return kM2Closer;
+  m3::fail("unknown reasoning parser '{}'; valid: {}", parser_name, joined(kParserNames));
+}
+
 bool ReasoningParser::step(bool end_of_input, DeltaMessage& out) {
   switch (phase_) {
     case Phase::kStart:

@@ -57,6 +57,9 @@ class ReasoningParser {
   // the parser's opener, trailing whitespace aside. Markers earlier in the prompt (the M3
   // system prompt quotes them) do not count.
   static bool prompt_ends_in_reasoning(std::string_view parser_name, std::string_view prompt);
+  // The marker that ends reasoning in this parser's format ("</mm:think>", "</think>"); output
+  // after it is the answer.
+  static std::string_view end_marker(std::string_view parser_name);
 
   DeltaMessage feed(std::string_view text_delta);
   DeltaMessage finish();

@@ -190,6 +190,54 @@ TEST(EngineCore, ConcurrentStreamingClientsWithDisconnectsMatchSequentialRuns) {
   EXPECT_EQ(stats.finished_length + stats.finished_abort, static_cast<uint64_t>(kClients));
 }
 
+// tool_choice "required" / named: forced tokens follow the trigger (or start the output), the
+// model decides the rest, and all of it is what a greedy oracle gives on that forced context.
+TEST(EngineCore, ForcedTokensFollowTheirTriggerAndTheRestIsSampled) {
+  EngineCore engine(std::make_unique<test::FakeModel>(8, 64, kVocab), {});
+  engine.start();
+  const std::vector<int32_t> prompt = prompt_of(5, 3);
+
+  // From the first output token.
+  EngineRequest now = request("now", prompt, 6);
+  now.sampling.forced_tokens = {7, 8, 9};
+  Stream a;
+  engine.add_request(now, a.sink());
+  a.wait();
+  std::vector<int32_t> context = prompt;
+  context.insert(context.end(), {7, 8, 9});
+  std::vector<int32_t> expected = {7, 8, 9};
+  for (int32_t t : oracle_greedy(context, 3)) expected.push_back(t);
+  EXPECT_EQ(a.tokens, expected);
+
+  // After a trigger the model itself produces: its second greedy token.
+  const std::vector<int32_t> free_run = oracle_greedy(prompt, 2);
+  EngineRequest later = request("later", prompt, 6);
+  later.sampling.forced_after = {free_run[1]};
+  later.sampling.forced_tokens = {1, 2};
+  Stream b;
+  engine.add_request(later, b.sink());
+  b.wait();
+  context = prompt;
+  context.insert(context.end(), {free_run[0], free_run[1], 1, 2});
+  expected = {free_run[0], free_run[1], 1, 2};
+  for (int32_t t : oracle_greedy(context, 2)) expected.push_back(t);
+  EXPECT_EQ(b.tokens, expected);
+
+  // A trigger that never comes forces nothing.
+  EngineRequest never = request("never", prompt, 4);
+  never.sampling.forced_after = {kVocab - 1, kVocab - 1, kVocab - 1};
+  never.sampling.forced_tokens = {1};
+  Stream c;
+  engine.add_request(never, c.sink());
+  c.wait();
+  EXPECT_EQ(c.tokens, oracle_greedy(prompt, 4));
+
+  EngineRequest bad = request("bad", prompt, 4);
+  bad.sampling.forced_tokens = {kVocab};
+  EXPECT_NE(error_of([&] { engine.add_request(bad, [](const RequestOutput&) {}); }).find("forced token"),
+            std::string::npos);
+}
+
 TEST(EngineCore, SinkMayAbortAndIdsAreReusableAfterFinishing) {
   EngineCore engine(std::make_unique<test::FakeModel>(8, 64, kVocab), {});
   engine.start();

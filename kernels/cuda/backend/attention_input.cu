@@ -12,7 +12,8 @@ namespace {
 
 constexpr int kWarps = 8;
 
-// One CTA per token; its warps take the token's rows: q heads, k heads, v heads, index-K.
+// CTAs (token, group of kWarps rows); one warp per row of the token: q heads, k heads, v heads,
+// index-K. Several CTAs per token so that a decode step of few tokens still fills the GPU.
 __global__ void __launch_bounds__(kWarps * 32) attention_input_kernel(const AttentionInputArgs a) {
   extern __shared__ float rows_buf[];
   const KvLayerView& c = a.cache;
@@ -26,7 +27,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_input_kernel(const Atte
   const int64_t block = slot / c.block_size;
   const int row = slot % c.block_size;
   const int tasks = hq + 2 * hkv + (a.index_k != nullptr ? 1 : 0);
-  for (int task = warp; task < tasks; task += kWarps) {
+  for (int task = blockIdx.y * kWarps + warp; task < tasks; task += gridDim.y * kWarps) {
     if (task < hq) {
       uint16_t* x = a.q + (int64_t(t) * hq + task) * d;
       warp_head_norm_rope(x, x, v, d, a.q_norm, a.eps, a.rope_dims, cos_row, sin_row, a.rope_half);
@@ -54,7 +55,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_input_kernel(const Atte
 cudaError_t launch_attention_input(const AttentionInputArgs& a, cudaStream_t stream) {
   if (a.step.num_tokens == 0) return cudaSuccess;
   const int width = a.cache.head_dim > a.cache.index_dim ? a.cache.head_dim : a.cache.index_dim;
-  attention_input_kernel<<<a.step.num_tokens, kWarps * 32, kWarps * width * sizeof(float), stream>>>(a);
+  const int tasks = a.num_q_heads + 2 * a.cache.num_kv_heads + (a.index_k != nullptr ? 1 : 0);
+  const dim3 grid(a.step.num_tokens, (tasks + kWarps - 1) / kWarps);
+  attention_input_kernel<<<grid, kWarps * 32, kWarps * width * sizeof(float), stream>>>(a);
   return cudaGetLastError();
 }
 

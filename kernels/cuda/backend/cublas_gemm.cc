@@ -44,8 +44,9 @@ CublasLtGemm::~CublasLtGemm() {
 
 // Column-major view: D (N x M, ld out_stride) = op(A) (N x K) * B (K x M), where A is W stored
 // column-major as K x N (ld K) and transposed, and B is x stored column-major as K x M.
-CublasLtGemm::Plan& CublasLtGemm::plan_for(int m, int n, int k, int64_t x_stride, int64_t out_stride) {
-  const Key key{m, n, k, x_stride, out_stride};
+CublasLtGemm::Plan& CublasLtGemm::plan_for(int m, int n, int k, int64_t x_stride, int64_t out_stride,
+                                           int alignment) {
+  const Key key{m, n, k, x_stride, out_stride, alignment};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   auto p = std::make_unique<Plan>();
@@ -61,6 +62,11 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(int m, int n, int k, int64_t x_stride
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
                                                 sizeof workspace_bytes_),
            "preference workspace");
+  // The heuristic assumes 256-byte aligned matrices unless told otherwise.
+  const uint32_t align = static_cast<uint32_t>(alignment);
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align), "preference alignment");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->desc, p->a, p->b,
@@ -75,7 +81,12 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(int m, int n, int k, int64_t x_stride
 void CublasLtGemm::gemm_bf16(const uint16_t* x, int64_t x_stride, int m, const uint16_t* w, int n, int k,
                              uint16_t* out, int64_t out_stride, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
-  Plan& p = plan_for(m, n, k, x_stride, out_stride);
+  // The largest power of two (<= 256) that divides every pointer and row stride in bytes.
+  uintptr_t bits = reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(out) |
+                   static_cast<uintptr_t>(x_stride * 2) | static_cast<uintptr_t>(out_stride * 2) |
+                   static_cast<uintptr_t>(k * 2) | 256u;
+  const int alignment = static_cast<int>(bits & (~bits + 1));
+  Plan& p = plan_for(m, n, k, x_stride, out_stride, alignment);
   const float alpha = 1.0f, beta = 0.0f;
   check_lt(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.desc, &alpha, w, p.a, x, p.b, &beta, out, p.c,
                           out, p.c, &p.algo, workspace_, workspace_bytes_, stream),

@@ -25,8 +25,8 @@ class CublasLtGemm {
 
  private:
   struct Plan;
-  using Key = std::tuple<int, int, int, int64_t, int64_t>;
-  Plan& plan_for(int m, int n, int k, int64_t x_stride, int64_t out_stride);
+  using Key = std::tuple<int, int, int, int64_t, int64_t, int>;
+  Plan& plan_for(int m, int n, int k, int64_t x_stride, int64_t out_stride, int alignment);
 
   void* handle_ = nullptr;
   void* workspace_ = nullptr;

@@ -81,6 +81,7 @@ detail::WeightView weight_view(const LinearWeight& w) {
 struct ExpertTables {
   DeviceBuffer views;  // [3][E] WeightView: gate, up, down
   detail::WeightView first[3];
+  const void* last_down = nullptr;  // with the key, tells a layer from one freed and reallocated
 };
 
 class CudaBackend final : public Backend {
@@ -451,9 +452,15 @@ void CudaBackend::plan(const StepBatch& b) {
 
 ExpertTables& CudaBackend::expert_tables(const MlpWeights& mlp) {
   const void* key = mlp.experts.front().gate.weight.data();
+  const void* last_down = mlp.experts.back().down.weight.data();
   auto it = expert_tables_.find(key);
-  if (it != expert_tables_.end()) return *it->second;
+  if (it != expert_tables_.end()) {
+    if (it->second->last_down == last_down && it->second->first[0].kind == weight_view(mlp.experts.front().gate).kind)
+      return *it->second;
+    expert_tables_.erase(it);  // the weights it described were freed; these reuse the address
+  }
   auto t = std::make_unique<ExpertTables>();
+  t->last_down = last_down;
   const size_t e_count = mlp.experts.size();
   std::vector<detail::WeightView> views(3 * e_count);
   for (size_t e = 0; e < e_count; ++e) {

@@ -46,9 +46,11 @@ struct WeightFmt<WeightKind::kNvfp4> {
 
 // The per-chunk scale of a lane's chunk: mxfp8 one UE8M0 factor (the chunk lies inside one
 // 32-element block); nvfp4 two E4M3 group scales as bf16 pairs (elements 0-15 and 16-31).
+// Default (chunks outside the matrix, whose codes are zero): scales 1 and +0, so every product
+// is an exact zero, never 0 * NaN.
 struct ChunkScale {
   float mx = 1.0f;
-  __nv_bfloat162 fp4[2];
+  uint32_t fp4[2] = {0u, 0u};  // bf16 pairs
 };
 
 __device__ __forceinline__ uint4 load_stream16(const void* p) {
@@ -59,6 +61,8 @@ __device__ __forceinline__ uint4 load_stream16(const void* p) {
   return v;
 }
 
+__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+
 template <WeightKind F>
 __device__ __forceinline__ ChunkScale load_chunk_scale(const uint8_t* scale_row, int64_t k0) {
   ChunkScale s;
@@ -67,13 +71,11 @@ __device__ __forceinline__ ChunkScale load_chunk_scale(const uint8_t* scale_row,
   } else if constexpr (F == WeightKind::kNvfp4) {
     const __nv_bfloat16 a = __float2bfloat16_rn(fp8_e4m3_decode(__ldg(scale_row + k0 / 16)));
     const __nv_bfloat16 b = __float2bfloat16_rn(fp8_e4m3_decode(__ldg(scale_row + k0 / 16 + 1)));
-    s.fp4[0] = __halves2bfloat162(a, a);
-    s.fp4[1] = __halves2bfloat162(b, b);
+    s.fp4[0] = bf16x2_bits(__halves2bfloat162(a, a));
+    s.fp4[1] = bf16x2_bits(__halves2bfloat162(b, b));
   }
   return s;
 }
-
-__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
 // Two E4M3 bytes (low byte first) to a bf16 pair, times `mul` (a power of two or 1): exact.
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two, float mul) {
@@ -109,7 +111,8 @@ __device__ __forceinline__ uint4 decode_sub(const uint4& raw, int s, const Chunk
     uint32_t w[4];
     e2m1x4_to_bf16x2(word, w[0], w[1]);
     e2m1x4_to_bf16x2(word >> 16, w[2], w[3]);
-    const __nv_bfloat162 scale = sc.fp4[s >> 1];
+    uint32_t scale_bits = sc.fp4[s >> 1];
+    const __nv_bfloat162 scale = *reinterpret_cast<__nv_bfloat162*>(&scale_bits);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       __nv_bfloat162 v = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&w[j]), scale);

@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# The GPU machine's job for the CUDA model backend (kernels/cuda/backend): build, check every
+# backend op against the CPU reference, check whole models on the committed checkpoints (every KV
+# dtype), time the linear layers, run compute-sanitizer on a short check. Logs to $OUT (default
+# out/), the summary last.
+#
+#   scripts/gpu-check-model.sh [STEP...]   steps: build ops ops-quick model model-quick bench latency
+#                                          profile generate serve sanitize
+#                                          (default: build ops model-quick bench latency sanitize)
+# PREBUILT=dir uses dir/tests/kernels_cuda/backend_check and dir/bin/m3serve built elsewhere (same
+# CUDA 13.0), with the shared libraries they need beyond the GPU machine's in dir/device-libs
+# (`PREBUILT=dir scripts/gpu-check-model.sh prepare`, run here, gathers them and packs all three
+# into dir/device-pack.txz: carry that and unpack it there). Without PREBUILT it builds in $BUILD and needs .deps
+# (scripts/device-deps-extra.sh). STEP_TIMEOUT, LATENCY_TIMEOUT and SANITIZE_TIMEOUT bound the
+# steps (seconds; MODEL_TIMEOUT each checkpoint of the model steps), TIME_BUDGET the whole script (the summary always prints). The ops and model
+# steps run one process per op group / checkpoint (logs ops-<group>.log, model-<dir>.log).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build-gpu}
+STEPS=("$@")
+((${#STEPS[@]})) || STEPS=(build ops model-quick bench latency sanitize)
+has() { [[ " ${STEPS[*]} " == *" $1 "* ]]; }
+
+if has prepare; then
+  # On the build machine: the libraries backend_check and m3serve link that the GPU machine may
+  # lack (everything but glibc, libstdc++/libgcc and CUDA's) in $PREBUILT/device-libs, and one
+  # stripped, xz-compressed archive of binaries and libraries, $PREBUILT/device-pack.txz (~11 MB,
+  # so the tree plus the carry stays under the 64 MiB limit). Carry it and unpack it there into
+  # $PREBUILT (python3 -c "import tarfile; tarfile.open('$PREBUILT/device-pack.txz').extractall('$PREBUILT')").
+  dir=${PREBUILT:?prepare needs PREBUILT=build-dir}
+  rm -rf "$dir/device-libs" "$dir/device-pack"; mkdir -p "$dir/device-libs"
+  ldd "$dir/tests/kernels_cuda/backend_check" "$dir/bin/m3serve" | awk '/=> \// {print $3}' | sort -u |
+    grep -vE '/libc\.so|/libm\.so|/libdl\.so|/libpthread\.so|/librt\.so|/libstdc\+\+|/libgcc_s|/libcuda|/libcublas' |
+    xargs -r -I{} cp -L {} "$dir/device-libs/"
+  pack=$dir/device-pack
+  mkdir -p "$pack/bin" "$pack/tests/kernels_cuda"
+  cp "$dir/tests/kernels_cuda/backend_check" "$pack/tests/kernels_cuda/"
+  cp "$dir/bin/m3serve" "$pack/bin/"
+  cp -r "$dir/device-libs" "$pack/"
+  strip "$pack/bin/m3serve" "$pack/tests/kernels_cuda/backend_check" "$pack"/device-libs/*
+  tar cJf "$dir/device-pack.txz" -C "$pack" .
+  rm -rf "$pack"
+  ls -la "$dir/device-libs" "$dir/device-pack.txz"
+  exit 0
+fi
+
+BIN=$BUILD/tests/kernels_cuda/backend_check
+# cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
+cublas_py=$(python3 -c "import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], 'lib'))" 2>/dev/null || true)
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${cublas_py:+:$cublas_py}:${LD_LIBRARY_PATH:-}
+if [[ -n "${PREBUILT:-}" ]]; then
+  export LD_LIBRARY_PATH=$PWD/$PREBUILT/device-libs:$LD_LIBRARY_PATH
+  if ldd "$PREBUILT/tests/kernels_cuda/backend_check" >"$OUT/prebuilt.log" 2>&1 && ! grep -q "not found" "$OUT/prebuilt.log"; then
+    BIN=$PREBUILT/tests/kernels_cuda/backend_check
+    STEPS=("${STEPS[@]/build/}")
+  else
+    echo "gpu-check-model: the prebuilt backend_check cannot run here:"; grep -E "not found|error" "$OUT/prebuilt.log"
+  fi
+fi
+status=0
+summary=()
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv >"$OUT/gpu.txt" 2>&1
+
+if has build; then
+  t0=$(date +%s)
+  DEPS=$PWD/.deps/usr
+  export LD_LIBRARY_PATH=$DEPS/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+  pkgconf=$(command -v pkg-config || echo "$DEPS/bin/pkgconf")
+  if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DM3_CUDA=ON -DM3_BUILD_TESTS=ON \
+      -DCMAKE_PREFIX_PATH="$DEPS" -DPKG_CONFIG_EXECUTABLE="$pkgconf" >"$OUT/configure.log" 2>&1 &&
+     cmake --build "$BUILD" --target backend_check -j "$(nproc)" >"$OUT/build.log" 2>&1; then
+    summary+=("build: ok in $(($(date +%s) - t0)) s")
+  else
+    tail -30 "$OUT/configure.log"; grep -E "error|Error" "$OUT/build.log" | head -30
+    echo "gpu-check-model: build FAILED"; exit 1
+  fi
+fi
+
+# TIME_BUDGET (seconds from start) bounds the whole script: each step gets at most what is left,
+# less a margin for the summary, and steps past it are skipped (and reported).
+t_start=$(date +%s)
+limit_for() {  # the step's own limit, cut to what the time budget leaves
+  local left=$((${TIME_BUDGET:-100000} - ($(date +%s) - t_start) - 5))
+  ((left < 1)) && left=1
+  ((left < $1)) && echo "$left" || echo "$1"
+}
+run_step() {  # name, then the command
+  local name=$1; shift
+  local t0=$(date +%s) lim
+  lim=$(limit_for "${STEP_TIMEOUT:-600}")
+  if ((lim < 3)); then summary+=("$name: skipped (time budget spent)"); status=1; return; fi
+  timeout "$lim" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  summary+=("$name: rc $rc in $(($(date +%s) - t0)) s: $(tail -1 "$OUT/$name.log")")
+  ((rc)) && status=1
+  grep -E "^FAIL|error" "$OUT/$name.log" | head -40
+}
+
+# One process per op group and per checkpoint: a sticky CUDA error (illegal address) then costs
+# that group only. Synchronous launches: a kernel fault is reported by the op that caused it.
+OP_GROUPS=("m3 elementwise" "tiny elementwise" linear swiglu_mlp moe)
+for g in m3 tiny; do for kv in float32 bfloat16 fp8 nvfp4; do OP_GROUPS+=("$g attention kv $kv"); done; done
+MODEL_DIRS=(tests/model_golden/data/tiny-mixed tests/model_golden/data/tiny-sparse-local2
+            tests/model_golden/data/tiny-vl tests/model_golden/data/release-mxfp8-nvfp4
+            tests/model_golden/data/release-modelopt-nvfp4 models/minimax-m3-tiny models/minimax-m3-small)
+for quick in "" -quick; do
+  if has "ops$quick"; then
+    for g in "${OP_GROUPS[@]}"; do
+      CUDA_LAUNCH_BLOCKING=1 run_step "ops$quick-${g// /-}" "$BIN" ops ${quick:+--quick} --only "$g"
+    done
+  fi
+  if has "model$quick"; then
+    for d in "${MODEL_DIRS[@]}"; do
+      STEP_TIMEOUT=${MODEL_TIMEOUT:-${STEP_TIMEOUT:-600}} run_step "model$quick-$(basename "$d")" "$BIN" model ${quick:+--quick} "$d"
+    done
+  fi
+done
+if has bench; then
+  timeout "$(limit_for "${STEP_TIMEOUT:-600}")" "$BIN" bench >"$OUT/bench.log" 2>&1
+  rc=$?
+  summary+=("bench: rc $rc"); ((rc)) && status=1
+  cat "$OUT/bench.log"
+fi
+if has latency; then
+  # LATENCY_LAYERS layers of dummy M3.1 (default 2): host memory ~4.5 GB per layer plus the head.
+  timeout "$(limit_for "${LATENCY_TIMEOUT:-120}")" "$BIN" latency --layers "${LATENCY_LAYERS:-2}" >"$OUT/latency.log" 2>&1
+  rc=$?
+  summary+=("latency: rc $rc"); ((rc)) && status=1
+  cat "$OUT/latency.log"
+fi
+if has profile; then
+  # Kernel time per decode step by kernel (nsys, when the machine has it): 2 layers, 8K, batch 1 and 64.
+  nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+  if [[ -n "$nsys" ]]; then
+    for c in 8192x1 8192x64; do
+      timeout "$(limit_for 60)" "$nsys" profile -o "/tmp/prof-$c" --force-overwrite true -t cuda \
+        "$BIN" latency --layers 2 --case "$c" >"$OUT/profile-$c.log" 2>&1 &&
+        timeout "$(limit_for 30)" "$nsys" stats -q --report cuda_gpu_kern_sum --format csv "/tmp/prof-$c.nsys-rep" \
+          >"$OUT/profile-$c.csv" 2>>"$OUT/profile-$c.log"
+      summary+=("profile $c: rc $? ($(wc -l <"$OUT/profile-$c.csv" 2>/dev/null || echo 0) kernel rows)")
+    done
+  else
+    summary+=("profile: no nsys on this machine")
+  fi
+fi
+# m3serve on the GPU (PREBUILT only: $PREBUILT/bin/m3serve): greedy generate on both devices for
+# every KV dtype (ids must agree; tokens/s reported), then a serve smoke test over HTTP.
+M3BIN=${PREBUILT:+$PREBUILT/bin/m3serve}
+if has generate && [[ -x "${M3BIN:-}" ]]; then
+  prompt=$(seq -s, 3 5 250)  # within the tiny checkpoints' 256-token vocabulary
+  for d in tests/model_golden/data/tiny-mixed tests/model_golden/data/release-mxfp8-nvfp4 models/minimax-m3-tiny \
+           models/minimax-m3-small; do
+    for kv in bfloat16 fp8 nvfp4; do
+      name="generate-$(basename "$d")-$kv"
+      for dev in cpu cuda; do
+        timeout "$(limit_for 60)" "$M3BIN" generate --model "$d" --device $dev --kv-cache-dtype $kv --prompt-ids "$prompt" \
+          --max-tokens 32 --ignore-eos --json >"$OUT/$name-$dev.json" 2>"$OUT/$name-$dev.log"
+      done
+      summary+=("$name: $(python3 - "$OUT/$name-cpu.json" "$OUT/$name-cuda.json" <<'PY'
+import json, sys
+try:
+    a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:3])
+except Exception as e:
+    print("FAILED (no output: %s)" % e); sys.exit()
+x, y = a["output_ids"], b["output_ids"]
+same = next((i for i in range(min(len(x), len(y))) if x[i] != y[i]), None)
+print("%s; cuda decode %.1f tok/s prefill %.1f tok/s (cpu %.1f / %.1f)" % (
+    "ids identical" if same is None and len(x) == len(y) else "ids differ from %s" % same,
+    b["decode_tokens_per_s"], b["prefill_tokens_per_s"], a["decode_tokens_per_s"], a["prefill_tokens_per_s"]))
+PY
+)")
+    done
+  done
+fi
+if has serve && [[ -x "${M3BIN:-}" ]]; then
+  timeout "$(limit_for 90)" python3 - "$M3BIN" >"$OUT/serve.log" 2>&1 <<'PY'
+import sys
+sys.path.insert(0, "tests/server")
+from live_server import LiveServer
+s = LiveServer([sys.argv[1], "serve", "models/minimax-m3-tiny", "--device", "cuda", "--host", "127.0.0.1",
+                "--port", "0", "--max-model-len", "1024", "--gpu-memory-utilization", "0.3", "--disable-log-stats"])
+try:
+    r = s.post("/v1/completions", {"prompt": "The quick brown fox", "max_tokens": 16, "ignore_eos": True,
+                                   "temperature": 0})
+    print("completion:", repr(r["choices"][0]["text"]), r["usage"])
+    r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+    print("chat:", r["choices"][0]["finish_reason"], r["usage"])
+    r = s.post("/v1/completions", {"prompt": ["a b c", "d e f g", "h"], "max_tokens": 12, "ignore_eos": True})
+    print("batch of 3:", [c["finish_reason"] for c in r["choices"]])
+finally:
+    code = s.stop()
+    print("".join(l for l in s.log if "KV cache" in l or "gpu-memory" in l or "backend" in l))
+    print("".join(s.log[-4:]))
+    print("serve: exit", code)
+PY
+  rc=$?
+  summary+=("serve: rc $rc: $(tail -1 "$OUT/serve.log")")
+  ((rc)) && status=1
+fi
+if has sanitize; then
+  # memcheck over every op (quick shapes) and a whole model; racecheck over the linear kernels
+  # (shared-memory tiles, split-K reduction) and the generic attention kernels.
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  sanitize() {  # name, tool, then backend_check's arguments
+    local name=$1 tool=$2; shift 2
+    timeout "$(limit_for "${SANITIZE_TIMEOUT:-90}")" "$sanitizer" --tool "$tool" --error-exitcode 9 "$BIN" "$@" \
+      >"$OUT/sanitize_$name.log" 2>&1
+    local rc=$?
+    summary+=("sanitize $name ($tool): rc $rc, $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize_$name.log" | tail -1)")
+    ((rc)) && status=1
+  }
+  sanitize ops memcheck ops --quick --seed 17
+  sanitize model memcheck model --quick tests/model_golden/data/tiny-mixed
+  sanitize linear racecheck ops --quick --seed 5 --only linear
+  sanitize attention racecheck ops --quick --seed 5 --only "tiny attention kv nvfp4"
+fi
+
+echo "---- gpu-check-model summary ----"
+cat "$OUT/gpu.txt"
+printf '%s\n' "${summary[@]}"
+exit $status

@@ -1,0 +1,198 @@
+// backend_check: the CUDA backend's GPU checks and linear-layer timings.
+//
+//   backend_check ops [--quick] [--seed N] [--only GROUP]   every op, CUDA vs CPU reference
+//   backend_check model [--quick] [DIR...]        whole models on the committed checkpoints
+//   backend_check bench                           linear layers at M3.1 shapes: time, GB/s
+//   backend_check latency [--layers N] [--case CONTEXTxBATCH] [CONFIG]
+//                                                 decode steps of an N-layer M3.1 (dummy weights)
+// Exit status 1 when a case fails.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <fmt/core.h>
+
+#include "core/error.h"
+#include "kernels/cuda/backend/cuda_backend.h"
+#include "kernels/cuda/backend/device_memory.h"
+#include "model/kv_cache.h"
+#include "ops/kv_layout.h"
+#include "tests/kernels_cuda/backend_checks.h"
+#include "tests/kernels_cuda/backend_testing.h"
+
+namespace m3::test {
+
+void Report::add(const std::string& name, double error, double tolerance) {
+  const bool pass = error <= tolerance;  // NaN fails
+  ++cases_;
+  failures_ += !pass;
+  std::printf("%-4s %-78s err %.3e  tol %.1e\n", pass ? "ok" : "FAIL", name.c_str(), error, tolerance);
+  std::fflush(stdout);
+}
+
+void Report::note(const std::string& line) {
+  std::printf("     %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+namespace {
+
+// A device LinearWeight of random bytes (timing only: values are irrelevant).
+LinearWeight random_device_linear(std::mt19937_64& rng, int64_t out, int64_t in, WeightFormat format) {
+  LinearWeight w;
+  w.name = "bench";
+  w.out_features = out;
+  w.in_features = in;
+  w.format = format;
+  auto fill = [&](Shape shape, DType dtype, uint8_t lo, uint8_t hi) {
+    Tensor h = Tensor::zeros(shape, dtype);
+    std::uniform_int_distribution<int> d(lo, hi);
+    uint8_t* p = h.data_as<uint8_t>();
+    for (size_t i = 0; i < h.nbytes(); ++i) p[i] = static_cast<uint8_t>(d(rng));
+    return to_device(h);
+  };
+  switch (format) {
+    case WeightFormat::kDense:
+      w.weight = fill({out, in}, DType::kBF16, 0x00, 0x3c);
+      break;
+    case WeightFormat::kMxfp8:
+      w.weight = fill({out, in}, DType::kF8E4M3, 0x00, 0x7e);
+      w.scale = fill({out, (in + 31) / 32}, DType::kU8, 120, 127);
+      break;
+    case WeightFormat::kNvfp4:
+      w.weight = fill({out, in / 2}, DType::kU8, 0x00, 0xff);
+      w.scale = fill({out, in / 16}, DType::kF8E4M3, 0x20, 0x50);
+      w.global_divisor = 21504.0f;
+      w.global_scale = 1.0f / 21504.0f;
+      break;
+    default:
+      fail("bench: format not timed");
+  }
+  return w;
+}
+
+// Decode- and prefill-shaped linear layers of M3.1 (hidden 6144): weight bytes read once per call.
+void run_bench() {
+  std::mt19937_64 rng(7);
+  auto backend = make_cuda_backend();
+  ModelConfig config = make_config({"bench", 6144, 64, 4, 128, 4, 128, 128, 16, 1, 0, 64});
+  backend->configure(config, DType::kBF16);
+  struct Shape_ {
+    const char* name;
+    int64_t n, k;
+    WeightFormat format;
+  };
+  const Shape_ shapes[] = {{"q_proj mxfp8", 8192, 6144, WeightFormat::kMxfp8},
+                           {"o_proj mxfp8", 6144, 8192, WeightFormat::kMxfp8},
+                           {"expert w1 nvfp4", 3072, 6144, WeightFormat::kNvfp4},
+                           {"expert w2 nvfp4", 6144, 3072, WeightFormat::kNvfp4},
+                           {"lm_head/32 bf16", 200064 / 32, 6144, WeightFormat::kDense}};
+  std::printf("%-18s %6s %10s %10s %9s\n", "linear", "rows", "us", "GB/s", "TFLOP/s");
+  for (const Shape_& s : shapes) {
+    const LinearWeight w = random_device_linear(rng, s.n, s.k, s.format);
+    for (int rows : {1, 8, 32, 64, 128, 2048}) {
+      Tensor x = backend->alloc({rows, s.k}, DType::kBF16), y = backend->alloc({rows, s.n}, DType::kBF16);
+      backend->linear(x, w, y);
+      cuda::check_cuda(cudaDeviceSynchronize(), "bench warmup");
+      const int iters = rows >= 1024 ? 5 : 20;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) backend->linear(x, w, y);
+      cuda::check_cuda(cudaDeviceSynchronize(), "bench");
+      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+      const double bytes = double(w.nbytes()) + 2.0 * rows * (s.k + s.n);
+      std::printf("%-18s %6d %10.1f %10.1f %9.1f\n", s.name, rows, us, bytes / us / 1e3,
+                  2.0 * rows * s.n * s.k / us / 1e6);
+    }
+  }
+
+  // The fused attention input path against the separate ops (q/k/index-K norm + RoPE, insert),
+  // M3 shape, nvfp4 caches: one prefill chunk of T tokens.
+  std::printf("\n%-28s %6s %10s %10s %8s\n", "attention input", "tokens", "fused us", "unfused us", "gain");
+  const KvLayout layout = KvLayout::make(128, 4, 128, 128, KvDType::kNVFP4, KvDType::kNVFP4, {true});
+  for (int tokens : {1, 64, 1024, 8192}) {
+    SimpleKvAllocator alloc((tokens + 127) / 128 + 1, 128);
+    const int seq = alloc.add_sequence();
+    const StepBatch b = alloc.build_step({StepChunk{seq, std::vector<int32_t>(tokens, 5), false}});
+    backend->plan(b);
+    Tensor pool = backend->alloc({layout.block_bytes * ((tokens + 127) / 128 + 1)}, DType::kU8);
+    const KvLayerView cache = layout.layer_view(pool.data_as<uint8_t>(), 0);
+    Tensor q = backend->alloc({tokens, 64 * 128}, DType::kBF16), k = backend->alloc({tokens, 512}, DType::kBF16);
+    Tensor v = backend->alloc({tokens, 512}, DType::kBF16), ik = backend->alloc({tokens, 128}, DType::kBF16);
+    Tensor norm = backend->alloc({128}, DType::kF32);
+    auto time_us = [&](const std::function<void()>& f) {
+      f();
+      cuda::check_cuda(cudaDeviceSynchronize(), "attention input warmup");
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 10; ++i) f();
+      cuda::check_cuda(cudaDeviceSynchronize(), "attention input");
+      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 10;
+    };
+    const double fused = time_us([&] {
+      backend->attention_input(cache, q, 64, k, v, norm, norm, ik, norm, 1e-6f, 64, 64);
+    });
+    const double unfused = time_us([&] {
+      backend->head_norm_rope(q, 64, 128, norm, 1e-6f, 64);
+      backend->head_norm_rope(k, 4, 128, norm, 1e-6f, 64);
+      backend->head_norm_rope(ik, 1, 128, norm, 1e-6f, 64);
+      backend->kv_insert(cache, k, v, ik);
+    });
+    std::printf("%-28s %6d %10.1f %10.1f %8.2f\n", "norm+rope+insert (nvfp4)", tokens, fused, unfused, unfused / fused);
+  }
+}
+
+}  // namespace
+}  // namespace m3::test
+
+int main(int argc, char** argv) {
+  using namespace m3::test;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: backend_check ops|model|bench|latency [--quick] [--seed N] [--only GROUP] [--layers N] [DIR...]\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  bool quick = false;
+  uint64_t seed = 1;
+  int layers = 2;
+  std::string only, only_case;
+  std::vector<std::string> dirs;
+  for (int i = 2; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::stoull(argv[++i]);
+    else if (!std::strcmp(argv[i], "--layers") && i + 1 < argc) layers = std::stoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) only_case = argv[++i];
+    else dirs.push_back(argv[i]);
+  }
+  try {
+    Report rep;
+    if (mode == "ops") {
+      run_ops_checks(rep, quick, seed, only);
+    } else if (mode == "model") {
+      if (dirs.empty())
+        dirs = {"tests/model_golden/data/tiny-mixed",         "tests/model_golden/data/tiny-sparse-local2",
+                "tests/model_golden/data/tiny-vl",            "tests/model_golden/data/release-mxfp8-nvfp4",
+                "tests/model_golden/data/release-modelopt-nvfp4", "models/minimax-m3-tiny",
+                "models/minimax-m3-small"};
+      run_model_checks(rep, dirs, quick);
+    } else if (mode == "bench") {
+      run_bench();
+      return 0;
+    } else if (mode == "latency") {
+      run_latency(dirs.empty() ? "tests/model_loading/fixtures/m31_vl_config.json" : dirs[0], layers, only_case);
+      return 0;
+    } else {
+      std::fprintf(stderr, "unknown mode '%s'\n", mode.c_str());
+      return 2;
+    }
+    std::printf("%d of %d cases failed\n", rep.failures(), rep.cases());
+    return rep.failures() ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
