@@ -55,14 +55,42 @@ inline void mxfp8_row_to_f32(const uint8_t* codes, const uint8_t* scales, int64_
   }
 }
 
+// The 16 E2M1 codes decoded (exact).
+inline const std::array<float, 16>& e2m1_table() {
+  static const std::array<float, 16> table = [] {
+    std::array<float, 16> t{};
+    for (int i = 0; i < 16; ++i) t[i] = e2m1_decode(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table;
+}
+
 // NVFP4 first level: value = e2m1 * e4m3(scale), exact in fp32; 16 elements per scale byte.
-inline void nvfp4_row_to_f32(const uint8_t* packed, const uint8_t* scales, int64_t n, float* dst) {
+// `divisor` (the second level, when not 1) divides each exact product: one rounding, as
+// code * scale / global is defined.
+inline void nvfp4_row_to_f32(const uint8_t* packed, const uint8_t* scales, int64_t n, float* dst,
+                             float divisor = 1.0f) {
   const auto& t = fp8_e4m3_table();
-  for (int64_t i = 0; i < n; ++i) {
+  const auto& e2m1 = e2m1_table();
+  const int64_t whole = n / kNvfp4Group * kNvfp4Group;
+  for (int64_t g = 0; g < whole; g += kNvfp4Group) {
+    const float s = t[scales[g / kNvfp4Group]];
+    const uint8_t* bytes = packed + g / 2;
+    float v[kNvfp4Group];
+    for (int j = 0; j < kNvfp4Group / 2; ++j) {
+      v[2 * j] = e2m1[bytes[j] & 0xf] * s;
+      v[2 * j + 1] = e2m1[bytes[j] >> 4] * s;
+    }
+    if (divisor != 1.0f) {
+      for (int j = 0; j < kNvfp4Group; ++j) v[j] /= divisor;
+    }
+    std::copy(v, v + kNvfp4Group, dst + g);
+  }
+  for (int64_t i = whole; i < n; ++i) {
     const uint8_t byte = packed[i >> 1];
-    const uint8_t code =
-        (i & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xf);
-    dst[i] = e2m1_decode(code) * t[scales[i / kNvfp4Group]];
+    const uint8_t code = (i & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xf);
+    const float v = e2m1[code] * t[scales[i / kNvfp4Group]];
+    dst[i] = divisor != 1.0f ? v / divisor : v;
   }
 }
 

@@ -102,11 +102,11 @@ void dequantize_rows(const LinearWeight& w, int64_t row_begin, int64_t row_end, 
                          w.scale.data_as<const uint8_t>() + r * w.scale.dim(1), in, dst);
         break;
       case WeightFormat::kNvfp4: {
+        const bool divides = w.global_divisor != 0.0f;
         nvfp4_row_to_f32(w.weight.data_as<const uint8_t>() + r * stride,
-                         w.scale.data_as<const uint8_t>() + r * w.scale.dim(1), in, dst);
-        if (w.global_divisor != 0.0f) {
-          for (int64_t c = 0; c < in; ++c) dst[c] /= w.global_divisor;
-        } else if (w.global_scale != 1.0f) {
+                         w.scale.data_as<const uint8_t>() + r * w.scale.dim(1), in, dst,
+                         divides ? w.global_divisor : 1.0f);
+        if (!divides && w.global_scale != 1.0f) {
           for (int64_t c = 0; c < in; ++c) dst[c] *= w.global_scale;
         }
         break;

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cpu/cpu_dequant.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace m3::cpu {
@@ -112,8 +113,8 @@ void linear(const float* x, int64_t rows, const LinearWeight& w, float* out, boo
   M3_CHECK(w.weight.defined(), "linear {}: weight is not loaded", w.name);
   const bool direct = w.format == WeightFormat::kDense && w.weight.dtype() == DType::kF32 &&
                       w.weight.dim(-1) == in;
-  // Tiles of ~64K weights keep the dequantized tile in L2 and give every thread work.
-  const int64_t tile = std::clamp<int64_t>((int64_t(1) << 16) / std::max<int64_t>(in, 1), 8, 512);
+  // Tiles of ~8K weights: the dequantized tile (32 KB) stays in L1 while every input row passes.
+  const int64_t tile = std::clamp<int64_t>((int64_t(1) << 13) / std::max<int64_t>(in, 1), 4, 512);
   const int64_t num_tiles = (out_features + tile - 1) / tile;
   const int threads = omp_get_max_threads();
   for (int i = 0; i < threads; ++i) scratch.thread_buffer(i, direct ? 1 : tile * in);
@@ -127,7 +128,7 @@ void linear(const float* x, int64_t rows, const LinearWeight& w, float* out, boo
       wt = w.weight.data_as<const float>() + r0 * in;
     } else {
       float* buf = scratch.thread_buffer(omp_get_thread_num(), 0);
-      dequantize_rows(w, r0, r1, buf);
+      dequantize_tile(w, r0, r1, buf);
       wt = buf;
     }
     gemm_xwt(x, rows, in, wt, r1 - r0, in, in, out + r0, out_features);

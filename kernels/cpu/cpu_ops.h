@@ -32,8 +32,9 @@ class Scratch {
 void gemm_xwt(const float* x, int64_t rows, int64_t ldx, const float* w, int64_t n, int64_t k,
               int64_t ldw, float* out, int64_t ldo);
 
-// out [rows, w.out_features] = x [rows, w.in_features] W^T with W dequantized exactly, tile by
-// tile of output rows into per-thread fp32 scratch (never a full copy), then gemm_xwt with fp32
+// out [rows, w.out_features] = x [rows, w.in_features] W^T with W dequantized exactly
+// (dequantize_tile), tile by tile of output rows into per-thread fp32 scratch (never a full
+// copy), then gemm_xwt with fp32
 // accumulation. Rounds the outputs to bf16 when round_bf16.
 void linear(const float* x, int64_t rows, const LinearWeight& w, float* out, bool round_bf16,
             Scratch& scratch);

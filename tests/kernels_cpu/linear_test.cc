@@ -1,0 +1,126 @@
+// The CPU linear layer's building blocks: the AVX2 dequantization against the reference
+// dequantize_rows (bit for bit, every code and scale byte), and the GEMM's batch invariance.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/cpu/cpu_dequant.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "model/weights.h"
+
+namespace m3 {
+namespace {
+
+// Every byte value within each 256 consecutive bytes (for scales), in a scrambled order.
+Tensor all_bytes(Shape shape) {
+  Tensor t = Tensor::zeros(shape, DType::kU8);
+  auto* p = t.data_as<uint8_t>();
+  for (std::size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<uint8_t>(i * 167);
+  return t;
+}
+
+Tensor random_bytes(Shape shape, DType dtype, std::mt19937& rng) {
+  Tensor t = Tensor::zeros(shape, dtype);
+  auto* p = t.data_as<uint8_t>();
+  for (std::size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<uint8_t>(rng());
+  return t;
+}
+
+LinearWeight weight_of(WeightFormat format, int64_t out, int64_t in, std::mt19937& rng) {
+  LinearWeight w;
+  w.name = "test";
+  w.out_features = out;
+  w.in_features = in;
+  w.format = format;
+  switch (format) {
+    case WeightFormat::kMxfp8:
+      w.weight = random_bytes({out, in}, DType::kU8, rng);
+      w.scale = all_bytes({out, (in + 31) / 32});
+      break;
+    case WeightFormat::kNvfp4:
+      w.weight = random_bytes({out, (in + 1) / 2}, DType::kU8, rng);
+      w.scale = all_bytes({out, (in + 15) / 16});
+      break;
+    default:
+      w.weight = random_bytes({out, in}, DType::kBF16, rng);
+      break;
+  }
+  return w;
+}
+
+// Equal bits, or both NaN (the NaN payload is not part of any format's definition).
+void expect_same(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0) << what << " element " << i << ": " << a[i] << " vs " << b[i];
+  }
+}
+
+TEST(CpuDequantize, TileEqualsTheReferenceForEveryFormatCodeAndScale) {
+  std::mt19937 rng(7);
+  struct Case {
+    WeightFormat format;
+    int64_t in;
+    float divisor, global_scale;
+  };
+  // Widths that are and are not whole blocks; the compressed-tensors divisor and ModelOpt's
+  // multiplier (the latter takes the reference path).
+  const Case cases[] = {{WeightFormat::kMxfp8, 256, 0, 1},   {WeightFormat::kMxfp8, 77, 0, 1},
+                        {WeightFormat::kNvfp4, 256, 0, 1},   {WeightFormat::kNvfp4, 90, 0, 1},
+                        {WeightFormat::kNvfp4, 256, 2688.0f, 1.0f / 2688.0f},
+                        {WeightFormat::kNvfp4, 48, 0, 0.37f}, {WeightFormat::kDense, 256, 0, 1},
+                        {WeightFormat::kDense, 13, 0, 1}};
+  for (const Case& c : cases) {
+    LinearWeight w = weight_of(c.format, 64, c.in, rng);
+    w.global_divisor = c.divisor;
+    w.global_scale = c.global_scale;
+    std::vector<float> fast(64 * c.in), ref(64 * c.in);
+    cpu::dequantize_tile(w, 0, 64, fast.data());
+    dequantize_rows(w, 0, 64, ref.data());
+    expect_same(fast, ref, std::string(weight_format_name(c.format)) + " in=" + std::to_string(c.in));
+    std::vector<float> part(10 * c.in), part_ref(10 * c.in);
+    cpu::dequantize_tile(w, 17, 27, part.data());
+    dequantize_rows(w, 17, 27, part_ref.data());
+    expect_same(part, part_ref, "rows 17-27");
+  }
+}
+
+TEST(CpuGemm, EveryRowIsBitIdenticalWhateverTheBatchAndCloseToExact) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (int64_t k : {7, 64, 100, 384}) {
+    const int64_t n = 37, rows = 29;
+    std::vector<float> x(rows * k), w(n * k);
+    for (float& v : x) v = normal(rng);
+    for (float& v : w) v = normal(rng);
+    std::vector<float> all(rows * n);
+    cpu::gemm_xwt(x.data(), rows, k, w.data(), n, k, k, all.data(), n);
+    for (int64_t r = 0; r < rows; ++r) {
+      // Alone, and as the last row of a batch of 5 (other rows, other position in the blocking).
+      std::vector<float> one(n);
+      cpu::gemm_xwt(x.data() + r * k, 1, k, w.data(), n, k, k, one.data(), n);
+      ASSERT_EQ(std::memcmp(one.data(), all.data() + r * n, n * 4), 0) << "k " << k << " row " << r;
+      if (r >= 4) {
+        std::vector<float> five(5 * n);
+        cpu::gemm_xwt(x.data() + (r - 4) * k, 5, k, w.data(), n, k, k, five.data(), n);
+        ASSERT_EQ(std::memcmp(five.data() + 4 * n, all.data() + r * n, n * 4), 0) << "k " << k << " row " << r;
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        double exact = 0, magnitude = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          exact += double(x[r * k + i]) * w[j * k + i];
+          magnitude += std::fabs(double(x[r * k + i]) * w[j * k + i]);
+        }
+        EXPECT_NEAR(all[r * n + j], exact, 1e-6 * magnitude + 1e-30) << "k " << k;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace m3
