@@ -137,7 +137,13 @@ HttpServer::HttpServer(HttpLimits limits, std::vector<std::string> api_keys,
     if (!res.body.empty()) return;
     switch (res.status) {
       case 404:
-        send_error(res, 404, fmt::format("no route for {} {}", req.method, req.path));
+        if (auto it = allowed_methods_.find(req.path); it != allowed_methods_.end()) {
+          res.set_header("Allow", it->second);
+          send_error(res, 405, fmt::format("method {} is not allowed for {} (allowed: {})", req.method,
+                                           req.path, it->second));
+        } else {
+          send_error(res, 404, fmt::format("no route for {} {}", req.method, req.path));
+        }
         break;
       case 413:
         send_error(res, 413,
@@ -183,10 +189,14 @@ HttpServer::Handler HttpServer::wrap(Handler handler) {
 }
 
 void HttpServer::get(const std::string& path, Handler handler) {
+  std::string& allowed = allowed_methods_[path];
+  allowed += allowed.empty() ? "GET, HEAD" : ", GET, HEAD";
   server_->Get(path, wrap(std::move(handler)));
 }
 
 void HttpServer::post(const std::string& path, Handler handler) {
+  std::string& allowed = allowed_methods_[path];
+  allowed += allowed.empty() ? "POST" : ", POST";
   server_->Post(path, wrap(std::move(handler)));
 }
 

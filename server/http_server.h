@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -67,6 +68,9 @@ class HttpServer {
   std::vector<std::string> api_keys_;
   std::function<bool(const std::string&)> needs_auth_;
   std::unique_ptr<httplib::Server> server_;
+  // The methods registered per path (fixed before start): a known path asked with another
+  // method gets 405 with an Allow header, not 404.
+  std::map<std::string, std::string> allowed_methods_;
   std::shared_ptr<std::atomic<int>> active_connections_;
   std::thread listener_;
 };

@@ -73,6 +73,13 @@ class ServiceRoutes(unittest.TestCase):
         self.assertEqual([m["id"] for m in models["data"]], [NAME, "m3-alias"])
         self.assertEqual(models["data"][0]["object"], "model")
         self.assertEqual(models["data"][0]["max_model_len"], 1024)
+        # A known path with the wrong method: 405 with Allow, in the OpenAI error shape.
+        status, headers, body = SERVER.request("GET", "/v1/chat/completions")
+        self.assertEqual(status, 405, body)
+        self.assertEqual(headers["allow"], "POST")
+        self.assertIn("not allowed", json.loads(body)["error"]["message"])
+        status, headers, _ = SERVER.request("POST", "/v1/models", {})
+        self.assertEqual((status, headers["allow"]), (405, "GET, HEAD"))
 
     def test_metrics_have_vllm_names(self):
         SERVER.post("/v1/completions", completion_body(max_tokens=2))
