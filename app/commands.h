@@ -17,6 +17,9 @@ void register_score(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_bench_serve(CLI::App& app);
+// bench latency / throughput join the `bench` group register_bench_serve creates: call them after it.
+void register_bench_latency(CLI::App& app);
+void register_bench_throughput(CLI::App& app);
 
 // Rewrites vLLM's multi-letter short options (-tp) that CLI11 cannot parse into their long form,
 // in place, so `vllm serve` command lines work unchanged with `m3serve serve`.

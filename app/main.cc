@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   m3::app::register_inspect(app);
   m3::app::register_serve(app);
   m3::app::register_bench_serve(app);
+  m3::app::register_bench_latency(app);
+  m3::app::register_bench_throughput(app);
   m3::app::expand_vllm_short_options(argc, argv);
   try {
     app.parse(argc, argv);

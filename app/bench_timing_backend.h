@@ -1,0 +1,111 @@
+// TimingBackend: a Backend that forwards every call to another one and, while timing is on,
+// waits for each op to finish and adds its wall time to a per-op total (bench latency's per-op
+// breakdown). The wait is a copy_to_host_f32 of one activation element, which synchronises the
+// CUDA stream, so on a GPU every timed op also pays one launch + sync round trip (~10 us): the
+// breakdown runs in its own pass, never in the pass whose step time is reported.
+// Linears are keyed by the last component of the weight name (q_proj, lm_head, ...).
+#pragma once
+#include <chrono>
+#include <map>
+#include <string>
+
+#include "ops/backend.h"
+
+namespace m3::app {
+
+class TimingBackend final : public Backend {
+ public:
+  explicit TimingBackend(Backend& inner) : inner_(inner) {}
+
+  // Timing on: every op waits for completion. The sync tensor is allocated on first use.
+  void set_timing(bool on) {
+    if (on && !sync_.defined()) sync_ = inner_.alloc({1, 1}, inner_.activation_storage_dtype());
+    timing_ = on;
+  }
+  void clear() { op_seconds_.clear(); }
+  const std::map<std::string, double>& op_seconds() const { return op_seconds_; }
+
+  std::string_view name() const override { return inner_.name(); }
+  Device device() const override { return inner_.device(); }
+  void configure(const ModelConfig& config, DType activation_dtype) override {
+    inner_.configure(config, activation_dtype);
+  }
+  DType activation_dtype() const override { return inner_.activation_dtype(); }
+  DType activation_storage_dtype() const override { return inner_.activation_storage_dtype(); }
+  Tensor alloc(Shape shape, DType dtype) override { return inner_.alloc(std::move(shape), dtype); }
+  void copy_to_host_f32(const Tensor& src, float* dst) override {
+    timed("copy_logits_to_host", [&] { inner_.copy_to_host_f32(src, dst); });
+  }
+  void plan(const StepBatch& batch) override {
+    timed("plan", [&] { inner_.plan(batch); });
+  }
+  AttentionBatchView attention_batch() const override { return inner_.attention_batch(); }
+  void embed(const Tensor& table, Tensor out) override {
+    timed("embed", [&] { inner_.embed(table, out); });
+  }
+  void gather_logits_rows(const Tensor& x, Tensor out) override {
+    timed("gather_logits_rows", [&] { inner_.gather_logits_rows(x, out); });
+  }
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
+    timed("rms_norm", [&] { inner_.rms_norm(x, weight, eps, out); });
+  }
+  void linear(const Tensor& x, const LinearWeight& weight, Tensor out) override {
+    const std::size_t dot = weight.name.rfind('.');
+    const std::string key = "linear " + (dot == std::string::npos ? weight.name : weight.name.substr(dot + 1));
+    timed(key, [&] { inner_.linear(x, weight, out); });
+  }
+  void head_norm_rope(Tensor x, int num_heads, int head_dim, const Tensor& norm, float eps,
+                      int rope_dims) override {
+    timed("head_norm_rope", [&] { inner_.head_norm_rope(x, num_heads, head_dim, norm, eps, rope_dims); });
+  }
+  void kv_insert(const KvLayerView& cache, const Tensor& k, const Tensor& v, const Tensor& index_k) override {
+    timed("kv_insert", [&] { inner_.kv_insert(cache, k, v, index_k); });
+  }
+  void attention_input(const KvLayerView& cache, Tensor q, int num_q_heads, Tensor k, const Tensor& v,
+                       const Tensor& q_norm, const Tensor& k_norm, Tensor index_k, const Tensor& index_k_norm,
+                       float eps, int rope_dims, int index_rope_dims) override {
+    timed("attention_input", [&] {
+      inner_.attention_input(cache, q, num_q_heads, k, v, q_norm, k_norm, index_k, index_k_norm, eps, rope_dims,
+                             index_rope_dims);
+    });
+  }
+  void indexer_topk(const KvLayerView& cache, const Tensor& index_q, const IndexerParams& params,
+                    Tensor selection) override {
+    timed("indexer_topk", [&] { inner_.indexer_topk(cache, index_q, params, selection); });
+  }
+  void paged_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads, const Tensor& selection,
+                       int topk, float sm_scale, Tensor out) override {
+    timed("paged_attention", [&] { inner_.paged_attention(cache, q, num_q_heads, selection, topk, sm_scale, out); });
+  }
+  void swiglu_mlp(const Tensor& x, const LinearWeight& gate, const LinearWeight& up, const LinearWeight& down,
+                  float alpha, float limit, Tensor out) override {
+    timed("swiglu_mlp", [&] { inner_.swiglu_mlp(x, gate, up, down, alpha, limit, out); });
+  }
+  void moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) override {
+    timed("moe", [&] { inner_.moe(x, mlp, params, out); });
+  }
+  void add_inplace(Tensor x, const Tensor& y) override {
+    timed("add_inplace", [&] { inner_.add_inplace(x, y); });
+  }
+
+ private:
+  template <class Op>
+  void timed(const std::string& key, Op&& op) {
+    if (!timing_) {
+      op();
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    op();
+    float sink = 0.0f;
+    inner_.copy_to_host_f32(sync_, &sink);
+    op_seconds_[key] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  Backend& inner_;
+  bool timing_ = false;
+  Tensor sync_;
+  std::map<std::string, double> op_seconds_;
+};
+
+}  // namespace m3::app

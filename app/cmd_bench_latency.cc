@@ -1,0 +1,533 @@
+// m3serve bench latency: decode step time and prefill throughput of the model itself (no engine,
+// no sampler), against the byte floor (decode) and the FLOP floor (prefill), as vLLM's
+// `bench latency` but per shape. Numbers are also given per layer so that a run of the first N
+// layers (--num-layers, the whole model may not fit one device) scales to the full depth.
+//
+// Decode case (batch B, context C): B requests of C - 1 cached tokens and one new token, each on
+// its own pages. The KV pool is sized for the largest case that fits --kv-cache-memory and holds
+// zeros (no prefill writes it): the bytes read and the work done are those of a real step; only
+// the indexer's top-k choice among equal scores (ties go to the lower block) differs from real
+// data, and its cost does not depend on which blocks win.
+// Byte floor of a step = weights touched + KV read:
+//   weights: every non-expert tensor of every layer (attention, indexer, norms, router, shared
+//   expert, dense MLP) + per MoE layer E (1 - (1 - k/E)^B) distinct routed experts (uniform
+//   routing) x bytes of one expert + B embedding rows + lm_head + final norm;
+//   KV per request and layer: sparse layers index-K of C tokens + K and V of
+//   min(C, topk_blocks x block_size) tokens per KV head; full layers K and V of C tokens,
+//   at the bytes per token of ops/kv_layout.h.
+// Prefill: one request of L tokens in chunks of --chunk-size, logits of the last token only.
+// FLOP floor = sum over positions p < L of [2 x active linear params (every linear a token goes
+//   through: attention, indexer, router, shared expert, k routed experts or the dense MLP)
+//   + per full layer 4 Hq D (p + 1) + per sparse layer 2 Hi Di (p + 1)
+//   + 4 Hq D min(p + 1, topk_blocks x block_size)] + 2 x lm_head params (one row).
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <sstream>
+
+#include "app/bench_timing_backend.h"
+#include "app/commands.h"
+#include "app/model_options.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "model/config.h"
+#include "model/minimax_m3.h"
+#include "model/weights.h"
+
+namespace m3::app {
+namespace {
+
+using BenchClock = std::chrono::steady_clock;
+
+struct BenchLatencyOptions {
+  ModelOptions model;
+  std::string batch_sizes = "1,8,32,64,128";
+  std::string context_lens = "8192,131072";
+  std::string prefill_lens = "8192,65536";
+  int chunk_size = 8192;
+  int warmup = 2;
+  int iters = 5;
+  double bandwidth = -1;  // bytes/s; < 0: 4.2e12 on cuda, none on cpu
+  double flops = -1;      // FLOP/s; < 0: 7.6e14 (bf16 dense) on cuda, none on cpu
+  bool op_breakdown = true;
+  bool json = false;
+};
+
+// What a step can touch, measured on the weights as stored (before they move to a device).
+struct WeightBytes {
+  double always = 0;            // every tensor read whatever the batch (all but experts and embed)
+  double expert = 0;            // one routed expert (mean over MoE layers)
+  int moe_layers = 0;
+  int num_experts = 0, experts_per_token = 0;
+  double embed_row = 0;         // one embedding row
+  double lm_head = 0;
+  double active_params = 0;     // linear params one token goes through (lm_head excluded)
+  double lm_head_params = 0;
+
+  double touched(int batch) const {
+    const double distinct =
+        num_experts ? num_experts * (1.0 - std::pow(1.0 - double(experts_per_token) / num_experts, batch)) : 0.0;
+    return always + moe_layers * distinct * expert + batch * embed_row + lm_head;
+  }
+};
+
+double params(const LinearWeight& w) { return w.defined() ? double(w.out_features) * double(w.in_features) : 0.0; }
+double bytes(const LinearWeight& w) { return w.defined() ? double(w.nbytes()) : 0.0; }
+double bytes(const Tensor& t) { return t.defined() ? double(t.nbytes()) : 0.0; }
+
+WeightBytes measure_weights(const ModelConfig& config, const ModelWeights& w) {
+  WeightBytes b;
+  b.num_experts = config.num_experts;
+  b.experts_per_token = config.experts_per_token;
+  b.embed_row = bytes(w.embed) / std::max<int64_t>(1, w.embed.dim(0));
+  b.lm_head = bytes(w.lm_head);
+  b.lm_head_params = params(w.lm_head);
+  b.always = bytes(w.final_norm);
+  double expert_bytes = 0;
+  for (const LayerWeights& l : w.layers) {
+    const AttentionWeights& a = l.attn;
+    b.always += bytes(l.input_norm) + bytes(l.post_attn_norm) + bytes(a.q_norm) + bytes(a.k_norm) +
+                bytes(a.index_q_norm) + bytes(a.index_k_norm);
+    for (const LinearWeight* lw : {&a.q, &a.k, &a.v, &a.o, &a.index_q, &a.index_k, &l.mlp.gate, &l.mlp.up,
+                                   &l.mlp.down}) {
+      b.always += bytes(*lw);
+      b.active_params += params(*lw);
+    }
+    b.always += bytes(l.mlp.router) + bytes(l.mlp.router_bias);
+    if (l.mlp.router.defined()) b.active_params += double(l.mlp.router.numel());
+    if (l.mlp.experts.empty()) continue;
+    ++b.moe_layers;
+    double layer_expert_bytes = 0, one_expert_params = 0;
+    for (const ExpertWeights& e : l.mlp.experts) {
+      layer_expert_bytes += bytes(e.gate) + bytes(e.up) + bytes(e.down);
+      one_expert_params = params(e.gate) + params(e.up) + params(e.down);
+    }
+    expert_bytes += layer_expert_bytes / double(l.mlp.experts.size());
+    b.active_params += config.experts_per_token * one_expert_params;
+  }
+  b.expert = b.moe_layers ? expert_bytes / b.moe_layers : 0.0;
+  return b;
+}
+
+// KV bytes one token occupies in one layer, split as the floor reads them.
+struct KvTokenBytes {
+  double kv_per_head = 0;  // K + V of one KV head
+  double index = 0;        // index-K (sparse layers)
+};
+
+KvTokenBytes kv_token_bytes(const KvLayout& layout) {
+  return {2.0 * (kv_data_bytes(layout.kv_dtype, layout.head_dim) + kv_scale_bytes(layout.kv_dtype, layout.head_dim)),
+          double(kv_data_bytes(layout.index_dtype, layout.index_dim) +
+                 kv_scale_bytes(layout.index_dtype, layout.index_dim))};
+}
+
+double decode_kv_bytes(const ModelConfig& c, const KvLayout& layout, int batch, int64_t context) {
+  const KvTokenBytes t = kv_token_bytes(layout);
+  const double selected = std::min<double>(double(context), double(c.index_topk_blocks) * c.index_block_size);
+  double per_request = 0;
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (layout.layer_has_index[l]) {
+      per_request += context * t.index + selected * c.num_kv_heads * t.kv_per_head;
+    } else {
+      per_request += double(context) * c.num_kv_heads * t.kv_per_head;
+    }
+  }
+  return batch * per_request;
+}
+
+double prefill_flops(const ModelConfig& c, const WeightBytes& w, int64_t len) {
+  const double window = double(c.index_topk_blocks) * c.index_block_size;
+  const int sparse = c.num_sparse_layers(), full = c.num_layers - sparse;
+  double flops = 2.0 * w.lm_head_params;
+  for (int64_t p = 0; p < len; ++p) {
+    const double keys = double(p + 1);
+    flops += 2.0 * w.active_params + full * 4.0 * c.num_heads * c.head_dim * keys +
+             sparse * (2.0 * c.index_heads * c.index_head_dim * keys +
+                       4.0 * c.num_heads * c.head_dim * std::min(keys, window));
+  }
+  return flops;
+}
+
+std::vector<int> parse_list(const std::string& text, const std::string& option) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    int value = 0;
+    try {
+      value = std::stoi(item);
+    } catch (const std::exception&) {
+      fail("{}: '{}' is not a number (expected e.g. 1,8,32)", option, item);
+    }
+    M3_CHECK(value >= 1, "{}: values must be >= 1, got {}", option, value);
+    out.push_back(value);
+  }
+  return out;
+}
+
+// One decode step: `batch` requests of `context` tokens (the last one new), disjoint pages.
+StepBatch decode_batch(int batch, int context, int block_size, int vocab) {
+  StepBatch b;
+  const int pages = (context + block_size - 1) / block_size;
+  b.pages_per_seq = pages;
+  b.query_start.push_back(0);
+  for (int s = 0; s < batch; ++s) {
+    const int pos = context - 1;
+    b.token_ids.push_back(static_cast<int32_t>((int64_t(s) * 7919 + 11) % vocab));
+    b.positions.push_back(pos);
+    b.token_seq.push_back(s);
+    b.seq_lens.push_back(context);
+    for (int p = 0; p < pages; ++p) b.page_table.push_back(s * pages + p);
+    b.slot_mapping.push_back((s * pages + pos / block_size) * block_size + pos % block_size);
+    b.logits_rows.push_back(s);
+    b.query_start.push_back(s + 1);
+  }
+  return b;
+}
+
+// Chunks of one prompt of `len` tokens on pages 0..; logits of the prompt's last token only.
+std::vector<StepBatch> prefill_chunks(int len, int chunk, int block_size, int vocab) {
+  const int pages = (len + block_size - 1) / block_size;
+  std::vector<StepBatch> out;
+  for (int start = 0; start < len; start += chunk) {
+    const int end = std::min(len, start + chunk);
+    StepBatch b;
+    b.pages_per_seq = pages;
+    b.query_start = {0, end - start};
+    b.seq_lens = {end};
+    for (int p = 0; p < pages; ++p) b.page_table.push_back(p);
+    for (int pos = start; pos < end; ++pos) {
+      b.token_ids.push_back(static_cast<int32_t>((int64_t(pos) * 7919 + 11) % vocab));
+      b.positions.push_back(pos);
+      b.token_seq.push_back(0);
+      b.slot_mapping.push_back(pos);  // page p is block p
+    }
+    if (end == len) b.logits_rows.push_back(end - start - 1);
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// The model on a timing wrapper of the chosen backend, with the weights' byte summary.
+struct BenchModel {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<TimingBackend> timing;
+  std::unique_ptr<MiniMaxM3> model;
+  std::string device;
+  WeightBytes weights;
+};
+
+std::string index_dtype_option(const std::string& attention_config) {
+  if (attention_config.empty()) return "";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(attention_config);
+  } catch (const std::exception& e) {
+    fail("--attention-config is not valid JSON: {}", e.what());
+  }
+  M3_CHECK(j.is_object(), "--attention-config must be a JSON object");
+  for (const auto& [key, value] : j.items())
+    M3_CHECK(key == "indexer_kv_dtype" && value.is_string(),
+             "--attention-config: bench latency supports only {{\"indexer_kv_dtype\": \"...\"}}, got key '{}'", key);
+  return j.value("indexer_kv_dtype", "");
+}
+
+// The model's KV pool geometry before any weights exist (to size the pool from the cases).
+KvLayout probe_layout(const ModelConfig& config, const ModelRuntimeOptions& rt) {
+  std::vector<bool> sparse;
+  for (AttentionKind kind : config.attention_kinds) sparse.push_back(kind == AttentionKind::kSparse);
+  return KvLayout::make(config.index_block_size, config.num_kv_heads, config.head_dim,
+                        config.has_sparse_layers() ? config.index_head_dim : 0, rt.kv_dtype, rt.index_dtype,
+                        sparse);
+}
+
+struct DecodeCase {
+  int batch = 0, context = 0;
+  int64_t blocks = 0;
+};
+
+struct PrefillCase {
+  int len = 0;
+  int64_t blocks = 0;
+};
+
+// Loads as load_model() does, but keeps the weights' byte summary (taken before the weights move
+// to the device) and sizes the KV pool for the largest case that fits the memory budget.
+BenchModel load_bench_model(const BenchLatencyOptions& o, std::vector<DecodeCase>& decode,
+                            std::vector<PrefillCase>& prefill, int64_t& budget_blocks) {
+  ModelConfig config = load_model_config(o.model.model_dir);
+  if (o.model.num_layers > 0) override_num_layers(config, o.model.num_layers);
+  ModelRuntimeOptions rt;
+  rt.activation_dtype = parse_activation_dtype(o.model.dtype);
+  rt.kv_dtype = resolve_kv_dtype(o.model.kv_cache_dtype, rt.activation_dtype);
+  const std::string index = index_dtype_option(o.model.attention_config);
+  rt.index_dtype = index.empty() ? rt.kv_dtype : resolve_kv_dtype(index, rt.activation_dtype);
+  BenchModel m;
+  m.device = resolve_device(o.model.device, rt.activation_dtype);
+
+  const auto t0 = BenchClock::now();
+  ModelWeights weights;
+  if (o.model.load_format == "dummy") {
+    weights = make_dummy_weights(config, o.model.seed);
+  } else {
+    M3_CHECK(o.model.load_format == "auto" || o.model.load_format == "safetensors",
+             "--load-format '{}' (expected auto, safetensors or dummy)", o.model.load_format);
+    weights = load_weights(config, o.model.model_dir);
+  }
+  m.weights = measure_weights(config, weights);
+  M3_LOG_INFO("bench: {} layers, weights {} in {:.1f} s", config.num_layers, o.model.load_format,
+              std::chrono::duration<double>(BenchClock::now() - t0).count());
+  m.backend = make_backend(m.device, weights);
+
+  const KvLayout layout = probe_layout(config, rt);
+  if (o.model.num_kv_blocks > 0) {
+    budget_blocks = o.model.num_kv_blocks;
+  } else if (!o.model.kv_cache_memory.empty()) {
+    budget_blocks = parse_memory_size(o.model.kv_cache_memory, "--kv-cache-memory") / layout.block_bytes;
+  } else if (m.device == "cuda") {
+    try {  // what serve's default --gpu-memory-utilization 0.9 would leave, 4 GiB kept for activations
+      budget_blocks = gpu_kv_blocks(0.9, layout.block_bytes, int64_t(4) << 30);
+    } catch (const Error&) {
+      budget_blocks = 0;
+    }
+  } else {
+    budget_blocks = (int64_t(8) << 30) / layout.block_bytes;
+  }
+  int64_t pool = 1;
+  for (const DecodeCase& c : decode)
+    if (c.blocks <= budget_blocks) pool = std::max(pool, c.blocks);
+  for (const PrefillCase& c : prefill)
+    if (c.blocks <= budget_blocks) pool = std::max(pool, c.blocks);
+  rt.num_kv_blocks = pool;
+  m.timing = std::make_unique<TimingBackend>(*m.backend);
+  m.model = std::make_unique<MiniMaxM3>(std::move(config), std::move(weights), *m.timing, rt);
+  M3_LOG_INFO("bench: backend {}, KV {} (index {}), pool {} blocks ({:.1f} MiB; budget {} blocks)", m.device,
+              kv_dtype_name(rt.kv_dtype), kv_dtype_name(rt.index_dtype), pool,
+              m.model->kv_pool_bytes() / 1048576.0, budget_blocks);
+  return m;
+}
+
+nlohmann::json ops_json(const std::map<std::string, double>& seconds, int steps) {
+  nlohmann::json ops = nlohmann::json::object();
+  for (const auto& [name, s] : seconds) ops[name] = s * 1e3 / steps;
+  return ops;
+}
+
+// Runs fn warmup + iters times; returns each timed run's seconds.
+template <class Fn>
+std::vector<double> time_runs(int warmup, int iters, Fn&& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> out;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = BenchClock::now();
+    fn();
+    out.push_back(std::chrono::duration<double>(BenchClock::now() - t0).count());
+  }
+  return out;
+}
+
+nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const DecodeCase& c, double bandwidth) {
+  const ModelConfig& config = m.model->config();
+  nlohmann::json r = {{"batch", c.batch}, {"context", c.context}, {"kv_blocks", c.blocks}};
+  if (c.blocks > m.model->num_kv_blocks()) {
+    r["status"] = "skipped: pool too large";
+    return r;
+  }
+  const StepBatch batch = decode_batch(c.batch, c.context, m.model->block_size(), config.vocab_size);
+  std::vector<float> logits(size_t(c.batch) * config.vocab_size);
+  const auto step = [&] { m.model->forward(batch, logits.data()); };
+  const double step_s = median(time_runs(o.warmup, o.iters, step));
+  const double weight_bytes = m.weights.touched(c.batch);
+  const double kv_bytes = decode_kv_bytes(config, m.model->kv_layout(), c.batch, c.context);
+  const double floor_bytes = weight_bytes + kv_bytes;
+  r["status"] = "ok";
+  r["step_ms"] = step_s * 1e3;
+  r["per_layer_us"] = step_s * 1e6 / config.num_layers;
+  r["tokens_per_s"] = c.batch / step_s;
+  r["weight_bytes"] = weight_bytes;
+  r["kv_bytes"] = kv_bytes;
+  r["floor_bytes"] = floor_bytes;
+  r["achieved_bytes_per_s"] = floor_bytes / step_s;
+  if (bandwidth > 0) {
+    r["floor_ms"] = floor_bytes / bandwidth * 1e3;
+    r["floor_ratio"] = step_s / (floor_bytes / bandwidth);
+  }
+  if (o.op_breakdown) {
+    m.timing->clear();
+    m.timing->set_timing(true);
+    for (int i = 0; i < o.iters; ++i) step();
+    m.timing->set_timing(false);
+    r["ops_ms"] = ops_json(m.timing->op_seconds(), o.iters);
+  }
+  return r;
+}
+
+nlohmann::json run_prefill(BenchModel& m, const BenchLatencyOptions& o, const PrefillCase& c, double flops_peak) {
+  const ModelConfig& config = m.model->config();
+  nlohmann::json r = {{"prompt_len", c.len}, {"chunk_size", o.chunk_size}, {"kv_blocks", c.blocks}};
+  if (c.blocks > m.model->num_kv_blocks()) {
+    r["status"] = "skipped: pool too large";
+    return r;
+  }
+  const std::vector<StepBatch> chunks = prefill_chunks(c.len, o.chunk_size, m.model->block_size(), config.vocab_size);
+  std::vector<float> logits(config.vocab_size);
+  // The last chunk's logits copy waits for the device, so the run's time covers every chunk.
+  const auto prompt = [&] {
+    for (const StepBatch& b : chunks) m.model->forward(b, logits.data());
+  };
+  const double s = median(time_runs(std::min(o.warmup, 1), std::max(1, o.iters / 2), prompt));
+  const double flops = prefill_flops(config, m.weights, c.len);
+  r["status"] = "ok";
+  r["time_ms"] = s * 1e3;
+  r["per_layer_ms"] = s * 1e3 / config.num_layers;
+  r["tokens_per_s"] = c.len / s;
+  r["flops"] = flops;
+  r["achieved_flops_per_s"] = flops / s;
+  if (flops_peak > 0) {
+    r["floor_ms"] = flops / flops_peak * 1e3;
+    r["floor_ratio"] = s / (flops / flops_peak);
+  }
+  return r;
+}
+
+void print_text(const nlohmann::json& out) {
+  std::printf("%s: %d layers on %s, KV %s; weights: %.1f MB always + %d MoE layers x %.2f MB per expert, "
+              "lm_head %.1f MB\n", out["model"].get<std::string>().c_str(), out["num_layers"].get<int>(),
+              out["device"].get<std::string>().c_str(), out["kv_cache_dtype"].get<std::string>().c_str(),
+              out["weights"]["always_bytes"].get<double>() / 1e6, out["weights"]["moe_layers"].get<int>(),
+              out["weights"]["expert_bytes"].get<double>() / 1e6, out["weights"]["lm_head_bytes"].get<double>() / 1e6);
+  std::printf("\ndecode %7s %6s %10s %10s %10s %11s %11s %9s %9s\n", "context", "batch", "step_ms", "layer_us", "tok/s",
+              "floor_MB", "GB/s", "floor_ms", "x_floor");
+  for (const auto& r : out["decode"]) {
+    if (r["status"] != "ok") {
+      std::printf("       %7d %6d  %s\n", r["context"].get<int>(), r["batch"].get<int>(),
+                  r["status"].get<std::string>().c_str());
+      continue;
+    }
+    std::printf("       %7d %6d %10.3f %10.1f %10.1f %11.2f %11.2f %9s %9s\n", r["context"].get<int>(),
+                r["batch"].get<int>(), r["step_ms"].get<double>(), r["per_layer_us"].get<double>(),
+                r["tokens_per_s"].get<double>(), r["floor_bytes"].get<double>() / 1e6,
+                r["achieved_bytes_per_s"].get<double>() / 1e9,
+                r.contains("floor_ms") ? fmt::format("{:.3f}", r["floor_ms"].get<double>()).c_str() : "-",
+                r.contains("floor_ratio") ? fmt::format("{:.2f}", r["floor_ratio"].get<double>()).c_str() : "-");
+    if (r.contains("ops_ms")) {
+      std::string line;
+      for (const auto& [name, ms] : r["ops_ms"].items()) line += fmt::format("  {} {:.3f}", name, ms.get<double>());
+      std::printf("         ops ms/step (synchronised per op):%s\n", line.c_str());
+    }
+  }
+  std::printf("\nprefill %7s %6s %10s %10s %12s %11s %9s %9s\n", "tokens", "chunk", "time_ms", "tok/s", "TFLOP",
+              "TFLOP/s", "floor_ms", "x_floor");
+  for (const auto& r : out["prefill"]) {
+    if (r["status"] != "ok") {
+      std::printf("        %7d  %s\n", r["prompt_len"].get<int>(), r["status"].get<std::string>().c_str());
+      continue;
+    }
+    std::printf("        %7d %6d %10.2f %10.1f %12.4f %11.4f %9s %9s\n", r["prompt_len"].get<int>(),
+                r["chunk_size"].get<int>(), r["time_ms"].get<double>(), r["tokens_per_s"].get<double>(),
+                r["flops"].get<double>() / 1e12, r["achieved_flops_per_s"].get<double>() / 1e12,
+                r.contains("floor_ms") ? fmt::format("{:.2f}", r["floor_ms"].get<double>()).c_str() : "-",
+                r.contains("floor_ratio") ? fmt::format("{:.2f}", r["floor_ratio"].get<double>()).c_str() : "-");
+  }
+}
+
+void run(const BenchLatencyOptions& o) {
+  M3_CHECK(o.warmup >= 0 && o.iters >= 1, "--warmup must be >= 0 and --iters >= 1");
+  M3_CHECK(o.chunk_size >= 1, "--chunk-size must be >= 1");
+  const std::vector<int> batches = parse_list(o.batch_sizes, "--batch-sizes");
+  const std::vector<int> contexts = parse_list(o.context_lens, "--context-lens");
+  const std::vector<int> prompts = o.prefill_lens.empty() ? std::vector<int>{} : parse_list(o.prefill_lens, "--prefill-lens");
+  const int bs = load_model_config(o.model.model_dir).index_block_size;
+  std::vector<DecodeCase> decode;
+  for (int c : contexts)
+    for (int b : batches) decode.push_back({b, c, int64_t(b) * ((c + bs - 1) / bs)});
+  std::vector<PrefillCase> prefill;
+  for (int l : prompts) prefill.push_back({l, (l + bs - 1) / bs});
+  int64_t budget_blocks = 0;
+  BenchModel m = load_bench_model(o, decode, prefill, budget_blocks);
+  const ModelConfig& config = m.model->config();
+  for (const DecodeCase& c : decode)
+    M3_CHECK(c.context <= config.max_position_embeddings, "--context-lens {} exceeds max_position_embeddings {}",
+             c.context, config.max_position_embeddings);
+  for (const PrefillCase& c : prefill)
+    M3_CHECK(c.len <= config.max_position_embeddings, "--prefill-lens {} exceeds max_position_embeddings {}", c.len,
+             config.max_position_embeddings);
+  const double bandwidth = o.bandwidth >= 0 ? o.bandwidth : (m.device == "cuda" ? 4.2e12 : 0.0);
+  const double flops_peak = o.flops >= 0 ? o.flops : (m.device == "cuda" ? 7.6e14 : 0.0);
+
+  nlohmann::json out = {
+      {"model", o.model.model_dir},
+      {"load_format", o.model.load_format},
+      {"device", m.device},
+      {"num_layers", config.num_layers},
+      {"num_sparse_layers", config.num_sparse_layers()},
+      {"activation_dtype", std::string(dtype_name(m.model->options().activation_dtype))},
+      {"kv_cache_dtype", std::string(kv_dtype_name(m.model->options().kv_dtype))},
+      {"index_dtype", std::string(kv_dtype_name(m.model->options().index_dtype))},
+      {"kv_pool_blocks", m.model->num_kv_blocks()},
+      {"kv_budget_blocks", budget_blocks},
+      {"bandwidth_bytes_per_s", bandwidth},
+      {"peak_flops_per_s", flops_peak},
+      {"weights",
+       {{"always_bytes", m.weights.always}, {"expert_bytes", m.weights.expert}, {"moe_layers", m.weights.moe_layers},
+        {"num_experts", m.weights.num_experts}, {"experts_per_token", m.weights.experts_per_token},
+        {"embed_row_bytes", m.weights.embed_row}, {"lm_head_bytes", m.weights.lm_head},
+        {"active_params_per_token", m.weights.active_params}, {"lm_head_params", m.weights.lm_head_params}}},
+      {"decode", nlohmann::json::array()},
+      {"prefill", nlohmann::json::array()}};
+  for (const DecodeCase& c : decode) {
+    out["decode"].push_back(run_decode(m, o, c, bandwidth));
+    if (!o.json) std::fprintf(stderr, "decode context %d batch %d done\n", c.context, c.batch);
+  }
+  for (const PrefillCase& c : prefill) {
+    out["prefill"].push_back(run_prefill(m, o, c, flops_peak));
+    if (!o.json) std::fprintf(stderr, "prefill %d done\n", c.len);
+  }
+  if (o.json) {
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    print_text(out);
+  }
+}
+
+}  // namespace
+
+void register_bench_latency(CLI::App& app) {
+  CLI::App* bench = app.get_subcommand("bench");  // created by register_bench_serve
+  auto* cmd = bench->add_subcommand(
+      "latency",
+      "decode step time per (batch, context) against the byte floor, and prefill tokens/s against the FLOP "
+      "floor (the formulas are at the top of app/cmd_bench_latency.cc and in docs/gpu-backend-notes.md)");
+  auto o = std::make_shared<BenchLatencyOptions>();
+  add_model_options(*cmd, o->model);
+  cmd->add_option("--batch-sizes", o->batch_sizes, "decode: comma-separated batch sizes")->capture_default_str();
+  cmd->add_option("--context-lens", o->context_lens, "decode: comma-separated context lengths (tokens)")
+      ->capture_default_str();
+  cmd->add_option("--prefill-lens", o->prefill_lens, "prefill: comma-separated prompt lengths (empty: none)")
+      ->capture_default_str();
+  cmd->add_option("--chunk-size", o->chunk_size, "prefill: tokens per step")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "untimed steps before each case")->capture_default_str();
+  cmd->add_option("--iters", o->iters, "timed steps per decode case (median reported; prefill: iters / 2 runs)")
+      ->capture_default_str();
+  cmd->add_option("--bandwidth", o->bandwidth,
+                  "bytes/s of the decode floor (default 4.2e12 on cuda: H200 copy rate; none on cpu)");
+  cmd->add_option("--flops", o->flops, "FLOP/s of the prefill floor (default 7.6e14 on cuda: H200 bf16; none on cpu)");
+  cmd->add_flag("--op-breakdown,!--no-op-breakdown", o->op_breakdown,
+                "decode: one more pass of iters steps, synchronised after every op, timed per op")
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "print the results as JSON");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace m3::app

@@ -1,0 +1,167 @@
+// m3serve bench throughput: offline throughput through the engine core, as vLLM's
+// `bench throughput` on its random dataset: --num-prompts requests of --input-len random token
+// ids, each generating exactly --output-len tokens (eos ignored, greedy), all submitted at once;
+// reports requests/s, total tokens/s and output tokens/s over the wall time from the first
+// submission to the last completion. Prefix caching is off by default (random prompts share
+// nothing; vLLM's number does not depend on it either).
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <random>
+
+#include "app/commands.h"
+#include "app/model_options.h"
+#include "core/error.h"
+#include "engine/engine_core.h"
+#include "engine/minimax_m3_runner.h"
+#include "model/config.h"
+
+namespace m3::app {
+namespace {
+
+struct BenchThroughputOptions {
+  ModelOptions model;
+  int num_prompts = 64;
+  int input_len = 512;
+  int output_len = 128;
+  int max_num_seqs = 128;
+  int max_num_batched_tokens = 8192;
+  bool prefix_caching = false;
+  uint64_t seed = 0;
+  bool json = false;
+};
+
+// Counts finished requests; the engine thread calls finish(), the bench thread waits.
+class Completion {
+ public:
+  explicit Completion(int expected) : left_(expected) {}
+  void finish(const RequestOutput& out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    output_tokens_ += out.new_token_ids.size();
+    if (!out.finished) return;
+    failed_ += out.finish_reason != FinishReason::kLength && out.finish_reason != FinishReason::kStop;
+    if (--left_ == 0) done_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return left_ == 0; });
+  }
+  uint64_t output_tokens() const { return output_tokens_; }
+  int failed() const { return failed_; }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  int left_;
+  uint64_t output_tokens_ = 0;
+  int failed_ = 0;
+};
+
+void run(BenchThroughputOptions o) {
+  M3_CHECK(o.num_prompts >= 1, "--num-prompts must be >= 1");
+  M3_CHECK(o.input_len >= 1 && o.output_len >= 1, "--input-len and --output-len must be >= 1");
+  const int64_t per_seq = int64_t(o.input_len) + o.output_len;
+  if (o.model.max_model_len == 0) o.model.max_model_len = per_seq;
+  if (o.model.num_kv_blocks == 0 && o.model.kv_cache_memory.empty()) {
+    // Every request can run at once (up to max_num_seqs): no preemption by default.
+    const int bs = load_model_config(o.model.model_dir).index_block_size;
+    o.model.num_kv_blocks = int64_t(std::min(o.num_prompts, o.max_num_seqs)) * ((per_seq + bs - 1) / bs) + 1;
+  }
+  LoadedModel loaded = load_model(o.model);
+  EngineConfig config;
+  config.max_num_seqs = o.max_num_seqs;
+  config.max_num_batched_tokens = o.max_num_batched_tokens;
+  config.max_model_len = static_cast<int>(
+      std::min<int64_t>(loaded.max_model_len, loaded.model->num_kv_blocks() * loaded.model->block_size()));
+  config.enable_prefix_caching = o.prefix_caching;
+  EngineCore engine(std::make_unique<MiniMaxM3Runner>(*loaded.model), config);
+
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int32_t> token(3, engine.vocab_size() - 1);
+  std::vector<EngineRequest> requests(o.num_prompts);
+  for (int i = 0; i < o.num_prompts; ++i) {
+    EngineRequest& r = requests[i];
+    r.id = fmt::format("throughput-{}", i);
+    r.prompt_token_ids.resize(o.input_len);
+    for (int32_t& t : r.prompt_token_ids) t = token(rng);
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = o.output_len;
+    r.sampling.ignore_eos = true;
+  }
+
+  Completion completion(o.num_prompts);
+  const EngineStats before = engine.stats();
+  const auto t0 = std::chrono::steady_clock::now();
+  // Queued before the engine thread starts, so the first step sees every request (vLLM's
+  // LLM.generate over the whole list).
+  for (EngineRequest& r : requests)
+    engine.add_request(std::move(r), [&completion](const RequestOutput& out) { completion.finish(out); });
+  engine.start();
+  completion.wait();
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  engine.shutdown(true);
+  const EngineStats after = engine.stats();
+
+  const uint64_t input_tokens = uint64_t(o.num_prompts) * o.input_len;
+  const uint64_t output_tokens = completion.output_tokens();
+  nlohmann::json out = {{"model", o.model.model_dir},
+                        {"num_layers", loaded.model->config().num_layers},
+                        {"backend", std::string(loaded.backend->name())},
+                        {"num_requests", o.num_prompts},
+                        {"input_len", o.input_len},
+                        {"output_len", o.output_len},
+                        {"elapsed_time", wall_s},
+                        {"total_input_tokens", input_tokens},
+                        {"total_output_tokens", output_tokens},
+                        {"total_num_tokens", input_tokens + output_tokens},
+                        {"requests_per_second", o.num_prompts / wall_s},
+                        {"tokens_per_second", double(input_tokens + output_tokens) / wall_s},
+                        {"output_tokens_per_second", double(output_tokens) / wall_s},
+                        {"num_steps", after.num_steps - before.num_steps},
+                        {"num_preemptions", after.num_preemptions - before.num_preemptions},
+                        {"failed", completion.failed()}};
+  if (o.json) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s\n",
+              out["requests_per_second"].get<double>(), out["tokens_per_second"].get<double>(),
+              out["output_tokens_per_second"].get<double>());
+  std::printf("Total num prompt tokens:  %llu\nTotal num output tokens:  %llu\n",
+              static_cast<unsigned long long>(input_tokens), static_cast<unsigned long long>(output_tokens));
+  std::printf("Elapsed %.2f s over %llu engine steps, %llu preemptions%s\n", wall_s,
+              static_cast<unsigned long long>(after.num_steps - before.num_steps),
+              static_cast<unsigned long long>(after.num_preemptions - before.num_preemptions),
+              completion.failed() ? fmt::format("; {} requests did not finish normally", completion.failed()).c_str()
+                                  : "");
+}
+
+}  // namespace
+
+void register_bench_throughput(CLI::App& app) {
+  CLI::App* bench = app.get_subcommand("bench");  // created by register_bench_serve
+  auto* cmd = bench->add_subcommand(
+      "throughput", "offline throughput through the engine: N random prompts submitted at once (requests/s, "
+                    "total and output tokens/s), as vLLM's bench throughput");
+  auto o = std::make_shared<BenchThroughputOptions>();
+  add_model_options(*cmd, o->model);
+  cmd->add_option("--num-prompts", o->num_prompts, "requests")->capture_default_str();
+  cmd->add_option("--input-len", o->input_len, "prompt tokens per request (random ids)")->capture_default_str();
+  cmd->add_option("--output-len", o->output_len, "output tokens per request (eos ignored)")->capture_default_str();
+  cmd->add_option("--max-num-seqs", o->max_num_seqs, "engine: running requests at most")->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "engine: tokens per step")
+      ->capture_default_str();
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->prefix_caching, "prefix caching")
+      ->capture_default_str();
+  cmd->add_option("--bench-seed", o->seed, "seed of the random prompts")->capture_default_str();
+  cmd->add_flag("--json", o->json, "print the results as JSON");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace m3::app

@@ -1,0 +1,162 @@
+// `m3serve bench latency` and `m3serve bench throughput` on the tiny model (its checkpoint and
+// dummy weights of its config), small sizes, --json: the report has its fields, times are
+// positive, and the byte floor is the one its definition gives (checked against numbers worked
+// out by hand from models/minimax-m3-tiny/config.json).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kTiny = "models/minimax-m3-tiny";
+
+// Runs m3serve with `args`; returns its stdout parsed as JSON (fails the test on exit status != 0).
+json run_m3serve(const std::string& args) {
+  const std::string command = fmt::format("{} {} 2>/dev/null", M3SERVE_BIN, args);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "cannot run " << command;
+    return {};
+  }
+  std::string out;
+  std::array<char, 4096> buffer;
+  for (size_t n; (n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0;) out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  EXPECT_EQ(status, 0) << command << "\n" << out;
+  try {
+    return json::parse(out);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << command << ": output is not JSON (" << e.what() << "):\n" << out;
+    return {};
+  }
+}
+
+const json& decode_case(const json& report, int batch, int context) {
+  for (const json& c : report.at("decode"))
+    if (c.at("batch") == batch && c.at("context") == context) return c;
+  static const json none;
+  ADD_FAILURE() << "no decode case batch " << batch << " context " << context;
+  return none;
+}
+
+void expect_timed_decode(const json& c) {
+  ASSERT_EQ(c.at("status"), "ok");
+  EXPECT_GT(c.at("step_ms").get<double>(), 0.0);
+  EXPECT_GT(c.at("per_layer_us").get<double>(), 0.0);
+  EXPECT_GT(c.at("tokens_per_s").get<double>(), 0.0);
+  EXPECT_GT(c.at("achieved_bytes_per_s").get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(c.at("floor_bytes").get<double>(),
+                   c.at("weight_bytes").get<double>() + c.at("kv_bytes").get<double>());
+}
+
+TEST(BenchLatency, TinyCheckpointReportsDecodeAndPrefillAgainstTheirFloors) {
+  const json r = run_m3serve(fmt::format(
+      "bench latency --model {} --device cpu --batch-sizes 1,4 --context-lens 256 --prefill-lens 512 "
+      "--chunk-size 256 --warmup 1 --iters 2 --bandwidth 1e11 --flops 1e12 --json", kTiny));
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r.at("device"), "cpu");
+  EXPECT_EQ(r.at("num_layers"), 4);
+  const json& b1 = decode_case(r, 1, 256);
+  const json& b4 = decode_case(r, 4, 256);
+  expect_timed_decode(b1);
+  expect_timed_decode(b4);
+  // 8 experts, top-2: a batch of 4 touches 8 (1 - 0.75^4) = 5.47 experts per MoE layer, one 2.
+  const json& w = r.at("weights");
+  EXPECT_EQ(w.at("moe_layers"), 3);
+  const double expected_extra = 3 * (8 * (1 - std::pow(0.75, 4)) - 2) * w.at("expert_bytes").get<double>() +
+                                3 * w.at("embed_row_bytes").get<double>();
+  EXPECT_NEAR(b4.at("weight_bytes").get<double>() - b1.at("weight_bytes").get<double>(), expected_extra, 1.0);
+  // bf16 KV, 4 sparse layers, context 256 < 16 top-k blocks x 128: index-K 128 B + K,V of 2 heads
+  // 2 x 2 x 128 B per token and layer.
+  EXPECT_DOUBLE_EQ(b1.at("kv_bytes").get<double>(), 4 * 256 * (128 + 512));
+  EXPECT_DOUBLE_EQ(b4.at("kv_bytes").get<double>(), 4 * b1.at("kv_bytes").get<double>());
+  EXPECT_NEAR(b1.at("floor_ratio").get<double>(),
+              b1.at("step_ms").get<double>() / (b1.at("floor_bytes").get<double>() / 1e11 * 1e3), 1e-9);
+  // The per-op breakdown covers the graph's ops.
+  for (const char* op : {"moe", "swiglu_mlp", "paged_attention", "indexer_topk", "linear lm_head", "plan"})
+    EXPECT_TRUE(b1.at("ops_ms").contains(op)) << op;
+
+  ASSERT_EQ(r.at("prefill").size(), 1u);
+  const json& p = r.at("prefill")[0];
+  ASSERT_EQ(p.at("status"), "ok");
+  EXPECT_EQ(p.at("prompt_len"), 512);
+  EXPECT_GT(p.at("time_ms").get<double>(), 0.0);
+  EXPECT_NEAR(p.at("tokens_per_s").get<double>(), 512 / (p.at("time_ms").get<double>() / 1e3), 1e-6);
+  // At least 2 x active params per token; the attention terms add more.
+  EXPECT_GT(p.at("flops").get<double>(), 2.0 * 512 * w.at("active_params_per_token").get<double>());
+  EXPECT_GT(p.at("floor_ratio").get<double>(), 0.0);
+}
+
+TEST(BenchLatency, DummyOneDenseLayerTouchesTheSameWeightsAtEveryBatch) {
+  const json r = run_m3serve(fmt::format(
+      "bench latency --model {} --load-format dummy --num-layers 1 --device cpu --batch-sizes 1,4 "
+      "--context-lens 256 --prefill-lens 512 --warmup 1 --iters 2 --no-op-breakdown --json", kTiny));
+  ASSERT_TRUE(r.is_object());
+  const json& w = r.at("weights");
+  EXPECT_EQ(w.at("moe_layers"), 0);
+  // bf16 linears of layer 0 (q 256x256, k, v 128x256, o 256x256, index q 128x256, k 64x256, dense
+  // MLP 3 x 128x256) + f32 norms (2 x 256, 4 x 64) + final norm 256.
+  EXPECT_DOUBLE_EQ(w.at("always_bytes").get<double>(),
+                   2.0 * (245760 + 98304) + 4.0 * (2 * 256 + 4 * 64) + 4.0 * 256);
+  EXPECT_DOUBLE_EQ(w.at("lm_head_bytes").get<double>(), 2.0 * 8192 * 256);
+  const json& b1 = decode_case(r, 1, 256);
+  const json& b4 = decode_case(r, 4, 256);
+  expect_timed_decode(b1);
+  expect_timed_decode(b4);
+  EXPECT_FALSE(b1.contains("ops_ms"));
+  EXPECT_FALSE(b1.contains("floor_ratio"));  // no --bandwidth on the CPU: achieved bytes/s only
+  // No MoE: only the embedding rows differ.
+  EXPECT_DOUBLE_EQ(b4.at("weight_bytes").get<double>() - b1.at("weight_bytes").get<double>(),
+                   3 * w.at("embed_row_bytes").get<double>());
+  EXPECT_EQ(r.at("prefill")[0].at("status"), "ok");
+}
+
+TEST(BenchLatency, CasesWhosePoolExceedsTheBudgetAreSkipped) {
+  // 2560 B per token across 4 layers: a 1 MiB budget holds 3 blocks of 128 tokens.
+  const json r = run_m3serve(fmt::format(
+      "bench latency --model {} --load-format dummy --device cpu --kv-cache-memory 1MiB --batch-sizes 1,4 "
+      "--context-lens 256 --prefill-lens 512 --warmup 0 --iters 1 --no-op-breakdown --json", kTiny));
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r.at("kv_budget_blocks"), 3);
+  EXPECT_EQ(r.at("kv_pool_blocks"), 2);
+  expect_timed_decode(decode_case(r, 1, 256));
+  EXPECT_EQ(decode_case(r, 4, 256).at("status"), "skipped: pool too large");
+  EXPECT_EQ(r.at("prefill")[0].at("status"), "skipped: pool too large");
+}
+
+void expect_throughput(const json& r, int prompts, int input_len, int output_len) {
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r.at("num_requests"), prompts);
+  EXPECT_EQ(r.at("failed"), 0);
+  EXPECT_EQ(r.at("total_input_tokens"), prompts * input_len);
+  EXPECT_EQ(r.at("total_output_tokens"), prompts * output_len);
+  const double elapsed = r.at("elapsed_time").get<double>();
+  ASSERT_GT(elapsed, 0.0);
+  EXPECT_NEAR(r.at("requests_per_second").get<double>(), prompts / elapsed, 1e-9);
+  EXPECT_NEAR(r.at("tokens_per_second").get<double>(), prompts * (input_len + output_len) / elapsed, 1e-6);
+  EXPECT_NEAR(r.at("output_tokens_per_second").get<double>(), prompts * output_len / elapsed, 1e-6);
+  EXPECT_GE(r.at("num_steps").get<int>(), output_len);
+}
+
+TEST(BenchThroughput, TinyCheckpointRunsEveryRequestToItsOutputLength) {
+  expect_throughput(run_m3serve(fmt::format("bench throughput --model {} --device cpu --num-prompts 6 "
+                                            "--input-len 40 --output-len 8 --json", kTiny)),
+                    6, 40, 8);
+}
+
+TEST(BenchThroughput, DummyOneLayerWithFewerSeqsThanPrompts) {
+  expect_throughput(run_m3serve(fmt::format("bench throughput --model {} --load-format dummy --num-layers 1 "
+                                            "--device cpu --num-prompts 5 --input-len 16 --output-len 6 "
+                                            "--max-num-seqs 2 --max-num-batched-tokens 64 --json", kTiny)),
+                    5, 16, 6);
+}
+
+}  // namespace
