@@ -294,7 +294,8 @@ void register_serve(CLI::App& app) {
                 a.engine.enable_prefix_caching,
                 "reuse the KV of shared prompt prefixes (default on)");
   cmd->add_option("-t,--tensor-parallel-size", a.engine.tensor_parallel_size,
-                  "GPUs per model (-tp N is accepted too; only 1 for now)")
+                  "GPUs per model (-tp N is accepted too); m3serve runs on one device, so "
+                  "values above 1 are rejected at start")
       ->capture_default_str();
   cmd->add_option("--block-size", a.block_size,
                   "KV block size: must be the model's index_block_size");
@@ -302,7 +303,8 @@ void register_serve(CLI::App& app) {
                   "fraction of GPU memory for weights, activations and the KV pool (CUDA "
                   "only; default 0.9 unless --num-kv-blocks / --kv-cache-memory size the pool)");
   cmd->add_option("--speculative-config", a.engine.speculative_config,
-                  "JSON (not implemented yet: fails)");
+                  "JSON, as vLLM's; m3serve has no speculative decoding (DSpark) yet, so any "
+                  "value is rejected at start with an error naming the method");
   cmd->add_option("--quantization-config.moe", a.engine.quantization_moe,
                   "MoE weight format; must match the checkpoint (no re-quantization)");
   cmd->add_flag("--disable-hybrid-kv-cache-manager", a.disable_hybrid_kv_cache_manager,
