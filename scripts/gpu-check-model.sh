@@ -6,6 +6,7 @@
 #
 #   scripts/gpu-check-model.sh [STEP...]   steps: build ops ops-quick model model-quick bench latency
 #                                          profile generate serve sanitize
+#                                          bench-latency bench-throughput http (PREBUILT only)
 #                                          (default: build ops model-quick bench latency sanitize)
 # PREBUILT=dir uses dir/tests/kernels_cuda/backend_check and dir/bin/m3serve built elsewhere (same
 # CUDA 13.0), with the shared libraries they need beyond the GPU machine's in dir/device-libs
@@ -198,6 +199,38 @@ PY
   rc=$?
   summary+=("serve: rc $rc: $(tail -1 "$OUT/serve.log")")
   ((rc)) && status=1
+fi
+# m3serve's own benchmarks on the M3.1 shape (dummy weights in the release formats), as
+# docs/gpu-backend-notes.md "Benchmark commands": BENCH_LAYERS layers (default 20) for 8K,
+# BENCH_LAYERS_LONG (default 4) for the 128K contexts whose KV pool would not fit beside 20.
+M31=(--model bench/configs/minimax-m3.1 --load-format dummy --device cuda --kv-cache-dtype nvfp4
+     --attention-config '{"indexer_kv_dtype": "nvfp4"}')
+if has bench-latency && [[ -x "${M3BIN:-}" ]]; then
+  for spec in "${BENCH_LAYERS:-20}:8192:8192,65536" "${BENCH_LAYERS_LONG:-4}:131072:"; do
+    IFS=: read -r layers ctx prefill <<<"$spec"
+    name=bench-latency-$ctx
+    timeout "$(limit_for "${BENCH_TIMEOUT:-240}")" "$M3BIN" bench latency "${M31[@]}" --num-layers "$layers" \
+      --batch-sizes "${BENCH_BATCHES:-1,8,32,64,128}" --context-lens "$ctx" --prefill-lens "$prefill" \
+      --json >"$OUT/$name.json" 2>"$OUT/$name.log"
+    rc=$?
+    summary+=("$name ($layers layers): rc $rc"); ((rc)) && status=1
+    tail -40 "$OUT/$name.log"
+  done
+fi
+if has bench-throughput && [[ -x "${M3BIN:-}" ]]; then
+  timeout "$(limit_for "${BENCH_TIMEOUT:-240}")" "$M3BIN" bench throughput "${M31[@]}" --num-layers "${BENCH_LAYERS:-20}" \
+    --num-prompts 256 --input-len 1024 --output-len 256 --max-num-seqs 128 --max-num-batched-tokens 8192 \
+    >"$OUT/bench-throughput.log" 2>&1
+  rc=$?
+  summary+=("bench-throughput: rc $rc: $(tail -1 "$OUT/bench-throughput.log")"); ((rc)) && status=1
+fi
+# The server's HTTP suite against the CUDA build (--device auto picks the GPU).
+if has http && [[ -x "${M3BIN:-}" ]]; then
+  M3SERVE_BIN=$M3BIN timeout "$(limit_for "${HTTP_TIMEOUT:-300}")" python3 tests/server/test_http_api.py -v \
+    >"$OUT/http.log" 2>&1
+  rc=$?
+  summary+=("http suite on cuda: rc $rc: $(grep -E "^(Ran|OK|FAILED)" "$OUT/http.log" | tr '\n' ' ')"); ((rc)) && status=1
+  grep -E "^(FAIL|ERROR):" "$OUT/http.log" | head -20
 fi
 if has sanitize; then
   # memcheck over every op (quick shapes) and a whole model; racecheck over the linear kernels

@@ -522,7 +522,8 @@ class SeedCommandLines(unittest.TestCase):
         code, err = self.run_serve([MODEL, "--block-size", "64", "--port", "0"])
         self.assertEqual(code, 1)
         self.assertIn("--block-size 64", err)
-        code, err = self.run_serve([MODEL, "--gpu-memory-utilization", "0.9", "--port", "0"])
+        # A GPU option on the CPU backend (on a GPU machine --device auto would take it and serve).
+        code, err = self.run_serve([MODEL, "--device", "cpu", "--gpu-memory-utilization", "0.9", "--port", "0"])
         self.assertEqual(code, 1)
         self.assertIn("--gpu-memory-utilization", err)
 
