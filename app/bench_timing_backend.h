@@ -40,6 +40,11 @@ class TimingBackend final : public Backend {
     timed("plan", [&] { inner_.plan(batch); });
   }
   AttentionBatchView attention_batch() const override { return inner_.attention_batch(); }
+  // Timed steps run their ops one by one (each is waited for); untimed ones may replay graphs.
+  void run_replayable(const ReplayKey& key, const std::function<void()>& body) override {
+    if (timing_) body();
+    else inner_.run_replayable(key, body);
+  }
   void embed(const Tensor& table, Tensor out) override {
     timed("embed", [&] { inner_.embed(table, out); });
   }

@@ -288,7 +288,7 @@ BenchModel load_bench_model(const BenchLatencyOptions& o, std::vector<DecodeCase
   m.weights = measure_weights(config, weights);
   M3_LOG_INFO("bench: {} layers, weights {} in {:.1f} s", config.num_layers, o.model.load_format,
               std::chrono::duration<double>(BenchClock::now() - t0).count());
-  m.backend = make_backend(m.device, weights);
+  m.backend = make_backend(m.device, weights, o.model.enforce_eager);
 
   const KvLayout layout = probe_layout(config, rt);
   if (o.model.num_kv_blocks > 0) {
@@ -398,6 +398,14 @@ nlohmann::json run_prefill(BenchModel& m, const BenchLatencyOptions& o, const Pr
     r["floor_ms"] = flops / flops_peak * 1e3;
     r["floor_ratio"] = s / (flops / flops_peak);
   }
+  if (o.op_breakdown) {
+    // One whole prompt (every chunk) with each op synchronised: ms per prompt, summed over chunks.
+    m.timing->clear();
+    m.timing->set_timing(true);
+    prompt();
+    m.timing->set_timing(false);
+    r["ops_ms"] = ops_json(m.timing->op_seconds(), 1);
+  }
   return r;
 }
 
@@ -439,6 +447,11 @@ void print_text(const nlohmann::json& out) {
                 r["flops"].get<double>() / 1e12, r["achieved_flops_per_s"].get<double>() / 1e12,
                 r.contains("floor_ms") ? fmt::format("{:.2f}", r["floor_ms"].get<double>()).c_str() : "-",
                 r.contains("floor_ratio") ? fmt::format("{:.2f}", r["floor_ratio"].get<double>()).c_str() : "-");
+    if (r.contains("ops_ms")) {
+      std::string line;
+      for (const auto& [name, ms] : r["ops_ms"].items()) line += fmt::format("  {} {:.2f}", name, ms.get<double>());
+      std::printf("         ops ms/prompt (synchronised per op):%s\n", line.c_str());
+    }
   }
 }
 
@@ -470,6 +483,7 @@ void run(const BenchLatencyOptions& o) {
       {"model", o.model.model_dir},
       {"load_format", o.model.load_format},
       {"device", m.device},
+      {"cuda_graphs", m.device == "cuda" && !o.model.enforce_eager},  // decode steps replayed from graphs
       {"num_layers", config.num_layers},
       {"num_sparse_layers", config.num_sparse_layers()},
       {"activation_dtype", std::string(dtype_name(m.model->options().activation_dtype))},

@@ -34,6 +34,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--kv-cache-memory", o.kv_cache_memory, "KV pool size in bytes (e.g. 2GiB)");
   cmd.add_option("--seed", o.seed, "seed of --load-format dummy weights");
   cmd.add_option("--device", o.device, "auto (cuda when a GPU is present), cpu or cuda")->capture_default_str();
+  cmd.add_flag("--enforce-eager", o.enforce_eager,
+               "cuda: launch every decode step's kernels one by one instead of replaying CUDA graphs");
 }
 
 std::string resolve_device(const std::string& device, DType activation_dtype) {
@@ -58,11 +60,11 @@ std::string resolve_device(const std::string& device, DType activation_dtype) {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, ModelWeights& weights) {
+std::unique_ptr<Backend> make_backend(const std::string& device, ModelWeights& weights, bool enforce_eager) {
   if (device == "cpu") return make_cpu_backend();
 #if M3SERVE_WITH_CUDA
   M3_CHECK(device == "cuda", "unknown device '{}'", device);
-  auto backend = make_cuda_backend();
+  auto backend = make_cuda_backend(!enforce_eager);
   const auto t0 = std::chrono::steady_clock::now();
   weights = upload_weights_to_cuda(weights);
   M3_LOG_INFO("weights uploaded to the GPU in {:.2f} s",
@@ -70,6 +72,7 @@ std::unique_ptr<Backend> make_backend(const std::string& device, ModelWeights& w
   return backend;
 #else
   (void)weights;
+  (void)enforce_eager;
   fail("device '{}' is not available in this build", device);
 #endif
 }
@@ -185,7 +188,7 @@ LoadedModel load_model(const ModelOptions& o) {
   } else {
     rt.num_kv_blocks = 2 * ((m.max_model_len + bs - 1) / bs);  // two sequences of max_model_len
   }
-  m.backend = make_backend(device, weights);
+  m.backend = make_backend(device, weights, o.enforce_eager);
   m.model = std::make_unique<MiniMaxM3>(std::move(config), std::move(weights), *m.backend, rt);
   const MiniMaxM3& model = *m.model;
   M3_LOG_INFO("model {}: {} layers ({} sparse), hidden {}, vocab {}; weights {} in {:.2f} s", o.model_dir,

@@ -28,6 +28,7 @@ struct ModelOptions {
   std::string kv_cache_memory;          // e.g. 512MiB, 2GiB, or bytes
   uint64_t seed = 0;                    // dummy weights
   std::string device = "auto";          // auto (cuda when a usable GPU is present), cpu, cuda
+  bool enforce_eager = false;           // cuda: no CUDA graphs for decode steps
 };
 
 void add_model_options(CLI::App& cmd, ModelOptions& options);
@@ -45,8 +46,9 @@ LoadedModel load_model(const ModelOptions& options);
 // dtype), else cpu. Throws m3::Error for other names, or for cuda without a usable GPU.
 std::string resolve_device(const std::string& device, DType activation_dtype);
 // The backend for a resolved device; for cuda the weights move to the GPU (uploaded in their
-// stored formats; the host copy is released).
-std::unique_ptr<Backend> make_backend(const std::string& device, ModelWeights& weights);
+// stored formats; the host copy is released) and decode steps replay CUDA graphs unless
+// enforce_eager.
+std::unique_ptr<Backend> make_backend(const std::string& device, ModelWeights& weights, bool enforce_eager = false);
 // KV blocks for --gpu-memory-utilization: utilization x total GPU memory, minus what is already
 // in use (weights uploaded, other processes) and `reserve_bytes` for activations and scratch,
 // divided into blocks of block_bytes. Throws m3::Error naming the option when nothing is left.

@@ -196,7 +196,7 @@ ServingModel load_serving_model(const ModelOptions& mo, const ServeEngineOptions
   }
 
   ServingModel s;
-  s.backend = make_backend(device, weights);  // cuda: the weights move to the GPU
+  s.backend = make_backend(device, weights, mo.enforce_eager);  // cuda: the weights move to the GPU
   if (rt.num_kv_blocks == 0) {
     const double utilization = o.gpu_memory_utilization.value_or(kDefaultGpuMemoryUtilization);
     rt.num_kv_blocks = gpu_kv_blocks(

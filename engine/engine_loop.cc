@@ -43,6 +43,18 @@ void note_forced_trigger(Sequence& seq) {
   }
 }
 
+// The sampler's view of a sequence before its next token.
+SamplingState sampling_state(const Sequence& seq) {
+  SamplingState state;
+  state.params = &seq.params();
+  state.seed = seq.seed;
+  state.output_index = seq.num_output_tokens();
+  state.prompt_token_set = seq.prompt_token_set;
+  state.output_counts = &seq.output_counts;
+  state.min_tokens_masked = seq.min_tokens_masked;
+  return state;
+}
+
 }  // namespace
 
 EngineLoop::EngineLoop(ModelRunner& runner, const EngineConfig& config)
@@ -156,16 +168,35 @@ void EngineLoop::fail_step(const std::vector<ScheduledSeq>& scheduled, const std
   }
 }
 
-void EngineLoop::collect_prompt_logprobs(Sequence& seq, const SeqLogitsRows& rows) {
+void EngineLoop::collect_prompt_logprobs(Sequence& seq, const SeqLogitsRows& rows, int first_host_row) {
   const int k = seq.params().prompt_logprobs;
   for (int j = 0; j < rows.num_prompt_rows; ++j) {
     const int pos = rows.first_prompt_pos + j;
-    const float* row = logits_.data() + static_cast<std::size_t>(rows.first_prompt_row + j) * vocab_size_;
+    const float* row = logits_.data() + static_cast<std::size_t>(first_host_row + j) * vocab_size_;
     seq.prompt_logprobs.push_back(sampler_.logprobs({row, static_cast<std::size_t>(vocab_size_)}, seq.tokens[pos + 1], k));
   }
 }
 
-RequestOutput EngineLoop::advance(Sequence& seq, const float* logits_row) {
+void EngineLoop::plan_outputs(std::size_t i, Sequence& seq) {
+  const SeqLogitsRows& rows = plan_.rows[i];
+  SeqOutputs& out = outputs_[i];
+  out = SeqOutputs();
+  if (rows.num_prompt_rows > 0) {
+    out.first_prompt_host_row = static_cast<int>(host_rows_.size());
+    for (int j = 0; j < rows.num_prompt_rows; ++j) host_rows_.push_back(rows.first_prompt_row + j);
+  }
+  // advance() appends nothing once max_tokens is reached (max_tokens = 0: the prompt alone).
+  if (rows.sample_row < 0 || seq.num_output_tokens() >= seq.params().max_tokens) return;
+  if (seq.params().logprobs >= 0) {
+    out.sample_host_row = static_cast<int>(host_rows_.size());
+    host_rows_.push_back(rows.sample_row);
+  }
+  if (forced_token(seq) >= 0) return;
+  out.sample_index = static_cast<int>(sampling_.rows.size());
+  add_sample_row(sampling_, rows.sample_row, sampling_state(seq));
+}
+
+RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, const float* logits_row) {
   RequestOutput out = make_output(seq);
   const SamplingParams& p = seq.params();
   const bool first_token = !seq.first_token_time.has_value();
@@ -183,17 +214,17 @@ RequestOutput EngineLoop::advance(Sequence& seq, const float* logits_row) {
     seq.prompt_logprobs_sent = true;
   }
 
-  const std::span<const float> logits(logits_row, static_cast<std::size_t>(vocab_size_));
-  SamplingState state;
-  state.params = &p;
-  state.seed = seq.seed;
-  state.output_index = seq.num_output_tokens();
-  state.prompt_token_set = seq.prompt_token_set;
-  state.output_counts = &seq.output_counts;
-  state.min_tokens_masked = seq.min_tokens_masked;
   const int32_t forced = forced_token(seq);
-  const int32_t token = forced >= 0 ? forced : sampler_.sample(logits, state);
-  if (p.logprobs >= 0) out.logprobs.push_back(sampler_.logprobs(logits, token, p.logprobs));
+  const int32_t token = forced >= 0 ? forced : sampled;
+  if (token < 0 || token >= vocab_size_) {  // a runner that broke its contract: fail this request only
+    out.error = "sampling returned token " + std::to_string(token) + " outside the vocabulary";
+    finish(seq, out, FinishReason::kError);
+    return out;
+  }
+  if (p.logprobs >= 0) {
+    const std::span<const float> logits(logits_row, static_cast<std::size_t>(vocab_size_));
+    out.logprobs.push_back(sampler_.logprobs(logits, token, p.logprobs));
+  }
 
   seq.tokens.push_back(token);
   note_forced_trigger(seq);
@@ -222,9 +253,14 @@ void EngineLoop::step() {
     if (!s.seq->first_scheduled_time) s.seq->first_scheduled_time = now;
   }
   build_step(sched.scheduled, kv_.block_size(), plan_);
-  logits_.resize(plan_.batch.logits_rows.size() * static_cast<std::size_t>(vocab_size_));
+  outputs_.resize(sched.scheduled.size());
+  sampling_.clear();
+  host_rows_.clear();
+  for (std::size_t i = 0; i < sched.scheduled.size(); ++i) plan_outputs(i, *sched.scheduled[i].seq);
+  sampled_.assign(sampling_.rows.size(), -1);
+  logits_.resize(host_rows_.size() * static_cast<std::size_t>(vocab_size_));
   try {
-    runner_.forward(plan_.batch, logits_.data());
+    runner_.forward_sample(plan_.batch, sampling_, sampled_.data(), host_rows_, logits_.data());
   } catch (const std::exception& e) {
     M3_LOG_ERROR("engine step failed for {} request(s): {}", sched.scheduled.size(), e.what());
     fail_step(sched.scheduled, e.what());
@@ -234,12 +270,15 @@ void EngineLoop::step() {
   for (std::size_t i = 0; i < sched.scheduled.size(); ++i) {
     Sequence& seq = *sched.scheduled[i].seq;
     const SeqLogitsRows& rows = plan_.rows[i];
+    const SeqOutputs& outs = outputs_[i];
     seq.num_computed_tokens += sched.scheduled[i].num_new_tokens;
     kv_.commit_computed(seq);
-    if (rows.num_prompt_rows > 0) collect_prompt_logprobs(seq, rows);
+    if (rows.num_prompt_rows > 0) collect_prompt_logprobs(seq, rows, outs.first_prompt_host_row);
     if (rows.sample_row < 0) continue;
-    const float* row = logits_.data() + static_cast<std::size_t>(rows.sample_row) * vocab_size_;
-    const RequestOutput out = advance(seq, row);
+    const int32_t sampled = outs.sample_index >= 0 ? sampled_[outs.sample_index] : -1;
+    const float* row =
+        outs.sample_host_row >= 0 ? logits_.data() + static_cast<std::size_t>(outs.sample_host_row) * vocab_size_ : nullptr;
+    const RequestOutput out = advance(seq, sampled, row);
     emit(seq, out);
   }
   counters_.num_preemptions = scheduler_.num_preemptions();

@@ -33,9 +33,14 @@ class EngineLoop {
 
  private:
   void fail_step(const std::vector<ScheduledSeq>& scheduled, const std::string& message);
-  // Samples, appends and checks stop conditions; returns the output for the sink.
-  RequestOutput advance(Sequence& seq, const float* logits_row);
-  void collect_prompt_logprobs(Sequence& seq, const SeqLogitsRows& rows);
+  // Decides what the runner must give back for scheduled sequence i: its SampleRow (unless the
+  // token is forced or none is due) and host logits rows (prompt logprobs, logprobs).
+  void plan_outputs(std::size_t i, Sequence& seq);
+  // Appends `sampled` (or the forced token), reports logprobs from `logits_row` (host logits of
+  // the sampling row, or null when none were asked for) and checks stop conditions; returns the
+  // output for the sink.
+  RequestOutput advance(Sequence& seq, int32_t sampled, const float* logits_row);
+  void collect_prompt_logprobs(Sequence& seq, const SeqLogitsRows& rows, int first_host_row);
   void finish(Sequence& seq, RequestOutput& out, FinishReason reason);
   // Calls the sink; on a throwing sink the request is dropped (logged). Removes finished ones.
   void emit(Sequence& seq, const RequestOutput& out);
@@ -48,7 +53,17 @@ class EngineLoop {
   Scheduler scheduler_;
   Sampler sampler_;
   StepPlan plan_;
-  std::vector<float> logits_;
+  // What the runner returns for the step: sampled ids and only the logits rows needed on the host.
+  struct SeqOutputs {
+    int sample_index = -1;        // into sampling_.rows / sampled_
+    int sample_host_row = -1;     // host logits row of the sampling row (logprobs)
+    int first_prompt_host_row = -1;
+  };
+  std::vector<SeqOutputs> outputs_;  // parallel to the schedule
+  SampleBatch sampling_;
+  std::vector<int32_t> sampled_;
+  std::vector<int32_t> host_rows_;  // indices into plan_.batch.logits_rows
+  std::vector<float> logits_;       // [host_rows_.size(), vocab]
   std::unordered_map<std::string, std::unique_ptr<Sequence>> seqs_;
   uint64_t next_arrival_ = 0;
   EngineStats counters_;  // the monotonic counters; gauges are filled by stats()

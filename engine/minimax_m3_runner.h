@@ -17,6 +17,9 @@ class MiniMaxM3Runner final : public ModelRunner {
   int vocab_size() const override;
   int64_t max_position_embeddings() const override;
   void forward(const StepBatch& batch, float* logits) override;
+  // Samples on the model's backend (the CUDA backend: on the GPU, only ids and host_rows copied).
+  void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
+                      const std::vector<int32_t>& host_rows, float* host_logits) override;
 
  private:
   MiniMaxM3& model_;

@@ -1,9 +1,12 @@
-// What the engine needs from a model: its KV geometry and "forward a StepBatch, get logits".
+// What the engine needs from a model: its KV geometry and "forward a StepBatch, get logits" or,
+// better, "forward a StepBatch, sample these rows, give me those logits rows".
 // The engine owns block allocation (physical block ids in the StepBatch); the model owns the pool
 // memory. MiniMaxM3 is adapted by engine/minimax_m3_runner.h; tests use small fakes.
 #pragma once
 #include <cstdint>
+#include <vector>
 
+#include "ops/sampling.h"
 #include "ops/step_batch.h"
 
 namespace m3 {
@@ -20,6 +23,13 @@ class ModelRunner {
   // logits for a token whatever else is in the batch. May throw m3::Error; the engine then fails
   // the step's requests and keeps serving.
   virtual void forward(const StepBatch& batch, float* logits) = 0;
+  // The step the engine runs: forward, then sampled_ids[i] for sampling.rows[i] (ops/sampling.h;
+  // SampleRow::logits_row indexes batch.logits_rows), and host_logits [host_rows.size(), vocab]
+  // holding the logits rows host_rows (indices into batch.logits_rows) for logprobs. A device
+  // runner samples where the logits are and copies only those rows. Default: forward() into a
+  // host buffer and the reference (ops/sampling.h). Same contract on errors as forward().
+  virtual void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
+                              const std::vector<int32_t>& host_rows, float* host_logits);
 };
 
 }  // namespace m3

@@ -1,11 +1,6 @@
-// Turns one row of raw logits into the next token, with vLLM's semantics and order:
-//   min_tokens mask (eos / stop ids -> -inf) -> repetition, frequency, presence penalties ->
-//   greedy argmax (ties: lowest id)  |  temperature -> min_p -> top_k -> top_p -> draw.
-// The draw is an inverse-CDF walk over the kept tokens in token-id order with one uniform number
-// that depends only on (seed, output index): a seeded request samples the same tokens whatever
-// shares its batch, across runs and after preemption. Walking in id order keeps the draw stable
-// under tiny logit noise (a token's CDF slice moves by about the noise, never by a neighbour's
-// whole probability as it would in a sorted order).
+// The engine's side of sampling: a request's state -> a SampleRow (ops/sampling.h, which defines
+// the semantics: mask -> penalties -> greedy | temperature -> min_p -> top_k -> top_p -> draw),
+// the host reference for one row, and logprobs.
 // Logprobs are log_softmax of the raw logits (vLLM's default "raw_logprobs").
 #pragma once
 #include <cstdint>
@@ -14,6 +9,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "ops/sampling.h"
 
 namespace m3 {
 
@@ -28,20 +24,23 @@ struct SamplingState {
   std::span<const int32_t> min_tokens_masked;
 };
 
-// Uniform in [0, 1) from (seed, counter), counter-based (splitmix64 finaliser).
-double counter_uniform(uint64_t seed, uint64_t counter);
+// The row's parameters (lists left empty) as SampleRow.
+SampleRow sample_row_params(const SamplingState& state, int32_t logits_row);
+
+// Appends the row of `state` to `batch` with the lists its parameters use (prompt ids only under a
+// repetition penalty, output counts only under a penalty, masked ids only below min_tokens).
+void add_sample_row(SampleBatch& batch, int32_t logits_row, const SamplingState& state);
 
 class Sampler {
  public:
-  // Returns the chosen token id. `logits` is not modified.
+  // Returns the chosen token id (the reference, ops/sampling.h). `logits` is not modified.
   int32_t sample(std::span<const float> logits, const SamplingState& state);
   // log_softmax(logits)[token], its rank, and the top k (k may be 0).
   PositionLogprobs logprobs(std::span<const float> logits, int32_t token, int k);
 
  private:
-  std::vector<float> work_;        // penalised / tempered logits
-  std::vector<int32_t> order_;     // candidate ids
-  std::vector<double> prob_;       // [vocab] unnormalised probabilities of the candidates
+  SampleWorkspace ws_;
+  std::vector<int32_t> order_;  // logprobs' candidate ids
 };
 
 }  // namespace m3

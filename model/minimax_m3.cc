@@ -121,11 +121,13 @@ void MiniMaxM3::ensure_activations(int64_t tokens, int64_t logit_rows) {
     act_.selection = backend_.alloc({n * std::max(1, c.index_heads) * c.index_topk_blocks}, DType::kI32);
     act_.mlp = backend_.alloc({n, c.hidden_size}, dt);
     act_.capacity_tokens = n;
+    ++act_.generation;
   }
   if (!act_.logit_rows.defined() || act_.logit_rows.dim(0) < logit_rows) {
     const int64_t n = std::max<int64_t>(logit_rows, 16);
     act_.logit_rows = backend_.alloc({n, c.hidden_size}, dt);
     logits_ = backend_.alloc({n, c.vocab_size}, dt);
+    ++act_.generation;
   }
 }
 
@@ -192,13 +194,56 @@ void MiniMaxM3::mlp_block(int layer, Activations& a) {
   backend_.moe(h, w, p, out);
 }
 
+namespace {
+
+// A decode batch of uniform shape (one new token per sequence, its logits row wanted): the steps a
+// backend may replay from a recording (CUDA graphs), since only metadata contents change.
+bool is_uniform_decode(const StepBatch& b) {
+  if (b.num_tokens() != b.num_seqs() || b.logits_rows.size() != size_t(b.num_seqs())) return false;
+  for (int s = 0; s < b.num_seqs(); ++s)
+    if (b.query_start[s + 1] - b.query_start[s] != 1) return false;
+  return true;
+}
+
+}  // namespace
+
 void MiniMaxM3::forward(const StepBatch& batch, float* logits) {
   validate(batch);
   const int64_t t = batch.num_tokens();
   const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());
   ensure_activations(t, rows);
   backend_.plan(batch);
+  if (is_uniform_decode(batch)) {
+    const ReplayKey key{this, static_cast<int>(t), batch.num_seqs(), static_cast<int>(rows), act_.generation};
+    backend_.run_replayable(key, [&] { run_layers(t, rows); });
+  } else {
+    run_layers(t, rows);
+  }
+  if (rows > 0 && logits) backend_.copy_to_host_f32(logits_.rows(0, rows), logits);
+}
 
+void MiniMaxM3::forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
+                               const std::vector<int32_t>& host_rows, float* host_logits) {
+  forward(batch, nullptr);
+  const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());
+  const int64_t vocab = config_.vocab_size;
+  // Runs of consecutive rows go in one copy (prompt-logprob rows of a sequence are consecutive).
+  for (size_t i = 0; i < host_rows.size();) {
+    size_t j = i + 1;
+    while (j < host_rows.size() && host_rows[j] == host_rows[j - 1] + 1) ++j;
+    M3_CHECK(host_rows[i] >= 0 && host_rows[j - 1] < rows, "host logits rows {}..{} outside the step's {} rows",
+             host_rows[i], host_rows[j - 1], rows);
+    backend_.copy_to_host_f32(logits_.rows(host_rows[i], host_rows[j - 1] + 1), host_logits + int64_t(i) * vocab);
+    i = j;
+  }
+  if (sampling.rows.empty()) return;
+  for (const SampleRow& r : sampling.rows)
+    M3_CHECK(r.logits_row >= 0 && r.logits_row < rows, "sampling row reads logits row {} of the step's {}",
+             r.logits_row, rows);
+  backend_.sample(logits_.rows(0, rows), sampling, sampled_ids);
+}
+
+void MiniMaxM3::run_layers(int64_t t, int64_t rows) {
   Activations& a = act_;
   Tensor x = a.x.rows(0, t), h = a.h.rows(0, t), mlp = a.mlp.rows(0, t);
   backend_.embed(weights_.embed, x);
@@ -216,9 +261,7 @@ void MiniMaxM3::forward(const StepBatch& batch, float* logits) {
   Tensor last = a.logit_rows.rows(0, rows);
   backend_.gather_logits_rows(x, last);
   backend_.rms_norm(last, weights_.final_norm, config_.rms_norm_eps, last);
-  Tensor out = logits_.rows(0, rows);
-  backend_.linear(last, weights_.lm_head, out);
-  backend_.copy_to_host_f32(out, logits);
+  backend_.linear(last, weights_.lm_head, logits_.rows(0, rows));
 }
 
 }  // namespace m3

@@ -52,19 +52,31 @@ class MiniMaxM3 {
   int64_t kv_bytes_per_token() const { return layout_.bytes_per_token(); }
   int64_t kv_pool_bytes() const { return layout_.block_bytes * options_.num_kv_blocks; }
   const KvLayout& kv_layout() const { return layout_; }
+  // The KV pool (U8, kv_pool_bytes(), on the backend's device): for checks that compare caches.
+  const Tensor& kv_pool() const { return kv_pool_; }
 
   // One engine step. Throws m3::Error on malformed batches (wrong sizes, block ids out of range).
+  // logits == nullptr leaves them on the device (forward_sample).
   void forward(const StepBatch& batch, float* logits);
+  // One engine step that samples on the backend: forward, then the logits rows `host_rows`
+  // (indices into batch.logits_rows, any order) to host_logits [host_rows.size(), vocab] (fp32),
+  // then sampled_ids[i] for sampling.rows[i] (SampleRow::logits_row indexes batch.logits_rows).
+  // Only those rows and the ids leave the device.
+  void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
+                      const std::vector<int32_t>& host_rows, float* host_logits);
 
  private:
   struct Activations {
     int64_t capacity_tokens = 0;
+    int64_t generation = 0;  // bumped whenever a tensor below moves (ReplayKey::buffers_generation)
     Tensor x, h, q, k, v, index_q, index_k, attn, selection, mlp, logit_rows;
   };
   void validate(const StepBatch& batch) const;
   void ensure_activations(int64_t tokens, int64_t logit_rows);
   void attention_block(int layer, Activations& a);
   void mlp_block(int layer, Activations& a);
+  // embed .. lm_head of the planned step into logits_ (everything between plan() and the copy).
+  void run_layers(int64_t tokens, int64_t logit_rows);
 
   ModelConfig config_;
   ModelWeights weights_;

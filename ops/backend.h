@@ -17,7 +17,9 @@
 // Weights are the structs of model/weights.h (plain data: quantized tensors stay quantized; a
 // backend dequantizes on the fly, exactly, and never keeps a dequantized copy).
 #pragma once
+#include <compare>
 #include <cstdint>
+#include <functional>
 #include <string_view>
 
 #include "core/tensor.h"
@@ -25,6 +27,7 @@
 #include "model/weights.h"
 #include "ops/attention.h"
 #include "ops/kv_layout.h"
+#include "ops/sampling.h"
 #include "ops/step_batch.h"
 
 namespace m3 {
@@ -36,6 +39,19 @@ struct MoeParams {
   float routed_scaling_factor = 1.0f;
   float swiglu_alpha = 1.702f;
   float swiglu_limit = 7.0f;
+};
+
+// The shape of a step whose run ops a backend may record once and replay (CUDA graphs). Equal
+// keys promise the same op sequence with the same by-value arguments on the same tensors; only the
+// contents of the planned metadata (ids, positions, page tables, slots) differ between steps.
+struct ReplayKey {
+  const void* owner = nullptr;  // the model (one backend may run several)
+  int num_tokens = 0;
+  int num_seqs = 0;
+  int logit_rows = 0;
+  int64_t buffers_generation = 0;  // bumped by the owner whenever a tensor the ops use moves
+
+  auto operator<=>(const ReplayKey&) const = default;
 };
 
 class Backend {
@@ -65,6 +81,14 @@ class Backend {
   virtual void plan(const StepBatch& batch) = 0;
   // The planned batch viewed as attention metadata (host pointers for the CPU backend).
   virtual AttentionBatchView attention_batch() const = 0;
+  // Runs `body` (the run ops of the planned step, no synchronisation inside) for a step of shape
+  // `key`. A backend may record the body's ops on one call and replay them on later calls of an
+  // equal key after plan() instead of calling body (CUDA: graphs); it decides per planned step
+  // whether it can (the CUDA backend: uniform decode batches). Default: body().
+  virtual void run_replayable(const ReplayKey& key, const std::function<void()>& body) {
+    (void)key;
+    body();
+  }
 
   // ---- run ops (rows = planned tokens unless stated) ----
   // out[t] = table[token_ids[t]]; table [vocab, hidden] F32 or BF16.
@@ -115,6 +139,13 @@ class Backend {
   virtual void moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) = 0;
   // x += y (the residual add; rounded to the activation dtype).
   virtual void add_inplace(Tensor x, const Tensor& y) = 0;
+
+  // ---- sampling: ends the step ----
+  // Samples every row of `batch` (ops/sampling.h semantics) from logits [rows, vocab] as the head
+  // wrote them (activation storage dtype), ids[i] for batch.rows[i] in host memory. The one op
+  // that waits for the device (the step's single synchronisation: only the ids come back).
+  // Default: copy the rows to the host and run the reference (backends override it).
+  virtual void sample(const Tensor& logits, const SampleBatch& batch, int32_t* ids);
 };
 
 }  // namespace m3

@@ -4,7 +4,7 @@
 # dtype), time the linear layers, run compute-sanitizer on a short check. Logs to $OUT (default
 # out/), the summary last.
 #
-#   scripts/gpu-check-model.sh [STEP...]   steps: build ops ops-quick model model-quick bench latency
+#   scripts/gpu-check-model.sh [STEP...]   steps: build ops ops-quick model model-quick graphs bench latency
 #                                          profile generate serve sanitize
 #                                          bench-latency bench-throughput http (PREBUILT only)
 #                                          (default: build ops model-quick bench latency sanitize)
@@ -101,7 +101,7 @@ run_step() {  # name, then the command
 
 # One process per op group and per checkpoint: a sticky CUDA error (illegal address) then costs
 # that group only. Synchronous launches: a kernel fault is reported by the op that caused it.
-OP_GROUPS=("m3 elementwise" "tiny elementwise" linear swiglu_mlp moe)
+OP_GROUPS=("m3 elementwise" "tiny elementwise" linear swiglu_mlp moe sampling)
 for g in m3 tiny; do for kv in float32 bfloat16 fp8 nvfp4; do OP_GROUPS+=("$g attention kv $kv"); done; done
 MODEL_DIRS=(tests/model_golden/data/tiny-mixed tests/model_golden/data/tiny-sparse-local2
             tests/model_golden/data/tiny-vl tests/model_golden/data/release-mxfp8-nvfp4
@@ -118,6 +118,8 @@ for quick in "" -quick; do
     done
   fi
 done
+# CUDA graph replay vs eager (bitwise logits and KV bytes over decode steps).
+if has graphs; then run_step graphs "$BIN" graphs; fi
 if has bench; then
   timeout "$(limit_for "${STEP_TIMEOUT:-600}")" "$BIN" bench >"$OUT/bench.log" 2>&1
   rc=$?
@@ -202,11 +204,11 @@ PY
 fi
 # m3serve's own benchmarks on the M3.1 shape (dummy weights in the release formats), as
 # docs/gpu-backend-notes.md "Benchmark commands": BENCH_LAYERS layers (default 20) for 8K,
-# BENCH_LAYERS_LONG (default 4) for the 128K contexts whose KV pool would not fit beside 20.
+# BENCH_LAYERS_LONG (default 8: 3 dense + 5 MoE) for the 128K contexts whose KV pool would not fit beside 20.
 M31=(--model bench/configs/minimax-m3.1 --load-format dummy --device cuda --kv-cache-dtype nvfp4
      --attention-config '{"indexer_kv_dtype": "nvfp4"}')
 if has bench-latency && [[ -x "${M3BIN:-}" ]]; then
-  for spec in "${BENCH_LAYERS:-20}:8192:8192,65536" "${BENCH_LAYERS_LONG:-4}:131072:"; do
+  for spec in "${BENCH_LAYERS:-20}:8192:8192,65536" "${BENCH_LAYERS_LONG:-8}:131072:"; do
     IFS=: read -r layers ctx prefill <<<"$spec"
     name=bench-latency-$ctx
     timeout "$(limit_for "${BENCH_TIMEOUT:-240}")" "$M3BIN" bench latency "${M31[@]}" --num-layers "$layers" \

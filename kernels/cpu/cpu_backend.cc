@@ -213,6 +213,20 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < n; ++i) a[i] = round_act(a[i] + b[i], bf16_);
   }
 
+  // The reference on the logits in place (they are host fp32 already).
+  void sample(const Tensor& logits, const SampleBatch& batch, int32_t* ids) override {
+    if (batch.rows.empty()) return;
+    check_rows(logits, logits.dim(0), logits.dim(1), "logits");
+    const int64_t vocab = logits.dim(1);
+    for (size_t i = 0; i < batch.rows.size(); ++i) {
+      const SampleRow& row = batch.rows[i];
+      M3_CHECK(row.logits_row >= 0 && row.logits_row < logits.dim(0), "sample: row {} reads logits row {} of {}",
+               i, row.logits_row, logits.dim(0));
+      ids[i] = sample_reference(logits.data_as<const float>() + row.logits_row * vocab, static_cast<int32_t>(vocab),
+                                row, batch, sample_ws_);
+    }
+  }
+
  private:
   ModelConfig config_;
   bool bf16_ = false;
@@ -222,6 +236,7 @@ class CpuBackend final : public Backend {
   cpu::Scratch scratch_;
   std::vector<int32_t> expert_rows_;  // MoE routing bookkeeping, reused across steps
   std::vector<float> expert_weights_;
+  SampleWorkspace sample_ws_;
 };
 
 // The MoE block in the reference's order: shared expert, sigmoid router, experts in ascending id

@@ -150,6 +150,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
   uint8_t* stages = area;
   uint8_t* expanded = area + C::kStages * C::kStageBytes;
 
+  if (a.device_num_work != nullptr && int(blockIdx.x) >= *a.device_num_work) return;  // graph mode surplus
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int hkv = a.cache.num_kv_heads;
@@ -335,6 +336,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
 }
 
 __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineArgs a) {
+  if (a.device_num_work != nullptr && int(blockIdx.x) >= *a.device_num_work) return;  // graph mode surplus
   const CombineWork w = a.work[blockIdx.x];
   const int group = a.num_q_heads / a.num_kv_heads;
   const float c2 = a.sm_scale * kLog2e;

@@ -257,6 +257,7 @@ __global__ void __launch_bounds__(kThreads) indexer_scores_kernel(const IndexerA
   int* row_base = row_pos + kIndexerRows;  // score index of block 0 for the row
   int* s_pages = row_base + kIndexerRows;
 
+  if (a.device_num_work != nullptr && int(blockIdx.x) >= *a.device_num_work) return;  // graph mode surplus
   const IndexerWork w = a.work[blockIdx.x];
   const int tid = threadIdx.x;
   const int heads = a.index_heads;

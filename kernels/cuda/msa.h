@@ -16,6 +16,13 @@
 //
 // plan() grows its device workspaces when a step needs more than any step before; it then bumps
 // generation(), and CUDA graphs captured earlier must be captured again.
+//
+// Graph mode (plan(..., graph_pages_per_seq = P > 0)): every by-value launch argument and every
+// workspace offset depends only on (tokens, sequences, P), so launches recorded in a CUDA graph
+// stay valid for any later step of that shape whose sequences need at most P pages: the work
+// lists sit at fixed offsets padded to upper bounds, grids launch those bounds and the kernels
+// read the real item counts from device memory (surplus CTAs exit), top-k shared memory is sized
+// for P candidate blocks, and the workspaces are reserved for the bounds.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -48,7 +55,9 @@ class MsaPlan {
 
   // `host` is the step on the host; `device` views the same arrays copied to the device (the
   // runner owns them; they must stay valid while run calls of this step execute).
-  void plan(const StepBatch& host, const AttentionBatchView& device, cudaStream_t stream);
+  // graph_pages_per_seq: 0, or graph mode for steps whose sequences need <= that many pages.
+  void plan(const StepBatch& host, const AttentionBatchView& device, cudaStream_t stream,
+            int graph_pages_per_seq = 0);
   int64_t generation() const;
 
   void kv_insert(const KvLayerView& cache, const uint16_t* k, const uint16_t* v,
@@ -76,6 +85,7 @@ class MsaPlan {
     int indexer_items = 0, sparse_items = 0, dense_items = 0, combine_sparse = 0, combine_dense = 0;
     int sparse_splits = 1;
     int64_t score_entries = 0;
+    int indexer_launch = 0, dense_launch = 0, combine_dense_launch = 0;  // CTAs (graph mode: bounds)
   };
   Stats stats() const;
 

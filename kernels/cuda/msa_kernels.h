@@ -95,7 +95,9 @@ struct IndexerArgs {
   int index_heads = 0;
   int local_blocks = 1;  // forced blocks need no score (the top-k kernel ignores them)
   const IndexerWork* work = nullptr;
-  int num_work = 0;
+  int num_work = 0;  // CTAs launched
+  // Graph mode: the real item count on the device (CTAs from it on exit); null: num_work items.
+  const int32_t* device_num_work = nullptr;
   const int32_t* score_offset = nullptr;  // [T]: first score entry of token t (times index_heads)
   float* scores = nullptr;
   const uint2* e4m3_table = nullptr;  // [256]: E4M3(e2m1 magnitude * scale) bytes per scale byte
@@ -128,7 +130,8 @@ struct AttentionArgs {
   uint16_t* out = nullptr;  // bf16 [T, Hq, D]
   float* lse = nullptr;     // [T, Hq] or null
   const void* work = nullptr;  // SparseWork or DenseWork
-  int num_work = 0;
+  int num_work = 0;                          // CTAs launched
+  const int32_t* device_num_work = nullptr;  // graph mode: real count on the device (see IndexerArgs)
   float* partial_o = nullptr;   // [P, kMaxGroup, D] unnormalised outputs
   float* partial_ml = nullptr;  // [P, kMaxGroup, 2]: running max (raw dot units), normaliser
   const uint2* e4m3_table = nullptr;
@@ -141,7 +144,8 @@ struct CombineArgs {
   float sm_scale = 0.0f;
   bool nvfp4 = false;  // the normaliser carries the 448 factor of the probability path
   const CombineWork* work = nullptr;
-  int num_work = 0;
+  int num_work = 0;                          // CTAs launched
+  const int32_t* device_num_work = nullptr;  // graph mode: real count on the device (see IndexerArgs)
   const float* partial_o = nullptr;
   const float* partial_ml = nullptr;
   uint16_t* out = nullptr;

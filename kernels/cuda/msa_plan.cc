@@ -74,13 +74,14 @@ class PinnedBuffer {
   size_t size_ = 0;
 };
 
-// Appends typed arrays to one byte blob at 256-byte aligned offsets.
+// Appends typed arrays to one byte blob at 256-byte aligned offsets; an array takes at least
+// `capacity` elements (zero padded) so that later offsets do not depend on its length.
 class Blob {
  public:
   template <class T>
-  size_t add(const std::vector<T>& v) {
+  size_t add(const std::vector<T>& v, size_t capacity = 0) {
     const size_t offset = (bytes_.size() + 255) / 256 * 256;
-    bytes_.resize(offset + v.size() * sizeof(T));
+    bytes_.resize(offset + std::max(v.size(), capacity) * sizeof(T));
     if (!v.empty()) std::memcpy(bytes_.data() + offset, v.data(), v.size() * sizeof(T));
     return offset;
   }
@@ -107,7 +108,8 @@ struct MsaPlan::Impl {
   detail::StepView step;
   int num_tokens = 0;
   int max_candidates = 0;
-  size_t off_score_offset = 0, off_indexer = 0, off_sparse = 0, off_sparse_combine = 0,
+  bool graph = false;  // graph mode: launches read the real counts at off_counts
+  size_t off_counts = 0, off_score_offset = 0, off_indexer = 0, off_sparse = 0, off_sparse_combine = 0,
          off_dense = 0, off_dense_combine = 0;
   Stats stats;
 
@@ -163,7 +165,8 @@ int64_t MsaPlan::generation() const { return impl_->generation; }
 void MsaPlan::set_timing_probe(const TimingProbe& probe) { impl_->probe = probe; }
 MsaPlan::Stats MsaPlan::stats() const { return impl_->stats; }
 
-void MsaPlan::plan(const StepBatch& host, const AttentionBatchView& device, cudaStream_t stream) {
+void MsaPlan::plan(const StepBatch& host, const AttentionBatchView& device, cudaStream_t stream,
+                   int graph_pages_per_seq) {
   Impl& im = *impl_;
   const MsaConfig& cfg = im.config;
   const IndexerParams& ip = cfg.indexer;
@@ -195,6 +198,24 @@ void MsaPlan::plan(const StepBatch& host, const AttentionBatchView& device, cuda
   M3_CHECK(score_entries * std::max(1, ip.index_heads) < (int64_t(1) << 31),
            "MSA plan: {} score entries exceed the int32 offsets", score_entries);
 
+  // Graph mode: upper bounds of the context-dependent lists for (T, S, P), from the chunking rules
+  // below. A list of items over spans with chunk c = clamp(ceil(total / (k * SMs)), lo, hi) has at
+  // most spans + total / c items, and total / c <= max(k * SMs, total / hi) for every clamp case.
+  const int graph_pages = graph_pages_per_seq;
+  const bool graph = graph_pages > 0;
+  int max_rows_per_seq = 1;
+  for (int s = 0; s < S; ++s)
+    max_rows_per_seq = std::max(max_rows_per_seq, host.query_start[s + 1] - host.query_start[s]);
+  const int64_t bound_blocks = int64_t(T) * graph_pages;  // spans <= T, blocks per span <= P
+  const int indexer_cap = graph ? T + std::max<int>(4 * sms, ceil_div(bound_blocks, detail::kIndexerMaxBlocks)) : 0;
+  const int dense_cap =
+      graph ? T * hkv + std::max<int>(3 * sms, ceil_div(bound_blocks * hkv, detail::kDenseMaxBlocks)) : 0;
+  const int dense_combine_cap = graph ? T * hkv : 0;
+  const int64_t dense_partial_cap = int64_t(dense_cap) * std::min(4, max_rows_per_seq);
+  if (graph)
+    M3_CHECK(max_candidates <= graph_pages, "MSA plan (graph mode): a token sees {} blocks, the bucket has {}",
+             max_candidates, graph_pages);
+
   if (sparse) {
     // Indexer: row tiles of <= 64 MMA rows, each against the blocks its rows may need scored.
     const int rows_per_item = detail::kIndexerRows / ip.index_heads;
@@ -214,7 +235,7 @@ void MsaPlan::plan(const StepBatch& host, const AttentionBatchView& device, cuda
         total_blocks += blocks;
       }
     }
-    const int chunk = std::clamp(ceil_div(total_blocks, 4 * int64_t(sms)), 1, 64);
+    const int chunk = std::clamp(ceil_div(total_blocks, 4 * int64_t(sms)), 1, detail::kIndexerMaxBlocks);
     for (const Span& sp : spans)
       for (int b = 0; b < sp.blocks; b += chunk)
         indexer.push_back({sp.seq, sp.row, sp.count, b, std::min(sp.blocks, b + chunk), {0, 0, 0}});
@@ -239,7 +260,8 @@ void MsaPlan::plan(const StepBatch& host, const AttentionBatchView& device, cuda
     im.stats.sparse_splits = splits;
     if (im.partial_o.reserve(size_t(next_partial) * detail::kMaxGroup * detail::kDim * 4, "sparse partials")) ++im.generation;
     if (im.partial_ml.reserve(size_t(next_partial) * detail::kMaxGroup * 2 * 4, "sparse partials")) ++im.generation;
-    if (im.scores.reserve(size_t(score_entries) * ip.index_heads * 4, "indexer scores")) ++im.generation;
+    const int64_t score_cap = graph ? std::max(score_entries, bound_blocks) : score_entries;
+    if (im.scores.reserve(size_t(score_cap) * ip.index_heads * 4, "indexer scores")) ++im.generation;
   }
 
   if (cfg.dense) {
@@ -254,7 +276,7 @@ void MsaPlan::plan(const StepBatch& host, const AttentionBatchView& device, cuda
         groups.push_back({s, r, count, last_pos / bs + 1});
         total_blocks += int64_t(last_pos / bs + 1) * hkv;
       }
-    const int chunk = std::clamp(ceil_div(total_blocks, 3 * int64_t(sms)), 8, 256);
+    const int chunk = std::clamp(ceil_div(total_blocks, 3 * int64_t(sms)), 8, detail::kDenseMaxBlocks);
     int next_partial = 0;
     for (const Group& gr : groups)
       for (int g = 0; g < hkv; ++g) {
@@ -269,17 +291,26 @@ void MsaPlan::plan(const StepBatch& host, const AttentionBatchView& device, cuda
         for (int r = 0; r < gr.count; ++r) dense_combine.push_back({gr.row + r, g, next_partial + r * pieces, pieces});
         next_partial += gr.count * pieces;
       }
-    if (im.partial_o.reserve(size_t(next_partial) * detail::kMaxGroup * detail::kDim * 4, "dense partials")) ++im.generation;
-    if (im.partial_ml.reserve(size_t(next_partial) * detail::kMaxGroup * 2 * 4, "dense partials")) ++im.generation;
+    const int64_t partials = graph ? std::max<int64_t>(next_partial, dense_partial_cap) : next_partial;
+    if (im.partial_o.reserve(size_t(partials) * detail::kMaxGroup * detail::kDim * 4, "dense partials")) ++im.generation;
+    if (im.partial_ml.reserve(size_t(partials) * detail::kMaxGroup * 2 * 4, "dense partials")) ++im.generation;
   }
+  if (graph)
+    M3_CHECK(int(indexer.size()) <= indexer_cap && int(dense_work.size()) <= dense_cap &&
+                 int(dense_combine.size()) <= dense_combine_cap,
+             "MSA plan (graph mode): {} indexer / {} dense / {} combine items exceed the bounds {} / {} / {}",
+             indexer.size(), dense_work.size(), dense_combine.size(), indexer_cap, dense_cap, dense_combine_cap);
 
   Blob blob;
+  const std::vector<int32_t> counts = {static_cast<int32_t>(indexer.size()), static_cast<int32_t>(dense_work.size()),
+                                       static_cast<int32_t>(dense_combine.size())};
+  im.off_counts = blob.add(counts);
   im.off_score_offset = blob.add(score_offset);
-  im.off_indexer = blob.add(indexer);
+  im.off_indexer = blob.add(indexer, indexer_cap);
   im.off_sparse = blob.add(sparse_work);
   im.off_sparse_combine = blob.add(sparse_combine);
-  im.off_dense = blob.add(dense_work);
-  im.off_dense_combine = blob.add(dense_combine);
+  im.off_dense = blob.add(dense_work, dense_cap);
+  im.off_dense_combine = blob.add(dense_combine, dense_combine_cap);
   const std::vector<uint8_t>& bytes = blob.bytes();
   // The previous step's upload must be done before its pinned bytes are overwritten.
   check_cuda(cudaEventSynchronize(im.upload_done), "previous metadata upload");
@@ -295,12 +326,16 @@ void MsaPlan::plan(const StepBatch& host, const AttentionBatchView& device, cuda
   im.step = {device.positions, device.token_seq, device.seq_lens, device.page_table, device.pages_per_seq,
              device.slot_mapping};
   im.num_tokens = T;
-  im.max_candidates = max_candidates;
+  im.graph = graph;
+  im.max_candidates = graph ? graph_pages : max_candidates;
   im.stats.indexer_items = static_cast<int>(indexer.size());
   im.stats.sparse_items = static_cast<int>(sparse_work.size());
   im.stats.dense_items = static_cast<int>(dense_work.size());
   im.stats.combine_sparse = static_cast<int>(sparse_combine.size());
   im.stats.combine_dense = static_cast<int>(dense_combine.size());
+  im.stats.indexer_launch = graph ? indexer_cap : im.stats.indexer_items;
+  im.stats.dense_launch = graph ? dense_cap : im.stats.dense_items;
+  im.stats.combine_dense_launch = graph ? dense_combine_cap : im.stats.combine_dense;
   im.stats.score_entries = score_entries * std::max(0, ip.index_heads);
 }
 
@@ -331,7 +366,8 @@ void MsaPlan::indexer_scores(const KvLayerView& cache, const void* index_q, ActD
   a.index_heads = im.config.indexer.index_heads;
   a.local_blocks = im.config.indexer.local_blocks;
   a.work = im.meta_at<IndexerWork>(im.off_indexer);
-  a.num_work = im.stats.indexer_items;
+  a.num_work = im.stats.indexer_launch;
+  a.device_num_work = im.graph ? im.meta_at<int32_t>(im.off_counts) : nullptr;
   a.score_offset = im.meta_at<int32_t>(im.off_score_offset);
   a.scores = static_cast<float*>(im.scores.get());
   a.e4m3_table = im.e4m3_table();
@@ -406,9 +442,11 @@ void MsaPlan::attention(const KvLayerView& cache, const void* q, ActDType q_dtyp
     check_cuda(detail::launch_sparse_attention(a, stream), "sparse attention launch");
   } else {
     a.work = im.meta_at<DenseWork>(im.off_dense);
-    a.num_work = im.stats.dense_items;
+    a.num_work = im.stats.dense_launch;
+    a.device_num_work = im.graph ? im.meta_at<int32_t>(im.off_counts) + 1 : nullptr;
     c.work = im.meta_at<CombineWork>(im.off_dense_combine);
-    c.num_work = im.stats.combine_dense;
+    c.num_work = im.stats.combine_dense_launch;
+    c.device_num_work = im.graph ? im.meta_at<int32_t>(im.off_counts) + 2 : nullptr;
     check_cuda(detail::launch_dense_attention(a, stream), "dense attention launch");
   }
   check_cuda(detail::launch_combine(c, stream), "attention combine launch");

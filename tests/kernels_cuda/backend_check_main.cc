@@ -2,7 +2,9 @@
 //
 //   backend_check ops [--quick] [--seed N] [--only GROUP]   every op, CUDA vs CPU reference
 //   backend_check model [--quick] [DIR...]        whole models on the committed checkpoints
-//   backend_check bench                           linear layers at M3.1 shapes: time, GB/s
+//   backend_check graphs [DIR...]                 decode by CUDA graph replay vs eager, bitwise
+//   backend_check bench [--only linear|attention|moe]   M3.1 shapes: linear layers, fused
+//                                                 attention input, MoE kernels: time, GB/s
 //   backend_check latency [--layers N] [--case CONTEXTxBATCH] [CONFIG]
 //                                                 decode steps of an N-layer M3.1 (dummy weights)
 // Exit status 1 when a case fails.
@@ -77,7 +79,11 @@ LinearWeight random_device_linear(std::mt19937_64& rng, int64_t out, int64_t in,
 }
 
 // Decode- and prefill-shaped linear layers of M3.1 (hidden 6144): weight bytes read once per call.
-void run_bench() {
+// only: the sections whose name contains it (linear, attention, moe; empty: all).
+void run_bench(const std::string& only) {
+  auto want = [&](const char* section) { return std::string(section).find(only) != std::string::npos; };
+  if (want("moe")) run_moe_bench();
+  if (!want("linear") && !want("attention")) return;
   std::mt19937_64 rng(7);
   auto backend = make_cuda_backend();
   ModelConfig config = make_config({"bench", 6144, 64, 4, 128, 4, 128, 128, 16, 1, 0, 64});
@@ -89,11 +95,13 @@ void run_bench() {
   };
   const Shape_ shapes[] = {{"q_proj mxfp8", 8192, 6144, WeightFormat::kMxfp8},
                            {"o_proj mxfp8", 6144, 8192, WeightFormat::kMxfp8},
+                           {"k_proj mxfp8", 512, 6144, WeightFormat::kMxfp8},
                            {"expert w1 nvfp4", 3072, 6144, WeightFormat::kNvfp4},
                            {"expert w2 nvfp4", 6144, 3072, WeightFormat::kNvfp4},
                            {"lm_head/32 bf16", 200064 / 32, 6144, WeightFormat::kDense}};
   std::printf("%-18s %6s %10s %10s %9s\n", "linear", "rows", "us", "GB/s", "TFLOP/s");
   for (const Shape_& s : shapes) {
+    if (!want("linear")) break;
     const LinearWeight w = random_device_linear(rng, s.n, s.k, s.format);
     for (int rows : {1, 8, 32, 64, 128, 2048}) {
       Tensor x = backend->alloc({rows, s.k}, DType::kBF16), y = backend->alloc({rows, s.n}, DType::kBF16);
@@ -112,6 +120,7 @@ void run_bench() {
 
   // The fused attention input path against the separate ops (q/k/index-K norm + RoPE, insert),
   // M3 shape, nvfp4 caches: one prefill chunk of T tokens.
+  if (!want("attention")) return;
   std::printf("\n%-28s %6s %10s %10s %8s\n", "attention input", "tokens", "fused us", "unfused us", "gain");
   const KvLayout layout = KvLayout::make(128, 4, 128, 128, KvDType::kNVFP4, KvDType::kNVFP4, {true});
   for (int tokens : {1, 64, 1024, 8192}) {
@@ -151,7 +160,7 @@ void run_bench() {
 int main(int argc, char** argv) {
   using namespace m3::test;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: backend_check ops|model|bench|latency [--quick] [--seed N] [--only GROUP] [--layers N] [DIR...]\n");
+    std::fprintf(stderr, "usage: backend_check ops|model|graphs|bench|latency [--quick] [--seed N] [--only GROUP] [--layers N] [DIR...]\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -179,8 +188,13 @@ int main(int argc, char** argv) {
                 "tests/model_golden/data/release-modelopt-nvfp4", "models/minimax-m3-tiny",
                 "models/minimax-m3-small"};
       run_model_checks(rep, dirs, quick);
+    } else if (mode == "graphs") {
+      if (dirs.empty())
+        dirs = {"tests/model_golden/data/tiny-mixed", "tests/model_golden/data/tiny-sparse-local2",
+                "models/minimax-m3-tiny"};
+      run_graph_checks(rep, "tests/model_loading/fixtures/m31_vl_config.json", dirs);
     } else if (mode == "bench") {
-      run_bench();
+      run_bench(only);
       return 0;
     } else if (mode == "latency") {
       run_latency(dirs.empty() ? "tests/model_loading/fixtures/m31_vl_config.json" : dirs[0], layers, only_case);

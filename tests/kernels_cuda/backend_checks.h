@@ -24,11 +24,21 @@ class Report {
 
 // only: run the groups whose name contains it ("linear", "moe", "m3 attention kv nvfp4", ...).
 void run_ops_checks(Report& report, bool quick, uint64_t seed, const std::string& only = "");
+// Backend::sample on the GPU against the reference (ops/sampling.h); part of run_ops_checks
+// (group "sampling"), plus the time of a 128-row step.
+void run_sampling_checks(Report& report, bool quick, uint64_t seed);
 // Checkpoint directories relative to the repository root.
 void run_model_checks(Report& report, const std::vector<std::string>& model_dirs, bool quick);
+// CUDA graphs: decode steps replayed from graphs against --enforce-eager, bitwise (logits and KV
+// bytes), on an M3-shaped model built from the M3.1 config at m31_config_path and on the
+// checkpoints in model_dirs.
+void run_graph_checks(Report& report, const std::string& m31_config_path, const std::vector<std::string>& model_dirs);
 // Decode step times of a `layers`-layer M3.1 (dummy weights, every layer sparse + MoE) against
 // the per-layer byte floor; config_path: an M3.1 config.json.
 // only_case: "CONTEXTxBATCH" runs that shape alone (empty: the whole table).
 void run_latency(const std::string& config_path, int layers, const std::string& only_case = "");
+// The MoE op at the M3.1 shape for 1/8/64/128 tokens: every kernel timed with CUDA events
+// against the bytes it must read (backend_moe_bench.cc).
+void run_moe_bench();
 
 }  // namespace m3::test

@@ -394,6 +394,7 @@ void run_ops_checks(Report& rep, bool quick, uint64_t seed, const std::string& o
   guarded("linear", [&] { check_linear(rep, rng, quick); });
   guarded("swiglu_mlp", [&] { check_swiglu(rep, rng, quick); });
   guarded("moe", [&] { check_moe(rep, rng, quick); });
+  guarded("sampling", [&] { run_sampling_checks(rep, quick, seed); });
   for (const Geometry& g : {m3, tiny})
     for (KvDType kv : {KvDType::kF32, KvDType::kBF16, KvDType::kFP8, KvDType::kNVFP4}) {
       if (quick && kv == KvDType::kF32 && g.head_dim == 128) continue;

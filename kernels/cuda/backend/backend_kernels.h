@@ -12,6 +12,7 @@
 
 #include "ops/attention.h"
 #include "ops/kv_layout.h"
+#include "ops/sampling.h"
 
 namespace m3::cuda::detail {
 
@@ -76,7 +77,7 @@ struct LinearArgs {
 bool linear_has_mma_path(const WeightView& w, int k);
 // Rows per item the kernels prefer for a problem of `rows` rows (dense) or of about `rows` rows
 // per expert (grouped).
-int linear_item_rows(const WeightView& w, int k, int rows);
+int linear_item_rows(const WeightView& w, int k, int rows, bool grouped = false);
 cudaError_t init_linear_kernels();
 cudaError_t launch_linear(const LinearArgs& args, cudaStream_t stream);
 
@@ -195,5 +196,21 @@ struct AttentionInputArgs {
   int rope_half = 0;
 };
 cudaError_t launch_attention_input(const AttentionInputArgs& args, cudaStream_t stream);
+
+// ---- sampling (sampling.cu) ----
+
+// One CTA per row of `rows` samples it from the bf16 logits (ops/sampling.h semantics) into out.
+struct SampleArgs {
+  const uint16_t* logits = nullptr;  // bf16 [*, vocab]; row r.logits_row
+  int vocab = 0;
+  const SampleRow* rows = nullptr;
+  int num_rows = 0;
+  const int32_t* ids = nullptr;        // SampleBatch::ids
+  const int32_t* counts = nullptr;     // SampleBatch::counts
+  const int32_t* work_slot = nullptr;  // [num_rows] row of `work` for rows with a mask or penalties, else -1
+  float* work = nullptr;               // [slots, vocab] fp32 copies of those rows
+  int32_t* out = nullptr;              // [num_rows] sampled ids
+};
+cudaError_t launch_sample(const SampleArgs& args, cudaStream_t stream);
 
 }  // namespace m3::cuda::detail

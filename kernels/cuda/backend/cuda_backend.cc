@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/cublas_gemm.h"
+#include "kernels/cuda/backend/cuda_graphs.h"
 #include "kernels/cuda/backend/device_memory.h"
 #include "kernels/cuda/msa.h"
 
@@ -86,13 +87,16 @@ struct ExpertTables {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend() {
+  explicit CudaBackend(bool cuda_graphs) {
+    if (cuda_graphs)
+      graphs_ = std::make_unique<cuda::GraphCache>(cuda::kGraphCacheSize, [this] { return scratch_generation(); });
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
     check_cuda(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming), "event");
     check_cuda(detail::init_linear_kernels(), "linear kernel attributes");
     gemm_ = std::make_unique<cuda::CublasLtGemm>();
   }
   ~CudaBackend() override {
+    graphs_.reset();
     msa_.reset();
     if (stream_) {
       cudaStreamSynchronize(stream_);
@@ -165,6 +169,29 @@ class CudaBackend final : public Backend {
 
   void plan(const StepBatch& batch) override;
   AttentionBatchView attention_batch() const override { return view_; }
+
+  // Uniform decode steps planned in graph mode (graph_pages_ > 0) replay CUDA graphs.
+  void run_replayable(const ReplayKey& key, const std::function<void()>& body) override {
+    if (!graphs_ || graph_pages_ == 0) {
+      body();
+      return;
+    }
+    M3_CHECK(key.num_tokens == step_.num_tokens && key.num_seqs == step_.num_seqs && key.logit_rows == num_logit_rows_,
+             "cuda backend: replay key ({} tokens, {} seqs, {} rows) is not the planned step ({}, {}, {})",
+             key.num_tokens, key.num_seqs, key.logit_rows, step_.num_tokens, step_.num_seqs, num_logit_rows_);
+    graphs_->run({key, graph_pages_}, stream_, body);
+  }
+  CudaGraphStats graph_stats() const {
+    CudaGraphStats s;
+    if (!graphs_) return s;
+    const cuda::GraphCache::Stats& g = graphs_->stats();
+    s.eager = g.eager;
+    s.captures = g.captures;
+    s.replays = g.replays;
+    s.capture_failures = g.capture_failures;
+    s.drops = g.drops;
+    return s;
+  }
 
   void embed(const Tensor& table, Tensor out) override {
     check_act(out, step_.num_tokens, table.dim(1), "embed output");
@@ -341,6 +368,69 @@ class CudaBackend final : public Backend {
     check_cuda(detail::launch_add(bf16_ptr_mut(x), bf16_ptr(y), x.numel(), stream_), "add");
   }
 
+  // ops/sampling.h on the GPU (sampling.cu): the rows and their id lists go up in one copy, the ids
+  // come back in one copy, whose wait is the step's only synchronisation.
+  void sample(const Tensor& logits, const SampleBatch& batch, int32_t* ids) override {
+    const int n = static_cast<int>(batch.rows.size());
+    if (n == 0) return;
+    M3_CHECK(logits.defined() && logits.device() == Device::kCuda && logits.dtype() == DType::kBF16 &&
+                 logits.ndim() == 2 && logits.dim(1) <= INT32_MAX,
+             "cuda backend: sample needs device BF16 [rows, vocab] logits");
+    const int64_t vocab = logits.dim(1), list_size = static_cast<int64_t>(batch.ids.size());
+    M3_CHECK(batch.counts.size() == batch.ids.size(), "sample: {} ids but {} counts", batch.ids.size(),
+             batch.counts.size());
+    auto list_ok = [&](int32_t begin, int32_t num) { return begin >= 0 && num >= 0 && int64_t(begin) + num <= list_size; };
+    sample_slots_.assign(n, -1);
+    int num_slots = 0;
+    for (int i = 0; i < n; ++i) {
+      const SampleRow& r = batch.rows[i];
+      M3_CHECK(r.logits_row >= 0 && r.logits_row < logits.dim(0), "sample: row {} reads logits row {} of {}", i,
+               r.logits_row, logits.dim(0));
+      M3_CHECK(list_ok(r.prompt_begin, r.num_prompt) && list_ok(r.output_begin, r.num_output) &&
+                   list_ok(r.masked_begin, r.num_masked),
+               "sample: row {} has id lists outside the batch's {} ids", i, list_size);
+      M3_CHECK(sample_row_greedy(r) || (r.temperature > 0.0f && r.top_p > 0.0f),
+               "sample: row {} has temperature {} / top_p {}", i, r.temperature, r.top_p);
+      if (r.num_masked > 0 || sample_row_penalised(r)) sample_slots_[i] = num_slots++;
+    }
+    // One blob: rows | ids | counts | work slots, 256-aligned.
+    const std::pair<const void*, size_t> parts[] = {{batch.rows.data(), n * sizeof(SampleRow)},
+                                                    {batch.ids.data(), batch.ids.size() * sizeof(int32_t)},
+                                                    {batch.counts.data(), batch.counts.size() * sizeof(int32_t)},
+                                                    {sample_slots_.data(), n * sizeof(int32_t)}};
+    size_t offsets[4], bytes = 0;
+    for (int i = 0; i < 4; ++i) {
+      offsets[i] = bytes;
+      bytes += (parts[i].second + 255) / 256 * 256;
+    }
+    sample_pinned_.reserve(bytes, "sampling rows (pinned)");
+    sample_meta_.reserve(bytes, "sampling rows");
+    sample_ids_pinned_.reserve(n * sizeof(int32_t), "sampled ids (pinned)");
+    sample_ids_.reserve(n * sizeof(int32_t), "sampled ids");
+    if (num_slots > 0) sample_work_.reserve(size_t(num_slots) * vocab * sizeof(float), "sampling rows with penalties");
+    for (int i = 0; i < 4; ++i)
+      if (parts[i].second) std::memcpy(sample_pinned_.as<uint8_t>() + offsets[i], parts[i].first, parts[i].second);
+    check_cuda(cudaMemcpyAsync(sample_meta_.as(), sample_pinned_.as(), bytes, cudaMemcpyHostToDevice, stream_),
+               "sampling rows upload");
+    const uint8_t* meta = sample_meta_.as<const uint8_t>();
+    detail::SampleArgs a;
+    a.logits = bf16_ptr(logits);
+    a.vocab = static_cast<int>(vocab);
+    a.rows = reinterpret_cast<const SampleRow*>(meta + offsets[0]);
+    a.num_rows = n;
+    a.ids = reinterpret_cast<const int32_t*>(meta + offsets[1]);
+    a.counts = reinterpret_cast<const int32_t*>(meta + offsets[2]);
+    a.work_slot = reinterpret_cast<const int32_t*>(meta + offsets[3]);
+    a.work = sample_work_.as<float>();
+    a.out = sample_ids_.as<int32_t>();
+    check_cuda(detail::launch_sample(a, stream_), "sample");
+    check_cuda(cudaMemcpyAsync(sample_ids_pinned_.as(), sample_ids_.as(), n * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                               stream_),
+               "sampled ids");
+    check_cuda(cudaStreamSynchronize(stream_), "sample");
+    std::memcpy(ids, sample_ids_pinned_.as(), n * sizeof(int32_t));
+  }
+
  private:
   // act [rows, inter] = SwiGLU-OAI(x gate^T, x up^T), fused into one GEMM's epilogue.
   void gate_up_swiglu(const uint16_t* x, int64_t x_stride, int rows, const LinearWeight& gate, const LinearWeight& up,
@@ -362,6 +452,8 @@ class CudaBackend final : public Backend {
     check_cuda(detail::launch_linear(a, stream_), gate.name.c_str());
   }
   ExpertTables& expert_tables(const MlpWeights& mlp);
+  // Changes whenever scratch a recorded graph may point at moves (cuda_graphs.h).
+  int64_t scratch_generation() const { return scratch_moves_ + (msa_ ? msa_->generation() : 0); }
 
   ModelConfig config_;
   cudaStream_t stream_ = nullptr;
@@ -376,31 +468,61 @@ class CudaBackend final : public Backend {
   const int32_t* token_ids_ = nullptr;
   const int32_t* logits_rows_ = nullptr;
   int num_logit_rows_ = 0;
+  int graph_pages_ = 0;  // > 0: the step is planned for graph replay with this page-table width
+  std::unique_ptr<cuda::GraphCache> graphs_;  // null: --enforce-eager
+  // Every device buffer below counts its moves here (scratch_generation()).
+  int64_t scratch_moves_ = 0;
   PinnedBuffer meta_pinned_;
-  DeviceBuffer meta_;
+  DeviceBuffer meta_{&scratch_moves_};
   int rope_half_ = 1;
-  DeviceBuffer inv_freq_, rope_cos_, rope_sin_;
+  DeviceBuffer inv_freq_{&scratch_moves_}, rope_cos_{&scratch_moves_}, rope_sin_{&scratch_moves_};
 
   // Scratch (grow-only).
-  DeviceBuffer host_f32_, mlp_act_;
-  DeviceBuffer moe_logits_, moe_choice_expert_, moe_choice_weight_, moe_choice_row_, moe_row_token_, moe_counts_,
-      moe_items_, moe_num_items_, moe_act_, moe_y_, moe_shared_act_, moe_shared_;
+  DeviceBuffer host_f32_{&scratch_moves_}, mlp_act_{&scratch_moves_};
+  // Sampling (grow-only).
+  PinnedBuffer sample_pinned_, sample_ids_pinned_;
+  DeviceBuffer sample_meta_{&scratch_moves_}, sample_ids_{&scratch_moves_}, sample_work_{&scratch_moves_};
+  std::vector<int32_t> sample_slots_;
+  DeviceBuffer moe_logits_{&scratch_moves_}, moe_choice_expert_{&scratch_moves_},
+      moe_choice_weight_{&scratch_moves_}, moe_choice_row_{&scratch_moves_}, moe_row_token_{&scratch_moves_},
+      moe_counts_{&scratch_moves_}, moe_items_{&scratch_moves_}, moe_num_items_{&scratch_moves_},
+      moe_act_{&scratch_moves_}, moe_y_{&scratch_moves_}, moe_shared_act_{&scratch_moves_},
+      moe_shared_{&scratch_moves_};
   std::unordered_map<const void*, std::unique_ptr<ExpertTables>> expert_tables_;
 };
+
+// A uniform decode step (one token and one logits row per sequence) of a shape graphs are kept for.
+bool graph_shape(const StepBatch& b) {
+  const int s_count = b.num_seqs();
+  if (b.num_tokens() != s_count || b.logits_rows.size() != size_t(s_count) || s_count > cuda::kMaxGraphSeqs ||
+      b.query_start.size() != size_t(s_count) + 1)
+    return false;
+  for (int s = 0; s < s_count; ++s)
+    if (b.query_start[s + 1] - b.query_start[s] != 1) return false;
+  return true;
+}
 
 void CudaBackend::plan(const StepBatch& b) {
   batch_ = &b;
   const int t_count = b.num_tokens(), s_count = b.num_seqs();
   const int r_count = static_cast<int>(b.logits_rows.size());
-  const size_t page_entries = size_t(s_count) * b.pages_per_seq;
   M3_CHECK(b.positions.size() == size_t(t_count) && b.token_seq.size() == size_t(t_count) &&
-               b.slot_mapping.size() == size_t(t_count) && b.page_table.size() >= page_entries,
+               b.slot_mapping.size() == size_t(t_count) &&
+               b.page_table.size() >= size_t(s_count) * b.pages_per_seq,
            "cuda backend: step arrays disagree ({} tokens)", t_count);
+  const int bs = config_.index_block_size;
+  int max_blocks = 1;
+  for (int32_t len : b.seq_lens) max_blocks = std::max(max_blocks, (len + bs - 1) / bs);
+  // Graph mode: the page table is re-laid at the bucket's width, so that every by-value argument
+  // (widths, offsets in the metadata blob, bounds) is a function of the step's shape alone.
+  graph_pages_ = graphs_ && graph_shape(b) ? cuda::graph_pages_bucket(max_blocks) : 0;
+  const int table_width = graph_pages_ > 0 ? graph_pages_ : b.pages_per_seq;
+  const size_t page_entries = size_t(s_count) * table_width;
   // One blob: ids | positions | token_seq | slots | seq_lens | page_table | logits_rows, 256-aligned.
   const std::vector<std::pair<const int32_t*, size_t>> parts = {
       {b.token_ids.data(), size_t(t_count)},  {b.positions.data(), size_t(t_count)},
       {b.token_seq.data(), size_t(t_count)},  {b.slot_mapping.data(), size_t(t_count)},
-      {b.seq_lens.data(), size_t(s_count)},   {b.page_table.data(), page_entries},
+      {b.seq_lens.data(), size_t(s_count)},   {nullptr, page_entries},
       {b.logits_rows.data(), size_t(r_count)}};
   std::vector<size_t> offsets;
   size_t bytes = 0;
@@ -413,7 +535,14 @@ void CudaBackend::plan(const StepBatch& b) {
   meta_pinned_.reserve(bytes, "step metadata (pinned)");
   meta_.reserve(bytes, "step metadata");
   for (size_t i = 0; i < parts.size(); ++i)
-    if (parts[i].second) std::memcpy(meta_pinned_.as<uint8_t>() + offsets[i], parts[i].first, parts[i].second * 4);
+    if (parts[i].first && parts[i].second)
+      std::memcpy(meta_pinned_.as<uint8_t>() + offsets[i], parts[i].first, parts[i].second * 4);
+  int32_t* table = reinterpret_cast<int32_t*>(meta_pinned_.as<uint8_t>() + offsets[5]);
+  const int copy_width = std::min(table_width, b.pages_per_seq);  // pages past max_blocks are never read
+  for (int s = 0; s < s_count; ++s) {
+    std::memcpy(table + size_t(s) * table_width, b.page_table.data() + size_t(s) * b.pages_per_seq, copy_width * 4);
+    std::fill(table + size_t(s) * table_width + copy_width, table + size_t(s + 1) * table_width, 0);
+  }
   check_cuda(cudaMemcpyAsync(meta_.as(), meta_pinned_.as(), bytes, cudaMemcpyHostToDevice, stream_), "metadata upload");
   check_cuda(cudaEventRecord(upload_done_, stream_), "metadata upload event");
   auto at = [&](int i) { return reinterpret_cast<const int32_t*>(meta_.as<uint8_t>() + offsets[i]); };
@@ -427,18 +556,15 @@ void CudaBackend::plan(const StepBatch& b) {
   step_.slot_mapping = at(3);
   step_.seq_lens = at(4);
   step_.page_table = at(5);
-  step_.pages_per_seq = b.pages_per_seq;
-  const int bs = config_.index_block_size;
-  int max_blocks = 1;
-  for (int32_t len : b.seq_lens) max_blocks = std::max(max_blocks, (len + bs - 1) / bs);
-  step_.max_blocks = max_blocks;
+  step_.pages_per_seq = table_width;
+  step_.max_blocks = graph_pages_ > 0 ? graph_pages_ : max_blocks;
   view_.num_tokens = t_count;
   view_.num_seqs = s_count;
   view_.positions = step_.positions;
   view_.token_seq = step_.token_seq;
   view_.seq_lens = step_.seq_lens;
   view_.page_table = step_.page_table;
-  view_.pages_per_seq = b.pages_per_seq;
+  view_.pages_per_seq = table_width;
   view_.slot_mapping = step_.slot_mapping;
 
   rope_cos_.reserve(sizeof(float) * std::max(1, t_count) * rope_half_, "rope cos");
@@ -447,7 +573,7 @@ void CudaBackend::plan(const StepBatch& b) {
                                         static_cast<float>(config_.rope.attention_factor), rope_cos_.as<float>(),
                                         rope_sin_.as<float>(), stream_),
              "rope tables");
-  if (msa_) msa_->plan(b, view_, stream_);
+  if (msa_) msa_->plan(b, view_, stream_, graph_pages_);
 }
 
 ExpertTables& CudaBackend::expert_tables(const MlpWeights& mlp) {
@@ -512,7 +638,8 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
 
   // Routing and permutation.
   const int per_expert = static_cast<int>((pairs + e_count - 1) / e_count);
-  const int item_rows = detail::linear_item_rows(tables.first[0], static_cast<int>(hidden), per_expert);
+  const int item_rows = detail::linear_item_rows(tables.first[0], static_cast<int>(hidden), per_expert,
+                                                 /*grouped=*/true);
   const int max_items = static_cast<int>((pairs + item_rows - 1) / item_rows) + std::min<int64_t>(e_count, pairs);
   moe_logits_.reserve(sizeof(float) * rows * e_count, "router logits");
   moe_choice_expert_.reserve(sizeof(int32_t) * pairs, "MoE choices");
@@ -613,13 +740,18 @@ CudaDeviceInfo cuda_device_info() {
   return info;
 }
 
-std::unique_ptr<Backend> make_cuda_backend() {
+CudaGraphStats cuda_graph_stats(const Backend& backend) {
+  const auto* cuda_backend = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda_backend ? cuda_backend->graph_stats() : CudaGraphStats{};
+}
+
+std::unique_ptr<Backend> make_cuda_backend(bool cuda_graphs) {
   const CudaDeviceInfo info = cuda_device_info();
   M3_CHECK(info.available, "--device cuda: no usable CUDA device (no GPU, or no driver)");
   M3_CHECK(info.compute_capability == 90,
            "--device cuda: {} has compute capability {}.{}; the CUDA backend is built for Hopper (sm_90a)", info.name,
            info.compute_capability / 10, info.compute_capability % 10);
-  return std::make_unique<CudaBackend>();
+  return std::make_unique<CudaBackend>(cuda_graphs);
 }
 
 }  // namespace m3

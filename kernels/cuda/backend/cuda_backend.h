@@ -13,6 +13,7 @@
 // kernels for any other geometry or a float32 cache.
 //
 // All ops run on the backend's own stream; copy_to_host_f32 is the only one that waits for it.
+// Uniform decode steps (run_replayable) are recorded once per shape and replayed as CUDA graphs.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -35,8 +36,18 @@ struct CudaDeviceInfo {
 // The current CUDA device, or available = false when no usable device or driver is present.
 CudaDeviceInfo cuda_device_info();
 
-// A backend on the current CUDA device. Throws m3::Error when none is usable.
-std::unique_ptr<Backend> make_cuda_backend();
+// A backend on the current CUDA device. Throws m3::Error when none is usable. cuda_graphs: replay
+// uniform decode steps from CUDA graphs (kernels/cuda/backend/cuda_graphs.h); false: every step
+// launches its kernels one by one (--enforce-eager).
+std::unique_ptr<Backend> make_cuda_backend(bool cuda_graphs = true);
+
+// How a CUDA backend ran its replayable steps so far (zeros for any other backend): eagerly
+// (first step of a shape, failed recordings, --enforce-eager excluded), recorded, replayed, and
+// graphs dropped because scratch memory moved.
+struct CudaGraphStats {
+  int64_t eager = 0, captures = 0, replays = 0, capture_failures = 0, drops = 0;
+};
+CudaGraphStats cuda_graph_stats(const Backend& backend);
 
 // Copies every tensor of `host` to the current CUDA device as stored (formats, scales and the
 // scalar fields of each LinearWeight are kept); tensors shared between fields (tied embeddings)

@@ -18,10 +18,12 @@ inline void check_cuda(cudaError_t e, const char* what) {
 // A zero-filled device tensor that owns its memory. `what` names it in out-of-memory errors.
 Tensor device_tensor(Shape shape, DType dtype, const char* what);
 
-// Grow-only device allocation; reserve() returns true when the buffer moved.
+// Grow-only device allocation; reserve() returns true when the buffer moved, and then also counts
+// the move in `moves` when given (the owner's counter: a recorded CUDA graph holds the buffer's
+// address and must be dropped once it moves, cuda_graphs.h).
 class DeviceBuffer {
  public:
-  DeviceBuffer() = default;
+  explicit DeviceBuffer(int64_t* moves = nullptr) : moves_(moves) {}
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   ~DeviceBuffer();
@@ -33,6 +35,7 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
 
  private:
+  int64_t* moves_ = nullptr;
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };

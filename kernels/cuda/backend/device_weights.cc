@@ -31,6 +31,7 @@ DeviceBuffer::~DeviceBuffer() {
 
 bool DeviceBuffer::reserve(size_t bytes, const char* what) {
   if (bytes <= bytes_) return false;
+  if (moves_) ++*moves_;
   if (ptr_) check_cuda(cudaFree(ptr_), what);
   ptr_ = nullptr;
   bytes_ = 0;

@@ -27,14 +27,14 @@ struct ItemInfo {
   bool valid;
 };
 
-__device__ __forceinline__ ItemInfo item_of(const LinearArgs& a) {
+__device__ __forceinline__ ItemInfo item_of(const LinearArgs& a, unsigned index) {
   ItemInfo r;
   if (a.items != nullptr) {
-    r.valid = int(blockIdx.y) < *a.num_items;
-    if (r.valid) r.item = a.items[blockIdx.y];
+    r.valid = int(index) < *a.num_items;
+    if (r.valid) r.item = a.items[index];
   } else {
     r.item.expert = 0;
-    r.item.row_begin = blockIdx.y * a.item_rows;
+    r.item.row_begin = int(index) * a.item_rows;
     r.item.row_count = min(a.item_rows, a.rows - r.item.row_begin);
     r.valid = r.item.row_count > 0;
   }
@@ -62,17 +62,44 @@ __device__ __forceinline__ float epilogue_value(const LinearArgs& a, const Weigh
 }
 
 // ---------------------------------------------------------------------------------------------
-// Skinny kernel.
+// Skinny kernel: kSkinnyWarps warps split K; 16 output features per CTA. Bandwidth comes from the
+// number of weight loads in flight: each lane issues all the loads of U consecutive K chunks
+// (skinny_loads_per_lane 16-byte loads, whatever NW and NT) before it decodes any of them, and a
+// CTA of 8 warps keeps 8 x 32 x 8 x 16 bytes (32 KB) in flight at 8 loads per lane.
+
+constexpr int kSkinnyWarps = 8;
+constexpr int kSkinnyMaxDenseRows = 256;
+
+// 16-byte weight loads per lane per batch: 8, or 4 for 64-row tiles (their accumulators and x
+// fragments take the registers). Double-buffering smaller batches (issue the next batch's loads
+// before this batch's mma) measured 5-17% slower at 32-128 rows (docs/gpu-backend-notes.md).
+template <int MT>
+constexpr int skinny_loads_per_lane() {
+  return MT >= 4 ? 4 : 8;
+}
+// Two CTAs (16 warps, 64 KB of loads in flight) per SM for 16-row tiles (<= 128 registers; the
+// nvfp4/mxfp8 SwiGLU forms spill 16/4 bytes); larger tiles need more registers than that.
+template <int MT>
+constexpr int skinny_min_ctas() {
+  return MT == 1 ? 2 : 1;
+}
 
 template <WeightKind F, int MT, bool kSwiglu>
-__global__ void __launch_bounds__(128) skinny_linear_kernel(const LinearArgs a) {
+__global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
+    skinny_linear_kernel(const LinearArgs a) {
   using Fmt = WeightFmt<F>;
   constexpr int E = Fmt::kElems, KC = 4 * E, NT = 2, NW = kSwiglu ? 2 : 1, SUBS = E / 8;
-  const ItemInfo info = item_of(a);
+  constexpr int U = skinny_loads_per_lane<MT>() / (NW * NT) > 0 ? skinny_loads_per_lane<MT>() / (NW * NT) : 1;
+  // Accumulator sets: 16-row tiles of a single weight alternate two between chunks, so that a
+  // warp has four independent mma.sync chains as with SwiGLU's two weights (registers allow it).
+  constexpr int AS = MT == 1 && NW == 1 && U > 1 ? 2 : 1;
+  // Item index fastest (blockIdx.x): the row tiles of one weight slice run together, so a dense
+  // layer of more than 64 rows reads its weight from DRAM once and the other tiles hit L2.
+  const ItemInfo info = item_of(a, blockIdx.x);
   if (!info.valid) return;
   const LinearItem item = info.item;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const int n0 = blockIdx.x * 8 * NT;
+  const int n0 = blockIdx.y * 8 * NT;
   WeightView w[NW];
 #pragma unroll
   for (int j = 0; j < NW; ++j) w[j] = weight_of(a, j, item.expert);
@@ -96,77 +123,92 @@ __global__ void __launch_bounds__(128) skinny_linear_kernel(const LinearArgs a) 
       srow[j][nt] = n < a.n && w[j].scale != nullptr ? w[j].scale + int64_t(n) * w[j].scale_stride : nullptr;
     }
 
-  float acc[NW][NT][MT][4];
+  float acc[AS][NW][NT][MT][4];
 #pragma unroll
-  for (int j = 0; j < NW; ++j)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[j][nt][mt][c] = 0.0f;
-
-  auto load = [&](int kc, uint4 (&raw)[NW][NT], ChunkScale (&sc)[NW][NT]) {
-    const int64_t k0 = kc + q * E;
-    const bool active = k0 < a.k;
+  for (int as = 0; as < AS; ++as)
 #pragma unroll
     for (int j = 0; j < NW; ++j)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        if (active && wrow[j][nt] != nullptr) {
-          raw[j][nt] = load_stream16(wrow[j][nt] + Fmt::byte_offset(k0));
-          sc[j][nt] = load_chunk_scale<F>(srow[j][nt], k0);
-        } else {
-          raw[j][nt] = make_uint4(0, 0, 0, 0);
-          sc[j][nt] = ChunkScale();
-        }
-      }
-  };
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[as][j][nt][mt][c] = 0.0f;
 
-  const int stride = 4 * KC;
-  uint4 raw[NW][NT], next[NW][NT];
-  ChunkScale sc[NW][NT], next_sc[NW][NT];
-  int kc = warp * KC;
-  if (kc < a.k) load(kc, raw, sc);
-  for (; kc < a.k; kc += stride) {
-    if (kc + stride < a.k) load(kc + stride, next, next_sc);
-    const int64_t k0 = kc + q * E;
-    const bool active = k0 < a.k;
+  // Chunk c covers elements [c KC, (c + 1) KC); warp w takes chunks [w U, w U + U) of every
+  // kSkinnyWarps U, so each lane's U loads per row are contiguous.
+  const int num_chunks = (a.k + KC - 1) / KC;
+  using Raw = uint4[U][NW][NT];
+  using Scales = ChunkScale[U][NW][NT];
+  auto load = [&](int c0, Raw& raw, Scales& sc) {
 #pragma unroll
-    for (int s = 0; s < SUBS; ++s) {
-      uint4 xa[MT][2];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          xa[mt][h] = active && xrow[mt][h] != nullptr
-                          ? *reinterpret_cast<const uint4*>(xrow[mt][h] + k0 + 8 * s)
-                          : make_uint4(0, 0, 0, 0);
+    for (int u = 0; u < U; ++u) {
+      const int64_t k0 = int64_t(c0 + u) * KC + q * E;
+      const bool active = k0 < a.k;
 #pragma unroll
       for (int j = 0; j < NW; ++j)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          const uint4 b = decode_sub<F>(raw[j][nt], s, sc[j][nt]);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            const uint32_t a0[4] = {xa[mt][0].x, xa[mt][1].x, xa[mt][0].y, xa[mt][1].y};
-            const uint32_t a1[4] = {xa[mt][0].z, xa[mt][1].z, xa[mt][0].w, xa[mt][1].w};
-            mma_16816<true>(acc[j][nt][mt], a0, b.x, b.y);
-            mma_16816<true>(acc[j][nt][mt], a1, b.z, b.w);
+          if (active && wrow[j][nt] != nullptr) {
+            raw[u][j][nt] = load_stream16(wrow[j][nt] + Fmt::byte_offset(k0));
+            sc[u][j][nt] = load_chunk_scale<F>(srow[j][nt], k0);
+          } else {
+            raw[u][j][nt] = make_uint4(0, 0, 0, 0);
+            sc[u][j][nt] = ChunkScale();
           }
         }
     }
+  };
+  auto compute = [&](int c0, const Raw& raw, const Scales& sc) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k0 = int64_t(c0 + u) * KC + q * E;
+      const bool active = k0 < a.k;
+#pragma unroll
+      for (int s = 0; s < SUBS; ++s) {
+        uint4 xa[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            xa[mt][h] = active && xrow[mt][h] != nullptr
+                            ? *reinterpret_cast<const uint4*>(xrow[mt][h] + k0 + 8 * s)
+                            : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < NW; ++j)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const uint4 b = decode_sub<F>(raw[u][j][nt], s, sc[u][j][nt]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              const uint32_t a0[4] = {xa[mt][0].x, xa[mt][1].x, xa[mt][0].y, xa[mt][1].y};
+              const uint32_t a1[4] = {xa[mt][0].z, xa[mt][1].z, xa[mt][0].w, xa[mt][1].w};
+              mma_16816<true>(acc[u % AS][j][nt][mt], a0, b.x, b.y);
+              mma_16816<true>(acc[u % AS][j][nt][mt], a1, b.z, b.w);
+            }
+          }
+      }
+    }
+  };
+  Raw raw;
+  Scales sc;
+  for (int c0 = warp * U; c0 < num_chunks; c0 += kSkinnyWarps * U) {
+    load(c0, raw, sc);
+    compute(c0, raw, sc);
+  }
+#pragma unroll
+  for (int as = 1; as < AS; ++as)
 #pragma unroll
     for (int j = 0; j < NW; ++j)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        raw[j][nt] = next[j][nt];
-        sc[j][nt] = next_sc[j][nt];
-      }
-  }
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[0][j][nt][mt][c] += acc[as][j][nt][mt][c];
 
-  // Split-K reduction over the 4 warps, one 16-row tile at a time, then the epilogue.
-  __shared__ float red[4][NW * NT * 4][32];
+  // Split-K reduction over the warps (fixed order), one 16-row tile at a time, then the epilogue.
+  __shared__ float red[kSkinnyWarps][NW * NT * 4][32];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -174,7 +216,7 @@ __global__ void __launch_bounds__(128) skinny_linear_kernel(const LinearArgs a) 
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) red[warp][(j * NT + nt) * 4 + c][lane] = acc[j][nt][mt][c];
+        for (int c = 0; c < 4; ++c) red[warp][(j * NT + nt) * 4 + c][lane] = acc[0][j][nt][mt][c];
     __syncthreads();
     for (int e = threadIdx.x; e < NT * 4 * 32; e += blockDim.x) {
       const int ln = e & 31, c = (e >> 5) & 3, nt = e >> 7;
@@ -185,7 +227,10 @@ __global__ void __launch_bounds__(128) skinny_linear_kernel(const LinearArgs a) 
 #pragma unroll
       for (int j = 0; j < NW; ++j) {
         const int slot = (j * NT + nt) * 4 + c;
-        v[j] = red[0][slot][ln] + red[1][slot][ln] + red[2][slot][ln] + red[3][slot][ln];
+        float sum = red[0][slot][ln];
+#pragma unroll
+        for (int wi = 1; wi < kSkinnyWarps; ++wi) sum += red[wi][slot][ln];
+        v[j] = sum;
       }
       const float y = epilogue_value<kSwiglu>(a, w, v);
       a.out[int64_t(item.row_begin + row) * a.out_stride + col] = f32_to_bf16_bits(y);
@@ -222,7 +267,7 @@ __global__ void __launch_bounds__(256) tiled_linear_kernel(const LinearArgs a) {
   uint16_t* As = reinterpret_cast<uint16_t*>(smem);                    // [2][BM][stride]
   uint16_t* Bs = As + 2 * kTileM * kTileStrideH;                       // [2][NW * BN][stride]
 
-  const ItemInfo info = item_of(a);
+  const ItemInfo info = item_of(a, blockIdx.y);
   if (!info.valid) return;
   const LinearItem item = info.item;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -403,7 +448,7 @@ __device__ float weight_value(const WeightView& w, int64_t n, int64_t k) {
 template <bool kSwiglu>
 __global__ void __launch_bounds__(256) simt_linear_kernel(const LinearArgs a) {
   constexpr int NW = kSwiglu ? 2 : 1;
-  const ItemInfo info = item_of(a);
+  const ItemInfo info = item_of(a, blockIdx.y);
   if (!info.valid) return;
   const LinearItem item = info.item;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -439,16 +484,17 @@ cudaError_t launch_mma(const LinearArgs& a, int items, cudaStream_t stream) {
     tiled_linear_kernel<F, kSwiglu><<<grid, 256, tiled_smem_bytes<kSwiglu>(), stream>>>(a);
     return cudaGetLastError();
   }
-  const dim3 grid((a.n + 15) / 16, items);
+  const dim3 grid(items, (a.n + 15) / 16);
+  constexpr int threads = kSkinnyWarps * 32;
   switch (a.item_rows) {
     case 16:
-      skinny_linear_kernel<F, 1, kSwiglu><<<grid, 128, 0, stream>>>(a);
+      skinny_linear_kernel<F, 1, kSwiglu><<<grid, threads, 0, stream>>>(a);
       break;
     case 32:
-      skinny_linear_kernel<F, 2, kSwiglu><<<grid, 128, 0, stream>>>(a);
+      skinny_linear_kernel<F, 2, kSwiglu><<<grid, threads, 0, stream>>>(a);
       break;
     default:
-      skinny_linear_kernel<F, 4, kSwiglu><<<grid, 128, 0, stream>>>(a);
+      skinny_linear_kernel<F, 4, kSwiglu><<<grid, threads, 0, stream>>>(a);
       break;
   }
   return cudaGetLastError();
@@ -499,15 +545,22 @@ bool linear_has_mma_path(const WeightView& w, int k) {
   const int e = chunk_elems(w.kind);
   if (e == 0 || k % e != 0 || w.row_bytes % 16 != 0) return false;
   if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0) return false;
+  // kNvfp4 loads a chunk's two group scales as one 2-byte word.
+  if (w.kind == WeightKind::kNvfp4 && (w.scale_stride % 2 != 0 || reinterpret_cast<uintptr_t>(w.scale) % 2 != 0))
+    return false;
   // kNvfp4 reads two group scales per 32-element chunk, kMxfp8 one per 16 (inside one block).
   return true;
 }
 
-int linear_item_rows(const WeightView& w, int k, int rows) {
+int linear_item_rows(const WeightView& w, int k, int rows, bool grouped) {
   if (!linear_has_mma_path(w, k)) return 16;
   if (rows <= 16) return 16;
   if (rows <= 32) return 32;
   if (rows <= 64) return 64;
+  // A dense layer of up to kSkinnyMaxDenseRows rows stays memory-bound: 64-row skinny tiles read
+  // the weight from DRAM once (the other tiles of a slice hit L2, see skinny_linear_kernel) with
+  // n / 16 CTAs, where the tiled kernel would have only n / 128.
+  if (!grouped && rows <= kSkinnyMaxDenseRows) return 64;
   return kTileM;
 }
 

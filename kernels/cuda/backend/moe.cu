@@ -14,9 +14,12 @@
 namespace m3::cuda::detail {
 namespace {
 
-constexpr int kSmallTokens = 8;  // tokens per CTA of the decode-shaped router kernel
+constexpr int kSmallTokens = 8;    // tokens per CTA of the decode-shaped router kernel
+constexpr int kSmallMaxTokens = 256;  // the decode-shaped kernel up to here, the tiled one above
 
-// Decode shape: one CTA per (expert, 8 tokens); threads stride over hidden (coalesced).
+// Decode shape: one CTA per (expert, 8 tokens); threads stride over hidden four elements at a
+// time (one 16-byte weight load, one 8-byte load per token row), the whole loop's loads
+// independent. The 24 KB expert row is read from DRAM once and from L2 by the other token groups.
 __global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a) {
   const int e = blockIdx.x, t0 = blockIdx.y * kSmallTokens;
   const int nt = min(kSmallTokens, a.num_tokens - t0);
@@ -24,7 +27,23 @@ __global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a)
   float acc[kSmallTokens];
 #pragma unroll
   for (int i = 0; i < kSmallTokens; ++i) acc[i] = 0.0f;
-  for (int h = threadIdx.x; h < a.hidden; h += blockDim.x) {
+  // Rows 16-byte (weight) and 8-byte (x) aligned, else the scalar loop takes the whole row.
+  const bool vec = a.hidden % 4 == 0 && reinterpret_cast<uintptr_t>(a.router) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.x) % 8 == 0;
+  const int vec_end = vec ? a.hidden : 0;
+#pragma unroll 2
+  for (int h = 4 * threadIdx.x; h < vec_end; h += 4 * blockDim.x) {
+    const float4 wv = __ldg(reinterpret_cast<const float4*>(w + h));
+#pragma unroll
+    for (int i = 0; i < kSmallTokens; ++i) {
+      if (i < nt) {
+        const uint2 xv = __ldg(reinterpret_cast<const uint2*>(a.x + int64_t(t0 + i) * a.hidden + h));
+        acc[i] += bf16_bits_to_f32(uint16_t(xv.x)) * wv.x + bf16_bits_to_f32(uint16_t(xv.x >> 16)) * wv.y +
+                  bf16_bits_to_f32(uint16_t(xv.y)) * wv.z + bf16_bits_to_f32(uint16_t(xv.y >> 16)) * wv.w;
+      }
+    }
+  }
+  for (int h = vec_end + threadIdx.x; h < a.hidden; h += blockDim.x) {
     const float wv = w[h];
 #pragma unroll
     for (int i = 0; i < kSmallTokens; ++i)
@@ -212,7 +231,7 @@ cudaError_t launch_moe_route(const MoeRouteArgs& a, cudaStream_t stream) {
   if (a.num_experts > 512 || a.top_k > 16 || a.top_k > a.num_experts) return cudaErrorInvalidValue;
   cudaError_t e = cudaMemsetAsync(a.expert_count, 0, sizeof(int32_t) * (2 * a.num_experts + 2), stream);
   if (e != cudaSuccess) return e;
-  if (a.num_tokens <= 4 * kSmallTokens) {
+  if (a.num_tokens <= kSmallMaxTokens) {
     router_small_kernel<<<dim3(a.num_experts, (a.num_tokens + kSmallTokens - 1) / kSmallTokens), 256, 0, stream>>>(a);
   } else {
     router_tiled_kernel<<<dim3((a.num_experts + 63) / 64, (a.num_tokens + 31) / 32), 256, 0, stream>>>(a);

@@ -76,10 +76,36 @@ __device__ __forceinline__ void warp_encode_row(KvDType dtype, const float* v, i
     case KvDType::kFP8:
       for (int i = lane; i < dim; i += 32) data[i] = fp8_e4m3_encode(v[i]);
       break;
-    case KvDType::kNVFP4:
-      for (int g = lane; g < dim / kNvfp4Group; g += 32)
-        nvfp4_kv_encode_group(v + g * kNvfp4Group, data + g * kNvfp4Group / 2, scales + g);
+    case KvDType::kNVFP4: {
+      // Four lanes per 16-element group (eight groups per pass), so a 128-wide row keeps all 32
+      // lanes busy; the same bytes as formats/ nvfp4_kv_encode_group (the max is order-free,
+      // scale and codes are the same per-element functions).
+      const int groups = dim / kNvfp4Group;
+      for (int base = 0; base < groups; base += 8) {  // warp-uniform bound: every lane shuffles
+        const int g = base + (lane >> 2), quarter = lane & 3;
+        const bool active = g < groups;
+        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float amax = 0.0f;
+        if (active) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            x[i] = v[g * kNvfp4Group + quarter * 4 + i];
+            amax = fmaxf(amax, fabsf(x[i]));
+          }
+        }
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        if (active) {
+          const uint8_t sc = nvfp4_kv_scale(amax);
+          const float sd = fp8_e4m3_decode(sc);
+          uint8_t* out = data + g * (kNvfp4Group / 2) + quarter * 2;
+          out[0] = static_cast<uint8_t>(e2m1_encode(x[0] / sd) | (e2m1_encode(x[1] / sd) << 4));
+          out[1] = static_cast<uint8_t>(e2m1_encode(x[2] / sd) | (e2m1_encode(x[3] / sd) << 4));
+          if (quarter == 0) scales[g] = sc;
+        }
+      }
       break;
+    }
   }
   __syncwarp();
 }

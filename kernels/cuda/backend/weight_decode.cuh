@@ -69,10 +69,15 @@ __device__ __forceinline__ ChunkScale load_chunk_scale(const uint8_t* scale_row,
   if constexpr (F == WeightKind::kMxfp8) {
     s.mx = ue8m0_decode(__ldg(scale_row + k0 / 32));
   } else if constexpr (F == WeightKind::kNvfp4) {
-    const __nv_bfloat16 a = __float2bfloat16_rn(fp8_e4m3_decode(__ldg(scale_row + k0 / 16)));
-    const __nv_bfloat16 b = __float2bfloat16_rn(fp8_e4m3_decode(__ldg(scale_row + k0 / 16 + 1)));
-    s.fp4[0] = bf16x2_bits(__halves2bfloat162(a, a));
-    s.fp4[1] = bf16x2_bits(__halves2bfloat162(b, b));
+    // Both group scales in one 2-byte load (k0 is a multiple of 32 and scale rows have an even
+    // length, linear_has_mma_path), converted by the hardware: E4M3 -> f16 -> f32 -> bf16, exact.
+    const uint16_t two = __ldg(reinterpret_cast<const uint16_t*>(scale_row + k0 / 16));
+    uint32_t h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(two));
+    const float2 f = __half22float2(*reinterpret_cast<__half2*>(&h));
+    const uint32_t ab = bf16x2_bits(__floats2bfloat162_rn(f.x, f.y));  // low half: element 0-15's
+    s.fp4[0] = __byte_perm(ab, 0u, 0x1010);
+    s.fp4[1] = __byte_perm(ab, 0u, 0x3232);
   }
   return s;
 }

@@ -1,0 +1,456 @@
+// Sampling on the GPU: ops/sampling.h's semantics, one CTA per row, no sort.
+//
+// Per row (vocab ~200K, read from the bf16 logits as the head wrote them):
+//   mask + penalties   into an fp32 copy of the row (only rows that have them)
+//   greedy             block argmax, lowest id on ties
+//   max                of the tempered row; non-finite -> argmax of the raw row (as the reference)
+//   min_p              a value threshold: the smallest float v with exp(v - max) >= min_p, found by
+//                      one thread's binary search over the float order (exp is monotone)
+//   top_k              the k-th largest value by radix select on order-preserving keys (11/11/10
+//                      bit digits, shared-memory histograms); ties with it are kept
+//   top_p              vLLM's rule without sorting: the cut value v_c is the smallest value whose
+//                      ascending cumulative mass exceeds (1 - top_p) * total, found by a search
+//                      over the keys (7 pivots per pass, masses in double); below v_c everything
+//                      is dropped, above kept, and of the tokens tied at v_c the highest ids go
+//                      first (the reference's ascending order breaks ties by descending id)
+//   draw               inverse CDF in token-id order: blocked prefix sums in double, the first id
+//                      whose cumulative mass exceeds u * kept mass, u = counter_uniform(seed, index)
+// Every reduction has a fixed order (warp butterflies, then warps in index order; no float
+// atomics), so a row gives the same id on every run. Against the host reference the sums differ in
+// association only: a different id needs the draw (or the top_p cut, or a min_p test) within
+// ~1e-12 of a boundary; backend_check's `sampling` group checks exactly that.
+#include <cmath>
+#include <climits>
+
+#include "kernels/cuda/backend/backend_kernels.h"
+#include "kernels/cuda/backend/device_math.cuh"
+
+namespace m3::cuda::detail {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kChunk = 8;    // consecutive elements per thread in the draw's scan
+constexpr int kPivots = 7;   // top_p search: 8 sub-ranges per pass
+constexpr int kRadixBins = 2048;
+
+// Order-preserving key of a float (-0 counts as +0: equal values, equal keys).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(__fadd_rn(f, 0.0f));
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+struct Shared {
+  double dbl[kWarps][kPivots];
+  float flt[kWarps];
+  int32_t i32[kWarps][2];
+  int32_t hist[kRadixBins];
+  uint32_t u32[2];
+  int32_t found[2];
+};
+
+__device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
+__device__ __forceinline__ int warp_id() { return threadIdx.x >> 5; }
+
+// Sum over the block, same bits in every thread and on every run.
+template <class T>
+__device__ T block_sum(T v, Shared& sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (lane_id() == 0) {
+    if constexpr (sizeof(T) == 8) sh.dbl[warp_id()][0] = v;
+    else sh.i32[warp_id()][0] = v;
+  }
+  __syncthreads();
+  T r = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if constexpr (sizeof(T) == 8) r += sh.dbl[w][0];
+    else r += sh.i32[w][0];
+  }
+  return r;
+}
+
+// kPivots sums at once.
+__device__ void block_sums(double (&v)[kPivots], Shared& sh) {
+#pragma unroll
+  for (int j = 0; j < kPivots; ++j)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v[j] += __shfl_xor_sync(0xffffffffu, v[j], o);
+  __syncthreads();
+  if (lane_id() == 0)
+    for (int j = 0; j < kPivots; ++j) sh.dbl[warp_id()][j] = v[j];
+  __syncthreads();
+  for (int j = 0; j < kPivots; ++j) {
+    double r = 0;
+    for (int w = 0; w < kWarps; ++w) r += sh.dbl[w][j];
+    v[j] = r;
+  }
+}
+
+__device__ float block_max(float v, Shared& sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = other > v ? other : v;
+  }
+  __syncthreads();
+  if (lane_id() == 0) sh.flt[warp_id()] = v;
+  __syncthreads();
+  float r = sh.flt[0];
+  for (int w = 1; w < kWarps; ++w) r = sh.flt[w] > r ? sh.flt[w] : r;
+  return r;
+}
+
+// min (or max) of an int over the block.
+__device__ int32_t block_min_max(int32_t v, bool take_max, Shared& sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const int32_t other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = take_max ? max(v, other) : min(v, other);
+  }
+  __syncthreads();
+  if (lane_id() == 0) sh.i32[warp_id()][1] = v;
+  __syncthreads();
+  int32_t r = sh.i32[0][1];
+  for (int w = 1; w < kWarps; ++w) r = take_max ? max(r, sh.i32[w][1]) : min(r, sh.i32[w][1]);
+  return r;
+}
+
+// Exclusive prefix over threads in index order; total = the block's sum. Fixed association.
+template <class T>
+__device__ T block_exclusive_scan(T v, T& total, Shared& sh) {
+  T incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const T n = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane_id() >= o) incl += n;
+  }
+  T excl = __shfl_up_sync(0xffffffffu, incl, 1);
+  if (lane_id() == 0) excl = 0;
+  __syncthreads();
+  if (lane_id() == 31) {
+    if constexpr (sizeof(T) == 8) sh.dbl[warp_id()][0] = incl;
+    else sh.i32[warp_id()][0] = incl;
+  }
+  __syncthreads();
+  T warp_prefix = 0, sum = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w == warp_id()) warp_prefix = sum;
+    if constexpr (sizeof(T) == 8) sum += sh.dbl[w][0];
+    else sum += sh.i32[w][0];
+  }
+  total = sum;
+  return warp_prefix + excl;
+}
+
+// First index of the largest value (NaN never wins); 0 when nothing is larger than -inf.
+template <class Load>
+__device__ int32_t block_argmax(const Load& load, int vocab, Shared& sh) {
+  float best = -INFINITY;
+  int32_t best_id = INT_MAX;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float x = load(i);
+    if (x > best) {
+      best = x;
+      best_id = i;
+    }
+  }
+  const float m = block_max(best, sh);
+  if (!(m > -INFINITY)) return 0;
+  return block_min_max(best == m ? best_id : INT_MAX, false, sh);
+}
+
+// The k-th largest key among the candidates (key >= lo, value > -inf); count of them > k.
+template <class Load>
+__device__ uint32_t radix_select_kth(const Load& load, int vocab, uint32_t lo, int k, Shared& sh) {
+  uint32_t prefix = 0;
+  int remaining = k;
+  const int shifts[3] = {21, 10, 0}, widths[3] = {11, 11, 10};
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = shifts[pass], bins = 1 << widths[pass];
+    const uint32_t high_mask = pass == 0 ? 0u : ~0u << (shift + widths[pass]);
+    for (int b = threadIdx.x; b < bins; b += kThreads) sh.hist[b] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      const float x = load(i);
+      const uint32_t key = order_key(x);
+      if (x > -INFINITY && key >= lo && (key & high_mask) == prefix)
+        atomicAdd(&sh.hist[(key >> shift) & (bins - 1)], 1);
+    }
+    __syncthreads();
+    // Thread t owns bins_per consecutive bins counted from the top.
+    const int per = bins / kThreads;
+    int own = 0;
+    for (int j = 0; j < per; ++j) own += sh.hist[bins - 1 - (threadIdx.x * per + j)];
+    int total;
+    const int above = block_exclusive_scan(own, total, sh);
+    if (above < remaining && above + own >= remaining) {
+      int c = above;
+      for (int j = 0; j < per; ++j) {
+        const int b = bins - 1 - (threadIdx.x * per + j);
+        if (c + sh.hist[b] >= remaining) {
+          sh.u32[0] = uint32_t(b);
+          sh.found[0] = remaining - c;
+          break;
+        }
+        c += sh.hist[b];
+      }
+    }
+    __syncthreads();
+    prefix |= sh.u32[0] << shift;
+    remaining = sh.found[0];
+    __syncthreads();
+  }
+  return prefix;
+}
+
+__device__ __forceinline__ void penalise(float* w, int32_t id, int vocab, float r) {
+  if (id < 0 || id >= vocab) return;
+  const float x = w[id];
+  w[id] = x > 0.0f ? __fdiv_rn(x, r) : __fmul_rn(x, r);
+}
+
+__device__ bool sorted_contains(const int32_t* list, int n, int32_t id) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (list[mid] < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && list[lo] == id;
+}
+
+// The reference's mask and penalties, in its order, on the fp32 copy w of the row.
+__device__ void mask_and_penalise(const SampleArgs& a, const SampleRow& r, float* w, const uint16_t* raw) {
+  const int vocab = a.vocab;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) w[i] = bf16_bits_to_f32(raw[i]);
+  __syncthreads();
+  for (int i = threadIdx.x; i < r.num_masked; i += kThreads) {
+    const int32_t id = a.ids[r.masked_begin + i];
+    if (id >= 0 && id < vocab) w[id] = -INFINITY;
+  }
+  __syncthreads();
+  const int32_t* prompt = a.ids + r.prompt_begin;
+  if (r.repetition_penalty != 1.0f) {
+    for (int i = threadIdx.x; i < r.num_prompt; i += kThreads) penalise(w, prompt[i], vocab, r.repetition_penalty);
+    __syncthreads();
+    for (int i = threadIdx.x; i < r.num_output; i += kThreads) {
+      const int32_t id = a.ids[r.output_begin + i];
+      if (!sorted_contains(prompt, r.num_prompt, id)) penalise(w, id, vocab, r.repetition_penalty);
+    }
+    __syncthreads();
+  }
+  if (r.frequency_penalty != 0.0f || r.presence_penalty != 0.0f) {
+    for (int i = threadIdx.x; i < r.num_output; i += kThreads) {
+      const int32_t id = a.ids[r.output_begin + i], count = a.counts[r.output_begin + i];
+      if (id < 0 || id >= vocab || count <= 0) continue;
+      w[id] = __fsub_rn(w[id], __fadd_rn(__fmul_rn(r.frequency_penalty, static_cast<float>(count)), r.presence_penalty));
+    }
+  }
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
+  __shared__ Shared sh;
+  const SampleRow r = a.rows[blockIdx.x];
+  const int vocab = a.vocab;
+  const uint16_t* raw = a.logits + int64_t(r.logits_row) * vocab;
+  int32_t* out = a.out + blockIdx.x;
+  const auto load_raw = [&](int i) { return bf16_bits_to_f32(raw[i]); };
+  const bool greedy = sample_row_greedy(r);
+
+  float* w = nullptr;
+  if (a.work_slot[blockIdx.x] >= 0) {
+    w = a.work + int64_t(a.work_slot[blockIdx.x]) * vocab;
+    mask_and_penalise(a, r, w, raw);
+  }
+  const auto load = [&](int i) { return w ? w[i] : load_raw(i); };
+  if (greedy) {
+    const int32_t id = block_argmax(load, vocab, sh);
+    if (threadIdx.x == 0) *out = id;
+    return;
+  }
+
+  const float inv_t = __fdiv_rn(1.0f, r.temperature);
+  const auto tempered = [&](int i) { return __fmul_rn(load(i), inv_t); };
+  float local_max = -INFINITY;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float x = tempered(i);
+    local_max = x > local_max ? x : local_max;
+  }
+  const float max_t = block_max(local_max, sh);
+  if (!isfinite(max_t)) {  // everything masked or broken: the reference falls back to the raw argmax
+    const int32_t id = block_argmax(load_raw, vocab, sh);
+    if (threadIdx.x == 0) *out = id;
+    return;
+  }
+  const double max_d = max_t;
+  const auto prob = [&](float x) { return exp(static_cast<double>(x) - max_d); };
+
+  // Candidates: finite tempered values with key >= lo.
+  uint32_t lo = order_key(-INFINITY) + 1;
+  if (r.min_p > 0.0f) {
+    if (threadIdx.x == 0) {
+      uint32_t a_key = lo, b_key = order_key(max_t);  // prob(max) = 1 >= min_p
+      while (a_key < b_key) {
+        const uint32_t mid = a_key + (b_key - a_key) / 2;
+        if (prob(key_value(mid)) >= static_cast<double>(r.min_p)) b_key = mid;
+        else a_key = mid + 1;
+      }
+      sh.u32[1] = a_key;
+    }
+    __syncthreads();
+    lo = sh.u32[1];
+    __syncthreads();
+  }
+  const auto candidate = [&](float x, uint32_t key) { return x > -INFINITY && key >= lo; };
+
+  if (r.top_k > 0) {
+    int count = 0;
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      const float x = tempered(i);
+      count += candidate(x, order_key(x));
+    }
+    count = block_sum(count, sh);
+    if (r.top_k < count) lo = max(lo, radix_select_kth(tempered, vocab, lo, r.top_k, sh));
+  }
+
+  double total = 0.0;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float x = tempered(i);
+    if (candidate(x, order_key(x))) total += prob(x);
+  }
+  total = block_sum(total, sh);
+
+  // Kept: key > cut, or key == cut and among the lowest keep_ties ids of that value.
+  uint32_t cut = lo - 1;
+  int keep_ties = 0;
+  double kept_total = total;
+  if (r.top_p < 1.0f) {
+    const double drop = (1.0 - static_cast<double>(r.top_p)) * total;
+    // Smallest key K with mass(key <= K) > drop; mass(key < s_lo) = base <= drop throughout.
+    uint32_t s_lo = lo, s_hi = order_key(max_t);
+    double base = 0.0;
+    while (s_lo < s_hi) {
+      uint32_t pivot[kPivots];
+      for (int j = 0; j < kPivots; ++j)
+        pivot[j] = s_lo + static_cast<uint32_t>((static_cast<uint64_t>(s_hi - s_lo) * (j + 1)) / (kPivots + 1));
+      double mass[kPivots] = {};
+      for (int i = threadIdx.x; i < vocab; i += kThreads) {
+        const float x = tempered(i);
+        const uint32_t key = order_key(x);
+        if (!candidate(x, key) || key < s_lo || key > pivot[kPivots - 1]) continue;
+        const double p = prob(x);
+#pragma unroll
+        for (int j = 0; j < kPivots; ++j) mass[j] += key <= pivot[j] ? p : 0.0;
+      }
+      block_sums(mass, sh);
+      int j = 0;
+      while (j < kPivots && !(base + mass[j] > drop)) ++j;
+      if (j == kPivots) {
+        s_lo = pivot[kPivots - 1] + 1;
+        base += mass[kPivots - 1];
+      } else {
+        s_hi = pivot[j];
+        if (j > 0) {
+          s_lo = pivot[j - 1] + 1;
+          base += mass[j - 1];
+        }
+      }
+    }
+    cut = s_lo;
+    double below = 0.0, above = 0.0;
+    int ties = 0;
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      const float x = tempered(i);
+      const uint32_t key = order_key(x);
+      if (!candidate(x, key)) continue;
+      if (key < cut) below += prob(x);
+      else if (key > cut) above += prob(x);
+      else ++ties;
+    }
+    below = block_sum(below, sh);
+    above = block_sum(above, sh);
+    ties = block_sum(ties, sh);
+    // The ascending walk drops tied tokens (highest ids first) while the mass stays <= drop; the
+    // most likely token always stays.
+    const double p_cut = prob(key_value(cut));
+    int dropped = 0;
+    if (drop - below >= 0.0) dropped = static_cast<int>(fmin(floor((drop - below) / p_cut), double(ties)));
+    while (dropped > 0 && below + dropped * p_cut > drop) --dropped;
+    while (dropped < ties && below + (dropped + 1) * p_cut <= drop) ++dropped;
+    if (cut == order_key(max_t)) dropped = min(dropped, ties - 1);
+    keep_ties = ties - dropped;
+    kept_total = above + keep_ties * p_cut;
+  }
+
+  // The draw: first id (in id order) whose cumulative kept mass exceeds target.
+  const double target = counter_uniform(r.seed, static_cast<uint64_t>(r.output_index)) * kept_total;
+  double carry = 0.0;
+  int tie_carry = 0;
+  int32_t found = INT_MAX, last_kept = -1;
+  for (int tile = 0; tile < vocab; tile += kThreads * kChunk) {
+    const int begin = tile + threadIdx.x * kChunk;
+    float xs[kChunk];
+    uint32_t keys[kChunk];
+    int ties = 0;
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      const int i = begin + j;
+      xs[j] = i < vocab ? tempered(i) : -INFINITY;
+      keys[j] = order_key(xs[j]);
+      ties += candidate(xs[j], keys[j]) && keys[j] == cut;
+    }
+    int tile_ties;
+    int tie_rank = tie_carry + block_exclusive_scan(ties, tile_ties, sh);
+    double ps[kChunk];
+    double own = 0.0;
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      bool kept = false;
+      if (candidate(xs[j], keys[j])) {
+        if (keys[j] > cut) kept = true;
+        else if (keys[j] == cut) kept = tie_rank++ < keep_ties;
+      }
+      ps[j] = kept ? prob(xs[j]) : -1.0;
+      if (kept) {
+        own += ps[j];
+        last_kept = begin + j;
+      }
+    }
+    double tile_total;
+    const double start = carry + block_exclusive_scan(own, tile_total, sh);
+    int32_t local = INT_MAX;
+    if (start + own > target) {
+      double c = 0.0;
+      for (int j = 0; j < kChunk; ++j) {
+        if (ps[j] < 0.0) continue;
+        c += ps[j];
+        if (start + c > target) {
+          local = begin + j;
+          break;
+        }
+      }
+    }
+    found = block_min_max(local, false, sh);
+    if (found != INT_MAX) break;
+    carry += tile_total;
+    tie_carry += tile_ties;
+  }
+  if (found == INT_MAX) found = block_min_max(last_kept, true, sh);  // rounding put the target past the end
+  if (threadIdx.x == 0) *out = found;
+}
+
+}  // namespace
+
+cudaError_t launch_sample(const SampleArgs& args, cudaStream_t stream) {
+  if (args.num_rows == 0) return cudaSuccess;
+  sample_kernel<<<args.num_rows, kThreads, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+}  // namespace m3::cuda::detail

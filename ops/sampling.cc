@@ -1,0 +1,178 @@
+#include "ops/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace m3 {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+void apply_penalties(std::vector<float>& logits, const SampleRow& p, const int32_t* prompt_ids,
+                     const int32_t* output_ids, const int32_t* output_counts) {
+  const int vocab = static_cast<int>(logits.size());
+  const int32_t* prompt_end = prompt_ids + p.num_prompt;
+  if (p.repetition_penalty != 1.0f) {
+    const float r = p.repetition_penalty;
+    auto penalise = [&](int32_t id) {
+      if (id < 0 || id >= vocab) return;
+      float& x = logits[id];
+      x = x > 0.0f ? x / r : x * r;
+    };
+    for (int i = 0; i < p.num_prompt; ++i) penalise(prompt_ids[i]);
+    for (int i = 0; i < p.num_output; ++i) {
+      if (!std::binary_search(prompt_ids, prompt_end, output_ids[i])) penalise(output_ids[i]);
+    }
+  }
+  if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+    for (int i = 0; i < p.num_output; ++i) {
+      const int32_t id = output_ids[i], count = output_counts[i];
+      if (id < 0 || id >= vocab || count <= 0) continue;
+      logits[id] -= p.frequency_penalty * static_cast<float>(count) + p.presence_penalty;
+    }
+  }
+}
+
+}  // namespace
+
+void SampleBatch::add(SampleRow row, const int32_t* prompt_ids, int32_t num_prompt, const int32_t* output_ids,
+                      const int32_t* output_counts, int32_t num_output, const int32_t* masked_ids,
+                      int32_t num_masked) {
+  auto append = [&](const int32_t* list, const int32_t* list_counts, int32_t n, int32_t& begin, int32_t& num) {
+    begin = static_cast<int32_t>(ids.size());
+    num = n;
+    ids.insert(ids.end(), list, list + n);
+    if (list_counts) counts.insert(counts.end(), list_counts, list_counts + n);
+    else counts.insert(counts.end(), static_cast<size_t>(n), 0);
+  };
+  append(prompt_ids, nullptr, num_prompt, row.prompt_begin, row.num_prompt);
+  append(output_ids, output_counts, num_output, row.output_begin, row.num_output);
+  append(masked_ids, nullptr, num_masked, row.masked_begin, row.num_masked);
+  rows.push_back(row);
+}
+
+// Two passes: an 8-lane max the compiler turns into SIMD (a host-side 200K-vocab argmax per
+// request and step must cost microseconds), then the first index holding it.
+int32_t argmax_reference(const float* values, int64_t n) {
+  constexpr int kLanes = 8;
+  float lane_max[kLanes];
+  std::fill(lane_max, lane_max + kLanes, kNegInf);
+  const int64_t body = n - n % kLanes;
+  for (int64_t i = 0; i < body; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) lane_max[k] = values[i + k] > lane_max[k] ? values[i + k] : lane_max[k];
+  }
+  float best = kNegInf;
+  for (int k = 0; k < kLanes; ++k) best = lane_max[k] > best ? lane_max[k] : best;
+  for (int64_t i = body; i < n; ++i) best = values[i] > best ? values[i] : best;
+  if (!(best > kNegInf)) return 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (values[i] == best) return static_cast<int32_t>(i);
+  }
+  return 0;
+}
+
+int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& row, const SampleBatch& batch,
+                         SampleWorkspace& ws, SampleTrace* trace) {
+  const int32_t* ids = batch.ids.data();
+  return sample_reference(logits, vocab, row, ids + row.prompt_begin, ids + row.output_begin,
+                          batch.counts.data() + row.output_begin, ids + row.masked_begin, ws, trace);
+}
+
+int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& p, const int32_t* prompt_ids,
+                         const int32_t* output_ids, const int32_t* output_counts, const int32_t* masked_ids,
+                         SampleWorkspace& ws, SampleTrace* trace) {
+  const bool masking = p.num_masked > 0;
+  const bool penalised = sample_row_penalised(p);
+  const bool greedy = sample_row_greedy(p);
+  if (greedy && !masking && !penalised) return argmax_reference(logits, vocab);  // the common case: no copy
+
+  std::vector<float>& work = ws.work;
+  work.assign(logits, logits + vocab);
+  for (int i = 0; i < p.num_masked; ++i) {
+    const int32_t id = masked_ids[i];
+    if (id >= 0 && id < vocab) work[id] = kNegInf;
+  }
+  if (penalised) apply_penalties(work, p, prompt_ids, output_ids, output_counts);
+  if (greedy) return argmax_reference(work.data(), vocab);
+
+  // Temperature, then min_p relative to the most likely token: p_i >= min_p * p_max is
+  // exp(x_i - x_max) >= min_p.
+  const float inv_temperature = 1.0f / p.temperature;
+  float max_logit = kNegInf;
+  for (float& x : work) {
+    x *= inv_temperature;
+    if (x > max_logit) max_logit = x;
+  }
+  if (!std::isfinite(max_logit)) return argmax_reference(logits, vocab);  // everything masked or broken
+  std::vector<int32_t>& order = ws.order;
+  order.clear();
+  for (int32_t i = 0; i < vocab; ++i) {
+    const float x = work[i];
+    if (!(x > kNegInf)) continue;
+    if (p.min_p > 0.0f) {
+      const double rel = std::exp(static_cast<double>(x) - max_logit);
+      if (trace) trace->min_p_margin = std::min(trace->min_p_margin, std::abs(rel - p.min_p));
+      if (rel < p.min_p) continue;
+    }
+    order.push_back(i);
+  }
+  auto by_logit_desc = [&](int32_t a, int32_t b) { return work[a] > work[b] || (work[a] == work[b] && a < b); };
+  // top_k keeps every token tied with the k-th largest value, as vLLM's threshold mask does.
+  if (p.top_k > 0 && p.top_k < static_cast<int>(order.size())) {
+    std::nth_element(order.begin(), order.begin() + (p.top_k - 1), order.end(), by_logit_desc);
+    const float threshold = work[order[p.top_k - 1]];
+    std::erase_if(order, [&](int32_t id) { return work[id] < threshold; });
+    std::sort(order.begin(), order.end());  // back to id order
+  }
+  std::vector<double>& prob = ws.prob;
+  prob.resize(vocab);  // unnormalised probabilities, valid for the ids in order
+  double total = 0.0;
+  for (int32_t id : order) total += prob[id] = std::exp(static_cast<double>(work[id]) - max_logit);
+
+  if (p.top_p < 1.0f) {
+    // vLLM: sort ascending, drop the tokens whose ascending cumulative probability is <= 1 - top_p,
+    // always keep the most likely one. Tokens with probability <= (1 - top_p) / n are dropped
+    // for sure (all of them together weigh at most 1 - top_p and they come first in ascending
+    // order), so only the others need sorting: few, for a peaked distribution.
+    const double drop_mass = (1.0 - static_cast<double>(p.top_p)) * total;
+    const double surely_dropped = drop_mass / static_cast<double>(order.size());
+    double tail = 0.0;
+    std::erase_if(order, [&](int32_t id) {
+      if (prob[id] > surely_dropped) return false;
+      tail += prob[id];
+      return true;
+    });
+    std::sort(order.begin(), order.end(), by_logit_desc);
+    std::size_t keep = order.size();
+    for (std::size_t j = order.size(); j-- > 1;) {
+      const double before = tail;
+      tail += prob[order[j]];
+      if (trace) trace->top_p_margin = std::min(trace->top_p_margin, std::abs(tail - drop_mass) / total);
+      if (tail > drop_mass) break;
+      if (trace) trace->top_p_margin = std::min(trace->top_p_margin, std::abs(drop_mass - before) / total);
+      keep = j;
+    }
+    order.resize(keep);
+    // The draw walks in token-id order: a descending-probability order would let two nearly tied
+    // logits swap places under 1e-6 noise (batch-dependent rounding) and move a large CDF slice.
+    std::sort(order.begin(), order.end());
+    total = 0.0;
+    for (int32_t id : order) total += prob[id];
+  }
+
+  const double target = counter_uniform(p.seed, static_cast<uint64_t>(p.output_index)) * total;
+  double cumulative = 0.0;
+  for (int32_t id : order) {
+    const double before = cumulative;
+    cumulative += prob[id];
+    if (cumulative > target) {
+      if (trace) trace->draw_margin = std::min(target - before, cumulative - target) / total;
+      return id;
+    }
+  }
+  if (trace) trace->draw_margin = 0.0;  // rounding put the target past the last slice
+  return order.back();
+}
+
+}  // namespace m3

@@ -1,0 +1,100 @@
+// Sampling: one logits row -> one token id, with vLLM's semantics and order. The ONE definition
+// of the semantics (engine/sampler.h and every backend's sample op follow it):
+//   min_tokens mask (listed ids -> -inf) -> repetition, frequency, presence penalties ->
+//   greedy argmax (ties: lowest id)  |  temperature -> min_p -> top_k -> top_p -> draw.
+// The draw is an inverse-CDF walk over the kept tokens in token-id order with one uniform number
+// that depends only on (seed, output index): a seeded request samples the same tokens whatever
+// shares its batch, across runs and after preemption. Walking in id order keeps the draw stable
+// under tiny logit noise (a token's CDF slice moves by about the noise, never by a neighbour's
+// whole probability as it would in a sorted order).
+//
+// SampleBatch is plain data (the rows plus flat id lists they point into) so that a backend can
+// upload it in one copy and sample every row on the device (kernels/cuda/backend/sampling.cu).
+// This header is C++17 and CUDA-includable: the kernel shares SampleRow and counter_uniform.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/hd.h"
+
+namespace m3 {
+
+// One row to sample. Lists live in SampleBatch::ids / counts at [begin, begin + num).
+struct SampleRow {
+  int32_t logits_row = 0;         // row of the logits tensor
+  float temperature = 1.0f;       // < 1e-5: greedy (argmax after mask and penalties)
+  float top_p = 1.0f;             // (0, 1]; 1 disables
+  int32_t top_k = 0;              // <= 0 disables
+  float min_p = 0.0f;             // 0 disables: keeps exp(x - x_max) >= min_p
+  float repetition_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  uint64_t seed = 0;
+  int32_t output_index = 0;       // index of the token being drawn among the request's outputs
+  int32_t prompt_begin = 0, num_prompt = 0;  // sorted unique prompt ids (repetition penalty only)
+  int32_t output_begin = 0, num_output = 0;  // distinct output ids with their counts (> 0)
+  int32_t masked_begin = 0, num_masked = 0;  // ids set to -inf (empty once min_tokens is reached)
+};
+
+M3_HD bool sample_row_greedy(const SampleRow& r) { return r.temperature < 1e-5f; }
+M3_HD bool sample_row_penalised(const SampleRow& r) {
+  return r.repetition_penalty != 1.0f || r.frequency_penalty != 0.0f || r.presence_penalty != 0.0f;
+}
+
+struct SampleBatch {
+  std::vector<SampleRow> rows;
+  std::vector<int32_t> ids;     // the rows' lists, back to back
+  std::vector<int32_t> counts;  // parallel to ids: the count of an output-list id, else 0
+
+  void clear() {
+    rows.clear();
+    ids.clear();
+    counts.clear();
+  }
+  // Appends `row` (its list fields are overwritten) with copies of the lists.
+  void add(SampleRow row, const int32_t* prompt_ids, int32_t num_prompt, const int32_t* output_ids,
+           const int32_t* output_counts, int32_t num_output, const int32_t* masked_ids, int32_t num_masked);
+};
+
+// splitmix64 finaliser.
+M3_HD uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, 1) from (seed, counter), counter-based: 53 bits of splitmix64.
+M3_HD double counter_uniform(uint64_t seed, uint64_t counter) {
+  const uint64_t bits = splitmix64(seed ^ splitmix64(counter));
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+// How close the reference's decisions came to a boundary, relative to the kept mass (tests use
+// it to tell a rounding-order difference of another implementation from a real disagreement).
+struct SampleTrace {
+  double draw_margin = 1e300;   // distance of the draw target to the nearest edge of its CDF slice
+  double top_p_margin = 1e300;  // distance of the top_p cut's cumulative mass to 1 - top_p
+  double min_p_margin = 1e300;  // smallest |exp(x - x_max) - min_p| (relative to 1)
+};
+
+// Scratch of the reference, reused between rows.
+struct SampleWorkspace {
+  std::vector<float> work;      // penalised / tempered logits
+  std::vector<int32_t> order;   // candidate ids
+  std::vector<double> prob;     // [vocab] unnormalised probabilities of the candidates
+  std::vector<int32_t> output_ids, output_counts;  // staging for callers that flatten maps
+};
+
+// The reference: samples `row` from logits[0, vocab) (not modified), lists from `batch`.
+int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& row, const SampleBatch& batch,
+                         SampleWorkspace& ws, SampleTrace* trace = nullptr);
+// The same with the lists given directly (host pointers; no copy into a batch).
+int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& row, const int32_t* prompt_ids,
+                         const int32_t* output_ids, const int32_t* output_counts, const int32_t* masked_ids,
+                         SampleWorkspace& ws, SampleTrace* trace = nullptr);
+
+// First index of the largest value (NaN never wins); 0 when nothing is larger than -inf.
+int32_t argmax_reference(const float* values, int64_t n);
+
+}  // namespace m3
