@@ -36,6 +36,9 @@ class TimingBackend final : public Backend {
   void copy_to_host_f32(const Tensor& src, float* dst) override {
     timed("copy_logits_to_host", [&] { inner_.copy_to_host_f32(src, dst); });
   }
+  void sample(const Tensor& logits, const SampleBatch& rows, int32_t* ids) override {
+    timed("sample", [&] { inner_.sample(logits, rows, ids); });
+  }
   void plan(const StepBatch& batch) override {
     timed("plan", [&] { inner_.plan(batch); });
   }

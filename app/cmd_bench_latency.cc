@@ -4,7 +4,8 @@
 // layers (--num-layers, the whole model may not fit one device) scales to the full depth.
 //
 // Decode case (batch B, context C): B requests of C - 1 cached tokens and one new token, each on
-// its own pages. The KV pool is sized for the largest case that fits --kv-cache-memory and holds
+// its own pages; a step is the serving path's: forward, greedy sampling on the backend and the
+// copy of the sampled ids (the step's one synchronisation). The KV pool is sized for the largest case that fits --kv-cache-memory and holds
 // zeros (no prefill writes it): the bytes read and the work done are those of a real step; only
 // the indexer's top-k choice among equal scores (ties go to the lower block) differs from real
 // data, and its cost does not depend on which blocks win.
@@ -38,6 +39,7 @@
 #include "core/log.h"
 #include "model/config.h"
 #include "model/minimax_m3.h"
+#include "ops/sampling.h"
 #include "model/weights.h"
 
 namespace m3::app {
@@ -345,8 +347,16 @@ nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const Dec
     return r;
   }
   const StepBatch batch = decode_batch(c.batch, c.context, m.model->block_size(), config.vocab_size);
-  std::vector<float> logits(size_t(c.batch) * config.vocab_size);
-  const auto step = [&] { m.model->forward(batch, logits.data()); };
+  // The serving path's step: forward, greedy sampling on the backend, the ids' copy (the one sync).
+  SampleBatch greedy;
+  for (int s = 0; s < c.batch; ++s) {
+    SampleRow row;
+    row.logits_row = s;
+    row.temperature = 0.0f;
+    greedy.rows.push_back(row);
+  }
+  std::vector<int32_t> ids(size_t(c.batch));
+  const auto step = [&] { m.model->forward_sample(batch, greedy, ids.data(), {}, nullptr); };
   const double step_s = median(time_runs(o.warmup, o.iters, step));
   const double weight_bytes = m.weights.touched(c.batch);
   const double kv_bytes = decode_kv_bytes(config, m.model->kv_layout(), c.batch, c.context);
