@@ -96,6 +96,7 @@ void run_bench(const std::string& only) {
   const Shape_ shapes[] = {{"q_proj mxfp8", 8192, 6144, WeightFormat::kMxfp8},
                            {"o_proj mxfp8", 6144, 8192, WeightFormat::kMxfp8},
                            {"k_proj mxfp8", 512, 6144, WeightFormat::kMxfp8},
+                           {"index_k mxfp8", 128, 6144, WeightFormat::kMxfp8},
                            {"expert w1 nvfp4", 3072, 6144, WeightFormat::kNvfp4},
                            {"expert w2 nvfp4", 6144, 3072, WeightFormat::kNvfp4},
                            {"lm_head/32 bf16", 200064 / 32, 6144, WeightFormat::kDense}};

@@ -1,5 +1,5 @@
-// MoE decode at the M3.1 shape (hidden 6144, 128 NVFP4 experts of intermediate 3072, top-4,
-// MXFP8 shared expert, fp32 router): each kernel of the op timed with CUDA events against the
+// MoE at the M3.1 shape (hidden 6144, 128 NVFP4 experts of intermediate 3072, top-4, MXFP8
+// shared expert, fp32 router), decode sizes and one 8192-token prefill chunk: each kernel of the op timed with CUDA events against the
 // bytes it must read, then the whole backend op. The kernels are launched here as
 // CudaBackend::moe launches them (same launchers, same work items), so the per-kernel lines add
 // up to the op line.
@@ -121,11 +121,12 @@ void run_moe_bench() {
   cudaEvent_t ev[kSteps];
   for (cudaEvent_t& e : ev) check_cuda(cudaEventCreate(&e), "bench event");
 
-  std::printf("\nMoE decode, M3.1 shape (128 nvfp4 experts x top-4, mxfp8 shared expert): us and GB/s of the\n"
-              "bytes each kernel must read (weights as stored + activations), floor at 4.2 TB/s\n");
-  std::printf("%6s %-24s %9s %9s %9s %9s\n", "tokens", "kernel", "us", "MB", "GB/s", "x floor");
+  std::printf("\nMoE, M3.1 shape (128 nvfp4 experts x top-4, mxfp8 shared expert): us and GB/s of the\n"
+              "bytes each kernel must read (weights as stored + activations), floor at 4.2 TB/s; TFLOP/s of the\n"
+              "GEMMs (8192 tokens: a prefill chunk)\n");
+  std::printf("%6s %-24s %9s %9s %9s %9s %9s\n", "tokens", "kernel", "us", "MB", "GB/s", "x floor", "TFLOP/s");
   Scratch s;
-  for (int tokens : {1, 8, 64, 128}) {
+  for (int tokens : {1, 8, 64, 128, 8192}) {
     const int pairs = tokens * kTopK;
     const Tensor x = device_act(random_values(rng, size_t(tokens) * kHidden, 1.0f), tokens, kHidden);
     const uint16_t* xp = x.data_as<const uint16_t>();
@@ -272,12 +273,16 @@ void run_moe_bench() {
         distinct * expert_gate_up_bytes + kTopK * act + 2.0 * pairs * kInter,
         distinct * expert_down_bytes + 2.0 * pairs * kInter + kTopK * act,
         kTopK * act + 3 * act};
+    const double step_flops[kSteps - 1] = {4.0 * tokens * kHidden * kInter, 2.0 * tokens * kInter * kHidden,
+                                           2.0 * tokens * kHidden * kExperts, 4.0 * pairs * kHidden * kInter,
+                                           2.0 * pairs * kInter * kHidden, 0.0};
     double total_us = 0, total_bytes = 0;
     for (int i = 0; i + 1 < kSteps; ++i) {
       total_us += step_us[i];
       total_bytes += step_bytes[i];
-      std::printf("%6d %-24s %9.1f %9.2f %9.0f %9.2f\n", tokens, step_names[i], step_us[i], step_bytes[i] / 1e6,
-                  step_bytes[i] / step_us[i] / 1e3, step_us[i] / (step_bytes[i] / kCopyBytesPerUs));
+      std::printf("%6d %-24s %9.1f %9.2f %9.0f %9.2f %9.1f\n", tokens, step_names[i], step_us[i],
+                  step_bytes[i] / 1e6, step_bytes[i] / step_us[i] / 1e3, step_us[i] / (step_bytes[i] / kCopyBytesPerUs),
+                  step_flops[i] / step_us[i] / 1e6);
     }
     std::printf("%6d %-24s %9.1f %9.2f %9.0f %9.2f  (%d distinct experts, %d-row items)\n", tokens, "sum of kernels",
                 total_us, total_bytes / 1e6, total_bytes / total_us / 1e3, total_us / (total_bytes / kCopyBytesPerUs),

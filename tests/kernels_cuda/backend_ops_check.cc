@@ -166,6 +166,15 @@ void check_linear(Report& rep, std::mt19937_64& rng, bool quick) {
         rep.add(fmt::format("linear {} {}x{} rows {}", f.name, n, k, rows), compare(read_device(go), read_host(co)).rel(),
                 kTolGemm);
       }
+      // A prefill-sized problem: 16 row tiles of the wgmma kernel, several K steps.
+      if (quick || n != 256) continue;
+      const int rows = 2048;
+      std::vector<float> x = random_values(rng, size_t(rows) * k, 1.0f);
+      Tensor co = p.cpu->alloc({rows, n}, DType::kF32), go = p.gpu->alloc({rows, n}, DType::kBF16);
+      p.cpu->linear(host_act(x, rows, k), w, co);
+      p.gpu->linear(device_act(x, rows, k), wd, go);
+      rep.add(fmt::format("linear {} {}x{} rows {}", f.name, n, k, rows), compare(read_device(go), read_host(co)).rel(),
+              kTolGemm);
     }
   }
 }
@@ -180,7 +189,8 @@ void check_swiglu(Report& rep, std::mt19937_64& rng, bool quick) {
     const LinearWeight u = random_linear(rng, "up", inter, hidden, f.format, f.dense, f.divisor);
     const LinearWeight d = random_linear(rng, "down", hidden, inter, f.format, f.dense, f.divisor);
     const LinearWeight gd = upload_linear(g), ud = upload_linear(u), dd = upload_linear(d);
-    for (int rows : {1, 17, 200}) {
+    // 600 rows: above the skinny kernel's 256-row dense limit, the wgmma kernel's fused SwiGLU.
+    for (int rows : {1, 17, 200, 600}) {
       std::vector<float> x = random_values(rng, size_t(rows) * hidden, 1.5f);
       Tensor co = p.cpu->alloc({rows, hidden}, DType::kF32), go = p.gpu->alloc({rows, hidden}, DType::kBF16);
       p.cpu->swiglu_mlp(host_act(x, rows, hidden), g, u, d, 1.702f, 7.0f, co);
@@ -232,7 +242,7 @@ void check_moe(Report& rep, std::mt19937_64& rng, bool quick) {
     params.num_experts = mc.experts;
     params.experts_per_token = mc.top_k;
     params.routed_scaling_factor = 2.0f;
-    for (int rows : quick ? std::vector<int>{1, 40} : std::vector<int>{1, 5, 40, 300}) {
+    for (int rows : quick ? std::vector<int>{1, 40} : std::vector<int>{1, 5, 40, 300, 2048}) {
       std::vector<float> x = random_values(rng, size_t(rows) * hidden, 1.0f);
       Tensor co = p.cpu->alloc({rows, hidden}, DType::kF32), go = p.gpu->alloc({rows, hidden}, DType::kBF16);
       p.cpu->moe(host_act(x, rows, hidden), host, params, co);

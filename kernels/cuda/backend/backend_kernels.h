@@ -64,7 +64,7 @@ struct LinearArgs {
   const LinearItem* items = nullptr;
   const int32_t* num_items = nullptr;
   int max_items = 0;
-  int item_rows = 16;  // rows per item: 16, 32 or 64 (skinny kernel), 128 (tiled kernel)
+  int item_rows = 16;  // rows per item: 16, 32 or 64 (skinny kernel), 128 (wgmma kernel)
   uint16_t* out = nullptr;
   int64_t out_stride = 0;
   Epilogue epilogue = Epilogue::kStore;
@@ -80,6 +80,11 @@ bool linear_has_mma_path(const WeightView& w, int k);
 int linear_item_rows(const WeightView& w, int k, int rows, bool grouped = false);
 cudaError_t init_linear_kernels();
 cudaError_t launch_linear(const LinearArgs& args, cudaStream_t stream);
+// The prefill-shaped kernel (items of 128 rows, Hopper wgmma; linear_wgmma.cu), for weights with
+// a tensor-core path (linear_has_mma_path); launch_linear dispatches here. `items`: item count.
+inline constexpr int kWgmmaItemRows = 128;
+cudaError_t init_linear_wgmma_kernels();
+cudaError_t launch_linear_wgmma(const LinearArgs& args, int items, cudaStream_t stream);
 
 // ---- elementwise and normalisation ----
 
@@ -133,7 +138,7 @@ struct MoeRouteArgs {
   int32_t* choice_row = nullptr;     // [T, top_k] permuted row of the choice
   // The permutation: rows grouped by expert, and the work items over them.
   int32_t* row_token = nullptr;      // [T * top_k] token of each permuted row
-  int32_t* expert_count = nullptr;   // scratch [E + 1]
+  int32_t* expert_count = nullptr;   // scratch [E]: rows per expert (the router kernel zeroes it)
   LinearItem* items = nullptr;       // [max_items]
   int32_t* num_items = nullptr;      // [1]
   int item_rows = 16;

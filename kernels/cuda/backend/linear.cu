@@ -1,68 +1,36 @@
 // Linear layers over quantized weights: y = x W^T with W expanded to bf16 in registers (never a
-// dequantized copy in memory), bf16 tensor cores (mma.sync m16n8k16), fp32 accumulation.
+// dequantized copy in memory), bf16 tensor cores, fp32 accumulation.
 //
 // Two tensor-core kernels share the chunk decoders of weight_decode.cuh:
 //  - skinny (decode-shaped, items of <= 64 rows): no shared-memory weight tile. Each lane streams
 //    16-byte chunks of its weight row with non-caching loads and builds the MMA B fragments from
 //    them directly, using a permutation of K that the A fragments (x, read from L1) follow too:
-//    lane q of a quad owns kElems contiguous elements of every 4 * kElems. A CTA of 4 warps covers
-//    16 output features; its warps split K and reduce through shared memory.
-//  - tiled (prefill-shaped, items of 128 rows): 128 x 128 (64 x 2 for SwiGLU) tiles, K steps of
-//    64, x staged by cp.async, weight chunks expanded into a bf16 shared tile, ldmatrix + mma.
+//    lane q of a quad owns kElems contiguous elements of every 4 * kElems. A CTA of 8 warps covers
+//    16 output features; its warps split K and reduce through shared memory (dense 64-row tiles
+//    with few feature slices also split K over a 2-CTA cluster, reduced through DSMEM).
+//  - wgmma (prefill-shaped, items of 128 rows; linear_wgmma.cu): 128 x 128 tiles (64 x 2 for
+//    SwiGLU), x staged by cp.async, weight chunks expanded into a swizzled bf16 shared tile,
+//    Hopper warpgroup MMAs from shared memory.
 // Weights that cannot be expanded exactly to bf16 (f32, f16, fp8 with 128x128 block scales) or
 // whose rows are not 16-byte chunks take an exact fp32 SIMT kernel (fixtures, odd shapes).
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include "formats/nvfp4.h"
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/device_math.cuh"
+#include "kernels/cuda/backend/linear_common.cuh"
 #include "kernels/cuda/backend/weight_decode.cuh"
 #include "kernels/cuda/device_common.cuh"
 
 namespace m3::cuda::detail {
 namespace {
 
-struct ItemInfo {
-  LinearItem item;
-  bool valid;
-};
-
-__device__ __forceinline__ ItemInfo item_of(const LinearArgs& a, unsigned index) {
-  ItemInfo r;
-  if (a.items != nullptr) {
-    r.valid = int(index) < *a.num_items;
-    if (r.valid) r.item = a.items[index];
-  } else {
-    r.item.expert = 0;
-    r.item.row_begin = int(index) * a.item_rows;
-    r.item.row_count = min(a.item_rows, a.rows - r.item.row_begin);
-    r.valid = r.item.row_count > 0;
-  }
-  return r;
-}
-
-__device__ __forceinline__ WeightView weight_of(const LinearArgs& a, int j, int expert) {
-  return a.table[j] != nullptr ? a.table[j][expert] : a.w[j];
-}
-
-__device__ __forceinline__ int64_t src_row(const LinearArgs& a, int r) {
-  return a.x_rows != nullptr ? a.x_rows[r] : r;
-}
-
-// Stores one output element (kStore) or combines gate and up (kSwiglu).
-template <bool kSwiglu>
-__device__ __forceinline__ float epilogue_value(const LinearArgs& a, const WeightView* w, const float* v) {
-  if constexpr (kSwiglu) {
-    const float g = round_bf16(apply_out_scale(w[0], v[0]));
-    const float u = round_bf16(apply_out_scale(w[1], v[1]));
-    return swiglu_oai_bf16(g, u, a.swiglu_alpha, a.swiglu_limit);
-  } else {
-    return apply_out_scale(w[0], v[0]);
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
-// Skinny kernel: kSkinnyWarps warps split K; 16 output features per CTA. Bandwidth comes from the
+// Skinny kernel: kSkinnyWarps warps split K; 16 output features per CTA. A dense layer with too
+// few 16-feature slices to fill the GPU (k/v: 512 features = 32 CTAs) also splits K across the
+// gridDim.z CTAs of a thread-block cluster, which reduce through distributed shared memory in
+// fixed order (rank, then warp): deterministic, no workspace, no second launch. Bandwidth comes from the
 // number of weight loads in flight: each lane issues all the loads of U consecutive K chunks
 // (skinny_loads_per_lane 16-byte loads, whatever NW and NT) before it decodes any of them, and a
 // CTA of 8 warps keeps 8 x 32 x 8 x 16 bytes (32 KB) in flight at 8 loads per lane.
@@ -83,13 +51,18 @@ template <int MT>
 constexpr int skinny_min_ctas() {
   return MT == 1 ? 2 : 1;
 }
+// K chunks (4 lanes x one 16-byte load each) a warp loads per batch, over NW weights x 2 8-feature tiles.
+template <int MT, int NW>
+constexpr int skinny_chunks_per_batch() {
+  return skinny_loads_per_lane<MT>() / (NW * 2) > 0 ? skinny_loads_per_lane<MT>() / (NW * 2) : 1;
+}
 
 template <WeightKind F, int MT, bool kSwiglu>
 __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
     skinny_linear_kernel(const LinearArgs a) {
   using Fmt = WeightFmt<F>;
   constexpr int E = Fmt::kElems, KC = 4 * E, NT = 2, NW = kSwiglu ? 2 : 1, SUBS = E / 8;
-  constexpr int U = skinny_loads_per_lane<MT>() / (NW * NT) > 0 ? skinny_loads_per_lane<MT>() / (NW * NT) : 1;
+  constexpr int U = skinny_chunks_per_batch<MT, NW>();
   // Accumulator sets: 16-row tiles of a single weight alternate two between chunks, so that a
   // warp has four independent mma.sync chains as with SwiGLU's two weights (registers allow it).
   constexpr int AS = MT == 1 && NW == 1 && U > 1 ? 2 : 1;
@@ -100,6 +73,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
   const LinearItem item = info.item;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int n0 = blockIdx.y * 8 * NT;
+  const int splits = gridDim.z;  // CTAs of one cluster splitting K (1: no cluster)
   WeightView w[NW];
 #pragma unroll
   for (int j = 0; j < NW; ++j) w[j] = weight_of(a, j, item.expert);
@@ -135,8 +109,9 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
 #pragma unroll
           for (int c = 0; c < 4; ++c) acc[as][j][nt][mt][c] = 0.0f;
 
-  // Chunk c covers elements [c KC, (c + 1) KC); warp w takes chunks [w U, w U + U) of every
-  // kSkinnyWarps U, so each lane's U loads per row are contiguous.
+  // Chunk c covers elements [c KC, (c + 1) KC); warp w of split z takes chunks [v U, v U + U)
+  // with v = z kSkinnyWarps + w, of every splits kSkinnyWarps U, so each lane's U loads per row
+  // are contiguous.
   const int num_chunks = (a.k + KC - 1) / KC;
   using Raw = uint4[U][NW][NT];
   using Scales = ChunkScale[U][NW][NT];
@@ -192,7 +167,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
   };
   Raw raw;
   Scales sc;
-  for (int c0 = warp * U; c0 < num_chunks; c0 += kSkinnyWarps * U) {
+  for (int c0 = (int(blockIdx.z) * kSkinnyWarps + warp) * U; c0 < num_chunks; c0 += splits * kSkinnyWarps * U) {
     load(c0, raw, sc);
     compute(c0, raw, sc);
   }
@@ -207,8 +182,12 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
 #pragma unroll
           for (int c = 0; c < 4; ++c) acc[0][j][nt][mt][c] += acc[as][j][nt][mt][c];
 
-  // Split-K reduction over the warps (fixed order), one 16-row tile at a time, then the epilogue.
-  __shared__ float red[kSkinnyWarps][NW * NT * 4][32];
+  // Split-K reduction (fixed order): over the warps of each CTA, then over the cluster's CTAs in
+  // rank order on rank 0, one 16-row tile at a time, then the epilogue.
+  constexpr int kSlots = NW * NT * 4;
+  __shared__ float red[kSkinnyWarps][kSlots][32];
+  __shared__ float part[kSlots * 32];
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -218,202 +197,36 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
 #pragma unroll
         for (int c = 0; c < 4; ++c) red[warp][(j * NT + nt) * 4 + c][lane] = acc[0][j][nt][mt][c];
     __syncthreads();
-    for (int e = threadIdx.x; e < NT * 4 * 32; e += blockDim.x) {
-      const int ln = e & 31, c = (e >> 5) & 3, nt = e >> 7;
-      const int row = mt * 16 + (ln >> 2) + (c >= 2 ? 8 : 0);
-      const int col = n0 + nt * 8 + 2 * (ln & 3) + (c & 1);
-      if (row >= item.row_count || col >= a.n) continue;
-      float v[NW];
+    for (int e = threadIdx.x; e < kSlots * 32; e += blockDim.x) {
+      float sum = red[0][e >> 5][e & 31];
 #pragma unroll
-      for (int j = 0; j < NW; ++j) {
-        const int slot = (j * NT + nt) * 4 + c;
-        float sum = red[0][slot][ln];
-#pragma unroll
-        for (int wi = 1; wi < kSkinnyWarps; ++wi) sum += red[wi][slot][ln];
-        v[j] = sum;
-      }
-      const float y = epilogue_value<kSwiglu>(a, w, v);
-      a.out[int64_t(item.row_begin + row) * a.out_stride + col] = f32_to_bf16_bits(y);
+      for (int wi = 1; wi < kSkinnyWarps; ++wi) sum += red[wi][e >> 5][e & 31];
+      part[e] = sum;
     }
-    __syncthreads();
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tiled kernel: 256 threads, 8 warps as 4 (M) x 2 (N), BM = 128, BK = 64.
-
-constexpr int kTileM = 128;
-constexpr int kTileK = 64;
-constexpr int kTileStrideH = kTileK + 8;  // halves per smem row (144 bytes: ldmatrix conflict-free)
-
-template <bool kSwiglu>
-constexpr int tiled_bn() {
-  return kSwiglu ? 64 : 128;
-}
-template <bool kSwiglu>
-constexpr int tiled_smem_bytes() {
-  return 2 * (kTileM + (kSwiglu ? 2 : 1) * tiled_bn<kSwiglu>()) * kTileStrideH * 2;
-}
-
-template <WeightKind F, bool kSwiglu>
-__global__ void __launch_bounds__(256) tiled_linear_kernel(const LinearArgs a) {
-  using Fmt = WeightFmt<F>;
-  constexpr int E = Fmt::kElems, NW = kSwiglu ? 2 : 1, BN = tiled_bn<kSwiglu>();
-  constexpr int WN = BN / 2, NI = WN / 8, MI = 2;  // warp tile 32 x WN
-  constexpr int A_CHUNKS = kTileM * kTileK / 8 / 256;        // 16-byte x chunks per thread
-  constexpr int B_CHUNKS = NW * BN * (kTileK / E) / 256;     // weight chunks per thread
-  static_assert(A_CHUNKS >= 1 && B_CHUNKS >= 1, "tile shape");
-  extern __shared__ __align__(16) uint8_t smem[];
-  uint16_t* As = reinterpret_cast<uint16_t*>(smem);                    // [2][BM][stride]
-  uint16_t* Bs = As + 2 * kTileM * kTileStrideH;                       // [2][NW * BN][stride]
-
-  const ItemInfo info = item_of(a, blockIdx.y);
-  if (!info.valid) return;
-  const LinearItem item = info.item;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int wm = warp >> 1, wn = warp & 1;
-  const int n0 = blockIdx.x * BN;
-  WeightView w[NW];
+    if (splits > 1) cluster.sync();
+    else __syncthreads();
+    if (blockIdx.z == 0) {
+      for (int e = threadIdx.x; e < NT * 4 * 32; e += blockDim.x) {
+        const int ln = e & 31, c = (e >> 5) & 3, nt = e >> 7;
+        const int row = mt * 16 + (ln >> 2) + (c >= 2 ? 8 : 0);
+        const int col = n0 + nt * 8 + 2 * (ln & 3) + (c & 1);
+        if (row >= item.row_count || col >= a.n) continue;
+        float v[NW];
 #pragma unroll
-  for (int j = 0; j < NW; ++j) w[j] = weight_of(a, j, item.expert);
-
-  // The x rows this thread stages, and the weight chunks it expands.
-  const uint16_t* arow[A_CHUNKS];
-  int a_col[A_CHUNKS], a_srow[A_CHUNKS];
-#pragma unroll
-  for (int i = 0; i < A_CHUNKS; ++i) {
-    const int id = tid + i * 256, r = id / (kTileK / 8);
-    a_srow[i] = r;
-    a_col[i] = (id % (kTileK / 8)) * 8;
-    arow[i] = r < item.row_count ? a.x + src_row(a, item.row_begin + r) * a.x_stride : nullptr;
-  }
-  const uint8_t* brow[B_CHUNKS];
-  const uint8_t* bscale[B_CHUNKS];
-  int b_slot[B_CHUNKS], b_col[B_CHUNKS];
-#pragma unroll
-  for (int i = 0; i < B_CHUNKS; ++i) {
-    const int id = tid + i * 256;
-    const int per_row = kTileK / E;
-    const int slot = id / per_row;  // j * BN + n
-    const int j = slot / BN, n = n0 + slot % BN;
-    b_slot[i] = slot;
-    b_col[i] = (id % per_row) * E;
-    brow[i] = n < a.n ? w[j].data + int64_t(n) * w[j].row_bytes : nullptr;
-    bscale[i] = n < a.n && w[j].scale != nullptr ? w[j].scale + int64_t(n) * w[j].scale_stride : nullptr;
-  }
-
-  auto stage_a = [&](int kt, int buf) {
-    uint16_t* dst = As + buf * kTileM * kTileStrideH;
-#pragma unroll
-    for (int i = 0; i < A_CHUNKS; ++i) {
-      const int k = kt * kTileK + a_col[i];
-      uint16_t* d = dst + a_srow[i] * kTileStrideH + a_col[i];
-      if (arow[i] != nullptr && k < a.k) cp_async16(d, arow[i] + k);
-      else *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
-    }
-    cp_async_commit();
-  };
-  uint4 braw[B_CHUNKS];
-  ChunkScale bsc[B_CHUNKS];
-  auto load_b = [&](int kt) {
-#pragma unroll
-    for (int i = 0; i < B_CHUNKS; ++i) {
-      const int64_t k = int64_t(kt) * kTileK + b_col[i];
-      if (brow[i] != nullptr && k < a.k) {
-        braw[i] = load_stream16(brow[i] + Fmt::byte_offset(k));
-        bsc[i] = load_chunk_scale<F>(bscale[i], k);
-      } else {
-        braw[i] = make_uint4(0, 0, 0, 0);
-        bsc[i] = ChunkScale();
-      }
-    }
-  };
-  auto store_b = [&](int buf) {
-    uint16_t* dst = Bs + buf * NW * BN * kTileStrideH;
-#pragma unroll
-    for (int i = 0; i < B_CHUNKS; ++i)
-#pragma unroll
-      for (int s = 0; s < E / 8; ++s)
-        *reinterpret_cast<uint4*>(dst + b_slot[i] * kTileStrideH + b_col[i] + 8 * s) =
-            decode_sub<F>(braw[i], s, bsc[i]);
-  };
-
-  float acc[NW][MI][NI][4];
-#pragma unroll
-  for (int j = 0; j < NW; ++j)
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[j][mi][ni][c] = 0.0f;
-
-  const int k_tiles = (a.k + kTileK - 1) / kTileK;
-  stage_a(0, 0);
-  load_b(0);
-  store_b(0);
-  cp_async_wait<0>();
-  __syncthreads();
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int cur = kt & 1;
-    const bool more = kt + 1 < k_tiles;
-    if (more) {
-      stage_a(kt + 1, cur ^ 1);
-      load_b(kt + 1);
-    }
-    const uint16_t* at = As + cur * kTileM * kTileStrideH;
-    const uint16_t* bt = Bs + cur * NW * BN * kTileStrideH;
-#pragma unroll
-    for (int ks = 0; ks < kTileK / 16; ++ks) {
-      uint32_t af[MI][4];
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi) {
-        const int mat = lane >> 3;
-        const int r = wm * 32 + mi * 16 + (mat & 1) * 8 + (lane & 7);
-        ldmatrix_x4(af[mi], at + r * kTileStrideH + ks * 16 + (mat >> 1) * 8);
-      }
-#pragma unroll
-      for (int j = 0; j < NW; ++j)
-#pragma unroll
-        for (int np = 0; np < NI / 2; ++np) {
-          uint32_t bf[4];
-          const int mat = lane >> 3;
-          const int n = j * BN + wn * WN + np * 16 + (mat >> 1) * 8 + (lane & 7);
-          ldmatrix_x4(bf, bt + n * kTileStrideH + ks * 16 + (mat & 1) * 8);
-#pragma unroll
-          for (int mi = 0; mi < MI; ++mi) {
-            mma_16816<true>(acc[j][mi][2 * np], af[mi], bf[0], bf[1]);
-            mma_16816<true>(acc[j][mi][2 * np + 1], af[mi], bf[2], bf[3]);
-          }
+        for (int j = 0; j < NW; ++j) {
+          const int idx = ((j * NT + nt) * 4 + c) * 32 + ln;
+          float sum = part[idx];
+          for (int r = 1; r < splits; ++r) sum += cluster.map_shared_rank(part, r)[idx];
+          v[j] = sum;
         }
-    }
-    if (more) {
-      store_b(cur ^ 1);
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-  }
-
-  const int g = lane >> 2, q = lane & 3;
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = wm * 32 + mi * 16 + g + 8 * h;
-        const int col = n0 + wn * WN + ni * 8 + 2 * q;
-        if (row >= item.row_count) continue;
-        uint16_t* o = a.out + int64_t(item.row_begin + row) * a.out_stride + col;
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          if (col + c >= a.n) continue;
-          float v[NW];
-#pragma unroll
-          for (int j = 0; j < NW; ++j) v[j] = acc[j][mi][ni][2 * h + c];
-          o[c] = f32_to_bf16_bits(epilogue_value<kSwiglu>(a, w, v));
-        }
+        const float y = epilogue_value<kSwiglu>(a, w, v);
+        a.out[int64_t(item.row_begin + row) * a.out_stride + col] = f32_to_bf16_bits(y);
       }
+    }
+    // No CTA leaves (or overwrites part) while rank 0 may still read its shared memory.
+    if (splits > 1) cluster.sync();
+    else __syncthreads();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -476,28 +289,59 @@ __global__ void __launch_bounds__(256) simt_linear_kernel(const LinearArgs a) {
   }
 }
 
+// CTAs of one cluster that split K for a dense problem of `slices` CTAs (items x 16-feature
+// slices): doubled up to max_splits while the grid still fits one wave (skinny_min_ctas per SM)
+// and every CTA keeps at least one warp's batch of U chunks.
+int skinny_splits(int slices, int num_chunks, int u, int ctas_per_sm, int max_splits) {
+  if (max_splits <= 1) return 1;
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 1;
+  int splits = 1;
+  while (splits < max_splits && int64_t(slices) * splits * 2 <= int64_t(sms) * ctas_per_sm &&
+         num_chunks >= 2 * splits * u)
+    splits *= 2;
+  return splits;
+}
+
+template <WeightKind F, int MT, bool kSwiglu>
+cudaError_t launch_skinny(const LinearArgs& a, int items, cudaStream_t stream) {
+  constexpr int U = skinny_chunks_per_batch<MT, kSwiglu ? 2 : 1>();
+  const int slices = (a.n + 15) / 16;
+  const int num_chunks = (a.k + 4 * WeightFmt<F>::kElems - 1) / (4 * WeightFmt<F>::kElems);
+  // Grouped (MoE) problems have max_items x slices CTAs already; only dense ones split. Measured
+  // (docs/gpu-backend-notes.md, round 2): 2 splits help 64-row tiles (k_proj at 128 rows 19.1 ->
+  // 15.9 us); 4-8 splits were slower everywhere (k_proj 1 row 9.6 -> 11.3 us at 8, 64 rows 19.4
+  // -> 23.9 us at 4): rank 0 reads the other ranks' partial sums one rank after the other.
+  constexpr int kMaxSplits = MT >= 4 ? 2 : 1;
+  const int splits =
+      a.items == nullptr ? skinny_splits(items * slices, num_chunks, U, skinny_min_ctas<MT>(), kMaxSplits) : 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(items, slices, splits);
+  cfg.blockDim = dim3(kSkinnyWarps * 32);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = splits;
+  cfg.attrs = attr;
+  cfg.numAttrs = splits > 1 ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, skinny_linear_kernel<F, MT, kSwiglu>, a);
+}
+
 template <WeightKind F, bool kSwiglu>
 cudaError_t launch_mma(const LinearArgs& a, int items, cudaStream_t stream) {
-  if (a.item_rows > 64) {
-    constexpr int bn = tiled_bn<kSwiglu>();
-    const dim3 grid((a.n + bn - 1) / bn, items);
-    tiled_linear_kernel<F, kSwiglu><<<grid, 256, tiled_smem_bytes<kSwiglu>(), stream>>>(a);
-    return cudaGetLastError();
-  }
-  const dim3 grid(items, (a.n + 15) / 16);
-  constexpr int threads = kSkinnyWarps * 32;
+  if (a.item_rows > 64) return launch_linear_wgmma(a, items, stream);
   switch (a.item_rows) {
     case 16:
-      skinny_linear_kernel<F, 1, kSwiglu><<<grid, threads, 0, stream>>>(a);
-      break;
+      return launch_skinny<F, 1, kSwiglu>(a, items, stream);
     case 32:
-      skinny_linear_kernel<F, 2, kSwiglu><<<grid, threads, 0, stream>>>(a);
-      break;
+      return launch_skinny<F, 2, kSwiglu>(a, items, stream);
     default:
-      skinny_linear_kernel<F, 4, kSwiglu><<<grid, threads, 0, stream>>>(a);
-      break;
+      return launch_skinny<F, 4, kSwiglu>(a, items, stream);
   }
-  return cudaGetLastError();
 }
 
 template <bool kSwiglu>
@@ -514,15 +358,6 @@ cudaError_t launch_kind(const LinearArgs& a, int items, cudaStream_t stream) {
     default:
       return cudaErrorInvalidValue;
   }
-}
-
-template <WeightKind F>
-cudaError_t set_tiled_smem() {
-  cudaError_t e = cudaFuncSetAttribute(tiled_linear_kernel<F, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       tiled_smem_bytes<false>());
-  if (e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(tiled_linear_kernel<F, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              tiled_smem_bytes<true>());
 }
 
 int chunk_elems(WeightKind kind) {
@@ -559,18 +394,12 @@ int linear_item_rows(const WeightView& w, int k, int rows, bool grouped) {
   if (rows <= 64) return 64;
   // A dense layer of up to kSkinnyMaxDenseRows rows stays memory-bound: 64-row skinny tiles read
   // the weight from DRAM once (the other tiles of a slice hit L2, see skinny_linear_kernel) with
-  // n / 16 CTAs, where the tiled kernel would have only n / 128.
+  // n / 16 CTAs, where the wgmma kernel would have only n / 128.
   if (!grouped && rows <= kSkinnyMaxDenseRows) return 64;
-  return kTileM;
+  return kWgmmaItemRows;
 }
 
-cudaError_t init_linear_kernels() {
-  cudaError_t e;
-  if ((e = set_tiled_smem<WeightKind::kBF16>()) != cudaSuccess) return e;
-  if ((e = set_tiled_smem<WeightKind::kFp8>()) != cudaSuccess) return e;
-  if ((e = set_tiled_smem<WeightKind::kMxfp8>()) != cudaSuccess) return e;
-  return set_tiled_smem<WeightKind::kNvfp4>();
-}
+cudaError_t init_linear_kernels() { return init_linear_wgmma_kernels(); }
 
 cudaError_t launch_linear(const LinearArgs& a, cudaStream_t stream) {
   const int items = a.items != nullptr ? a.max_items : (a.rows + a.item_rows - 1) / a.item_rows;

@@ -17,10 +17,18 @@ namespace {
 constexpr int kSmallTokens = 8;    // tokens per CTA of the decode-shaped router kernel
 constexpr int kSmallMaxTokens = 256;  // the decode-shaped kernel up to here, the tiled one above
 
+// The per-expert counters topk_kernel increments start at zero (zeroed here: one launch fewer
+// than a memset node; topk_kernel runs after the router in stream order).
+__device__ __forceinline__ void zero_expert_counts(const MoeRouteArgs& a) {
+  if (blockIdx.x == 0 && blockIdx.y == 0)
+    for (int i = threadIdx.x; i < a.num_experts; i += blockDim.x) a.expert_count[i] = 0;
+}
+
 // Decode shape: one CTA per (expert, 8 tokens); threads stride over hidden four elements at a
 // time (one 16-byte weight load, one 8-byte load per token row), the whole loop's loads
 // independent. The 24 KB expert row is read from DRAM once and from L2 by the other token groups.
 __global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a) {
+  zero_expert_counts(a);
   const int e = blockIdx.x, t0 = blockIdx.y * kSmallTokens;
   const int nt = min(kSmallTokens, a.num_tokens - t0);
   const float* w = a.router + int64_t(e) * a.hidden;
@@ -66,6 +74,7 @@ __global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a)
 
 // Prefill shape: 32 tokens x 64 experts per CTA, K steps of 32 through shared memory.
 __global__ void __launch_bounds__(256) router_tiled_kernel(const MoeRouteArgs a) {
+  zero_expert_counts(a);
   __shared__ float xs[32][33];
   __shared__ float ws[64][33];
   const int e0 = blockIdx.x * 64, t0 = blockIdx.y * 32;
@@ -167,7 +176,8 @@ __global__ void __launch_bounds__(256) topk_kernel(const MoeRouteArgs a) {
   }
 }
 
-// One CTA of 1024 threads: per-expert row offsets and the work items (scans in shared memory).
+// One CTA of 1024 threads: per-expert row offsets and the work items (scans in shared memory),
+// then the permuted row of every (token, choice) pair.
 __global__ void __launch_bounds__(1024) scan_kernel(const MoeRouteArgs a) {
   __shared__ int rows_scan[1024];
   __shared__ int items_scan[1024];
@@ -187,7 +197,6 @@ __global__ void __launch_bounds__(1024) scan_kernel(const MoeRouteArgs a) {
   }
   const int row_offset = rows_scan[e] - count, item_offset = items_scan[e] - n_items;
   if (e < a.num_experts) {
-    a.expert_count[a.num_experts + 1 + e] = row_offset;
     for (int i = 0; i < n_items && item_offset + i < a.max_items; ++i) {
       LinearItem item;
       item.expert = e;
@@ -198,15 +207,15 @@ __global__ void __launch_bounds__(1024) scan_kernel(const MoeRouteArgs a) {
     }
   }
   if (e == 1023) *a.num_items = min(items_scan[1023], a.max_items);
-}
-
-__global__ void place_kernel(const MoeRouteArgs a) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= a.num_tokens * a.top_k) return;
-  const int e = a.choice_expert[c];
-  const int row = a.expert_count[a.num_experts + 1 + e] + a.choice_row[c];
-  a.choice_row[c] = row;
-  a.row_token[row] = c / a.top_k;
+  // Row offsets into shared memory (rows_scan is free once every thread has read its entry).
+  __syncthreads();
+  rows_scan[e] = row_offset;
+  __syncthreads();
+  for (int c = e; c < a.num_tokens * a.top_k; c += 1024) {
+    const int row = rows_scan[a.choice_expert[c]] + a.choice_row[c];
+    a.choice_row[c] = row;
+    a.row_token[row] = c / a.top_k;
+  }
 }
 
 __global__ void combine_kernel(const uint16_t* y, const int32_t* choice_row, const float* choice_weight, int top_k,
@@ -229,8 +238,6 @@ __global__ void combine_kernel(const uint16_t* y, const int32_t* choice_row, con
 cudaError_t launch_moe_route(const MoeRouteArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0) return cudaSuccess;
   if (a.num_experts > 512 || a.top_k > 16 || a.top_k > a.num_experts) return cudaErrorInvalidValue;
-  cudaError_t e = cudaMemsetAsync(a.expert_count, 0, sizeof(int32_t) * (2 * a.num_experts + 2), stream);
-  if (e != cudaSuccess) return e;
   if (a.num_tokens <= kSmallMaxTokens) {
     router_small_kernel<<<dim3(a.num_experts, (a.num_tokens + kSmallTokens - 1) / kSmallTokens), 256, 0, stream>>>(a);
   } else {
@@ -239,8 +246,6 @@ cudaError_t launch_moe_route(const MoeRouteArgs& a, cudaStream_t stream) {
   const size_t topk_smem = size_t(8) * 2 * a.num_experts * sizeof(float);
   topk_kernel<<<(a.num_tokens + 7) / 8, 256, topk_smem, stream>>>(a);
   scan_kernel<<<1, 1024, 0, stream>>>(a);
-  const int pairs = a.num_tokens * a.top_k;
-  place_kernel<<<(pairs + 255) / 256, 256, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
