@@ -95,6 +95,9 @@ class TimingBackend final : public Backend {
   void add_inplace(Tensor x, const Tensor& y) override {
     timed("add_inplace", [&] { inner_.add_inplace(x, y); });
   }
+  void add_rms_norm(Tensor x, const Tensor& y, const Tensor& weight, float eps, Tensor out) override {
+    timed("add_rms_norm", [&] { inner_.add_rms_norm(x, y, weight, eps, out); });
+  }
 
  private:
   template <class Op>

@@ -246,21 +246,30 @@ void MiniMaxM3::forward_sample(const StepBatch& batch, const SampleBatch& sampli
 void MiniMaxM3::run_layers(int64_t t, int64_t rows) {
   Activations& a = act_;
   Tensor x = a.x.rows(0, t), h = a.h.rows(0, t), mlp = a.mlp.rows(0, t);
+  const float eps = config_.rms_norm_eps;
+  const int last_layer = config_.num_layers - 1;
+  // Every residual add is fused with the norm that reads its result (add_rms_norm): the post-
+  // attention norm, the next layer's input norm, and the final norm when every row is wanted.
   backend_.embed(weights_.embed, x);
-  for (int l = 0; l < config_.num_layers; ++l) {
-    const LayerWeights& lw = weights_.layers[l];
-    backend_.rms_norm(x, lw.input_norm, config_.rms_norm_eps, h);
+  backend_.rms_norm(x, weights_.layers[0].input_norm, eps, h);
+  for (int l = 0; l <= last_layer; ++l) {
     attention_block(l, a);
-    backend_.add_inplace(x, h);
-    backend_.rms_norm(x, lw.post_attn_norm, config_.rms_norm_eps, h);
+    backend_.add_rms_norm(x, h, weights_.layers[l].post_attn_norm, eps, h);
     mlp_block(l, a);
-    backend_.add_inplace(x, mlp);
+    if (l < last_layer) backend_.add_rms_norm(x, mlp, weights_.layers[l + 1].input_norm, eps, h);
   }
-  if (rows == 0) return;
-  // Only the requested rows go through the final norm and the head.
+  if (rows == 0) return;  // the residual stream is not read again
+  // Only the requested rows go through the final norm and the head (the norm is per row, so
+  // norming all rows and gathering gives the same rows).
   Tensor last = a.logit_rows.rows(0, rows);
-  backend_.gather_logits_rows(x, last);
-  backend_.rms_norm(last, weights_.final_norm, config_.rms_norm_eps, last);
+  if (rows == t) {
+    backend_.add_rms_norm(x, mlp, weights_.final_norm, eps, h);
+    backend_.gather_logits_rows(h, last);
+  } else {
+    backend_.add_inplace(x, mlp);
+    backend_.gather_logits_rows(x, last);
+    backend_.rms_norm(last, weights_.final_norm, eps, last);
+  }
   backend_.linear(last, weights_.lm_head, logits_.rows(0, rows));
 }
 

@@ -139,6 +139,12 @@ class Backend {
   virtual void moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) = 0;
   // x += y (the residual add; rounded to the activation dtype).
   virtual void add_inplace(Tensor x, const Tensor& y) = 0;
+  // The residual add and the norm that follows it: add_inplace(x, y), then rms_norm(x, weight,
+  // eps, out), with the same results. out may alias y. Backends may fuse it (CUDA: one kernel).
+  virtual void add_rms_norm(Tensor x, const Tensor& y, const Tensor& weight, float eps, Tensor out) {
+    add_inplace(x, y);
+    rms_norm(x, weight, eps, out);
+  }
 
   // ---- sampling: ends the step ----
   // Samples every row of `batch` (ops/sampling.h semantics) from logits [rows, vocab] as the head

@@ -4,7 +4,7 @@
 # dtype), time the linear layers, run compute-sanitizer on a short check. Logs to $OUT (default
 # out/), the summary last.
 #
-#   scripts/gpu-check-model.sh [STEP...]   steps: build ops ops-quick model model-quick graphs bench latency
+#   scripts/gpu-check-model.sh [STEP...]   steps: build ops ops-quick model model-quick graphs decode-exact bench latency
 #                                          profile generate serve sanitize
 #                                          bench-latency bench-throughput http (PREBUILT only)
 #                                          (default: build ops model-quick bench latency sanitize)
@@ -38,9 +38,10 @@ if has prepare; then
   pack=$dir/device-pack
   mkdir -p "$pack/bin" "$pack/tests/kernels_cuda"
   cp "$dir/tests/kernels_cuda/backend_check" "$pack/tests/kernels_cuda/"
+  [[ -x "$dir/tests/kernels_cuda/weight_decode_check" ]] && cp "$dir/tests/kernels_cuda/weight_decode_check" "$pack/tests/kernels_cuda/"
   cp "$dir/bin/m3serve" "$pack/bin/"
   cp -r "$dir/device-libs" "$pack/"
-  strip "$pack/bin/m3serve" "$pack/tests/kernels_cuda/backend_check" "$pack"/device-libs/*
+  strip "$pack/bin/m3serve" "$pack"/tests/kernels_cuda/* "$pack"/device-libs/*
   tar cJf "$dir/device-pack.txz" -C "$pack" .
   rm -rf "$pack"
   ls -la "$dir/device-libs" "$dir/device-pack.txz"
@@ -120,6 +121,8 @@ for quick in "" -quick; do
 done
 # CUDA graph replay vs eager (bitwise logits and KV bytes over decode steps).
 if has graphs; then run_step graphs "$BIN" graphs; fi
+# The decode GEMMs' fast weight expansion against the exact float path, every code and scale.
+if has decode-exact; then run_step decode-exact "$(dirname "$BIN")/weight_decode_check"; fi
 if has bench; then
   timeout "$(limit_for "${STEP_TIMEOUT:-600}")" "$BIN" bench >"$OUT/bench.log" 2>&1
   rc=$?

@@ -116,6 +116,21 @@ void check_elementwise(Report& rep, const Geometry& g, std::mt19937_64& rng) {
     p.cpu->add_inplace(cx, co);
     p.gpu->add_inplace(gx, go);
     rep.add(tag + " add_inplace", compare(read_device(gx), read_host(cx)).rel(), kTolRounding);
+    // add_rms_norm: against the CPU reference, and bitwise against the GPU's own add + rms_norm
+    // kernels (the fused kernel's promise), with out aliasing y as the model calls it.
+    const std::vector<float> yv = random_values(rng, size_t(t) * h, 2.0f);
+    Tensor cy = host_act(yv, t, h), gy = device_act(yv, t, h);
+    Tensor gx2 = device_act(xv, t, h), gy2 = device_act(yv, t, h);
+    p.cpu->add_rms_norm(cx, cy, wh, 1e-6f, cy);
+    p.gpu->add_rms_norm(gx, gy, wd, 1e-6f, gy);
+    rep.add(tag + " add_rms_norm residual", compare(read_device(gx), read_host(cx)).rel(), kTolRounding);
+    rep.add(tag + " add_rms_norm", compare(read_device(gy), read_host(cy)).rel(), kTolRounding);
+    p.gpu->add_inplace(gx2, go);  // gx2 = gx before the fused op
+    p.gpu->add_inplace(gx2, gy2);
+    p.gpu->rms_norm(gx2, wd, 1e-6f, gy2);
+    rep.add(tag + " add_rms_norm residual vs add_inplace", compare(read_device(gx), read_device(gx2)).rel(), kTolExact);
+    rep.add(tag + " add_rms_norm vs add_inplace + rms_norm", compare(read_device(gy), read_device(gy2)).rel(),
+            kTolExact);
   }
   // head_norm_rope: query heads over rotary_dim, index heads over min(rotary_dim, index_dim).
   for (const auto& [heads, dim, rope] : {std::tuple{g.heads, g.head_dim, g.rotary_dim},

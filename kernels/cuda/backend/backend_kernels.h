@@ -118,6 +118,10 @@ struct HeadNormRopeArgs {
 cudaError_t launch_head_norm_rope(const HeadNormRopeArgs& args, cudaStream_t stream);
 // x = bf16(x + y), n elements.
 cudaError_t launch_add(uint16_t* x, const uint16_t* y, int64_t n, cudaStream_t stream);
+// launch_add then launch_rms_norm of x [rows, cols] into out, in one pass, bit for bit; out may
+// alias x or y.
+cudaError_t launch_add_rms_norm(uint16_t* x, const uint16_t* y, const float* w, int rows, int cols, float eps,
+                                uint16_t* out, cudaStream_t stream);
 // dst[i] = float(src[i]) for bf16 src.
 cudaError_t launch_bf16_to_f32(const uint16_t* src, int64_t n, float* dst, cudaStream_t stream);
 

@@ -1,5 +1,9 @@
 // The CUDA backend: ops/backend.h on the device, one stream, bf16 activations.
 //
+// The MoE op forks a second stream for the shared expert (moe()): the only work that leaves
+// stream_, joined back before the op's last kernel, so every op still completes in stream order
+// (and a captured step is one graph with two parallel branches inside each MoE layer).
+//
 // plan() uploads the step's metadata in one async copy from pinned memory, computes the RoPE
 // tables on the device and plans the MSA kernels; the run ops only enqueue kernels (no allocation
 // once the scratch buffers have grown to the step sizes seen, no synchronisation), except
@@ -92,6 +96,9 @@ class CudaBackend final : public Backend {
       graphs_ = std::make_unique<cuda::GraphCache>(cuda::kGraphCacheSize, [this] { return scratch_generation(); });
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
     check_cuda(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming), "event");
+    check_cuda(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking), "side stream");
+    check_cuda(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "event");
+    check_cuda(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "event");
     check_cuda(detail::init_linear_kernels(), "linear kernel attributes");
     gemm_ = std::make_unique<cuda::CublasLtGemm>();
   }
@@ -102,7 +109,13 @@ class CudaBackend final : public Backend {
       cudaStreamSynchronize(stream_);
       cudaStreamDestroy(stream_);
     }
+    if (side_stream_) {
+      cudaStreamSynchronize(side_stream_);
+      cudaStreamDestroy(side_stream_);
+    }
     if (upload_done_) cudaEventDestroy(upload_done_);
+    if (fork_) cudaEventDestroy(fork_);
+    if (join_) cudaEventDestroy(join_);
   }
 
   std::string_view name() const override { return "cuda"; }
@@ -181,6 +194,7 @@ class CudaBackend final : public Backend {
              key.num_tokens, key.num_seqs, key.logit_rows, step_.num_tokens, step_.num_seqs, num_logit_rows_);
     graphs_->run({key, graph_pages_}, stream_, body);
   }
+  cudaStream_t stream() const { return stream_; }
   CudaGraphStats graph_stats() const {
     CudaGraphStats s;
     if (!graphs_) return s;
@@ -222,29 +236,7 @@ class CudaBackend final : public Backend {
                "rms_norm");
   }
 
-  void linear(const Tensor& x, const LinearWeight& weight, Tensor out) override {
-    const int64_t rows = x.dim(0);
-    check_act(x, rows, weight.in_features, "input of " + weight.name);
-    check_act(out, rows, weight.out_features, "output of " + weight.name);
-    const detail::WeightView w = weight_view(weight);
-    if (w.kind == detail::WeightKind::kBF16) {
-      gemm_->gemm_bf16(bf16_ptr(x), x.dim(1), static_cast<int>(rows), reinterpret_cast<const uint16_t*>(w.data),
-                       static_cast<int>(weight.out_features), static_cast<int>(weight.in_features), bf16_ptr_mut(out),
-                       out.dim(1), stream_);
-      return;
-    }
-    detail::LinearArgs a;
-    a.x = bf16_ptr(x);
-    a.x_stride = x.dim(1);
-    a.rows = static_cast<int>(rows);
-    a.n = static_cast<int>(weight.out_features);
-    a.k = static_cast<int>(weight.in_features);
-    a.w[0] = w;
-    a.item_rows = detail::linear_item_rows(w, a.k, a.rows);
-    a.out = bf16_ptr_mut(out);
-    a.out_stride = out.dim(1);
-    check_cuda(detail::launch_linear(a, stream_), weight.name.c_str());
-  }
+  void linear(const Tensor& x, const LinearWeight& weight, Tensor out) override { linear_on(x, weight, out, stream_); }
 
   void head_norm_rope(Tensor x, int num_heads, int head_dim, const Tensor& norm, float eps, int rope_dims) override {
     check_act(x, step_.num_tokens, int64_t(num_heads) * head_dim, "head_norm_rope input");
@@ -355,7 +347,8 @@ class CudaBackend final : public Backend {
     M3_CHECK(up.out_features == inter && down.in_features == inter,
              "MLP {}: gate/up/down shapes disagree ({} / {} / {})", gate.name, inter, up.out_features, down.in_features);
     mlp_act_.reserve(size_t(rows) * inter * 2, "MLP activation");
-    gate_up_swiglu(bf16_ptr(x), x.dim(1), static_cast<int>(rows), gate, up, alpha, limit, mlp_act_.as<uint16_t>());
+    gate_up_swiglu(bf16_ptr(x), x.dim(1), static_cast<int>(rows), gate, up, alpha, limit, mlp_act_.as<uint16_t>(),
+                   stream_);
     Tensor act = Tensor::wrap(mlp_act_.as(), {rows, inter}, DType::kBF16, Device::kCuda);
     linear(act, down, out);
   }
@@ -366,6 +359,18 @@ class CudaBackend final : public Backend {
     M3_CHECK(x.numel() == y.numel() && x.dtype() == DType::kBF16 && y.dtype() == DType::kBF16,
              "add: {} {} vs {} {}", dtype_name(x.dtype()), x.numel(), dtype_name(y.dtype()), y.numel());
     check_cuda(detail::launch_add(bf16_ptr_mut(x), bf16_ptr(y), x.numel(), stream_), "add");
+  }
+
+  void add_rms_norm(Tensor x, const Tensor& y, const Tensor& weight, float eps, Tensor out) override {
+    const int64_t rows = x.dim(0), cols = x.dim(1);
+    check_act(x, rows, cols, "add_rms_norm residual");
+    check_act(y, rows, cols, "add_rms_norm addend");
+    check_act(out, rows, cols, "add_rms_norm output");
+    check_f32_vector(weight, cols, "rms_norm weight");
+    check_cuda(detail::launch_add_rms_norm(bf16_ptr_mut(x), bf16_ptr(y), weight.data_as<const float>(),
+                                           static_cast<int>(rows), static_cast<int>(cols), eps, bf16_ptr_mut(out),
+                                           stream_),
+               "add_rms_norm");
   }
 
   // ops/sampling.h on the GPU (sampling.cu): the rows and their id lists go up in one copy, the ids
@@ -432,9 +437,33 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // linear() on a given stream (the MoE shared expert runs on side_stream_).
+  void linear_on(const Tensor& x, const LinearWeight& weight, Tensor out, cudaStream_t stream) {
+    const int64_t rows = x.dim(0);
+    check_act(x, rows, weight.in_features, "input of " + weight.name);
+    check_act(out, rows, weight.out_features, "output of " + weight.name);
+    const detail::WeightView w = weight_view(weight);
+    if (w.kind == detail::WeightKind::kBF16) {
+      gemm_->gemm_bf16(bf16_ptr(x), x.dim(1), static_cast<int>(rows), reinterpret_cast<const uint16_t*>(w.data),
+                       static_cast<int>(weight.out_features), static_cast<int>(weight.in_features), bf16_ptr_mut(out),
+                       out.dim(1), stream);
+      return;
+    }
+    detail::LinearArgs a;
+    a.x = bf16_ptr(x);
+    a.x_stride = x.dim(1);
+    a.rows = static_cast<int>(rows);
+    a.n = static_cast<int>(weight.out_features);
+    a.k = static_cast<int>(weight.in_features);
+    a.w[0] = w;
+    a.item_rows = detail::linear_item_rows(w, a.k, a.rows);
+    a.out = bf16_ptr_mut(out);
+    a.out_stride = out.dim(1);
+    check_cuda(detail::launch_linear(a, stream), weight.name.c_str());
+  }
   // act [rows, inter] = SwiGLU-OAI(x gate^T, x up^T), fused into one GEMM's epilogue.
   void gate_up_swiglu(const uint16_t* x, int64_t x_stride, int rows, const LinearWeight& gate, const LinearWeight& up,
-                      float alpha, float limit, uint16_t* act) {
+                      float alpha, float limit, uint16_t* act, cudaStream_t stream) {
     detail::LinearArgs a;
     a.x = x;
     a.x_stride = x_stride;
@@ -449,7 +478,7 @@ class CudaBackend final : public Backend {
     a.epilogue = detail::Epilogue::kSwiglu;
     a.swiglu_alpha = alpha;
     a.swiglu_limit = limit;
-    check_cuda(detail::launch_linear(a, stream_), gate.name.c_str());
+    check_cuda(detail::launch_linear(a, stream), gate.name.c_str());
   }
   ExpertTables& expert_tables(const MlpWeights& mlp);
   // Changes whenever scratch a recorded graph may point at moves (cuda_graphs.h).
@@ -458,6 +487,9 @@ class CudaBackend final : public Backend {
   ModelConfig config_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t upload_done_ = nullptr;
+  // moe(): the shared expert's stream, forked from stream_ at fork_ and joined back at join_.
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
   std::unique_ptr<cuda::MsaPlan> msa_;
 
@@ -609,6 +641,12 @@ ExpertTables& CudaBackend::expert_tables(const MlpWeights& mlp) {
 
 // The MoE block: shared expert (fused gate/up + SwiGLU, down), router and permutation on the
 // device, grouped gate/up + SwiGLU over the routed rows, grouped down, weighted combine.
+// The shared expert does not depend on the routing and each of its GEMMs alone under-fills the
+// GPU at decode sizes, so it runs on side_stream_ beside route + routed experts: fork_ (recorded
+// on stream_ once x is ready) starts it, join_ ends it before the combine. Under stream capture
+// the side stream joins the capture through the wait on fork_. Its buffers (moe_shared_act_,
+// moe_shared_) are its own, and the next MoE op's fork comes after this op's combine in stream_
+// order, so results are those of the serial order bit for bit.
 void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) {
   const int64_t rows = x.dim(0), hidden = x.dim(1);
   const int e_count = params.num_experts, k = params.experts_per_token;
@@ -624,23 +662,24 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   if (rows == 0) return;
   const int64_t inter = mlp.experts.front().gate.out_features;
   const int64_t shared_inter = mlp.gate.out_features;
+  // Checked here, not inside the side stream's calls: a throw between fork and join would leave a
+  // capture unjoined.
+  M3_CHECK(mlp.gate.in_features == hidden && mlp.up.in_features == hidden && mlp.up.out_features == shared_inter &&
+               mlp.down.in_features == shared_inter && mlp.down.out_features == hidden,
+           "MoE {}: shared expert shapes disagree (gate {}x{}, up {}x{}, down {}x{}, hidden {})", mlp.gate.name,
+           mlp.gate.out_features, mlp.gate.in_features, mlp.up.out_features, mlp.up.in_features,
+           mlp.down.out_features, mlp.down.in_features, hidden);
   const int64_t pairs = rows * k;
   ExpertTables& tables = expert_tables(mlp);
-
-  // Shared expert.
-  moe_shared_act_.reserve(size_t(rows) * std::max<int64_t>(shared_inter, 1) * 2, "shared expert activation");
-  moe_shared_.reserve(size_t(rows) * hidden * 2, "shared expert output");
-  gate_up_swiglu(bf16_ptr(x), hidden, static_cast<int>(rows), mlp.gate, mlp.up, params.swiglu_alpha,
-                 params.swiglu_limit, moe_shared_act_.as<uint16_t>());
-  Tensor shared_act = Tensor::wrap(moe_shared_act_.as(), {rows, shared_inter}, DType::kBF16, Device::kCuda);
-  Tensor shared = Tensor::wrap(moe_shared_.as(), {rows, hidden}, DType::kBF16, Device::kCuda);
-  linear(shared_act, mlp.down, shared);
-
-  // Routing and permutation.
   const int per_expert = static_cast<int>((pairs + e_count - 1) / e_count);
   const int item_rows = detail::linear_item_rows(tables.first[0], static_cast<int>(hidden), per_expert,
                                                  /*grouped=*/true);
   const int max_items = static_cast<int>((pairs + item_rows - 1) / item_rows) + std::min<int64_t>(e_count, pairs);
+
+  // Every buffer is sized before the fork: a grown buffer is freed and reallocated, which must not
+  // happen while the side stream runs.
+  moe_shared_act_.reserve(size_t(rows) * std::max<int64_t>(shared_inter, 1) * 2, "shared expert activation");
+  moe_shared_.reserve(size_t(rows) * hidden * 2, "shared expert output");
   moe_logits_.reserve(sizeof(float) * rows * e_count, "router logits");
   moe_choice_expert_.reserve(sizeof(int32_t) * pairs, "MoE choices");
   moe_choice_weight_.reserve(sizeof(float) * pairs, "MoE choices");
@@ -649,6 +688,20 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   moe_counts_.reserve(sizeof(int32_t) * (2 * e_count + 2), "MoE counts");
   moe_items_.reserve(sizeof(detail::LinearItem) * max_items, "MoE work items");
   moe_num_items_.reserve(sizeof(int32_t), "MoE work items");
+  moe_act_.reserve(size_t(pairs) * inter * 2, "routed expert activation");
+  moe_y_.reserve(size_t(pairs) * hidden * 2, "routed expert output");
+
+  // Shared expert, on the side stream.
+  check_cuda(cudaEventRecord(fork_, stream_), "MoE fork");
+  check_cuda(cudaStreamWaitEvent(side_stream_, fork_, 0), "MoE fork");
+  gate_up_swiglu(bf16_ptr(x), hidden, static_cast<int>(rows), mlp.gate, mlp.up, params.swiglu_alpha,
+                 params.swiglu_limit, moe_shared_act_.as<uint16_t>(), side_stream_);
+  Tensor shared_act = Tensor::wrap(moe_shared_act_.as(), {rows, shared_inter}, DType::kBF16, Device::kCuda);
+  Tensor shared = Tensor::wrap(moe_shared_.as(), {rows, hidden}, DType::kBF16, Device::kCuda);
+  linear_on(shared_act, mlp.down, shared, side_stream_);
+  check_cuda(cudaEventRecord(join_, side_stream_), "MoE join");
+
+  // Routing and permutation.
   detail::MoeRouteArgs r;
   r.x = bf16_ptr(x);
   r.num_tokens = static_cast<int>(rows);
@@ -670,8 +723,6 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   check_cuda(detail::launch_moe_route(r, stream_), "MoE routing");
 
   // Routed experts over the permuted rows.
-  moe_act_.reserve(size_t(pairs) * inter * 2, "routed expert activation");
-  moe_y_.reserve(size_t(pairs) * hidden * 2, "routed expert output");
   const detail::WeightView* table = tables.views.as<const detail::WeightView>();
   detail::LinearArgs a;
   a.x = bf16_ptr(x);
@@ -710,6 +761,8 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   d.epilogue = detail::Epilogue::kStore;
   check_cuda(detail::launch_linear(d, stream_), "routed experts down");
 
+  check_cuda(cudaStreamWaitEvent(stream_, join_, 0), "MoE join");
+
   check_cuda(detail::launch_moe_combine(moe_y_.as<const uint16_t>(), r.choice_row, r.choice_weight,
                                         static_cast<int>(rows), k, static_cast<int>(hidden),
                                         params.routed_scaling_factor, moe_shared_.as<const uint16_t>(),
@@ -738,6 +791,11 @@ CudaDeviceInfo cuda_device_info() {
   info.sm_count = prop.multiProcessorCount;
   info.compute_capability = prop.major * 10 + prop.minor;
   return info;
+}
+
+void* cuda_backend_stream(const Backend& backend) {
+  const auto* cuda_backend = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda_backend ? static_cast<void*>(cuda_backend->stream()) : nullptr;
 }
 
 CudaGraphStats cuda_graph_stats(const Backend& backend) {

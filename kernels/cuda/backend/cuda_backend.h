@@ -48,6 +48,9 @@ struct CudaGraphStats {
   int64_t eager = 0, captures = 0, replays = 0, capture_failures = 0, drops = 0;
 };
 CudaGraphStats cuda_graph_stats(const Backend& backend);
+// The cudaStream_t a CUDA backend enqueues its ops on (null for any other backend): benchmarks time
+// whole ops with events on it (an op may fork work to other streams; it joins them back first).
+void* cuda_backend_stream(const Backend& backend);
 
 // Copies every tensor of `host` to the current CUDA device as stored (formats, scales and the
 // scalar fields of each LinearWeight are kept); tensors shared between fields (tied embeddings)

@@ -1,6 +1,6 @@
 // Elementwise and normalisation kernels of the CUDA backend: RoPE tables, embedding, row gather,
-// Gemma RMSNorm, per-head norm + RoPE, residual add, bf16 -> fp32. Rounding follows the CPU
-// reference op by op (see row_ops.cuh).
+// Gemma RMSNorm, per-head norm + RoPE, residual add (alone and fused with the next RMSNorm),
+// bf16 -> fp32. Rounding follows the CPU reference op by op (see row_ops.cuh).
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -44,18 +44,11 @@ __global__ void gather_rows_kernel(const uint16_t* x, const int32_t* rows, int64
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
 }
 
-// One CTA per row; the sum of squares in double as the reference.
-__global__ void rms_norm_kernel(const uint16_t* x, const float* w, int cols, float eps, uint16_t* out) {
-  const uint16_t* xr = x + int64_t(blockIdx.x) * cols;
-  uint16_t* yr = out + int64_t(blockIdx.x) * cols;
-  double ss = 0.0;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    const double v = bf16_bits_to_f32(xr[c]);
-    ss += v * v;
-  }
+// The sum of a CTA's per-thread doubles (one fixed order: warps, then the warp sums), on every thread.
+__device__ __forceinline__ double block_sum(double v) {
   __shared__ double partial[32];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
   __syncthreads();
   if (threadIdx.x < 32) {
     double s = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.0;
@@ -63,9 +56,43 @@ __global__ void rms_norm_kernel(const uint16_t* x, const float* w, int cols, flo
     if (threadIdx.x == 0) partial[0] = s;
   }
   __syncthreads();
-  const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(static_cast<float>(partial[0] / cols), eps)));
+  return partial[0];
+}
+
+// out = bf16((x * r) * (1 + w)) with r from the row's sum of squares, over the columns this thread owns.
+__device__ __forceinline__ void norm_row(const uint16_t* xr, const float* w, int cols, float eps, double ss,
+                                         uint16_t* yr) {
+  const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(static_cast<float>(ss / cols), eps)));
   for (int c = threadIdx.x; c < cols; c += blockDim.x)
     yr[c] = f32_to_bf16_bits(__fmul_rn(__fmul_rn(bf16_bits_to_f32(xr[c]), r), __fadd_rn(1.0f, w[c])));
+}
+
+// One CTA per row; the sum of squares in double as the reference.
+__global__ void rms_norm_kernel(const uint16_t* x, const float* w, int cols, float eps, uint16_t* out) {
+  const uint16_t* xr = x + int64_t(blockIdx.x) * cols;
+  double ss = 0.0;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    const double v = bf16_bits_to_f32(xr[c]);
+    ss += v * v;
+  }
+  norm_row(xr, w, cols, eps, block_sum(ss), out + int64_t(blockIdx.x) * cols);
+}
+
+// rms_norm_kernel over x += y in one pass: the same column-to-thread map and sum order, so the
+// result is the add kernel's then the norm kernel's bit for bit. Each thread reads back only the
+// columns it wrote, and reads y[c] before it writes out[c], so out may alias x or y.
+__global__ void add_rms_norm_kernel(uint16_t* x, const uint16_t* y, const float* w, int cols, float eps,
+                                    uint16_t* out) {
+  uint16_t* xr = x + int64_t(blockIdx.x) * cols;
+  const uint16_t* yr = y + int64_t(blockIdx.x) * cols;
+  double ss = 0.0;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    const uint16_t sum = f32_to_bf16_bits(__fadd_rn(bf16_bits_to_f32(xr[c]), bf16_bits_to_f32(yr[c])));
+    xr[c] = sum;
+    const double v = bf16_bits_to_f32(sum);
+    ss += v * v;
+  }
+  norm_row(xr, w, cols, eps, block_sum(ss), out + int64_t(blockIdx.x) * cols);
 }
 
 // One warp per (token, head).
@@ -134,6 +161,13 @@ cudaError_t launch_rms_norm(const uint16_t* x, const float* w, int rows, int col
                             cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   rms_norm_kernel<<<rows, 256, 0, stream>>>(x, w, cols, eps, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add_rms_norm(uint16_t* x, const uint16_t* y, const float* w, int rows, int cols, float eps,
+                                uint16_t* out, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  add_rms_norm_kernel<<<rows, 256, 0, stream>>>(x, y, w, cols, eps, out);
   return cudaGetLastError();
 }
 

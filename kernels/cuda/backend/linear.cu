@@ -16,6 +16,8 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "formats/nvfp4.h"
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/device_math.cuh"
@@ -114,7 +116,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
   // are contiguous.
   const int num_chunks = (a.k + KC - 1) / KC;
   using Raw = uint4[U][NW][NT];
-  using Scales = ChunkScale[U][NW][NT];
+  using Scales = FastScale[U][NW][NT];
   auto load = [&](int c0, Raw& raw, Scales& sc) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -126,15 +128,18 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
         for (int nt = 0; nt < NT; ++nt) {
           if (active && wrow[j][nt] != nullptr) {
             raw[u][j][nt] = load_stream16(wrow[j][nt] + Fmt::byte_offset(k0));
-            sc[u][j][nt] = load_chunk_scale<F>(srow[j][nt], k0);
+            sc[u][j][nt] = load_fast_scale<F>(srow[j][nt], k0);
           } else {
             raw[u][j][nt] = make_uint4(0, 0, 0, 0);
-            sc[u][j][nt] = ChunkScale();
+            sc[u][j][nt] = FastScale();
           }
         }
     }
   };
-  auto compute = [&](int c0, const Raw& raw, const Scales& sc) {
+  // kExact: mxfp8 batches with a block exponent above kMxfp8FastMaxExp expand through the float
+  // path (decode_sub); real checkpoints never get there.
+  auto compute = [&](int c0, const Raw& raw, const Scales& sc, auto exact) {
+    constexpr bool kExact = decltype(exact)::value;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t k0 = int64_t(c0 + u) * KC + q * E;
@@ -153,7 +158,14 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
         for (int j = 0; j < NW; ++j)
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            const uint4 b = decode_sub<F>(raw[u][j][nt], s, sc[u][j][nt]);
+            uint4 b;
+            if constexpr (kExact) {
+              ChunkScale cs;
+              cs.mx = ue8m0_decode(uint8_t(mx_exponent_of(sc[u][j][nt].pair[0])));
+              b = decode_sub<F>(raw[u][j][nt], s, cs);
+            } else {
+              b = decode_sub_fast<F>(raw[u][j][nt], s, sc[u][j][nt]);
+            }
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
               const uint32_t a0[4] = {xa[mt][0].x, xa[mt][1].x, xa[mt][0].y, xa[mt][1].y};
@@ -169,7 +181,34 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
   Scales sc;
   for (int c0 = (int(blockIdx.z) * kSkinnyWarps + warp) * U; c0 < num_chunks; c0 += splits * kSkinnyWarps * U) {
     load(c0, raw, sc);
-    compute(c0, raw, sc);
+    if constexpr (F == WeightKind::kMxfp8) {
+      uint32_t top = 0;  // the pairs grow with the exponent
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int j = 0; j < NW; ++j)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) top = max(top, sc[u][j][nt].pair[0]);
+      if (__any_sync(0xFFFFFFFFu, top > mx_fast_pair(kMxfp8FastMaxExp))) {
+        compute(c0, raw, sc, std::true_type());
+        continue;
+      }
+    }
+    compute(c0, raw, sc, std::false_type());
+  }
+  // decode_sub_fast's nvfp4 weights are 2^-kNvfp4AccShift times the true ones: undo it on the
+  // fp32 sums (exact).
+  if constexpr (F == WeightKind::kNvfp4) {
+#pragma unroll
+    for (int as = 0; as < AS; ++as)
+#pragma unroll
+      for (int j = 0; j < NW; ++j)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[as][j][nt][mt][c] *= float(1 << kNvfp4AccShift);
   }
 #pragma unroll
   for (int as = 1; as < AS; ++as)

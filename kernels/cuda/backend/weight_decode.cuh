@@ -127,6 +127,89 @@ __device__ __forceinline__ uint4 decode_sub(const uint4& raw, int s, const Chunk
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Register-only expansion for the skinny kernel: 3 integer ops + one HMUL2 per bf16 pair (the
+// float path above costs 6 per fp8 pair, 4.5 per e2m1 pair). The code's bits are placed straight
+// into a bf16 pair whose exponent field is the code's own (E4M3: v * 2^-120, e2m1: v * 2^-126;
+// subnormal codes land on bf16 subnormals with the same factor, zero on zero), and one HMUL2 by a
+// power-of-two-scaled block/group scale makes the product exact (<= 6 significant bits, normal).
+// NVFP4's scale pair is s * 2^(126 - kNvfp4AccShift) so that it stays below bf16's maximum; the
+// kernel multiplies its fp32 sums by 2^kNvfp4AccShift (exact, a power of two).
+constexpr int kNvfp4AccShift = 8;
+// MXFP8 block exponents above this need 2^(S - 7) > 2^127: those chunks take decode_sub.
+constexpr uint32_t kMxfp8FastMaxExp = 134;
+
+template <uint32_t kSel>
+__device__ __forceinline__ uint32_t prmt_sign(uint32_t lo, uint32_t hi) {
+  // prmt's default mode: a selector nibble with bit 3 set replicates the chosen byte's sign bit.
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(lo), "r"(hi), "n"(kSel));
+  return r;
+}
+
+// mxfp8 / fp8: pair[0] = bf16 pair of 2^(S - 7) (S = UE8M0 exponent; 127 for per-tensor fp8),
+// S recoverable as (pair[0] & 0xFFFF) / 128 - 120 (also when S > kMxfp8FastMaxExp).
+// nvfp4: the two group scales times 2^(126 - kNvfp4AccShift), as bf16 pairs.
+struct FastScale {
+  uint32_t pair[2] = {(127u + 120u) * 0x00800080u, 0u};
+};
+
+__device__ __forceinline__ uint32_t mx_fast_pair(uint32_t exponent) { return (exponent + 120u) * 0x00800080u; }
+__device__ __forceinline__ uint32_t mx_exponent_of(uint32_t pair) { return ((pair & 0xFFFFu) >> 7) - 120u; }
+
+template <WeightKind F>
+__device__ __forceinline__ FastScale load_fast_scale(const uint8_t* scale_row, int64_t k0) {
+  FastScale s;
+  if constexpr (F == WeightKind::kMxfp8) {
+    s.pair[0] = mx_fast_pair(__ldg(scale_row + k0 / 32));
+  } else if constexpr (F == WeightKind::kNvfp4) {
+    const uint16_t two = __ldg(reinterpret_cast<const uint16_t*>(scale_row + k0 / 16));
+    uint32_t h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(two));
+    const float2 f = __half22float2(*reinterpret_cast<__half2*>(&h));
+    const float mul = __int_as_float((127 + 126 - kNvfp4AccShift) << 23);  // 2^(126 - kNvfp4AccShift)
+    const uint32_t ab = bf16x2_bits(__floats2bfloat162_rn(f.x * mul, f.y * mul));
+    s.pair[0] = __byte_perm(ab, 0u, 0x1010);
+    s.pair[1] = __byte_perm(ab, 0u, 0x3232);
+  }
+  return s;
+}
+
+__device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
+  return bf16x2_bits(__hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b)));
+}
+
+// Elements [8 s, 8 s + 8) of a chunk as four bf16 pairs (element order), for fp8 / mxfp8 chunks
+// with exponent <= kMxfp8FastMaxExp and nvfp4 chunks (times 2^-kNvfp4AccShift).
+template <WeightKind F>
+__device__ __forceinline__ uint4 decode_sub_fast(const uint4& raw, int s, const FastScale& sc) {
+  if constexpr (F == WeightKind::kBF16) {
+    return raw;
+  } else if constexpr (F == WeightKind::kFp8 || F == WeightKind::kMxfp8) {
+    // Bytes b0 b1 -> [sx(b1) b1 sx(b0) b0]; << 4 puts each magnitude at bf16 bits 4-10 and a
+    // sign-replicated byte's bit 11 at bit 15; the mask drops the rest.
+    const uint32_t a = s == 0 ? raw.x : raw.z, b = s == 0 ? raw.y : raw.w;
+    const uint32_t m = 0x87F087F0u;
+    const uint32_t mul = sc.pair[0];
+    return make_uint4(hmul2_bits((prmt_sign<0x9180>(a, 0u) << 4) & m, mul),
+                      hmul2_bits((prmt_sign<0xB3A2>(a, 0u) << 4) & m, mul),
+                      hmul2_bits((prmt_sign<0x9180>(b, 0u) << 4) & m, mul),
+                      hmul2_bits((prmt_sign<0xB3A2>(b, 0u) << 4) & m, mul));
+  } else {
+    // Byte p holds elements 2p (low nibble) and 2p + 1. With a4 = a << 4 both nibbles sit at the
+    // top of a byte (a4's byte p, a's byte p), so prmt builds [sx(n1) (n1 n0) sx(n0) (n0 x)]
+    // and << 2 puts each magnitude at bf16 bits 6-8 and a sign at bit 15.
+    const uint32_t a = s == 0 ? raw.x : s == 1 ? raw.y : s == 2 ? raw.z : raw.w;
+    const uint32_t a4 = a << 4;
+    const uint32_t m = 0x81C081C0u;
+    const uint32_t mul = sc.pair[s >> 1];
+    return make_uint4(hmul2_bits((prmt_sign<0xC480>(a4, a) << 2) & m, mul),
+                      hmul2_bits((prmt_sign<0xD591>(a4, a) << 2) & m, mul),
+                      hmul2_bits((prmt_sign<0xE6A2>(a4, a) << 2) & m, mul),
+                      hmul2_bits((prmt_sign<0xF7B3>(a4, a) << 2) & m, mul));
+  }
+}
+
 // The factor the fp32 dot product of a row takes (second-level and per-tensor scales).
 __device__ __forceinline__ float apply_out_scale(const WeightView& w, float v) {
   if (w.kind == WeightKind::kFp8 && w.scale != nullptr) v *= *reinterpret_cast<const float*>(w.scale);

@@ -1,0 +1,105 @@
+// Exhaustive device check of the skinny kernel's register-only weight expansion: decode_sub_fast
+// must equal decode_sub (the float path, exact by construction) bit for bit, after the documented
+// power-of-two factor, for every fp8 byte x every UE8M0 exponent up to kMxfp8FastMaxExp (and the
+// exponent must round-trip through the scale pair for all 256), and for every e2m1 nibble x every
+// positive finite E4M3 group scale. Run on the GPU machine: prints the mismatch counts, exit 1 on
+// any mismatch.
+#include <cstdio>
+
+#include "kernels/cuda/backend/weight_decode.cuh"
+
+namespace m3::cuda::detail {
+namespace {
+
+struct Mismatch {
+  int count;
+  uint32_t scale, got, want, word;
+};
+
+__device__ void record(Mismatch* m, uint32_t scale, uint32_t got, uint32_t want, uint32_t word) {
+  if (atomicAdd(&m->count, 1) == 0) {
+    m->scale = scale;
+    m->got = got;
+    m->want = want;
+    m->word = word;
+  }
+}
+
+// Block: one UE8M0 exponent (scales[blockIdx.x] == blockIdx.x); thread: one byte pattern (every
+// byte value appears in every byte position of the chunk).
+__global__ void check_mxfp8(const uint8_t* scales, Mismatch* m) {
+  const uint32_t S = blockIdx.x, b = threadIdx.x;
+  const FastScale fs = load_fast_scale<WeightKind::kMxfp8>(scales + S, 0);
+  const ChunkScale cs = load_chunk_scale<WeightKind::kMxfp8>(scales + S, 0);
+  if (mx_exponent_of(fs.pair[0]) != S) record(m, S, mx_exponent_of(fs.pair[0]), S, 0);
+  if (S > kMxfp8FastMaxExp) return;
+  const uint32_t w = b | ((b ^ 0x80u) << 8) | ((255u - b) << 16) | (((b * 7u) & 0xFFu) << 24);
+  const uint4 raw = make_uint4(w, w ^ 0x01010101u, w ^ 0x80808080u, w ^ 0x7F00FF00u);
+  for (int s = 0; s < 2; ++s) {
+    const uint4 n = decode_sub_fast<WeightKind::kMxfp8>(raw, s, fs), o = decode_sub<WeightKind::kMxfp8>(raw, s, cs);
+    const uint32_t nn[4] = {n.x, n.y, n.z, n.w}, oo[4] = {o.x, o.y, o.z, o.w};
+    for (int i = 0; i < 4; ++i)
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t got = (nn[i] >> (16 * h)) & 0xFFFFu, want = (oo[i] >> (16 * h)) & 0xFFFFu;
+        if ((want & 0x7F80u) == 0x7F80u && (want & 0x7Fu) != 0) continue;  // E4M3 NaN codes: not weights
+        if (got != want) record(m, S, got, want, s == 0 ? raw.x : raw.z);
+      }
+  }
+}
+
+// Block: one pair of group scales (scales[2 i], scales[2 i + 1]); thread: one nibble pattern.
+__global__ void check_nvfp4(const uint8_t* scales, Mismatch* m) {
+  const uint8_t* pair = scales + 2 * blockIdx.x;
+  if ((pair[0] & 0x7Fu) == 0x7Fu || (pair[1] & 0x7Fu) == 0x7Fu || ((pair[0] | pair[1]) & 0x80u)) return;
+  const FastScale fs = load_fast_scale<WeightKind::kNvfp4>(pair, 0);
+  const ChunkScale cs = load_chunk_scale<WeightKind::kNvfp4>(pair, 0);
+  const uint32_t t = threadIdx.x;
+  const uint32_t w = t | (((t * 37u) & 0xFFu) << 8) | ((t ^ 0xA5u) << 16) | ((255u - t) << 24);
+  const uint4 raw = make_uint4(w, w ^ 0x88888888u, (w << 4) | (w >> 28), ~w);
+  for (int s = 0; s < 4; ++s) {
+    const uint4 n = decode_sub_fast<WeightKind::kNvfp4>(raw, s, fs), o = decode_sub<WeightKind::kNvfp4>(raw, s, cs);
+    const uint32_t nn[4] = {n.x, n.y, n.z, n.w}, oo[4] = {o.x, o.y, o.z, o.w};
+    for (int i = 0; i < 4; ++i)
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t got = (nn[i] >> (16 * h)) & 0xFFFFu, want = (oo[i] >> (16 * h)) & 0xFFFFu;
+        const float scaled = __uint_as_float(got << 16) * float(1 << kNvfp4AccShift);
+        if (__float_as_uint(scaled) != want << 16) record(m, blockIdx.x, got, want, w);
+      }
+  }
+}
+
+}  // namespace
+}  // namespace m3::cuda::detail
+
+int main() {
+  using namespace m3::cuda::detail;
+  uint8_t host_scales[512];
+  for (int i = 0; i < 256; ++i) host_scales[i] = uint8_t(i);
+  uint8_t *mx_scales = nullptr, *fp4_scales = nullptr;
+  Mismatch* m = nullptr;
+  cudaMalloc(&mx_scales, 256);
+  cudaMemcpy(mx_scales, host_scales, 256, cudaMemcpyHostToDevice);
+  for (int i = 0; i < 256; ++i) {
+    host_scales[2 * i] = uint8_t(i);
+    host_scales[2 * i + 1] = uint8_t(i ^ 0x15);
+  }
+  cudaMalloc(&fp4_scales, 512);
+  cudaMemcpy(fp4_scales, host_scales, 512, cudaMemcpyHostToDevice);
+  cudaMalloc(&m, 2 * sizeof(Mismatch));
+  cudaMemset(m, 0, 2 * sizeof(Mismatch));
+  check_mxfp8<<<256, 256>>>(mx_scales, m);
+  check_nvfp4<<<256, 256>>>(fp4_scales, m + 1);
+  Mismatch h[2] = {};
+  const cudaError_t e = cudaMemcpy(h, m, sizeof(h), cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) {
+    std::printf("weight_decode_check: CUDA error %s\n", cudaGetErrorString(e));
+    return 1;
+  }
+  const char* names[2] = {"mxfp8", "nvfp4"};
+  for (int i = 0; i < 2; ++i)
+    std::printf("weight_decode_check %s: %d mismatches%s", names[i], h[i].count, h[i].count ? "" : "\n");
+  for (int i = 0; i < 2; ++i)
+    if (h[i].count)
+      std::printf(" (first: scale %u, got %04x, want %04x, word %08x)\n", h[i].scale, h[i].got, h[i].want, h[i].word);
+  return h[0].count != 0 || h[1].count != 0;
+}
