@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <exception>
 #include <thread>
@@ -96,6 +98,10 @@ HttpServer::HttpServer(HttpLimits limits, std::vector<std::string> api_keys,
   s.set_keep_alive_timeout(limits_.keep_alive_timeout_s);
   s.set_keep_alive_max_count(1000);
   s.set_tcp_nodelay(true);  // SSE events are small; do not let Nagle hold them back
+  s.set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_socket_ = static_cast<int>(sock);
+  });
 
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (t_connection_over_limit) {
@@ -211,6 +217,11 @@ int HttpServer::start(const std::string& host, int port) {
              "available; pick another --host/--port)",
              host, port);
   }
+  // cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed in the Debian
+  // library): a burst of clients connecting at once overflows it and some see their connection
+  // reset. On Linux a second listen() on the listening socket raises its backlog.
+  if (listen_socket_ >= 0 && ::listen(listen_socket_, SOMAXCONN) != 0)
+    M3_LOG_WARN("could not raise the listen backlog of the HTTP socket; bursts of connections may be reset");
   listener_ = std::thread([this] { server_->listen_after_bind(); });
   // stop() only takes effect once the accept loop runs: wait for it, so a stop right after
   // start (a failed model load) cannot leave the listener running and its join hanging.

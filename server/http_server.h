@@ -73,6 +73,7 @@ class HttpServer {
   std::map<std::string, std::string> allowed_methods_;
   std::shared_ptr<std::atomic<int>> active_connections_;
   std::thread listener_;
+  int listen_socket_ = -1;  // the last socket cpp-httplib created: the listening one after a bind
 };
 
 // Sends the OpenAI error JSON.

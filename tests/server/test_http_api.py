@@ -112,6 +112,28 @@ class ServiceRoutes(unittest.TestCase):
 
 
 class Completions(unittest.TestCase):
+    def test_burst_of_connections_is_served(self):
+        # 200 clients connecting at the same instant: none may be refused or reset (cpp-httplib's
+        # listen backlog of 5 reset some of them under load until the server raised it).
+        bodies = [completion_body(prompt="burst %d" % k, max_tokens=1) for k in range(200)]
+        out, errors = [None] * len(bodies), []
+        start = threading.Barrier(len(bodies))
+
+        def one(k):
+            try:
+                start.wait()
+                out[k] = SERVER.post("/v1/completions", bodies[k])
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(len(bodies))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertTrue(all(r["usage"]["completion_tokens"] == 1 for r in out))
+
     def test_shape(self):
         r = SERVER.post("/v1/completions", completion_body(max_tokens=5, ignore_eos=True))
         self.assertTrue(r["id"].startswith("cmpl-"))
