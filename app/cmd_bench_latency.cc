@@ -39,8 +39,8 @@
 #include "core/log.h"
 #include "model/config.h"
 #include "model/minimax_m3.h"
-#include "ops/sampling.h"
 #include "model/weights.h"
+#include "ops/sampling.h"
 
 namespace m3::app {
 namespace {
@@ -230,21 +230,6 @@ struct BenchModel {
   WeightBytes weights;
 };
 
-std::string index_dtype_option(const std::string& attention_config) {
-  if (attention_config.empty()) return "";
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(attention_config);
-  } catch (const std::exception& e) {
-    fail("--attention-config is not valid JSON: {}", e.what());
-  }
-  M3_CHECK(j.is_object(), "--attention-config must be a JSON object");
-  for (const auto& [key, value] : j.items())
-    M3_CHECK(key == "indexer_kv_dtype" && value.is_string(),
-             "--attention-config: bench latency supports only {{\"indexer_kv_dtype\": \"...\"}}, got key '{}'", key);
-  return j.value("indexer_kv_dtype", "");
-}
-
 // The model's KV pool geometry before any weights exist (to size the pool from the cases).
 KvLayout probe_layout(const ModelConfig& config, const ModelRuntimeOptions& rt) {
   std::vector<bool> sparse;
@@ -273,7 +258,7 @@ BenchModel load_bench_model(const BenchLatencyOptions& o, std::vector<DecodeCase
   ModelRuntimeOptions rt;
   rt.activation_dtype = parse_activation_dtype(o.model.dtype);
   rt.kv_dtype = resolve_kv_dtype(o.model.kv_cache_dtype, rt.activation_dtype);
-  const std::string index = index_dtype_option(o.model.attention_config);
+  const std::string index = indexer_kv_dtype(o.model.attention_config);
   rt.index_dtype = index.empty() ? rt.kv_dtype : resolve_kv_dtype(index, rt.activation_dtype);
   BenchModel m;
   m.device = resolve_device(o.model.device, rt.activation_dtype);

@@ -118,9 +118,6 @@ int64_t parse_memory_size(const std::string& text, const std::string& option) {
   return static_cast<int64_t>(value * mult);
 }
 
-namespace {
-
-// The index-K dtype from --attention-config (decision 7: options that cannot be honoured fail).
 std::string indexer_kv_dtype(const std::string& attention_config) {
   if (attention_config.empty()) return "";
   nlohmann::json j;
@@ -145,8 +142,6 @@ std::string indexer_kv_dtype(const std::string& attention_config) {
   }
   return index;
 }
-
-}  // namespace
 
 LoadedModel load_model(const ModelOptions& o) {
   ModelConfig config = load_model_config(o.model_dir);

@@ -41,6 +41,10 @@ struct LoadedModel {
 
 LoadedModel load_model(const ModelOptions& options);
 
+// The index-K dtype named by --attention-config ("" when absent); keys that cannot be honoured
+// (indexer_decode_cp: true, unknown keys) fail with an error naming them (decision 7).
+std::string indexer_kv_dtype(const std::string& attention_config);
+
 // --device: "cpu" or "cuda" as given; "auto" is cuda when this build has the CUDA backend, a
 // usable Hopper GPU is present and the activations are bfloat16 (the GPU's only activation
 // dtype), else cpu. Throws m3::Error for other names, or for cuda without a usable GPU.

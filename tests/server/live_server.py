@@ -133,6 +133,29 @@ class LiveServer:
         self.proc.stderr.close()
 
 
+def post_all(server, path, bodies):
+    """POSTs every body at the same instant (one thread each, released together); returns the
+    parsed responses in order, raising AssertionError with every client error if any failed."""
+    out = [None] * len(bodies)
+    errors = []
+    start = threading.Barrier(len(bodies))
+
+    def one(k):
+        try:
+            start.wait()
+            out[k] = server.post(path, bodies[k])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return out
+
+
 def parse_sse(text):
     """Splits an SSE body into JSON events; checks the framing strictly."""
     events, done = [], False

@@ -8,11 +8,10 @@ force preemption (checked through vllm:num_preemptions_total).
 """
 import os
 import sys
-import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from live_server import LiveServer  # noqa: E402
+from live_server import LiveServer, post_all  # noqa: E402
 
 BIN = os.environ.get("M3SERVE_BIN", "build/bin/m3serve")
 MODEL = os.environ.get("M3SERVE_MODEL", "models/minimax-m3-tiny")
@@ -34,24 +33,7 @@ SEEDED = [dict(prompt=prompt(i, 20), max_tokens=24, ignore_eos=True, temperature
 
 
 def run_batch(server, bodies):
-    out = [None] * len(bodies)
-    errors = []
-    start = threading.Barrier(len(bodies))
-
-    def one(k):
-        try:
-            start.wait()
-            out[k] = server.post("/v1/completions", bodies[k])
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(repr(e))
-
-    threads = [threading.Thread(target=one, args=(k,)) for k in range(len(bodies))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    return out
+    return post_all(server, "/v1/completions", bodies)
 
 
 class Determinism(unittest.TestCase):

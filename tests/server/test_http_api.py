@@ -9,11 +9,10 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from live_server import LiveServer, open_stream  # noqa: E402
+from live_server import LiveServer, open_stream, post_all  # noqa: E402
 
 BIN = os.environ.get("M3SERVE_BIN", "build/bin/m3serve")
 MODEL = os.environ.get("M3SERVE_MODEL", "models/minimax-m3-tiny")
@@ -116,22 +115,7 @@ class Completions(unittest.TestCase):
         # 200 clients connecting at the same instant: none may be refused or reset (cpp-httplib's
         # listen backlog of 5 reset some of them under load until the server raised it).
         bodies = [completion_body(prompt="burst %d" % k, max_tokens=1) for k in range(200)]
-        out, errors = [None] * len(bodies), []
-        start = threading.Barrier(len(bodies))
-
-        def one(k):
-            try:
-                start.wait()
-                out[k] = SERVER.post("/v1/completions", bodies[k])
-            except Exception as e:  # noqa: BLE001 - reported below
-                errors.append(repr(e))
-
-        threads = [threading.Thread(target=one, args=(k,)) for k in range(len(bodies))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        self.assertEqual(errors, [])
+        out = post_all(SERVER, "/v1/completions", bodies)  # raises with every client error
         self.assertTrue(all(r["usage"]["completion_tokens"] == 1 for r in out))
 
     def test_shape(self):
