@@ -1,7 +1,7 @@
 // The options only `m3serve serve` takes beyond the loader's (app/model_loader.h): the deployment
 // (tensor parallelism, speculative decoding) and the chat template. Options that cannot be
-// honoured on this machine fail at start with a message naming the option (decision 7 of
-// docs/architecture.md).
+// honoured on this machine fail at start with a message naming the option (docs/reference.md
+// D7).
 #pragma once
 #include <optional>
 #include <string>

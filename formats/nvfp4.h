@@ -1,7 +1,7 @@
 // NVFP4: E2M1 elements (values 0, .5, 1, 1.5, 2, 3, 4, 6 and negatives; code 8 is -0) in groups
 // of 16 sharing one E4M3 scale. Two codes per byte, the even element in the low nibble.
 //
-// KV-cache encoding (m3serve's own, spec/README.md decision 4): per group of 16 along the head
+// KV-cache encoding (m3serve's own, docs/reference.md D4): per group of 16 along the head
 // dimension, scale = E4M3(clamp(amax / 6, 2^-9, 448)), code = E2M1(x / scale) rounded to nearest,
 // ties to even, saturating at +-6, and zero always +0 (never code 8). No second-level scale.
 //
@@ -74,7 +74,7 @@ M3_HD float nvfp4_value(uint8_t code, uint8_t scale) {
 }
 
 // The Q8KV4 path's view of an element: code * scale rounded to E4M3 with saturation
-// (msa-kernels.md 3.2), as the vendor kernels compute on FP8 tensor cores.
+// (docs/reference.md 3.1), as the vendor kernels compute on FP8 tensor cores.
 M3_HD float nvfp4_value_e4m3(uint8_t code, uint8_t scale) {
   return fp8_e4m3_round(nvfp4_value(code, scale));
 }

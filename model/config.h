@@ -1,6 +1,6 @@
 // The text model's configuration, read from a Hugging Face config.json of model_type
 // `minimax_m3_vl_text`, or `minimax_m3_vl` with the text fields under `text_config`. Both current
-// and legacy field names are accepted (spec/model.md, spec/checkpoint-and-chat.md section 1).
+// and legacy field names are accepted (docs/reference.md 2.1).
 #pragma once
 #include <filesystem>
 #include <string>

@@ -1,4 +1,4 @@
-// The MiniMax-M3 layer graph (spec/model.md), top to bottom, against ops/backend.h.
+// The MiniMax-M3 layer graph (docs/reference.md 2), top to bottom, against ops/backend.h.
 #include "model/minimax_m3.h"
 
 #include <cmath>

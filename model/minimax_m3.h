@@ -1,5 +1,5 @@
 // MiniMaxM3: the MiniMax-M3 text model's forward pass over a paged, batched StepBatch, written
-// once against ops/backend.h (spec/model.md; decisions 2-3 of spec/README.md).
+// once against ops/backend.h (docs/reference.md 2; docs/reference.md D2-D3).
 //
 // Contract for the engine:
 //  - The model owns the KV pool (num_kv_blocks blocks of block_size() tokens, ops::KvLayout,

@@ -1,4 +1,4 @@
-// Where the text model's tensors live in a checkpoint (spec decision 5), detected from the names
+// Where the text model's tensors live in a checkpoint (docs/reference.md D5), detected from the names
 // the checkpoint holds, never from file names:
 //   release:              language_model.model.layers.N..., language_model.lm_head.weight
 //   VL save_pretrained:   model.language_model.layers.N...,  lm_head.weight

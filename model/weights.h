@@ -43,7 +43,7 @@ struct LoadProgress {
 };
 
 // Loads every tensor the config needs from the checkpoint in `model_dir` (single file or
-// sharded; the directory or its config.json). Both on-disk layouts of spec decision 5 are
+// sharded; the directory or its config.json). Both on-disk layouts of docs/reference.md D5 are
 // accepted, detected from the tensor names; each linear's format comes from its own tensors
 // (names + dtypes). Large tensors are zero-copy read-only views of the mapped files (never write
 // through them); norms, router and bias are F32 copies. Vision, projector and mtp.* tensors are

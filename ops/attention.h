@@ -10,7 +10,7 @@
 //
 // kv_insert: writes K [T, Hkv, D], V [T, Hkv, D] and, for sparse layers, index-K [T, Di] of the
 // step's tokens into their slots, encoded in the cache dtype: f32 copy; bf16 round to nearest
-// even; fp8 E4M3 saturating round to nearest even; nvfp4 per formats/nvfp4.h (decision 4).
+// even; fp8 E4M3 saturating round to nearest even; nvfp4 per formats/nvfp4.h (docs/reference.md D4).
 //
 // indexer_topk (sparse layers): per token t and index head j (= KV group j):
 //   - index query precision: activation values for f32/bf16 index caches; cast to E4M3
@@ -32,11 +32,11 @@
 // (t, g) (`selection` [T, Hkv, topk], -1 entries ignored), or in all blocks when selection is null
 // (full-attention layers). Logits = dot(q, k) * sm_scale.
 //   - f32/bf16/fp8 KV: q as given, K and V decoded exactly to fp32, softmax and sums in fp32.
-//   - nvfp4 KV ("Q8KV4", decision 3): q' = E4M3(q) (saturating, no scale), K' and V' = the E4M3
+//   - nvfp4 KV ("Q8KV4", docs/reference.md D3): q' = E4M3(q) (saturating, no scale), K' and V' = the E4M3
 //     view of the NVFP4 values; with m the row's max logit, p8 = E4M3(448 * exp((s - m)...)) i.e.
 //     P8_i = E4M3(448 * exp(sm_scale * (q'.K'_i - m))), out = sum P8_i V'_i / sum 448 exp(...)
-//     (the normaliser unquantised, msa-kernels.md 2.2). Kernels that use a running max per block
-//     agree within the tolerances of msa-kernels.md section 5.
+//     (the normaliser unquantised, docs/reference.md 3.2). Kernels that use a running max per block
+//     agree within the tolerances of docs/reference.md 6.
 //   - a row with no visible key outputs 0 and lse = -inf.
 //   - lse (optional) = natural log of sum_i exp(sm_scale * logit_i).
 #pragma once

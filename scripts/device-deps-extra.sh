@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
-# The build dependencies the GPU machine lacks, gathered into DEST (default .deps, git-ignored):
-# the shared tool's packages (../shared/tools/device-deps.sh) plus what configuring this project
-# and linking the CUDA check programs need there: the shared libraries behind fmt and Google
-# Benchmark (their CMake configs refuse dangling .so links), utf8proc (configure requires it),
-# pkg-config (pkgconf) and the .pc files that cpp-httplib.pc requires (configure looks them up
-# although nothing built there links the HTTP server). OpenBLAS is left out: no target built on
-# the GPU machine links it, so scripts/gpu-check.sh hands CMake a placeholder for it.
+# The build dependencies the GPU machine lacks (it reaches no package registry), gathered from
+# Debian packages into DEST (default .deps, git-ignored) for a build there: the headers and static
+# libraries of the project's dependencies, plus what configuring this project and linking the CUDA
+# check programs need there: the shared libraries behind fmt and Google Benchmark (their CMake
+# configs refuse dangling .so links), utf8proc (configure requires it), pkg-config (pkgconf) and
+# the .pc files that cpp-httplib.pc requires (configure looks them up although nothing built
+# there links the HTTP server). Headers-only and static libraries travel best: the GPU machine
+# runs a newer distribution (gcc 13) than Debian 12. Extend PKGS when the project adds a
+# dependency. Build there with -DCMAKE_PREFIX_PATH=$PWD/.deps/usr (scripts/gpu-check.sh does).
 #
 #   scripts/device-deps-extra.sh [DEST]     then run the device command with carry=[".deps"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST=${1:-.deps}
-SHARED_TOOL=${SHARED_TOOL:-../shared/tools/device-deps.sh}
-[[ -x "$SHARED_TOOL" ]] || SHARED_TOOL=/work/shared/tools/device-deps.sh
-"$SHARED_TOOL" "$DEST" >/dev/null
-EXTRA=(libfmt9 libbenchmark1debian libutf8proc-dev libutf8proc2 pkgconf-bin libpkgconf3
-       libssl-dev zlib1g-dev libbrotli-dev)
+PKGS=(nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libfmt-dev libpcre2-dev libpcre2-8-0
+      libxxhash-dev libgtest-dev libgmock-dev googletest libbenchmark-dev
+      libfmt9 libbenchmark1debian libutf8proc-dev libutf8proc2 pkgconf-bin libpkgconf3
+      libssl-dev zlib1g-dev libbrotli-dev)
+mkdir -p "$DEST"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-( cd "$work" && apt-get download "${EXTRA[@]}" >/dev/null 2>&1 )
+( cd "$work" && apt-get download "${PKGS[@]}" >/dev/null )
 for deb in "$work"/*.deb; do dpkg -x "$deb" "$DEST"; done
 rm -rf "$DEST/usr/share/doc" "$DEST/usr/share/man" "$DEST/usr/share/lintian"
 du -sh "$DEST"

@@ -2,7 +2,7 @@
 """Writes a tiny random MiniMax-M3 checkpoint in the release (vendor) layout and records the
 Hugging Face reference run on exactly its dequantized weights.
 
-Layout (spec/checkpoint-and-chat.md section 3): `language_model.model.layers.N...`, separate
+Layout (docs/reference.md 4): `language_model.model.layers.N...`, separate
 q/k/v/o and index_q/index_k projections, dense `mlp.{gate,up,down}_proj`, MoE
 `block_sparse_moe.{gate, e_score_correction_bias, shared_experts.*, experts.E.w1/w2/w3}`.
 Formats: attention, indexer, dense MLP and shared experts in MXFP8 (E4M3 `weight` + UE8M0

@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-# The MiniMax markers of spec/checkpoint-and-chat.md section 5, in the order of their real ids.
+# The MiniMax markers of docs/reference.md 5.1, in the order of their real ids.
 # The DSpark noise token's text is not public; `]<]noise[>[` is m3serve's name for it.
 MINIMAX_SPECIALS = [
     "]!p~[", "]~b]", "[e~[", "]!d~[", "]<]image[>[", "]<]video[>[", "]<]start of image[>[",

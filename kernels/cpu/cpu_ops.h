@@ -39,7 +39,7 @@ void gemm_xwt(const float* x, int64_t rows, int64_t ldx, const float* w, int64_t
 void linear(const float* x, int64_t rows, const LinearWeight& w, float* out, bool round_bf16,
             Scratch& scratch);
 
-// SwiGLU-OAI of one element (spec/model.md): g = min(gate, limit), u = clamp(up, +-limit),
+// SwiGLU-OAI of one element (docs/reference.md 2.5): g = min(gate, limit), u = clamp(up, +-limit),
 // (u + 1) * g * sigmoid(alpha * g), with the Hugging Face model's op-by-op bf16 rounding when bf16.
 float swiglu_oai(float gate, float up, float alpha, float limit, bool bf16);
 

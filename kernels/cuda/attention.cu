@@ -11,7 +11,7 @@
 //
 // Numerics (ops/attention.h): bf16/fp8 KV: bf16 MMAs, fp32 softmax, P rounded to bf16 for the PV
 // MMA. nvfp4 KV: q' = E4M3(q), K'/V' the E4M3 view, P8 = E4M3(448 exp(.)) with the running max
-// of the tile sequence, normaliser sum of the unquantised 448 exp(.) (msa-kernels.md 2.2).
+// of the tile sequence, normaliser sum of the unquantised 448 exp(.) (docs/reference.md 3.2).
 #include <cmath>
 
 #include "kernels/cuda/device_common.cuh"

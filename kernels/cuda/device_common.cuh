@@ -91,7 +91,7 @@ __device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
 }
 
 // Saturating round-to-nearest-even E4M3 of (lo, hi) returned as an fp16 pair: the probability
-// path's P8 = E4M3(448 p) (msa-kernels.md 2.2, cvt.satfinite as in production).
+// path's P8 = E4M3(448 p) (docs/reference.md 3.2, cvt.satfinite as in production).
 __device__ __forceinline__ uint32_t f32x2_to_e4m3_as_f16x2(float lo, float hi) {
   uint16_t e;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(e) : "f"(hi), "f"(lo));

@@ -1,4 +1,4 @@
-// Top-k block selection from the indexer's block scores (ops/attention.h, spec decision 2).
+// Top-k block selection from the indexer's block scores (ops/attention.h, docs/reference.md D2).
 //
 // One CTA per (query token, index head). Forced blocks (the `local_blocks` most recent and the
 // first `init_blocks`) are always kept; the remaining k - forced slots go to the highest scores

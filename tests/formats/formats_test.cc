@@ -1,5 +1,5 @@
 // The format codecs against independent double-precision references written from the format
-// definitions (spec/README.md decision 4, msa-kernels.md 3.x): every code and scale byte, dense
+// definitions (docs/reference.md D4, docs/reference.md 3.1, 3.5): every code and scale byte, dense
 // sweeps of floats with ties, subnormals, saturation, infinities and NaN.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-// The project's MiniMax chat templates against the format of shared/spec/checkpoint-and-chat.md
-// section 5 (the reference test checks the interpreter; this checks what the templates say).
+// The project's MiniMax chat templates against the format of docs/reference.md
+// 5.2 (the reference test checks the interpreter; this checks what the templates say).
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -1,6 +1,6 @@
 // Conformance: streaming in every chunking (one byte at a time, every split into two, random
 // splits with fixed seeds) gives exactly the non-streaming result, over a corpus of model
-// outputs that includes the failure modes peers hit (spec/peers-and-workloads.md section 3).
+// outputs that includes the failure modes peers hit (docs/reference.md 5.5).
 #include <gtest/gtest.h>
 
 #include "stream_harness.h"

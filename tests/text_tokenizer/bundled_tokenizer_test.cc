@@ -1,5 +1,5 @@
-// The bundled model's tokenizer: 8192 ids, every MiniMax-M3 special token (spec
-// checkpoint-and-chat.md section 5) as a special added token, the special tokens named by
+// The bundled model's tokenizer: 8192 ids, every MiniMax-M3 special token (docs/reference.md
+// 5.1) as a special added token, the special tokens named by
 // tokenizer_config.json, and the public Tokenizer API on it.
 #include <gtest/gtest.h>
 

@@ -6,8 +6,8 @@ three ways:
              indexer's per-KV-group selection; optional fake quantization of q / index-q to E4M3 and
              of K / V / index-K to NVFP4 with straight-through gradients (quantization-aware tuning);
              optional indexer KL loss against the attention mass per 128-token block.
-  emulation  fp32, reproducing m3serve's CPU numerics for each KV-cache dtype (spec/README.md
-             decisions 2-4): bf16 / fp8 / nvfp4 K, V and index-K, E4M3 queries where m3serve uses
+  emulation  fp32, reproducing m3serve's CPU numerics for each KV-cache dtype (docs/reference.md
+             D2-D4): bf16 / fp8 / nvfp4 K, V and index-K, E4M3 queries where m3serve uses
              them, and the Q8KV4 probability path for nvfp4. eval_torch.py compares it with
              `m3serve score`.
   reference  the same module loaded into transformers checks that both compute the same model.
@@ -59,7 +59,7 @@ class SmallConfig:
 
     @property
     def index_n_heads(self):
-        return self.num_key_value_heads  # one index head per KV group (decision 2)
+        return self.num_key_value_heads  # one index head per KV group (docs/reference.md D2)
 
     @property
     def layer_types(self):
@@ -230,9 +230,9 @@ def e2m1_round(y):
 
 
 def nvfp4_kv_round(x, e4m3_view=True):
-    """m3serve's NVFP4 KV encoding (decision 4) and back: groups of 16 along the last dim, scale =
+    """m3serve's NVFP4 KV encoding (docs/reference.md D4) and back: groups of 16 along the last dim, scale =
     E4M3(clamp(amax / 6, 2^-9, 448)), E2M1 codes of x / scale. With e4m3_view, code * scale is
-    rounded to E4M3 as the Q8KV4 kernels read it (msa-kernels.md 3.2)."""
+    rounded to E4M3 as the Q8KV4 kernels read it (docs/reference.md 3.1)."""
     shape = x.shape
     g = x.float().reshape(*shape[:-1], shape[-1] // 16, 16)
     amax = g.abs().amax(-1, keepdim=True)
