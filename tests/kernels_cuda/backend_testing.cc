@@ -11,50 +11,57 @@
 #include "formats/rows.h"
 #include "kernels/cuda/backend/cuda_backend.h"
 #include "kernels/cuda/backend/device_memory.h"
+#include "model/config.h"
 
 namespace m3::test {
 
 using cuda::check_cuda;
 
-Tensor host_act(const std::vector<float>& values, int64_t rows, int64_t cols) {
-  M3_CHECK(int64_t(values.size()) == rows * cols, "host_act: {} values for [{}, {}]", values.size(), rows, cols);
-  Tensor t = Tensor::zeros({rows, cols}, DType::kF32);
-  for (size_t i = 0; i < values.size(); ++i) t.data_as<float>()[i] = bf16_round(values[i]);
+Tensor on_backend(Backend& backend, const Tensor& host) {
+  M3_CHECK(host.device() == Device::kCpu, "on_backend: a host tensor expected");
+  Tensor t = backend.alloc(host.shape(), host.dtype());
+  if (backend.device() == Device::kCpu) std::memcpy(t.data(), host.data(), host.nbytes());
+  else check_cuda(cudaMemcpy(t.data(), host.data(), host.nbytes(), cudaMemcpyHostToDevice), "upload");
   return t;
 }
 
-Tensor device_act(const std::vector<float>& values, int64_t rows, int64_t cols) {
-  M3_CHECK(int64_t(values.size()) == rows * cols, "device_act: {} values for [{}, {}]", values.size(), rows, cols);
-  std::vector<uint16_t> bits(values.size());
-  for (size_t i = 0; i < values.size(); ++i) bits[i] = bf16_encode(values[i]);
-  Tensor t = cuda::device_tensor({rows, cols}, DType::kBF16, "test activation");
-  check_cuda(cudaMemcpy(t.data(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), "upload");
-  return t;
-}
-
-std::vector<float> read_host(const Tensor& t) {
-  M3_CHECK(t.dtype() == DType::kF32 && t.device() == Device::kCpu, "read_host: F32 host tensor expected");
-  return std::vector<float>(t.data_as<const float>(), t.data_as<const float>() + t.numel());
-}
-
-std::vector<float> read_device(const Tensor& t) {
-  check_cuda(cudaDeviceSynchronize(), "read_device");
-  std::vector<float> out(t.numel());
-  if (t.dtype() == DType::kF32) {
-    check_cuda(cudaMemcpy(out.data(), t.data(), t.nbytes(), cudaMemcpyDeviceToHost), "download");
-    return out;
+Tensor act_on_backend(Backend& backend, const std::vector<float>& values, int64_t rows, int64_t cols) {
+  M3_CHECK(int64_t(values.size()) == rows * cols, "act_on_backend: {} values for [{}, {}]", values.size(), rows,
+           cols);
+  const DType storage = backend.activation_storage_dtype();
+  Tensor host = Tensor::zeros({rows, cols}, storage);
+  if (storage == DType::kF32) {
+    for (size_t i = 0; i < values.size(); ++i) host.data_as<float>()[i] = bf16_round(values[i]);
+  } else {
+    M3_CHECK(storage == DType::kBF16, "act_on_backend: storage dtype {}", dtype_name(storage));
+    for (size_t i = 0; i < values.size(); ++i) host.data_as<uint16_t>()[i] = bf16_encode(values[i]);
   }
-  M3_CHECK(t.dtype() == DType::kBF16, "read_device: {}", dtype_name(t.dtype()));
-  std::vector<uint16_t> bits(t.numel());
-  check_cuda(cudaMemcpy(bits.data(), t.data(), t.nbytes(), cudaMemcpyDeviceToHost), "download");
-  for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_decode(bits[i]);
-  return out;
+  return on_backend(backend, host);
 }
 
-Tensor to_device(const Tensor& host) {
-  Tensor t = cuda::device_tensor(host.shape(), host.dtype(), "test tensor");
-  check_cuda(cudaMemcpy(t.data(), host.data(), host.nbytes(), cudaMemcpyHostToDevice), "upload");
-  return t;
+LinearWeight on_backend(Backend& backend, const LinearWeight& host) {
+  LinearWeight w = host;
+  w.weight = on_backend(backend, host.weight);
+  if (host.scale.defined()) w.scale = on_backend(backend, host.scale);
+  return w;
+}
+
+MlpWeights on_backend(Backend& backend, const MlpWeights& host) {
+  MlpWeights m;
+  m.gate = on_backend(backend, host.gate);
+  m.up = on_backend(backend, host.up);
+  m.down = on_backend(backend, host.down);
+  if (host.router.defined()) m.router = on_backend(backend, host.router);
+  if (host.router_bias.defined()) m.router_bias = on_backend(backend, host.router_bias);
+  for (const ExpertWeights& e : host.experts)
+    m.experts.push_back({on_backend(backend, e.gate), on_backend(backend, e.up), on_backend(backend, e.down)});
+  return m;
+}
+
+std::vector<float> read_act(Backend& backend, const Tensor& t) {
+  std::vector<float> out(t.numel());
+  backend.copy_to_host_f32(t, out.data());
+  return out;
 }
 
 std::vector<uint8_t> read_bytes(const Tensor& t) {
@@ -62,10 +69,37 @@ std::vector<uint8_t> read_bytes(const Tensor& t) {
   if (t.device() == Device::kCpu) {
     std::memcpy(out.data(), t.data(), out.size());
   } else {
-    check_cuda(cudaDeviceSynchronize(), "read_bytes");
+    sync_device();
     check_cuda(cudaMemcpy(out.data(), t.data(), out.size(), cudaMemcpyDeviceToHost), "download");
   }
   return out;
+}
+
+void poison(Tensor& t, uint8_t byte) {
+  if (t.device() == Device::kCpu) std::memset(t.data(), byte, t.nbytes());
+  else check_cuda(cudaMemset(t.data(), byte, t.nbytes()), "poison");
+}
+
+void sync_device() { check_cuda(cudaDeviceSynchronize(), "device synchronize"); }
+
+Tensor to_device(const Tensor& host) {
+  Tensor t = cuda::device_tensor(host.shape(), host.dtype(), "test tensor");
+  check_cuda(cudaMemcpy(t.data(), host.data(), host.nbytes(), cudaMemcpyHostToDevice), "upload");
+  return t;
+}
+
+Tensor device_act(const std::vector<float>& values, int64_t rows, int64_t cols) {
+  M3_CHECK(int64_t(values.size()) == rows * cols, "device_act: {} values for [{}, {}]", values.size(), rows, cols);
+  Tensor host = Tensor::zeros({rows, cols}, DType::kBF16);
+  for (size_t i = 0; i < values.size(); ++i) host.data_as<uint16_t>()[i] = bf16_encode(values[i]);
+  return to_device(host);
+}
+
+LinearWeight upload_linear(const LinearWeight& w) {
+  LinearWeight d = w;
+  d.weight = to_device(w.weight);
+  if (w.scale.defined()) d.scale = to_device(w.scale);
+  return d;
 }
 
 std::vector<float> random_values(std::mt19937_64& rng, size_t n, float scale) {
@@ -73,6 +107,13 @@ std::vector<float> random_values(std::mt19937_64& rng, size_t n, float scale) {
   std::vector<float> v(n);
   for (float& x : v) x = bf16_round(dist(rng));
   return v;
+}
+
+Tensor random_f32(std::mt19937_64& rng, int64_t n, float scale) {
+  const std::vector<float> v = random_values(rng, size_t(n), scale);
+  Tensor t = Tensor::zeros({n}, DType::kF32);
+  std::copy(v.begin(), v.end(), t.data_as<float>());
+  return t;
 }
 
 LinearWeight random_linear(std::mt19937_64& rng, const std::string& name, int64_t out, int64_t in,
@@ -144,14 +185,7 @@ LinearWeight random_linear(std::mt19937_64& rng, const std::string& name, int64_
   return l;
 }
 
-LinearWeight upload_linear(const LinearWeight& w) {
-  LinearWeight d = w;
-  d.weight = to_device(w.weight);
-  if (w.scale.defined()) d.scale = to_device(w.scale);
-  return d;
-}
-
-ModelConfig make_config(const Geometry& g) {
+void configure(Backend& backend, const Geometry& g) {
   ModelConfig c;
   c.model_type = "minimax_m3_vl_text";
   c.vocab_size = 1000;
@@ -173,7 +207,7 @@ ModelConfig make_config(const Geometry& g) {
   c.index_topk_blocks = g.topk;
   c.index_local_blocks = g.local_blocks;
   c.index_init_blocks = g.init_blocks;
-  return c;
+  backend.configure(c, DType::kBF16);
 }
 
 Error compare(const std::vector<float>& got, const std::vector<float>& want) {
