@@ -149,16 +149,19 @@ int run_harness(const CaseList& cases, const HarnessOptions& opt) {
       std::printf("%s\n", name.c_str());
       continue;
     }
-    const std::vector<Check> case_checks = c->checks();
-    if (lost) {  // counted, not run: the context is gone
-      failures += int(case_checks.size());
-      checks += int(case_checks.size());
+    if (lost) {  // not run: the context is gone
+      ++failures;
+      print_line(false, name + " (not run: the CUDA context is lost)", INFINITY, 0.0);
       continue;
     }
     ++ran;
+    size_t num_checks = 1, measured = 0;  // until the case is built: one check, that fails
     try {
       std::mt19937_64 rng(opt.seed ^ name_hash(name));
       c->build(rng);
+      // After build(): a check may size itself by the inputs.
+      const std::vector<Check> case_checks = c->checks();
+      num_checks = std::max<size_t>(1, case_checks.size());
       if (opt.perf) {
         Backend& gpu = backends.subject(c->geometry());
         BoundCase bound = c->bind(gpu);
@@ -172,17 +175,21 @@ int run_harness(const CaseList& cases, const HarnessOptions& opt) {
       }
       const Outputs want = run_on(backends.reference(c->geometry()), *c);
       const Outputs got = run_on(backends.subject(c->geometry()), *c);
+      // A check over nothing passes whatever the op did.
+      for (const Outputs* side : {&want, &got})
+        for (const Output& o : *side)
+          M3_CHECK(!o.values.empty() || !o.bytes.empty(), "the case read back an empty output");
       for (const Check& check : case_checks) {
         const double error = check.error(got, want);
         const bool pass = error <= check.tolerance;  // NaN fails
         failures += !pass;
-        ++checks;
+        ++checks, ++measured;
         print_line(pass, check.what.empty() ? name : name + " " + check.what, error, check.tolerance);
       }
     } catch (const std::exception& e) {
       // A case that throws (a failed launch, a contract check) fails all its checks; the next one runs.
-      failures += opt.perf ? 1 : int(case_checks.size());
-      checks += opt.perf ? 0 : int(case_checks.size());
+      failures += opt.perf ? 1 : int(num_checks - measured);
+      checks += opt.perf ? 0 : int(num_checks - measured);
       print_line(false, name + " ERROR: " + e.what(), INFINITY, 0.0);
       if (!opt.cpu_only && (lost = cuda_context_lost()))
         std::printf("     the CUDA context is lost: the remaining cases fail without running\n");
