@@ -12,9 +12,10 @@
 # CUDA 13.0), with the shared libraries they need beyond the GPU machine's in dir/device-libs
 # (`PREBUILT=dir scripts/gpu-check-model.sh prepare`, run here, gathers them and packs all three
 # into dir/device-pack.txz: carry that and unpack it there). Without PREBUILT it builds in $BUILD and needs .deps
-# (scripts/device-deps-extra.sh). STEP_TIMEOUT, LATENCY_TIMEOUT and SANITIZE_TIMEOUT bound the
+# (scripts/device-deps-extra.sh). STEP_TIMEOUT, OPS_TIMEOUT, LATENCY_TIMEOUT and SANITIZE_TIMEOUT bound the
 # steps (seconds; MODEL_TIMEOUT each checkpoint of the model steps), TIME_BUDGET the whole script (the summary always prints). The model
-# steps run one process per checkpoint (logs model-<dir>.log); the ops steps one backend_ops (ops.log).
+# steps run one process per checkpoint (logs model-<dir>.log); the ops steps one backend_ops (ops.log;
+# OPS_ARGS adds its flags, e.g. --filter "msa " or --seed 7).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -110,7 +111,9 @@ MODEL_DIRS=(tests/model_golden/data/tiny-mixed tests/model_golden/data/tiny-spar
             tests/model_golden/data/tiny-vl tests/model_golden/data/release-mxfp8-nvfp4
             tests/model_golden/data/release-modelopt-nvfp4 models/minimax-m3-tiny models/minimax-m3-small)
 for quick in "" -quick; do
-  if has "ops$quick"; then CUDA_LAUNCH_BLOCKING=1 run_step "ops$quick" "$OPS" ${quick:+--quick} ${OPS_ARGS:-}; fi
+  if has "ops$quick"; then
+    CUDA_LAUNCH_BLOCKING=1 STEP_TIMEOUT=${OPS_TIMEOUT:-${STEP_TIMEOUT:-600}} run_step "ops$quick" "$OPS" ${quick:+--quick} ${OPS_ARGS:-}
+  fi
   if has "model$quick"; then
     for d in "${MODEL_DIRS[@]}"; do
       STEP_TIMEOUT=${MODEL_TIMEOUT:-${STEP_TIMEOUT:-600}} run_step "model$quick-$(basename "$d")" "$BIN" model ${quick:+--quick} "$d"
