@@ -99,6 +99,22 @@ void print_line(bool pass, const std::string& name, double error, double toleran
   std::fflush(stdout);
 }
 
+// The harness's control (--cpu-only, where got equals want): each output in turn is spoiled
+// (every value moved by 4 (1 + |v|), every byte inverted); some check must then fail, else that
+// output is measured by nothing. Returns the number of such outputs.
+int unmeasured_outputs(const std::vector<Check>& checks, const Outputs& got, const Outputs& want) {
+  int blind = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    Outputs spoiled = got;
+    for (float& v : spoiled[i].values) v += 4.0f * (1.0f + std::fabs(v));
+    for (uint8_t& b : spoiled[i].bytes) b = uint8_t(~b);
+    bool seen = false;
+    for (const Check& check : checks) seen = seen || !(check.error(spoiled, want) <= check.tolerance);
+    blind += !seen;
+  }
+  return blind;
+}
+
 // Times bound.launch() on the backend's stream: a warm-up, then enough launches for ~20 ms.
 double time_launch_us(Backend& backend, const BoundCase& bound) {
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_backend_stream(backend));
@@ -185,6 +201,11 @@ int run_harness(const CaseList& cases, const HarnessOptions& opt) {
         failures += !pass;
         ++checks, ++measured;
         print_line(pass, check.what.empty() ? name : name + " " + check.what, error, check.tolerance);
+      }
+      if (opt.cpu_only) {
+        const int blind = unmeasured_outputs(case_checks, got, want);
+        failures += blind > 0;
+        if (blind) print_line(false, fmt::format("{}: {} output(s) no check sees", name, blind), blind, 0.0);
       }
     } catch (const std::exception& e) {
       // A case that throws (a failed launch, a contract check) fails all its checks; the next one runs.

@@ -77,7 +77,9 @@ struct HarnessOptions {
   std::string filter;         // run cases whose name contains it (empty: all)
   uint64_t seed = 1;
   bool perf = false;          // time the CUDA backend instead of comparing
-  bool cpu_only = false;      // the CPU reference against itself (no GPU: the harness's own check)
+  // The CPU reference against itself (no GPU: the harness's own check): every check must pass,
+  // and every output must make some check fail once spoiled (unmeasured_outputs).
+  bool cpu_only = false;
   bool list = false;          // print the case names only
 };
 // Runs the cases; returns the number of failed checks (perf, list: cases that threw).
