@@ -121,7 +121,7 @@ for quick in "" -quick; do
   fi
 done
 # Every op case timed on the GPU (CUDA events) against the H200 floors.
-if has ops-perf; then run_step ops-perf "$OPS" --perf ${OPS_ARGS:-}; fi
+if has ops-perf; then STEP_TIMEOUT=${OPS_TIMEOUT:-${STEP_TIMEOUT:-600}} run_step ops-perf "$OPS" --perf ${OPS_ARGS:-}; fi
 # CUDA graph replay vs eager (bitwise logits and KV bytes over decode steps).
 if has graphs; then run_step graphs "$BIN" graphs; fi
 # The decode GEMMs' fast weight expansion against the exact float path, every code and scale.

@@ -9,7 +9,7 @@ python3 -c "import tarfile; import os; p=os.environ.get('PREBUILT','build-gpu-ba
 P=${PREBUILT:-build-gpu-backend}
 export LD_LIBRARY_PATH=$PWD/$P/device-libs:/usr/local/cuda/lib64
 L=/tmp/logs; mkdir -p $L/c $L/h $L/s
-PREBUILT=$P OUT=$L/c TIME_BUDGET=140 STEP_TIMEOUT=40 OPS_TIMEOUT=90 MODEL_TIMEOUT=30 scripts/gpu-check-model.sh ops model-quick graphs decode-exact serve 2>&1 | sed -n '/---- gpu-check-model summary/,$p' > $L/c-summary.txt
+PREBUILT=$P OUT=$L/c TIME_BUDGET=160 STEP_TIMEOUT=40 OPS_TIMEOUT=90 MODEL_TIMEOUT=30 scripts/gpu-check-model.sh ops model-quick graphs decode-exact serve 2>&1 | sed -n '/---- gpu-check-model summary/,$p' > $L/c-summary.txt
 PREBUILT=$P OUT=$L/h TIME_BUDGET=40 HTTP_TIMEOUT=35 scripts/gpu-check-model.sh http 2>&1 | grep 'http suite' > $L/h-summary.txt
 timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 --device cuda \
   --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64,128 --context-lens 8192 \
