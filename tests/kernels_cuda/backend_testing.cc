@@ -95,13 +95,6 @@ Tensor device_act(const std::vector<float>& values, int64_t rows, int64_t cols) 
   return to_device(host);
 }
 
-LinearWeight upload_linear(const LinearWeight& w) {
-  LinearWeight d = w;
-  d.weight = to_device(w.weight);
-  if (w.scale.defined()) d.scale = to_device(w.scale);
-  return d;
-}
-
 std::vector<float> random_values(std::mt19937_64& rng, size_t n, float scale) {
   std::normal_distribution<float> dist(0.0f, scale);
   std::vector<float> v(n);

@@ -41,7 +41,6 @@ void sync_device();
 // Device tensors without a backend (benchmarks): bytes as they are / BF16 activations.
 Tensor to_device(const Tensor& host);
 Tensor device_act(const std::vector<float>& values, int64_t rows, int64_t cols);
-LinearWeight upload_linear(const LinearWeight& w);
 
 // ---- random data ----
 // N(0, scale) values rounded to bf16.

@@ -2,7 +2,6 @@
 // MSA kernels, and a tiny one, which takes the generic kernels) in every KV dtype.
 #include <algorithm>
 #include <climits>
-#include <cstring>
 
 #include <fmt/core.h>
 
@@ -23,9 +22,8 @@ constexpr double kTolQ8KV4 = 5e-2;
 
 // Sorts each selection row's valid ids ascending (-1 last): the CPU lists them by score, the MSA
 // kernels by id; the attention ops take either.
-std::vector<int32_t> sorted_selection(const std::vector<uint8_t>& bytes, int topk) {
-  std::vector<int32_t> sel(bytes.size() / 4);
-  std::memcpy(sel.data(), bytes.data(), sel.size() * 4);
+std::vector<int32_t> sorted_selection(const Output& output, int topk) {
+  std::vector<int32_t> sel = output_ids(output);
   for (size_t r = 0; r + topk <= sel.size(); r += topk)
     std::sort(sel.begin() + r, sel.begin() + r + topk, [](int32_t a, int32_t b) {
       return (a < 0 ? INT32_MAX : a) < (b < 0 ? INT32_MAX : b);
@@ -50,8 +48,8 @@ class OpCheckAttentionCase : public AttentionCase {
         // Near-ties of block scores may order differently under another summation order.
         return {{fmt::format("rows differing (of {})", rows), std::max(1.0, 0.02 * rows),
                  [rows, topk](const Outputs& got, const Outputs& want) {
-                   const std::vector<int32_t> a = sorted_selection(got[0].bytes, topk);
-                   const std::vector<int32_t> b = sorted_selection(want[0].bytes, topk);
+                   const std::vector<int32_t> a = sorted_selection(got[0], topk);
+                   const std::vector<int32_t> b = sorted_selection(want[0], topk);
                    int bad = 0;
                    for (int r = 0; r < rows; ++r)
                      bad += !std::equal(a.begin() + r * topk, a.begin() + (r + 1) * topk, b.begin() + r * topk);

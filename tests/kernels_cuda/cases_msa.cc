@@ -7,7 +7,6 @@
 // activations and the attention's LSE output. (CUDA-graph replay of these kernels: backend_check
 // graphs, on an M3-shaped model.)
 #include <cmath>
-#include <cstring>
 #include <set>
 
 #include <fmt/core.h>
@@ -33,12 +32,6 @@ Tolerance tolerance(KvDType dtype, bool decode_row) {
     case KvDType::kFP8: return decode_row ? Tolerance{5e-2f, 5e-2f, 3e-3f, true} : Tolerance{3e-2f, 1e-1f, 3e-3f, true};
     default: return {3e-2f, 3e-2f, 1e-3f, true};
   }
-}
-
-std::vector<int32_t> as_ids(const std::vector<uint8_t>& bytes) {
-  std::vector<int32_t> ids(bytes.size() / 4);
-  std::memcpy(ids.data(), bytes.data(), ids.size() * 4);
-  return ids;
 }
 
 class MsaCase : public AttentionCase {
@@ -83,7 +76,7 @@ class MsaCase : public AttentionCase {
   // a gap before -1), of another size, or holds a block whose score differs from the one it
   // replaces by more than a near-tie (1e-4 relative).
   double selection_failures(const Outputs& got, const Outputs& want) const {
-    const std::vector<int32_t> gpu = as_ids(got[0].bytes), cpu = as_ids(want[0].bytes);
+    const std::vector<int32_t> gpu = output_ids(got[0]), cpu = output_ids(want[0]);
     const StepBatch& b = step_.batch;
     const KvLayerView cache = layout_.layer_view(const_cast<uint8_t*>(pool_.data_as<const uint8_t>()), 0);
     const int hi = s_.geometry.index_heads, topk = s_.geometry.topk, di = cache.index_dim;
@@ -199,11 +192,7 @@ class MsaKernelCase : public MsaCase {
       const IndexerParams params = indexer();
       // Every launch holds the pool: `cache` points into it.
       return {[=, this, pool = pool] { cpu_indexer_topk(view, cache, index_q_.data(), params, sel->data()); },
-              [=] {
-                std::vector<uint8_t> bytes(sel->size() * 4);
-                std::memcpy(bytes.data(), sel->data(), bytes.size());
-                return Outputs{Output(std::move(bytes))};
-              }};
+              [=] { return Outputs{ids_output(*sel)}; }};
     }
     auto out = std::make_shared<std::vector<float>>(t * g.heads * g.head_dim, NAN);
     auto lse = std::make_shared<std::vector<float>>(t * g.heads, NAN);

@@ -8,7 +8,6 @@
 // second run; in full mode the decode step of 128 rows at vocab 200064 (--perf times it).
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -123,17 +122,11 @@ void add_row(SampleBatch& batch, SampleRow row, bool lists, int vocab, std::mt19
 // The geometry of the backends (sampling reads none of it).
 Geometry sampling_geometry() { return {"sampling", 64, 4, 2, 64, 0, 0, 16, 4, 1, 0, 32}; }
 
-std::vector<int32_t> as_ids(const std::vector<uint8_t>& bytes) {
-  std::vector<int32_t> ids(bytes.size() / 4);
-  std::memcpy(ids.data(), bytes.data(), ids.size() * 4);
-  return ids;
-}
-
 // Outputs: the ids of a first and of a second call (bytes, I32 per batch row).
 class SampleCase : public OpCase {
  public:
-  // rows_per_set > 0: that many rows of each of `sets` (the decode-step cases); else every
-  // parameter set of param_sets() with `seeds` rows each over 6 logits rows.
+  // Every parameter set of param_sets() (2 or 4 seeds each) over 6 logits rows of `shape`; or a
+  // decode step: `rows` peaked rows sampled with `step_row` each.
   SampleCase(int vocab, RowShape shape, bool quick) : vocab_(vocab), shape_(shape), quick_(quick) {}
   SampleCase(int vocab, std::string step_name, SampleRow step_row, int rows)
       : vocab_(vocab), shape_(RowShape::kPeaked), quick_(false), step_name_(std::move(step_name)),
@@ -172,16 +165,11 @@ class SampleCase : public OpCase {
     const SampleBatch* batch = &batch_;
     auto first = std::make_shared<std::vector<int32_t>>(batch_.rows.size(), -7);
     auto second = std::make_shared<std::vector<int32_t>>(batch_.rows.size(), -7);
-    auto bytes = [](const std::vector<int32_t>& ids) {
-      std::vector<uint8_t> out(ids.size() * 4);
-      std::memcpy(out.data(), ids.data(), out.size());
-      return Output(std::move(out));
-    };
     return {[=] {
               be->sample(logits, *batch, first->data());
               be->sample(logits, *batch, second->data());
             },
-            [=] { return Outputs{bytes(*first), bytes(*second)}; }};
+            [=] { return Outputs{ids_output(*first), ids_output(*second)}; }};
   }
 
   std::vector<Check> checks() const override {
@@ -197,7 +185,7 @@ class SampleCase : public OpCase {
   // Rows whose ids differ where the reference's trace shows no decision within kBoundary of a
   // boundary (or the id is out of range).
   double unexplained(const Outputs& got, const Outputs& want) const {
-    const std::vector<int32_t> a = as_ids(got[0].bytes), b = as_ids(want[0].bytes);
+    const std::vector<int32_t> a = output_ids(got[0]), b = output_ids(want[0]);
     SampleWorkspace ws;
     int bad = 0;
     for (size_t i = 0; i < batch_.rows.size(); ++i) {

@@ -26,6 +26,18 @@ using cuda::check_cuda;
 constexpr double kCopyBytesPerSecond = 4.2e12;
 constexpr double kBf16FlopsPerSecond = 760e12;
 
+Output ids_output(const std::vector<int32_t>& ids) {
+  std::vector<uint8_t> bytes(ids.size() * sizeof(int32_t));
+  std::memcpy(bytes.data(), ids.data(), bytes.size());
+  return Output(std::move(bytes));
+}
+
+std::vector<int32_t> output_ids(const Output& output) {
+  std::vector<int32_t> ids(output.bytes.size() / sizeof(int32_t));
+  std::memcpy(ids.data(), output.bytes.data(), ids.size() * sizeof(int32_t));
+  return ids;
+}
+
 Check relative_error(std::string what, size_t output, double tolerance) {
   return {std::move(what), tolerance, [output](const Outputs& got, const Outputs& want) {
             return compare(got.at(output).values, want.at(output).values).rel();

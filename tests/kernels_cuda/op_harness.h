@@ -29,6 +29,9 @@ struct Output {
   std::vector<uint8_t> bytes;  // bytes as stored: KV pools, selections, sampled ids
 };
 using Outputs = std::vector<Output>;
+// I32 results (selections, sampled ids) as an Output's bytes, and back.
+Output ids_output(const std::vector<int32_t>& ids);
+std::vector<int32_t> output_ids(const Output& output);
 
 // One measured property of a case's outputs: error(got = CUDA's, want = the CPU reference's)
 // passes when <= tolerance (NaN fails).
