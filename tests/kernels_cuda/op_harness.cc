@@ -38,12 +38,6 @@ std::vector<int32_t> output_ids(const Output& output) {
   return ids;
 }
 
-Check relative_error(std::string what, size_t output, double tolerance) {
-  return {std::move(what), tolerance, [output](const Outputs& got, const Outputs& want) {
-            return compare(got.at(output).values, want.at(output).values).rel();
-          }};
-}
-
 namespace {
 
 double count_differing(const Output& a, const Output& b) {
@@ -152,6 +146,12 @@ double time_launch_us(Backend& backend, const BoundCase& bound) {
 }
 
 }  // namespace
+
+Check relative_error(std::string what, size_t output, double tolerance) {
+  return {std::move(what), tolerance, [output](const Outputs& got, const Outputs& want) {
+            return compare(got.at(output).values, want.at(output).values).rel();
+          }};
+}
 
 Check bytes_differing(std::string what, size_t output, double tolerance) {
   return {std::move(what), tolerance, [output](const Outputs& got, const Outputs& want) {
