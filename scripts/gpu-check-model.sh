@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # The GPU machine's job for the CUDA model backend (kernels/cuda/backend): build, check every
-# backend op against the CPU reference, check whole models on the committed checkpoints (every KV
+# backend op against the CPU reference (backend_ops, the op harness: op_harness.h), check whole models on the committed checkpoints (every KV
 # dtype), time the linear layers, run compute-sanitizer on a short check. Logs to $OUT (default
 # out/), the summary last.
 #
-#   scripts/gpu-check-model.sh [STEP...]   steps: build ops ops-quick model model-quick graphs decode-exact bench latency
-#                                          profile generate serve sanitize
+#   scripts/gpu-check-model.sh [STEP...]   steps: build ops ops-quick ops-perf model model-quick graphs decode-exact
+#                                          bench latency profile generate serve sanitize
 #                                          bench-latency bench-throughput http (PREBUILT only)
 #                                          (default: build ops model-quick bench latency sanitize)
-# PREBUILT=dir uses dir/tests/kernels_cuda/backend_check and dir/bin/m3serve built elsewhere (same
+# PREBUILT=dir uses dir/tests/kernels_cuda/{backend_ops,backend_check} and dir/bin/m3serve built elsewhere (same
 # CUDA 13.0), with the shared libraries they need beyond the GPU machine's in dir/device-libs
 # (`PREBUILT=dir scripts/gpu-check-model.sh prepare`, run here, gathers them and packs all three
 # into dir/device-pack.txz: carry that and unpack it there). Without PREBUILT it builds in $BUILD and needs .deps
-# (scripts/device-deps-extra.sh). STEP_TIMEOUT, LATENCY_TIMEOUT and SANITIZE_TIMEOUT bound the
-# steps (seconds; MODEL_TIMEOUT each checkpoint of the model steps), TIME_BUDGET the whole script (the summary always prints). The ops and model
-# steps run one process per op group / checkpoint (logs ops-<group>.log, model-<dir>.log).
+# (scripts/device-deps-extra.sh). STEP_TIMEOUT, OPS_TIMEOUT, LATENCY_TIMEOUT and SANITIZE_TIMEOUT bound the
+# steps (seconds; MODEL_TIMEOUT each checkpoint of the model steps), TIME_BUDGET the whole script (the summary always prints). The model
+# steps run one process per checkpoint (logs model-<dir>.log); the ops steps one backend_ops (ops.log;
+# OPS_ARGS adds its flags, e.g. --filter "msa " or --seed 7).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -32,12 +33,12 @@ if has prepare; then
   # $PREBUILT (python3 -c "import tarfile; tarfile.open('$PREBUILT/device-pack.txz').extractall('$PREBUILT')").
   dir=${PREBUILT:?prepare needs PREBUILT=build-dir}
   rm -rf "$dir/device-libs" "$dir/device-pack"; mkdir -p "$dir/device-libs"
-  ldd "$dir/tests/kernels_cuda/backend_check" "$dir/bin/m3serve" | awk '/=> \// {print $3}' | sort -u |
+  ldd "$dir/tests/kernels_cuda/backend_ops" "$dir/tests/kernels_cuda/backend_check" "$dir/bin/m3serve" | awk '/=> \// {print $3}' | sort -u |
     grep -vE '/libc\.so|/libm\.so|/libdl\.so|/libpthread\.so|/librt\.so|/libstdc\+\+|/libgcc_s|/libcuda|/libcublas' |
     xargs -r -I{} cp -L {} "$dir/device-libs/"
   pack=$dir/device-pack
   mkdir -p "$pack/bin" "$pack/tests/kernels_cuda"
-  cp "$dir/tests/kernels_cuda/backend_check" "$pack/tests/kernels_cuda/"
+  cp "$dir/tests/kernels_cuda/backend_ops" "$dir/tests/kernels_cuda/backend_check" "$pack/tests/kernels_cuda/"
   [[ -x "$dir/tests/kernels_cuda/weight_decode_check" ]] && cp "$dir/tests/kernels_cuda/weight_decode_check" "$pack/tests/kernels_cuda/"
   cp "$dir/bin/m3serve" "$pack/bin/"
   cp -r "$dir/device-libs" "$pack/"
@@ -49,16 +50,19 @@ if has prepare; then
 fi
 
 BIN=$BUILD/tests/kernels_cuda/backend_check
+OPS=$BUILD/tests/kernels_cuda/backend_ops
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
 cublas_py=$(python3 -c "import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], 'lib'))" 2>/dev/null || true)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${cublas_py:+:$cublas_py}:${LD_LIBRARY_PATH:-}
 if [[ -n "${PREBUILT:-}" ]]; then
   export LD_LIBRARY_PATH=$PWD/$PREBUILT/device-libs:$LD_LIBRARY_PATH
-  if ldd "$PREBUILT/tests/kernels_cuda/backend_check" >"$OUT/prebuilt.log" 2>&1 && ! grep -q "not found" "$OUT/prebuilt.log"; then
+  if ldd "$PREBUILT/tests/kernels_cuda/backend_check" "$PREBUILT/tests/kernels_cuda/backend_ops" >"$OUT/prebuilt.log" 2>&1 &&
+     ! grep -q "not found" "$OUT/prebuilt.log"; then
     BIN=$PREBUILT/tests/kernels_cuda/backend_check
+    OPS=$PREBUILT/tests/kernels_cuda/backend_ops
     STEPS=("${STEPS[@]/build/}")
   else
-    echo "gpu-check-model: the prebuilt backend_check cannot run here:"; grep -E "not found|error" "$OUT/prebuilt.log"
+    echo "gpu-check-model: the prebuilt backend_check / backend_ops cannot run here:"; grep -E "not found|error" "$OUT/prebuilt.log"
   fi
 fi
 status=0
@@ -72,7 +76,7 @@ if has build; then
   pkgconf=$(command -v pkg-config || echo "$DEPS/bin/pkgconf")
   if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DM3_CUDA=ON -DM3_BUILD_TESTS=ON \
       -DCMAKE_PREFIX_PATH="$DEPS" -DPKG_CONFIG_EXECUTABLE="$pkgconf" >"$OUT/configure.log" 2>&1 &&
-     cmake --build "$BUILD" --target backend_check -j "$(nproc)" >"$OUT/build.log" 2>&1; then
+     cmake --build "$BUILD" --target backend_ops backend_check weight_decode_check -j "$(nproc)" >"$OUT/build.log" 2>&1; then
     summary+=("build: ok in $(($(date +%s) - t0)) s")
   else
     tail -30 "$OUT/configure.log"; grep -E "error|Error" "$OUT/build.log" | head -30
@@ -100,18 +104,15 @@ run_step() {  # name, then the command
   grep -E "^FAIL|error" "$OUT/$name.log" | head -40
 }
 
-# One process per op group and per checkpoint: a sticky CUDA error (illegal address) then costs
-# that group only. Synchronous launches: a kernel fault is reported by the op that caused it.
-OP_GROUPS=("m3 elementwise" "tiny elementwise" linear swiglu_mlp moe sampling)
-for g in m3 tiny; do for kv in float32 bfloat16 fp8 nvfp4; do OP_GROUPS+=("$g attention kv $kv"); done; done
+# The op harness in one process, synchronous launches: a kernel fault is reported by the case that
+# caused it (after a sticky CUDA error the harness fails the remaining cases unrun and says so).
+# One process per checkpoint: a sticky error then costs that checkpoint only.
 MODEL_DIRS=(tests/model_golden/data/tiny-mixed tests/model_golden/data/tiny-sparse-local2
             tests/model_golden/data/tiny-vl tests/model_golden/data/release-mxfp8-nvfp4
             tests/model_golden/data/release-modelopt-nvfp4 models/minimax-m3-tiny models/minimax-m3-small)
 for quick in "" -quick; do
   if has "ops$quick"; then
-    for g in "${OP_GROUPS[@]}"; do
-      CUDA_LAUNCH_BLOCKING=1 run_step "ops$quick-${g// /-}" "$BIN" ops ${quick:+--quick} --only "$g"
-    done
+    CUDA_LAUNCH_BLOCKING=1 STEP_TIMEOUT=${OPS_TIMEOUT:-${STEP_TIMEOUT:-600}} run_step "ops$quick" "$OPS" ${quick:+--quick} ${OPS_ARGS:-}
   fi
   if has "model$quick"; then
     for d in "${MODEL_DIRS[@]}"; do
@@ -119,6 +120,8 @@ for quick in "" -quick; do
     done
   fi
 done
+# Every op case timed on the GPU (CUDA events) against the H200 floors.
+if has ops-perf; then STEP_TIMEOUT=${OPS_TIMEOUT:-${STEP_TIMEOUT:-600}} run_step ops-perf "$OPS" --perf ${OPS_ARGS:-}; fi
 # CUDA graph replay vs eager (bitwise logits and KV bytes over decode steps).
 if has graphs; then run_step graphs "$BIN" graphs; fi
 # The decode GEMMs' fast weight expansion against the exact float path, every code and scale.
@@ -241,18 +244,18 @@ if has sanitize; then
   # memcheck over every op (quick shapes) and a whole model; racecheck over the linear kernels
   # (shared-memory tiles, split-K reduction) and the generic attention kernels.
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  sanitize() {  # name, tool, then backend_check's arguments
+  sanitize() {  # name, tool, then the program and its arguments
     local name=$1 tool=$2; shift 2
-    timeout "$(limit_for "${SANITIZE_TIMEOUT:-90}")" "$sanitizer" --tool "$tool" --error-exitcode 9 "$BIN" "$@" \
+    timeout "$(limit_for "${SANITIZE_TIMEOUT:-90}")" "$sanitizer" --tool "$tool" --error-exitcode 9 "$@" \
       >"$OUT/sanitize_$name.log" 2>&1
     local rc=$?
     summary+=("sanitize $name ($tool): rc $rc, $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize_$name.log" | tail -1)")
     ((rc)) && status=1
   }
-  sanitize ops memcheck ops --quick --seed 17
-  sanitize model memcheck model --quick tests/model_golden/data/tiny-mixed
-  sanitize linear racecheck ops --quick --seed 5 --only linear
-  sanitize attention racecheck ops --quick --seed 5 --only "tiny attention kv nvfp4"
+  sanitize ops memcheck "$OPS" --quick --seed 17
+  sanitize model memcheck "$BIN" model --quick tests/model_golden/data/tiny-mixed
+  sanitize linear racecheck "$OPS" --quick --seed 5 --filter linear
+  sanitize attention racecheck "$OPS" --quick --seed 5 --filter "tiny kv nvfp4"
 fi
 
 echo "---- gpu-check-model summary ----"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU machine's job for kernels/cuda: build, check every kernel against the CPU reference,
-# run compute-sanitizer on a short check, run the benchmarks; full logs to $OUT (default out/),
-# a short table last. Needs .deps (scripts/device-deps-extra.sh) carried along.
+# The GPU machine's job for the MSA kernels of kernels/cuda: build, check them against the CPU
+# reference (backend_ops' cases whose name starts "msa ": op_harness.h), run compute-sanitizer on
+# the quick ones, run the benchmarks; full logs to $OUT (default out/), a short table last. Needs .deps (scripts/device-deps-extra.sh) carried along.
 #
 #   scripts/gpu-check.sh [STEP...]     steps: build check sanitize sass bench-quick bench (default:
 #                                      build check sanitize bench); extra msa_bench flags: BENCH_ARGS
@@ -20,7 +20,7 @@ export LD_LIBRARY_PATH=$DEPS/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64
 BIN=$BUILD/tests/kernels_cuda
 if [[ -n "${PREBUILT:-}" ]]; then
-  ldd "$PREBUILT/tests/kernels_cuda/msa_check" "$PREBUILT/tests/kernels_cuda/msa_bench" >"$OUT/prebuilt.log" 2>&1
+  ldd "$PREBUILT/tests/kernels_cuda/backend_ops" "$PREBUILT/tests/kernels_cuda/msa_bench" >"$OUT/prebuilt.log" 2>&1
   if ! grep -q "not found" "$OUT/prebuilt.log"; then
     BIN=$PREBUILT/tests/kernels_cuda
     BUILD=$PREBUILT
@@ -37,11 +37,9 @@ nvcc --version | tail -1 >>"$OUT/gpu.txt"
 if has build; then
   t0=$(date +%s)
   pkgconf=$(command -v pkg-config || echo "$DEPS/bin/pkgconf")
-  # BLAS: nothing built here links it (the checks compile the CPU reference's attention.cc alone).
   if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DM3_CUDA=ON -DM3_BUILD_TESTS=ON \
-      -DCMAKE_PREFIX_PATH="$DEPS" -DPKG_CONFIG_EXECUTABLE="$pkgconf" \
-      -DBLAS_LIBRARIES=/usr/lib/x86_64-linux-gnu/libm.so.6 >"$OUT/configure.log" 2>&1 &&
-     cmake --build "$BUILD" --target msa_check msa_bench -j "$(nproc)" >"$OUT/build.log" 2>&1; then
+      -DCMAKE_PREFIX_PATH="$DEPS" -DPKG_CONFIG_EXECUTABLE="$pkgconf" >"$OUT/configure.log" 2>&1 &&
+     cmake --build "$BUILD" --target backend_ops msa_bench -j "$(nproc)" >"$OUT/build.log" 2>&1; then
     summary+=("build: ok in $(($(date +%s) - t0)) s")
   else
     tail -30 "$OUT/configure.log"; grep -E "error|Error" "$OUT/build.log" | head -30
@@ -62,11 +60,11 @@ if has sass; then
 fi
 
 if has check; then
-  "$BIN/msa_check" >"$OUT/check.log" 2>&1
+  "$BIN/backend_ops" --filter "msa " >"$OUT/check.log" 2>&1
   rc=$?
   summary+=("check: $(tail -1 "$OUT/check.log") (rc $rc)")
   ((rc)) && status=1
-  grep -E "FAIL|case|err" "$OUT/check.log" | head -80
+  grep -E "^FAIL" "$OUT/check.log" | head -80
 fi
 
 for step in bench-quick bench; do
@@ -82,7 +80,7 @@ done
 
 if has sanitize; then
   for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
-    compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN/msa_check" --quick --seed 17 \
+    compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN/backend_ops" --quick --seed 17 --filter "msa " \
       >"$OUT/sanitize_$tool.log" 2>&1
     rc=$?
     summary+=("sanitize $tool: rc $rc, $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize_$tool.log" | tail -1)")

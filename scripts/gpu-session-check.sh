@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # One device call that checks and measures a prebuilt tree: unpacks $PREBUILT/device-pack.txz
-# (scripts/gpu-check-model.sh prepare), runs the checks (ops, model-quick, graphs, decode-exact,
-# serve), the HTTP suite on cuda, the 20-layer M3.1 bench latency (8K decode + 8K prefill) and the
-# sanitizers; logs in $OUT/logs.tgz, the bench JSON in $OUT, the summaries last (~100 s).
+# (scripts/gpu-check-model.sh prepare), runs the checks (ops: the op harness backend_ops in full
+# mode, model-quick, graphs, decode-exact, serve), the HTTP suite on cuda, the 20-layer M3.1 bench
+# latency (8K decode + 8K prefill) and the sanitizers; logs in $OUT/logs.tgz, the bench JSON in
+# $OUT, the summaries last, one line per step (ops: "backend_ops: N checks in M cases, F failed").
 #   run: PREBUILT=build-gpu-backend bash scripts/gpu-session-check.sh, carrying the pack
 python3 -c "import tarfile; import os; p=os.environ.get('PREBUILT','build-gpu-backend'); tarfile.open(p + '/device-pack.txz').extractall(p)"
 P=${PREBUILT:-build-gpu-backend}
 export LD_LIBRARY_PATH=$PWD/$P/device-libs:/usr/local/cuda/lib64
 L=/tmp/logs; mkdir -p $L/c $L/h $L/s
-PREBUILT=$P OUT=$L/c TIME_BUDGET=90 STEP_TIMEOUT=40 MODEL_TIMEOUT=30 scripts/gpu-check-model.sh ops model-quick graphs decode-exact serve 2>&1 | sed -n '/---- gpu-check-model summary/,$p' > $L/c-summary.txt
+PREBUILT=$P OUT=$L/c TIME_BUDGET=160 STEP_TIMEOUT=40 OPS_TIMEOUT=90 MODEL_TIMEOUT=30 scripts/gpu-check-model.sh ops model-quick graphs decode-exact serve 2>&1 | sed -n '/---- gpu-check-model summary/,$p' > $L/c-summary.txt
 PREBUILT=$P OUT=$L/h TIME_BUDGET=40 HTTP_TIMEOUT=35 scripts/gpu-check-model.sh http 2>&1 | grep 'http suite' > $L/h-summary.txt
 timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 --device cuda \
   --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64,128 --context-lens 8192 \

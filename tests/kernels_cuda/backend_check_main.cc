@@ -1,6 +1,6 @@
-// backend_check: the CUDA backend's GPU checks and linear-layer timings.
+// backend_check: the CUDA backend's whole-model GPU checks and its benchmarks (the per-op checks
+// are backend_ops: op_harness.h).
 //
-//   backend_check ops [--quick] [--seed N] [--only GROUP]   every op, CUDA vs CPU reference
 //   backend_check model [--quick] [DIR...]        whole models on the committed checkpoints
 //   backend_check graphs [DIR...]                 decode by CUDA graph replay vs eager, bitwise
 //   backend_check bench [--only linear|attention|moe]   M3.1 shapes: linear layers, fused
@@ -22,10 +22,10 @@
 #include "core/error.h"
 #include "kernels/cuda/backend/cuda_backend.h"
 #include "kernels/cuda/backend/device_memory.h"
-#include "tests/support/simple_kv_allocator.h"
 #include "ops/kv_layout.h"
 #include "tests/kernels_cuda/backend_checks.h"
 #include "tests/kernels_cuda/backend_testing.h"
+#include "tests/kernels_cuda/op_case_inputs.h"
 
 namespace m3::test {
 
@@ -86,8 +86,7 @@ void run_bench(const std::string& only) {
   if (!want("linear") && !want("attention")) return;
   std::mt19937_64 rng(7);
   auto backend = make_cuda_backend();
-  ModelConfig config = make_config({"bench", 6144, 64, 4, 128, 4, 128, 128, 16, 1, 0, 64});
-  backend->configure(backend_config(config, DType::kBF16));
+  configure(*backend, {"bench", 6144, 64, 4, 128, 4, 128, 128, 16, 1, 0, 64});
   struct Shape_ {
     const char* name;
     int64_t n, k;
@@ -125,11 +124,9 @@ void run_bench(const std::string& only) {
   std::printf("\n%-28s %6s %10s %10s %8s\n", "attention input", "tokens", "fused us", "unfused us", "gain");
   const KvLayout layout = KvLayout::make(128, 4, 128, 128, KvDType::kNVFP4, KvDType::kNVFP4, {true});
   for (int tokens : {1, 64, 1024, 8192}) {
-    SimpleKvAllocator alloc((tokens + 127) / 128 + 1, 128);
-    const int seq = alloc.add_sequence();
-    const StepBatch b = alloc.build_step({StepChunk{seq, std::vector<int32_t>(tokens, 5), false}});
-    backend->plan(b);
-    Tensor pool = backend->alloc({layout.block_bytes * ((tokens + 127) / 128 + 1)}, DType::kU8);
+    const Step step = make_step({{tokens, tokens}}, 128, PageLayout::kDisjoint, 0, 1000, rng);
+    backend->plan(step.batch);
+    Tensor pool = backend->alloc({layout.block_bytes * step.num_blocks}, DType::kU8);
     const KvLayerView cache = layout.layer_view(pool.data_as<uint8_t>(), 0);
     Tensor q = backend->alloc({tokens, 64 * 128}, DType::kBF16), k = backend->alloc({tokens, 512}, DType::kBF16);
     Tensor v = backend->alloc({tokens, 512}, DType::kBF16), ik = backend->alloc({tokens, 128}, DType::kBF16);
@@ -161,18 +158,16 @@ void run_bench(const std::string& only) {
 int main(int argc, char** argv) {
   using namespace m3::test;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: backend_check ops|model|graphs|bench|latency [--quick] [--seed N] [--only GROUP] [--layers N] [DIR...]\n");
+    std::fprintf(stderr, "usage: backend_check model|graphs|bench|latency [--quick] [--only SECTION] [--layers N] [--case CxB] [DIR...]\n");
     return 2;
   }
   const std::string mode = argv[1];
   bool quick = false;
-  uint64_t seed = 1;
   int layers = 2;
   std::string only, only_case;
   std::vector<std::string> dirs;
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
-    else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::stoull(argv[++i]);
     else if (!std::strcmp(argv[i], "--layers") && i + 1 < argc) layers = std::stoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) only_case = argv[++i];
@@ -180,9 +175,7 @@ int main(int argc, char** argv) {
   }
   try {
     Report rep;
-    if (mode == "ops") {
-      run_ops_checks(rep, quick, seed, only);
-    } else if (mode == "model") {
+    if (mode == "model") {
       if (dirs.empty())
         dirs = {"tests/model_golden/data/tiny-mixed",         "tests/model_golden/data/tiny-sparse-local2",
                 "tests/model_golden/data/tiny-vl",            "tests/model_golden/data/release-mxfp8-nvfp4",

@@ -1,6 +1,6 @@
-// The CUDA backend's GPU checks (run by scripts/gpu-check-model.sh; not CTest tests: CI has no
-// GPU): per-op checks against the CPU reference, and whole-model checks on the committed
-// checkpoints. Each check adds one line per case to a Report.
+// The CUDA backend's whole-model GPU checks and benchmarks (backend_check, run by
+// scripts/gpu-check-model.sh; the per-op checks are backend_ops, op_harness.h): whole models on
+// the committed checkpoints, CUDA-graph replay. Each check adds one line per case to a Report.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,11 +22,6 @@ class Report {
   int cases_ = 0;
 };
 
-// only: run the groups whose name contains it ("linear", "moe", "m3 attention kv nvfp4", ...).
-void run_ops_checks(Report& report, bool quick, uint64_t seed, const std::string& only = "");
-// Backend::sample on the GPU against the reference (ops/sampling.h); part of run_ops_checks
-// (group "sampling"), plus the time of a 128-row step.
-void run_sampling_checks(Report& report, bool quick, uint64_t seed);
 // Checkpoint directories relative to the repository root.
 void run_model_checks(Report& report, const std::vector<std::string>& model_dirs, bool quick);
 // CUDA graphs: decode steps replayed from graphs against --enforce-eager, bitwise (logits and KV

@@ -8,7 +8,7 @@
 // perturbation (a yardstick of how far these models amplify such a difference) are printed.
 //
 // Why statistical gates: the two backends differ only where an fp32 sum lands on the other side of
-// a bf16 rounding boundary (backend_check ops: every op within one bf16 step), but these random
+// a bf16 rounding boundary (backend_ops: every op within one bf16 step), but these random
 // tiny models turn such a one-step difference into a different discrete decision now and then (an
 // MoE top-k or an indexer block selection near a tie), and that token's row then changes
 // completely, here and in what later tokens read from its K/V. tests/model_golden makes the same

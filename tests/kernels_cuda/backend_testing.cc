@@ -16,45 +16,52 @@ namespace m3::test {
 
 using cuda::check_cuda;
 
-Tensor host_act(const std::vector<float>& values, int64_t rows, int64_t cols) {
-  M3_CHECK(int64_t(values.size()) == rows * cols, "host_act: {} values for [{}, {}]", values.size(), rows, cols);
-  Tensor t = Tensor::zeros({rows, cols}, DType::kF32);
-  for (size_t i = 0; i < values.size(); ++i) t.data_as<float>()[i] = bf16_round(values[i]);
+Tensor on_backend(Backend& backend, const Tensor& host) {
+  M3_CHECK(host.device() == Device::kCpu, "on_backend: a host tensor expected");
+  if (backend.device() != Device::kCpu) return backend.to_device(host, "op check input");
+  // A copy on the CPU too: ops may write their inputs in place, and the host inputs serve both sides.
+  Tensor t = backend.alloc(host.shape(), host.dtype());
+  std::memcpy(t.data(), host.data(), host.nbytes());
   return t;
 }
 
-Tensor device_act(const std::vector<float>& values, int64_t rows, int64_t cols) {
-  M3_CHECK(int64_t(values.size()) == rows * cols, "device_act: {} values for [{}, {}]", values.size(), rows, cols);
-  std::vector<uint16_t> bits(values.size());
-  for (size_t i = 0; i < values.size(); ++i) bits[i] = bf16_encode(values[i]);
-  Tensor t = cuda::device_tensor({rows, cols}, DType::kBF16, "test activation");
-  check_cuda(cudaMemcpy(t.data(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), "upload");
-  return t;
-}
-
-std::vector<float> read_host(const Tensor& t) {
-  M3_CHECK(t.dtype() == DType::kF32 && t.device() == Device::kCpu, "read_host: F32 host tensor expected");
-  return std::vector<float>(t.data_as<const float>(), t.data_as<const float>() + t.numel());
-}
-
-std::vector<float> read_device(const Tensor& t) {
-  check_cuda(cudaDeviceSynchronize(), "read_device");
-  std::vector<float> out(t.numel());
-  if (t.dtype() == DType::kF32) {
-    check_cuda(cudaMemcpy(out.data(), t.data(), t.nbytes(), cudaMemcpyDeviceToHost), "download");
-    return out;
+Tensor act_on_backend(Backend& backend, const std::vector<float>& values, int64_t rows, int64_t cols) {
+  M3_CHECK(int64_t(values.size()) == rows * cols, "act_on_backend: {} values for [{}, {}]", values.size(), rows,
+           cols);
+  const DType storage = backend.activation_storage_dtype();
+  Tensor host = Tensor::zeros({rows, cols}, storage);
+  if (storage == DType::kF32) {
+    for (size_t i = 0; i < values.size(); ++i) host.data_as<float>()[i] = bf16_round(values[i]);
+  } else {
+    M3_CHECK(storage == DType::kBF16, "act_on_backend: storage dtype {}", dtype_name(storage));
+    for (size_t i = 0; i < values.size(); ++i) host.data_as<uint16_t>()[i] = bf16_encode(values[i]);
   }
-  M3_CHECK(t.dtype() == DType::kBF16, "read_device: {}", dtype_name(t.dtype()));
-  std::vector<uint16_t> bits(t.numel());
-  check_cuda(cudaMemcpy(bits.data(), t.data(), t.nbytes(), cudaMemcpyDeviceToHost), "download");
-  for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_decode(bits[i]);
-  return out;
+  return on_backend(backend, host);
 }
 
-Tensor to_device(const Tensor& host) {
-  Tensor t = cuda::device_tensor(host.shape(), host.dtype(), "test tensor");
-  check_cuda(cudaMemcpy(t.data(), host.data(), host.nbytes(), cudaMemcpyHostToDevice), "upload");
-  return t;
+LinearWeight on_backend(Backend& backend, const LinearWeight& host) {
+  LinearWeight w = host;
+  w.weight = on_backend(backend, host.weight);
+  if (host.scale.defined()) w.scale = on_backend(backend, host.scale);
+  return w;
+}
+
+MlpWeights on_backend(Backend& backend, const MlpWeights& host) {
+  MlpWeights m;
+  m.gate = on_backend(backend, host.gate);
+  m.up = on_backend(backend, host.up);
+  m.down = on_backend(backend, host.down);
+  if (host.router.defined()) m.router = on_backend(backend, host.router);
+  if (host.router_bias.defined()) m.router_bias = on_backend(backend, host.router_bias);
+  for (const ExpertWeights& e : host.experts)
+    m.experts.push_back({on_backend(backend, e.gate), on_backend(backend, e.up), on_backend(backend, e.down)});
+  return m;
+}
+
+std::vector<float> read_act(Backend& backend, const Tensor& t) {
+  std::vector<float> out(t.numel());
+  backend.copy_to_host_f32(t, out.data());
+  return out;
 }
 
 std::vector<uint8_t> read_bytes(const Tensor& t) {
@@ -62,10 +69,30 @@ std::vector<uint8_t> read_bytes(const Tensor& t) {
   if (t.device() == Device::kCpu) {
     std::memcpy(out.data(), t.data(), out.size());
   } else {
-    check_cuda(cudaDeviceSynchronize(), "read_bytes");
+    sync_device();
     check_cuda(cudaMemcpy(out.data(), t.data(), out.size(), cudaMemcpyDeviceToHost), "download");
   }
   return out;
+}
+
+void poison(Tensor& t, uint8_t byte) {
+  if (t.device() == Device::kCpu) std::memset(t.data(), byte, t.nbytes());
+  else check_cuda(cudaMemset(t.data(), byte, t.nbytes()), "poison");
+}
+
+void sync_device() { check_cuda(cudaDeviceSynchronize(), "device synchronize"); }
+
+Tensor to_device(const Tensor& host) {
+  Tensor t = cuda::device_tensor(host.shape(), host.dtype(), "test tensor");
+  check_cuda(cudaMemcpy(t.data(), host.data(), host.nbytes(), cudaMemcpyHostToDevice), "upload");
+  return t;
+}
+
+Tensor device_act(const std::vector<float>& values, int64_t rows, int64_t cols) {
+  M3_CHECK(int64_t(values.size()) == rows * cols, "device_act: {} values for [{}, {}]", values.size(), rows, cols);
+  Tensor host = Tensor::zeros({rows, cols}, DType::kBF16);
+  for (size_t i = 0; i < values.size(); ++i) host.data_as<uint16_t>()[i] = bf16_encode(values[i]);
+  return to_device(host);
 }
 
 std::vector<float> random_values(std::mt19937_64& rng, size_t n, float scale) {
@@ -73,6 +100,13 @@ std::vector<float> random_values(std::mt19937_64& rng, size_t n, float scale) {
   std::vector<float> v(n);
   for (float& x : v) x = bf16_round(dist(rng));
   return v;
+}
+
+Tensor random_f32(std::mt19937_64& rng, int64_t n, float scale) {
+  const std::vector<float> v = random_values(rng, size_t(n), scale);
+  Tensor t = Tensor::zeros({n}, DType::kF32);
+  std::copy(v.begin(), v.end(), t.data_as<float>());
+  return t;
 }
 
 LinearWeight random_linear(std::mt19937_64& rng, const std::string& name, int64_t out, int64_t in,
@@ -144,36 +178,21 @@ LinearWeight random_linear(std::mt19937_64& rng, const std::string& name, int64_
   return l;
 }
 
-LinearWeight upload_linear(const LinearWeight& w) {
-  LinearWeight d = w;
-  d.weight = to_device(w.weight);
-  if (w.scale.defined()) d.scale = to_device(w.scale);
-  return d;
-}
-
-ModelConfig make_config(const Geometry& g) {
-  ModelConfig c;
-  c.model_type = "minimax_m3_vl_text";
-  c.vocab_size = 1000;
-  c.hidden_size = g.hidden;
-  c.num_layers = 1;
-  c.num_heads = g.heads;
+void configure(Backend& backend, const Geometry& g) {
+  BackendConfig c;
+  c.activation_dtype = DType::kBF16;
+  c.num_q_heads = g.heads;
   c.num_kv_heads = g.kv_heads;
   c.head_dim = g.head_dim;
-  c.max_position_embeddings = 1 << 20;
-  c.rope.rotary_dim = g.rotary_dim;
-  c.rope.theta = 5000000.0;
+  c.block_size = g.block_size;
+  c.has_sparse_layers = g.index_dim > 0;
+  c.index_dim = g.index_dim;
+  c.indexer = {g.index_heads, g.topk, g.local_blocks, g.init_blocks};
+  c.rotary_dim = g.rotary_dim;
+  // Default RoPE (theta 5e6) as modeling_rope_utils computes it.
   for (int i = 0; i < g.rotary_dim / 2; ++i)
-    c.rope.inv_freq.push_back(static_cast<float>(1.0 / std::pow(c.rope.theta, 2.0 * i / g.rotary_dim)));
-  c.attention_kinds = {g.index_dim > 0 ? AttentionKind::kSparse : AttentionKind::kFull};
-  c.mlp_kinds = {MlpKind::kMoe};
-  c.index_heads = g.index_heads;
-  c.index_head_dim = g.index_dim;
-  c.index_block_size = g.block_size;
-  c.index_topk_blocks = g.topk;
-  c.index_local_blocks = g.local_blocks;
-  c.index_init_blocks = g.init_blocks;
-  return c;
+    c.rope_inv_freq.push_back(static_cast<float>(1.0 / std::pow(5000000.0, 2.0 * i / g.rotary_dim)));
+  backend.configure(c);
 }
 
 Error compare(const std::vector<float>& got, const std::vector<float>& want) {

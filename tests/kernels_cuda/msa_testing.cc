@@ -95,19 +95,6 @@ DeviceStep upload_step(const StepBatch& b) {
   return d;
 }
 
-StepView host_view(const StepBatch& b) {
-  StepView v;
-  v.num_tokens = b.num_tokens();
-  v.num_seqs = b.num_seqs();
-  v.positions = b.positions.data();
-  v.token_seq = b.token_seq.data();
-  v.seq_lens = b.seq_lens.data();
-  v.page_table = b.page_table.data();
-  v.pages_per_seq = b.pages_per_seq;
-  v.slot_mapping = b.slot_mapping.data();
-  return v;
-}
-
 void random_bf16(std::mt19937_64& rng, size_t n, float stddev, std::vector<float>& values,
                  std::vector<uint16_t>& bits) {
   std::normal_distribution<float> dist(0.0f, stddev);

@@ -74,7 +74,6 @@ struct DeviceStep {
   StepView view;
 };
 DeviceStep upload_step(const StepBatch& batch);
-StepView host_view(const StepBatch& batch);
 
 // Random values rounded to bf16 (as floats) and their bf16 bits.
 void random_bf16(std::mt19937_64& rng, size_t n, float stddev, std::vector<float>& values,

@@ -1,0 +1,174 @@
+// Op cases: linear in every WeightFormat (skinny, tiled, SIMT and wgmma paths by row count),
+// swiglu_mlp, moe.
+#include <fmt/core.h>
+
+#include "tests/kernels_cuda/op_case_inputs.h"
+#include "tests/kernels_cuda/op_harness.h"
+
+namespace m3::test {
+namespace {
+
+// Tolerance (max |cuda - cpu| / max |cpu| over an op's output): one bf16 step (8e-3, see
+// cases_elementwise.cc) + fp32 summation order over long dot products.
+constexpr double kTolGemm = 1.2e-2;
+
+// The backends of these cases: plain attention, no index; only hidden and the RoPE table matter.
+Geometry mlp_geometry(const char* name, int hidden) { return {name, hidden, 4, 2, 64, 0, 0, 16, 4, 1, 0, 32}; }
+
+struct FormatCase {
+  const char* name;
+  WeightFormat format;
+  DType dense = DType::kBF16;
+  float divisor = 0.0f;
+};
+const FormatCase kFormats[] = {
+    {"bf16", WeightFormat::kDense, DType::kBF16},    {"f32", WeightFormat::kDense, DType::kF32},
+    {"f16", WeightFormat::kDense, DType::kF16},      {"fp8", WeightFormat::kFp8},
+    {"fp8-block", WeightFormat::kFp8Block},          {"mxfp8", WeightFormat::kMxfp8},
+    {"nvfp4-modelopt", WeightFormat::kNvfp4},        {"nvfp4-ct", WeightFormat::kNvfp4, DType::kBF16, 448.0f * 6.0f * 8.0f},
+};
+
+LinearWeight random_weight(std::mt19937_64& rng, const char* name, int64_t out, int64_t in, const FormatCase& f) {
+  return random_linear(rng, name, out, in, f.format, f.dense, f.divisor);
+}
+
+class LinearCase : public OpCase {
+ public:
+  LinearCase(FormatCase f, int n, int k, int rows) : f_(f), n_(n), k_(k), rows_(rows) {}
+  std::string name() const override { return fmt::format("linear {} {}x{} rows {}", f_.name, n_, k_, rows_); }
+  Geometry geometry() const override { return mlp_geometry("linear", 256); }
+  void build(std::mt19937_64& rng) override {
+    w_ = random_weight(rng, "w", n_, k_, f_);
+    x_ = random_values(rng, size_t(rows_) * k_, 1.0f);
+  }
+  BoundCase bind(Backend& b) const override {
+    const Tensor x = act_on_backend(b, x_, rows_, k_);
+    const LinearWeight w = on_backend(b, w_);
+    const Tensor out = b.alloc({rows_, n_}, b.activation_storage_dtype());
+    Backend* be = &b;
+    return {[=] { be->linear(x, w, out); }, [=] { return Outputs{{read_act(*be, out)}}; }};
+  }
+  std::vector<Check> checks() const override { return {relative_error("", 0, kTolGemm)}; }
+  double bytes() const override { return double(w_.nbytes()) + 2.0 * rows_ * (k_ + n_); }
+  double flops() const override { return 2.0 * rows_ * n_ * k_; }
+
+ private:
+  FormatCase f_;
+  int n_, k_, rows_;
+  LinearWeight w_;
+  std::vector<float> x_;
+};
+
+constexpr int kMlpHidden = 256, kMlpInter = 192;
+constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+
+class SwigluCase : public OpCase {
+ public:
+  SwigluCase(FormatCase f, int rows) : f_(f), rows_(rows) {}
+  std::string name() const override { return fmt::format("swiglu_mlp {} rows {}", f_.name, rows_); }
+  Geometry geometry() const override { return mlp_geometry("mlp", kMlpHidden); }
+  void build(std::mt19937_64& rng) override {
+    gate_ = random_weight(rng, "gate", kMlpInter, kMlpHidden, f_);
+    up_ = random_weight(rng, "up", kMlpInter, kMlpHidden, f_);
+    down_ = random_weight(rng, "down", kMlpHidden, kMlpInter, f_);
+    x_ = random_values(rng, size_t(rows_) * kMlpHidden, 1.5f);
+  }
+  BoundCase bind(Backend& b) const override {
+    const Tensor x = act_on_backend(b, x_, rows_, kMlpHidden);
+    const LinearWeight g = on_backend(b, gate_), u = on_backend(b, up_), d = on_backend(b, down_);
+    const Tensor out = b.alloc({rows_, kMlpHidden}, b.activation_storage_dtype());
+    Backend* be = &b;
+    return {[=] { be->swiglu_mlp(x, g, u, d, kAlpha, kLimit, out); }, [=] { return Outputs{{read_act(*be, out)}}; }};
+  }
+  std::vector<Check> checks() const override { return {relative_error("", 0, kTolGemm)}; }
+  double bytes() const override {
+    return double(gate_.nbytes() + up_.nbytes() + down_.nbytes()) + 2.0 * 2 * rows_ * kMlpHidden;
+  }
+  double flops() const override { return 2.0 * rows_ * 3 * kMlpInter * kMlpHidden; }
+
+ private:
+  FormatCase f_;
+  int rows_;
+  LinearWeight gate_, up_, down_;
+  std::vector<float> x_;
+};
+
+struct MoeShape {
+  const char* name;
+  int experts, top_k;
+  FormatCase routed, shared;
+};
+constexpr int kMoeHidden = 256, kMoeInter = 128;
+
+class MoeCase : public OpCase {
+ public:
+  MoeCase(MoeShape s, int rows) : s_(s), rows_(rows) {}
+  std::string name() const override {
+    return fmt::format("moe {} E{} k{} rows {}", s_.name, s_.experts, s_.top_k, rows_);
+  }
+  Geometry geometry() const override { return mlp_geometry("moe", kMoeHidden); }
+  void build(std::mt19937_64& rng) override {
+    mlp_.gate = random_weight(rng, "shared.gate", kMoeInter, kMoeHidden, s_.shared);
+    mlp_.up = random_weight(rng, "shared.up", kMoeInter, kMoeHidden, s_.shared);
+    mlp_.down = random_weight(rng, "shared.down", kMoeHidden, kMoeInter, s_.shared);
+    mlp_.router = random_f32(rng, int64_t(s_.experts) * kMoeHidden, 0.08f).reshape({s_.experts, kMoeHidden});
+    mlp_.router_bias = Tensor::zeros({s_.experts}, DType::kF32);
+    for (int e = 0; e < s_.experts; ++e) mlp_.router_bias.data_as<float>()[e] = 0.01f * float(e % 5);
+    for (int e = 0; e < s_.experts; ++e)
+      mlp_.experts.push_back({random_weight(rng, "e.gate", kMoeInter, kMoeHidden, s_.routed),
+                              random_weight(rng, "e.up", kMoeInter, kMoeHidden, s_.routed),
+                              random_weight(rng, "e.down", kMoeHidden, kMoeInter, s_.routed)});
+    x_ = random_values(rng, size_t(rows_) * kMoeHidden, 1.0f);
+  }
+  BoundCase bind(Backend& b) const override {
+    const Tensor x = act_on_backend(b, x_, rows_, kMoeHidden);
+    const MlpWeights mlp = on_backend(b, mlp_);
+    const Tensor out = b.alloc({rows_, kMoeHidden}, b.activation_storage_dtype());
+    MoeParams params;
+    params.num_experts = s_.experts;
+    params.experts_per_token = s_.top_k;
+    params.routed_scaling_factor = 2.0f;
+    Backend* be = &b;
+    return {[=] { be->moe(x, mlp, params, out); }, [=] { return Outputs{{read_act(*be, out)}}; }};
+  }
+  std::vector<Check> checks() const override { return {relative_error("", 0, kTolGemm)}; }
+  double bytes() const override {  // the experts a step of rows_ tokens can touch, read once
+    const double expert = double(mlp_.experts[0].gate.nbytes() * 3);
+    const double touched = std::min<double>(s_.experts, double(rows_) * s_.top_k);
+    return touched * expert + double(mlp_.gate.nbytes() * 3 + mlp_.router.nbytes()) + 2.0 * 2 * rows_ * kMoeHidden;
+  }
+  double flops() const override { return 2.0 * rows_ * (s_.top_k + 1) * 3 * kMoeInter * kMoeHidden; }
+
+ private:
+  MoeShape s_;
+  int rows_;
+  MlpWeights mlp_;
+  std::vector<float> x_;
+};
+
+}  // namespace
+
+void add_linear_cases(CaseList& cases, bool quick) {
+  const std::vector<int> row_counts = quick ? std::vector<int>{1, 20, 150} : std::vector<int>{1, 3, 16, 20, 64, 150, 300};
+  for (const FormatCase& f : kFormats)
+    for (const auto& [n, k] : {std::pair{256, 512}, std::pair{96, 256}, std::pair{40, 96}}) {
+      for (int rows : row_counts) cases.push_back(std::make_unique<LinearCase>(f, n, k, rows));
+      // A prefill-sized problem: 16 row tiles of the wgmma kernel, several K steps.
+      if (!quick && n == 256) cases.push_back(std::make_unique<LinearCase>(f, n, k, 2048));
+    }
+  for (const FormatCase& f : kFormats) {
+    if (quick && f.format == WeightFormat::kFp8Block) continue;
+    // 600 rows: above the skinny kernel's 256-row dense limit, the wgmma kernel's fused SwiGLU.
+    for (int rows : {1, 17, 200, 600}) cases.push_back(std::make_unique<SwigluCase>(f, rows));
+  }
+  const MoeShape shapes[] = {
+      {"nvfp4-ct experts, mxfp8 shared", 16, 4, kFormats[7], kFormats[5]},
+      {"nvfp4-modelopt experts, bf16 shared", 8, 2, kFormats[6], kFormats[0]},
+      {"f32 experts (simt), f32 shared", 8, 2, kFormats[1], kFormats[1]},
+  };
+  for (const MoeShape& s : shapes)
+    for (int rows : quick ? std::vector<int>{1, 40} : std::vector<int>{1, 5, 40, 300, 2048})
+      cases.push_back(std::make_unique<MoeCase>(s, rows));
+}
+
+}  // namespace m3::test

@@ -1,0 +1,235 @@
+// Op cases: Backend::sample (the CUDA kernels of kernels/cuda/backend/sampling.cu against the
+// reference, ops/sampling.h) on random bf16 logits rows: vocab 200064 and small ones; peaked, flat,
+// heavily tied rows, rows with -inf and NaN entries, fully masked rows; every parameter (greedy,
+// temperature, top_k, top_p, min_p, penalties, min_tokens mask) alone and mixed, several seeds and
+// output indices. The ids must be identical, except where the reference's own trace shows one of
+// its decisions (the draw, the top_p cut, a min_p test) within 1e-9 of the kept mass of a
+// boundary: there the two sums' rounding order may pick the neighbour. Also: the same ids on a
+// second run; in full mode the decode step of 128 rows at vocab 200064 (--perf times it).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "formats/bf16.h"
+#include "ops/sampling.h"
+#include "tests/kernels_cuda/op_harness.h"
+
+namespace m3::test {
+namespace {
+
+constexpr double kBoundary = 1e-9;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+enum class RowShape { kPeaked, kFlat, kTied, kNegInf, kNaN, kAllMasked };
+const char* shape_name(RowShape s) {
+  switch (s) {
+    case RowShape::kPeaked: return "peaked";
+    case RowShape::kFlat: return "flat";
+    case RowShape::kTied: return "tied";
+    case RowShape::kNegInf: return "-inf";
+    case RowShape::kNaN: return "nan";
+    case RowShape::kAllMasked: return "all -inf";
+  }
+  return "?";
+}
+
+// bf16-exact values (what the GPU reads), row-major [rows, vocab].
+std::vector<float> make_logits(std::mt19937_64& rng, RowShape shape, int rows, int vocab) {
+  std::vector<float> v(size_t(rows) * vocab);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (int r = 0; r < rows; ++r) {
+    float* x = v.data() + size_t(r) * vocab;
+    for (int i = 0; i < vocab; ++i) {
+      switch (shape) {
+        case RowShape::kPeaked: x[i] = 3.0f * normal(rng) + (unit(rng) < 0.001f ? 12.0f : 0.0f); break;
+        case RowShape::kFlat: x[i] = 0.05f * normal(rng); break;
+        case RowShape::kTied: x[i] = std::floor(3.0f * unit(rng)) * 0.5f; break;  // three values
+        case RowShape::kNegInf: x[i] = unit(rng) < 0.3f ? -kInf : 2.0f * normal(rng); break;
+        case RowShape::kNaN: x[i] = unit(rng) < 0.01f ? std::nanf("") : 2.0f * normal(rng); break;
+        case RowShape::kAllMasked: x[i] = -kInf; break;
+      }
+      x[i] = bf16_round(x[i]);
+    }
+    if (shape == RowShape::kAllMasked && r % 2) x[rng() % vocab] = 1.0f;  // one survivor on odd rows
+  }
+  return v;
+}
+
+struct ParamSet {
+  std::string name;
+  SampleRow row;
+  bool lists = false;  // penalty and mask lists
+};
+
+std::vector<ParamSet> param_sets(bool quick) {
+  std::vector<ParamSet> out;
+  auto add = [&](std::string name, auto set, bool lists = false) {
+    ParamSet p;
+    p.name = std::move(name);
+    set(p.row);
+    p.lists = lists;
+    out.push_back(p);
+  };
+  add("greedy", [](SampleRow& r) { r.temperature = 0.0f; });
+  add("greedy+penalties+mask", [](SampleRow& r) { r.temperature = 0.0f, r.repetition_penalty = 1.5f,
+                                                  r.frequency_penalty = 0.5f; }, true);
+  for (float t : {0.5f, 1.0f, 1.7f}) add(fmt::format("T={}", t), [t](SampleRow& r) { r.temperature = t; });
+  for (int k : {1, 5, 50, 1000}) add(fmt::format("top_k={}", k), [k](SampleRow& r) { r.top_k = k; });
+  for (float p : {0.1f, 0.5f, 0.95f}) add(fmt::format("top_p={}", p), [p](SampleRow& r) { r.top_p = p; });
+  for (float m : {0.05f, 0.5f}) add(fmt::format("min_p={}", m), [m](SampleRow& r) { r.min_p = m; });
+  add("penalties", [](SampleRow& r) { r.repetition_penalty = 1.3f, r.frequency_penalty = 0.7f,
+                                      r.presence_penalty = -0.4f; }, true);
+  add("T=0.8 top_k=40 top_p=0.9", [](SampleRow& r) { r.temperature = 0.8f, r.top_k = 40, r.top_p = 0.9f; });
+  add("top_p=0.7 min_p=0.02", [](SampleRow& r) { r.top_p = 0.7f, r.min_p = 0.02f; });
+  add("T=1.2 top_k=200 top_p=0.5 min_p=0.1 +lists",
+      [](SampleRow& r) { r.temperature = 1.2f, r.top_k = 200, r.top_p = 0.5f, r.min_p = 0.1f,
+                         r.repetition_penalty = 0.8f, r.presence_penalty = 1.0f; }, true);
+  add("top_p=0.99 +mask", [](SampleRow& r) { r.top_p = 0.99f; }, true);
+  if (quick) out.resize(std::min<size_t>(out.size(), 12));
+  return out;
+}
+
+// Appends `row` with random lists (prompt set sorted unique, distinct outputs with counts, masked
+// ids overlapping the outputs, a few out of range).
+void add_row(SampleBatch& batch, SampleRow row, bool lists, int vocab, std::mt19937_64& rng) {
+  std::vector<int32_t> prompt, out_ids, out_counts, masked;
+  if (lists) {
+    const int n_prompt = 1 + int(rng() % std::min(3000, vocab));
+    for (int i = 0; i < n_prompt; ++i) prompt.push_back(int32_t(rng() % vocab));
+    prompt.push_back(-1);
+    std::sort(prompt.begin(), prompt.end());
+    prompt.erase(std::unique(prompt.begin(), prompt.end()), prompt.end());
+    const int n_out = 1 + int(rng() % std::min(200, vocab));
+    for (int i = 0; i < n_out; ++i) out_ids.push_back(int32_t(rng() % vocab));
+    std::sort(out_ids.begin(), out_ids.end());
+    out_ids.erase(std::unique(out_ids.begin(), out_ids.end()), out_ids.end());
+    std::shuffle(out_ids.begin(), out_ids.end(), rng);
+    for (size_t i = 0; i < out_ids.size(); ++i) out_counts.push_back(1 + int32_t(rng() % 5));
+    masked = {out_ids[0], out_ids[0], int32_t(rng() % vocab), vocab + 3};
+  }
+  row.seed = rng();
+  row.output_index = int32_t(rng() % 1000);
+  batch.add(row, prompt.data(), int32_t(prompt.size()), out_ids.data(), out_counts.data(), int32_t(out_ids.size()),
+            masked.data(), int32_t(masked.size()));
+}
+
+// The geometry of the backends (sampling reads none of it).
+Geometry sampling_geometry() { return {"sampling", 64, 4, 2, 64, 0, 0, 16, 4, 1, 0, 32}; }
+
+// Outputs: the ids of a first and of a second call (bytes, I32 per batch row).
+class SampleCase : public OpCase {
+ public:
+  // Every parameter set of param_sets() (2 or 4 seeds each) over 6 logits rows of `shape`; or a
+  // decode step: `rows` peaked rows sampled with `step_row` each.
+  SampleCase(int vocab, RowShape shape, bool quick) : vocab_(vocab), shape_(shape), quick_(quick) {}
+  SampleCase(int vocab, std::string step_name, SampleRow step_row, int rows)
+      : vocab_(vocab), shape_(RowShape::kPeaked), quick_(false), step_name_(std::move(step_name)),
+        step_row_(step_row), step_rows_(rows) {}
+
+  std::string name() const override {
+    if (step_rows_) return fmt::format("sample vocab {} step of {} rows {}", vocab_, step_rows_, step_name_);
+    return fmt::format("sample vocab {} {}", vocab_, shape_name(shape_));
+  }
+  Geometry geometry() const override { return sampling_geometry(); }
+
+  void build(std::mt19937_64& rng) override {
+    logits_rows_ = step_rows_ ? step_rows_ : 6;
+    logits_ = make_logits(rng, shape_, logits_rows_, vocab_);
+    batch_.clear();
+    if (step_rows_) {
+      for (int r = 0; r < step_rows_; ++r) {
+        SampleRow row = step_row_;
+        row.logits_row = r;
+        add_row(batch_, row, sample_row_penalised(step_row_), vocab_, rng);
+      }
+      return;
+    }
+    const int seeds = quick_ ? 2 : 4;
+    for (const ParamSet& p : param_sets(quick_))
+      for (int s = 0; s < seeds; ++s) {
+        SampleRow row = p.row;
+        row.logits_row = int32_t(batch_.rows.size() % logits_rows_);
+        add_row(batch_, row, p.lists, vocab_, rng);
+      }
+  }
+
+  BoundCase bind(Backend& b) const override {
+    const Tensor logits = act_on_backend(b, logits_, logits_rows_, vocab_);
+    Backend* be = &b;
+    const SampleBatch* batch = &batch_;
+    auto first = std::make_shared<std::vector<int32_t>>(batch_.rows.size(), -7);
+    auto second = std::make_shared<std::vector<int32_t>>(batch_.rows.size(), -7);
+    return {[=] {
+              be->sample(logits, *batch, first->data());
+              be->sample(logits, *batch, second->data());
+            },
+            [=] { return Outputs{ids_output(*first), ids_output(*second)}; }};
+  }
+
+  std::vector<Check> checks() const override {
+    const std::string rows = fmt::format("({} rows)", batch_.rows.size());
+    return {{rows + " ids vs reference", 0,
+             [this](const Outputs& got, const Outputs& want) { return unexplained(got, want); }},
+            self_differing(rows + " same ids on a second run", 0, 1)};
+  }
+  // Two calls per launch: the logits they read.
+  double bytes() const override { return 2.0 * 2 * double(logits_rows_) * vocab_; }
+
+ private:
+  // Rows whose ids differ where the reference's trace shows no decision within kBoundary of a
+  // boundary (or the id is out of range).
+  double unexplained(const Outputs& got, const Outputs& want) const {
+    const std::vector<int32_t> a = output_ids(got[0]), b = output_ids(want[0]);
+    SampleWorkspace ws;
+    int bad = 0;
+    for (size_t i = 0; i < batch_.rows.size(); ++i) {
+      if (a[i] == b[i]) continue;
+      const SampleRow& r = batch_.rows[i];
+      SampleTrace trace;
+      sample_reference(logits_.data() + size_t(r.logits_row) * vocab_, vocab_, r, batch_, ws, &trace);
+      const double margin = std::min({trace.draw_margin, trace.top_p_margin, trace.min_p_margin});
+      bad += !(margin < kBoundary && a[i] >= 0 && a[i] < vocab_);
+    }
+    return bad;
+  }
+
+  int vocab_;
+  RowShape shape_;
+  bool quick_;
+  std::string step_name_;
+  SampleRow step_row_;
+  int step_rows_ = 0;
+  int logits_rows_ = 0;
+  std::vector<float> logits_;
+  SampleBatch batch_;
+};
+
+}  // namespace
+
+void add_sampling_cases(CaseList& cases, bool quick) {
+  for (int vocab : {200064, 1000, 37, 3})
+    for (RowShape shape : {RowShape::kPeaked, RowShape::kFlat, RowShape::kTied, RowShape::kNegInf, RowShape::kNaN,
+                           RowShape::kAllMasked}) {
+      if (quick && vocab == 200064 && shape != RowShape::kPeaked && shape != RowShape::kTied) continue;
+      cases.push_back(std::make_unique<SampleCase>(vocab, shape, quick));
+    }
+  if (quick) return;
+  // A decode step's sampling at batch 128 (--perf: its time against the logits it reads).
+  SampleRow greedy, plain, typical, penalised;
+  greedy.temperature = 0.0f;
+  typical.temperature = 0.8f, typical.top_k = 50, typical.top_p = 0.95f;
+  penalised = typical;
+  penalised.repetition_penalty = 1.1f;
+  for (const auto& [name, row] : {std::pair{"greedy", greedy}, std::pair{"T=1", plain},
+                                  std::pair{"T=0.8 top_k=50 top_p=0.95", typical},
+                                  std::pair{"same + repetition penalty", penalised}})
+    cases.push_back(std::make_unique<SampleCase>(200064, name, row, 128));
+}
+
+}  // namespace m3::test
