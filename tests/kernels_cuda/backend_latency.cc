@@ -25,7 +25,7 @@
 namespace m3::test {
 namespace {
 
-constexpr double kCopyBytesPerSecond = 4.2e12;  // measured H200 copy rate (DESIGN.md)
+constexpr double kCopyBytesPerSecond = 4.2e12;  // measured H200 copy rate (docs/reference.md 8)
 
 // One decode step: `batch` requests of `context` tokens (the last one new), disjoint pages.
 StepBatch decode_step(int batch, int context, int block_size) {

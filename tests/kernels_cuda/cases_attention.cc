@@ -16,7 +16,7 @@ namespace {
 constexpr double kTolExact = 0.0;
 constexpr double kTolRounding = 8e-3;  // one bf16 step, relative to the output's scale
 constexpr double kTolGemm = 1.2e-2;    // + fp32 order over long dot products
-// The nvfp4 (Q8KV4) probability path of the MSA kernels: section 5 of msa-kernels.md allows 3e-2
+// The nvfp4 (Q8KV4) probability path of the MSA kernels: section 6 of docs/reference.md allows 3e-2
 // (prefill rows) and 5e-2 (decode rows) per element; these steps mix both.
 constexpr double kTolQ8KV4 = 5e-2;
 

@@ -1,6 +1,6 @@
 // Op cases: the MSA kernels (kernels/cuda/msa.h) through the CUDA backend, in the shapes the
 // serving path gives them: KV insert (bit-exact pools), indexer + top-k (exact ids up to exact
-// score ties), sparse and dense attention (the tolerances of msa-kernels.md section 5, per row),
+// score ties), sparse and dense attention (the tolerances of docs/reference.md 6, per row),
 // poisoned outputs, several page-table layouts (permuted, disjoint, a shared prefix), sizes that
 // are not multiples of the tiles, long contexts, other indexer parameters, an index dtype apart
 // from the KV dtype; and, calling the kernels directly (msa.h), what no backend op reaches: E4M3
@@ -21,7 +21,7 @@
 namespace m3::test {
 namespace {
 
-// msa-kernels.md section 5, per path and row kind (decode rows: sequences with <= 16 new tokens).
+// docs/reference.md 6, per path and row kind (decode rows: sequences with <= 16 new tokens).
 struct Tolerance {
   float atol, rtol, lse;
   bool cosine;  // cosine >= 0.999 per output row (Q8KV8 in the vendor's suite; bf16 here too)

@@ -3,7 +3,7 @@
 //   msa_bench [--suite decode|lowlat|dense|probe|prefill|all] [--dtype nvfp4|fp8|all] [--quick]
 //   (--quick: a subset of every suite)
 //
-// Shapes: the vendor's suites (msa-kernels.md section 6) at the TP4 per-rank shape the vendor
+// Shapes: the vendor's suites (docs/reference.md 7) at the TP4 per-rank shape the vendor
 // benchmarks (Hq 16, Hkv 1, Hi 1, D 128, page 128, top-16, 8 queries per request). Decode lengths
 // follow the vendor's recipe (B/2 deltas in [nominal/20, nominal/4], nominal +- delta, shuffled,
 // exact mean) with this program's own seeded generator (torch's generator is not reproduced).
@@ -268,8 +268,8 @@ void print_row(const Device& dev, const Row& r) {
               100 * de_bw / copy, r.dense_us > 0 ? r.dense_us / msa_us : 0.0, dense_floor_us / msa_us);
 }
 
-// Prefill shapes: representative and stress cases of the vendor's 128-case selection
-// (shared/data/msa/prefill_benchmark_shapes_recovered.json, MIT, MiniMax-AI/MSA).
+// Prefill shapes: representative and stress cases of the vendor's 128-case selection (MiniMax-AI/MSA
+// datas/inference, MIT; docs/reference.md 7).
 struct PrefillShape {
   const char* case_id;
   std::vector<int> query_lens, prefix_lens;
