@@ -133,7 +133,12 @@ bool stream_chat(ChatSession& s, httplib::DataSink& sink) {
       out["stop_reason"] = choice.end.stop_reason;
       if (common.return_token_ids) out["token_ids"] = choice.output_ids;
     }
-    return send(s.chunk(std::move(out)), choice);
+    const bool sent = send(s.chunk(std::move(out)), choice);
+    if (sent && !event.output.new_token_ids.empty()) {
+      s.context.metrics().observe_token_to_socket(std::chrono::duration<double>(
+          GenerationJob::Clock::now() - event.emitted_at).count());
+    }
+    return sent;
   };
   if (!pump_job(
           s.job, [&] { return sink.is_writable(); }, on_event)) {

@@ -127,7 +127,12 @@ bool stream_completion(CompletionSession& s, httplib::DataSink& sink) {
     if (choice.ended) count_finished(s.context.metrics(), choice);
     if (choice.ended && choice.end.finish_reason == "error") error = choice.error;
     if (delta.content.empty() && choice.logprobs.empty() && !choice.ended) return true;
-    return send(s.chunk(choice_json(s, c, std::move(delta.content), choice.ended)), choice);
+    const bool sent = send(s.chunk(choice_json(s, c, std::move(delta.content), choice.ended)), choice);
+    if (sent && !event.output.new_token_ids.empty()) {
+      s.context.metrics().observe_token_to_socket(std::chrono::duration<double>(
+          GenerationJob::Clock::now() - event.emitted_at).count());
+    }
+    return sent;
   };
   if (!pump_job(
           s.job, [&] { return sink.is_writable(); }, on_event)) {

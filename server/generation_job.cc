@@ -22,7 +22,7 @@ void GenerationJob::submit(std::vector<EngineRequest> requests) {
     auto sink = [channel = channel_, index](const RequestOutput& output) {
       {
         std::lock_guard lock(channel->mutex);
-        channel->events.push_back({index, output});
+        channel->events.push_back({index, output, Clock::now()});
       }
       channel->ready.notify_one();
     };

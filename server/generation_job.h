@@ -21,6 +21,9 @@ namespace m3::server {
 struct ChoiceEvent {
   int choice = 0;
   RequestOutput output;
+  // When the engine handed the output over (on its thread): the start of the server's own
+  // latency, m3:token_to_socket_seconds.
+  std::chrono::steady_clock::time_point emitted_at;
 };
 
 class GenerationJob {
