@@ -8,7 +8,11 @@ find_package(CLI11 REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
-pkg_check_modules(HTTPLIB IMPORTED_TARGET cpp-httplib)
+# The HTTP server: Boost.Beast and Boost.Asio (header-only, libboost-dev), TLS through OpenSSL
+# (libssl-dev). Optional here so builds that never link the server (the GPU machine's) configure
+# without them; server/CMakeLists.txt requires them.
+find_package(Boost 1.74 QUIET)
+find_package(OpenSSL QUIET)
 if(M3_BUILD_TESTS)
   find_package(GTest REQUIRED)
   find_package(benchmark QUIET)

@@ -2,10 +2,10 @@
 # The build dependencies the GPU machine lacks, gathered into DEST (default .deps, git-ignored):
 # the shared tool's packages (../shared/tools/device-deps.sh) plus what configuring this project
 # and linking the CUDA check programs need there: the shared libraries behind fmt and Google
-# Benchmark (their CMake configs refuse dangling .so links), utf8proc (configure requires it),
-# pkg-config (pkgconf) and the .pc files that cpp-httplib.pc requires (configure looks them up
-# although nothing built there links the HTTP server). OpenBLAS is left out: no target built on
-# the GPU machine links it, so scripts/gpu-check.sh hands CMake a placeholder for it.
+# Benchmark (their CMake configs refuse dangling .so links), utf8proc (configure requires it) and
+# pkg-config (pkgconf). The HTTP server's Boost and OpenSSL are left out: configure skips the
+# server without them, and nothing built there links it. OpenBLAS is left out too: no target
+# built on the GPU machine links it, so scripts/gpu-check.sh hands CMake a placeholder for it.
 #
 #   scripts/device-deps-extra.sh [DEST]     then run the device command with carry=[".deps"]
 set -euo pipefail
@@ -14,8 +14,7 @@ DEST=${1:-.deps}
 SHARED_TOOL=${SHARED_TOOL:-../shared/tools/device-deps.sh}
 [[ -x "$SHARED_TOOL" ]] || SHARED_TOOL=/work/shared/tools/device-deps.sh
 "$SHARED_TOOL" "$DEST" >/dev/null
-EXTRA=(libfmt9 libbenchmark1debian libutf8proc-dev libutf8proc2 pkgconf-bin libpkgconf3
-       libssl-dev zlib1g-dev libbrotli-dev)
+EXTRA=(libfmt9 libbenchmark1debian libutf8proc-dev libutf8proc2 pkgconf-bin libpkgconf3)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 ( cd "$work" && apt-get download "${EXTRA[@]}" >/dev/null 2>&1 )
