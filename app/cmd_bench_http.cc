@@ -43,6 +43,7 @@ struct BenchHttpOptions {
   std::string streams = "1,100,2000";
   int max_tokens = 32;
   int max_connections = 0;  // 0: the server's default
+  int io_threads = 0;       // 0: the server's default
 };
 
 std::set<int> thread_ids() {
@@ -53,19 +54,14 @@ std::set<int> thread_ids() {
   return ids;
 }
 
-// utime + stime of one thread of this process, in seconds (0 if it has exited).
+// CPU time of one thread of this process, in seconds (0 if it has exited), from schedstat's
+// nanoseconds: /proc's utime/stime are whole clock ticks per thread, which rounds the short
+// bursts of a thread-per-connection server's many threads down to nothing.
 double thread_cpu_seconds(int tid) {
-  std::ifstream in(fmt::format("/proc/self/task/{}/stat", tid));
-  std::string line;
-  if (!std::getline(in, line)) return 0.0;
-  // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
-  std::istringstream rest(line.substr(line.rfind(')') + 2));
-  std::string field;
-  double ticks = 0.0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14 || i == 15) ticks += std::stod(field);
-  }
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+  std::ifstream in(fmt::format("/proc/self/task/{}/schedstat", tid));
+  double ns = 0.0;
+  if (!(in >> ns)) return 0.0;
+  return ns * 1e-9;
 }
 
 double cpu_seconds(const std::set<int>& tids) {
@@ -141,6 +137,7 @@ LevelResult run_level(const BenchHttpOptions& o, std::shared_ptr<const server::M
   serve.served_model_names = {"bench"};
   serve.version = "bench";
   if (o.max_connections > 0) serve.http.max_connections = o.max_connections;
+  if (o.io_threads > 0) serve.http.io_threads = o.io_threads;
   const std::set<int> before = thread_ids();
   server::OpenAIServer server(serve);
   const int port = server.start();
@@ -229,6 +226,9 @@ void register_bench_http(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-connections", o->max_connections,
                   "the server's connection limit (0: its default)")
+      ->capture_default_str();
+  cmd->add_option("--io-threads", o->io_threads,
+                  "the server's I/O threads (0: its default)")
       ->capture_default_str();
   cmd->callback([o] { run_bench_http(*o); });
 }

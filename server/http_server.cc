@@ -53,6 +53,14 @@ void raise_open_file_limit(int wanted) {
   }
 }
 
+std::vector<std::unique_ptr<net::io_context>> make_io_contexts(int threads) {
+  std::vector<std::unique_ptr<net::io_context>> contexts;
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    contexts.push_back(std::make_unique<net::io_context>(1));  // 1: run by a single thread
+  }
+  return contexts;
+}
+
 }  // namespace
 
 std::string_view HttpRequest::header(std::string_view name) const {
@@ -88,9 +96,9 @@ HttpServer::Impl::Impl(HttpLimits limits, std::vector<std::string> api_keys,
       api_keys_(std::move(api_keys)),
       needs_auth_(std::move(needs_auth)),
       metrics_(metrics),
-      io_(std::max(1, limits_.io_threads)),
-      acceptor_(io_),
-      accept_retry_(io_) {
+      io_(make_io_contexts(limits_.io_threads)),
+      acceptor_(*io_.front()),
+      accept_retry_(*io_.front()) {
   M3_CHECK(limits_.max_connections >= 1, "max connections must be >= 1, got {}",
            limits_.max_connections);
   M3_CHECK(limits_.io_threads >= 1 && limits_.handler_threads >= 1,
@@ -230,14 +238,14 @@ int HttpServer::Impl::start(const std::string& host, int port) {
   const int bound = acceptor_.local_endpoint().port();
   started_ = true;
   handler_pool_ = std::make_unique<net::thread_pool>(limits_.handler_threads);
-  work_.emplace(io_.get_executor());
+  for (auto& io : io_) work_.push_back(net::make_work_guard(*io));
   accept();
-  io_threads_running_ = limits_.io_threads;
-  for (int i = 0; i < limits_.io_threads; ++i) {
-    io_threads_.emplace_back([this] {
+  io_threads_running_ = static_cast<int>(io_.size());
+  for (auto& context : io_) {
+    io_threads_.emplace_back([this, io = context.get()] {
       for (;;) {
         try {
-          io_.run();
+          io->run();
           break;
         } catch (const std::exception& e) {
           // A handler threw past every catch (a bug): log it and keep the thread serving.
@@ -253,8 +261,8 @@ int HttpServer::Impl::start(const std::string& host, int port) {
 }
 
 void HttpServer::Impl::accept() {
-  acceptor_.async_accept(net::make_strand(io_), [this](boost::system::error_code ec,
-                                                       tcp::socket socket) {
+  net::io_context& target = *io_[next_io_++ % io_.size()];
+  acceptor_.async_accept(target, [this](boost::system::error_code ec, tcp::socket socket) {
     if (stopping_ || !acceptor_.is_open()) return;
     if (ec) {
       // Out of descriptors (EMFILE/ENFILE) or a transient error: retry shortly rather than spin.
@@ -275,7 +283,7 @@ void HttpServer::Impl::accept() {
 
 void HttpServer::Impl::stop() {
   if (!started_ || stopping_.exchange(true)) return;
-  net::post(io_, [this] {
+  net::post(*io_.front(), [this] {
     boost::system::error_code ec;
     acceptor_.close(ec);
     accept_retry_.cancel();
@@ -299,13 +307,13 @@ void HttpServer::Impl::stop() {
   }
   // With the work guard gone the I/O threads return once every pending operation has completed
   // (closed sockets and cancelled timers complete at once); a stuck one is stopped after 10 s.
-  work_.reset();
+  work_.clear();
   {
     std::unique_lock lock(threads_mutex_);
     if (!threads_done_.wait_for(lock, std::chrono::seconds(10),
                                 [&] { return io_threads_running_ == 0; })) {
       M3_LOG_WARN("HTTP server: I/O still pending after 10 s; stopping it");
-      io_.stop();
+      for (auto& io : io_) io->stop();
     }
   }
   for (auto& t : io_threads_) t.join();

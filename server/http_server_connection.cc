@@ -1,4 +1,4 @@
-// One HTTP/1.1 connection as asynchronous state on its strand: read bytes, feed Beast's request
+// One HTTP/1.1 connection as asynchronous state on its I/O thread: read bytes, feed Beast's request
 // parser (so limits and deadlines are checked as bytes arrive, not after buffering), hand the
 // request to its route, write the response, and go on with the next (pipelined) request.
 //
@@ -80,6 +80,7 @@ class ResponseStream final : public StreamWriter,
   }
 
   // The connection's calls, on its executor.
+  bool waiting_for_room() const { return static_cast<bool>(writable_callback_); }
   void notify_writable() {
     if (auto callback = std::exchange(writable_callback_, nullptr)) callback();
   }
@@ -151,7 +152,7 @@ class Connection final : public ConnectionBase,
     if (closed_) return;
     closed_ = true;
     disarm_read_timer();
-    disarm_write_timer();
+    write_timer_.cancel();
     boost::system::error_code ec;
     socket().shutdown(tcp::socket::shutdown_both, ec);
     socket().close(ec);
@@ -409,8 +410,49 @@ class Connection final : public ConnectionBase,
     write();
   }
 
+  // Plain TCP writes at once, while the socket takes bytes (the bytes are on the socket when
+  // this returns, which is what m3:token_to_socket_seconds measures), and waits for room only
+  // when the socket is full. TLS writes through the stream's asynchronous operation.
   void write() {
     if (writing_ || out_.empty() || closed_) return;
+    if constexpr (!kTls) {
+      while (!out_.empty()) {
+        gather_buffers();
+        boost::system::error_code ec;
+        const size_t n = socket().write_some(buffers_, ec);
+        if (ec == net::error::would_block || ec == net::error::try_again) return wait_writable();
+        if (ec) return close_now();
+        consume_written(n);
+      }
+      // What follows a drained queue (the next pipelined request, the producer's next chunks)
+      // runs as its own handler, so it never recurses into this call.
+      if (response_complete_ || (stream_writer_ && stream_writer_->waiting_for_room())) {
+        net::post(executor_, [self = this->shared_from_this()] { self->after_written(); });
+      }
+    } else {
+      gather_buffers();
+      writing_ = true;
+      arm_write_timer(write_limit_s());
+      stream_.async_write_some(buffers_, [self = this->shared_from_this()](
+                                             boost::system::error_code ec, size_t n) {
+        self->writing_ = false;
+        if (self->closed_) return;
+        if (ec) return self->close_now();
+        self->consume_written(n);
+        if (!self->out_.empty()) return self->write();
+        self->after_written();
+      });
+    }
+  }
+
+  // A stream may wait on the engine between writes; only a write the client does not take
+  // counts against it.
+  int write_limit_s() const {
+    return stream_writer_ || !response_complete_ ? limits_.stream_stall_timeout_s
+                                                 : limits_.write_timeout_s;
+  }
+
+  void gather_buffers() {
     buffers_.clear();
     size_t offset = out_offset_;
     for (const Outgoing& o : out_) {
@@ -418,22 +460,21 @@ class Connection final : public ConnectionBase,
       offset = 0;
       if (buffers_.size() == 64) break;
     }
-    writing_ = true;
-    // A stream may wait on the engine between writes; only a write the client does not take
-    // counts against it.
-    arm_write_timer(stream_writer_ || !response_complete_ ? limits_.stream_stall_timeout_s
-                                                          : limits_.write_timeout_s);
-    stream_.async_write_some(buffers_, [self = this->shared_from_this()](
-                                           boost::system::error_code ec, size_t n) {
-      self->on_write(ec, n);
-    });
   }
 
-  void on_write(boost::system::error_code ec, size_t n) {
-    writing_ = false;
-    disarm_write_timer();
-    if (closed_) return;
-    if (ec) return close_now();
+  void wait_writable() {
+    writing_ = true;
+    arm_write_timer(write_limit_s());
+    socket().async_wait(tcp::socket::wait_write,
+                        [self = this->shared_from_this()](boost::system::error_code ec) {
+                          self->writing_ = false;
+                          if (self->closed_) return;
+                          if (ec) return self->close_now();
+                          self->write();
+                        });
+  }
+
+  void consume_written(size_t n) {
     unsent_bytes_ -= n;
     const auto now = Clock::now();
     while (n > 0) {
@@ -451,11 +492,12 @@ class Connection final : public ConnectionBase,
       out_.pop_front();
       out_offset_ = 0;
     }
-    if (!out_.empty()) {
-      write();
-    } else if (response_complete_) {
-      return end_response();
-    }
+  }
+
+  void after_written() {
+    if (closed_ || writing_) return;
+    if (!out_.empty()) return write();  // more was queued meanwhile
+    if (response_complete_) return end_response();
     if (stream_writer_ && stream_writable()) stream_writer_->notify_writable();
   }
 
@@ -519,19 +561,29 @@ class Connection final : public ConnectionBase,
     }
   }
 
+  // The write deadline is checked by a timer that is armed once per deadline period, not per
+  // write (thousands of streams write a token each per engine step): each write notes when it
+  // started, and the check drops the client when the write in progress is older than the limit.
   void arm_write_timer(int seconds) {
-    const uint64_t seq = ++write_seq_;
-    write_timer_.expires_after(std::chrono::seconds(seconds));
-    write_timer_.async_wait([self = this->shared_from_this(), seq, seconds](
-                                boost::system::error_code ec) {
-      if (ec || seq != self->write_seq_ || self->closed_) return;
-      M3_LOG_INFO("dropping a client that took no response bytes for {} s", seconds);
-      self->close_now();
+    write_started_ = Clock::now();
+    write_limit_ = std::chrono::seconds(seconds);
+    if (!write_timer_armed_) schedule_write_check(write_limit_);
+  }
+  void schedule_write_check(Clock::duration after) {
+    write_timer_armed_ = true;
+    write_timer_.expires_after(after);
+    write_timer_.async_wait([self = this->shared_from_this()](boost::system::error_code ec) {
+      self->on_write_check(ec);
     });
   }
-  void disarm_write_timer() {
-    ++write_seq_;
-    write_timer_.cancel();
+  void on_write_check(boost::system::error_code ec) {
+    write_timer_armed_ = false;
+    if (ec || closed_ || !writing_) return;  // no write pending: the next one re-arms
+    const auto waited = Clock::now() - write_started_;
+    if (waited < write_limit_) return schedule_write_check(write_limit_ - waited);
+    M3_LOG_INFO("dropping a client that took no response bytes for {} s",
+                std::chrono::duration_cast<std::chrono::seconds>(write_limit_).count());
+    close_now();
   }
 
   HttpServer::Impl& server_;
@@ -540,7 +592,10 @@ class Connection final : public ConnectionBase,
   net::any_io_executor executor_;
   net::steady_timer read_timer_;
   net::steady_timer write_timer_;
-  uint64_t read_seq_ = 0, write_seq_ = 0;
+  uint64_t read_seq_ = 0;
+  bool write_timer_armed_ = false;
+  Clock::time_point write_started_;
+  Clock::duration write_limit_{};
   uint64_t id_ = 0;  // in the server's registry (0: a 503 connection, not counted)
 
   beast::flat_buffer input_;

@@ -34,7 +34,7 @@ class ConnectionBase {
   virtual net::any_io_executor executor() const = 0;
 };
 
-// Starts serving an accepted socket (its executor is the connection's strand). `over_limit`:
+// Starts serving an accepted socket (its executor is the connection's I/O thread). `over_limit`:
 // the server is at max_connections; the client gets 503 and the connection closes.
 void serve_connection(HttpServer::Impl& server, tcp::socket socket, bool over_limit);
 
@@ -77,8 +77,12 @@ class HttpServer::Impl {
   ServerMetrics* metrics_;
   std::map<std::string, Route> routes_;  // fixed before start
 
-  net::io_context io_;
-  std::optional<net::executor_work_guard<net::io_context::executor_type>> work_;
+  // One io_context per I/O thread, each run by its thread alone: a connection lives on one of
+  // them (round robin), so its handlers never race and need no strand, and a post from the
+  // engine wakes exactly the thread that owns the connection.
+  std::vector<std::unique_ptr<net::io_context>> io_;
+  std::vector<net::executor_work_guard<net::io_context::executor_type>> work_;
+  size_t next_io_ = 0;
   std::optional<net::ssl::context> tls_;
   tcp::acceptor acceptor_;
   net::steady_timer accept_retry_;
