@@ -1,6 +1,6 @@
 // m3serve bench http: the HTTP server's own overhead on streamed tokens. The serving engine and
 // an OpenAIServer run in this process on a loopback port; one client thread opens N streaming
-// completions at once (raw sockets under poll(), so the client costs little) and reads them to
+// completions at once (raw sockets under epoll, so the client costs little) and reads them to
 // [DONE]. Reported per level:
 //   - token to socket: from the engine handing a token over to its SSE bytes being written to the
 //     client's socket (m3:token_to_socket_seconds, measured inside the server), p50 / p99;
@@ -8,13 +8,14 @@
 //     client's), per 1,000 streamed tokens/s, i.e. the cores the HTTP layer needs at that rate.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -79,16 +80,18 @@ struct LevelResult {
   double server_cpu_s = 0.0;
 };
 
-// Opens `n` streaming requests at once and reads every one to its end; returns how many saw
-// [DONE].
+// Opens `n` streaming requests at once and reads every one to its end under epoll (so the
+// client's cost grows with the bytes it reads, not with the number of connections); returns how
+// many saw [DONE].
 int run_clients(int port, int n, const std::string& request) {
-  std::vector<pollfd> fds;
+  std::vector<int> fds(n, -1);
   std::vector<std::string> tails(n);
-  std::vector<char> done(n, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int epoll = ::epoll_create1(0);
+  M3_CHECK(epoll >= 0, "bench: epoll_create1 failed");
   for (int i = 0; i < n; ++i) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     M3_CHECK(fd >= 0, "bench: socket() failed (open-file limit?)");
@@ -97,35 +100,42 @@ int run_clients(int port, int n, const std::string& request) {
     M3_CHECK(::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
                  static_cast<ssize_t>(request.size()),
              "bench: send failed");
-    fds.push_back({fd, POLLIN, 0});
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u32 = static_cast<uint32_t>(i);
+    ::epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event);
+    fds[i] = fd;
   }
   int open = n, completed = 0;
   const auto deadline = BenchClock::now() + std::chrono::minutes(10);
+  std::vector<epoll_event> ready(256);
   char buffer[65536];
   while (open > 0 && BenchClock::now() < deadline) {
-    if (::poll(fds.data(), fds.size(), 1000) <= 0) continue;
-    for (int i = 0; i < n; ++i) {
-      if (done[i] || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      ssize_t got = ::recv(fds[i].fd, buffer, sizeof buffer, 0);
+    const int count = ::epoll_wait(epoll, ready.data(), static_cast<int>(ready.size()), 1000);
+    for (int r = 0; r < count; ++r) {
+      const int i = static_cast<int>(ready[r].data.u32);
+      if (fds[i] < 0) continue;
+      ssize_t got = ::recv(fds[i], buffer, sizeof buffer, 0);
       if (got > 0) {
         // Keep only the last bytes: enough to see the [DONE] marker across reads.
         tails[i].append(buffer, static_cast<size_t>(got));
-        if (tails[i].find("data: [DONE]") != std::string::npos) {
-          ++completed;
-        } else {
+        if (tails[i].find("data: [DONE]") == std::string::npos) {
           if (tails[i].size() > 64) tails[i].erase(0, tails[i].size() - 64);
           continue;
         }
+        ++completed;
+      } else if (got < 0 && errno == EINTR) {
+        continue;
       }
-      done[i] = 1;
+      ::close(fds[i]);  // also leaves the epoll set
+      fds[i] = -1;
       --open;
-      ::close(fds[i].fd);
-      fds[i].fd = -1;
     }
   }
-  for (auto& p : fds) {
-    if (p.fd >= 0) ::close(p.fd);
+  for (int fd : fds) {
+    if (fd >= 0) ::close(fd);
   }
+  ::close(epoll);
   return completed;
 }
 
