@@ -77,24 +77,27 @@ class HttpServer::Impl {
   ServerMetrics* metrics_;
   std::map<std::string, Route> routes_;  // fixed before start
 
+  // Declared before the io_contexts and the handler pool, so they outlive every connection:
+  // handlers still queued when those are destroyed hold connections, whose destructors
+  // unregister themselves and whose TLS streams use the context.
+  mutable std::mutex connections_mutex_;
+  std::condition_variable connections_changed_;
+  std::unordered_map<uint64_t, std::weak_ptr<ConnectionBase>> connections_;
+  uint64_t next_connection_id_ = 1;
+  std::optional<net::ssl::context> tls_;
+
   // One io_context per I/O thread, each run by its thread alone: a connection lives on one of
   // them (round robin), so its handlers never race and need no strand, and a post from the
   // engine wakes exactly the thread that owns the connection.
   std::vector<std::unique_ptr<net::io_context>> io_;
   std::vector<net::executor_work_guard<net::io_context::executor_type>> work_;
   size_t next_io_ = 0;
-  std::optional<net::ssl::context> tls_;
   tcp::acceptor acceptor_;
   net::steady_timer accept_retry_;
   std::unique_ptr<net::thread_pool> handler_pool_;
   std::vector<std::thread> io_threads_;
   std::atomic<bool> stopping_{false};
   bool started_ = false;
-
-  mutable std::mutex connections_mutex_;
-  std::condition_variable connections_changed_;
-  std::unordered_map<uint64_t, std::weak_ptr<ConnectionBase>> connections_;
-  uint64_t next_connection_id_ = 1;
 
   std::mutex threads_mutex_;
   std::condition_variable threads_done_;
