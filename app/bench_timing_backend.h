@@ -27,12 +27,11 @@ class TimingBackend final : public Backend {
 
   std::string_view name() const override { return inner_.name(); }
   Device device() const override { return inner_.device(); }
-  void configure(const ModelConfig& config, DType activation_dtype) override {
-    inner_.configure(config, activation_dtype);
-  }
+  void configure(const BackendConfig& config) override { inner_.configure(config); }
   DType activation_dtype() const override { return inner_.activation_dtype(); }
   DType activation_storage_dtype() const override { return inner_.activation_storage_dtype(); }
   Tensor alloc(Shape shape, DType dtype) override { return inner_.alloc(std::move(shape), dtype); }
+  Tensor to_device(const Tensor& host, std::string_view what) override { return inner_.to_device(host, what); }
   void copy_to_host_f32(const Tensor& src, float* dst) override {
     timed("copy_logits_to_host", [&] { inner_.copy_to_host_f32(src, dst); });
   }
@@ -42,7 +41,7 @@ class TimingBackend final : public Backend {
   void plan(const StepBatch& batch) override {
     timed("plan", [&] { inner_.plan(batch); });
   }
-  AttentionBatchView attention_batch() const override { return inner_.attention_batch(); }
+  StepView planned_step() const override { return inner_.planned_step(); }
   // Timed steps run their ops one by one (each is waited for); untimed ones may replay graphs.
   void run_replayable(const ReplayKey& key, const std::function<void()>& body) override {
     if (timing_) body();

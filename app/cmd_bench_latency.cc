@@ -34,7 +34,7 @@
 
 #include "app/bench_timing_backend.h"
 #include "app/commands.h"
-#include "app/model_options.h"
+#include "app/model_loader.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/config.h"
@@ -61,7 +61,7 @@ struct BenchLatencyOptions {
   bool json = false;
 };
 
-// What a step can touch, measured on the weights as stored (before they move to a device).
+// What a step can touch, measured on the weights as stored (their formats do not change on a device).
 struct WeightBytes {
   double always = 0;            // every tensor read whatever the batch (all but experts and embed)
   double expert = 0;            // one routed expert (mean over MoE layers)
@@ -223,21 +223,12 @@ double median(std::vector<double> v) {
 
 // The model on a timing wrapper of the chosen backend, with the weights' byte summary.
 struct BenchModel {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<TimingBackend> timing;
-  std::unique_ptr<MiniMaxM3> model;
+  LoadedModel loaded;
+  TimingBackend* timing = nullptr;  // loaded.wrapper
+  MiniMaxM3* model = nullptr;
   std::string device;
   WeightBytes weights;
 };
-
-// The model's KV pool geometry before any weights exist (to size the pool from the cases).
-KvLayout probe_layout(const ModelConfig& config, const ModelRuntimeOptions& rt) {
-  std::vector<bool> sparse;
-  for (AttentionKind kind : config.attention_kinds) sparse.push_back(kind == AttentionKind::kSparse);
-  return KvLayout::make(config.index_block_size, config.num_kv_heads, config.head_dim,
-                        config.has_sparse_layers() ? config.index_head_dim : 0, rt.kv_dtype, rt.index_dtype,
-                        sparse);
-}
 
 struct DecodeCase {
   int batch = 0, context = 0;
@@ -249,59 +240,29 @@ struct PrefillCase {
   int64_t blocks = 0;
 };
 
-// Loads as load_model() does, but keeps the weights' byte summary (taken before the weights move
-// to the device) and sizes the KV pool for the largest case that fits the memory budget.
-BenchModel load_bench_model(const BenchLatencyOptions& o, std::vector<DecodeCase>& decode,
-                            std::vector<PrefillCase>& prefill, int64_t& budget_blocks) {
-  ModelConfig config = load_model_config(o.model.model_dir);
-  if (o.model.num_layers > 0) override_num_layers(config, o.model.num_layers);
-  ModelRuntimeOptions rt;
-  rt.activation_dtype = parse_activation_dtype(o.model.dtype);
-  rt.kv_dtype = resolve_kv_dtype(o.model.kv_cache_dtype, rt.activation_dtype);
-  const std::string index = indexer_kv_dtype(o.model.attention_config);
-  rt.index_dtype = index.empty() ? rt.kv_dtype : resolve_kv_dtype(index, rt.activation_dtype);
+// Loads through the one loader, on a timing wrapper of the device backend, with a KV pool for the
+// largest case (within the device's budget: cases that do not fit are skipped).
+BenchModel load_bench_model(const BenchLatencyOptions& o, const std::vector<DecodeCase>& decode,
+                            const std::vector<PrefillCase>& prefill, int block_size) {
+  int64_t largest = 1;
+  int max_batch = 1;
+  for (const DecodeCase& c : decode) largest = std::max(largest, c.blocks), max_batch = std::max(max_batch, c.batch);
+  for (const PrefillCase& c : prefill) largest = std::max(largest, c.blocks);
+  const EngineOptions step{max_batch, o.chunk_size, false};  // the largest step: its activations stay out of the KV budget
   BenchModel m;
-  m.device = resolve_device(o.model.device, rt.activation_dtype);
-
-  const auto t0 = BenchClock::now();
-  ModelWeights weights;
-  if (o.model.load_format == "dummy") {
-    weights = make_dummy_weights(config, o.model.seed);
-  } else {
-    M3_CHECK(o.model.load_format == "auto" || o.model.load_format == "safetensors",
-             "--load-format '{}' (expected auto, safetensors or dummy)", o.model.load_format);
-    weights = load_weights(config, o.model.model_dir);
-  }
-  m.weights = measure_weights(config, weights);
-  M3_LOG_INFO("bench: {} layers, weights {} in {:.1f} s", config.num_layers, o.model.load_format,
-              std::chrono::duration<double>(BenchClock::now() - t0).count());
-  m.backend = make_backend(m.device, weights, o.model.enforce_eager);
-
-  const KvLayout layout = probe_layout(config, rt);
-  if (o.model.num_kv_blocks > 0) {
-    budget_blocks = o.model.num_kv_blocks;
-  } else if (!o.model.kv_cache_memory.empty()) {
-    budget_blocks = parse_memory_size(o.model.kv_cache_memory, "--kv-cache-memory") / layout.block_bytes;
-  } else if (m.device == "cuda") {
-    try {  // what serve's default --gpu-memory-utilization 0.9 would leave, 4 GiB kept for activations
-      budget_blocks = gpu_kv_blocks(0.9, layout.block_bytes, int64_t(4) << 30);
-    } catch (const Error&) {
-      budget_blocks = 0;
-    }
-  } else {
-    budget_blocks = (int64_t(8) << 30) / layout.block_bytes;
-  }
-  int64_t pool = 1;
-  for (const DecodeCase& c : decode)
-    if (c.blocks <= budget_blocks) pool = std::max(pool, c.blocks);
-  for (const PrefillCase& c : prefill)
-    if (c.blocks <= budget_blocks) pool = std::max(pool, c.blocks);
-  rt.num_kv_blocks = pool;
-  m.timing = std::make_unique<TimingBackend>(*m.backend);
-  m.model = std::make_unique<MiniMaxM3>(std::move(config), std::move(weights), *m.timing, rt);
-  M3_LOG_INFO("bench: backend {}, KV {} (index {}), pool {} blocks ({:.1f} MiB; budget {} blocks)", m.device,
-              kv_dtype_name(rt.kv_dtype), kv_dtype_name(rt.index_dtype), pool,
-              m.model->kv_pool_bytes() / 1048576.0, budget_blocks);
+  m.loaded = load_model(o.model, step, KvDemand{1, largest * block_size},
+                        [&m](Backend& inner) {
+                          auto timing = std::make_unique<TimingBackend>(inner);
+                          m.timing = timing.get();
+                          return std::unique_ptr<Backend>(std::move(timing));
+                        });
+  m.model = m.loaded.model.get();
+  m.device = m.loaded.device;
+  m.weights = measure_weights(m.model->config(), m.model->weights());
+  M3_LOG_INFO("bench: backend {}, {} layers, KV {} (index {}), pool {} blocks ({:.1f} MiB)", m.device,
+              m.model->config().num_layers, kv_dtype_name(m.model->options().kv_dtype),
+              kv_dtype_name(m.model->options().index_dtype), m.model->num_kv_blocks(),
+              m.model->kv_pool_bytes() / 1048576.0);
   return m;
 }
 
@@ -462,8 +423,7 @@ void run(const BenchLatencyOptions& o) {
     for (int b : batches) decode.push_back({b, c, int64_t(b) * ((c + bs - 1) / bs)});
   std::vector<PrefillCase> prefill;
   for (int l : prompts) prefill.push_back({l, (l + bs - 1) / bs});
-  int64_t budget_blocks = 0;
-  BenchModel m = load_bench_model(o, decode, prefill, budget_blocks);
+  BenchModel m = load_bench_model(o, decode, prefill, bs);
   const ModelConfig& config = m.model->config();
   for (const DecodeCase& c : decode)
     M3_CHECK(c.context <= config.max_position_embeddings, "--context-lens {} exceeds max_position_embeddings {}",
@@ -485,7 +445,6 @@ void run(const BenchLatencyOptions& o) {
       {"kv_cache_dtype", std::string(kv_dtype_name(m.model->options().kv_dtype))},
       {"index_dtype", std::string(kv_dtype_name(m.model->options().index_dtype))},
       {"kv_pool_blocks", m.model->num_kv_blocks()},
-      {"kv_budget_blocks", budget_blocks},
       {"bandwidth_bytes_per_s", bandwidth},
       {"peak_flops_per_s", flops_peak},
       {"weights",

@@ -17,10 +17,9 @@
 #include <thread>
 
 #include "app/commands.h"
-#include "app/model_options.h"
+#include "app/model_loader.h"
 #include "core/error.h"
 #include "engine/engine_core.h"
-#include "engine/minimax_m3_runner.h"
 #include "model/config.h"
 
 namespace m3::app {
@@ -35,9 +34,7 @@ struct BenchServeOptions {
   int input_len = 256;
   int output_len = 64;
   double range_ratio = 0.5;  // lengths uniform in [len * (1 - r), len * (1 + r)]
-  int max_num_seqs = 64;
-  int max_num_batched_tokens = 2048;
-  bool prefix_caching = true;
+  EngineOptions engine;
   int conversations = 8;
   int turns = 4;
   int system_len = 512;
@@ -282,23 +279,16 @@ void run(BenchServeOptions o) {
   M3_CHECK(o.input_len >= 1 && o.output_len >= 1, "--input-len and --output-len must be >= 1");
   M3_CHECK(o.range_ratio >= 0.0 && o.range_ratio < 1.0, "--range-ratio must be in [0, 1)");
   M3_CHECK(o.conversations >= 0 && o.turns >= 1, "--conversations must be >= 0 and --turns >= 1");
-  if (o.model.num_kv_blocks == 0 && o.model.kv_cache_memory.empty()) {
-    // Enough KV for the largest level's sequences to all run at once (no preemption by default).
-    const int bs = load_model_config(o.model.model_dir).index_block_size;
-    const int max_level = std::min(*std::max_element(levels.begin(), levels.end()), o.max_num_seqs);
-    const int64_t longest = static_cast<int64_t>((o.input_len + o.output_len) * (1.0 + o.range_ratio)) + 1;
-    const int64_t conv = o.system_len + int64_t(o.turns) * (o.user_len + o.output_len);
-    const int64_t per_seq = std::max(longest, conv);
-    o.model.num_kv_blocks = std::max<int64_t>(max_level, o.conversations) * ((per_seq + bs - 1) / bs) + 8;
-  }
-  LoadedModel loaded = load_model(o.model);
-  EngineConfig config;
-  config.max_num_seqs = o.max_num_seqs;
-  config.max_num_batched_tokens = o.max_num_batched_tokens;
-  config.max_model_len = static_cast<int>(
-      std::min<int64_t>(loaded.max_model_len, loaded.model->num_kv_blocks() * loaded.model->block_size()));
-  config.enable_prefix_caching = o.prefix_caching;
-  EngineCore engine(std::make_unique<MiniMaxM3Runner>(*loaded.model), config);
+  // Enough KV for the largest level's sequences to all run at once (no preemption by default), and
+  // one sequence more of room for the blocks the prefix cache keeps.
+  const int max_level = std::min(*std::max_element(levels.begin(), levels.end()), o.engine.max_num_seqs);
+  const int64_t longest = static_cast<int64_t>((o.input_len + o.output_len) * (1.0 + o.range_ratio)) + 1;
+  const int64_t conv = o.system_len + int64_t(o.turns) * (o.user_len + o.output_len);
+  const int64_t per_seq = std::max(longest, conv);
+  LoadedModel loaded =
+      load_model(o.model, o.engine, KvDemand{std::max<int64_t>(max_level, o.conversations) + 1, per_seq});
+  std::unique_ptr<EngineCore> core = make_engine(loaded, o.model, o.engine);
+  EngineCore& engine = *core;
   engine.start();
 
   std::vector<Report> reports;
@@ -333,11 +323,7 @@ void register_bench_serve(CLI::App& app) {
   cmd->add_option("--input-len", o->input_len, "mean prompt tokens")->capture_default_str();
   cmd->add_option("--output-len", o->output_len, "mean output tokens (eos ignored)")->capture_default_str();
   cmd->add_option("--range-ratio", o->range_ratio, "lengths uniform in len x [1 - r, 1 + r]")->capture_default_str();
-  cmd->add_option("--max-num-seqs", o->max_num_seqs, "engine: running requests at most")->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "engine: tokens per step")
-      ->capture_default_str();
-  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->prefix_caching, "prefix caching")
-      ->capture_default_str();
+  add_engine_options(*cmd, o->engine);
   cmd->add_option("--conversations", o->conversations, "multi-turn: concurrent conversations (0: skip)")
       ->capture_default_str();
   cmd->add_option("--turns", o->turns, "multi-turn: turns per conversation")->capture_default_str();

@@ -10,16 +10,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <random>
 
 #include "app/commands.h"
-#include "app/model_options.h"
+#include "app/model_loader.h"
+#include "app/offline_requests.h"
 #include "core/error.h"
 #include "engine/engine_core.h"
-#include "engine/minimax_m3_runner.h"
 #include "model/config.h"
 
 namespace m3::app {
@@ -27,40 +25,12 @@ namespace {
 
 struct BenchThroughputOptions {
   ModelOptions model;
+  EngineOptions engine{128, 8192, false};
   int num_prompts = 64;
   int input_len = 512;
   int output_len = 128;
-  int max_num_seqs = 128;
-  int max_num_batched_tokens = 8192;
-  bool prefix_caching = false;
   uint64_t seed = 0;
   bool json = false;
-};
-
-// Counts finished requests; the engine thread calls finish(), the bench thread waits.
-class Completion {
- public:
-  explicit Completion(int expected) : left_(expected) {}
-  void finish(const RequestOutput& out) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    output_tokens_ += out.new_token_ids.size();
-    if (!out.finished) return;
-    failed_ += out.finish_reason != FinishReason::kLength && out.finish_reason != FinishReason::kStop;
-    if (--left_ == 0) done_.notify_all();
-  }
-  void wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return left_ == 0; });
-  }
-  uint64_t output_tokens() const { return output_tokens_; }
-  int failed() const { return failed_; }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable done_;
-  int left_;
-  uint64_t output_tokens_ = 0;
-  int failed_ = 0;
 };
 
 void run(BenchThroughputOptions o) {
@@ -68,19 +38,11 @@ void run(BenchThroughputOptions o) {
   M3_CHECK(o.input_len >= 1 && o.output_len >= 1, "--input-len and --output-len must be >= 1");
   const int64_t per_seq = int64_t(o.input_len) + o.output_len;
   if (o.model.max_model_len == 0) o.model.max_model_len = per_seq;
-  if (o.model.num_kv_blocks == 0 && o.model.kv_cache_memory.empty()) {
-    // Every request can run at once (up to max_num_seqs): no preemption by default.
-    const int bs = load_model_config(o.model.model_dir).index_block_size;
-    o.model.num_kv_blocks = int64_t(std::min(o.num_prompts, o.max_num_seqs)) * ((per_seq + bs - 1) / bs) + 1;
-  }
-  LoadedModel loaded = load_model(o.model);
-  EngineConfig config;
-  config.max_num_seqs = o.max_num_seqs;
-  config.max_num_batched_tokens = o.max_num_batched_tokens;
-  config.max_model_len = static_cast<int>(
-      std::min<int64_t>(loaded.max_model_len, loaded.model->num_kv_blocks() * loaded.model->block_size()));
-  config.enable_prefix_caching = o.prefix_caching;
-  EngineCore engine(std::make_unique<MiniMaxM3Runner>(*loaded.model), config);
+  // Every request can run at once (up to max_num_seqs): no preemption by default.
+  LoadedModel loaded =
+      load_model(o.model, o.engine, KvDemand{std::min(o.num_prompts, o.engine.max_num_seqs), per_seq});
+  std::unique_ptr<EngineCore> core = make_engine(loaded, o.model, o.engine);
+  EngineCore& engine = *core;
 
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<int32_t> token(3, engine.vocab_size() - 1);
@@ -95,21 +57,20 @@ void run(BenchThroughputOptions o) {
     r.sampling.ignore_eos = true;
   }
 
-  Completion completion(o.num_prompts);
   const EngineStats before = engine.stats();
   const auto t0 = std::chrono::steady_clock::now();
-  // Queued before the engine thread starts, so the first step sees every request (vLLM's
-  // LLM.generate over the whole list).
-  for (EngineRequest& r : requests)
-    engine.add_request(std::move(r), [&completion](const RequestOutput& out) { completion.finish(out); });
-  engine.start();
-  completion.wait();
+  const std::vector<CompletedRequest> done = run_to_completion(engine, std::move(requests));
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   engine.shutdown(true);
   const EngineStats after = engine.stats();
+  uint64_t output_tokens = 0;
+  int failed = 0;
+  for (const CompletedRequest& r : done) {
+    output_tokens += r.output_ids.size();
+    failed += r.finish_reason != FinishReason::kLength && r.finish_reason != FinishReason::kStop;
+  }
 
   const uint64_t input_tokens = uint64_t(o.num_prompts) * o.input_len;
-  const uint64_t output_tokens = completion.output_tokens();
   nlohmann::json out = {{"model", o.model.model_dir},
                         {"num_layers", loaded.model->config().num_layers},
                         {"backend", std::string(loaded.backend->name())},
@@ -125,7 +86,7 @@ void run(BenchThroughputOptions o) {
                         {"output_tokens_per_second", double(output_tokens) / wall_s},
                         {"num_steps", after.num_steps - before.num_steps},
                         {"num_preemptions", after.num_preemptions - before.num_preemptions},
-                        {"failed", completion.failed()}};
+                        {"failed", failed}};
   if (o.json) {
     std::printf("%s\n", out.dump(2).c_str());
     return;
@@ -138,7 +99,7 @@ void run(BenchThroughputOptions o) {
   std::printf("Elapsed %.2f s over %llu engine steps, %llu preemptions%s\n", wall_s,
               static_cast<unsigned long long>(after.num_steps - before.num_steps),
               static_cast<unsigned long long>(after.num_preemptions - before.num_preemptions),
-              completion.failed() ? fmt::format("; {} requests did not finish normally", completion.failed()).c_str()
+              failed ? fmt::format("; {} requests did not finish normally", failed).c_str()
                                   : "");
 }
 
@@ -154,11 +115,7 @@ void register_bench_throughput(CLI::App& app) {
   cmd->add_option("--num-prompts", o->num_prompts, "requests")->capture_default_str();
   cmd->add_option("--input-len", o->input_len, "prompt tokens per request (random ids)")->capture_default_str();
   cmd->add_option("--output-len", o->output_len, "output tokens per request (eos ignored)")->capture_default_str();
-  cmd->add_option("--max-num-seqs", o->max_num_seqs, "engine: running requests at most")->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "engine: tokens per step")
-      ->capture_default_str();
-  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->prefix_caching, "prefix caching")
-      ->capture_default_str();
+  add_engine_options(*cmd, o->engine);  // defaults: 128 sequences, 8192 tokens, no prefix caching
   cmd->add_option("--bench-seed", o->seed, "seed of the random prompts")->capture_default_str();
   cmd->add_flag("--json", o->json, "print the results as JSON");
   cmd->callback([o] { run(*o); });

@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "app/commands.h"
-#include "app/model_options.h"
-#include "app/serve_model.h"
+#include "app/model_loader.h"
+#include "app/serve_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "server/openai_server.h"
@@ -33,7 +33,8 @@ namespace {
 struct ServeArgs {
   std::string model_positional;
   ModelOptions model;
-  ServeEngineOptions engine;
+  EngineOptions engine;
+  DeploymentOptions deployment;
   server::ServeOptions serve;
   std::vector<std::string> api_keys;
   std::string chat_template;
@@ -41,8 +42,6 @@ struct ServeArgs {
   std::string log_level = "info";
   std::string max_body_size = "32MiB";
   std::string max_header_size = "64KiB";
-  int block_size = 0;
-  double gpu_memory_utilization = 0.0;
   int shutdown_timeout_s = 30;
   bool disable_log_stats = false;
   bool disable_hybrid_kv_cache_manager = false;
@@ -127,7 +126,7 @@ void log_stats(const EngineStats& now, const EngineStats& before, double seconds
       queries > 0 ? 100.0 * static_cast<double>(now.prefix_cache_hits_tokens) / queries : 0.0);
 }
 
-void run_serve(ServeArgs& a, CLI::App& cmd) {
+void run_serve(ServeArgs& a) {
   set_log_level(parse_log_level(a.log_level));
   if (!a.model_positional.empty()) {
     M3_CHECK(a.model.model_dir.empty() || a.model.model_dir == a.model_positional,
@@ -136,12 +135,7 @@ void run_serve(ServeArgs& a, CLI::App& cmd) {
     a.model.model_dir = a.model_positional;
   }
   M3_CHECK(!a.model.model_dir.empty(), "serve needs a model: m3serve serve MODEL_DIR [options]");
-  if (cmd.get_option("--gpu-memory-utilization")->count() > 0) {
-    a.engine.gpu_memory_utilization = a.gpu_memory_utilization;
-  }
-  if (cmd.get_option("--block-size")->count() > 0) a.engine.block_size = a.block_size;
-  a.engine.device = a.model.device;  // --device is registered by add_model_options
-  check_deployment_options(a.engine, a.model);
+  check_deployment_options(a.deployment, a.model, a.engine);
 
   server::ServeOptions& serve = a.serve;
   serve.api_keys = a.api_keys;
@@ -172,42 +166,45 @@ void run_serve(ServeArgs& a, CLI::App& cmd) {
   M3_LOG_INFO("listening on {}://{}:{} (loading the model; /health answers 503 until ready)",
               scheme, serve.host, port);
 
-  ServingModel serving = load_serving_model(a.model, a.engine);
+  // The KV pool: on the GPU what --gpu-memory-utilization leaves (as vLLM); on the CPU room for
+  // --max-num-seqs full-length requests within the CPU budget.
+  LoadedModel loaded = load_model(a.model, a.engine, KvDemand{a.engine.max_num_seqs, 0, true});
+  std::unique_ptr<EngineCore> engine = make_engine(loaded, a.model, a.engine);
   text::Tokenizer tokenizer = text::Tokenizer::load(a.model.model_dir);
   auto context = std::make_shared<server::ModelContext>(
       server::ModelContext{tokenizer,
                            load_chat_template(a.chat_template, a.model.model_dir, tokenizer),
-                           serving.engine.get(),
+                           engine.get(),
                            server::load_generation_defaults(a.generation_config, a.model.model_dir),
                            {},
-                           serving.engine->max_model_len(),
-                           serving.engine->vocab_size()});
+                           engine->max_model_len(),
+                           engine->vocab_size()});
   // Stop on the config's eos ids, generation_config's and the tokenizer's (vLLM takes the union).
   auto add_eos = [&](int32_t id) {
     auto& ids = context->eos_token_ids;
     if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
   };
-  for (int32_t id : serving.model->config().eos_token_ids) add_eos(id);
+  for (int32_t id : loaded.model->config().eos_token_ids) add_eos(id);
   for (int32_t id : context->defaults.eos_token_ids) add_eos(id);
   if (auto id = tokenizer.eos_token_id()) add_eos(*id);
-  M3_CHECK(tokenizer.vocab_size() <= serving.engine->vocab_size(),
+  M3_CHECK(tokenizer.vocab_size() <= engine->vocab_size(),
            "{}: the tokenizer has {} tokens but the model only {} logits", a.model.model_dir,
-           tokenizer.vocab_size(), serving.engine->vocab_size());
+           tokenizer.vocab_size(), engine->vocab_size());
   if (!context->defaults.source.empty()) {
     M3_LOG_INFO("default sampling parameters from {}", context->defaults.source);
   }
 
-  serving.engine->start();
+  engine->start();
   server.set_model(context);
   signals.start_draining_on_signal();
   M3_LOG_INFO("ready: serving '{}' on {}://{}:{}", server.context().model_name(), scheme,
               serve.host, port);
 
-  EngineStats last = serving.engine->stats();
+  EngineStats last = engine->stats();
   auto last_time = std::chrono::steady_clock::now();
   while (signals.wait_for(1, std::chrono::seconds(10)) == 0) {
     if (a.disable_log_stats) continue;
-    EngineStats now = serving.engine->stats();
+    EngineStats now = engine->stats();
     auto now_time = std::chrono::steady_clock::now();
     log_stats(now, last, std::chrono::duration<double>(now_time - last_time).count());
     last = now;
@@ -222,16 +219,16 @@ void run_serve(ServeArgs& a, CLI::App& cmd) {
     while (!drained) {
       if (signals.wait_for(2, std::chrono::milliseconds(100)) >= 2) {
         M3_LOG_WARN("second signal: aborting requests in flight");
-        serving.engine->shutdown(false);
+        engine->shutdown(false);
         return;
       }
     }
   });
   server.drain_and_stop(std::chrono::seconds(a.shutdown_timeout_s),
-                        [&] { serving.engine->shutdown(false); });
+                        [&] { engine->shutdown(false); });
   drained = true;
   second_signal.join();
-  serving.engine->shutdown(true);
+  engine->shutdown(true);
   M3_LOG_INFO("stopped");
 }
 
@@ -303,29 +300,15 @@ void register_serve(CLI::App& app) {
   cmd->add_flag("--enable-auto-tool-choice", a.serve.enable_auto_tool_choice,
                 "let the model decide to call tools (tool_choice 'auto')");
 
-  // Engine.
-  cmd->add_option("--max-num-seqs", a.engine.max_num_seqs, "requests running at once")
-      ->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", a.engine.max_num_batched_tokens,
-                  "tokens per engine step")
-      ->capture_default_str();
-  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching",
-                a.engine.enable_prefix_caching,
-                "reuse the KV of shared prompt prefixes (default on)");
-  cmd->add_option("-t,--tensor-parallel-size", a.engine.tensor_parallel_size,
+  // Engine and deployment.
+  add_engine_options(*cmd, a.engine);
+  cmd->add_option("-t,--tensor-parallel-size", a.deployment.tensor_parallel_size,
                   "GPUs per model (-tp N is accepted too); m3serve runs on one device, so "
                   "values above 1 are rejected at start")
       ->capture_default_str();
-  cmd->add_option("--block-size", a.block_size,
-                  "KV block size: must be the model's index_block_size");
-  cmd->add_option("--gpu-memory-utilization", a.gpu_memory_utilization,
-                  "fraction of GPU memory for weights, activations and the KV pool (CUDA "
-                  "only; default 0.9 unless --num-kv-blocks / --kv-cache-memory size the pool)");
-  cmd->add_option("--speculative-config", a.engine.speculative_config,
+  cmd->add_option("--speculative-config", a.deployment.speculative_config,
                   "JSON, as vLLM's; m3serve has no speculative decoding (DSpark) yet, so any "
                   "value is rejected at start with an error naming the method");
-  cmd->add_option("--quantization-config.moe", a.engine.quantization_moe,
-                  "MoE weight format; must match the checkpoint (no re-quantization)");
   cmd->add_flag("--disable-hybrid-kv-cache-manager", a.disable_hybrid_kv_cache_manager,
                 "accepted: m3serve's KV manager is never hybrid");
 
@@ -340,7 +323,7 @@ void register_serve(CLI::App& app) {
   ignored->add_flag("--trust-remote-code", a.ignored_flag,
                     "no effect (no remote code is ever run)");
 
-  cmd->callback([args, cmd] { run_serve(*args, *cmd); });
+  cmd->callback([args] { run_serve(*args); });
 }
 
 void expand_vllm_short_options(int argc, char** argv) {

@@ -1,6 +1,6 @@
 // EngineCore: continuous batching over one model. One engine thread runs the loop
-//   drain the inbox (new requests, aborts) -> Scheduler -> StepBatch -> ModelRunner::forward ->
-//   Sampler -> sinks
+//   drain the inbox (new requests, aborts) -> Scheduler -> StepBatch ->
+//   ModelRunner::forward_sample (forward + Backend::sample) -> sinks
 // add_request / abort / stats are thread-safe and cheap: they only touch the inbox (a queue under
 // a mutex) or the last published stats snapshot; everything else belongs to the engine thread.
 //

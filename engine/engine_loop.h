@@ -8,7 +8,7 @@
 
 #include "engine/engine_core.h"
 #include "engine/kv_manager.h"
-#include "engine/sampler.h"
+#include "engine/sample_rows.h"
 #include "engine/scheduler.h"
 #include "engine/step_builder.h"
 
@@ -51,7 +51,7 @@ class EngineLoop {
   int vocab_size_;
   KvManager kv_;
   Scheduler scheduler_;
-  Sampler sampler_;
+  HostSampler sampler_;
   StepPlan plan_;
   // What the runner returns for the step: sampled ids and only the logits rows needed on the host.
   struct SeqOutputs {

@@ -18,12 +18,7 @@ void ModelRunner::forward_sample(const StepBatch& batch, const SampleBatch& samp
     std::copy_n(logits.data() + size_t(host_rows[i]) * vocab, vocab, host_logits + i * vocab);
   }
   SampleWorkspace ws;
-  for (size_t i = 0; i < sampling.rows.size(); ++i) {
-    const SampleRow& row = sampling.rows[i];
-    M3_CHECK(row.logits_row >= 0 && size_t(row.logits_row) < rows, "sampling row reads logits row {} of {}",
-             row.logits_row, rows);
-    sampled_ids[i] = sample_reference(logits.data() + size_t(row.logits_row) * vocab, vocab, row, sampling, ws);
-  }
+  sample_batch_reference(logits.data(), static_cast<int64_t>(rows), vocab, sampling, sampled_ids, ws);
 }
 
 }  // namespace m3

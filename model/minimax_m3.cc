@@ -20,6 +20,35 @@ DType parse_activation_dtype(const std::string& name) {
   fail("unsupported --dtype '{}' (expected auto, bfloat16 or float32)", name);
 }
 
+KvLayout kv_layout_for(const ModelConfig& c, KvDType kv_dtype, KvDType index_dtype) {
+  std::vector<bool> has_index;
+  for (AttentionKind kind : c.attention_kinds) has_index.push_back(kind == AttentionKind::kSparse);
+  return KvLayout::make(c.index_block_size, c.num_kv_heads, c.head_dim,
+                        c.has_sparse_layers() ? c.index_head_dim : 0, kv_dtype, index_dtype, std::move(has_index));
+}
+
+BackendConfig backend_config(const ModelConfig& c, DType activation_dtype) {
+  // longrope switches inv_freq with the sequence length; backends plan one table per step.
+  M3_CHECK(c.rope.inv_freq_long.empty(), "rope type '{}' (length-dependent frequencies) is not supported",
+           c.rope.type);
+  BackendConfig b;
+  b.activation_dtype = activation_dtype;
+  b.num_q_heads = c.num_heads;
+  b.num_kv_heads = c.num_kv_heads;
+  b.head_dim = c.head_dim;
+  b.block_size = c.index_block_size;
+  b.has_sparse_layers = c.has_sparse_layers();
+  b.index_dim = b.has_sparse_layers ? c.index_head_dim : 0;
+  b.indexer.index_heads = c.index_heads;
+  b.indexer.topk_blocks = c.index_topk_blocks;
+  b.indexer.local_blocks = c.index_local_blocks;
+  b.indexer.init_blocks = c.index_init_blocks;
+  b.rotary_dim = c.rope.rotary_dim;
+  b.rope_inv_freq = c.rope.inv_freq;
+  b.rope_attention_factor = static_cast<float>(c.rope.attention_factor);
+  return b;
+}
+
 namespace {
 
 void check_config(const ModelConfig& c) {
@@ -52,13 +81,8 @@ MiniMaxM3::MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend,
   M3_CHECK(static_cast<int>(weights_.layers.size()) == config_.num_layers,
            "weights have {} layers, config {}", weights_.layers.size(), config_.num_layers);
   M3_CHECK(options_.num_kv_blocks > 0, "the KV pool needs at least one block");
-  backend_.configure(config_, options_.activation_dtype);
-  std::vector<bool> has_index;
-  for (AttentionKind kind : config_.attention_kinds) has_index.push_back(kind == AttentionKind::kSparse);
-  // The page is the MSA block: index_block_size tokens (128 for the real models).
-  layout_ = KvLayout::make(config_.index_block_size, config_.num_kv_heads, config_.head_dim,
-                           config_.has_sparse_layers() ? config_.index_head_dim : 0,
-                           options_.kv_dtype, options_.index_dtype, std::move(has_index));
+  backend_.configure(backend_config(config_, options_.activation_dtype));
+  layout_ = kv_layout_for(config_, options_.kv_dtype, options_.index_dtype);
   kv_pool_ = backend_.alloc({layout_.block_bytes * options_.num_kv_blocks}, DType::kU8);
 }
 
@@ -136,7 +160,7 @@ void MiniMaxM3::ensure_activations(int64_t tokens, int64_t logit_rows) {
 void MiniMaxM3::attention_block(int layer, Activations& a) {
   const ModelConfig& c = config_;
   const AttentionWeights& w = weights_.layers[layer].attn;
-  const int64_t t = backend_.attention_batch().num_tokens;
+  const int64_t t = backend_.planned_step().num_tokens;
   const KvLayerView cache = layout_.layer_view(kv_pool_.data_as<uint8_t>(), layer);
   Tensor h = a.h.rows(0, t), q = a.q.rows(0, t), k = a.k.rows(0, t), v = a.v.rows(0, t);
 
@@ -179,7 +203,7 @@ void MiniMaxM3::attention_block(int layer, Activations& a) {
 void MiniMaxM3::mlp_block(int layer, Activations& a) {
   const ModelConfig& c = config_;
   const MlpWeights& w = weights_.layers[layer].mlp;
-  const int64_t t = backend_.attention_batch().num_tokens;
+  const int64_t t = backend_.planned_step().num_tokens;
   Tensor h = a.h.rows(0, t), out = a.mlp.rows(0, t);
   if (c.mlp_kinds[layer] == MlpKind::kDense) {
     backend_.swiglu_mlp(h, w.gate, w.up, w.down, c.swiglu_alpha, c.swiglu_limit, out);

@@ -33,6 +33,14 @@ struct ModelRuntimeOptions {
   int64_t num_kv_blocks = 0;             // pool size in blocks (> 0)
 };
 
+// The ops-level description a backend is configured with (geometry, indexer, RoPE table).
+// Throws m3::Error for what no backend runs (length-dependent RoPE frequencies).
+BackendConfig backend_config(const ModelConfig& config, DType activation_dtype);
+
+// The KV pool geometry of `config` (the page is the MSA block, index_block_size tokens; index-K
+// slots on sparse layers only). The model's pool uses it; loaders size the pool with it.
+KvLayout kv_layout_for(const ModelConfig& config, KvDType kv_dtype, KvDType index_dtype);
+
 // "auto" -> float32 for fp32 activations, bfloat16 for bf16 ones; otherwise parse_kv_dtype.
 KvDType resolve_kv_dtype(const std::string& name, DType activation_dtype);
 // "float32"/"fp32"/"f32" -> kF32, "bfloat16"/"bf16" -> kBF16, "auto" -> kBF16; else m3::Error.
@@ -45,6 +53,7 @@ class MiniMaxM3 {
 
   const ModelConfig& config() const { return config_; }
   const ModelRuntimeOptions& options() const { return options_; }
+  const ModelWeights& weights() const { return weights_; }
   // Tokens per KV page: config.index_block_size (128 for real models).
   int block_size() const { return layout_.block_size; }
   int64_t num_kv_blocks() const { return options_.num_kv_blocks; }

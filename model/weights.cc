@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -333,6 +334,67 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   M3_LOG_INFO("loaded {} tensors from {} file(s) of {} ({} layout) in {:.0f} ms", ckpt->size(),
               ckpt->files().size(), dir.string(), layout.model_prefix, ms);
+  return w;
+}
+
+namespace {
+
+// Backend::to_device once per distinct host buffer (tied embeddings share one).
+class WeightPlacer {
+ public:
+  explicit WeightPlacer(Backend& backend) : backend_(backend) {}
+  void operator()(Tensor& t, const std::string& name) {
+    if (!t.defined() || t.device() == backend_.device()) return;
+    auto it = done_.find(t.data());
+    if (it != done_.end() && it->second.nbytes() == t.nbytes()) {
+      t = it->second.reshape(t.shape());
+      return;
+    }
+    Tensor d = backend_.to_device(t, name);
+    bytes_ += static_cast<int64_t>(t.nbytes());
+    done_.emplace(t.data(), d);
+    t = std::move(d);
+  }
+  void operator()(LinearWeight& w) {
+    (*this)(w.weight, w.name + ".weight");
+    (*this)(w.scale, w.name + ".weight_scale");
+  }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  Backend& backend_;
+  std::unordered_map<const void*, Tensor> done_;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace
+
+ModelWeights place_weights(ModelWeights w, Backend& backend) {
+  WeightPlacer place(backend);
+  place(w.embed, "embed_tokens");
+  place(w.final_norm, "norm");
+  place(w.lm_head);
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    LayerWeights& l = w.layers[i];
+    const std::string p = "layers." + std::to_string(i) + ".";
+    place(l.input_norm, p + "input_layernorm");
+    place(l.post_attn_norm, p + "post_attention_layernorm");
+    for (LinearWeight* x : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.attn.index_q, &l.attn.index_k}) place(*x);
+    place(l.attn.q_norm, p + "q_norm");
+    place(l.attn.k_norm, p + "k_norm");
+    place(l.attn.index_q_norm, p + "index_q_norm");
+    place(l.attn.index_k_norm, p + "index_k_norm");
+    for (LinearWeight* x : {&l.mlp.gate, &l.mlp.up, &l.mlp.down}) place(*x);
+    place(l.mlp.router, p + "router");
+    place(l.mlp.router_bias, p + "e_score_correction_bias");
+    for (ExpertWeights& e : l.mlp.experts)
+      for (LinearWeight* x : {&e.gate, &e.up, &e.down}) place(*x);
+  }
+  if (place.bytes() > 0) {
+    // The host buffers (mmaps, converted copies) are no longer referenced.
+    w.keep_alive.clear();
+    M3_LOG_INFO("weights on the {} backend: {:.2f} GiB", backend.name(), place.bytes() / 1073741824.0);
+  }
   return w;
 }
 

@@ -1,5 +1,5 @@
-// The model's weights as loaded: quantized tensors stay quantized (views into the mmap'd
-// checkpoint where possible); the backend decides how to use them.
+// The model's weights as loaded: the ops-level weight types (ops/weights.h) assembled per layer.
+// Quantized tensors stay quantized (views into the mmap'd checkpoint where possible).
 #pragma once
 #include <filesystem>
 #include <memory>
@@ -9,54 +9,10 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "ops/backend.h"
+#include "ops/weights.h"
 
 namespace m3 {
-
-enum class WeightFormat {
-  kDense,     // F32 / BF16 / F16 [out, in]
-  kFp8,       // F8_E4M3 [out, in], value = fp8 * scale (F32 [1]; 1 when undefined)
-  kFp8Block,  // F8_E4M3 [out, in] + F32 scale [ceil(out/128), ceil(in/128)]:
-              // value = fp8 * scale[r/128][c/128]
-  kMxfp8,     // F8_E4M3 [out, in] + UE8M0 U8 scale [out, ceil(in/32)]: value = fp8 * 2^(s-127)
-  kNvfp4,     // U8 [out, ceil(in/2)] (E2M1 pairs, even element in the low nibble) + F8_E4M3 scale
-              // [out, ceil(in/16)]: value = e2m1 * e4m3(scale) * global_scale, or exactly
-              // e2m1 * e4m3(scale) / global_divisor for compressed-tensors
-};
-std::string_view weight_format_name(WeightFormat format);
-
-// One linear layer y = x W^T, in whatever format the checkpoint stores.
-struct LinearWeight {
-  std::string name;  // checkpoint tensor name (without the .weight suffix), for errors
-  int64_t out_features = 0;
-  int64_t in_features = 0;
-  WeightFormat format = WeightFormat::kDense;
-  Tensor weight;
-  Tensor scale;  // per format above; undefined for kDense
-  // kNvfp4 second-level scale as one fp32 multiplier (what kernels use): weight_scale_2 (ModelOpt)
-  // or 1/weight_global_scale rounded to fp32 (compressed-tensors).
-  float global_scale = 1.0f;
-  // compressed-tensors kNvfp4: weight_global_scale as stored; the exact dequantization divides by
-  // it (dequantize_rows does). 0 for every other format.
-  float global_divisor = 0.0f;
-  float input_scale = 0.0f;  // ModelOpt activation scale, recorded only (0 when absent)
-
-  bool defined() const { return weight.defined(); }
-  // Rows [begin, end) of the output dimension, sharing memory (kFp8Block: begin and end on
-  // 128-row block boundaries, or end = out_features).
-  LinearWeight rows(int64_t begin, int64_t end) const;
-  // Bytes of weight + scales.
-  std::size_t nbytes() const;
-};
-
-// Rows [row_begin, row_end) of W as fp32, exactly per the format's definition, into
-// out [(row_end - row_begin) * in_features]. Host tensors only.
-void dequantize_rows(const LinearWeight& w, int64_t row_begin, int64_t row_end, float* out);
-
-struct ExpertWeights {
-  LinearWeight gate;  // w1 / first half of gate_up
-  LinearWeight up;    // w3 / second half of gate_up
-  LinearWeight down;  // w2
-};
 
 struct AttentionWeights {
   LinearWeight q, k, v, o;
@@ -64,15 +20,6 @@ struct AttentionWeights {
   // Sparse (MSA) layers only:
   LinearWeight index_q, index_k;
   Tensor index_q_norm, index_k_norm;  // F32 [index_head_dim]
-};
-
-struct MlpWeights {
-  // Dense layers, and the shared expert of MoE layers:
-  LinearWeight gate, up, down;
-  // MoE layers:
-  Tensor router;       // F32 [num_experts, hidden]
-  Tensor router_bias;  // F32 [num_experts] (e_score_correction_bias)
-  std::vector<ExpertWeights> experts;
 };
 
 struct LayerWeights {
@@ -111,5 +58,11 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
 // unquantized or listed in ignored_layers; BF16 embed/lm_head, F32 norms/router. Linears
 // dequantize to ~N(0, 1/in_features). Deterministic in `seed`; multithreaded.
 ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed);
+
+// `weights` with every tensor on `backend`'s device, as stored (Backend::to_device: formats,
+// scales and the scalar fields of each LinearWeight kept); a host buffer shared between fields
+// (tied embeddings) is copied once. The host copies are released when `weights` goes. The CPU
+// backend keeps the tensors as they are.
+ModelWeights place_weights(ModelWeights weights, Backend& backend);
 
 }  // namespace m3

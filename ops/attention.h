@@ -43,20 +43,9 @@
 #include <cstdint>
 
 #include "ops/kv_layout.h"
+#include "ops/step_batch.h"
 
 namespace m3 {
-
-// The per-step metadata the attention ops read (a view of the StepBatch's vectors).
-struct AttentionBatchView {
-  int num_tokens = 0;
-  int num_seqs = 0;
-  const int32_t* positions = nullptr;     // [T]
-  const int32_t* token_seq = nullptr;     // [T]
-  const int32_t* seq_lens = nullptr;      // [S]
-  const int32_t* page_table = nullptr;    // [S * pages_per_seq]
-  int32_t pages_per_seq = 0;
-  const int32_t* slot_mapping = nullptr;  // [T]
-};
 
 struct IndexerParams {
   int index_heads = 0;  // Hi, equal to the number of KV heads

@@ -14,25 +14,44 @@
 // schedules); every other call is a "run" op that reads the planned metadata, allocates nothing
 // in steady state and never synchronises (CUDA graph capturable). Ops run in call order.
 //
-// Weights are the structs of model/weights.h (plain data: quantized tensors stay quantized; a
-// backend dequantizes on the fly, exactly, and never keeps a dequantized copy).
+// Weights are the structs of ops/weights.h (plain data: quantized tensors stay quantized; a
+// backend dequantizes on the fly, exactly, and never keeps a dequantized copy). A backend knows
+// nothing of the model beyond BackendConfig; model/ describes itself in those terms.
 #pragma once
 #include <compare>
 #include <cstdint>
 #include <functional>
 #include <string_view>
+#include <vector>
 
 #include "core/tensor.h"
-#include "model/config.h"
-#include "model/weights.h"
 #include "ops/attention.h"
 #include "ops/kv_layout.h"
 #include "ops/sampling.h"
 #include "ops/step_batch.h"
+#include "ops/weights.h"
 
 namespace m3 {
 
-// MoE routing constants of one MoE layer (from ModelConfig).
+// What a backend is configured with before any op: the attention geometry of the model it will
+// run (to pre-size scratch and pick kernels), its RoPE table and the activation numerics.
+struct BackendConfig {
+  DType activation_dtype = DType::kF32;  // kF32 or kBF16
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 0;             // tokens per KV page (= the MSA block)
+  bool has_sparse_layers = false;  // some layer runs the indexer
+  int index_dim = 0;              // index head dim (0 without sparse layers)
+  IndexerParams indexer;          // block selection of the sparse layers
+  // RoPE: the planned cos/sin of position p over rotary_dim channels are
+  // cos(p * inv_freq[i]) * attention_factor, i < rotary_dim / 2 (fp32, as the reference).
+  int rotary_dim = 0;
+  std::vector<float> rope_inv_freq;  // [rotary_dim / 2] at least
+  float rope_attention_factor = 1.0f;
+};
+
+// MoE routing constants of one MoE layer.
 struct MoeParams {
   int num_experts = 0;
   int experts_per_token = 0;
@@ -61,9 +80,9 @@ class Backend {
   virtual std::string_view name() const = 0;
   virtual Device device() const = 0;
 
-  // Called once by the model before any other op: the geometry to pre-size scratch for and the
-  // activation numerics (DType::kF32 or DType::kBF16).
-  virtual void configure(const ModelConfig& config, DType activation_dtype) = 0;
+  // Called once by the model before any other op. Throws m3::Error for a geometry or numerics
+  // the backend cannot run, naming it.
+  virtual void configure(const BackendConfig& config) = 0;
   virtual DType activation_dtype() const = 0;
   // The element type of tensors alloc() returns for activations (F32 on the CPU).
   virtual DType activation_storage_dtype() const = 0;
@@ -73,14 +92,17 @@ class Backend {
   virtual Tensor alloc(Shape shape, DType dtype) = 0;
   // Copies a device tensor of activations (any storage dtype) to host fp32.
   virtual void copy_to_host_f32(const Tensor& src, float* dst) = 0;
+  // A host tensor on the backend's device, bytes as they are (weights keep their formats; inputs
+  // of op checks). The CPU backend returns `host` itself. `what` names it in errors (out of memory).
+  virtual Tensor to_device(const Tensor& host, std::string_view what) = 0;
 
   // ---- plan: once per step ----
   // Stores the step's metadata and computes RoPE cos/sin for its positions (fp32, as
   // MiniMaxM3VLRotaryEmbedding: cos(pos * inv_freq) * attention_factor over config.rope.rotary_dim
   // channels). The batch must stay alive and unchanged until the step's last op returns.
   virtual void plan(const StepBatch& batch) = 0;
-  // The planned batch viewed as attention metadata (host pointers for the CPU backend).
-  virtual AttentionBatchView attention_batch() const = 0;
+  // The planned step as kernels read it (host pointers on the CPU, device copies on the GPU).
+  virtual StepView planned_step() const = 0;
   // Runs `body` (the run ops of the planned step, no synchronisation inside) for a step of shape
   // `key`. A backend may record the body's ops on one call and replay them on later calls of an
   // equal key after plan() instead of calling body (CUDA: graphs); it decides per planned step

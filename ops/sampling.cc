@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/error.h"
+
 namespace m3 {
 namespace {
 
@@ -70,6 +72,16 @@ int32_t argmax_reference(const float* values, int64_t n) {
     if (values[i] == best) return static_cast<int32_t>(i);
   }
   return 0;
+}
+
+void sample_batch_reference(const float* logits, int64_t num_rows, int32_t vocab, const SampleBatch& batch,
+                            int32_t* ids, SampleWorkspace& ws) {
+  for (size_t i = 0; i < batch.rows.size(); ++i) {
+    const SampleRow& row = batch.rows[i];
+    M3_CHECK(row.logits_row >= 0 && row.logits_row < num_rows, "sample: row {} reads logits row {} of {}", i,
+             row.logits_row, num_rows);
+    ids[i] = sample_reference(logits + int64_t(row.logits_row) * vocab, vocab, row, batch, ws);
+  }
 }
 
 int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& row, const SampleBatch& batch,

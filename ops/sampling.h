@@ -1,5 +1,5 @@
 // Sampling: one logits row -> one token id, with vLLM's semantics and order. The ONE definition
-// of the semantics (engine/sampler.h and every backend's sample op follow it):
+// of the semantics (engine/sample_rows.h and every backend's sample op follow it):
 //   min_tokens mask (listed ids -> -inf) -> repetition, frequency, presence penalties ->
 //   greedy argmax (ties: lowest id)  |  temperature -> min_p -> top_k -> top_p -> draw.
 // The draw is an inverse-CDF walk over the kept tokens in token-id order with one uniform number
@@ -93,6 +93,12 @@ int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& ro
 int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& row, const int32_t* prompt_ids,
                          const int32_t* output_ids, const int32_t* output_counts, const int32_t* masked_ids,
                          SampleWorkspace& ws, SampleTrace* trace = nullptr);
+
+// Every row of `batch` by the reference from host logits [num_rows, vocab]: ids[i] for
+// batch.rows[i]. The one host path: Backend::sample's default, the CPU backend, runners without a
+// backend. Throws m3::Error when a row reads outside the logits.
+void sample_batch_reference(const float* logits, int64_t num_rows, int32_t vocab, const SampleBatch& batch,
+                            int32_t* ids, SampleWorkspace& ws);
 
 // First index of the largest value (NaN never wins); 0 when nothing is larger than -inf.
 int32_t argmax_reference(const float* values, int64_t n);

@@ -25,4 +25,33 @@ struct StepBatch {
   int num_seqs() const { return static_cast<int>(seq_lens.size()); }
 };
 
+// The planned step's metadata as pointers into arrays a kernel can read: the StepBatch's own
+// vectors on the CPU, their device copies on the GPU. The one view of a step that backends and
+// attention kernels take (by value into CUDA kernels: plain pointers and ints only).
+struct StepView {
+  int num_tokens = 0;
+  int num_seqs = 0;
+  const int32_t* positions = nullptr;     // [T]
+  const int32_t* token_seq = nullptr;     // [T]
+  const int32_t* seq_lens = nullptr;      // [S]
+  const int32_t* page_table = nullptr;    // [S * pages_per_seq]
+  int32_t pages_per_seq = 0;              // row stride of page_table (a backend may re-lay it)
+  const int32_t* slot_mapping = nullptr;  // [T]
+  int max_blocks = 0;  // an upper bound of ceil(seq_lens[s] / block_size) over the step (0: unknown)
+};
+
+// The view of `batch`'s own vectors (host pointers; max_blocks left 0).
+inline StepView host_step_view(const StepBatch& batch) {
+  StepView v;
+  v.num_tokens = batch.num_tokens();
+  v.num_seqs = batch.num_seqs();
+  v.positions = batch.positions.data();
+  v.token_seq = batch.token_seq.data();
+  v.seq_lens = batch.seq_lens.data();
+  v.page_table = batch.page_table.data();
+  v.pages_per_seq = batch.pages_per_seq;
+  v.slot_mapping = batch.slot_mapping.data();
+  return v;
+}
+
 }  // namespace m3

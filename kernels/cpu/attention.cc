@@ -48,7 +48,7 @@ struct TokenView {
   const int32_t* pages;  // this sequence's page-table row
 };
 
-TokenView token_view(const AttentionBatchView& b, int t) {
+TokenView token_view(const StepView& b, int t) {
   const int s = b.token_seq[t];
   return {s, b.positions[t], b.page_table + int64_t(s) * b.pages_per_seq};
 }
@@ -111,7 +111,7 @@ void cpu_kv_decode_row(KvDType dtype, const uint8_t* data, const uint8_t* scales
   }
 }
 
-void cpu_kv_insert(const AttentionBatchView& batch, const KvLayerView& cache, const float* k,
+void cpu_kv_insert(const StepView& batch, const KvLayerView& cache, const float* k,
                    const float* v, const float* index_k) {
   const int hkv = cache.num_kv_heads, d = cache.head_dim, di = cache.index_dim;
 #pragma omp parallel for schedule(static) if (batch.num_tokens >= 64)
@@ -133,7 +133,7 @@ void cpu_kv_insert(const AttentionBatchView& batch, const KvLayerView& cache, co
   }
 }
 
-void cpu_indexer_topk(const AttentionBatchView& batch, const KvLayerView& cache,
+void cpu_indexer_topk(const StepView& batch, const KvLayerView& cache,
                       const float* index_q, const IndexerParams& params, int32_t* out) {
   const int hi = params.index_heads, di = cache.index_dim, bs = cache.block_size;
   const int topk = params.topk_blocks;
@@ -185,7 +185,7 @@ void cpu_indexer_topk(const AttentionBatchView& batch, const KvLayerView& cache,
   }
 }
 
-void cpu_paged_attention(const AttentionBatchView& batch, const KvLayerView& cache,
+void cpu_paged_attention(const StepView& batch, const KvLayerView& cache,
                          const float* q, int num_q_heads, const int32_t* selection, int topk,
                          float sm_scale, float* out, float* lse) {
   const int hkv = cache.num_kv_heads, d = cache.head_dim, bs = cache.block_size;

@@ -12,17 +12,17 @@ namespace m3 {
 // Writes K, V [T, Hkv, D] and (when cache.index_dim > 0 and index_k is not null) index-K [T, Di]
 // of every token into its slot, encoded in the cache dtypes. Tokens with slot_mapping < 0 are
 // skipped (padding).
-void cpu_kv_insert(const AttentionBatchView& batch, const KvLayerView& cache, const float* k,
+void cpu_kv_insert(const StepView& batch, const KvLayerView& cache, const float* k,
                    const float* v, const float* index_k);
 
 // Block selection of the lightning indexer: out [T, Hi, params.topk_blocks] int32, valid block
 // ids first (descending score, ties to the lower id), -1 padding.
-void cpu_indexer_topk(const AttentionBatchView& batch, const KvLayerView& cache,
+void cpu_indexer_topk(const StepView& batch, const KvLayerView& cache,
                       const float* index_q, const IndexerParams& params, int32_t* out);
 
 // Exact paged attention over all visible keys (selection == null) or over the selected blocks
 // (selection [T, Hkv, topk], -1 ignored). out [T, Hq, D]; lse [T, Hq] (natural log) or null.
-void cpu_paged_attention(const AttentionBatchView& batch, const KvLayerView& cache,
+void cpu_paged_attention(const StepView& batch, const KvLayerView& cache,
                          const float* q, int num_q_heads, const int32_t* selection, int topk,
                          float sm_scale, float* out, float* lse);
 

@@ -37,24 +37,21 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
   Device device() const override { return Device::kCpu; }
 
-  void configure(const ModelConfig& config, DType activation_dtype) override {
-    M3_CHECK(activation_dtype == DType::kF32 || activation_dtype == DType::kBF16,
-             "cpu backend: activations must be float32 or bfloat16, not {}",
-             dtype_name(activation_dtype));
-    // longrope switches inv_freq with the sequence length; the CPU backend plans one table per step.
-    M3_CHECK(config.rope.inv_freq_long.empty(),
-             "cpu backend: rope type '{}' (length-dependent frequencies) is not supported", config.rope.type);
+  void configure(const BackendConfig& config) override {
+    M3_CHECK(config.activation_dtype == DType::kF32 || config.activation_dtype == DType::kBF16,
+             "cpu backend: activations must be float32 or bfloat16, not {}", dtype_name(config.activation_dtype));
+    M3_CHECK(config.rotary_dim % 2 == 0 && config.rotary_dim <= config.head_dim &&
+                 static_cast<int>(config.rope_inv_freq.size()) * 2 >= config.rotary_dim,
+             "cpu backend: rotary_dim {} needs {} inverse frequencies (have {})", config.rotary_dim,
+             config.rotary_dim / 2, config.rope_inv_freq.size());
     config_ = config;
-    bf16_ = activation_dtype == DType::kBF16;
-    M3_CHECK(config.rope.rotary_dim % 2 == 0 && config.rope.rotary_dim <= config.head_dim &&
-                 static_cast<int>(config.rope.inv_freq.size()) * 2 >= config.rope.rotary_dim,
-             "cpu backend: rotary_dim {} needs {} inverse frequencies (have {})",
-             config.rope.rotary_dim, config.rope.rotary_dim / 2, config.rope.inv_freq.size());
+    bf16_ = config.activation_dtype == DType::kBF16;
   }
   DType activation_dtype() const override { return bf16_ ? DType::kBF16 : DType::kF32; }
   DType activation_storage_dtype() const override { return DType::kF32; }
 
   Tensor alloc(Shape shape, DType dtype) override { return Tensor::zeros(std::move(shape), dtype); }
+  Tensor to_device(const Tensor& host, std::string_view) override { return host; }
   void copy_to_host_f32(const Tensor& src, float* dst) override {
     M3_CHECK(src.dtype() == DType::kF32, "cpu backend: copy_to_host_f32 of {}", dtype_name(src.dtype()));
     std::memcpy(dst, src.data(), src.nbytes());
@@ -62,23 +59,16 @@ class CpuBackend final : public Backend {
 
   void plan(const StepBatch& batch) override {
     batch_ = &batch;
-    view_.num_tokens = batch.num_tokens();
-    view_.num_seqs = batch.num_seqs();
-    view_.positions = batch.positions.data();
-    view_.token_seq = batch.token_seq.data();
-    view_.seq_lens = batch.seq_lens.data();
-    view_.page_table = batch.page_table.data();
-    view_.pages_per_seq = batch.pages_per_seq;
-    view_.slot_mapping = batch.slot_mapping.data();
+    view_ = host_step_view(batch);
     // cos/sin as MiniMaxM3VLRotaryEmbedding: freqs = pos * inv_freq in fp32, concat(freqs, freqs),
     // times attention_factor, cast to the activation dtype.
-    const int rd = config_.rope.rotary_dim, half = rd / 2;
-    const float factor = static_cast<float>(config_.rope.attention_factor);
+    const int rd = config_.rotary_dim, half = rd / 2;
+    const float factor = config_.rope_attention_factor;
     cos_.resize(size_t(view_.num_tokens) * rd);
     sin_.resize(size_t(view_.num_tokens) * rd);
     for (int t = 0; t < view_.num_tokens; ++t) {
       for (int i = 0; i < half; ++i) {
-        const float f = static_cast<float>(batch.positions[t]) * config_.rope.inv_freq[i];
+        const float f = static_cast<float>(batch.positions[t]) * config_.rope_inv_freq[i];
         const float c = round_act(std::cos(f) * factor, bf16_);
         const float s = round_act(std::sin(f) * factor, bf16_);
         cos_[size_t(t) * rd + i] = cos_[size_t(t) * rd + half + i] = c;
@@ -86,7 +76,7 @@ class CpuBackend final : public Backend {
       }
     }
   }
-  AttentionBatchView attention_batch() const override { return view_; }
+  StepView planned_step() const override { return view_; }
 
   void embed(const Tensor& table, Tensor out) override {
     const int64_t hidden = table.dim(1), vocab = table.dim(0);
@@ -138,10 +128,10 @@ class CpuBackend final : public Backend {
     check_rows(x, view_.num_tokens, int64_t(num_heads) * head_dim, "head_norm_rope input");
     M3_CHECK(norm.dtype() == DType::kF32 && norm.numel() == head_dim,
              "head norm weight must be F32 [{}]", head_dim);
-    M3_CHECK(rope_dims % 2 == 0 && rope_dims <= head_dim && rope_dims <= config_.rope.rotary_dim,
+    M3_CHECK(rope_dims % 2 == 0 && rope_dims <= head_dim && rope_dims <= config_.rotary_dim,
              "rope over {} channels of {} (rotary_dim {})", rope_dims, head_dim,
-             config_.rope.rotary_dim);
-    const int rd = config_.rope.rotary_dim, half = rope_dims / 2;
+             config_.rotary_dim);
+    const int rd = config_.rotary_dim, half = rope_dims / 2;
 #pragma omp parallel for schedule(static) if (int64_t(view_.num_tokens) * num_heads * head_dim >= (1 << 16))
     for (int t = 0; t < view_.num_tokens; ++t) {
       const float* cs = cos_.data() + size_t(t) * rd;
@@ -217,21 +207,15 @@ class CpuBackend final : public Backend {
   void sample(const Tensor& logits, const SampleBatch& batch, int32_t* ids) override {
     if (batch.rows.empty()) return;
     check_rows(logits, logits.dim(0), logits.dim(1), "logits");
-    const int64_t vocab = logits.dim(1);
-    for (size_t i = 0; i < batch.rows.size(); ++i) {
-      const SampleRow& row = batch.rows[i];
-      M3_CHECK(row.logits_row >= 0 && row.logits_row < logits.dim(0), "sample: row {} reads logits row {} of {}",
-               i, row.logits_row, logits.dim(0));
-      ids[i] = sample_reference(logits.data_as<const float>() + row.logits_row * vocab, static_cast<int32_t>(vocab),
-                                row, batch, sample_ws_);
-    }
+    sample_batch_reference(logits.data_as<const float>(), logits.dim(0), static_cast<int32_t>(logits.dim(1)), batch,
+                           ids, sample_ws_);
   }
 
  private:
-  ModelConfig config_;
+  BackendConfig config_;
   bool bf16_ = false;
   const StepBatch* batch_ = nullptr;
-  AttentionBatchView view_;
+  StepView view_;
   std::vector<float> cos_, sin_;  // [T, rotary_dim]
   cpu::Scratch scratch_;
   std::vector<int32_t> expert_rows_;  // MoE routing bookkeeping, reused across steps

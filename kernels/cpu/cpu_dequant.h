@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "model/weights.h"
+#include "ops/weights.h"
 
 namespace m3::cpu {
 

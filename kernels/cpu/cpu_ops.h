@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "formats/bf16.h"
-#include "model/weights.h"
+#include "ops/weights.h"
 
 namespace m3::cpu {
 

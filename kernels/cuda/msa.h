@@ -56,7 +56,7 @@ class MsaPlan {
   // `host` is the step on the host; `device` views the same arrays copied to the device (the
   // runner owns them; they must stay valid while run calls of this step execute).
   // graph_pages_per_seq: 0, or graph mode for steps whose sequences need <= that many pages.
-  void plan(const StepBatch& host, const AttentionBatchView& device, cudaStream_t stream,
+  void plan(const StepBatch& host, const StepView& device, cudaStream_t stream,
             int graph_pages_per_seq = 0);
   int64_t generation() const;
 

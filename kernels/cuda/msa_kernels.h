@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "ops/kv_layout.h"
+#include "ops/step_batch.h"
 
 namespace m3::cuda::detail {
 
@@ -22,16 +23,6 @@ inline constexpr int kMaxSlotsPerItem = 32;  // selection slots one sparse atten
 inline constexpr int kMaxTilesPerBlock = 4;  // block_size <= 256
 
 enum class ActKind : uint8_t { kBF16, kE4M3 };
-
-// Per-step metadata on the device (the StepBatch's arrays).
-struct StepView {
-  const int32_t* positions = nullptr;   // [T]
-  const int32_t* token_seq = nullptr;   // [T]
-  const int32_t* seq_lens = nullptr;    // [S]
-  const int32_t* page_table = nullptr;  // [S * pages_per_seq]
-  int32_t pages_per_seq = 0;
-  const int32_t* slot_mapping = nullptr;  // [T]
-};
 
 // One CTA of the block-score kernel: rows [row_begin, row_begin + row_count) of one sequence
 // (each row is a query token; the tile holds row_count * index_heads MMA rows) against logical

@@ -105,7 +105,7 @@ struct MsaPlan::Impl {
 
   // The current step.
   TimingProbe probe;
-  detail::StepView step;
+  StepView step;
   int num_tokens = 0;
   int max_candidates = 0;
   bool graph = false;  // graph mode: launches read the real counts at off_counts
@@ -165,7 +165,7 @@ int64_t MsaPlan::generation() const { return impl_->generation; }
 void MsaPlan::set_timing_probe(const TimingProbe& probe) { impl_->probe = probe; }
 MsaPlan::Stats MsaPlan::stats() const { return impl_->stats; }
 
-void MsaPlan::plan(const StepBatch& host, const AttentionBatchView& device, cudaStream_t stream,
+void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t stream,
                    int graph_pages_per_seq) {
   Impl& im = *impl_;
   const MsaConfig& cfg = im.config;
@@ -323,8 +323,7 @@ void MsaPlan::plan(const StepBatch& host, const AttentionBatchView& device, cuda
   }
   check_cuda(cudaEventRecord(im.upload_done, stream), "metadata upload event");
 
-  im.step = {device.positions, device.token_seq, device.seq_lens, device.page_table, device.pages_per_seq,
-             device.slot_mapping};
+  im.step = device;
   im.num_tokens = T;
   im.graph = graph;
   im.max_candidates = graph ? graph_pages : max_candidates;

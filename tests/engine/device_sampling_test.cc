@@ -11,7 +11,7 @@
 #include <fmt/core.h>
 
 #include "engine/engine_loop.h"
-#include "engine/sampler.h"
+#include "engine/sample_rows.h"
 #include "fake_model.h"
 
 namespace m3 {
@@ -179,10 +179,10 @@ TEST(EngineDeviceSampling, OnlyTheRowsThatNeedLogitsComeBackAndForcedTokensAreNo
   EXPECT_GT(quiet.rows_sampled, 0u);
 }
 
-// A SampleBatch row built by add_sample_row samples exactly as Sampler does from the state.
+// A SampleBatch row built by add_sample_row samples exactly as HostSampler does from the state.
 TEST(SampleBatchRows, ListsMeanWhatTheSamplingStateMeans) {
   std::mt19937_64 rng(5);
-  Sampler sampler;
+  HostSampler sampler;
   SampleWorkspace ws;
   std::uniform_real_distribution<float> logit(-6.0f, 6.0f);
   for (int trial = 0; trial < 300; ++trial) {

@@ -86,7 +86,7 @@ struct World {
       }
     }
     std::vector<int32_t> all_lens(lens.begin(), lens.end());
-    AttentionBatchView w = view_of(pos, seq, all_lens, slot);
+    StepView w = view_of(pos, seq, all_lens, slot);
     cpu_kv_insert(w, cache(), kall.data(), vall.data(), iall.data());
     for (size_t s = 0; s < lens.size(); ++s) {
       seq_lens.push_back(lens[s]);
@@ -98,9 +98,9 @@ struct World {
     }
   }
   KvLayerView cache() { return layout.layer_view(pool.data(), 0); }
-  AttentionBatchView view_of(const std::vector<int32_t>& pos, const std::vector<int32_t>& seq,
+  StepView view_of(const std::vector<int32_t>& pos, const std::vector<int32_t>& seq,
                              const std::vector<int32_t>& lens_, const std::vector<int32_t>& slot) const {
-    AttentionBatchView w;
+    StepView w;
     w.num_tokens = static_cast<int>(pos.size());
     w.num_seqs = static_cast<int>(lens_.size());
     w.positions = pos.data();
@@ -111,7 +111,7 @@ struct World {
     w.slot_mapping = slot.data();
     return w;
   }
-  AttentionBatchView queries() const { return view_of(positions, token_seq, seq_lens, slots); }
+  StepView queries() const { return view_of(positions, token_seq, seq_lens, slots); }
   int num_queries() const { return static_cast<int>(positions.size()); }
 };
 

@@ -22,7 +22,7 @@
 #include "core/error.h"
 #include "kernels/cuda/backend/cuda_backend.h"
 #include "kernels/cuda/backend/device_memory.h"
-#include "model/kv_cache.h"
+#include "tests/support/simple_kv_allocator.h"
 #include "ops/kv_layout.h"
 #include "tests/kernels_cuda/backend_checks.h"
 #include "tests/kernels_cuda/backend_testing.h"
@@ -87,7 +87,7 @@ void run_bench(const std::string& only) {
   std::mt19937_64 rng(7);
   auto backend = make_cuda_backend();
   ModelConfig config = make_config({"bench", 6144, 64, 4, 128, 4, 128, 128, 16, 1, 0, 64});
-  backend->configure(config, DType::kBF16);
+  backend->configure(backend_config(config, DType::kBF16));
   struct Shape_ {
     const char* name;
     int64_t n, k;

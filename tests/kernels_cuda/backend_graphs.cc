@@ -26,7 +26,7 @@
 #include "core/error.h"
 #include "kernels/cuda/backend/cuda_backend.h"
 #include "model/config.h"
-#include "model/kv_cache.h"
+#include "tests/support/simple_kv_allocator.h"
 #include "model/minimax_m3.h"
 #include "model/weights.h"
 #include "tests/kernels_cuda/backend_checks.h"
@@ -49,8 +49,8 @@ Pair build_pair(const ModelConfig& config, const ModelWeights& weights, KvDType 
   o.num_kv_blocks = blocks;
   p.eager_backend = make_cuda_backend(false);
   p.graph_backend = make_cuda_backend(true);
-  p.eager = std::make_unique<MiniMaxM3>(config, upload_weights_to_cuda(weights), *p.eager_backend, o);
-  p.graph = std::make_unique<MiniMaxM3>(config, upload_weights_to_cuda(weights), *p.graph_backend, o);
+  p.eager = std::make_unique<MiniMaxM3>(config, place_weights(weights, *p.eager_backend), *p.eager_backend, o);
+  p.graph = std::make_unique<MiniMaxM3>(config, place_weights(weights, *p.graph_backend), *p.graph_backend, o);
   return p;
 }
 

@@ -73,9 +73,8 @@ void run_latency(const std::string& config_path, int layers, const std::string& 
   for (auto& k : config.mlp_kinds) k = MlpKind::kMoe;
 
   const auto t0 = std::chrono::steady_clock::now();
-  ModelWeights host = make_dummy_weights(config, 1);
-  ModelWeights weights = upload_weights_to_cuda(host);
-  host = ModelWeights();
+  std::unique_ptr<Backend> backend = make_cuda_backend();
+  ModelWeights weights = place_weights(make_dummy_weights(config, 1), *backend);
   const LinearWeight lm_head = weights.lm_head;
   std::printf("dummy M3.1 weights, %d layers: %.1f s to build and upload\n", layers,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -93,7 +92,7 @@ void run_latency(const std::string& config_path, int layers, const std::string& 
   int64_t max_blocks = 0;
   for (const Case& c : cases)
     max_blocks = std::max<int64_t>(max_blocks, int64_t(c.batch) * ((c.context + 127) / 128));
-  auto backend = make_cuda_backend();
+
   ModelRuntimeOptions o;
   o.activation_dtype = DType::kBF16;
   o.kv_dtype = KvDType::kNVFP4;

@@ -26,7 +26,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/backend/cuda_backend.h"
 #include "model/config.h"
-#include "model/kv_cache.h"
+#include "tests/support/simple_kv_allocator.h"
 #include "model/minimax_m3.h"
 #include "model/weights.h"
 #include "tests/kernels_cuda/backend_checks.h"
@@ -54,7 +54,7 @@ Run build(const ModelConfig& config, const ModelWeights& weights, bool gpu, KvDT
   o.kv_dtype = kv;
   o.index_dtype = index;
   o.num_kv_blocks = blocks;
-  r.model = std::make_unique<MiniMaxM3>(config, gpu ? upload_weights_to_cuda(weights) : weights, *r.backend, o);
+  r.model = std::make_unique<MiniMaxM3>(config, place_weights(weights, *r.backend), *r.backend, o);
   return r;
 }
 

@@ -79,7 +79,7 @@ struct Scratch {
 void run_moe_bench() {
   std::mt19937_64 rng(11);
   auto backend = make_cuda_backend();
-  backend->configure(make_config({"moe bench", kHidden, 64, 4, 128, 4, 128, 128, 16, 1, 0, 64}), DType::kBF16);
+  backend->configure(backend_config(make_config({"moe bench", kHidden, 64, 4, 128, 4, 128, 128, 16, 1, 0, 64}), DType::kBF16));
   MlpWeights mlp;
   mlp.gate = constant_weight(kInter, kHidden, WeightFormat::kMxfp8);
   mlp.up = constant_weight(kInter, kHidden, WeightFormat::kMxfp8);

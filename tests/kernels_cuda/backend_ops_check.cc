@@ -20,7 +20,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/backend/cuda_backend.h"
 #include "kernels/cuda/backend/device_memory.h"
-#include "model/kv_cache.h"
+#include "tests/support/simple_kv_allocator.h"
 #include "ops/kv_layout.h"
 #include "tests/kernels_cuda/backend_checks.h"
 #include "tests/kernels_cuda/backend_testing.h"
@@ -68,8 +68,8 @@ Steps make_steps(int block_size, int64_t num_blocks, const std::vector<std::pair
 struct Pair {
   std::unique_ptr<Backend> cpu, gpu;
   Pair(const ModelConfig& config) : cpu(make_cpu_backend()), gpu(make_cuda_backend()) {
-    cpu->configure(config, DType::kBF16);
-    gpu->configure(config, DType::kBF16);
+    cpu->configure(backend_config(config, DType::kBF16));
+    gpu->configure(backend_config(config, DType::kBF16));
   }
   void plan(const StepBatch& b) {
     cpu->plan(b);

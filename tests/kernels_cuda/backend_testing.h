@@ -9,6 +9,7 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/minimax_m3.h"
 #include "model/weights.h"
 
 namespace m3::test {

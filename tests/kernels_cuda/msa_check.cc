@@ -225,7 +225,7 @@ void run_case(const CheckCase& c, uint64_t seed, Stats& st) {
     }
     StepBatch fill;
     fill.slot_mapping.assign(slots.begin(), slots.end());
-    AttentionBatchView fv;
+    StepView fv;
     fv.num_tokens = static_cast<int>(fill.slot_mapping.size());
     fv.slot_mapping = fill.slot_mapping.data();
     std::vector<float> k, v, ik;
@@ -238,7 +238,7 @@ void run_case(const CheckCase& c, uint64_t seed, Stats& st) {
   DeviceMem dev_pool = upload(pool);
   KvLayerView dev_cache = layout.layer_view(dev_pool.as<uint8_t>(), 0);
   DeviceStep ds = upload_step(b);
-  const AttentionBatchView hv = host_view(b);
+  const StepView hv = host_view(b);
 
   MsaConfig cfg;
   cfg.num_q_heads = hq;

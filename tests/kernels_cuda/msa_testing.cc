@@ -95,8 +95,8 @@ DeviceStep upload_step(const StepBatch& b) {
   return d;
 }
 
-AttentionBatchView host_view(const StepBatch& b) {
-  AttentionBatchView v;
+StepView host_view(const StepBatch& b) {
+  StepView v;
   v.num_tokens = b.num_tokens();
   v.num_seqs = b.num_seqs();
   v.positions = b.positions.data();

@@ -68,13 +68,13 @@ struct BuiltStep {
 BuiltStep build_step(const std::vector<SeqSpec>& seqs, int block_size, PageLayout layout,
                      int shared_prefix_blocks, std::mt19937_64& rng);
 
-// The step's arrays on the device and the AttentionBatchView over them.
+// The step's arrays on the device and the StepView over them.
 struct DeviceStep {
   DeviceMem positions, token_seq, seq_lens, page_table, slot_mapping;
-  AttentionBatchView view;
+  StepView view;
 };
 DeviceStep upload_step(const StepBatch& batch);
-AttentionBatchView host_view(const StepBatch& batch);
+StepView host_view(const StepBatch& batch);
 
 // Random values rounded to bf16 (as floats) and their bf16 bits.
 void random_bf16(std::mt19937_64& rng, size_t n, float stddev, std::vector<float>& values,

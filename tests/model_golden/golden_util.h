@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/kv_cache.h"
+#include "tests/support/simple_kv_allocator.h"
 #include "model/minimax_m3.h"
 #include "ops/backend.h"
 

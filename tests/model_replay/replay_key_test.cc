@@ -10,7 +10,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "model/config.h"
-#include "model/kv_cache.h"
+#include "tests/support/simple_kv_allocator.h"
 #include "model/minimax_m3.h"
 #include "model/weights.h"
 
@@ -25,13 +25,14 @@ class RecordingBackend final : public Backend {
 
   std::string_view name() const override { return inner_->name(); }
   Device device() const override { return inner_->device(); }
-  void configure(const ModelConfig& c, DType dt) override { inner_->configure(c, dt); }
+  void configure(const BackendConfig& c) override { inner_->configure(c); }
   DType activation_dtype() const override { return inner_->activation_dtype(); }
   DType activation_storage_dtype() const override { return inner_->activation_storage_dtype(); }
   Tensor alloc(Shape shape, DType dtype) override { return inner_->alloc(std::move(shape), dtype); }
+  Tensor to_device(const Tensor& host, std::string_view what) override { return inner_->to_device(host, what); }
   void copy_to_host_f32(const Tensor& src, float* dst) override { inner_->copy_to_host_f32(src, dst); }
   void plan(const StepBatch& b) override { inner_->plan(b); }
-  AttentionBatchView attention_batch() const override { return inner_->attention_batch(); }
+  StepView planned_step() const override { return inner_->planned_step(); }
   void run_replayable(const ReplayKey& key, const std::function<void()>& body) override {
     keys.push_back(key);
     body();

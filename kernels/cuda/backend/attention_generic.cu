@@ -44,7 +44,7 @@ __device__ __forceinline__ float seq_dot(const float* q, KvDType dtype, const ui
 }
 
 // ---- kv insert: one warp per (token, row to write) ----
-__global__ void kv_insert_kernel(const StepDevice step, const KvLayerView cache, const uint16_t* k, const uint16_t* v,
+__global__ void kv_insert_kernel(const StepView step, const KvLayerView cache, const uint16_t* k, const uint16_t* v,
                                  const uint16_t* index_k) {
   extern __shared__ float insert_buf[];
   const int warp = threadIdx.x >> 5;
@@ -73,7 +73,7 @@ __global__ void kv_insert_kernel(const StepDevice step, const KvLayerView cache,
 }
 
 // ---- indexer: one CTA of 128 threads per (token, index head) ----
-__global__ void __launch_bounds__(128) indexer_kernel(const StepDevice step, const KvLayerView cache,
+__global__ void __launch_bounds__(128) indexer_kernel(const StepView step, const KvLayerView cache,
                                                       const uint16_t* index_q, const IndexerParams p,
                                                       int32_t* selection) {
   extern __shared__ float indexer_buf[];
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(128) indexer_kernel(const StepDevice step, con
 constexpr int kMaxChannelsPerLane = 8;  // head_dim <= 256
 
 struct AttnParams {
-  StepDevice step;
+  StepView step;
   KvLayerView cache;
   const uint16_t* q;
   int num_q_heads;
@@ -272,7 +272,7 @@ __global__ void attention_kernel(const AttnParams a) {
 
 }  // namespace
 
-cudaError_t launch_generic_kv_insert(const StepDevice& step, const KvLayerView& cache, const uint16_t* k,
+cudaError_t launch_generic_kv_insert(const StepView& step, const KvLayerView& cache, const uint16_t* k,
                                      const uint16_t* v, const uint16_t* index_k, cudaStream_t stream) {
   const int per_token = 2 * cache.num_kv_heads + (index_k != nullptr && cache.index_dim > 0 ? 1 : 0);
   const int tasks = step.num_tokens * per_token;
@@ -282,7 +282,7 @@ cudaError_t launch_generic_kv_insert(const StepDevice& step, const KvLayerView& 
   return cudaGetLastError();
 }
 
-cudaError_t launch_generic_indexer_topk(const StepDevice& step, const KvLayerView& cache, const uint16_t* index_q,
+cudaError_t launch_generic_indexer_topk(const StepView& step, const KvLayerView& cache, const uint16_t* index_q,
                                         const IndexerParams& params, int32_t* selection, cudaStream_t stream) {
   if (step.num_tokens == 0) return cudaSuccess;
   const size_t smem = (size_t(cache.index_dim) + step.max_blocks) * sizeof(float);
@@ -291,7 +291,7 @@ cudaError_t launch_generic_indexer_topk(const StepDevice& step, const KvLayerVie
   return cudaGetLastError();
 }
 
-cudaError_t launch_generic_attention(const StepDevice& step, const KvLayerView& cache, const uint16_t* q,
+cudaError_t launch_generic_attention(const StepView& step, const KvLayerView& cache, const uint16_t* q,
                                      int num_q_heads, const int32_t* selection, int topk, float sm_scale,
                                      uint16_t* out, cudaStream_t stream) {
   if (step.num_tokens == 0) return cudaSuccess;

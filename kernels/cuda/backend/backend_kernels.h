@@ -157,29 +157,16 @@ cudaError_t launch_moe_combine(const uint16_t* y, const int32_t* choice_row, con
 
 // ---- attention, any geometry (the MSA kernels take the M3 shape) ----
 
-// The per-step metadata on the device.
-struct StepDevice {
-  int num_tokens = 0;
-  int num_seqs = 0;
-  const int32_t* positions = nullptr;
-  const int32_t* token_seq = nullptr;
-  const int32_t* seq_lens = nullptr;
-  const int32_t* page_table = nullptr;
-  int32_t pages_per_seq = 0;
-  const int32_t* slot_mapping = nullptr;
-  int max_blocks = 0;  // largest ceil(seq_len / block_size) of the step
-};
-
 // ops/attention.h kv_insert from bf16 rows; index_k may be null.
-cudaError_t launch_generic_kv_insert(const StepDevice& step, const KvLayerView& cache,
+cudaError_t launch_generic_kv_insert(const StepView& step, const KvLayerView& cache,
                                      const uint16_t* k, const uint16_t* v, const uint16_t* index_k,
                                      cudaStream_t stream);
 // ops/attention.h indexer_topk: selection [T, Hi, topk].
-cudaError_t launch_generic_indexer_topk(const StepDevice& step, const KvLayerView& cache,
+cudaError_t launch_generic_indexer_topk(const StepView& step, const KvLayerView& cache,
                                         const uint16_t* index_q, const IndexerParams& params,
                                         int32_t* selection, cudaStream_t stream);
 // ops/attention.h paged_attention; selection null for full attention. out bf16 [T, Hq * D].
-cudaError_t launch_generic_attention(const StepDevice& step, const KvLayerView& cache,
+cudaError_t launch_generic_attention(const StepView& step, const KvLayerView& cache,
                                      const uint16_t* q, int num_q_heads, const int32_t* selection,
                                      int topk, float sm_scale, uint16_t* out, cudaStream_t stream);
 
@@ -187,7 +174,7 @@ cudaError_t launch_generic_attention(const StepDevice& step, const KvLayerView& 
 // index-K, and the quantized write of k, v and index-K into the cache. k and index_k are also
 // left normed and roped in place, as the separate ops leave them.
 struct AttentionInputArgs {
-  StepDevice step;
+  StepView step;
   KvLayerView cache;
   uint16_t* q = nullptr;
   int num_q_heads = 0;

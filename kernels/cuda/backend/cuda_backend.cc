@@ -49,7 +49,7 @@ void check_f32_vector(const Tensor& t, int64_t n, const char* what) {
 detail::WeightView weight_view(const LinearWeight& w) {
   M3_CHECK(w.weight.defined(), "linear {}: weight is not loaded", w.name);
   M3_CHECK(w.weight.device() == Device::kCuda,
-           "linear {}: weight is in host memory (upload the model's weights with upload_weights_to_cuda)", w.name);
+           "linear {}: weight is in host memory (place the weights on the backend first: to_device / place_weights)", w.name);
   detail::WeightView v;
   v.data = w.weight.data_as<const uint8_t>();
   v.row_bytes = w.weight.dim(-1) * static_cast<int64_t>(dtype_size(w.weight.dtype()));
@@ -121,40 +121,35 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
   Device device() const override { return Device::kCuda; }
 
-  void configure(const ModelConfig& config, DType activation_dtype) override {
-    M3_CHECK(activation_dtype == DType::kBF16,
+  void configure(const BackendConfig& config) override {
+    M3_CHECK(config.activation_dtype == DType::kBF16,
              "cuda backend: activations are bfloat16 on the GPU (--dtype {} is CPU-only; use --dtype bfloat16)",
-             dtype_name(activation_dtype));
-    M3_CHECK(config.rope.inv_freq_long.empty(),
-             "cuda backend: rope type '{}' (length-dependent frequencies) is not supported", config.rope.type);
-    M3_CHECK(config.rope.rotary_dim % 2 == 0 && config.rope.rotary_dim <= config.head_dim &&
-                 static_cast<int>(config.rope.inv_freq.size()) * 2 >= config.rope.rotary_dim,
-             "cuda backend: rotary_dim {} needs {} inverse frequencies (have {})", config.rope.rotary_dim,
-             config.rope.rotary_dim / 2, config.rope.inv_freq.size());
+             dtype_name(config.activation_dtype));
+    M3_CHECK(config.rotary_dim % 2 == 0 && config.rotary_dim <= config.head_dim &&
+                 static_cast<int>(config.rope_inv_freq.size()) * 2 >= config.rotary_dim,
+             "cuda backend: rotary_dim {} needs {} inverse frequencies (have {})", config.rotary_dim,
+             config.rotary_dim / 2, config.rope_inv_freq.size());
     config_ = config;
-    rope_half_ = std::max(1, config.rope.rotary_dim / 2);
+    rope_half_ = std::max(1, config.rotary_dim / 2);
     inv_freq_.reserve(sizeof(float) * rope_half_, "rope inverse frequencies");
-    std::vector<float> f(config.rope.inv_freq.begin(), config.rope.inv_freq.begin() + config.rope.rotary_dim / 2);
+    std::vector<float> f(config.rope_inv_freq.begin(), config.rope_inv_freq.begin() + config.rotary_dim / 2);
     f.resize(rope_half_, 0.0f);
     check_cuda(cudaMemcpy(inv_freq_.as(), f.data(), sizeof(float) * rope_half_, cudaMemcpyHostToDevice), "inv_freq");
     msa_.reset();
-    const int group = config.num_kv_heads > 0 ? config.num_heads / config.num_kv_heads : 0;
-    const bool sparse = config.has_sparse_layers();
-    const bool msa_shape = config.head_dim == 128 && config.index_block_size % 64 == 0 &&
-                           config.index_block_size <= 256 && group >= 1 && group <= 16 &&
-                           (!sparse || (config.index_head_dim == 128 && config.index_heads <= 64 &&
-                                        config.index_topk_blocks <= 128));
+    const int group = config.num_kv_heads > 0 ? config.num_q_heads / config.num_kv_heads : 0;
+    const bool sparse = config.has_sparse_layers;
+    const bool msa_shape = config.head_dim == 128 && config.block_size % 64 == 0 &&
+                           config.block_size <= 256 && group >= 1 && group <= 16 &&
+                           (!sparse || (config.index_dim == 128 && config.indexer.index_heads <= 64 &&
+                                        config.indexer.topk_blocks <= 128));
     if (msa_shape) {
       cuda::MsaConfig mc;
-      mc.num_q_heads = config.num_heads;
+      mc.num_q_heads = config.num_q_heads;
       mc.num_kv_heads = config.num_kv_heads;
       mc.head_dim = config.head_dim;
-      mc.index_dim = sparse ? config.index_head_dim : 0;
-      mc.block_size = config.index_block_size;
-      mc.indexer.index_heads = config.index_heads;
-      mc.indexer.topk_blocks = config.index_topk_blocks;
-      mc.indexer.local_blocks = config.index_local_blocks;
-      mc.indexer.init_blocks = config.index_init_blocks;
+      mc.index_dim = sparse ? config.index_dim : 0;
+      mc.block_size = config.block_size;
+      mc.indexer = config.indexer;
       mc.dense = true;
       msa_ = std::make_unique<cuda::MsaPlan>(mc);
     }
@@ -164,6 +159,14 @@ class CudaBackend final : public Backend {
   DType activation_storage_dtype() const override { return DType::kBF16; }
 
   Tensor alloc(Shape shape, DType dtype) override { return cuda::device_tensor(std::move(shape), dtype, "activation"); }
+
+  Tensor to_device(const Tensor& host, std::string_view what) override {
+    if (!host.defined() || host.device() == Device::kCuda) return host;
+    const std::string name(what);
+    Tensor d = cuda::device_tensor(host.shape(), host.dtype(), name.c_str());
+    check_cuda(cudaMemcpy(d.data(), host.data(), host.nbytes(), cudaMemcpyHostToDevice), name.c_str());
+    return d;
+  }
 
   void copy_to_host_f32(const Tensor& src, float* dst) override {
     M3_CHECK(src.device() == Device::kCuda, "cuda backend: copy_to_host_f32 of a host tensor");
@@ -181,7 +184,7 @@ class CudaBackend final : public Backend {
   }
 
   void plan(const StepBatch& batch) override;
-  AttentionBatchView attention_batch() const override { return view_; }
+  StepView planned_step() const override { return step_; }
 
   // Uniform decode steps planned in graph mode (graph_pages_ > 0) replay CUDA graphs.
   void run_replayable(const ReplayKey& key, const std::function<void()>& body) override {
@@ -241,8 +244,8 @@ class CudaBackend final : public Backend {
   void head_norm_rope(Tensor x, int num_heads, int head_dim, const Tensor& norm, float eps, int rope_dims) override {
     check_act(x, step_.num_tokens, int64_t(num_heads) * head_dim, "head_norm_rope input");
     check_f32_vector(norm, head_dim, "head norm weight");
-    M3_CHECK(rope_dims % 2 == 0 && rope_dims <= head_dim && rope_dims <= config_.rope.rotary_dim,
-             "rope over {} channels of {} (rotary_dim {})", rope_dims, head_dim, config_.rope.rotary_dim);
+    M3_CHECK(rope_dims % 2 == 0 && rope_dims <= head_dim && rope_dims <= config_.rotary_dim,
+             "rope over {} channels of {} (rotary_dim {})", rope_dims, head_dim, config_.rotary_dim);
     detail::HeadNormRopeArgs a;
     a.x = bf16_ptr_mut(x);
     a.num_tokens = step_.num_tokens;
@@ -279,14 +282,14 @@ class CudaBackend final : public Backend {
     check_act(v, step_.num_tokens, kv_cols, "V");
     check_f32_vector(q_norm, cache.head_dim, "q_norm");
     check_f32_vector(k_norm, cache.head_dim, "k_norm");
-    M3_CHECK(rope_dims % 2 == 0 && rope_dims <= cache.head_dim && rope_dims <= config_.rope.rotary_dim,
-             "rope over {} channels of {} (rotary_dim {})", rope_dims, cache.head_dim, config_.rope.rotary_dim);
+    M3_CHECK(rope_dims % 2 == 0 && rope_dims <= cache.head_dim && rope_dims <= config_.rotary_dim,
+             "rope over {} channels of {} (rotary_dim {})", rope_dims, cache.head_dim, config_.rotary_dim);
     detail::AttentionInputArgs a;
     if (index_k.defined()) {
       check_act(index_k, step_.num_tokens, cache.index_dim, "index K");
       check_f32_vector(index_k_norm, cache.index_dim, "index_k_norm");
       M3_CHECK(index_rope_dims % 2 == 0 && index_rope_dims <= cache.index_dim &&
-                   index_rope_dims <= config_.rope.rotary_dim,
+                   index_rope_dims <= config_.rotary_dim,
                "index rope over {} channels of {}", index_rope_dims, cache.index_dim);
       a.index_k = bf16_ptr_mut(index_k);
       a.index_k_norm = index_k_norm.data_as<const float>();
@@ -315,7 +318,7 @@ class CudaBackend final : public Backend {
                  selection.numel() == int64_t(step_.num_tokens) * params.index_heads * params.topk_blocks,
              "selection must be a device I32 [{}, {}, {}]", step_.num_tokens, params.index_heads,
              params.topk_blocks);
-    if (msa_ && cache.index_dtype != KvDType::kF32 && params.topk_blocks == config_.index_topk_blocks) {
+    if (msa_ && cache.index_dtype != KvDType::kF32 && params.topk_blocks == config_.indexer.topk_blocks) {
       msa_->indexer_topk(cache, bf16_ptr(index_q), cuda::ActDType::kBF16, selection.data_as<int32_t>(), stream_);
       return;
     }
@@ -330,7 +333,7 @@ class CudaBackend final : public Backend {
     check_act(q, step_.num_tokens, cols, "Q");
     check_act(out, step_.num_tokens, cols, "attention output");
     const int32_t* sel = selection.defined() ? selection.data_as<const int32_t>() : nullptr;
-    if (msa_ && cache.kv_dtype != KvDType::kF32 && (sel == nullptr || topk == config_.index_topk_blocks)) {
+    if (msa_ && cache.kv_dtype != KvDType::kF32 && (sel == nullptr || topk == config_.indexer.topk_blocks)) {
       msa_->attention(cache, bf16_ptr(q), cuda::ActDType::kBF16, sel, sm_scale, bf16_ptr_mut(out), nullptr, stream_);
       return;
     }
@@ -484,7 +487,7 @@ class CudaBackend final : public Backend {
   // Changes whenever scratch a recorded graph may point at moves (cuda_graphs.h).
   int64_t scratch_generation() const { return scratch_moves_ + (msa_ ? msa_->generation() : 0); }
 
-  ModelConfig config_;
+  BackendConfig config_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t upload_done_ = nullptr;
   // moe(): the shared expert's stream, forked from stream_ at fork_ and joined back at join_.
@@ -495,8 +498,7 @@ class CudaBackend final : public Backend {
 
   // The planned step.
   const StepBatch* batch_ = nullptr;
-  detail::StepDevice step_;
-  AttentionBatchView view_;
+  StepView step_;
   const int32_t* token_ids_ = nullptr;
   const int32_t* logits_rows_ = nullptr;
   int num_logit_rows_ = 0;
@@ -542,7 +544,7 @@ void CudaBackend::plan(const StepBatch& b) {
                b.slot_mapping.size() == size_t(t_count) &&
                b.page_table.size() >= size_t(s_count) * b.pages_per_seq,
            "cuda backend: step arrays disagree ({} tokens)", t_count);
-  const int bs = config_.index_block_size;
+  const int bs = config_.block_size;
   int max_blocks = 1;
   for (int32_t len : b.seq_lens) max_blocks = std::max(max_blocks, (len + bs - 1) / bs);
   // Graph mode: the page table is re-laid at the bucket's width, so that every by-value argument
@@ -590,22 +592,14 @@ void CudaBackend::plan(const StepBatch& b) {
   step_.page_table = at(5);
   step_.pages_per_seq = table_width;
   step_.max_blocks = graph_pages_ > 0 ? graph_pages_ : max_blocks;
-  view_.num_tokens = t_count;
-  view_.num_seqs = s_count;
-  view_.positions = step_.positions;
-  view_.token_seq = step_.token_seq;
-  view_.seq_lens = step_.seq_lens;
-  view_.page_table = step_.page_table;
-  view_.pages_per_seq = table_width;
-  view_.slot_mapping = step_.slot_mapping;
 
   rope_cos_.reserve(sizeof(float) * std::max(1, t_count) * rope_half_, "rope cos");
   rope_sin_.reserve(sizeof(float) * std::max(1, t_count) * rope_half_, "rope sin");
   check_cuda(detail::launch_rope_tables(step_.positions, t_count, inv_freq_.as<const float>(), rope_half_,
-                                        static_cast<float>(config_.rope.attention_factor), rope_cos_.as<float>(),
+                                        config_.rope_attention_factor, rope_cos_.as<float>(),
                                         rope_sin_.as<float>(), stream_),
              "rope tables");
-  if (msa_) msa_->plan(b, view_, stream_, graph_pages_);
+  if (msa_) msa_->plan(b, step_, stream_, graph_pages_);
 }
 
 ExpertTables& CudaBackend::expert_tables(const MlpWeights& mlp) {

@@ -1,7 +1,7 @@
 // CudaBackend: ops/backend.h on one NVIDIA GPU (Hopper, sm_90a).
 //
-//   ModelWeights w = upload_weights_to_cuda(load_weights(config, dir));  // quantized stays quantized
 //   auto backend = make_cuda_backend();
+//   ModelWeights w = place_weights(load_weights(config, dir), *backend);  // quantized stays quantized
 //   MiniMaxM3 model(config, std::move(w), *backend, options);             // KV pool on the GPU
 //
 // Activations are bf16 on the device (activation_storage_dtype() == BF16) with fp32 accumulation;
@@ -19,7 +19,6 @@
 #include <memory>
 #include <string>
 
-#include "model/weights.h"
 #include "ops/backend.h"
 
 namespace m3 {
@@ -51,12 +50,5 @@ CudaGraphStats cuda_graph_stats(const Backend& backend);
 // The cudaStream_t a CUDA backend enqueues its ops on (null for any other backend): benchmarks time
 // whole ops with events on it (an op may fork work to other streams; it joins them back first).
 void* cuda_backend_stream(const Backend& backend);
-
-// Copies every tensor of `host` to the current CUDA device as stored (formats, scales and the
-// scalar fields of each LinearWeight are kept); tensors shared between fields (tied embeddings)
-// are copied once. Throws m3::Error naming the tensor when device memory runs out.
-ModelWeights upload_weights_to_cuda(const ModelWeights& host);
-// Device bytes upload_weights_to_cuda would take for `host`.
-int64_t cuda_weight_bytes(const ModelWeights& host);
 
 }  // namespace m3

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <map>
 
-#include "engine/sampler.h"
+#include "engine/sample_rows.h"
 
 namespace m3 {
 namespace {
@@ -15,7 +15,7 @@ std::vector<float> log_probs(const std::vector<double>& p) {
 }
 
 // Frequencies of sampled tokens over `n` draws (output index i = draw i, one seed).
-std::vector<double> frequencies(Sampler& sampler, const std::vector<float>& logits, const SamplingParams& params,
+std::vector<double> frequencies(HostSampler& sampler, const std::vector<float>& logits, const SamplingParams& params,
                                 int n, uint64_t seed = 1234) {
   std::vector<double> freq(logits.size(), 0.0);
   SamplingState state;
@@ -34,15 +34,15 @@ SamplingState greedy_state(const SamplingParams& params) {
   return s;
 }
 
-TEST(Sampler, GreedyIsArgmaxWithTiesToTheLowestId) {
-  Sampler sampler;
+TEST(HostSampler, GreedyIsArgmaxWithTiesToTheLowestId) {
+  HostSampler sampler;
   SamplingParams p;
   p.temperature = 0.0f;
   EXPECT_EQ(sampler.sample(std::vector<float>{0.1f, 3.0f, -1.0f, 3.0f}, greedy_state(p)), 1);
   EXPECT_EQ(sampler.sample(std::vector<float>{-5.0f, -2.0f, -2.5f}, greedy_state(p)), 1);
 }
 
-TEST(Sampler, CounterUniformIsDeterministicAndUniform) {
+TEST(HostSampler, CounterUniformIsDeterministicAndUniform) {
   EXPECT_EQ(counter_uniform(7, 3), counter_uniform(7, 3));
   EXPECT_NE(counter_uniform(7, 3), counter_uniform(7, 4));
   EXPECT_NE(counter_uniform(7, 3), counter_uniform(8, 3));
@@ -63,16 +63,16 @@ TEST(Sampler, CounterUniformIsDeterministicAndUniform) {
   EXPECT_LT(chi2, 27.9);
 }
 
-TEST(Sampler, SamplesTheSoftmaxDistribution) {
-  Sampler sampler;
+TEST(HostSampler, SamplesTheSoftmaxDistribution) {
+  HostSampler sampler;
   SamplingParams p;  // temperature 1
   const std::vector<double> probs = {0.5, 0.25, 0.15, 0.07, 0.03};
   const auto freq = frequencies(sampler, log_probs(probs), p, 40000);
   for (std::size_t i = 0; i < probs.size(); ++i) EXPECT_NEAR(freq[i], probs[i], 0.01) << i;
 }
 
-TEST(Sampler, TemperatureSharpensAndFlattens) {
-  Sampler sampler;
+TEST(HostSampler, TemperatureSharpensAndFlattens) {
+  HostSampler sampler;
   const std::vector<double> probs = {0.6, 0.3, 0.1};
   SamplingParams p;
   p.temperature = 0.5f;  // p^2 renormalised: 0.36, 0.09, 0.01 / 0.46
@@ -86,8 +86,8 @@ TEST(Sampler, TemperatureSharpensAndFlattens) {
   EXPECT_NEAR(freq[2], std::sqrt(0.1) / z, 0.01);
 }
 
-TEST(Sampler, TopKKeepsTheKMostLikely) {
-  Sampler sampler;
+TEST(HostSampler, TopKKeepsTheKMostLikely) {
+  HostSampler sampler;
   SamplingParams p;
   p.top_k = 2;
   const auto freq = frequencies(sampler, log_probs({0.1, 0.4, 0.2, 0.3}), p, 20000);
@@ -97,8 +97,8 @@ TEST(Sampler, TopKKeepsTheKMostLikely) {
   EXPECT_NEAR(freq[3], 0.3 / 0.7, 0.015);
 }
 
-TEST(Sampler, TopPFollowsVllmCumulativeRule) {
-  Sampler sampler;
+TEST(HostSampler, TopPFollowsVllmCumulativeRule) {
+  HostSampler sampler;
   SamplingParams p;
   p.top_p = 0.75f;  // ascending cumsum 0.05, 0.2, 0.5, 1.0: drops the two <= 0.25
   const auto freq = frequencies(sampler, log_probs({0.15, 0.5, 0.05, 0.3}), p, 20000);
@@ -111,8 +111,8 @@ TEST(Sampler, TopPFollowsVllmCumulativeRule) {
   EXPECT_NEAR(only[1], 1.0, 1e-9);
 }
 
-TEST(Sampler, MinPDropsTokensBelowAFractionOfTheMax) {
-  Sampler sampler;
+TEST(HostSampler, MinPDropsTokensBelowAFractionOfTheMax) {
+  HostSampler sampler;
   SamplingParams p;
   p.min_p = 0.2f;  // threshold 0.1: drops 0.05
   const auto freq = frequencies(sampler, log_probs({0.5, 0.3, 0.15, 0.05}), p, 20000);
@@ -121,8 +121,8 @@ TEST(Sampler, MinPDropsTokensBelowAFractionOfTheMax) {
   EXPECT_NEAR(freq[2], 0.15 / 0.95, 0.015);
 }
 
-TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
-  Sampler sampler;
+TEST(HostSampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
+  HostSampler sampler;
   SamplingParams p;
   p.temperature = 0.0f;
   p.repetition_penalty = 2.0f;
@@ -145,8 +145,8 @@ TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
   EXPECT_EQ(sampler.sample(negative, s2), 1);
 }
 
-TEST(Sampler, FrequencyAndPresencePenaltiesCountOutputTokensOnly) {
-  Sampler sampler;
+TEST(HostSampler, FrequencyAndPresencePenaltiesCountOutputTokensOnly) {
+  HostSampler sampler;
   SamplingParams p;
   p.temperature = 0.0f;
   p.frequency_penalty = 0.5f;
@@ -167,8 +167,8 @@ TEST(Sampler, FrequencyAndPresencePenaltiesCountOutputTokensOnly) {
   EXPECT_EQ(sampler.sample(logits, s), 0);
 }
 
-TEST(Sampler, MinTokensMasksStopTokens) {
-  Sampler sampler;
+TEST(HostSampler, MinTokensMasksStopTokens) {
+  HostSampler sampler;
   SamplingParams p;
   p.temperature = 0.0f;
   p.min_tokens = 2;
@@ -182,8 +182,8 @@ TEST(Sampler, MinTokensMasksStopTokens) {
   EXPECT_EQ(sampler.sample(logits, s), 1);
 }
 
-TEST(Sampler, SeededDrawsDependOnlyOnSeedAndIndex) {
-  Sampler a, b;
+TEST(HostSampler, SeededDrawsDependOnlyOnSeedAndIndex) {
+  HostSampler a, b;
   SamplingParams p;
   p.temperature = 0.8f;
   p.top_p = 0.9f;
@@ -204,8 +204,8 @@ TEST(Sampler, SeededDrawsDependOnlyOnSeedAndIndex) {
   EXPECT_NE(run1, other);
 }
 
-TEST(Sampler, LogprobsAreLogSoftmaxOfRawLogitsWithRankAndTopK) {
-  Sampler sampler;
+TEST(HostSampler, LogprobsAreLogSoftmaxOfRawLogitsWithRankAndTopK) {
+  HostSampler sampler;
   const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f};
   double z = 0.0;
   for (float x : logits) z += std::exp(x);

@@ -1,7 +1,7 @@
-// SimpleKvAllocator: KV block bookkeeping for drivers that run a few sequences on MiniMaxM3
-// without the engine (the generate/score commands, tests): a free list of the model's pool
-// blocks, no prefix sharing, no preemption. It builds StepBatches that satisfy the StepBatch
-// invariants (ops/step_batch.h). The engine has its own block pool and scheduler.
+// SimpleKvAllocator: KV block bookkeeping for tests that drive MiniMaxM3 or a backend directly,
+// without the engine: a free list of the pool's blocks, no prefix sharing, no preemption. It
+// builds StepBatches that satisfy the StepBatch invariants (ops/step_batch.h), page-table rows
+// padded with -1 as the engine's step builder pads them. The engine has its own block pool.
 #pragma once
 #include <cstdint>
 #include <vector>

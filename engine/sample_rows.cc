@@ -1,4 +1,4 @@
-#include "engine/sampler.h"
+#include "engine/sample_rows.h"
 
 #include <algorithm>
 #include <cmath>
@@ -54,20 +54,15 @@ void add_sample_row(SampleBatch& batch, int32_t logits_row, const SamplingState&
             static_cast<int32_t>(output_ids.size()), masked.data(), static_cast<int32_t>(masked.size()));
 }
 
-int32_t Sampler::sample(std::span<const float> logits, const SamplingState& state) {
-  SampleRow row = sample_row_params(state, 0);
-  const std::span<const int32_t> masked = masking(state) ? state.min_tokens_masked : std::span<const int32_t>();
-  row.num_prompt = static_cast<int32_t>(state.prompt_token_set.size());
-  row.num_masked = static_cast<int32_t>(masked.size());
-  ws_.output_ids.clear();
-  ws_.output_counts.clear();
-  if (sample_row_penalised(row)) flatten_counts(state, ws_.output_ids, ws_.output_counts);
-  row.num_output = static_cast<int32_t>(ws_.output_ids.size());
-  return sample_reference(logits.data(), static_cast<int32_t>(logits.size()), row, state.prompt_token_set.data(),
-                          ws_.output_ids.data(), ws_.output_counts.data(), masked.data(), ws_);
+int32_t HostSampler::sample(std::span<const float> logits, const SamplingState& state) {
+  batch_.clear();
+  add_sample_row(batch_, 0, state);
+  int32_t id = 0;
+  sample_batch_reference(logits.data(), 1, static_cast<int32_t>(logits.size()), batch_, &id, ws_);
+  return id;
 }
 
-PositionLogprobs Sampler::logprobs(std::span<const float> logits, int32_t token, int k) {
+PositionLogprobs HostSampler::logprobs(std::span<const float> logits, int32_t token, int k) {
   const int vocab = static_cast<int>(logits.size());
   float max_logit = kNegInf;
   for (float x : logits) max_logit = std::max(max_logit, x);

@@ -3,7 +3,7 @@
 
 #include "core/error.h"
 #include "formats/rows.h"
-#include "model/weights.h"
+#include "ops/weights.h"
 
 namespace m3 {
 

@@ -1,4 +1,4 @@
-#include "model/kv_cache.h"
+#include "tests/support/simple_kv_allocator.h"
 
 #include <algorithm>
 
@@ -65,7 +65,7 @@ StepBatch SimpleKvAllocator::build_step(const std::vector<StepChunk>& chunks) {
     b.query_start.push_back(b.num_tokens());
   }
   b.pages_per_seq = static_cast<int32_t>(std::max<size_t>(max_pages, 1));
-  b.page_table.assign(chunks.size() * b.pages_per_seq, 0);
+  b.page_table.assign(chunks.size() * b.pages_per_seq, -1);
   for (size_t i = 0; i < chunks.size(); ++i) {
     const auto& blocks = seqs_[chunks[i].seq].blocks;
     std::copy(blocks.begin(), blocks.end(), b.page_table.begin() + i * b.pages_per_seq);

@@ -1,6 +1,7 @@
-// The engine's side of sampling: a request's state -> a SampleRow (ops/sampling.h, which defines
-// the semantics: mask -> penalties -> greedy | temperature -> min_p -> top_k -> top_p -> draw),
-// the host reference for one row, and logprobs.
+// The engine's side of sampling: a request's state -> a SampleRow of the step's SampleBatch
+// (ops/sampling.h defines the semantics: mask -> penalties -> greedy | temperature -> min_p ->
+// top_k -> top_p -> draw; the backend samples the batch), and what the engine computes on the
+// host: logprobs, and one row by the reference (runners without a backend, tests).
 // Logprobs are log_softmax of the raw logits (vLLM's default "raw_logprobs").
 #pragma once
 #include <cstdint>
@@ -31,14 +32,16 @@ SampleRow sample_row_params(const SamplingState& state, int32_t logits_row);
 // repetition penalty, output counts only under a penalty, masked ids only below min_tokens).
 void add_sample_row(SampleBatch& batch, int32_t logits_row, const SamplingState& state);
 
-class Sampler {
+class HostSampler {
  public:
-  // Returns the chosen token id (the reference, ops/sampling.h). `logits` is not modified.
+  // The token the backend would sample for `state` (the row add_sample_row builds, through
+  // sample_batch_reference). `logits` is not modified.
   int32_t sample(std::span<const float> logits, const SamplingState& state);
   // log_softmax(logits)[token], its rank, and the top k (k may be 0).
   PositionLogprobs logprobs(std::span<const float> logits, int32_t token, int k);
 
  private:
+  SampleBatch batch_;  // the one row of sample()
   SampleWorkspace ws_;
   std::vector<int32_t> order_;  // logprobs' candidate ids
 };

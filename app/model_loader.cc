@@ -1,0 +1,346 @@
+#include "app/model_loader.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/minimax_m3_runner.h"
+#include "kernels/cpu/cpu_backend.h"
+#if M3SERVE_WITH_CUDA
+#include "kernels/cuda/backend/cuda_backend.h"
+#endif
+#include "model/weights.h"
+
+namespace m3::app {
+namespace {
+
+constexpr int64_t kDefaultModelLen = 8192;
+constexpr int64_t kCpuKvBudgetBytes = int64_t{1} << 30;
+constexpr double kDefaultGpuMemoryUtilization = 0.9;  // vLLM's default
+
+// A progress bar on a terminal; on a log file, one line per 10%.
+class ConsoleProgress final : public LoadProgress {
+ public:
+  ConsoleProgress() : tty_(::isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()) {}
+
+  void on_tensor(std::size_t done, std::size_t total) override {
+    if (total == 0) return;
+    const int percent = static_cast<int>(100 * done / total);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (tty_) {
+      constexpr int kWidth = 40;
+      const int filled = kWidth * percent / 100;
+      std::fprintf(stderr, "\rloading weights [%s%s] %3d%% %zu/%zu tensors %.1fs", std::string(filled, '#').c_str(),
+                   std::string(kWidth - filled, '.').c_str(), percent, done, total, seconds);
+      if (done == total) std::fputc('\n', stderr);
+      std::fflush(stderr);
+    } else if (percent >= next_percent_ || done == total) {
+      std::fprintf(stderr, "loading weights: %3d%% (%zu/%zu tensors, %.1fs)\n", percent, done, total, seconds);
+      next_percent_ = (percent / 10 + 1) * 10;
+    }
+  }
+
+ private:
+  bool tty_;
+  std::chrono::steady_clock::time_point start_;
+  int next_percent_ = 0;
+};
+
+// GPU memory a step takes beyond the weights and the KV pool, kept out of the KV budget: the
+// model's activations for max_num_batched_tokens tokens (bf16: residual, norms, q/k/v, index-Q,
+// attention output, MoE permuted rows and expert activations), the logits of max_num_seqs rows
+// (bf16 and an f32 staging copy), and a fixed margin for the CUDA context, cuBLASLt's workspace
+// and the MSA kernels' schedules.
+int64_t gpu_activation_reserve_bytes(const ModelConfig& c, int max_tokens, int max_seqs) {
+  const int64_t index = c.has_sparse_layers() ? int64_t(c.index_heads + 1) * c.index_head_dim : 0;
+  const int64_t experts = int64_t(c.experts_per_token) * (c.moe_intermediate_size + c.hidden_size);
+  const int64_t mlp = std::max<int64_t>(c.dense_intermediate_size, c.shared_intermediate_size + c.hidden_size) +
+                      experts + 2 * c.num_experts;  // + fp32 router logits
+  const int64_t per_token = 2 * (4 * int64_t(c.hidden_size) + 2 * int64_t(c.num_heads) * c.head_dim +
+                                 2 * int64_t(c.num_kv_heads) * c.head_dim + index + mlp);
+  const int64_t per_row = int64_t(c.vocab_size) * (2 + 4) + 2 * int64_t(c.hidden_size);
+  return (int64_t{1} << 30) + per_token * max_tokens + per_row * max_seqs;
+}
+
+// KV blocks --gpu-memory-utilization leaves: utilization x total GPU memory, minus what is already
+// in use (weights placed, other processes) and `reserve_bytes`, in blocks of block_bytes.
+int64_t gpu_kv_budget_blocks(double utilization, int64_t block_bytes, int64_t reserve_bytes) {
+#if M3SERVE_WITH_CUDA
+  const CudaDeviceInfo gpu = cuda_device_info();
+  M3_CHECK(gpu.available, "--gpu-memory-utilization: no usable CUDA device");
+  const int64_t used = gpu.total_bytes - gpu.free_bytes;
+  const int64_t budget = static_cast<int64_t>(utilization * static_cast<double>(gpu.total_bytes));
+  const int64_t left = budget - used - reserve_bytes;
+  const int64_t blocks = left > 0 ? left / block_bytes : 0;
+  M3_CHECK(blocks > 0,
+           "--gpu-memory-utilization {}: {:.1f} GiB of {:.1f} GiB, {:.1f} GiB already in use (weights, other "
+           "processes) and {:.1f} GiB reserved for activations leave no room for a {}-byte KV block; raise it",
+           utilization, budget / 1073741824.0, gpu.total_bytes / 1073741824.0, used / 1073741824.0,
+           reserve_bytes / 1073741824.0, block_bytes);
+  return blocks;
+#else
+  (void)utilization;
+  (void)block_bytes;
+  (void)reserve_bytes;
+  fail("--gpu-memory-utilization needs the CUDA backend, and this build has none");
+#endif
+}
+
+std::unique_ptr<Backend> make_device_backend(const std::string& device, bool enforce_eager) {
+  if (device == "cpu") return make_cpu_backend();
+#if M3SERVE_WITH_CUDA
+  M3_CHECK(device == "cuda", "unknown device '{}'", device);
+  return make_cuda_backend(!enforce_eager);
+#else
+  (void)enforce_eager;
+  fail("device '{}' is not available in this build", device);
+#endif
+}
+
+}  // namespace
+
+void check_model_options(const ModelOptions& o) {
+  M3_CHECK(!o.model_dir.empty(), "no model given (--model DIR)");
+  M3_CHECK(o.device == "auto" || o.device == "cpu" || o.device == "cuda", "--device '{}' (expected auto, cpu or cuda)",
+           o.device);
+  M3_CHECK(o.load_format == "auto" || o.load_format == "safetensors" || o.load_format == "dummy",
+           "--load-format '{}' (expected auto, safetensors or dummy)", o.load_format);
+  M3_CHECK(o.num_layers >= 0, "--num-layers must be >= 0, got {}", o.num_layers);
+  M3_CHECK(o.max_model_len >= 0, "--max-model-len must be >= 0, got {}", o.max_model_len);
+  M3_CHECK(o.num_kv_blocks >= 0, "--num-kv-blocks must be >= 0, got {}", o.num_kv_blocks);
+  M3_CHECK(!o.gpu_memory_utilization || (*o.gpu_memory_utilization > 0 && *o.gpu_memory_utilization <= 1),
+           "--gpu-memory-utilization must be in (0, 1], got {}", o.gpu_memory_utilization.value_or(0));
+  M3_CHECK(!o.gpu_memory_utilization || o.device != "cpu",
+           "--gpu-memory-utilization applies to GPU memory and --device cpu runs on the CPU backend; size the KV "
+           "cache with --kv-cache-memory or --num-kv-blocks");
+  parse_attention_config(o.attention_config);
+}
+
+void check_engine_options(const EngineOptions& o) {
+  M3_CHECK(o.max_num_seqs >= 1, "--max-num-seqs must be >= 1, got {}", o.max_num_seqs);
+  M3_CHECK(o.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be >= 1, got {}", o.max_num_batched_tokens);
+}
+
+void add_model_options(CLI::App& cmd, ModelOptions& o) {
+  cmd.add_option("--model", o.model_dir, "model directory (config.json + safetensors)")->required();
+  cmd.add_option("--dtype", o.dtype, "activation dtype: auto (bfloat16), bfloat16, float32")->capture_default_str();
+  cmd.add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                 "KV cache dtype: auto (the activation dtype), float32, bfloat16, fp8, fp8_e4m3, nvfp4")
+      ->capture_default_str();
+  cmd.add_option("--attention-config", o.attention_config,
+                 "JSON, e.g. '{\"indexer_kv_dtype\": \"nvfp4\"}' (index-K cache dtype; default: the KV dtype)");
+  cmd.add_option("--load-format", o.load_format, "auto | safetensors | dummy (random weights)")->capture_default_str();
+  cmd.add_option("--num-layers", o.num_layers, "run only the first N layers");
+  cmd.add_option("--max-model-len", o.max_model_len, "longest sequence (default min(config, 8192))");
+  cmd.add_option("--num-kv-blocks", o.num_kv_blocks, "KV pool size in blocks");
+  cmd.add_option("--kv-cache-memory", o.kv_cache_memory, "KV pool size in bytes (e.g. 2GiB)");
+  cmd.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+                 "fraction of GPU memory for weights, activations and the KV pool (CUDA only; default 0.9 unless "
+                 "--num-kv-blocks / --kv-cache-memory size the pool)");
+  cmd.add_option("--block-size", o.block_size, "KV block size: must be the model's index_block_size");
+  cmd.add_option("--quantization-config.moe", o.quantization_moe,
+                 "MoE weight format; must match the checkpoint (no re-quantization)");
+  cmd.add_option("--seed", o.seed, "seed of --load-format dummy weights");
+  cmd.add_option("--device", o.device, "auto (cuda when a GPU is present), cpu or cuda")->capture_default_str();
+  cmd.add_flag("--enforce-eager", o.enforce_eager,
+               "cuda: launch every decode step's kernels one by one instead of replaying CUDA graphs");
+}
+
+void add_engine_options(CLI::App& cmd, EngineOptions& o) {
+  cmd.add_option("--max-num-seqs", o.max_num_seqs, "requests running at once")->capture_default_str();
+  cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "tokens per engine step")
+      ->capture_default_str();
+  cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
+               "reuse the KV of shared prompt prefixes (default on)");
+}
+
+AttentionConfig parse_attention_config(const std::string& text) {
+  AttentionConfig config;
+  if (text.empty()) return config;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  M3_CHECK(!j.is_discarded() && j.is_object(), "--attention-config must be a JSON object, got '{}'", text);
+  for (const auto& [key, value] : j.items()) {
+    if (key == "indexer_kv_dtype") {
+      M3_CHECK(value.is_string(), "--attention-config: indexer_kv_dtype must be a string");
+      config.indexer_kv_dtype = value.get<std::string>();
+    } else if (key == "indexer_decode_cp") {
+      M3_CHECK(value.is_boolean(), "--attention-config: indexer_decode_cp must be true or false");
+      M3_CHECK(!value.get<bool>(),
+               "--attention-config: indexer_decode_cp (indexer decode context parallelism) needs several ranks, "
+               "and this m3serve runs a model on one device; remove it");
+    } else {
+      fail("--attention-config: unsupported key '{}' (supported: indexer_kv_dtype, indexer_decode_cp)", key);
+    }
+  }
+  return config;
+}
+
+std::string resolve_device(const std::string& device, DType activation_dtype) {
+  M3_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device '{}' (expected auto, cpu or cuda)",
+           device);
+  if (device == "cpu") return device;
+#if M3SERVE_WITH_CUDA
+  const CudaDeviceInfo gpu = cuda_device_info();
+  const bool usable = gpu.available && gpu.compute_capability == 90;
+  if (device == "auto") return usable && activation_dtype == DType::kBF16 ? "cuda" : "cpu";
+  M3_CHECK(gpu.available, "--device cuda: no usable CUDA device (no GPU, or no driver)");
+  M3_CHECK(usable, "--device cuda: {} (compute capability {}.{}) is not a Hopper GPU; the CUDA backend is built "
+           "for sm_90a", gpu.name, gpu.compute_capability / 10, gpu.compute_capability % 10);
+  M3_CHECK(activation_dtype == DType::kBF16,
+           "--device cuda runs bfloat16 activations; --dtype {} is CPU-only (use --device cpu)",
+           dtype_name(activation_dtype));
+  return device;
+#else
+  (void)activation_dtype;
+  M3_CHECK(device == "auto", "--device cuda: this m3serve was built without the CUDA backend (no nvcc at build time)");
+  return "cpu";
+#endif
+}
+
+int64_t parse_memory_size(const std::string& text, const std::string& option) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    fail("{}: '{}' is not a size (e.g. 512MiB, 2GiB)", option, text);
+  }
+  const std::string unit = text.substr(used);
+  double mult = 1;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "KB") mult = 1024.0;
+  else if (unit == "M" || unit == "MiB" || unit == "MB") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB" || unit == "GB") mult = 1024.0 * 1024 * 1024;
+  else fail("{}: unknown unit '{}' in '{}' (use B, KiB, MiB or GiB)", option, unit, text);
+  M3_CHECK(value > 0, "{}: size must be positive", option);
+  return static_cast<int64_t>(value * mult);
+}
+
+ModelPlan plan_model(const ModelOptions& o) {
+  check_model_options(o);
+  ModelPlan p;
+  p.config = load_model_config(o.model_dir);
+  if (o.num_layers > 0) override_num_layers(p.config, o.num_layers);
+  const ModelConfig& c = p.config;
+  if (o.block_size) {
+    M3_CHECK(*o.block_size == c.index_block_size,
+             "--block-size {}: the KV block must be the model's MSA block (index_block_size = {} in {}/config.json); "
+             "use --block-size {}",
+             *o.block_size, c.index_block_size, o.model_dir, c.index_block_size);
+  }
+  if (!o.quantization_moe.empty()) {
+    const std::string stored(quant_scheme_name(c.quant.expert_scheme));
+    M3_CHECK(o.quantization_moe == stored,
+             "--quantization-config.moe {}: this checkpoint stores its routed experts as {}, and re-quantizing them "
+             "at load time is not implemented",
+             o.quantization_moe, stored);
+  }
+  p.runtime.activation_dtype = parse_activation_dtype(o.dtype);
+  p.runtime.kv_dtype = resolve_kv_dtype(o.kv_cache_dtype, p.runtime.activation_dtype);
+  const AttentionConfig attention = parse_attention_config(o.attention_config);
+  p.runtime.index_dtype = attention.indexer_kv_dtype.empty()
+                              ? p.runtime.kv_dtype
+                              : resolve_kv_dtype(attention.indexer_kv_dtype, p.runtime.activation_dtype);
+  p.device = resolve_device(o.device, p.runtime.activation_dtype);
+  M3_CHECK(!o.gpu_memory_utilization || p.device == "cuda",
+           "--gpu-memory-utilization applies to GPU memory and this model runs on the CPU backend{}; size the KV "
+           "cache with --kv-cache-memory or --num-kv-blocks",
+           o.device == "auto" ? " (no usable GPU found)" : "");
+  p.kv_layout = kv_layout_for(c, p.runtime.kv_dtype, p.runtime.index_dtype);
+  p.max_model_len = o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(c.max_position_embeddings, kDefaultModelLen);
+  return p;
+}
+
+LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const KvDemand& demand,
+                       const BackendWrapper& wrap) {
+  ModelPlan plan = plan_model(o);
+  const KvLayout& layout = plan.kv_layout;
+  const auto blocks_for = [&](int64_t tokens) { return (tokens + layout.block_size - 1) / layout.block_size; };
+
+  const auto t0 = std::chrono::steady_clock::now();
+  ModelWeights weights;
+  if (o.load_format == "dummy") {
+    M3_LOG_INFO("building random (dummy) weights");
+    weights = make_dummy_weights(plan.config, o.seed);
+  } else {
+    ConsoleProgress progress;
+    weights = load_weights(plan.config, o.model_dir, &progress);
+  }
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  LoadedModel m;
+  m.device = plan.device;
+  m.max_model_len = plan.max_model_len;
+  m.backend = make_device_backend(plan.device, o.enforce_eager);
+  const auto t1 = std::chrono::steady_clock::now();
+  weights = place_weights(std::move(weights), *m.backend);  // cuda: the weights move to the GPU
+  if (plan.device != "cpu") {
+    M3_LOG_INFO("weights placed on {} in {:.2f} s", plan.device,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+  }
+
+  // The KV pool: as given, else the demand within the device's budget.
+  int64_t& pool = plan.runtime.num_kv_blocks;
+  const int64_t per_sequence = blocks_for(demand.tokens_per_sequence > 0 ? demand.tokens_per_sequence : plan.max_model_len);
+  const int64_t wanted = std::max<int64_t>(1, demand.sequences) * per_sequence;
+  if (o.num_kv_blocks > 0) {
+    pool = o.num_kv_blocks;
+  } else if (!o.kv_cache_memory.empty()) {
+    pool = parse_memory_size(o.kv_cache_memory, "--kv-cache-memory") / layout.block_bytes;
+    M3_CHECK(pool > 0, "--kv-cache-memory {} holds no KV block ({} bytes each)", o.kv_cache_memory, layout.block_bytes);
+  } else if (plan.device == "cuda") {
+    const double utilization = o.gpu_memory_utilization.value_or(kDefaultGpuMemoryUtilization);
+    const int64_t budget = gpu_kv_budget_blocks(
+        utilization, layout.block_bytes,
+        gpu_activation_reserve_bytes(plan.config, engine.max_num_batched_tokens, engine.max_num_seqs));
+    pool = demand.whole_gpu_budget ? budget : std::min(budget, wanted);
+    M3_LOG_INFO("--gpu-memory-utilization {}: {} KV blocks of {} bytes (budget {} blocks)", utilization, pool,
+                layout.block_bytes, budget);
+  } else {
+    pool = std::max(per_sequence, std::min(kCpuKvBudgetBytes / layout.block_bytes, wanted));
+  }
+
+  Backend* runs_on = m.backend.get();
+  if (wrap) {
+    m.wrapper = wrap(*m.backend);
+    runs_on = m.wrapper.get();
+  }
+  m.model = std::make_unique<MiniMaxM3>(std::move(plan.config), std::move(weights), *runs_on, plan.runtime);
+  const MiniMaxM3& model = *m.model;
+  M3_LOG_INFO("model {}: {} layers ({} sparse), hidden {}, vocab {}; weights {} in {:.2f} s", o.model_dir,
+              model.config().num_layers, model.config().num_sparse_layers(), model.config().hidden_size,
+              model.config().vocab_size, o.load_format == "dummy" ? "dummy" : "loaded", load_s);
+  M3_LOG_INFO("backend {}: activations {}, KV {} (index {}); pool {} blocks x {} tokens = {} tokens, {} B/token, "
+              "{:.1f} MiB; max model len {}",
+              m.backend->name(), dtype_name(plan.runtime.activation_dtype), kv_dtype_name(plan.runtime.kv_dtype),
+              kv_dtype_name(plan.runtime.index_dtype), model.num_kv_blocks(), model.block_size(),
+              model.num_kv_blocks() * model.block_size(), model.kv_bytes_per_token(),
+              model.kv_pool_bytes() / (1024.0 * 1024.0), m.max_model_len);
+  return m;
+}
+
+std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions& options, const EngineOptions& engine) {
+  check_engine_options(engine);
+  const MiniMaxM3& model = *loaded.model;
+  EngineConfig config;
+  config.max_num_seqs = engine.max_num_seqs;
+  config.max_num_batched_tokens = engine.max_num_batched_tokens;
+  config.enable_prefix_caching = engine.enable_prefix_caching;
+  const int64_t capacity = model.num_kv_blocks() * model.block_size();
+  config.max_model_len =
+      static_cast<int>(options.max_model_len > 0 ? loaded.max_model_len : std::min(loaded.max_model_len, capacity));
+  auto core = std::make_unique<EngineCore>(std::make_unique<MiniMaxM3Runner>(*loaded.model), config);
+  M3_LOG_INFO("KV cache: {} tokens ({} blocks of {}); max model len {}, so up to {:.2f} full-length requests at once",
+              core->kv_capacity_tokens(), model.num_kv_blocks(), model.block_size(), core->max_model_len(),
+              static_cast<double>(core->kv_capacity_tokens()) / core->max_model_len());
+  return core;
+}
+
+}  // namespace m3::app

@@ -1,0 +1,119 @@
+// The one model loader: a model directory and the options every model-running command takes
+// (serve, generate, score, bench latency | throughput | serve) -> the model on its backend with
+// its KV pool sized, and the engine over it. A flag means the same in every command because
+// every command comes through here:
+//   --model, --dtype, --kv-cache-dtype, --attention-config, --load-format, --num-layers,
+//   --max-model-len, --num-kv-blocks / --kv-cache-memory / --gpu-memory-utilization, --block-size,
+//   --quantization-config.moe, --seed, --device, --enforce-eager
+//   --max-num-seqs, --max-num-batched-tokens, --[no-]enable-prefix-caching (engine options)
+// Options that cannot be honoured fail before any weight is read, naming the option.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/engine_core.h"
+#include "model/config.h"
+#include "model/minimax_m3.h"
+#include "ops/backend.h"
+#include "ops/kv_layout.h"
+
+namespace CLI {
+class App;
+}
+
+namespace m3::app {
+
+struct ModelOptions {
+  std::string model_dir;
+  std::string dtype = "auto";           // activations: auto (= bfloat16), bfloat16, float32
+  std::string kv_cache_dtype = "auto";  // auto (= activation dtype), float32, bfloat16, fp8, nvfp4
+  std::string attention_config;         // JSON: {"indexer_kv_dtype": ..., "indexer_decode_cp": ...}
+  std::string load_format = "auto";     // auto | safetensors | dummy
+  int num_layers = 0;                   // > 0: keep only the first layers
+  int64_t max_model_len = 0;            // 0: min(max_position_embeddings, 8192)
+  int64_t num_kv_blocks = 0;            // KV pool size; 0: --kv-cache-memory or the default budget
+  std::string kv_cache_memory;          // e.g. 512MiB, 2GiB, or bytes
+  std::optional<double> gpu_memory_utilization;  // cuda only; default 0.9 (vLLM's)
+  std::optional<int> block_size;        // must equal the model's index_block_size
+  std::string quantization_moe;         // --quantization-config.moe: must match the checkpoint
+  uint64_t seed = 0;                    // dummy weights
+  std::string device = "auto";          // auto (cuda when a usable GPU is present), cpu, cuda
+  bool enforce_eager = false;           // cuda: no CUDA graphs for decode steps
+};
+
+struct EngineOptions {
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  bool enable_prefix_caching = true;
+};
+
+void add_model_options(CLI::App& cmd, ModelOptions& options);
+void add_engine_options(CLI::App& cmd, EngineOptions& options);
+
+// The checks that need neither the model files nor the GPU driver (the loader runs them first;
+// serve runs them before it starts any thread). Throw m3::Error naming the option.
+void check_model_options(const ModelOptions& options);
+void check_engine_options(const EngineOptions& options);
+
+// --attention-config, parsed. Unknown keys and keys this build cannot honour (indexer_decode_cp:
+// true needs several GPUs) are errors naming them.
+struct AttentionConfig {
+  std::string indexer_kv_dtype;  // "" when absent: the KV dtype
+};
+AttentionConfig parse_attention_config(const std::string& json);
+
+// Everything decided from the options and config.json before any weight is read.
+struct ModelPlan {
+  ModelConfig config;           // with --num-layers applied
+  ModelRuntimeOptions runtime;  // dtypes (num_kv_blocks still 0)
+  std::string device;           // "cpu" or "cuda"
+  KvLayout kv_layout;
+  int64_t max_model_len = 0;    // --max-model-len, else min(max_position_embeddings, 8192)
+};
+ModelPlan plan_model(const ModelOptions& options);
+
+// How large a KV pool a command wants when neither --num-kv-blocks nor --kv-cache-memory gives
+// its size: room for `sequences` sequences of `tokens_per_sequence` tokens (0: the max model
+// length) at once, within the device's budget. The budget is 1 GiB on the CPU (never less than
+// one sequence) and, on the GPU, --gpu-memory-utilization (default 0.9) of its memory less what is
+// in use (weights) and the activations of the engine options' step. whole_gpu_budget takes the
+// whole GPU budget whatever the demand (serve, as vLLM does).
+struct KvDemand {
+  int64_t sequences = 1;
+  int64_t tokens_per_sequence = 0;
+  bool whole_gpu_budget = false;
+};
+
+struct LoadedModel {
+  std::unique_ptr<Backend> backend;  // the device backend
+  // A wrapper the model runs on instead of `backend` (bench latency's per-op timing), or null.
+  std::unique_ptr<Backend> wrapper;
+  std::unique_ptr<MiniMaxM3> model;
+  std::string device;
+  int64_t max_model_len = 0;  // the plan's
+};
+
+// Loads config and weights (a progress bar on a terminal), places the weights on the backend,
+// sizes the KV pool (demand, engine options) and builds the model. wrap, when given, makes the
+// backend the model runs on from the device backend.
+using BackendWrapper = std::function<std::unique_ptr<Backend>(Backend&)>;
+LoadedModel load_model(const ModelOptions& options, const EngineOptions& engine, const KvDemand& demand,
+                       const BackendWrapper& wrap = {});
+
+// The engine over a loaded model (not started). max_model_len: the plan's when --max-model-len
+// was given (the constructor then rejects a pool too small for it), else capped at what the KV
+// pool holds.
+std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions& options, const EngineOptions& engine);
+
+// --device: "cpu" or "cuda" as given; "auto" is cuda when this build has the CUDA backend, a
+// usable Hopper GPU is present and the activations are bfloat16 (the GPU's only activation
+// dtype), else cpu. Throws m3::Error for other names, or for cuda without a usable GPU.
+std::string resolve_device(const std::string& device, DType activation_dtype);
+
+// "512MiB", "2GiB", "1.5G", "4096" -> bytes; throws m3::Error naming the option otherwise.
+int64_t parse_memory_size(const std::string& text, const std::string& option);
+
+}  // namespace m3::app

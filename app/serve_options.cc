@@ -1,0 +1,67 @@
+#include "app/serve_options.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace m3::app {
+
+void check_deployment_options(const DeploymentOptions& o, const ModelOptions& mo, const EngineOptions& eo) {
+  M3_CHECK(o.tensor_parallel_size >= 1, "-tp/--tensor-parallel-size must be >= 1, got {}", o.tensor_parallel_size);
+  M3_CHECK(o.tensor_parallel_size == 1,
+           "-tp/--tensor-parallel-size {}: m3serve runs a model on a single device for now (tensor parallelism is "
+           "not implemented); use -tp 1",
+           o.tensor_parallel_size);
+  if (!o.speculative_config.empty()) {
+    nlohmann::json spec = nlohmann::json::parse(o.speculative_config, nullptr, false);
+    M3_CHECK(!spec.is_discarded() && spec.is_object(), "--speculative-config must be a JSON object, got '{}'",
+             o.speculative_config);
+    std::string method = spec.value("method", "");
+    fail("--speculative-config: speculative decoding{} is not implemented in m3serve yet; remove "
+         "--speculative-config",
+         method.empty() ? "" : " (method '" + method + "')");
+  }
+  check_model_options(mo);
+  check_engine_options(eo);
+}
+
+std::optional<text::ChatTemplate> load_chat_template(const std::string& setting,
+                                                     const std::string& model_dir,
+                                                     const text::Tokenizer& tokenizer) {
+  if (setting.empty()) {
+    try {
+      return text::ChatTemplate::load(model_dir);
+    } catch (const m3::Error& e) {
+      M3_LOG_WARN(
+          "no chat template: {}; /v1/chat/completions will answer 400 (pass --chat-template)",
+          e.what());
+      return std::nullopt;
+    }
+  }
+  std::string source = setting;
+  std::string origin = "--chat-template";
+  if (std::filesystem::is_regular_file(setting)) {
+    std::ifstream in(setting);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    source = buffer.str();
+    origin = setting;
+  } else {
+    M3_CHECK(setting.find("{{") != std::string::npos || setting.find("{%") != std::string::npos,
+             "--chat-template '{}': no such file, and it does not look like a Jinja template",
+             setting);
+  }
+  nlohmann::ordered_json special = nlohmann::ordered_json::object();
+  const auto& tokens = tokenizer.special_tokens();
+  if (tokens.bos) special["bos_token"] = *tokens.bos;
+  if (tokens.eos) special["eos_token"] = *tokens.eos;
+  if (tokens.pad) special["pad_token"] = *tokens.pad;
+  if (tokens.unk) special["unk_token"] = *tokens.unk;
+  return text::ChatTemplate(source, origin, std::move(special));
+}
+
+}  // namespace m3::app

@@ -1,0 +1,33 @@
+// The options only `m3serve serve` takes beyond the loader's (app/model_loader.h): the deployment
+// (tensor parallelism, speculative decoding) and the chat template. Options that cannot be
+// honoured on this machine fail at start with a message naming the option (decision 7 of
+// docs/architecture.md).
+#pragma once
+#include <optional>
+#include <string>
+
+#include "app/model_loader.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace m3::app {
+
+// vLLM options that describe the deployment rather than the model.
+struct DeploymentOptions {
+  int tensor_parallel_size = 1;
+  std::string speculative_config;  // JSON
+};
+
+// Checks that need no model files and never touch the GPU driver (serve calls it before blocking
+// SIGINT/SIGTERM in every thread): parallelism, speculative decoding, and the loader's own
+// file-free checks. Throws m3::Error naming the option.
+void check_deployment_options(const DeploymentOptions& options, const ModelOptions& model_options,
+                              const EngineOptions& engine_options);
+
+// --chat-template: a file, or the template text itself; empty: the model's own (none is fine:
+// chat requests then get a 400 that says so).
+std::optional<text::ChatTemplate> load_chat_template(const std::string& setting,
+                                                     const std::string& model_dir,
+                                                     const text::Tokenizer& tokenizer);
+
+}  // namespace m3::app
