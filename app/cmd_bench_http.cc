@@ -26,8 +26,7 @@
 #include <vector>
 
 #include "app/commands.h"
-#include "app/model_options.h"
-#include "app/serve_model.h"
+#include "app/model_loader.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "server/openai_server.h"
@@ -40,7 +39,7 @@ using BenchClock = std::chrono::steady_clock;
 
 struct BenchHttpOptions {
   ModelOptions model;
-  ServeEngineOptions engine;
+  EngineOptions engine;
   std::string streams = "1,100,2000";
   int max_tokens = 32;
   int max_connections = 0;  // 0: the server's default
@@ -197,14 +196,13 @@ void run_bench_http(const BenchHttpOptions& o) {
   for (std::string item; std::getline(list, item, ',');) levels.push_back(std::stoi(item));
   M3_CHECK(!levels.empty(), "bench http: --streams is empty");
 
-  ServeEngineOptions engine_options = o.engine;
-  engine_options.device = o.model.device;
-  ServingModel serving = load_serving_model(o.model, engine_options);
+  LoadedModel loaded = load_model(o.model, o.engine, KvDemand{o.engine.max_num_seqs, 0, false});
+  std::unique_ptr<EngineCore> engine = make_engine(loaded, o.model, o.engine);
   text::Tokenizer tokenizer = text::Tokenizer::load(o.model.model_dir);
   auto model = std::make_shared<server::ModelContext>(server::ModelContext{
-      tokenizer, std::nullopt, serving.engine.get(), server::GenerationDefaults{}, {},
-      serving.engine->max_model_len(), serving.engine->vocab_size()});
-  serving.engine->start();
+      tokenizer, std::nullopt, engine.get(), server::GenerationDefaults{}, {},
+      engine->max_model_len(), engine->vocab_size()});
+  engine->start();
 
   fmt::print("{:>8} {:>9} {:>8} {:>9} {:>10} {:>10} {:>10} {:>14}\n", "streams", "completed",
              "wall_s", "tok/s", "p50_us", "p99_us", "server_cpu", "cores/1k_tok/s");
@@ -217,7 +215,7 @@ void run_bench_http(const BenchHttpOptions& o) {
                cores_per_1k);
     std::fflush(stdout);
   }
-  serving.engine->shutdown(false);
+  engine->shutdown(false);
 }
 
 }  // namespace
@@ -232,8 +230,7 @@ void register_bench_http(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-tokens", o->max_tokens, "tokens per stream (eos ignored)")
       ->capture_default_str();
-  cmd->add_option("--max-num-seqs", o->engine.max_num_seqs, "engine: running requests at most")
-      ->capture_default_str();
+  add_engine_options(*cmd, o->engine);
   cmd->add_option("--max-connections", o->max_connections,
                   "the server's connection limit (0: its default)")
       ->capture_default_str();
