@@ -162,8 +162,9 @@ void run_serve(ServeArgs& a) {
   SignalWatcher signals;  // before any thread starts, so every thread inherits the mask
   server::OpenAIServer server(serve);
   const int port = server.start();
-  M3_LOG_INFO("listening on http://{}:{} (loading the model; /health answers 503 until ready)",
-              serve.host, port);
+  const char* scheme = serve.http.ssl_certfile.empty() ? "http" : "https";
+  M3_LOG_INFO("listening on {}://{}:{} (loading the model; /health answers 503 until ready)",
+              scheme, serve.host, port);
 
   // The KV pool: on the GPU what --gpu-memory-utilization leaves (as vLLM); on the CPU room for
   // --max-num-seqs full-length requests within the CPU budget.
@@ -196,8 +197,8 @@ void run_serve(ServeArgs& a) {
   engine->start();
   server.set_model(context);
   signals.start_draining_on_signal();
-  M3_LOG_INFO("ready: serving '{}' on http://{}:{}", server.context().model_name(), serve.host,
-              port);
+  M3_LOG_INFO("ready: serving '{}' on {}://{}:{}", server.context().model_name(), scheme,
+              serve.host, port);
 
   EngineStats last = engine->stats();
   auto last_time = std::chrono::steady_clock::now();
@@ -257,7 +258,25 @@ void register_serve(CLI::App& app) {
                   "largest total request headers (431 beyond)")
       ->capture_default_str();
   cmd->add_option("--max-connections", a.serve.http.max_connections,
-                  "connections served at once; each streaming request holds one (503 beyond)")
+                  "open connections at most, idle ones included (503 beyond); connections are "
+                  "not threads, and streams beyond --max-num-seqs queue in the engine")
+      ->capture_default_str();
+  cmd->add_option("--ssl-certfile", a.serve.http.ssl_certfile,
+                  "serve HTTPS: the certificate chain (PEM); needs --ssl-keyfile");
+  cmd->add_option("--ssl-keyfile", a.serve.http.ssl_keyfile,
+                  "serve HTTPS: the private key (PEM); needs --ssl-certfile");
+  cmd->add_option("--request-head-timeout", a.serve.http.head_timeout_s,
+                  "seconds a request's head may take to arrive, from its first byte (408 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--request-body-timeout", a.serve.http.body_timeout_s,
+                  "seconds a request's body may take to arrive, after its head (408 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--keep-alive-timeout", a.serve.http.keep_alive_timeout_s,
+                  "seconds an idle keep-alive connection stays open")
+      ->capture_default_str();
+  cmd->add_option("--stream-stall-timeout", a.serve.http.stream_stall_timeout_s,
+                  "seconds a client may take no response bytes before it is dropped and its "
+                  "request aborted")
       ->capture_default_str();
   cmd->add_option("--shutdown-timeout", a.shutdown_timeout_s,
                   "seconds in-flight requests may take to finish on SIGINT/SIGTERM")

@@ -74,7 +74,7 @@ if has build; then
   DEPS=$PWD/.deps/usr
   export LD_LIBRARY_PATH=$DEPS/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
   pkgconf=$(command -v pkg-config || echo "$DEPS/bin/pkgconf")
-  if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DM3_CUDA=ON -DM3_BUILD_TESTS=ON \
+  if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DM3_CUDA=ON -DM3_BUILD_TESTS=ON -DM3_BUILD_SERVER=OFF \
       -DCMAKE_PREFIX_PATH="$DEPS" -DPKG_CONFIG_EXECUTABLE="$pkgconf" >"$OUT/configure.log" 2>&1 &&
      cmake --build "$BUILD" --target backend_ops backend_check weight_decode_check -j "$(nproc)" >"$OUT/build.log" 2>&1; then
     summary+=("build: ok in $(($(date +%s) - t0)) s")

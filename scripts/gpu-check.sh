@@ -37,7 +37,7 @@ nvcc --version | tail -1 >>"$OUT/gpu.txt"
 if has build; then
   t0=$(date +%s)
   pkgconf=$(command -v pkg-config || echo "$DEPS/bin/pkgconf")
-  if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DM3_CUDA=ON -DM3_BUILD_TESTS=ON \
+  if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DM3_CUDA=ON -DM3_BUILD_TESTS=ON -DM3_BUILD_SERVER=OFF \
       -DCMAKE_PREFIX_PATH="$DEPS" -DPKG_CONFIG_EXECUTABLE="$pkgconf" >"$OUT/configure.log" 2>&1 &&
      cmake --build "$BUILD" --target backend_ops msa_bench -j "$(nproc)" >"$OUT/build.log" 2>&1; then
     summary+=("build: ok in $(($(date +%s) - t0)) s")

@@ -5,6 +5,9 @@
 # latency (8K decode + 8K prefill) and the sanitizers; logs in $OUT/logs.tgz, the bench JSON in
 # $OUT, the summaries last, one line per step (ops: "backend_ops: N checks in M cases, F failed").
 #   run: PREBUILT=build-gpu-backend bash scripts/gpu-session-check.sh, carrying the pack
+# BASELINE=dir (optional): a second m3serve (dir/baseline-pack.txz: bin/m3serve + device-libs, e.g.
+# the commit before a change) runs the same bench latency right after, into
+# $OUT/bench-latency-8192-baseline.json, so that before and after are measured in one run.
 python3 -c "import tarfile; import os; p=os.environ.get('PREBUILT','build-gpu-backend'); tarfile.open(p + '/device-pack.txz').extractall(p)"
 P=${PREBUILT:-build-gpu-backend}
 export LD_LIBRARY_PATH=$PWD/$P/device-libs:/usr/local/cuda/lib64
@@ -15,6 +18,15 @@ timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --lo
   --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64,128 --context-lens 8192 \
   --prefill-lens 8192 --iters 5 --warmup 2 --json > $OUT/bench-latency-8192.json 2> $L/bench.log
 echo "bench rc $?" > $L/b-summary.txt
+if [[ -n "${BASELINE:-}" ]]; then
+  B=$BASELINE
+  python3 -c "import tarfile; tarfile.open('$B/baseline-pack.txz').extractall('$B')"
+  LD_LIBRARY_PATH=$PWD/$B/device-libs:/usr/local/cuda/lib64 timeout 100 $B/bin/m3serve bench latency \
+    --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 --device cuda --kv-cache-dtype nvfp4 \
+    --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64,128 --context-lens 8192 \
+    --prefill-lens 8192 --iters 5 --warmup 2 --json > $OUT/bench-latency-8192-baseline.json 2> $L/bench-baseline.log
+  echo "baseline bench rc $?" >> $L/b-summary.txt
+fi
 PREBUILT=$P OUT=$L/s TIME_BUDGET=40 SANITIZE_TIMEOUT=35 scripts/gpu-check-model.sh sanitize 2>&1 | grep sanitize > $L/s-summary.txt
 tar czf $OUT/logs.tgz -C /tmp logs
 cat $L/*-summary.txt

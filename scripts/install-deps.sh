@@ -4,7 +4,7 @@
 set -euo pipefail
 [[ "${M3_SKIP_APT:-0}" == 1 ]] && exit 0
 PKGS=(build-essential cmake ninja-build pkg-config
-      nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libfmt-dev libpcre2-dev libxxhash-dev
+      nlohmann-json3-dev libboost-dev libssl-dev libcli11-dev libfmt-dev libpcre2-dev libxxhash-dev
       libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev
       python3 python3-jinja2 python3-numpy nodejs curl ca-certificates)
 missing=()

@@ -4,14 +4,13 @@
 //
 // Reasoning is reported as `reasoning_content` (vLLM's long-standing field, also DeepSeek's) and
 // as `reasoning` (vLLM's newer name), so clients of either generation find it.
-#include <httplib.h>
-
 #include <cctype>
 #include <optional>
 
 #include "core/log.h"
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
+#include "server/response_session.h"
 #include "server/route_common.h"
 #include "server/routes.h"
 #include "text/reasoning_parser.h"
@@ -19,49 +18,6 @@
 
 namespace m3::server {
 namespace {
-
-struct ChatSession {
-  ChatSession(ServerContext& context, std::shared_ptr<const ModelContext> model,
-              ChatRequest request, GenerationJob::Clock::time_point arrival)
-      : context(context),
-        model(std::move(model)),
-        request(std::move(request)),
-        in_flight(context),
-        job(*this->model->engine, context.metrics(), arrival),
-        strings(this->model->tokenizer),
-        id(make_response_id("chatcmpl-")),
-        created(unix_time_seconds()) {}
-
-  ServerContext& context;
-  std::shared_ptr<const ModelContext> model;
-  ChatRequest request;
-  ServerContext::InFlight in_flight;
-  GenerationJob job;
-  TokenStrings strings;
-  std::string id;
-  int64_t created;
-  std::vector<int32_t> prompt_ids;
-  bool reasoning = false;  // a reasoning parser splits the output
-  std::vector<std::unique_ptr<ChoiceState>> choices;
-
-  nlohmann::json envelope() const {
-    return {{"id", id},
-            {"object", "chat.completion.chunk"},
-            {"created", created},
-            {"model", context.model_name()}};
-  }
-  nlohmann::json chunk(nlohmann::json choice) const {
-    nlohmann::json out = envelope();
-    out["choices"] = nlohmann::json::array({std::move(choice)});
-    return out;
-  }
-  nlohmann::json logprobs_json(ChoiceState& choice) {
-    if (request.common.logprobs < 0) return nullptr;
-    nlohmann::json content = chat_logprob_entries(choice.logprobs, strings, request.top_logprobs);
-    choice.logprobs.clear();
-    return {{"content", std::move(content)}};
-  }
-};
 
 nlohmann::json tool_call_delta_json(const text::ToolCallDelta& call) {
   nlohmann::json out = {{"index", call.index}};
@@ -90,77 +46,14 @@ nlohmann::json delta_json(const ChoiceDelta& delta) {
   return out;
 }
 
-// Streams the job as chat.completion.chunk events; false when the client went away.
-bool stream_chat(ChatSession& s, httplib::DataSink& sink) {
-  const CommonRequest& common = s.request.common;
-  auto send = [&](nlohmann::json chunk, const ChoiceState& choice) {
-    if (common.include_usage) {
-      chunk["usage"] =
-          common.continuous_usage_stats
-              ? usage_json(choice.prompt_tokens, choice.completion_tokens, choice.cached_tokens)
-              : nlohmann::json(nullptr);
-    }
-    return write_chunk(sink, sse_event(chunk));
-  };
-  // The first chunk of every choice announces the role, before any generation.
-  for (int c = 0; c < static_cast<int>(s.choices.size()); ++c) {
-    nlohmann::json first = {{"index", c},
-                            {"delta", {{"role", "assistant"}, {"content", ""}}},
-                            {"logprobs", nullptr},
-                            {"finish_reason", nullptr}};
-    if (!send(s.chunk(std::move(first)), *s.choices[c])) {
-      s.job.abort_all();
-      count_abandoned(s.context.metrics(), s.choices);
-      return false;
-    }
-  }
-  std::string error;
-  auto on_event = [&](const ChoiceEvent& event) {
-    ChoiceState& choice = *s.choices[event.choice];
-    const bool was_ended = choice.ended;
-    ChoiceDelta delta =
-        apply_output(choice, event.output, event.choice, s.job, common.stop_token_ids);
-    if (was_ended) return true;
-    if (choice.ended) count_finished(s.context.metrics(), choice);
-    if (choice.ended && choice.end.finish_reason == "error") error = choice.error;
-    if (delta.empty() && choice.logprobs.empty() && !choice.ended) return true;
-    nlohmann::json out = {{"index", event.choice},
-                          {"delta", delta_json(delta)},
-                          {"logprobs", s.logprobs_json(choice)},
-                          {"finish_reason", choice.ended ? nlohmann::json(choice.end.finish_reason)
-                                                         : nlohmann::json(nullptr)}};
-    if (choice.ended) {
-      out["stop_reason"] = choice.end.stop_reason;
-      if (common.return_token_ids) out["token_ids"] = choice.output_ids;
-    }
-    return send(s.chunk(std::move(out)), choice);
-  };
-  if (!pump_job(
-          s.job, [&] { return sink.is_writable(); }, on_event)) {
-    count_abandoned(s.context.metrics(), s.choices);
-    return false;
-  }
-  if (!error.empty()) {
-    write_chunk(sink, sse_event(error_json(500, error)));
-  } else if (common.include_usage) {
-    nlohmann::json usage_chunk = s.envelope();
-    usage_chunk["choices"] = nlohmann::json::array();
-    usage_chunk["usage"] = total_usage(s.choices);
-    if (!write_chunk(sink, sse_event(usage_chunk))) return false;
-  }
-  write_chunk(sink, kSseDone);
-  sink.done();
-  return true;
-}
-
-nlohmann::json message_json(const ChatSession& s, const ChoiceState& choice) {
+nlohmann::json message_json(bool reasoning_split, const ChoiceState& choice) {
   const ChoiceOutput& out = choice.text;
   nlohmann::json message = {{"role", "assistant"}};
   const bool has_calls = !out.tool_calls().empty();
   // As vLLM: no content is null when something else (tool calls, reasoning) was produced.
   const bool content_null = out.content().empty() && (has_calls || !out.reasoning().empty());
   message["content"] = content_null ? nlohmann::json(nullptr) : nlohmann::json(out.content());
-  if (s.reasoning) {
+  if (reasoning_split) {
     nlohmann::json reasoning =
         out.reasoning().empty() ? nlohmann::json(nullptr) : nlohmann::json(out.reasoning());
     message["reasoning_content"] = reasoning;
@@ -178,45 +71,78 @@ nlohmann::json message_json(const ChatSession& s, const ChoiceState& choice) {
   return message;
 }
 
-// Waits for every choice, then writes one chat.completion object; false when the client left.
-bool complete_chat(ChatSession& s, httplib::DataSink& sink) {
-  auto on_event = [&](const ChoiceEvent& event) {
-    ChoiceState& choice = *s.choices[event.choice];
-    const bool was_ended = choice.ended;
-    apply_output(choice, event.output, event.choice, s.job, s.request.common.stop_token_ids);
-    if (!was_ended && choice.ended) count_finished(s.context.metrics(), choice);
-    return true;
-  };
-  if (!pump_job(
-          s.job, [&] { return sink.is_writable(); }, on_event)) {
-    count_abandoned(s.context.metrics(), s.choices);
-    return false;
+class ChatSession final : public ResponseSession {
+ public:
+  ChatSession(ServerContext& context, std::shared_ptr<const ModelContext> model,
+              ChatRequest request, GenerationJob::Clock::time_point arrival)
+      : ResponseSession(context, std::move(model), "chatcmpl-", "chat.completion.chunk", arrival),
+        request_(std::move(request)) {}
+
+  const ChatRequest& request() const { return request_; }
+  std::vector<int32_t> prompt_ids;
+  bool reasoning = false;  // a reasoning parser splits the output
+
+ private:
+  const CommonRequest& common() const override { return request_.common; }
+
+  nlohmann::json logprobs_json(ChoiceState& choice) {
+    if (request_.common.logprobs < 0) return nullptr;
+    nlohmann::json content = chat_logprob_entries(choice.logprobs, strings_, request_.top_logprobs);
+    choice.logprobs.clear();
+    return {{"content", std::move(content)}};
   }
-  nlohmann::json body = s.envelope();
-  body["object"] = "chat.completion";
-  body["choices"] = nlohmann::json::array();
-  for (int c = 0; c < static_cast<int>(s.choices.size()); ++c) {
-    ChoiceState& choice = *s.choices[c];
-    if (choice.end.finish_reason == "error") {
-      // The 200 status is already on the wire (see route_common.h); the body says what failed.
-      write_chunk(sink, dump_json(error_json(500, choice.error)));
-      sink.done();
-      return true;
+
+  // The first chunk of every choice announces the role, before any generation.
+  void stream_start() override {
+    for (int c = 0; c < static_cast<int>(choices_.size()); ++c) {
+      nlohmann::json first = {{"index", c},
+                              {"delta", {{"role", "assistant"}, {"content", ""}}},
+                              {"logprobs", nullptr},
+                              {"finish_reason", nullptr}};
+      send_chunk(chunk(std::move(first)), *choices_[c]);
     }
-    nlohmann::json out = {{"index", c},
-                          {"message", message_json(s, choice)},
-                          {"logprobs", s.logprobs_json(choice)},
-                          {"finish_reason", choice.end.finish_reason},
-                          {"stop_reason", choice.end.stop_reason}};
-    if (s.request.common.return_token_ids) out["token_ids"] = choice.output_ids;
-    body["choices"].push_back(std::move(out));
   }
-  body["usage"] = total_usage(s.choices);
-  if (s.request.common.return_token_ids) body["prompt_token_ids"] = s.prompt_ids;
-  write_chunk(sink, dump_json(body));
-  sink.done();
-  return true;
-}
+
+  void stream_event(const ChoiceEvent& event) override {
+    std::optional<ChoiceDelta> delta = apply(event);
+    if (!delta) return;
+    ChoiceState& choice = *choices_[event.choice];
+    if (delta->empty() && choice.logprobs.empty() && !choice.ended) return;
+    nlohmann::json out = {{"index", event.choice},
+                          {"delta", delta_json(*delta)},
+                          {"logprobs", logprobs_json(choice)},
+                          {"finish_reason", choice.ended ? nlohmann::json(choice.end.finish_reason)
+                                                         : nlohmann::json(nullptr)}};
+    if (choice.ended) {
+      out["stop_reason"] = choice.end.stop_reason;
+      if (request_.common.return_token_ids) out["token_ids"] = choice.output_ids;
+    }
+    send_chunk(chunk(std::move(out)), choice);
+  }
+
+  void collect_event(const ChoiceEvent& event) override { apply(event); }
+
+  nlohmann::json whole_body() override {
+    nlohmann::json body = envelope();
+    body["object"] = "chat.completion";
+    body["choices"] = nlohmann::json::array();
+    for (int c = 0; c < static_cast<int>(choices_.size()); ++c) {
+      ChoiceState& choice = *choices_[c];
+      nlohmann::json out = {{"index", c},
+                            {"message", message_json(reasoning, choice)},
+                            {"logprobs", logprobs_json(choice)},
+                            {"finish_reason", choice.end.finish_reason},
+                            {"stop_reason", choice.end.stop_reason}};
+      if (request_.common.return_token_ids) out["token_ids"] = choice.output_ids;
+      body["choices"].push_back(std::move(out));
+    }
+    body["usage"] = total_usage(choices_);
+    if (request_.common.return_token_ids) body["prompt_token_ids"] = prompt_ids;
+    return body;
+  }
+
+  ChatRequest request_;
+};
 
 // Which parsers run for this request, per the server's options and the tool choice.
 ChoiceTextOptions text_options(const ServeOptions& options, const ChatRequest& r,
@@ -284,8 +210,7 @@ void check_tool_choice(const ServeOptions& options, const ChatRequest& r) {
 
 }  // namespace
 
-void handle_chat_completions(ServerContext& context, const httplib::Request& req,
-                             httplib::Response& res) {
+void handle_chat_completions(ServerContext& context, const HttpRequest& req, HttpResponse& res) {
   auto arrival = GenerationJob::Clock::now();
   auto model = context.require_model();
   Json body = parse_json_body(req);
@@ -301,37 +226,19 @@ void handle_chat_completions(ServerContext& context, const httplib::Request& req
   force_tool_call(context.options(), request, prompt.text, model->tokenizer, sampling);
 
   auto s = std::make_shared<ChatSession>(context, model, std::move(request), arrival);
-  const ChatRequest& r = s->request;
-  // Engine ids are always the response id (unique); a client's X-Request-Id is echoed back and
-  // logged, but two clients may well send the same one.
-  const std::string& request_id = s->id;
-  std::string client_request_id = req.get_header_value("X-Request-Id");
-  res.set_header("X-Request-Id", client_request_id.empty() ? request_id : client_request_id);
-
+  const ChatRequest& r = s->request();
   ChoiceTextOptions options = text_options(context.options(), r, prompt.text);
   s->reasoning = !options.reasoning_parser.empty();
   for (int j = 0; j < r.common.n; ++j) {
     auto choice = std::make_unique<ChoiceState>(model->tokenizer, options);
     choice->prompt_tokens = static_cast<int>(prompt.token_ids.size());
-    s->choices.push_back(std::move(choice));
+    s->choices().push_back(std::move(choice));
   }
   s->prompt_ids = prompt.token_ids;
-  s->job.submit(make_engine_requests(request_id, prompt.token_ids, sampling, r.common.n, *model));
-  M3_LOG_DEBUG("chat {}: {} prompt tokens, n={}, max_tokens={}", request_id,
-               prompt.token_ids.size(), r.common.n, max_tokens);
-
-  // A chunked response even when not streaming: the provider runs while the client waits, so a
-  // client that hangs up is noticed (sink.is_writable) and its requests are aborted at once.
-  if (r.common.stream) {
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [s](size_t, httplib::DataSink& sink) {
-      return stream_chat(*s, sink);
-    });
-  } else {
-    res.set_chunked_content_provider("application/json", [s](size_t, httplib::DataSink& sink) {
-      return complete_chat(*s, sink);
-    });
-  }
+  s->job().submit(make_engine_requests(s->id(), prompt.token_ids, sampling, r.common.n, *model));
+  M3_LOG_DEBUG("chat {}: {} prompt tokens, n={}, max_tokens={}", s->id(), prompt.token_ids.size(),
+               r.common.n, max_tokens);
+  s->respond(req, res);
 }
 
 }  // namespace m3::server

@@ -10,7 +10,16 @@ GenerationJob::GenerationJob(EngineCore& engine, ServerMetrics& metrics, Clock::
       arrival_(arrival),
       channel_(std::make_shared<Channel>()) {}
 
-GenerationJob::~GenerationJob() { abort_all(); }
+GenerationJob::~GenerationJob() {
+  abort_all();
+  std::lock_guard lock(channel_->mutex);
+  channel_->notify = nullptr;
+}
+
+void GenerationJob::set_notify(std::function<void()> notify) {
+  std::lock_guard lock(channel_->mutex);
+  channel_->notify = std::move(notify);
+}
 
 void GenerationJob::submit(std::vector<EngineRequest> requests) {
   choices_.reserve(choices_.size() + requests.size());
@@ -20,11 +29,15 @@ void GenerationJob::submit(std::vector<EngineRequest> requests) {
     // The sink runs on the engine thread: it only queues, and holds the channel (not the job)
     // so a late output after the job is gone is harmless.
     auto sink = [channel = channel_, index](const RequestOutput& output) {
+      std::function<void()> notify;
       {
         std::lock_guard lock(channel->mutex);
-        channel->events.push_back({index, output});
+        if (channel->events.empty()) notify = channel->notify;
+        channel->events.push_back({index, output, Clock::now()});
       }
-      channel->ready.notify_one();
+      // Outside the lock: the consumer may be taking meanwhile. notify holds no strong
+      // reference to the job, so a late call after the job is gone does nothing.
+      if (notify) notify();
     };
     try {
       engine_.add_request(std::move(request), std::move(sink));
@@ -36,12 +49,11 @@ void GenerationJob::submit(std::vector<EngineRequest> requests) {
   }
 }
 
-std::vector<ChoiceEvent> GenerationJob::wait(std::chrono::milliseconds timeout) {
+std::vector<ChoiceEvent> GenerationJob::take(size_t max) {
   std::vector<ChoiceEvent> events;
   {
-    std::unique_lock lock(channel_->mutex);
-    channel_->ready.wait_for(lock, timeout, [&] { return !channel_->events.empty(); });
-    while (!channel_->events.empty()) {
+    std::lock_guard lock(channel_->mutex);
+    while (!channel_->events.empty() && events.size() < max) {
       events.push_back(std::move(channel_->events.front()));
       channel_->events.pop_front();
     }

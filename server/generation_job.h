@@ -1,12 +1,17 @@
 // The engine side of one HTTP request: submits one engine request per choice (n, and every
-// prompt of a batched completion), carries their outputs from the engine thread to the HTTP
-// worker thread, records latency metrics, and aborts whatever is still running when the job is
-// dropped (client gone, stop string, error), so no work outlives its request.
+// prompt of a batched completion), carries their outputs from the engine thread to the
+// connection's thread, records latency metrics, and aborts whatever is still running when the
+// job is dropped (client gone, stop string, error), so no work outlives its request.
+//
+// The engine thread never waits here: its sinks append to a queue and, when the queue was
+// empty, call the notify function (which only posts a task to the consumer's thread). Outputs
+// pile up in the queue while the consumer is held back by a slow client; they are small (token
+// ids), and the stall timeout bounds how long that lasts.
 #pragma once
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,6 +26,9 @@ namespace m3::server {
 struct ChoiceEvent {
   int choice = 0;
   RequestOutput output;
+  // When the engine handed the output over (on its thread): the start of the server's own
+  // latency, m3:token_to_socket_seconds.
+  std::chrono::steady_clock::time_point emitted_at;
 };
 
 class GenerationJob {
@@ -37,9 +45,12 @@ class GenerationJob {
   // those already submitted are aborted and the engine's m3::Error propagates.
   void submit(std::vector<EngineRequest> requests);
 
-  // Waits up to `timeout` for outputs of any choice; returns them in arrival order (empty on
-  // timeout, so the caller can check on its client).
-  std::vector<ChoiceEvent> wait(std::chrono::milliseconds timeout);
+  // `notify` runs on the engine thread when outputs arrive and none were waiting to be taken:
+  // it must be quick and must not block (it posts take() to the consumer's thread). Set it
+  // before or after submit(); outputs that arrived before are taken by the first take().
+  void set_notify(std::function<void()> notify);
+  // Up to `max` outputs of any choice, in arrival order, without waiting (empty: none yet).
+  std::vector<ChoiceEvent> take(size_t max);
   // Every choice has received its final output.
   bool done() const;
   // Stops a choice early (stop string matched); its final kAbort output still arrives.
@@ -51,8 +62,8 @@ class GenerationJob {
  private:
   struct Channel {
     std::mutex mutex;
-    std::condition_variable ready;
     std::deque<ChoiceEvent> events;
+    std::function<void()> notify;  // cleared when the job is dropped
   };
   struct Choice {
     std::string engine_id;

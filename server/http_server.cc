@@ -1,242 +1,344 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
+#include <fmt/format.h>
+#include <sys/resource.h>
 
-#include <sys/socket.h>
-
-#include <chrono>
+#include <algorithm>
+#include <cctype>
 #include <exception>
-#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "server/api_error.h"
+#include "server/http_server_impl.h"
 
 namespace m3::server {
 namespace {
 
-// Set by ConnectionQueue for the worker thread that serves a connection over the limit; read by
-// the pre-routing handler on that same thread. cpp-httplib offers no other way to hand
-// per-connection context to a handler.
-thread_local bool t_connection_over_limit = false;
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
 
+// Constant time in the contents and in the lengths: every byte of the longer string is looked
+// at whatever matches, so the time taken reveals neither a matching prefix nor the key's length.
 bool same_key(std::string_view expected, std::string_view given) {
-  if (expected.size() != given.size()) return false;
-  // Touch every byte so the time taken does not reveal how long a matching prefix is.
-  unsigned char diff = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    diff |= static_cast<unsigned char>(expected[i] ^ given[i]);
+  const size_t n = std::max(expected.size(), given.size());
+  unsigned diff = expected.size() != given.size() ? 1u : 0u;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char e = i < expected.size() ? static_cast<unsigned char>(expected[i]) : 0;
+    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff |= static_cast<unsigned>(e ^ g);
   }
   return diff == 0;
 }
 
-size_t header_bytes(const httplib::Request& req) {
-  size_t total = req.method.size() + req.target.size() + req.version.size() + 4;
-  for (const auto& [name, value] : req.headers) {
-    // cpp-httplib adds REMOTE_ADDR / REMOTE_PORT / LOCAL_* pseudo headers; they are small.
-    total += name.size() + value.size() + 4;
+// Every connection holds a descriptor: lift the soft open-file limit to the hard one, so the
+// connection cap (not the default 1,024 descriptors) is what limits clients.
+void raise_open_file_limit(int wanted) {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0) return;
+  if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
   }
-  return total;
+  if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < static_cast<rlim_t>(wanted) + 64) {
+    M3_LOG_WARN(
+        "the open-file limit is {} but --max-connections is {}: connections beyond the limit "
+        "wait in the listen queue (raise `ulimit -n`)",
+        files.rlim_cur, wanted);
+  }
+}
+
+std::vector<std::unique_ptr<net::io_context>> make_io_contexts(int threads) {
+  std::vector<std::unique_ptr<net::io_context>> contexts;
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    contexts.push_back(std::make_unique<net::io_context>(1));  // 1: run by a single thread
+  }
+  return contexts;
 }
 
 }  // namespace
 
-// A worker pool for connections: the first max_connections connections are served normally; a
-// few reserve workers answer further connections with 503 (the pre-routing handler sees
-// t_connection_over_limit) so an overloaded server still says why instead of stalling.
-class HttpServer::ConnectionQueue : public httplib::TaskQueue {
- public:
-  ConnectionQueue(int max_connections, std::shared_ptr<std::atomic<int>> active)
-      : max_connections_(max_connections),
-        active_(std::move(active)),
-        pool_(static_cast<size_t>(max_connections) + kReserveWorkers) {}
-
-  void enqueue(std::function<void()> fn) override {
-    pool_.enqueue([this, fn = std::move(fn)] {
-      int now = ++*active_;
-      t_connection_over_limit = now > max_connections_;
-      fn();
-      t_connection_over_limit = false;
-      --*active_;
-    });
+std::string_view HttpRequest::header(std::string_view name) const {
+  for (const HttpHeader& h : headers) {
+    if (iequals(h.name, name)) return h.value;
   }
-  void shutdown() override { pool_.shutdown(); }
-
- private:
-  static constexpr size_t kReserveWorkers = 4;
-  int max_connections_;
-  std::shared_ptr<std::atomic<int>> active_;
-  httplib::ThreadPool pool_;
-};
-
-void send_json(httplib::Response& res, const std::string& body, int status) {
-  res.status = status;
-  res.set_content(body, "application/json");
+  return {};
 }
 
-void send_error(httplib::Response& res, int status, std::string_view message,
-                std::string_view param) {
+void HttpResponse::set_header(std::string name, std::string value) {
+  for (HttpHeader& h : headers) {
+    if (iequals(h.name, name)) {
+      h.value = std::move(value);
+      return;
+    }
+  }
+  headers.push_back({std::move(name), std::move(value)});
+}
+
+void send_json(HttpResponse& res, std::string body, int status) {
+  res.status = status;
+  res.set_content(std::move(body), "application/json");
+}
+
+void send_error(HttpResponse& res, int status, std::string_view message, std::string_view param) {
   send_json(res, error_body(status, message, param), status);
 }
 
-HttpServer::HttpServer(HttpLimits limits, std::vector<std::string> api_keys,
-                       std::function<bool(const std::string&)> needs_auth)
-    : limits_(limits),
+HttpServer::Impl::Impl(HttpLimits limits, std::vector<std::string> api_keys,
+                       std::function<bool(const std::string&)> needs_auth,
+                       ServerMetrics* metrics)
+    : limits_(std::move(limits)),
       api_keys_(std::move(api_keys)),
       needs_auth_(std::move(needs_auth)),
-      server_(std::make_unique<httplib::Server>()),
-      active_connections_(std::make_shared<std::atomic<int>>(0)) {
+      metrics_(metrics),
+      io_(make_io_contexts(limits_.io_threads)),
+      acceptor_(*io_.front()),
+      accept_retry_(*io_.front()) {
   M3_CHECK(limits_.max_connections >= 1, "max connections must be >= 1, got {}",
            limits_.max_connections);
-  auto& s = *server_;
-  s.new_task_queue = [max = limits_.max_connections, active = active_connections_] {
-    return new ConnectionQueue(max, active);
-  };
-  s.set_payload_max_length(limits_.max_body_bytes);
-  s.set_read_timeout(limits_.read_timeout_s, 0);
-  s.set_write_timeout(limits_.write_timeout_s, 0);
-  s.set_keep_alive_timeout(limits_.keep_alive_timeout_s);
-  s.set_keep_alive_max_count(1000);
-  s.set_tcp_nodelay(true);  // SSE events are small; do not let Nagle hold them back
-  s.set_socket_options([this](socket_t sock) {
-    httplib::default_socket_options(sock);
-    listen_socket_ = static_cast<int>(sock);
-  });
-
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (t_connection_over_limit) {
-      res.set_header("Connection", "close");
-      send_error(res, 503,
-                 fmt::format("the server is at its limit of {} concurrent connections; "
-                             "retry later",
-                             limits_.max_connections));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (header_bytes(req) > limits_.max_header_bytes) {
-      send_error(res, 431,
-                 fmt::format("request headers are too large ({} bytes; the limit is {})",
-                             header_bytes(req), limits_.max_header_bytes));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (!api_keys_.empty() && needs_auth_ && needs_auth_(req.path)) {
-      std::string auth = req.get_header_value("Authorization");
-      constexpr std::string_view kBearer = "Bearer ";
-      bool ok = false;
-      if (auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0) {
-        std::string_view token = std::string_view(auth).substr(kBearer.size());
-        for (const std::string& key : api_keys_) ok = same_key(key, token) || ok;
-      }
-      if (!ok) {
-        res.set_header("WWW-Authenticate", "Bearer");
-        send_error(res, 401,
-                   auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
-                                : "invalid API key");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-
-  // Errors cpp-httplib produces itself (no route, body too large, unparsable request) arrive
-  // here with an empty body; give them the OpenAI shape too.
-  s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    switch (res.status) {
-      case 404:
-        if (auto it = allowed_methods_.find(req.path); it != allowed_methods_.end()) {
-          res.set_header("Allow", it->second);
-          send_error(res, 405, fmt::format("method {} is not allowed for {} (allowed: {})", req.method,
-                                           req.path, it->second));
-        } else {
-          send_error(res, 404, fmt::format("no route for {} {}", req.method, req.path));
-        }
-        break;
-      case 413:
-        send_error(res, 413,
-                   fmt::format("request body is too large (the limit is {} bytes)",
-                               limits_.max_body_bytes));
-        break;
-      case 400:
-        send_error(res, 400, "malformed HTTP request");
-        break;
-      default:
-        send_error(res, res.status, fmt::format("HTTP error {}", res.status));
-    }
-  });
-  s.set_exception_handler(
-      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
-        std::string what = "unknown error";
-        try {
-          if (error) std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        M3_LOG_ERROR("{} {}: internal error: {}", req.method, req.path, what);
-        send_error(res, 500, fmt::format("internal server error: {}", what));
-      });
-}
-
-HttpServer::~HttpServer() { stop(); }
-
-HttpServer::Handler HttpServer::wrap(Handler handler) {
-  return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
-    try {
-      handler(req, res);
-    } catch (const ApiError& e) {
-      send_error(res, e.status(), e.what(), e.param());
-    } catch (const m3::Error& e) {
-      send_error(res, 400, e.what());
-    } catch (const std::exception& e) {
-      M3_LOG_ERROR("{} {}: internal error: {}", req.method, req.path, e.what());
-      send_error(res, 500, fmt::format("internal server error: {}", e.what()));
-    }
-  };
-}
-
-void HttpServer::get(const std::string& path, Handler handler) {
-  std::string& allowed = allowed_methods_[path];
-  allowed += allowed.empty() ? "GET, HEAD" : ", GET, HEAD";
-  server_->Get(path, wrap(std::move(handler)));
-}
-
-void HttpServer::post(const std::string& path, Handler handler) {
-  std::string& allowed = allowed_methods_[path];
-  allowed += allowed.empty() ? "POST" : ", POST";
-  server_->Post(path, wrap(std::move(handler)));
-}
-
-int HttpServer::start(const std::string& host, int port) {
-  int bound = port;
-  if (port == 0) {
-    bound = server_->bind_to_any_port(host);
-    M3_CHECK(bound > 0, "cannot bind {} to a free port", host);
-  } else {
-    M3_CHECK(server_->bind_to_port(host, port),
-             "cannot listen on {}:{} (address in use or not "
-             "available; pick another --host/--port)",
-             host, port);
+  M3_CHECK(limits_.io_threads >= 1 && limits_.handler_threads >= 1,
+           "the HTTP server needs at least one I/O thread and one handler thread");
+  M3_CHECK(limits_.ssl_certfile.empty() == limits_.ssl_keyfile.empty(),
+           "TLS needs both --ssl-certfile and --ssl-keyfile (got only {})",
+           limits_.ssl_certfile.empty() ? "--ssl-keyfile" : "--ssl-certfile");
+  for (int t : {limits_.head_timeout_s, limits_.body_timeout_s, limits_.keep_alive_timeout_s,
+                limits_.write_timeout_s, limits_.stream_stall_timeout_s}) {
+    M3_CHECK(t >= 1, "HTTP timeouts must be at least 1 second, got {}", t);
   }
-  // cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed in the Debian
-  // library): a burst of clients connecting at once overflows it and some see their connection
-  // reset. On Linux a second listen() on the listening socket raises its backlog.
-  if (listen_socket_ >= 0 && ::listen(listen_socket_, SOMAXCONN) != 0)
-    M3_LOG_WARN("could not raise the listen backlog of the HTTP socket; bursts of connections may be reset");
-  listener_ = std::thread([this] { server_->listen_after_bind(); });
-  // stop() only takes effect once the accept loop runs: wait for it, so a stop right after
-  // start (a failed model load) cannot leave the listener running and its join hanging.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!server_->is_running() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!limits_.ssl_certfile.empty()) {
+    tls_.emplace(net::ssl::context::tls_server);
+    tls_->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                      net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                      net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use);
+    try {
+      tls_->use_certificate_chain_file(limits_.ssl_certfile);
+    } catch (const std::exception& e) {
+      ::m3::fail("--ssl-certfile {}: cannot load the certificate chain ({})", limits_.ssl_certfile,
+              e.what());
+    }
+    try {
+      tls_->use_private_key_file(limits_.ssl_keyfile, net::ssl::context::pem);
+    } catch (const std::exception& e) {
+      ::m3::fail("--ssl-keyfile {}: cannot load the private key ({})", limits_.ssl_keyfile,
+              e.what());
+    }
+  }
+}
+
+void HttpServer::Impl::add_route(const std::string& method, const std::string& path,
+                                 Handler handler) {
+  M3_CHECK(!started_, "HTTP routes must be registered before start()");
+  Route& route = routes_[path];
+  (method == "GET" ? route.get : route.post) = std::move(handler);
+}
+
+const HttpServer::Handler* HttpServer::Impl::route(const HttpRequest& req, HttpResponse& res,
+                                                   bool& run_inline) const {
+  auto it = routes_.find(req.path);
+  if (it == routes_.end()) {
+    send_error(res, 404, fmt::format("no route for {} {}", req.method, req.path));
+    return nullptr;
+  }
+  const Route& route = it->second;
+  const Handler* handler = nullptr;
+  if ((req.method == "GET" || req.method == "HEAD") && route.get) {
+    handler = &route.get;
+    run_inline = true;
+  } else if (req.method == "POST" && route.post) {
+    handler = &route.post;
+    run_inline = false;
+  }
+  if (!handler) {
+    std::string allowed = route.get ? "GET, HEAD" : "";
+    if (route.post) allowed += allowed.empty() ? "POST" : ", POST";
+    res.set_header("Allow", allowed);
+    send_error(res, 405,
+               fmt::format("method {} is not allowed for {} (allowed: {})", req.method, req.path,
+                           allowed));
+    return nullptr;
+  }
+  if (!api_keys_.empty() && needs_auth_ && needs_auth_(req.path)) {
+    std::string_view auth = req.header("Authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    bool ok = false;
+    if (auth.size() > kBearer.size() && auth.substr(0, kBearer.size()) == kBearer) {
+      std::string_view token = auth.substr(kBearer.size());
+      // Every key is compared (no early exit): the time does not tell which one nearly matched.
+      for (const std::string& key : api_keys_) ok = same_key(key, token) || ok;
+    }
+    if (!ok) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      send_error(res, 401,
+                 auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
+                              : "invalid API key");
+      return nullptr;
+    }
+  }
+  return handler;
+}
+
+void HttpServer::Impl::run_handler(const Handler& handler, const HttpRequest& req,
+                                   HttpResponse& res) const {
+  try {
+    handler(req, res);
+  } catch (const ApiError& e) {
+    res = HttpResponse{};
+    send_error(res, e.status(), e.what(), e.param());
+  } catch (const m3::Error& e) {
+    res = HttpResponse{};
+    send_error(res, 400, e.what());
+  } catch (const std::exception& e) {
+    M3_LOG_ERROR("{} {}: internal error: {}", req.method, req.path, e.what());
+    res = HttpResponse{};
+    send_error(res, 500, fmt::format("internal server error: {}", e.what()));
+  }
+}
+
+uint64_t HttpServer::Impl::add_connection(std::weak_ptr<ConnectionBase> connection) {
+  std::lock_guard lock(connections_mutex_);
+  const uint64_t id = next_connection_id_++;
+  connections_.emplace(id, std::move(connection));
+  return id;
+}
+
+void HttpServer::Impl::remove_connection(uint64_t id) {
+  {
+    std::lock_guard lock(connections_mutex_);
+    connections_.erase(id);
+  }
+  connections_changed_.notify_all();
+}
+
+int HttpServer::Impl::active_connections() const {
+  std::lock_guard lock(connections_mutex_);
+  return static_cast<int>(connections_.size());
+}
+
+int HttpServer::Impl::start(const std::string& host, int port) {
+  M3_CHECK(!started_, "the HTTP server is already started");
+  raise_open_file_limit(limits_.max_connections);
+  boost::system::error_code ec;
+  auto address = net::ip::make_address(host, ec);
+  M3_CHECK(!ec, "cannot listen on '{}': not an IP address ({})", host, ec.message());
+  tcp::endpoint endpoint(address, static_cast<uint16_t>(port));
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  // A burst of clients connecting at once must queue, not be reset: the largest backlog.
+  if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+  M3_CHECK(!ec,
+           "cannot listen on {}:{} ({}; address in use or not available: pick another "
+           "--host/--port)",
+           host, port, ec.message());
+  const int bound = acceptor_.local_endpoint().port();
+  started_ = true;
+  handler_pool_ = std::make_unique<net::thread_pool>(limits_.handler_threads);
+  for (auto& io : io_) work_.push_back(net::make_work_guard(*io));
+  accept();
+  io_threads_running_ = static_cast<int>(io_.size());
+  for (auto& context : io_) {
+    io_threads_.emplace_back([this, io = context.get()] {
+      for (;;) {
+        try {
+          io->run();
+          break;
+        } catch (const std::exception& e) {
+          // A handler threw past every catch (a bug): log it and keep the thread serving.
+          M3_LOG_ERROR("HTTP I/O thread: {}", e.what());
+        }
+      }
+      std::lock_guard lock(threads_mutex_);
+      --io_threads_running_;
+      threads_done_.notify_all();
+    });
   }
   return bound;
 }
 
-void HttpServer::stop() {
-  if (server_) server_->stop();
-  if (listener_.joinable()) listener_.join();
+void HttpServer::Impl::accept() {
+  net::io_context& target = *io_[next_io_++ % io_.size()];
+  acceptor_.async_accept(target, [this](boost::system::error_code ec, tcp::socket socket) {
+    if (stopping_ || !acceptor_.is_open()) return;
+    if (ec) {
+      // Out of descriptors (EMFILE/ENFILE) or a transient error: retry shortly rather than spin.
+      M3_LOG_WARN("HTTP accept failed: {}; retrying in 50 ms", ec.message());
+      accept_retry_.expires_after(std::chrono::milliseconds(50));
+      accept_retry_.async_wait([this](boost::system::error_code wait_ec) {
+        if (!wait_ec && !stopping_) accept();
+      });
+      return;
+    }
+    boost::system::error_code option_ec;
+    socket.set_option(tcp::no_delay(true), option_ec);  // SSE events are small: no Nagle delay
+    const bool over_limit = active_connections() >= limits_.max_connections;
+    serve_connection(*this, std::move(socket), over_limit);
+    accept();
+  });
 }
 
-int HttpServer::active_connections() const { return active_connections_->load(); }
+void HttpServer::Impl::stop() {
+  if (!started_ || stopping_.exchange(true)) return;
+  net::post(*io_.front(), [this] {
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+    accept_retry_.cancel();
+  });
+  // Close every connection on its own executor; streams in progress see on_close and abort.
+  std::vector<std::shared_ptr<ConnectionBase>> open;
+  {
+    std::lock_guard lock(connections_mutex_);
+    for (auto& [id, weak] : connections_) {
+      if (auto c = weak.lock()) open.push_back(std::move(c));
+    }
+  }
+  for (auto& c : open) net::post(c->executor(), [c] { c->close_now(); });
+  open.clear();
+  // Handlers already running finish (their responses are then dropped).
+  handler_pool_->join();
+  {
+    std::unique_lock lock(connections_mutex_);
+    connections_changed_.wait_for(lock, std::chrono::seconds(5),
+                                  [&] { return connections_.empty(); });
+  }
+  // With the work guard gone the I/O threads return once every pending operation has completed
+  // (closed sockets and cancelled timers complete at once); a stuck one is stopped after 10 s.
+  work_.clear();
+  {
+    std::unique_lock lock(threads_mutex_);
+    if (!threads_done_.wait_for(lock, std::chrono::seconds(10),
+                                [&] { return io_threads_running_ == 0; })) {
+      M3_LOG_WARN("HTTP server: I/O still pending after 10 s; stopping it");
+      for (auto& io : io_) io->stop();
+    }
+  }
+  for (auto& t : io_threads_) t.join();
+  io_threads_.clear();
+}
+
+HttpServer::HttpServer(HttpLimits limits, std::vector<std::string> api_keys,
+                       std::function<bool(const std::string&)> needs_auth, ServerMetrics* metrics)
+    : impl_(std::make_unique<Impl>(std::move(limits), std::move(api_keys), std::move(needs_auth),
+                                   metrics)) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::get(const std::string& path, Handler handler) {
+  impl_->add_route("GET", path, std::move(handler));
+}
+
+void HttpServer::post(const std::string& path, Handler handler) {
+  impl_->add_route("POST", path, std::move(handler));
+}
+
+int HttpServer::start(const std::string& host, int port) { return impl_->start(host, port); }
+
+void HttpServer::stop() { impl_->stop(); }
+
+int HttpServer::active_connections() const { return impl_->active_connections(); }
 
 }  // namespace m3::server

@@ -79,6 +79,47 @@ void Histogram::render(std::string& out, std::string_view name, std::string_view
                  number(static_cast<double>(count_)));
 }
 
+void LatencySummary::observe(double seconds) {
+  std::lock_guard lock(mutex_);
+  if (window_.size() < kWindow) {
+    window_.push_back(seconds);
+  } else {
+    window_[next_] = seconds;
+    next_ = (next_ + 1) % kWindow;
+  }
+  sum_ += seconds;
+  ++count_;
+}
+
+double LatencySummary::quantile(double q) const {
+  std::vector<double> sorted;
+  {
+    std::lock_guard lock(mutex_);
+    sorted = window_;
+  }
+  if (sorted.empty()) return 0.0;
+  const size_t k = std::min(sorted.size() - 1, static_cast<size_t>(q * double(sorted.size() - 1) + 0.5));
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end());
+  return sorted[k];
+}
+
+uint64_t LatencySummary::count() const {
+  std::lock_guard lock(mutex_);
+  return count_;
+}
+
+void LatencySummary::render(std::string& out, std::string_view name,
+                            std::string_view labels) const {
+  for (double q : {0.5, 0.9, 0.99}) {
+    fmt::format_to(std::back_inserter(out), "{}{{{},quantile=\"{}\"}} {}\n", name, labels,
+                   number(q), number(quantile(q)));
+  }
+  std::lock_guard lock(mutex_);
+  fmt::format_to(std::back_inserter(out), "{}_sum{{{}}} {}\n", name, labels, number(sum_));
+  fmt::format_to(std::back_inserter(out), "{}_count{{{}}} {}\n", name, labels,
+                 number(static_cast<double>(count_)));
+}
+
 ServerMetrics::ServerMetrics(std::string model_name)
     : labels_(fmt::format("engine=\"0\",model_name=\"{}\"", escape_label_value(model_name))),
       ttft_(kTtftBuckets),
@@ -162,6 +203,10 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
   header(out, "vllm:request_generation_tokens", "histogram",
          "Number of generation tokens processed.");
   generation_tokens_.render(out, "vllm:request_generation_tokens", l);
+  header(out, "m3:token_to_socket_seconds", "summary",
+         "Server overhead per streamed token: engine output to SSE bytes written to the socket "
+         "(the last 65536 samples).");
+  token_to_socket_.render(out, "m3:token_to_socket_seconds", l);
   return out;
 }
 

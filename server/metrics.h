@@ -30,6 +30,26 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
+// The most recent samples of a latency (a fixed ring, so memory stays bounded), reported as a
+// Prometheus summary with quantiles. For latencies too small and too tightly spread for the fixed
+// buckets of a histogram (microseconds), where the quantiles themselves are what matters.
+class LatencySummary {
+ public:
+  static constexpr size_t kWindow = 1u << 16;
+  void observe(double seconds);
+  // The q-quantile (0..1) of the samples in the window; 0 when there are none.
+  double quantile(double q) const;
+  uint64_t count() const;
+  void render(std::string& out, std::string_view name, std::string_view labels) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<double> window_;  // ring of the last kWindow samples
+  size_t next_ = 0;
+  double sum_ = 0.0;
+  uint64_t count_ = 0;
+};
+
 enum class FinishedReason { kStop, kLength, kAbort, kError };
 
 class ServerMetrics {
@@ -42,6 +62,10 @@ class ServerMetrics {
   void observe_queue_time(double seconds) { queue_.observe(seconds); }
   void observe_request_tokens(int prompt_tokens, int generation_tokens);
   void count_finished(FinishedReason reason);
+  // The server's own overhead on a streamed token: from the engine handing it over to its SSE
+  // bytes being written to the client's socket.
+  void observe_token_to_socket(double seconds) { token_to_socket_.observe(seconds); }
+  const LatencySummary& token_to_socket() const { return token_to_socket_; }
 
   // Prometheus text exposition format 0.0.4.
   std::string render(const EngineStats& stats) const;
@@ -50,6 +74,7 @@ class ServerMetrics {
   std::string labels_;  // model_name="..." (escaped)
   Histogram ttft_, itl_, e2e_, queue_, prompt_tokens_, generation_tokens_;
   std::array<std::atomic<uint64_t>, 4> finished_{};
+  LatencySummary token_to_socket_;
 };
 
 // Prometheus label-value escaping: backslash, double quote and newline.

@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <limits>
 
 #include "server/api_error.h"
 #include "server/json_fields.h"
+#include "server/json_parse.h"
 
 namespace m3::server {
 namespace {
@@ -56,6 +58,11 @@ void reject_unsupported(const json& body) {
 }
 
 void check_range(std::string_view field, double value, double lo, double hi, bool lo_open) {
+  // The engine samples with 32-bit floats: a larger value would become an infinity there.
+  if (std::fabs(value) > std::numeric_limits<float>::max()) {
+    bad_field(field, "is {}, too large (at most {} for a sampling parameter)", value,
+              std::numeric_limits<float>::max());
+  }
   bool ok = (lo_open ? value > lo : value >= lo) && value <= hi;
   if (!ok) {
     if (hi == std::numeric_limits<double>::infinity()) {
@@ -282,11 +289,9 @@ json normalize_tool_calls(const json& calls, std::string_view path) {
     // send them as a JSON string, so parse it here as vLLM does.
     auto args = call["function"].find("arguments");
     if (args != call["function"].end() && args->is_string()) {
-      json parsed = json::parse(args->get<std::string>(), nullptr, false);
-      if (parsed.is_discarded()) {
-        bad_field(call_path + ".function.arguments", "is not valid JSON");
-      }
-      *args = std::move(parsed);
+      // The arguments are client JSON like the body: parsed with the same depth cap.
+      const std::string field = call_path + ".function.arguments";
+      *args = parse_client_json(args->get<std::string>(), fmt::format("'{}'", field), field);
     }
     out.push_back(std::move(call));
   }

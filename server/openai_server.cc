@@ -1,7 +1,5 @@
 #include "server/openai_server.h"
 
-#include <httplib.h>
-
 #include <thread>
 
 #include "core/log.h"
@@ -20,13 +18,13 @@ bool needs_auth(const std::string& path) {
 
 OpenAIServer::OpenAIServer(ServeOptions options)
     : context_(std::move(options)),
-      http_(context_.options().http, context_.options().api_keys, needs_auth) {
+      http_(context_.options().http, context_.options().api_keys, needs_auth, &context_.metrics()) {
   register_basic_routes(http_, context_);
   register_tokenize_routes(http_, context_);
-  http_.post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  http_.post("/v1/completions", [this](const HttpRequest& req, HttpResponse& res) {
     handle_completions(context_, req, res);
   });
-  http_.post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  http_.post("/v1/chat/completions", [this](const HttpRequest& req, HttpResponse& res) {
     handle_chat_completions(context_, req, res);
   });
 }

@@ -1,24 +1,20 @@
 #include "server/route_common.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 
 #include "server/api_error.h"
+#include "server/http_server.h"
+#include "server/json_parse.h"
 #include "server/utf8.h"
 
 namespace m3::server {
 
-Json parse_json_body(const httplib::Request& req) {
+Json parse_json_body(const HttpRequest& req) {
   if (req.body.empty()) bad_request("the request body is empty; send a JSON object");
   if (auto bad = find_invalid_utf8(req.body)) {
     bad_request("the request body is not valid UTF-8 (invalid byte at offset {})", *bad);
   }
-  try {
-    return Json::parse(req.body);
-  } catch (const nlohmann::json::parse_error& e) {
-    bad_request("the request body is not valid JSON: {}", e.what());
-  }
+  return parse_client_json(req.body, "the request body");
 }
 
 void check_model_name(const ServerContext& context, const std::string& requested) {
@@ -155,28 +151,6 @@ ChoiceDelta apply_output(ChoiceState& choice, const RequestOutput& output, int c
   return delta;
 }
 
-bool pump_job(GenerationJob& job, const std::function<bool()>& client_alive,
-              const std::function<bool(const ChoiceEvent&)>& on_event) {
-  using namespace std::chrono_literals;
-  while (!job.done()) {
-    std::vector<ChoiceEvent> events = job.wait(100ms);
-    if (events.empty()) {
-      if (!client_alive()) {
-        job.abort_all();
-        return false;
-      }
-      continue;
-    }
-    for (const ChoiceEvent& event : events) {
-      if (!on_event(event)) {
-        job.abort_all();
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
 void count_finished(ServerMetrics& metrics, const ChoiceState& choice) {
   const std::string& reason = choice.end.finish_reason;
   FinishedReason r = reason == "length"  ? FinishedReason::kLength
@@ -209,10 +183,6 @@ nlohmann::json total_usage(const std::vector<std::unique_ptr<ChoiceState>>& choi
     completion += choice->completion_tokens;
   }
   return usage_json(prompt, completion, cached);
-}
-
-bool write_chunk(httplib::DataSink& sink, std::string_view chunk) {
-  return sink.write(chunk.data(), chunk.size());
 }
 
 }  // namespace m3::server

@@ -1,12 +1,6 @@
 // What the completion and chat routes share: body parsing, model-name and length checks, the
-// engine requests of a choice set, per-choice bookkeeping (text pipeline, token counts, finish
-// reason) and the loop that drives a job while watching the client.
-//
-// Responses are written by a chunked content provider, streaming or not: cpp-httplib gives a
-// handler no view of its connection, but a provider can ask sink.is_writable(), so a client
-// that hangs up mid-generation is noticed within 100 ms and its engine requests are aborted.
-// The price: the 200 status is sent before generation, so an engine failure during a
-// non-streaming request arrives as an error object in a 200 body (streams send an error event).
+// engine requests of a choice set and per-choice bookkeeping (text pipeline, token counts, finish
+// reason). The response itself is driven by server/response_session.h.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -23,16 +17,13 @@
 #include "server/openai_response.h"
 #include "server/server_context.h"
 
-namespace httplib {
-struct Request;
-struct Response;
-class DataSink;
-}  // namespace httplib
-
 namespace m3::server {
 
-// The body as JSON: strict UTF-8 (the offset of a bad byte is reported) and valid JSON, else 400.
-Json parse_json_body(const httplib::Request& req);
+struct HttpRequest;
+
+// The body as JSON: strict UTF-8 (the offset of a bad byte is reported), valid JSON, nesting at
+// most kMaxJsonDepth deep and numbers a double can hold, else 400 (server/json_parse.h).
+Json parse_json_body(const HttpRequest& req);
 // 404 unless `requested` is empty or one of --served-model-name.
 void check_model_name(const ServerContext& context, const std::string& requested);
 // Token ids within the vocabulary and a non-empty prompt, else 400 naming `field`.
@@ -75,12 +66,6 @@ struct ChoiceState {
 ChoiceDelta apply_output(ChoiceState& choice, const RequestOutput& output, int choice_index,
                          GenerationJob& job, const std::vector<int32_t>& stop_token_ids);
 
-// Drives `job` until every choice is final: hands each event to `on_event` (which returns false
-// when writing to the client failed) and, while waiting, checks `client_alive` every 100 ms.
-// Returns false if the client went away; the job's requests are then aborted.
-bool pump_job(GenerationJob& job, const std::function<bool()>& client_alive,
-              const std::function<bool(const ChoiceEvent&)>& on_event);
-
 // Counts a finished choice in vllm:request_success_total.
 void count_finished(ServerMetrics& metrics, const ChoiceState& choice);
 // The client went away: every choice still open counts as aborted.
@@ -89,8 +74,5 @@ void count_abandoned(ServerMetrics& metrics,
 
 // Usage over all choices: prompt tokens once per prompt, completion tokens summed.
 nlohmann::json total_usage(const std::vector<std::unique_ptr<ChoiceState>>& choices);
-
-// Sends `chunk` through the sink; false when the client is gone.
-bool write_chunk(httplib::DataSink& sink, std::string_view chunk);
 
 }  // namespace m3::server

@@ -5,21 +5,16 @@
 //   chat_route.cc          /v1/chat/completions
 #pragma once
 
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
-
 namespace m3::server {
 
 class HttpServer;
 class ServerContext;
+struct HttpRequest;
+struct HttpResponse;
 
 void register_basic_routes(HttpServer& http, ServerContext& context);
 void register_tokenize_routes(HttpServer& http, ServerContext& context);
-void handle_completions(ServerContext& context, const httplib::Request& req,
-                        httplib::Response& res);
-void handle_chat_completions(ServerContext& context, const httplib::Request& req,
-                             httplib::Response& res);
+void handle_completions(ServerContext& context, const HttpRequest& req, HttpResponse& res);
+void handle_chat_completions(ServerContext& context, const HttpRequest& req, HttpResponse& res);
 
 }  // namespace m3::server

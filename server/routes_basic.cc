@@ -1,6 +1,4 @@
 // Service routes: health and readiness, version, the model list, Prometheus metrics.
-#include <httplib.h>
-
 #include "server/api_error.h"
 #include "server/http_server.h"
 #include "server/openai_response.h"
@@ -10,7 +8,7 @@
 namespace m3::server {
 namespace {
 
-void health(ServerContext& context, httplib::Response& res) {
+void health(ServerContext& context, HttpResponse& res) {
   if (context.draining()) {
     send_error(res, 503, "the server is shutting down");
   } else if (!context.model()) {
@@ -24,16 +22,16 @@ void health(ServerContext& context, httplib::Response& res) {
 
 void register_basic_routes(HttpServer& http, ServerContext& context) {
   http.get("/health",
-           [&](const httplib::Request&, httplib::Response& res) { health(context, res); });
-  http.get("/ping", [&](const httplib::Request&, httplib::Response& res) { health(context, res); });
+           [&](const HttpRequest&, HttpResponse& res) { health(context, res); });
+  http.get("/ping", [&](const HttpRequest&, HttpResponse& res) { health(context, res); });
   http.post("/ping",
-            [&](const httplib::Request&, httplib::Response& res) { health(context, res); });
+            [&](const HttpRequest&, HttpResponse& res) { health(context, res); });
 
-  http.get("/version", [&](const httplib::Request&, httplib::Response& res) {
+  http.get("/version", [&](const HttpRequest&, HttpResponse& res) {
     send_json(res, dump_json({{"version", context.options().version}}));
   });
 
-  http.get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
+  http.get("/v1/models", [&](const HttpRequest&, HttpResponse& res) {
     auto model = context.model();
     nlohmann::json data = nlohmann::json::array();
     for (const std::string& name : context.options().served_model_names) {
@@ -50,7 +48,7 @@ void register_basic_routes(HttpServer& http, ServerContext& context) {
     send_json(res, dump_json({{"object", "list"}, {"data", std::move(data)}}));
   });
 
-  http.get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+  http.get("/metrics", [&](const HttpRequest&, HttpResponse& res) {
     auto model = context.model();
     EngineStats stats = model && model->engine ? model->engine->stats() : EngineStats{};
     res.set_content(context.metrics().render(stats), "text/plain; version=0.0.4; charset=utf-8");

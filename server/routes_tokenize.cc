@@ -1,7 +1,5 @@
 // vLLM's /tokenize and /detokenize: a prompt (or chat messages through the template) to token
 // ids, and ids back to text.
-#include <httplib.h>
-
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/http_server.h"
@@ -11,7 +9,7 @@
 namespace m3::server {
 namespace {
 
-void tokenize(ServerContext& context, const httplib::Request& req, httplib::Response& res) {
+void tokenize(ServerContext& context, const HttpRequest& req, HttpResponse& res) {
   auto model = context.require_model();
   Json body = parse_json_body(req);
   if (!body.is_object()) bad_request("the request body must be a JSON object");
@@ -37,7 +35,7 @@ void tokenize(ServerContext& context, const httplib::Request& req, httplib::Resp
                             {"token_strs", std::move(strs)}}));
 }
 
-void detokenize(ServerContext& context, const httplib::Request& req, httplib::Response& res) {
+void detokenize(ServerContext& context, const HttpRequest& req, HttpResponse& res) {
   auto model = context.require_model();
   Json body = parse_json_body(req);
   if (!body.is_object()) bad_request("the request body must be a JSON object");
@@ -59,10 +57,10 @@ void detokenize(ServerContext& context, const httplib::Request& req, httplib::Re
 }  // namespace
 
 void register_tokenize_routes(HttpServer& http, ServerContext& context) {
-  http.post("/tokenize", [&](const httplib::Request& req, httplib::Response& res) {
+  http.post("/tokenize", [&](const HttpRequest& req, HttpResponse& res) {
     tokenize(context, req, res);
   });
-  http.post("/detokenize", [&](const httplib::Request& req, httplib::Response& res) {
+  http.post("/detokenize", [&](const HttpRequest& req, HttpResponse& res) {
     detokenize(context, req, res);
   });
 }

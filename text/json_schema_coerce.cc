@@ -258,10 +258,25 @@ bool parse_number(std::string_view t, ojson& out) {
   return true;
 }
 
+// Nesting deeper than this is not taken as JSON (the text stays a string): the value is walked
+// recursively later (coercion, serialization), and model output must not exhaust the stack.
+constexpr int kMaxJsonTextDepth = 128;
+
 bool parse_json_text(std::string_view t, ojson& out) {
   if (t.empty()) return false;
-  ojson parsed = ojson::parse(t.begin(), t.end(), nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return false;
+  bool too_deep = false;
+  // The callback sees each container start at its depth; returning false there discards the
+  // rest, and too_deep rejects the whole text.
+  auto limit_depth = [&](int depth, ojson::parse_event_t event, ojson&) {
+    if ((event == ojson::parse_event_t::object_start || event == ojson::parse_event_t::array_start) &&
+        depth > kMaxJsonTextDepth) {
+      too_deep = true;
+      return false;
+    }
+    return !too_deep;
+  };
+  ojson parsed = ojson::parse(t.begin(), t.end(), limit_depth, /*allow_exceptions=*/false);
+  if (too_deep || parsed.is_discarded()) return false;
   out = std::move(parsed);
   return true;
 }

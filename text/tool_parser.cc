@@ -40,6 +40,9 @@ enum class Mode {
   kElementValue,  // in any other top-level parameter, collected until it closes
 };
 
+// Elements nested deeper than this inside a parameter are taken as literal text.
+constexpr std::size_t kMaxElementDepth = 64;
+
 // How a tag met inside a value affects that value.
 enum class ValueEnd { kNo, kWait, kConsumeTag, kKeepTag };
 
@@ -397,7 +400,10 @@ struct ToolCallParser::State {
         close_all();
         return true;
       }
-      if (dialect == Dialect::kMiniMaxM3 && tag.kind == TagKind::kElementOpen) {
+      // Past kMaxElementDepth an opening tag is text: the elements are walked recursively
+      // (schema coercion, JSON), and the model's output must not be able to exhaust the stack.
+      if (dialect == Dialect::kMiniMaxM3 && tag.kind == TagKind::kElementOpen &&
+          stack.size() < kMaxElementDepth) {
         if (stack.back().elided) {
           dissolve_top();
           if (mode != Mode::kElementValue) return true;  // the body reads this tag as a parameter
@@ -407,7 +413,8 @@ struct ToolCallParser::State {
         pos += tag.length;
         return true;
       }
-      if (tag.kind == TagKind::kBareNamespace && !stack.back().elided && stack.back().at_boundary) {
+      if (tag.kind == TagKind::kBareNamespace && !stack.back().elided && stack.back().at_boundary &&
+          stack.size() < kMaxElementDepth) {
         param_raw.append(r.substr(0, tag.length));
         stack.push_back({{}, true, param_raw.size(), {}, false, true});
         pos += tag.length;

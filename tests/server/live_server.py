@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-LISTENING = re.compile(r"listening on http://[^:]+:(\d+)")
+LISTENING = re.compile(r"listening on https?://[^:]+:(\d+)")
 
 
 class LiveServer:

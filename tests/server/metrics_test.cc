@@ -60,7 +60,7 @@ TEST(Metrics, RendersVllmNamesWithLabels) {
   EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_count{" + l + "} 2.0\n"));
   EXPECT_TRUE(contains(text, "vllm:time_to_first_token_seconds_sum{" + l + "} 3.03\n"));
   EXPECT_TRUE(contains(text, "vllm:inter_token_latency_seconds_count{" + l + "} 1.0\n"));
-  // Every non-comment line is "name{labels} value".
+  // Every non-comment line is "name{labels} value", with vLLM's names or m3serve's own.
   size_t pos = 0;
   while (pos < text.size()) {
     size_t end = text.find('\n', pos);
@@ -68,8 +68,24 @@ TEST(Metrics, RendersVllmNamesWithLabels) {
     pos = end + 1;
     if (line.rfind("#", 0) == 0) continue;
     EXPECT_NE(line.find("} "), std::string::npos) << line;
-    EXPECT_EQ(line.rfind("vllm:", 0), 0u) << line;
+    EXPECT_TRUE(line.rfind("vllm:", 0) == 0 || line.rfind("m3:", 0) == 0) << line;
   }
+}
+
+TEST(Metrics, TokenToSocketIsASummaryOfRecentSamples) {
+  ServerMetrics metrics("m");
+  for (int i = 1; i <= 100; ++i) metrics.observe_token_to_socket(i * 1e-6);
+  EXPECT_EQ(metrics.token_to_socket().count(), 100u);
+  EXPECT_NEAR(metrics.token_to_socket().quantile(0.5), 50.5e-6, 1e-6);
+  EXPECT_NEAR(metrics.token_to_socket().quantile(0.99), 99e-6, 1.1e-6);
+  const std::string text = metrics.render(EngineStats{});
+  EXPECT_NE(text.find("# TYPE m3:token_to_socket_seconds summary\n"), std::string::npos);
+  EXPECT_NE(text.find("m3:token_to_socket_seconds_count{engine=\"0\",model_name=\"m\"} 100.0\n"),
+            std::string::npos)
+      << text;
+  // The window keeps the most recent samples only.
+  for (size_t i = 0; i < LatencySummary::kWindow; ++i) metrics.observe_token_to_socket(1.0);
+  EXPECT_EQ(metrics.token_to_socket().quantile(0.0), 1.0);
 }
 
 }  // namespace

@@ -51,7 +51,9 @@ def main():
     real = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name", "tiny",
                        "--max-model-len", "1024", "--reasoning-parser", "minimax_m3",
                        "--tool-call-parser", "minimax_m3", "--enable-auto-tool-choice", "--disable-log-stats"])
-    scripted = LiveServer([SCRIPTED, "--model-dir", MODEL, "--replies", os.path.join(HERE, "scripted_replies.json"),
+    # --port 0: the scripted server's default is 8000, which another process may hold.
+    scripted = LiveServer([SCRIPTED, "--model-dir", MODEL, "--port", "0",
+                           "--replies", os.path.join(HERE, "scripted_replies.json"),
                            "--reasoning-parser", "minimax_m3", "--tool-call-parser", "minimax_m3",
                            "--enable-auto-tool-choice"])
     try:

@@ -1,0 +1,89 @@
+// What a /v1/completions and a /v1/chat/completions response share: the engine job, its choices,
+// the response id and envelope, the usage bookkeeping, and the event-driven loop that carries
+// engine outputs to the client on the connection's thread, as SSE chunks (stream) or one JSON
+// body once every choice has ended.
+//
+// Nothing here waits: the engine's sinks post a task to the connection when outputs arrive, the
+// task turns them into chunks while the client keeps up (StreamWriter::writable) and otherwise
+// waits for it (on_writable); a client that hangs up or stalls (on_close) aborts the job at once,
+// so its KV blocks are freed before the engine's next step.
+//
+// The 200 status goes out before generation (so a hang-up is noticed while the client waits), so
+// an engine failure during a non-streaming request arrives as an error object in a 200 body
+// (streams send an error event), as before.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/generation_job.h"
+#include "server/http_server.h"
+#include "server/route_common.h"
+
+namespace m3::server {
+
+class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
+ public:
+  // `object` is the streamed chunk's "object" ("chat.completion.chunk", "text_completion").
+  ResponseSession(ServerContext& context, std::shared_ptr<const ModelContext> model,
+                  std::string id_prefix, std::string object, GenerationJob::Clock::time_point arrival);
+  virtual ~ResponseSession() = default;
+  ResponseSession(const ResponseSession&) = delete;
+  ResponseSession& operator=(const ResponseSession&) = delete;
+
+  // Fills in `res` (X-Request-Id, content type, the body producer) for a submitted job.
+  void respond(const HttpRequest& req, HttpResponse& res);
+
+  const std::string& id() const { return id_; }
+  GenerationJob& job() { return job_; }
+  std::vector<std::unique_ptr<ChoiceState>>& choices() { return choices_; }
+
+ protected:
+  virtual const CommonRequest& common() const = 0;
+  // Streaming: before any output (chat announces the role of every choice).
+  virtual void stream_start() {}
+  // Streaming: one engine output; sends whatever became final with send_chunk().
+  virtual void stream_event(const ChoiceEvent& event) = 0;
+  // Not streaming: one engine output, accumulated.
+  virtual void collect_event(const ChoiceEvent& event) = 0;
+  // Not streaming: the body once every choice has ended (none with an error).
+  virtual nlohmann::json whole_body() = 0;
+
+  // {"id", "object", "created", "model"} of this response.
+  nlohmann::json envelope() const;
+  // The envelope with one choice.
+  nlohmann::json chunk(nlohmann::json choice) const;
+  // Sends one SSE chunk, with the choice's usage when the client asked for continuous usage.
+  void send_chunk(nlohmann::json chunk, const ChoiceState& choice);
+  // Applies an output to its choice and counts the choice when it ends; records a failed
+  // choice's error for the stream's tail. Returns what became final, or nothing when the choice
+  // had already ended (a stop string ended it; later outputs are not sent).
+  std::optional<ChoiceDelta> apply(const ChoiceEvent& event);
+
+  ServerContext& context_;
+  std::shared_ptr<const ModelContext> model_;
+  ServerContext::InFlight in_flight_;
+  GenerationJob job_;
+  TokenStrings strings_;
+  std::vector<std::unique_ptr<ChoiceState>> choices_;
+
+ private:
+  void start(std::shared_ptr<StreamWriter> writer);
+  // Takes the job's outputs while the client keeps up; ends the response once the job is done.
+  void pump();
+  void finish();
+  void fail(const std::string& message);
+  void client_gone();
+  bool write(std::string bytes);
+
+  std::string id_;
+  std::string object_;
+  int64_t created_;
+  std::shared_ptr<StreamWriter> writer_;  // null before start and once the response ended
+  GenerationJob::Clock::time_point produced_at_{};  // of the output being sent
+  std::string stream_error_;                        // a choice failed: the stream's error event
+  bool ended_ = false;
+};
+
+}  // namespace m3::server
