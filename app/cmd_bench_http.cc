@@ -30,7 +30,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "server/openai_server.h"
-#include "server/sampling.h"
+#include "server/sampling_params.h"
 
 namespace m3::app {
 namespace {
@@ -170,7 +170,7 @@ LevelResult run_level(const BenchHttpOptions& o, std::shared_ptr<const server::M
   const auto start = BenchClock::now();
   r.completed = run_clients(port, streams, request);
   r.wall_s = std::chrono::duration<double>(BenchClock::now() - start).count();
-  // Threads the server started after start() (cpp-httplib grows no pool; Asio starts all at once)
+  // Threads the server started after start() (a thread-per-connection server would grow its pool here; Asio starts all at once)
   // are counted too.
   for (int tid : thread_ids()) {
     if (!before.count(tid)) server_threads.insert(tid);

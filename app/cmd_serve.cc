@@ -1,5 +1,5 @@
 // `m3serve serve MODEL [options]`: the OpenAI-compatible server, a drop-in for `vllm serve`.
-// Accepts vLLM's option names (including the seed command lines of spec/README.md decision 7);
+// Accepts vLLM's option names (including the seed command lines of docs/reference.md D7);
 // options it cannot honour on this machine fail at start with a message naming them.
 //
 // Start-up: bind the port first (so /health answers 503 while loading), load the model with a
@@ -23,7 +23,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "server/openai_server.h"
-#include "server/sampling.h"
+#include "server/sampling_params.h"
 #include "text/reasoning_parser.h"
 #include "text/tool_parser.h"
 

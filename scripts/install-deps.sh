@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs m3serve's build and test dependencies from Debian packages (DESIGN.md, "Dependencies").
+# Installs m3serve's build and test dependencies from Debian packages (docs/reference.md 9, "Dependencies").
 # Safe to run repeatedly; uses sudo when not root. Set M3_SKIP_APT=1 to skip (e.g. offline machines).
 set -euo pipefail
 [[ "${M3_SKIP_APT:-0}" == 1 ]] && exit 0

@@ -1,4 +1,4 @@
-// Prometheus metrics with vLLM's names and labels (spec/README.md decision 8), so dashboards and
+// Prometheus metrics with vLLM's names and labels (docs/reference.md D8), so dashboards and
 // the AgentX harness read m3serve unchanged. Engine-side counters come from EngineStats; latency
 // histograms and finished-request counts are observed here, as the client sees them (request
 // arrival at the HTTP layer -> first token out, and between token outputs).

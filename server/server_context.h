@@ -14,7 +14,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
-#include "server/sampling.h"
+#include "server/sampling_params.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 

@@ -1,7 +1,7 @@
 #include "tests/server/scripted_server.h"
 
 #include "core/error.h"
-#include "server/sampling.h"
+#include "server/sampling_params.h"
 #include "tests/server/scripted_runner.h"
 #include "text/chat_template.h"
 

@@ -1,5 +1,5 @@
 """HTTP tests of `m3serve serve` on the bundled model: every endpoint and request option, SSE
-framing, OpenAI error shapes for bad input, and the seed command lines of spec decision 7.
+framing, OpenAI error shapes for bad input, and the seed command lines of docs/reference.md D7.
 
 Run: M3SERVE_BIN=build/bin/m3serve python3 tests/server/test_http_api.py (from the repo root).
 The bundled model has random weights, so tests check shapes, consistency between paths
@@ -112,8 +112,8 @@ class ServiceRoutes(unittest.TestCase):
 
 class Completions(unittest.TestCase):
     def test_burst_of_connections_is_served(self):
-        # 200 clients connecting at the same instant: none may be refused or reset (cpp-httplib's
-        # listen backlog of 5 reset some of them under load until the server raised it).
+        # 200 clients connecting at the same instant: none may be refused or reset (a listen
+        # backlog of 5, as the earlier HTTP library had, reset some of them under load).
         bodies = [completion_body(prompt="burst %d" % k, max_tokens=1) for k in range(200)]
         out = post_all(SERVER, "/v1/completions", bodies)  # raises with every client error
         self.assertTrue(all(r["usage"]["completion_tokens"] == 1 for r in out))
@@ -480,7 +480,7 @@ class ServeOptions(unittest.TestCase):
 
 
 class SeedCommandLines(unittest.TestCase):
-    """spec/README.md decision 7: both seed lines parse; what cannot run here fails by name."""
+    """docs/reference.md D7: both seed lines parse; what cannot run here fails by name."""
     SPEC1 = ('{"method":"dspark","num_speculative_tokens":7,"attention_backend":"FLASHINFER_TS",'
              '"kv_cache_dtype":"fp8","draft_sample_method":"probabilistic"}')
     SPEC2 = ('{"method":"dspark","num_speculative_tokens":3,"attention_backend":"TRITON_ATTN",'

@@ -1,4 +1,4 @@
-#include "server/sampling.h"
+#include "server/sampling_params.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
