@@ -22,8 +22,10 @@
 //     `init_blocks` blocks (when visible);
 //   - keep the k = min(topk, ceil(seq_len / block_size)) highest scores; ties go to the lower
 //     block id; slots whose score is -inf become -1;
-//   - output [T, Hi, topk] int32: valid ids first in descending score order (ties ascending id),
-//     then -1 padding up to topk.
+//   - output [T, Hi, topk] int32: valid ids first, then -1 padding up to topk. The order among
+//     the valid ids carries no meaning (attention reads the set; docs/reference.md D2): the CPU
+//     reference lists them by descending score (ties ascending id), the MSA CUDA kernel by
+//     ascending id.
 // This is the transformers 5.17 reference generalised (its tie order is unspecified); with
 // local_blocks >= 1 and no init blocks it equals the vendor kernels' contract.
 //
