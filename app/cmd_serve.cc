@@ -328,9 +328,9 @@ void register_serve(CLI::App& app) {
 
 void expand_vllm_short_options(int argc, char** argv) {
   // vLLM spells the tensor-parallel option "-tp"; CLI11 would read that as "-t p". Only the
-  // serve command's arguments are rewritten.
+  // serve and plan commands' arguments are rewritten.
   static char kLongName[] = "--tensor-parallel-size";
-  if (argc < 2 || std::string_view(argv[1]) != "serve") return;
+  if (argc < 2 || (std::string_view(argv[1]) != "serve" && std::string_view(argv[1]) != "plan")) return;
   for (int i = 2; i < argc; ++i) {
     if (std::string_view(argv[i]) == "-tp") argv[i] = kLongName;
   }

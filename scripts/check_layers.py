@@ -16,7 +16,7 @@ ALLOWED = {
     "ops": {"core", "formats", "ops"},
     "kernels": {"core", "formats", "ops", "kernels"},
     "parallel": {"core", "formats", "ops", "parallel"},
-    "model": {"core", "formats", "ops", "model"},
+    "model": {"core", "formats", "ops", "parallel", "model"},
     "engine": {"core", "formats", "ops", "model", "engine"},
     "text": {"core", "text"},
     "server": {"core", "formats", "ops", "engine", "text", "server"},
