@@ -25,7 +25,7 @@ void check_parallel_deployment(const ParallelConfig& p, const std::string& model
   if (std::filesystem::is_regular_file(config)) {
     const ParallelLayout l = make_parallel_layout(p, model_geometry(load_model_config(model_dir)));
     const RankShard& r = l.ranks.front();
-    layout = fmt::format(" (the layout fits the model: {} query heads, {} KV heads and {} experts per rank)",
+    layout = fmt::format(" (the layout fits the model; per rank: query heads {}, KV heads {}, routed experts {})",
                          r.q_heads.size, r.kv_heads.size, r.experts.size);
   }
   fail("-tp/--tensor-parallel-size {} x --data-parallel-size {}{}: m3serve runs a model on a single device for now "
