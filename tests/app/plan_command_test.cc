@@ -168,6 +168,14 @@ TEST(PlanCommand, BadLayoutsFailNamingTheDimension) {
   EXPECT_NE(many.out.find("EP size 16 (-tp 2 x --data-parallel-size 8) is more ranks than num_local_experts 8"),
             std::string::npos)
       << many.out;
+  // -tp 64 divides every dimension, but the shared expert's 3072 columns of down_proj become 48
+  // per rank: one and a half 1x32 MXFP8 scale blocks.
+  const CommandRun tp64 = run_m3serve("plan bench/configs/minimax-m3.1 --num-gpus 64 --gpu-memory-gb 141 -tp 64");
+  EXPECT_NE(tp64.status, 0);
+  EXPECT_NE(tp64.out.find("shared_experts.down_proj: a rank holds 48 of its 3072 input columns, which cuts its mxfp8 "
+                          "scale blocks of 32 columns"),
+            std::string::npos)
+      << tp64.out;
   const CommandRun gpus = run_m3serve("plan models/minimax-m3-tiny --num-gpus 3 --gpu-memory-gb 1 -tp 2");
   EXPECT_NE(gpus.status, 0);
   EXPECT_NE(gpus.out.find("--num-gpus 3: the layout -tp 2 x --data-parallel-size 1 uses 2 GPUs"), std::string::npos)

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "model/config.h"
 #include "model/weight_footprint.h"
 #include "model/weights.h"
@@ -83,9 +84,23 @@ TEST(WeightFootprint, RanksHoldTheirShare) {
     EXPECT_EQ(f.attention, whole.attention);
     EXPECT_EQ(f.embedding, whole.embedding);
   }
-  // TP 2: each rank 2 query heads, 1 KV head, 1 index head, 48 rows of each expert, 48 vocab rows.
+  // TP 2 cuts the dense MLP's 200 columns of down_proj into 100 per rank: not whole 1x32 mxfp8
+  // scale blocks, so the plan refuses it.
   const ParallelLayout tp2 = make_parallel_layout(ParallelConfig{2, 1, false}, model_geometry(c));
-  const WeightFootprint half = weight_footprint(c, tp2.ranks[1]);
+  try {
+    weight_footprint(c, tp2.ranks[1]);
+    ADD_FAILURE() << "a cut scale block was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "language_model.model.layers.0.mlp.down_proj: a rank holds 100 of its 200 input columns, which cuts "
+                 "its mxfp8 scale blocks of 32 columns; choose a -tp that keeps them whole");
+  }
+  // With a dense MLP of 256, TP 2 gives each rank 2 query heads, 1 KV head, 1 index head, 48
+  // rows of each expert (48 = 3 nvfp4 blocks of 16) and 48 vocab rows.
+  ModelConfig c256 = c;
+  c256.dense_intermediate_size = 256;
+  const ParallelLayout tp2_256 = make_parallel_layout(ParallelConfig{2, 1, false}, model_geometry(c256));
+  const WeightFootprint half = weight_footprint(c256, tp2_256.ranks[1]);
   // nvfp4 [48, 256]: 48 x 128 + 48 x 16 = 6912; [256, 48]: 256 x 24 + 256 x 3 = 6912.
   EXPECT_EQ(half.routed_experts, 2 * 4 * 3 * 6912);
   // embed + lm_head bf16 48 x 256 x 2 each, final norm f32 256.
