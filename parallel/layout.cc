@@ -30,11 +30,6 @@ void check_geometry(const ModelGeometry& g) {
            g.num_heads, g.num_kv_heads, g.head_dim, g.vocab_size);
   M3_CHECK(g.num_heads % g.num_kv_heads == 0, "num_attention_heads {} is not a multiple of num_key_value_heads {}",
            g.num_heads, g.num_kv_heads);
-  // Index head j of KV group g picks the blocks for that group's query heads (docs/reference.md
-  // D2), so the rank holding a KV head must hold its index heads: a whole number per group.
-  M3_CHECK(g.index_heads % g.num_kv_heads == 0,
-           "index_n_heads {} is not a multiple of num_key_value_heads {} (each KV group needs its own index heads)",
-           g.index_heads, g.num_kv_heads);
 }
 
 }  // namespace
@@ -60,6 +55,12 @@ ParallelLayout make_parallel_layout(const ParallelConfig& config, const ModelGeo
              tp, g.num_kv_heads, tp, g.num_kv_heads);
     layout.kv_head_replicas = tp / g.num_kv_heads;
   }
+  // Index head j of KV group g picks the blocks for that group's query heads (docs/reference.md
+  // D2), so a rank holding a KV head must hold its index heads: a whole number per group.
+  M3_CHECK(tp == 1 || g.index_heads % g.num_kv_heads == 0,
+           "-tp {}: index_n_heads {} is not a multiple of num_key_value_heads {}, so the index heads cannot follow "
+           "their KV groups onto the ranks",
+           tp, g.index_heads, g.num_kv_heads);
   if (g.dense_intermediate_size > 0) check_tp_divides(tp, g.dense_intermediate_size, "dense_intermediate_size");
   if (g.num_experts > 0 && g.shared_intermediate_size > 0)
     check_tp_divides(tp, g.shared_intermediate_size, "shared_intermediate_size");
@@ -80,8 +81,9 @@ ParallelLayout make_parallel_layout(const ParallelConfig& config, const ModelGeo
     check_tp_divides(tp, g.moe_intermediate_size, "intermediate_size (one routed expert)");
   }
 
-  // Any vocabulary splits: pad it up to a multiple of tp (vLLM pads the same way) rather than
-  // reject a size like 200064 at -tp 5.
+  // Any vocabulary splits: pad it up to the next multiple of tp (vLLM pads too) rather than
+  // reject an odd size; the padded rows of embed and lm_head are zeros, and their logits are
+  // never sampled.
   layout.padded_vocab_size = (int64_t(g.vocab_size) + tp - 1) / tp * tp;
 
   const int kv_per_rank = tp <= g.num_kv_heads ? g.num_kv_heads / tp : 1;
@@ -94,7 +96,7 @@ ParallelLayout make_parallel_layout(const ParallelConfig& config, const ModelGeo
     s.q_heads = even_part(g.num_heads, tp, s.tp_rank);
     const int64_t first_kv = tp <= g.num_kv_heads ? int64_t(s.tp_rank) * kv_per_rank : s.tp_rank / layout.kv_head_replicas;
     s.kv_heads = {first_kv, kv_per_rank};
-    s.index_heads = {first_kv * index_per_kv, int64_t(kv_per_rank) * index_per_kv};
+    s.index_heads = tp == 1 ? Slice{0, g.index_heads} : Slice{first_kv * index_per_kv, int64_t(kv_per_rank) * index_per_kv};
     if (g.dense_intermediate_size > 0) s.dense_intermediate = even_part(g.dense_intermediate_size, tp, s.tp_rank);
     if (g.num_experts > 0) {
       s.shared_intermediate = even_part(g.shared_intermediate_size, tp, s.tp_rank);

@@ -10,7 +10,7 @@ struct ModelGeometry {
   int num_heads = 0;     // query heads (num_attention_heads)
   int num_kv_heads = 0;  // num_key_value_heads; query head n uses KV head n / (num_heads / num_kv_heads)
   int head_dim = 0;
-  int index_heads = 0;  // index-query heads (index_n_heads), a whole number per KV group
+  int index_heads = 0;  // index-query heads (index_n_heads); -tp > 1 needs a whole number per KV group
   int num_experts = 0;  // routed experts per MoE layer (num_local_experts)
   int moe_intermediate_size = 0;     // one routed expert (intermediate_size)
   int shared_intermediate_size = 0;  // the shared expert

@@ -115,6 +115,15 @@ TEST(ParallelLayout, IndexHeadsFollowTheirKvGroup) {
   EXPECT_EQ(l.ranks[1].index_heads, (Slice{2, 2}));
 }
 
+TEST(ParallelLayout, IndexHeadsThatDoNotFollowKvGroupsSplitNowhere) {
+  ModelGeometry g = geometry_a();
+  g.index_heads = 3;  // 1.5 per KV group: one rank holds them all, two cannot share them
+  EXPECT_EQ(make_parallel_layout(config(1), g).ranks[0].index_heads, (Slice{0, 3}));
+  EXPECT_EQ(error_of([&] { make_parallel_layout(config(2), g); }),
+            "-tp 2: index_n_heads 3 is not a multiple of num_key_value_heads 2, so the index heads cannot follow "
+            "their KV groups onto the ranks");
+}
+
 TEST(ParallelLayout, ExpertParallel2And4SplitWholeExperts) {
   const ParallelLayout ep2 = make_parallel_layout(config(2, 1, true), geometry_a());
   EXPECT_EQ(ep2.expert_parallel_size, 2);
