@@ -302,10 +302,15 @@ void register_serve(CLI::App& app) {
 
   // Engine and deployment.
   add_engine_options(*cmd, a.engine);
-  cmd->add_option("-t,--tensor-parallel-size", a.deployment.tensor_parallel_size,
+  cmd->add_option("-t,--tensor-parallel-size", a.deployment.parallel.tensor_parallel_size,
                   "GPUs per model (-tp N is accepted too); m3serve runs on one device, so "
-                  "values above 1 are rejected at start")
+                  "values above 1 are rejected at start (after the layout is checked against the model)")
       ->capture_default_str();
+  cmd->add_option("--data-parallel-size", a.deployment.parallel.data_parallel_size,
+                  "model copies; values above 1 are rejected at start, as -tp (m3serve plan sizes them)")
+      ->capture_default_str();
+  cmd->add_flag("--enable-expert-parallel", a.deployment.parallel.enable_expert_parallel,
+                "spread routed experts over the ranks (a no-op on one rank)");
   cmd->add_option("--speculative-config", a.deployment.speculative_config,
                   "JSON, as vLLM's; m3serve has no speculative decoding (DSpark) yet, so any "
                   "value is rejected at start with an error naming the method");
@@ -328,9 +333,9 @@ void register_serve(CLI::App& app) {
 
 void expand_vllm_short_options(int argc, char** argv) {
   // vLLM spells the tensor-parallel option "-tp"; CLI11 would read that as "-t p". Only the
-  // serve command's arguments are rewritten.
+  // serve and plan commands' arguments are rewritten.
   static char kLongName[] = "--tensor-parallel-size";
-  if (argc < 2 || std::string_view(argv[1]) != "serve") return;
+  if (argc < 2 || (std::string_view(argv[1]) != "serve" && std::string_view(argv[1]) != "plan")) return;
   for (int i = 2; i < argc; ++i) {
     if (std::string_view(argv[i]) == "-tp") argv[i] = kLongName;
   }

@@ -15,6 +15,7 @@ void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_score(CLI::App& app);
 void register_inspect(CLI::App& app);
+void register_plan(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_bench_serve(CLI::App& app);
 // bench latency / throughput join the `bench` group register_bench_serve creates: call them after it.
@@ -23,7 +24,7 @@ void register_bench_throughput(CLI::App& app);
 void register_bench_http(CLI::App& app);
 
 // Rewrites vLLM's multi-letter short options (-tp) that CLI11 cannot parse into their long form,
-// in place, so `vllm serve` command lines work unchanged with `m3serve serve`.
+// in place, so `vllm serve` command lines work unchanged with `m3serve serve` (and `m3serve plan`).
 void expand_vllm_short_options(int argc, char** argv);
 
 }  // namespace m3::app

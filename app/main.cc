@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   m3::app::register_generate(app);
   m3::app::register_score(app);
   m3::app::register_inspect(app);
+  m3::app::register_plan(app);
   m3::app::register_serve(app);
   m3::app::register_bench_serve(app);
   m3::app::register_bench_latency(app);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "app/capacity_plan.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/minimax_m3_runner.h"
@@ -16,6 +17,7 @@
 #if M3SERVE_WITH_CUDA
 #include "kernels/cuda/backend/cuda_backend.h"
 #endif
+#include "model/weight_footprint.h"
 #include "model/weights.h"
 
 namespace m3::app {
@@ -53,22 +55,6 @@ class ConsoleProgress final : public LoadProgress {
   int next_percent_ = 0;
 };
 
-// GPU memory a step takes beyond the weights and the KV pool, kept out of the KV budget: the
-// model's activations for max_num_batched_tokens tokens (bf16: residual, norms, q/k/v, index-Q,
-// attention output, MoE permuted rows and expert activations), the logits of max_num_seqs rows
-// (bf16 and an f32 staging copy), and a fixed margin for the CUDA context, cuBLASLt's workspace
-// and the MSA kernels' schedules.
-int64_t gpu_activation_reserve_bytes(const ModelConfig& c, int max_tokens, int max_seqs) {
-  const int64_t index = c.has_sparse_layers() ? int64_t(c.index_heads + 1) * c.index_head_dim : 0;
-  const int64_t experts = int64_t(c.experts_per_token) * (c.moe_intermediate_size + c.hidden_size);
-  const int64_t mlp = std::max<int64_t>(c.dense_intermediate_size, c.shared_intermediate_size + c.hidden_size) +
-                      experts + 2 * c.num_experts;  // + fp32 router logits
-  const int64_t per_token = 2 * (4 * int64_t(c.hidden_size) + 2 * int64_t(c.num_heads) * c.head_dim +
-                                 2 * int64_t(c.num_kv_heads) * c.head_dim + index + mlp);
-  const int64_t per_row = int64_t(c.vocab_size) * (2 + 4) + 2 * int64_t(c.hidden_size);
-  return (int64_t{1} << 30) + per_token * max_tokens + per_row * max_seqs;
-}
-
 // KV blocks --gpu-memory-utilization leaves: utilization x total GPU memory, minus what is already
 // in use (weights placed, other processes) and `reserve_bytes`, in blocks of block_bytes.
 int64_t gpu_kv_budget_blocks(double utilization, int64_t block_bytes, int64_t reserve_bytes) {
@@ -91,6 +77,26 @@ int64_t gpu_kv_budget_blocks(double utilization, int64_t block_bytes, int64_t re
   (void)reserve_bytes;
   fail("--gpu-memory-utilization needs the CUDA backend, and this build has none");
 #endif
+}
+
+// The figures `m3serve plan` prints, for the one-rank layout this loader runs: the same
+// weight footprint, KV bytes per token and (on the GPU) activation reserve, and how many
+// sequences of max-model-len tokens the pool it sized holds.
+void log_single_device_plan(const ModelPlan& plan, int64_t pool_blocks, const EngineOptions& engine) {
+  const ModelConfig& c = plan.config;
+  const ParallelLayout layout = make_parallel_layout(ParallelConfig{}, model_geometry(c));
+  const WeightFootprint weights = weight_footprint(c, layout.ranks.front());
+  const KvTokenBytes token = kv_token_bytes(plan.kv_layout);
+  const int64_t per_sequence = (plan.max_model_len + plan.kv_layout.block_size - 1) / plan.kv_layout.block_size;
+  const std::string reserve =
+      plan.device == "cuda"
+          ? fmt::format(", activation reserve {:.2f} GB",
+                        gpu_activation_reserve_bytes(c, engine.max_num_batched_tokens, engine.max_num_seqs) / 1e9)
+          : "";
+  M3_LOG_INFO("plan (1 rank): weights {:.2f} GB, KV {} B + index-K {} B = {} B per token{}; the pool holds {} "
+              "sequences of {} tokens",
+              weights.total() / 1e9, token.kv, token.index_k, token.total, reserve, pool_blocks / per_sequence,
+              plan.max_model_len);
 }
 
 std::unique_ptr<Backend> make_device_backend(const std::string& device, bool enforce_eager) {
@@ -306,6 +312,8 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   } else {
     pool = std::max(per_sequence, std::min(kCpuKvBudgetBytes / layout.block_bytes, wanted));
   }
+
+  log_single_device_plan(plan, pool, engine);
 
   Backend* runs_on = m.backend.get();
   if (wrap) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "app/model_loader.h"
+#include "parallel/parallel_config.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -14,13 +15,15 @@ namespace m3::app {
 
 // vLLM options that describe the deployment rather than the model.
 struct DeploymentOptions {
-  int tensor_parallel_size = 1;
+  ParallelConfig parallel;  // -tp, --data-parallel-size, --enable-expert-parallel
   std::string speculative_config;  // JSON
 };
 
-// Checks that need no model files and never touch the GPU driver (serve calls it before blocking
-// SIGINT/SIGTERM in every thread): parallelism, speculative decoding, and the loader's own
-// file-free checks. Throws m3::Error naming the option.
+// Checks that never touch the GPU driver (serve calls it before blocking SIGINT/SIGTERM in every
+// thread): parallelism, speculative decoding, and the loader's own file-free checks. Throws
+// m3::Error naming the option. A parallel layout of more than one rank is checked against the
+// model's config.json when there is one (the layout's own error names a dimension that does not
+// divide) and then refused: the engine runs one rank.
 void check_deployment_options(const DeploymentOptions& options, const ModelOptions& model_options,
                               const EngineOptions& engine_options);
 

@@ -21,9 +21,13 @@ DType parse_activation_dtype(const std::string& name) {
 }
 
 KvLayout kv_layout_for(const ModelConfig& c, KvDType kv_dtype, KvDType index_dtype) {
+  return kv_layout_for(c, kv_dtype, index_dtype, c.num_kv_heads);
+}
+
+KvLayout kv_layout_for(const ModelConfig& c, KvDType kv_dtype, KvDType index_dtype, int kv_heads) {
   std::vector<bool> has_index;
   for (AttentionKind kind : c.attention_kinds) has_index.push_back(kind == AttentionKind::kSparse);
-  return KvLayout::make(c.index_block_size, c.num_kv_heads, c.head_dim,
+  return KvLayout::make(c.index_block_size, kv_heads, c.head_dim,
                         c.has_sparse_layers() ? c.index_head_dim : 0, kv_dtype, index_dtype, std::move(has_index));
 }
 

@@ -40,6 +40,9 @@ BackendConfig backend_config(const ModelConfig& config, DType activation_dtype);
 // The KV pool geometry of `config` (the page is the MSA block, index_block_size tokens; index-K
 // slots on sparse layers only). The model's pool uses it; loaders size the pool with it.
 KvLayout kv_layout_for(const ModelConfig& config, KvDType kv_dtype, KvDType index_dtype);
+// The same for a rank holding `kv_heads` of the KV heads (parallel/layout.h RankShard::kv_heads);
+// the index-K slot stays whole: its one key head is shared by every index head.
+KvLayout kv_layout_for(const ModelConfig& config, KvDType kv_dtype, KvDType index_dtype, int kv_heads);
 
 // "auto" -> float32 for fp32 activations, bfloat16 for bf16 ones; otherwise parse_kv_dtype.
 KvDType resolve_kv_dtype(const std::string& name, DType activation_dtype);

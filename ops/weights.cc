@@ -62,6 +62,22 @@ std::size_t LinearWeight::nbytes() const {
   return (weight.defined() ? weight.nbytes() : 0) + (scale.defined() ? scale.nbytes() : 0);
 }
 
+int64_t linear_weight_bytes(WeightFormat format, int64_t out, int64_t in, int dense_element_bytes) {
+  switch (format) {
+    case WeightFormat::kDense:
+      return out * in * dense_element_bytes;
+    case WeightFormat::kFp8:
+      return out * in + 4;  // one F32 scale
+    case WeightFormat::kFp8Block:
+      return out * in + 4 * ((out + kFp8BlockRows - 1) / kFp8BlockRows) * ((in + kFp8BlockCols - 1) / kFp8BlockCols);
+    case WeightFormat::kMxfp8:
+      return out * in + out * ((in + kMxfp8Block - 1) / kMxfp8Block);
+    case WeightFormat::kNvfp4:
+      return out * ((in + 1) / 2) + out * ((in + kNvfp4Group - 1) / kNvfp4Group);
+  }
+  return 0;
+}
+
 void dequantize_rows(const LinearWeight& w, int64_t row_begin, int64_t row_end, float* out) {
   M3_CHECK(row_begin >= 0 && row_begin <= row_end && row_end <= w.out_features,
            "{}: dequantize rows [{}, {}) out of range for {} output features", w.name, row_begin,

@@ -49,6 +49,11 @@ struct LinearWeight {
   std::size_t nbytes() const;
 };
 
+// Bytes of weight + scales of an [out, in] linear stored in `format` (dense: dense_element_bytes
+// per element, bf16 by default): what LinearWeight::nbytes() gives for such a tensor, known
+// before any tensor exists, so a planner can size a rank's shard of it.
+int64_t linear_weight_bytes(WeightFormat format, int64_t out, int64_t in, int dense_element_bytes = 2);
+
 // Rows [row_begin, row_end) of W as fp32, exactly per the format's definition, into
 // out [(row_end - row_begin) * in_features]. Host tensors only.
 void dequantize_rows(const LinearWeight& w, int64_t row_begin, int64_t row_end, float* out);

@@ -1,0 +1,213 @@
+// `m3serve plan` as a user runs it, against figures worked out by hand from the configs in
+// bench/configs (docs/reference.md 2.1, 2.6, 4.3, 4.4): the seed's capacity figure (M3.1 with
+// NVFP4 KV and index keys on 4 x B300 in DEP4 at 256K tokens: 76 sequences; M3 with FP8 KV: 28),
+// a TP4 layout, and the errors of layouts that do not fit.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using nlohmann::json;
+
+struct CommandRun {
+  int status = -1;
+  std::string out;  // stdout and stderr
+};
+
+CommandRun run_m3serve(const std::string& args) {
+  const std::string command = fmt::format("{} {} 2>&1", M3SERVE_BIN, args);
+  CommandRun r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "cannot run " << command;
+    return r;
+  }
+  std::array<char, 4096> buffer;
+  for (size_t n; (n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0;) r.out.append(buffer.data(), n);
+  r.status = pclose(pipe);
+  return r;
+}
+
+json plan_json(const std::string& args) {
+  const CommandRun r = run_m3serve("plan " + args + " --json");
+  EXPECT_EQ(r.status, 0) << args << "\n" << r.out;
+  try {
+    return json::parse(r.out);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << args << ": output is not JSON (" << e.what() << "):\n" << r.out;
+    return json::object();
+  }
+}
+
+// DEP4 on 4 x B300 at 256K tokens, 0.95 of 288 GB each.
+const std::string kDep4 =
+    "--num-gpus 4 --gpu-memory-gb 288 --data-parallel-size 4 --enable-expert-parallel --max-model-len 262144 "
+    "--gpu-memory-utilization 0.95";
+
+// Both full-size configs share these per-rank pieces in DEP4 (every rank holds the whole
+// attention, dense MLPs, shared experts, embedding and lm_head; H = 6144, vocab 200064):
+//  embedding: embed + lm_head bf16 2 x 200064 x 6144 x 2 = 4,916,772,864, final norm 4 x 6144 = 24,576
+//             -> 4,916,797,440
+//  mxfp8 [out, in] = out x in + out x in / 32 (UE8M0 per 1x32):
+//    q [8192, 6144] 51,904,512; k, v [512, 6144] 3,244,032 each; o [6144, 8192] 51,904,512;
+//    norms 2 x 4 x 6144 + 2 x 4 x 128 = 50,176 -> full-attention layer 110,347,264;
+//    + index_q [512, 6144] 3,244,032, index_k [128, 6144] 811,008, its norms 1,024
+//    -> sparse layer 114,403,328
+//  dense MLP: gate, up [12288, 6144] and down [6144, 12288], 77,856,768 each -> 3 layers 700,710,912
+//  shared expert (gate, up [3072, 6144], down [6144, 3072], 19,464,192 each) + router f32
+//    4 x 128 x 6144 + bias 4 x 128 = 3,146,240 -> 61,538,816 x 57 MoE layers = 3,507,712,512
+//  activation reserve: 2^30 + 2048 tokens x 2 x (4 x 6144 + 2 x 64 x 128 + 2 x 4 x 128 + 5 x 128 +
+//    12288 + 4 x (3072 + 6144) + 2 x 128) = 2048 x 184,064 = 376,963,072, + 64 rows x
+//    (200064 x 6 + 2 x 6144) = 77,611,008 -> 1,528,315,904
+//  budget 0.95 x 288e9 = 273,600,000,000; a 262,144-token sequence is 2048 blocks of 128.
+TEST(PlanCommand, M31Dep4NvFp4HoldsSeventySixSequences) {
+  const json p = plan_json("bench/configs/minimax-m3.1 " + kDep4 +
+                           " --kv-cache-dtype nvfp4 --attention-config '{\"indexer_kv_dtype\": \"nvfp4\"}'");
+  // Routed experts nvfp4 (codes out x in / 2 + E4M3 scales out x in / 16): w1, w3 [3072, 6144]
+  // and w2 [6144, 3072] 10,616,832 each; 128 / 4 = 32 experts x 57 layers x 31,850,496
+  // = 58,095,304,704. Attention: 60 sparse layers x 114,403,328 = 6,864,199,680.
+  // Total 4,916,797,440 + 6,864,199,680 + 700,710,912 + 3,507,712,512 + 58,095,304,704.
+  EXPECT_EQ(p.at("weights_per_rank").at("routed_experts"), 58095304704);
+  EXPECT_EQ(p.at("weights_per_rank").at("attention"), 6864199680);
+  EXPECT_EQ(p.at("weights_per_rank_bytes"), 74084725248);
+  // nvfp4 row of 128 = 64 + 8 B: K+V 60 x 4 heads x 2 x 72 = 34,560; index-K 60 x 72 = 4,320.
+  EXPECT_EQ(p.at("kv_bytes_per_token"), 34560);
+  EXPECT_EQ(p.at("index_k_bytes_per_token"), 4320);
+  EXPECT_EQ(p.at("kv_total_bytes_per_token"), 38880);
+  EXPECT_EQ(p.at("activation_reserve_bytes"), 1528315904);
+  // 273,600,000,000 - 74,084,725,248 - 1,528,315,904 = 197,986,958,848 B / (128 x 38,880 B) =
+  // 39,783 blocks; / 2048 = 19 sequences per rank, x 4 ranks = 76.
+  EXPECT_EQ(p.at("kv_pool_bytes_per_rank"), 197986958848);
+  EXPECT_EQ(p.at("kv_blocks_per_rank"), 39783);
+  EXPECT_EQ(p.at("sequences_per_data_parallel_rank"), 19);
+  EXPECT_EQ(p.at("max_concurrent_sequences"), 76);
+  EXPECT_EQ(p.at("expert_parallel_size"), 4);
+  EXPECT_EQ(p.at("attention_data_parallel"), true);
+  EXPECT_EQ(p.at("rank0").at("experts"), 32);
+  EXPECT_EQ(p.at("rank0").at("q_heads"), 64);
+}
+
+TEST(PlanCommand, M3Dep4Fp8KvHoldsTwentyEightSequences) {
+  // The figure's M3 case sets only the KV dtype: the index keys stay bf16 (vLLM's
+  // --kv-cache-dtype leaves the index cache alone, which is why the M3.1 line sets
+  // indexer_kv_dtype); m3serve's default index dtype is the KV dtype, so it is given here.
+  const json p = plan_json("bench/configs/minimax-m3 " + kDep4 +
+                           " --kv-cache-dtype fp8 --attention-config '{\"indexer_kv_dtype\": \"bfloat16\"}'");
+  // Routed experts mxfp8: w1, w3, w2 19,464,192 each -> 32 x 57 x 58,392,576 = 106,508,058,624.
+  // Attention: 3 full layers x 110,347,264 + 57 sparse x 114,403,328 = 6,852,031,488.
+  // Total 4,916,797,440 + 6,852,031,488 + 700,710,912 + 3,507,712,512 + 106,508,058,624.
+  EXPECT_EQ(p.at("weights_per_rank_bytes"), 122485310976);
+  // fp8 K+V 60 x 4 x 2 x 128 = 61,440; bf16 index-K on the 57 sparse layers 57 x 256 = 14,592.
+  EXPECT_EQ(p.at("kv_bytes_per_token"), 61440);
+  EXPECT_EQ(p.at("index_k_bytes_per_token"), 14592);
+  EXPECT_EQ(p.at("kv_total_bytes_per_token"), 76032);
+  // 273,600,000,000 - 122,485,310,976 - 1,528,315,904 = 149,586,373,120 B / (128 x 76,032 B) =
+  // 15,370 blocks; / 2048 = 7 per rank, x 4 = 28.
+  EXPECT_EQ(p.at("kv_blocks_per_rank"), 15370);
+  EXPECT_EQ(p.at("max_concurrent_sequences"), 28);
+  // With fp8 index keys too (57 x 128 = 7,296 B, 68,736 B a token): 149,586,373,120 /
+  // (128 x 68,736) = 17,001 blocks = 8 per rank, 32 in all.
+  const json fp8_index = plan_json("bench/configs/minimax-m3 " + kDep4 + " --kv-cache-dtype fp8");
+  EXPECT_EQ(fp8_index.at("index_k_bytes_per_token"), 7296);
+  EXPECT_EQ(fp8_index.at("max_concurrent_sequences"), 32);
+}
+
+TEST(PlanCommand, Tp4OnH200SplitsHeadsAndVocab) {
+  // -tp 4: 16 query heads, 1 KV head and 1 index head per rank; the vocabulary 200064 = 4 x 50016.
+  const json p = plan_json(
+      "bench/configs/minimax-m3.1 --num-gpus 4 --gpu-memory-gb 141 -tp 4 --kv-cache-dtype nvfp4 "
+      "--max-model-len 131072");
+  EXPECT_EQ(p.at("rank0").at("q_heads"), 16);
+  EXPECT_EQ(p.at("rank0").at("kv_heads"), 1);
+  EXPECT_EQ(p.at("rank0").at("index_heads"), 1);
+  EXPECT_EQ(p.at("rank0").at("vocab_rows"), 50016);
+  EXPECT_EQ(p.at("rank0").at("expert_intermediate"), 768);
+  // One KV head: K+V 60 x 1 x 2 x 72 = 8,640; the index key is one head every rank keeps: 4,320.
+  EXPECT_EQ(p.at("kv_bytes_per_token"), 8640);
+  EXPECT_EQ(p.at("index_k_bytes_per_token"), 4320);
+  // embedding: 2 x 50016 x 6144 x 2 + 24,576 = 1,229,217,792.
+  EXPECT_EQ(p.at("weights_per_rank").at("embedding"), 1229217792);
+}
+
+TEST(PlanCommand, VocabularyPadsToAMultipleOfTheRanks) {
+  // The tiny model (4 query heads, 2 KV heads, experts of width 32) with an odd vocabulary of 8191:
+  // -tp 4 pads it to 8192 = 4 x 2048 rows per rank and replicates each KV head on 2 ranks.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / fmt::format("m3_plan_vocab_{}", getpid());
+  std::filesystem::create_directories(dir);
+  json config = json::parse(std::ifstream("models/minimax-m3-tiny/config.json"));
+  config["vocab_size"] = 8191;
+  std::ofstream(dir / "config.json") << config.dump();
+  const json p = plan_json(dir.string() + " --num-gpus 4 --gpu-memory-gb 1 -tp 4");
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(p.at("padded_vocab_size"), 8192);
+  EXPECT_EQ(p.at("rank0").at("vocab_rows"), 2048);
+  EXPECT_EQ(p.at("kv_head_replicas"), 2);
+  // embed + lm_head bf16 2 x 2048 x 256 x 2 + final norm 4 x 256: the padded rows count.
+  EXPECT_EQ(p.at("weights_per_rank").at("embedding"), 2 * 2048 * 256 * 2 + 4 * 256);
+}
+
+TEST(PlanCommand, BadLayoutsFailNamingTheDimension) {
+  const CommandRun tp3 = run_m3serve("plan bench/configs/minimax-m3.1 --num-gpus 3 --gpu-memory-gb 141 -tp 3");
+  EXPECT_NE(tp3.status, 0);
+  EXPECT_NE(tp3.out.find("-tp 3: num_attention_heads 64 is not a multiple of 3"), std::string::npos) << tp3.out;
+  const CommandRun many = run_m3serve(
+      "plan models/minimax-m3-tiny --num-gpus 16 --gpu-memory-gb 1 -tp 2 --data-parallel-size 8 "
+      "--enable-expert-parallel");
+  EXPECT_NE(many.status, 0);
+  EXPECT_NE(many.out.find("EP size 16 (-tp 2 x --data-parallel-size 8) is more ranks than num_local_experts 8"),
+            std::string::npos)
+      << many.out;
+  // -tp 64 divides every dimension, but the shared expert's 3072 columns of down_proj become 48
+  // per rank: one and a half 1x32 MXFP8 scale blocks.
+  const CommandRun tp64 = run_m3serve("plan bench/configs/minimax-m3.1 --num-gpus 64 --gpu-memory-gb 141 -tp 64");
+  EXPECT_NE(tp64.status, 0);
+  EXPECT_NE(tp64.out.find("shared_experts.down_proj: a rank holds 48 of its 3072 input columns, which cuts its mxfp8 "
+                          "scale blocks of 32 columns"),
+            std::string::npos)
+      << tp64.out;
+  const CommandRun gpus = run_m3serve("plan models/minimax-m3-tiny --num-gpus 3 --gpu-memory-gb 1 -tp 2");
+  EXPECT_NE(gpus.status, 0);
+  EXPECT_NE(gpus.out.find("--num-gpus 3: the layout -tp 2 x --data-parallel-size 1 uses 2 GPUs"), std::string::npos)
+      << gpus.out;
+}
+
+TEST(PlanCommand, TextReportCarriesTheCount) {
+  const CommandRun r = run_m3serve("plan bench/configs/minimax-m3.1 " + kDep4 +
+                            " --kv-cache-dtype nvfp4 --attention-config '{\"indexer_kv_dtype\": \"nvfp4\"}'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("19 sequences per data-parallel rank x 4 = 76 concurrent sequences"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("K+V 34560 B (nvfp4) + index-K 4320 B (nvfp4) = 38880 B"), std::string::npos) << r.out;
+}
+
+// serve refuses several ranks, but a layout that cannot split the model is told so by the same
+// validation as plan (the tiny model has 4 query heads), before any port is bound.
+TEST(ServeParallelOptions, LayoutErrorsFirstThenTheOneRankRefusal) {
+  const CommandRun tp3 = run_m3serve("serve models/minimax-m3-tiny -tp 3 --port 0");
+  EXPECT_EQ(WEXITSTATUS(tp3.status), 1) << tp3.out;
+  EXPECT_NE(tp3.out.find("-tp 3: num_attention_heads 4 is not a multiple of 3"), std::string::npos) << tp3.out;
+  const CommandRun tp2 = run_m3serve("serve models/minimax-m3-tiny -tp 2 --port 0");
+  EXPECT_EQ(WEXITSTATUS(tp2.status), 1) << tp2.out;
+  EXPECT_NE(tp2.out.find("-tp/--tensor-parallel-size 2 x --data-parallel-size 1 (the layout fits the model; per rank: "
+                         "query heads 2, KV heads 1, routed experts 8): m3serve runs a model on a single device"),
+            std::string::npos)
+      << tp2.out;
+  const CommandRun ep = run_m3serve("serve models/minimax-m3-tiny --data-parallel-size 16 --enable-expert-parallel");
+  EXPECT_EQ(WEXITSTATUS(ep.status), 1) << ep.out;
+  EXPECT_NE(ep.out.find("EP size 16 (-tp 1 x --data-parallel-size 16) is more ranks than num_local_experts 8"),
+            std::string::npos)
+      << ep.out;
+}
+
+}  // namespace
