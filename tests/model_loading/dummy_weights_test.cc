@@ -7,25 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "model/weights.h"
+#include "tests/model_loading/small_config.h"
 
 namespace m3 {
 namespace {
 
 using json = nlohmann::json;
-
-ModelConfig config_with(const json& quant) {
-  json j = json::parse(R"({
-    "model_type": "minimax_m3_vl_text", "vocab_size": 96, "hidden_size": 256,
-    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-    "intermediate_size": 96, "shared_intermediate_size": 64, "dense_intermediate_size": 200,
-    "num_local_experts": 4, "num_experts_per_tok": 2, "max_position_embeddings": 256,
-    "rope_parameters": {"rope_theta": 10000.0, "partial_rotary_factor": 0.5},
-    "layer_types": ["full_attention", "minimax_m3_sparse", "minimax_m3_sparse"],
-    "mlp_layer_types": ["dense", "sparse", "sparse"],
-    "index_n_heads": 2, "index_head_dim": 32, "index_block_size": 8, "index_topk_blocks": 4})");
-  if (!quant.is_null()) j["quantization_config"] = quant;
-  return parse_model_config(j, "dummy-test");
-}
 
 std::vector<const LinearWeight*> all_linears(const ModelWeights& w) {
   std::vector<const LinearWeight*> out{&w.lm_head};
@@ -96,7 +83,7 @@ class DummyWeights : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DummyWeights, FormatsShapesStatisticsAndDeterminism) {
   const Case& k = GetParam();
-  ModelConfig c = config_with(k.quant);
+  ModelConfig c = testing::small_quantized_config(k.quant);
   ModelWeights a = make_dummy_weights(c, 42);
   ASSERT_EQ(a.layers.size(), 3u);
   EXPECT_EQ(a.embed.shape(), (Shape{96, 256}));
@@ -165,7 +152,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(DummyWeightsIgnore, IgnoredLayersStayUnquantized) {
   ModelConfig c =
-      config_with({{"quant_method", "mxfp8"}, {"ignored_layers", {"re:.*self_attn\\.o_proj$"}}});
+      testing::small_quantized_config({{"quant_method", "mxfp8"}, {"ignored_layers", {"re:.*self_attn\\.o_proj$"}}});
   ModelWeights w = make_dummy_weights(c, 1);
   EXPECT_EQ(w.layers[1].attn.o.format, WeightFormat::kDense);
   EXPECT_EQ(w.layers[1].attn.q.format, WeightFormat::kMxfp8);
@@ -173,7 +160,7 @@ TEST(DummyWeightsIgnore, IgnoredLayersStayUnquantized) {
 
 TEST(DummyWeightsTied, LmHeadIsTheEmbedding) {
   json q = nullptr;
-  ModelConfig c = config_with(q);
+  ModelConfig c = testing::small_quantized_config(q);
   c.tie_word_embeddings = true;
   ModelWeights w = make_dummy_weights(c, 1);
   EXPECT_EQ(w.lm_head.weight.data(), w.embed.data());

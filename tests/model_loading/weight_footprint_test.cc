@@ -9,25 +9,12 @@
 #include "model/config.h"
 #include "model/weight_footprint.h"
 #include "model/weights.h"
+#include "tests/model_loading/small_config.h"
 
 namespace m3 {
 namespace {
 
 using json = nlohmann::json;
-
-ModelConfig small_config(const json& quant) {
-  json j = json::parse(R"({
-    "model_type": "minimax_m3_vl_text", "vocab_size": 96, "hidden_size": 256,
-    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-    "intermediate_size": 96, "shared_intermediate_size": 64, "dense_intermediate_size": 200,
-    "num_local_experts": 4, "num_experts_per_tok": 2, "max_position_embeddings": 256,
-    "rope_parameters": {"rope_theta": 10000.0, "partial_rotary_factor": 0.5},
-    "layer_types": ["full_attention", "minimax_m3_sparse", "minimax_m3_sparse"],
-    "mlp_layer_types": ["dense", "sparse", "sparse"],
-    "index_n_heads": 2, "index_head_dim": 32, "index_block_size": 8, "index_topk_blocks": 4})");
-  if (!quant.is_null()) j["quantization_config"] = quant;
-  return parse_model_config(j, "footprint-test");
-}
 
 int64_t bytes(const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
 int64_t bytes(const LinearWeight& w) { return w.defined() ? static_cast<int64_t>(w.nbytes()) : 0; }
@@ -54,7 +41,7 @@ RankShard one_rank(const ModelConfig& c) {
 class FootprintMatchesDummyWeights : public ::testing::TestWithParam<json> {};
 
 TEST_P(FootprintMatchesDummyWeights, OneRankIsTheWholeModel) {
-  const ModelConfig c = small_config(GetParam());
+  const ModelConfig c = testing::small_quantized_config(GetParam());
   const ModelWeights w = make_dummy_weights(c, 1);
   EXPECT_EQ(weight_footprint(c, one_rank(c)).total(), allocated_bytes(w, c.tie_word_embeddings)) << GetParam().dump();
 }
@@ -71,7 +58,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(WeightFootprint, RanksHoldTheirShare) {
   // mxfp8 linears, nvfp4 experts: 4 experts of [96 x 256] w1/w3 and [256 x 96] w2 on 2 MoE layers.
-  const ModelConfig c = small_config(
+  const ModelConfig c = testing::small_quantized_config(
       {{"quant_method", "mxfp8"}, {"moe_quant_algo", "NVFP4"}, {"moe_quant_format", "nvfp4-pack-quantized"}});
   const WeightFootprint whole = weight_footprint(c, one_rank(c));
   // nvfp4 [96, 256]: 96 x 128 codes + 96 x 16 scales = 13824; [256, 96]: 256 x 48 + 256 x 6 = 13824.
