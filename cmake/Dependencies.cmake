@@ -8,6 +8,8 @@ find_package(CLI11 REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
+# Collectives of the CPU backend's parallel layouts (libgloo-dev).
+find_package(Gloo REQUIRED)
 # The HTTP server: Boost.Beast and Boost.Asio (header-only, libboost-dev), TLS through OpenSSL
 # (libssl-dev). Required unless M3_BUILD_SERVER is OFF (the GPU machine's kernel-check builds).
 if(M3_BUILD_SERVER)

@@ -3,7 +3,7 @@
 # Safe to run repeatedly; uses sudo when not root. Set M3_SKIP_APT=1 to skip (e.g. offline machines).
 set -euo pipefail
 [[ "${M3_SKIP_APT:-0}" == 1 ]] && exit 0
-PKGS=(build-essential cmake ninja-build pkg-config
+PKGS=(build-essential cmake ninja-build pkg-config libgloo-dev
       nlohmann-json3-dev libboost-dev libssl-dev libcli11-dev libfmt-dev libpcre2-dev libxxhash-dev
       libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev
       python3 python3-jinja2 python3-numpy nodejs curl ca-certificates)
