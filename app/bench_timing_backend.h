@@ -47,8 +47,11 @@ class TimingBackend final : public Backend {
     if (timing_) body();
     else inner_.run_replayable(key, body);
   }
-  void embed(const Tensor& table, Tensor out) override {
-    timed("embed", [&] { inner_.embed(table, out); });
+  void embed(const Tensor& table, int64_t first_id, Tensor out) override {
+    timed("embed", [&] { inner_.embed(table, first_id, out); });
+  }
+  void concat_column_parts(const Tensor& parts, int num_parts, Tensor out) override {
+    timed("concat_column_parts", [&] { inner_.concat_column_parts(parts, num_parts, out); });
   }
   void gather_logits_rows(const Tensor& x, Tensor out) override {
     timed("gather_logits_rows", [&] { inner_.gather_logits_rows(x, out); });

@@ -224,8 +224,9 @@ double median(std::vector<double> v) {
 // The model on a timing wrapper of the chosen backend, with the weights' byte summary.
 struct BenchModel {
   LoadedModel loaded;
-  TimingBackend* timing = nullptr;  // loaded.wrapper
-  MiniMaxM3* model = nullptr;
+  TimingBackend* timing = nullptr;  // rank 0's wrapper (its ops are timed)
+  MiniMaxM3* model = nullptr;       // rank 0's
+  std::unique_ptr<ModelRunner> runner;  // every rank
   std::string device;
   WeightBytes weights;
 };
@@ -251,12 +252,13 @@ BenchModel load_bench_model(const BenchLatencyOptions& o, const std::vector<Deco
   const EngineOptions step{max_batch, o.chunk_size, false};  // the largest step: its activations stay out of the KV budget
   BenchModel m;
   m.loaded = load_model(o.model, step, KvDemand{1, largest * block_size},
-                        [&m](Backend& inner) {
+                        [&m](Backend& inner, int rank) {
                           auto timing = std::make_unique<TimingBackend>(inner);
-                          m.timing = timing.get();
+                          if (rank == 0) m.timing = timing.get();
                           return std::unique_ptr<Backend>(std::move(timing));
                         });
-  m.model = m.loaded.model.get();
+  m.model = &m.loaded.model();
+  m.runner = m.loaded.make_runner();
   m.device = m.loaded.device;
   m.weights = measure_weights(m.model->config(), m.model->weights());
   M3_LOG_INFO("bench: backend {}, {} layers, KV {} (index {}), pool {} blocks ({:.1f} MiB)", m.device,
@@ -302,7 +304,7 @@ nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const Dec
     greedy.rows.push_back(row);
   }
   std::vector<int32_t> ids(size_t(c.batch));
-  const auto step = [&] { m.model->forward_sample(batch, greedy, ids.data(), {}, nullptr); };
+  const auto step = [&] { m.runner->forward_sample(batch, greedy, ids.data(), {}, nullptr); };
   const double step_s = median(time_runs(o.warmup, o.iters, step));
   const double weight_bytes = m.weights.touched(c.batch);
   const double kv_bytes = decode_kv_bytes(config, m.model->kv_layout(), c.batch, c.context);
@@ -340,7 +342,7 @@ nlohmann::json run_prefill(BenchModel& m, const BenchLatencyOptions& o, const Pr
   std::vector<float> logits(config.vocab_size);
   // The last chunk's logits copy waits for the device, so the run's time covers every chunk.
   const auto prompt = [&] {
-    for (const StepBatch& b : chunks) m.model->forward(b, logits.data());
+    for (const StepBatch& b : chunks) m.runner->forward(b, logits.data());
   };
   const double s = median(time_runs(std::min(o.warmup, 1), std::max(1, o.iters / 2), prompt));
   const double flops = prefill_flops(config, m.weights, c.len);

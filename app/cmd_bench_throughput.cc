@@ -72,8 +72,8 @@ void run(BenchThroughputOptions o) {
 
   const uint64_t input_tokens = uint64_t(o.num_prompts) * o.input_len;
   nlohmann::json out = {{"model", o.model.model_dir},
-                        {"num_layers", loaded.model->config().num_layers},
-                        {"backend", std::string(loaded.backend->name())},
+                        {"num_layers", loaded.model().config().num_layers},
+                        {"backend", std::string(loaded.ranks.front().backend->name())},
                         {"num_requests", o.num_prompts},
                         {"input_len", o.input_len},
                         {"output_len", o.output_len},

@@ -33,7 +33,7 @@ void run(GenerateOptions o) {
   request.id = "generate";
   request.prompt_token_ids = parse_prompt_ids(o.prompt_ids, engine->vocab_size());
   request.sampling = o.sampling;
-  request.eos_token_ids = loaded.model->config().eos_token_ids;
+  request.eos_token_ids = loaded.model().config().eos_token_ids;
   const std::vector<int32_t> prompt = request.prompt_token_ids;
   std::vector<EngineRequest> requests;
   requests.push_back(std::move(request));

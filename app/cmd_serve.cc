@@ -6,6 +6,7 @@
 // progress bar, print the KV capacity, then serve. SIGINT/SIGTERM drain: new requests get 503,
 // requests in flight finish (up to --shutdown-timeout, then they are aborted), and the process
 // exits 0. A second signal aborts at once.
+#include <algorithm>
 #include <pthread.h>
 #include <signal.h>
 
@@ -184,7 +185,7 @@ void run_serve(ServeArgs& a) {
     auto& ids = context->eos_token_ids;
     if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
   };
-  for (int32_t id : loaded.model->config().eos_token_ids) add_eos(id);
+  for (int32_t id : loaded.model().config().eos_token_ids) add_eos(id);
   for (int32_t id : context->defaults.eos_token_ids) add_eos(id);
   if (auto id = tokenizer.eos_token_id()) add_eos(*id);
   M3_CHECK(tokenizer.vocab_size() <= engine->vocab_size(),
@@ -302,15 +303,6 @@ void register_serve(CLI::App& app) {
 
   // Engine and deployment.
   add_engine_options(*cmd, a.engine);
-  cmd->add_option("-t,--tensor-parallel-size", a.deployment.parallel.tensor_parallel_size,
-                  "GPUs per model (-tp N is accepted too); m3serve runs on one device, so "
-                  "values above 1 are rejected at start (after the layout is checked against the model)")
-      ->capture_default_str();
-  cmd->add_option("--data-parallel-size", a.deployment.parallel.data_parallel_size,
-                  "model copies; values above 1 are rejected at start, as -tp (m3serve plan sizes them)")
-      ->capture_default_str();
-  cmd->add_flag("--enable-expert-parallel", a.deployment.parallel.enable_expert_parallel,
-                "spread routed experts over the ranks (a no-op on one rank)");
   cmd->add_option("--speculative-config", a.deployment.speculative_config,
                   "JSON, as vLLM's; m3serve has no speculative decoding (DSpark) yet, so any "
                   "value is rejected at start with an error naming the method");
@@ -332,10 +324,12 @@ void register_serve(CLI::App& app) {
 }
 
 void expand_vllm_short_options(int argc, char** argv) {
-  // vLLM spells the tensor-parallel option "-tp"; CLI11 would read that as "-t p". Only the
-  // serve and plan commands' arguments are rewritten.
+  // vLLM spells the tensor-parallel option "-tp"; CLI11 would read that as "-t p". Every command
+  // that takes the parallel options (serve, generate, score, bench, plan) gets it rewritten.
   static char kLongName[] = "--tensor-parallel-size";
-  if (argc < 2 || (std::string_view(argv[1]) != "serve" && std::string_view(argv[1]) != "plan")) return;
+  static const std::string_view kCommands[] = {"serve", "generate", "score", "bench", "plan"};
+  if (argc < 2 || std::find(std::begin(kCommands), std::end(kCommands), std::string_view(argv[1])) == std::end(kCommands))
+    return;
   for (int i = 2; i < argc; ++i) {
     if (std::string_view(argv[i]) == "-tp") argv[i] = kLongName;
   }

@@ -5,9 +5,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "app/capacity_plan.h"
 #include "core/error.h"
@@ -18,7 +21,12 @@
 #include "kernels/cuda/backend/cuda_backend.h"
 #endif
 #include "model/weight_footprint.h"
+#include "model/weight_shard.h"
 #include "model/weights.h"
+#include "parallel/gloo_communicator.h"
+#if M3SERVE_WITH_NCCL
+#include "parallel/nccl_communicator.h"
+#endif
 
 namespace m3::app {
 namespace {
@@ -79,12 +87,12 @@ int64_t gpu_kv_budget_blocks(double utilization, int64_t block_bytes, int64_t re
 #endif
 }
 
-// The figures `m3serve plan` prints, for the one-rank layout this loader runs: the same
-// weight footprint, KV bytes per token and (on the GPU) activation reserve, and how many
-// sequences of max-model-len tokens the pool it sized holds.
-void log_single_device_plan(const ModelPlan& plan, int64_t pool_blocks, const EngineOptions& engine) {
+// The figures `m3serve plan` prints, for the layout this loader runs: the same weight footprint
+// per rank, KV bytes per token and (on the GPU) activation reserve, and how many sequences of
+// max-model-len tokens the pool it sized holds.
+void log_plan(const ModelPlan& plan, int64_t pool_blocks, const EngineOptions& engine) {
   const ModelConfig& c = plan.config;
-  const ParallelLayout layout = make_parallel_layout(ParallelConfig{}, model_geometry(c));
+  const ParallelLayout& layout = plan.layout;
   const WeightFootprint weights = weight_footprint(c, layout.ranks.front());
   const KvTokenBytes token = kv_token_bytes(plan.kv_layout);
   const int64_t per_sequence = (plan.max_model_len + plan.kv_layout.block_size - 1) / plan.kv_layout.block_size;
@@ -93,10 +101,29 @@ void log_single_device_plan(const ModelPlan& plan, int64_t pool_blocks, const En
           ? fmt::format(", activation reserve {:.2f} GB",
                         gpu_activation_reserve_bytes(c, engine.max_num_batched_tokens, engine.max_num_seqs) / 1e9)
           : "";
-  M3_LOG_INFO("plan (1 rank): weights {:.2f} GB, KV {} B + index-K {} B = {} B per token{}; the pool holds {} "
-              "sequences of {} tokens",
+  M3_LOG_INFO("plan ({} rank{}, -tp {}{}): weights {:.2f} GB per rank, KV {} B + index-K {} B = {} B per token per "
+              "rank{}; the pool holds {} sequences of {} tokens",
+              layout.config.world_size(), layout.config.world_size() == 1 ? "" : "s",
+              layout.config.tensor_parallel_size, layout.config.enable_expert_parallel ? ", expert parallel" : "",
               weights.total() / 1e9, token.kv, token.index_k, token.total, reserve, pool_blocks / per_sequence,
               plan.max_model_len);
+}
+
+int cuda_device_count() {
+#if M3SERVE_WITH_CUDA
+  return m3::cuda_device_count();
+#else
+  return 0;
+#endif
+}
+
+// Binds the calling thread (a rank's) to GPU `device`.
+void use_device(int device) {
+#if M3SERVE_WITH_CUDA
+  use_cuda_device(device);
+#else
+  fail("GPU {}: this build has no CUDA backend", device);
+#endif
 }
 
 std::unique_ptr<Backend> make_device_backend(const std::string& device, bool enforce_eager) {
@@ -126,7 +153,30 @@ void check_model_options(const ModelOptions& o) {
   M3_CHECK(!o.gpu_memory_utilization || o.device != "cpu",
            "--gpu-memory-utilization applies to GPU memory and --device cpu runs on the CPU backend; size the KV "
            "cache with --kv-cache-memory or --num-kv-blocks");
-  parse_attention_config(o.attention_config);
+  check_parallel_config(o.parallel);
+  // Data-parallel attention needs one scheduler per copy, with the experts shared across copies
+  // through all-to-all dispatch; the engine drives one copy for now.
+  M3_CHECK(o.parallel.data_parallel_size == 1,
+           "--data-parallel-size {}: data-parallel attention (DEP) is not implemented yet; use -tp (tensor "
+           "parallel) with --enable-expert-parallel, and `m3serve plan` to size a DEP layout",
+           o.parallel.data_parallel_size);
+  M3_CHECK(o.nnodes >= 1, "--nnodes must be >= 1, got {}", o.nnodes);
+  M3_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank {} outside [0, --nnodes {})", o.node_rank,
+           o.nnodes);
+  M3_CHECK(o.master_port > 0 && o.master_port < 65536, "--master-port {} is not a TCP port", o.master_port);
+  if (o.nnodes > 1) {
+    M3_CHECK(!o.master_addr.empty(),
+             "--nnodes {}: the hosts meet at --master-addr (the address of node 0) and --master-port; give "
+             "--master-addr",
+             o.nnodes);
+    fail("--nnodes {}: joining ranks across hosts is not implemented yet; one process drives the GPUs of one host "
+         "(-tp up to its GPU count)",
+         o.nnodes);
+  }
+  const AttentionConfig attention = parse_attention_config(o.attention_config);
+  M3_CHECK(!attention.indexer_decode_cp || o.parallel.tensor_parallel_size > 1,
+           "--attention-config indexer_decode_cp: indexer decode context parallelism splits the index cache over the "
+           "-tp ranks, and -tp is 1; use -tp 2 or more, or drop it");
 }
 
 void check_engine_options(const EngineOptions& o) {
@@ -157,6 +207,21 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--device", o.device, "auto (cuda when a GPU is present), cpu or cuda")->capture_default_str();
   cmd.add_flag("--enforce-eager", o.enforce_eager,
                "cuda: launch every decode step's kernels one by one instead of replaying CUDA graphs");
+  cmd.add_option("-t,--tensor-parallel-size", o.parallel.tensor_parallel_size,
+                 "ranks one model is split over (-tp N is accepted too): GPUs of this host, one per rank, or "
+                 "threads on the CPU")
+      ->capture_default_str();
+  cmd.add_option("--data-parallel-size", o.parallel.data_parallel_size,
+                 "model copies, each scheduling its own requests (data-parallel attention; not implemented yet: "
+                 "values above 1 are refused)")
+      ->capture_default_str();
+  cmd.add_flag("--enable-expert-parallel", o.parallel.enable_expert_parallel,
+               "spread the routed experts whole over the ranks instead of splitting each expert's width");
+  cmd.add_option("--nnodes", o.nnodes, "hosts of the deployment (more than 1 is refused: not implemented yet)")
+      ->capture_default_str();
+  cmd.add_option("--node-rank", o.node_rank, "this host's index among --nnodes")->capture_default_str();
+  cmd.add_option("--master-addr", o.master_addr, "address of node 0, where the hosts meet");
+  cmd.add_option("--master-port", o.master_port, "port on --master-addr")->capture_default_str();
 }
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o) {
@@ -178,9 +243,7 @@ AttentionConfig parse_attention_config(const std::string& text) {
       config.indexer_kv_dtype = value.get<std::string>();
     } else if (key == "indexer_decode_cp") {
       M3_CHECK(value.is_boolean(), "--attention-config: indexer_decode_cp must be true or false");
-      M3_CHECK(!value.get<bool>(),
-               "--attention-config: indexer_decode_cp (indexer decode context parallelism) needs several ranks, "
-               "and this m3serve runs a model on one device; remove it");
+      config.indexer_decode_cp = value.get<bool>();
     } else {
       fail("--attention-config: unsupported key '{}' (supported: indexer_kv_dtype, indexer_decode_cp)", key);
     }
@@ -259,7 +322,16 @@ ModelPlan plan_model(const ModelOptions& o) {
            "--gpu-memory-utilization applies to GPU memory and this model runs on the CPU backend{}; size the KV "
            "cache with --kv-cache-memory or --num-kv-blocks",
            o.device == "auto" ? " (no usable GPU found)" : "");
-  p.kv_layout = kv_layout_for(c, p.runtime.kv_dtype, p.runtime.index_dtype);
+  p.attention = attention;
+  p.layout = make_parallel_layout(o.parallel, model_geometry(c));  // a -tp that does not divide fails here
+  p.kv_layout = kv_layout_for(c, p.runtime.kv_dtype, p.runtime.index_dtype,
+                              static_cast<int>(p.layout.ranks.front().kv_heads.size));
+  if (p.device == "cuda") {
+    const int gpus = cuda_device_count();
+    M3_CHECK(p.layout.config.world_size() <= gpus,
+             "-tp {}: one rank per GPU, and this host has {} usable CUDA device{}", p.layout.config.world_size(), gpus,
+             gpus == 1 ? "" : "s");
+  }
   p.max_model_len = o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(c.max_position_embeddings, kDefaultModelLen);
   return p;
 }
@@ -269,6 +341,7 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   ModelPlan plan = plan_model(o);
   const KvLayout& layout = plan.kv_layout;
   const auto blocks_for = [&](int64_t tokens) { return (tokens + layout.block_size - 1) / layout.block_size; };
+  const int num_ranks = plan.layout.config.world_size();
 
   const auto t0 = std::chrono::steady_clock::now();
   ModelWeights weights;
@@ -284,15 +357,61 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   LoadedModel m;
   m.device = plan.device;
   m.max_model_len = plan.max_model_len;
-  m.backend = make_device_backend(plan.device, o.enforce_eager);
+  m.layout = plan.layout;
+  m.ranks.resize(num_ranks);
+  std::vector<ModelWeights> rank_weights(num_ranks);
+  std::vector<int64_t> gpu_budget(num_ranks, 0);
+  const double utilization = o.gpu_memory_utilization.value_or(kDefaultGpuMemoryUtilization);
+  const int64_t reserve = plan.device == "cuda"
+                              ? gpu_activation_reserve_bytes(plan.config, engine.max_num_batched_tokens, engine.max_num_seqs)
+                              : 0;
+  const bool gpu_budget_sizes_pool = plan.device == "cuda" && o.num_kv_blocks == 0 && o.kv_cache_memory.empty();
+
+  // Each rank: its backend, its group, its slice of the weights on its device, and its KV budget.
+  // Ranks run on their own threads (a GPU each) when there are several.
   const auto t1 = std::chrono::steady_clock::now();
-  weights = place_weights(std::move(weights), *m.backend);  // cuda: the weights move to the GPU
+  GlooRendezvous gloo = GlooRendezvous::in_process();
+#if M3SERVE_WITH_NCCL
+  const NcclUniqueId nccl_id = plan.device == "cuda" && num_ranks > 1 ? make_nccl_unique_id() : NcclUniqueId{};
+#endif
+  const auto set_up_rank = [&](int r) {
+    RankModel& rank = m.ranks[r];
+    rank.backend = make_device_backend(plan.device, o.enforce_eager);
+    if (num_ranks > 1) {
+      if (plan.device == "cpu") {
+        rank.tp = connect_gloo(gloo, r, num_ranks, "tp");
+      } else {
+#if M3SERVE_WITH_NCCL
+        rank.tp = connect_nccl(nccl_id, r, num_ranks, r, cuda_backend_stream(*rank.backend), "tp");
+#else
+        fail("-tp {} on the GPU needs NCCL, and this build has none", num_ranks);
+#endif
+      }
+    }
+    ModelWeights mine = num_ranks == 1 ? std::move(weights)
+                                       : shard_weights(weights, plan.config, plan.layout.ranks[r],
+                                                       plan.layout.padded_vocab_size);
+    rank_weights[r] = place_weights(std::move(mine), *rank.backend);  // cuda: the weights move to the GPU
+    if (gpu_budget_sizes_pool) gpu_budget[r] = gpu_kv_budget_blocks(utilization, layout.block_bytes, reserve);
+  };
+  if (num_ranks == 1) {
+    set_up_rank(0);
+  } else {
+    const int threads_per_rank = std::max(1, omp_get_max_threads() / num_ranks);
+    m.workers = std::make_unique<RankWorkers>(num_ranks, [&](int r) {
+      if (plan.device == "cuda") use_device(r);
+      else omp_set_num_threads(threads_per_rank);  // the CPU backend's loops share the cores between ranks
+    });
+    m.workers->run(set_up_rank);
+    weights = ModelWeights{};  // the ranks hold their slices (views into it stay alive through keep_alive)
+  }
   if (plan.device != "cpu") {
-    M3_LOG_INFO("weights placed on {} in {:.2f} s", plan.device,
+    M3_LOG_INFO("weights placed on {} rank{} in {:.2f} s", num_ranks, num_ranks == 1 ? "" : "s",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
   }
 
-  // The KV pool: as given, else the demand within the device's budget.
+  // The KV pool: as given, else the demand within the device's budget (the smallest rank's: the
+  // engine's block ids index every rank's pool).
   int64_t& pool = plan.runtime.num_kv_blocks;
   const int64_t per_sequence = blocks_for(demand.tokens_per_sequence > 0 ? demand.tokens_per_sequence : plan.max_model_len);
   const int64_t wanted = std::max<int64_t>(1, demand.sequences) * per_sequence;
@@ -302,41 +421,53 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
     pool = parse_memory_size(o.kv_cache_memory, "--kv-cache-memory") / layout.block_bytes;
     M3_CHECK(pool > 0, "--kv-cache-memory {} holds no KV block ({} bytes each)", o.kv_cache_memory, layout.block_bytes);
   } else if (plan.device == "cuda") {
-    const double utilization = o.gpu_memory_utilization.value_or(kDefaultGpuMemoryUtilization);
-    const int64_t budget = gpu_kv_budget_blocks(
-        utilization, layout.block_bytes,
-        gpu_activation_reserve_bytes(plan.config, engine.max_num_batched_tokens, engine.max_num_seqs));
+    const int64_t budget = *std::min_element(gpu_budget.begin(), gpu_budget.end());
     pool = demand.whole_gpu_budget ? budget : std::min(budget, wanted);
-    M3_LOG_INFO("--gpu-memory-utilization {}: {} KV blocks of {} bytes (budget {} blocks)", utilization, pool,
+    M3_LOG_INFO("--gpu-memory-utilization {}: {} KV blocks of {} bytes per rank (budget {} blocks)", utilization, pool,
                 layout.block_bytes, budget);
   } else {
     pool = std::max(per_sequence, std::min(kCpuKvBudgetBytes / layout.block_bytes, wanted));
   }
 
-  log_single_device_plan(plan, pool, engine);
+  log_plan(plan, pool, engine);
 
-  Backend* runs_on = m.backend.get();
-  if (wrap) {
-    m.wrapper = wrap(*m.backend);
-    runs_on = m.wrapper.get();
-  }
-  m.model = std::make_unique<MiniMaxM3>(std::move(plan.config), std::move(weights), *runs_on, plan.runtime);
-  const MiniMaxM3& model = *m.model;
+  const auto build_rank = [&](int r) {
+    RankModel& rank = m.ranks[r];
+    Backend* runs_on = rank.backend.get();
+    if (wrap) {
+      rank.wrapper = wrap(*rank.backend, r);
+      runs_on = rank.wrapper.get();
+    }
+    ModelPartition partition{plan.layout.ranks[r], plan.layout.padded_vocab_size, rank.tp.get()};
+    rank.model = std::make_unique<MiniMaxM3>(plan.config, std::move(rank_weights[r]), *runs_on, plan.runtime,
+                                             std::move(partition));
+  };
+  if (num_ranks == 1) build_rank(0);
+  else m.workers->run(build_rank);
+
+  const MiniMaxM3& model = m.model();
   M3_LOG_INFO("model {}: {} layers ({} sparse), hidden {}, vocab {}; weights {} in {:.2f} s", o.model_dir,
               model.config().num_layers, model.config().num_sparse_layers(), model.config().hidden_size,
               model.config().vocab_size, o.load_format == "dummy" ? "dummy" : "loaded", load_s);
   M3_LOG_INFO("backend {}: activations {}, KV {} (index {}); pool {} blocks x {} tokens = {} tokens, {} B/token, "
-              "{:.1f} MiB; max model len {}",
-              m.backend->name(), dtype_name(plan.runtime.activation_dtype), kv_dtype_name(plan.runtime.kv_dtype),
-              kv_dtype_name(plan.runtime.index_dtype), model.num_kv_blocks(), model.block_size(),
-              model.num_kv_blocks() * model.block_size(), model.kv_bytes_per_token(),
-              model.kv_pool_bytes() / (1024.0 * 1024.0), m.max_model_len);
+              "{:.1f} MiB{}; max model len {}",
+              m.ranks.front().backend->name(), dtype_name(plan.runtime.activation_dtype),
+              kv_dtype_name(plan.runtime.kv_dtype), kv_dtype_name(plan.runtime.index_dtype), model.num_kv_blocks(),
+              model.block_size(), model.num_kv_blocks() * model.block_size(), model.kv_bytes_per_token(),
+              model.kv_pool_bytes() / (1024.0 * 1024.0), num_ranks == 1 ? "" : " per rank", m.max_model_len);
   return m;
+}
+
+std::unique_ptr<ModelRunner> LoadedModel::make_runner() const {
+  if (ranks.size() == 1) return std::make_unique<MiniMaxM3Runner>(*ranks.front().model);
+  std::vector<MiniMaxM3*> models;
+  for (const RankModel& r : ranks) models.push_back(r.model.get());
+  return std::make_unique<MiniMaxM3Runner>(std::move(models), *workers);
 }
 
 std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions& options, const EngineOptions& engine) {
   check_engine_options(engine);
-  const MiniMaxM3& model = *loaded.model;
+  const MiniMaxM3& model = loaded.model();
   EngineConfig config;
   config.max_num_seqs = engine.max_num_seqs;
   config.max_num_batched_tokens = engine.max_num_batched_tokens;
@@ -344,7 +475,7 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
   const int64_t capacity = model.num_kv_blocks() * model.block_size();
   config.max_model_len =
       static_cast<int>(options.max_model_len > 0 ? loaded.max_model_len : std::min(loaded.max_model_len, capacity));
-  auto core = std::make_unique<EngineCore>(std::make_unique<MiniMaxM3Runner>(*loaded.model), config);
+  auto core = std::make_unique<EngineCore>(loaded.make_runner(), config);
   M3_LOG_INFO("KV cache: {} tokens ({} blocks of {}); max model len {}, so up to {:.2f} full-length requests at once",
               core->kv_capacity_tokens(), model.num_kv_blocks(), model.block_size(), core->max_model_len(),
               static_cast<double>(core->kv_capacity_tokens()) / core->max_model_len());

@@ -4,7 +4,9 @@
 // every command comes through here:
 //   --model, --dtype, --kv-cache-dtype, --attention-config, --load-format, --num-layers,
 //   --max-model-len, --num-kv-blocks / --kv-cache-memory / --gpu-memory-utilization, --block-size,
-//   --quantization-config.moe, --seed, --device, --enforce-eager
+//   --quantization-config.moe, --seed, --device, --enforce-eager,
+//   -tp/--tensor-parallel-size, --data-parallel-size, --enable-expert-parallel,
+//   --nnodes, --node-rank, --master-addr, --master-port (the parallel layout)
 //   --max-num-seqs, --max-num-batched-tokens, --[no-]enable-prefix-caching (engine options)
 // Options that cannot be honoured fail before any weight is read, naming the option.
 #pragma once
@@ -15,10 +17,15 @@
 #include <string>
 
 #include "engine/engine_core.h"
+#include "engine/model_runner.h"
 #include "model/config.h"
 #include "model/minimax_m3.h"
 #include "ops/backend.h"
 #include "ops/kv_layout.h"
+#include "parallel/communicator.h"
+#include "parallel/layout.h"
+#include "parallel/parallel_config.h"
+#include "parallel/rank_workers.h"
 
 namespace CLI {
 class App;
@@ -42,6 +49,13 @@ struct ModelOptions {
   uint64_t seed = 0;                    // dummy weights
   std::string device = "auto";          // auto (cuda when a usable GPU is present), cpu, cuda
   bool enforce_eager = false;           // cuda: no CUDA graphs for decode steps
+  ParallelConfig parallel;              // -tp, --data-parallel-size, --enable-expert-parallel
+  // Several hosts (--nnodes N --node-rank R --master-addr A --master-port P): parsed and checked;
+  // joining ranks across hosts is not implemented yet, so nnodes > 1 is refused at start.
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr;
+  int master_port = 29500;
 };
 
 struct EngineOptions {
@@ -62,6 +76,7 @@ void check_engine_options(const EngineOptions& options);
 // true needs several GPUs) are errors naming them.
 struct AttentionConfig {
   std::string indexer_kv_dtype;  // "" when absent: the KV dtype
+  bool indexer_decode_cp = false;  // split the indexer's blocks over the -tp ranks (needs -tp > 1)
 };
 AttentionConfig parse_attention_config(const std::string& json);
 
@@ -70,8 +85,10 @@ struct ModelPlan {
   ModelConfig config;           // with --num-layers applied
   ModelRuntimeOptions runtime;  // dtypes (num_kv_blocks still 0)
   std::string device;           // "cpu" or "cuda"
-  KvLayout kv_layout;
+  KvLayout kv_layout;           // of one rank (its KV heads)
   int64_t max_model_len = 0;    // --max-model-len, else min(max_position_embeddings, 8192)
+  ParallelLayout layout;        // which rank holds what (one rank without -tp)
+  AttentionConfig attention;
 };
 ModelPlan plan_model(const ModelOptions& options);
 
@@ -87,19 +104,34 @@ struct KvDemand {
   bool whole_gpu_budget = false;
 };
 
-struct LoadedModel {
+// One rank of a loaded model: its backend, its tensor-parallel group and its partition.
+struct RankModel {
   std::unique_ptr<Backend> backend;  // the device backend
   // A wrapper the model runs on instead of `backend` (bench latency's per-op timing), or null.
   std::unique_ptr<Backend> wrapper;
+  std::unique_ptr<Communicator> tp;  // null on one rank
   std::unique_ptr<MiniMaxM3> model;
-  std::string device;
-  int64_t max_model_len = 0;  // the plan's
 };
 
-// Loads config and weights (a progress bar on a terminal), places the weights on the backend,
-// sizes the KV pool (demand, engine options) and builds the model. wrap, when given, makes the
-// backend the model runs on from the device backend.
-using BackendWrapper = std::function<std::unique_ptr<Backend>(Backend&)>;
+struct LoadedModel {
+  std::vector<RankModel> ranks;          // by rank; one without -tp
+  std::unique_ptr<RankWorkers> workers;  // a thread per rank when there are several
+  std::string device;
+  int64_t max_model_len = 0;  // the plan's
+  ParallelLayout layout;
+
+  // Rank 0's model: the config, KV geometry and options every rank shares.
+  MiniMaxM3& model() const { return *ranks.front().model; }
+  // The runner over every rank (engine/minimax_m3_runner.h); this LoadedModel must outlive it.
+  std::unique_ptr<ModelRunner> make_runner() const;
+};
+
+// Loads config and weights (a progress bar on a terminal), cuts them into the ranks' slices
+// (model/weight_shard.h), places each on its rank's backend, sizes the KV pools (demand, engine
+// options; the same block count on every rank, what the smallest budget holds) and builds the
+// rank models. wrap, when given, makes the backend each rank runs on from its device backend.
+// Called on each rank's thread with its device backend and its rank.
+using BackendWrapper = std::function<std::unique_ptr<Backend>(Backend&, int rank)>;
 LoadedModel load_model(const ModelOptions& options, const EngineOptions& engine, const KvDemand& demand,
                        const BackendWrapper& wrap = {});
 

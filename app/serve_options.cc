@@ -17,27 +17,17 @@ namespace {
 
 void check_parallel_deployment(const ParallelConfig& p, const std::string& model_dir) {
   check_parallel_config(p);
-  if (p.world_size() == 1) return;  // one rank: expert parallel over one rank changes nothing
-  // The same validation as `m3serve plan`, so a -tp that cannot split this model is told which
-  // dimension does not divide; a repository name that is not a directory yet has no config.
+  if (p.world_size() == 1) return;
+  // The same validation as `m3serve plan`, before any thread starts; a repository name that is
+  // not a directory yet has no config (the loader checks it then).
   const std::filesystem::path config = std::filesystem::path(model_dir) / "config.json";
-  std::string layout;
-  if (std::filesystem::is_regular_file(config)) {
-    const ParallelLayout l = make_parallel_layout(p, model_geometry(load_model_config(model_dir)));
-    const RankShard& r = l.ranks.front();
-    layout = fmt::format(" (the layout fits the model; per rank: query heads {}, KV heads {}, routed experts {})",
-                         r.q_heads.size, r.kv_heads.size, r.experts.size);
-  }
-  fail("-tp/--tensor-parallel-size {} x --data-parallel-size {}{}: m3serve runs a model on a single device for now "
-       "(its engine drives one rank; multi-GPU serving is not implemented); use -tp 1 --data-parallel-size 1, and "
-       "`m3serve plan` to size a multi-GPU layout",
-       p.tensor_parallel_size, p.data_parallel_size, layout);
+  if (std::filesystem::is_regular_file(config)) make_parallel_layout(p, model_geometry(load_model_config(model_dir)));
 }
 
 }  // namespace
 
 void check_deployment_options(const DeploymentOptions& o, const ModelOptions& mo, const EngineOptions& eo) {
-  check_parallel_deployment(o.parallel, mo.model_dir);
+  check_parallel_deployment(mo.parallel, mo.model_dir);
   if (!o.speculative_config.empty()) {
     nlohmann::json spec = nlohmann::json::parse(o.speculative_config, nullptr, false);
     M3_CHECK(!spec.is_discarded() && spec.is_object(), "--speculative-config must be a JSON object, got '{}'",

@@ -7,23 +7,21 @@
 #include <string>
 
 #include "app/model_loader.h"
-#include "parallel/parallel_config.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace m3::app {
 
-// vLLM options that describe the deployment rather than the model.
+// vLLM options that describe the deployment rather than the model (the parallel layout is a
+// loader option: every command takes it).
 struct DeploymentOptions {
-  ParallelConfig parallel;  // -tp, --data-parallel-size, --enable-expert-parallel
   std::string speculative_config;  // JSON
 };
 
 // Checks that never touch the GPU driver (serve calls it before blocking SIGINT/SIGTERM in every
-// thread): parallelism, speculative decoding, and the loader's own file-free checks. Throws
-// m3::Error naming the option. A parallel layout of more than one rank is checked against the
-// model's config.json when there is one (the layout's own error names a dimension that does not
-// divide) and then refused: the engine runs one rank.
+// thread): speculative decoding, the parallel layout against the model's config.json when there
+// is one (the layout's own error names a dimension that does not divide), and the loader's own
+// file-free checks. Throws m3::Error naming the option.
 void check_deployment_options(const DeploymentOptions& options, const ModelOptions& model_options,
                               const EngineOptions& engine_options);
 

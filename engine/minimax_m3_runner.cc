@@ -1,19 +1,40 @@
 #include "engine/minimax_m3_runner.h"
 
+#include "core/error.h"
 #include "model/minimax_m3.h"
+#include "parallel/rank_workers.h"
 
 namespace m3 {
 
-MiniMaxM3Runner::MiniMaxM3Runner(MiniMaxM3& model) : model_(model) {}
+MiniMaxM3Runner::MiniMaxM3Runner(MiniMaxM3& model) : ranks_{&model} {}
 
-int MiniMaxM3Runner::block_size() const { return model_.block_size(); }
-int64_t MiniMaxM3Runner::num_kv_blocks() const { return model_.num_kv_blocks(); }
-int MiniMaxM3Runner::vocab_size() const { return model_.config().vocab_size; }
-int64_t MiniMaxM3Runner::max_position_embeddings() const { return model_.config().max_position_embeddings; }
-void MiniMaxM3Runner::forward(const StepBatch& batch, float* logits) { model_.forward(batch, logits); }
+MiniMaxM3Runner::MiniMaxM3Runner(std::vector<MiniMaxM3*> ranks, RankWorkers& workers)
+    : ranks_(std::move(ranks)), workers_(&workers) {
+  M3_CHECK(!ranks_.empty() && static_cast<int>(ranks_.size()) == workers.size(),
+           "{} rank models for {} rank threads", ranks_.size(), workers.size());
+  for (const MiniMaxM3* r : ranks_)
+    M3_CHECK(r->num_kv_blocks() == ranks_[0]->num_kv_blocks() && r->block_size() == ranks_[0]->block_size(),
+             "the ranks' KV pools differ ({} vs {} blocks): the engine's block ids index every rank's pool",
+             r->num_kv_blocks(), ranks_[0]->num_kv_blocks());
+}
+
+int MiniMaxM3Runner::block_size() const { return ranks_[0]->block_size(); }
+int64_t MiniMaxM3Runner::num_kv_blocks() const { return ranks_[0]->num_kv_blocks(); }
+int MiniMaxM3Runner::vocab_size() const { return ranks_[0]->config().vocab_size; }
+int64_t MiniMaxM3Runner::max_position_embeddings() const { return ranks_[0]->config().max_position_embeddings; }
+
+void MiniMaxM3Runner::forward(const StepBatch& batch, float* logits) {
+  if (!workers_) return ranks_[0]->forward(batch, logits);
+  workers_->run([&](int r) { ranks_[r]->forward(batch, r == 0 ? logits : nullptr); });
+}
+
 void MiniMaxM3Runner::forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
                                      const std::vector<int32_t>& host_rows, float* host_logits) {
-  model_.forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
+  if (!workers_) return ranks_[0]->forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
+  workers_->run([&](int r) {
+    if (r == 0) ranks_[0]->forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
+    else ranks_[r]->forward(batch, nullptr);
+  });
 }
 
 }  // namespace m3

@@ -1,17 +1,27 @@
-// The ModelRunner over the MiniMax-M3 model (model/minimax_m3.h). The model must outlive the
-// runner (and so the EngineCore that owns it):
+// The ModelRunner over the MiniMax-M3 model (model/minimax_m3.h), whole or split over the ranks of
+// a tensor-parallel group in this process. The models (and the workers) must outlive the runner
+// (and so the EngineCore that owns it):
 //   MiniMaxM3 model(...);
 //   EngineCore engine(std::make_unique<MiniMaxM3Runner>(model), config);
+//
+// Split over ranks, every rank runs every step on its own thread (parallel/rank_workers.h), each
+// on its partition of the model; the collectives inside the step keep them in lockstep and leave
+// every rank with the same full logits, so rank 0 alone copies logits rows out and samples.
 #pragma once
+#include <vector>
+
 #include "engine/model_runner.h"
 
 namespace m3 {
 
 class MiniMaxM3;
+class RankWorkers;
 
 class MiniMaxM3Runner final : public ModelRunner {
  public:
   explicit MiniMaxM3Runner(MiniMaxM3& model);
+  // ranks[r] runs on workers' thread r; ranks.size() == workers.size().
+  MiniMaxM3Runner(std::vector<MiniMaxM3*> ranks, RankWorkers& workers);
   int block_size() const override;
   int64_t num_kv_blocks() const override;
   int vocab_size() const override;
@@ -22,7 +32,8 @@ class MiniMaxM3Runner final : public ModelRunner {
                       const std::vector<int32_t>& host_rows, float* host_logits) override;
 
  private:
-  MiniMaxM3& model_;
+  std::vector<MiniMaxM3*> ranks_;
+  RankWorkers* workers_ = nullptr;  // null: one rank, run on the caller's thread
 };
 
 }  // namespace m3

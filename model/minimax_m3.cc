@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/weight_footprint.h"
 
 namespace m3 {
 
@@ -29,6 +30,19 @@ KvLayout kv_layout_for(const ModelConfig& c, KvDType kv_dtype, KvDType index_dty
   for (AttentionKind kind : c.attention_kinds) has_index.push_back(kind == AttentionKind::kSparse);
   return KvLayout::make(c.index_block_size, kv_heads, c.head_dim,
                         c.has_sparse_layers() ? c.index_head_dim : 0, kv_dtype, index_dtype, std::move(has_index));
+}
+
+ModelPartition whole_model(const ModelConfig& config) {
+  const ParallelLayout layout = make_parallel_layout(ParallelConfig{}, model_geometry(config));
+  return ModelPartition{layout.ranks.front(), layout.padded_vocab_size, nullptr};
+}
+
+BackendConfig backend_config(const ModelConfig& c, DType activation_dtype, const RankShard& shard) {
+  BackendConfig b = backend_config(c, activation_dtype);
+  b.num_q_heads = static_cast<int>(shard.q_heads.size);
+  b.num_kv_heads = static_cast<int>(shard.kv_heads.size);
+  b.indexer.index_heads = c.has_sparse_layers() ? static_cast<int>(shard.index_heads.size) : c.index_heads;
+  return b;
 }
 
 BackendConfig backend_config(const ModelConfig& c, DType activation_dtype) {
@@ -75,18 +89,35 @@ void check_config(const ModelConfig& c) {
 
 }  // namespace
 
-MiniMaxM3::MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend,
-                     ModelRuntimeOptions options)
+MiniMaxM3::MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend, ModelRuntimeOptions options)
+    : MiniMaxM3(config, std::move(weights), backend, options, whole_model(config)) {}
+
+MiniMaxM3::MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend, ModelRuntimeOptions options,
+                     ModelPartition partition)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       backend_(backend),
-      options_(options) {
+      options_(options),
+      partition_(std::move(partition)) {
   check_config(config_);
   M3_CHECK(static_cast<int>(weights_.layers.size()) == config_.num_layers,
            "weights have {} layers, config {}", weights_.layers.size(), config_.num_layers);
   M3_CHECK(options_.num_kv_blocks > 0, "the KV pool needs at least one block");
-  backend_.configure(backend_config(config_, options_.activation_dtype));
-  layout_ = kv_layout_for(config_, options_.kv_dtype, options_.index_dtype);
+  const RankShard& shard = partition_.shard;
+  q_heads_ = static_cast<int>(shard.q_heads.size);
+  kv_heads_ = static_cast<int>(shard.kv_heads.size);
+  index_heads_ = config_.has_sparse_layers() ? static_cast<int>(shard.index_heads.size) : 0;
+  const int tp_size = partition_.tp ? partition_.tp->size() : 1;
+  M3_CHECK(q_heads_ > 0 && kv_heads_ > 0 && q_heads_ % kv_heads_ == 0,
+           "rank {}: {} query heads over {} KV heads is not a partition of the model", shard.rank, q_heads_, kv_heads_);
+  M3_CHECK(partition_.padded_vocab_size >= config_.vocab_size && shard.vocab.size * tp_size == partition_.padded_vocab_size,
+           "rank {}: vocabulary slice of {} rows x {} ranks does not cover the padded vocabulary {}", shard.rank,
+           shard.vocab.size, tp_size, partition_.padded_vocab_size);
+  M3_CHECK(weights_.embed.dim(0) == shard.vocab.size,
+           "rank {}: the embedding holds {} rows, its vocabulary slice {} (cut the weights with shard_weights)",
+           shard.rank, weights_.embed.dim(0), shard.vocab.size);
+  backend_.configure(backend_config(config_, options_.activation_dtype, shard));
+  layout_ = kv_layout_for(config_, options_.kv_dtype, options_.index_dtype, kv_heads_);
   kv_pool_ = backend_.alloc({layout_.block_bytes * options_.num_kv_blocks}, DType::kU8);
 }
 
@@ -136,17 +167,17 @@ void MiniMaxM3::ensure_activations(int64_t tokens, int64_t logit_rows) {
   const ModelConfig& c = config_;
   if (act_.capacity_tokens < tokens) {
     const int64_t n = std::max<int64_t>(tokens, 16);
-    const int64_t index_cols = c.has_sparse_layers() ? int64_t(c.index_heads) * c.index_head_dim : 1;
+    const int64_t index_cols = c.has_sparse_layers() ? int64_t(index_heads_) * c.index_head_dim : 1;
     const int64_t index_k_cols = c.has_sparse_layers() ? c.index_head_dim : 1;
     act_.x = backend_.alloc({n, c.hidden_size}, dt);
     act_.h = backend_.alloc({n, c.hidden_size}, dt);
-    act_.q = backend_.alloc({n, int64_t(c.num_heads) * c.head_dim}, dt);
-    act_.k = backend_.alloc({n, int64_t(c.num_kv_heads) * c.head_dim}, dt);
-    act_.v = backend_.alloc({n, int64_t(c.num_kv_heads) * c.head_dim}, dt);
+    act_.q = backend_.alloc({n, int64_t(q_heads_) * c.head_dim}, dt);
+    act_.k = backend_.alloc({n, int64_t(kv_heads_) * c.head_dim}, dt);
+    act_.v = backend_.alloc({n, int64_t(kv_heads_) * c.head_dim}, dt);
     act_.index_q = backend_.alloc({n, index_cols}, dt);
     act_.index_k = backend_.alloc({n, index_k_cols}, dt);
-    act_.attn = backend_.alloc({n, int64_t(c.num_heads) * c.head_dim}, dt);
-    act_.selection = backend_.alloc({n * std::max(1, c.index_heads) * c.index_topk_blocks}, DType::kI32);
+    act_.attn = backend_.alloc({n, int64_t(q_heads_) * c.head_dim}, dt);
+    act_.selection = backend_.alloc({n * std::max(1, index_heads_) * c.index_topk_blocks}, DType::kI32);
     act_.mlp = backend_.alloc({n, c.hidden_size}, dt);
     act_.capacity_tokens = n;
     ++act_.generation;
@@ -155,6 +186,10 @@ void MiniMaxM3::ensure_activations(int64_t tokens, int64_t logit_rows) {
     const int64_t n = std::max<int64_t>(logit_rows, 16);
     act_.logit_rows = backend_.alloc({n, c.hidden_size}, dt);
     logits_ = backend_.alloc({n, c.vocab_size}, dt);
+    if (partition_.tp && partition_.tp->size() > 1) {
+      rank_logits_ = backend_.alloc({n, partition_.shard.vocab.size}, dt);
+      gathered_logits_ = backend_.alloc({n * partition_.tp->size(), partition_.shard.vocab.size}, dt);
+    }
     ++act_.generation;
   }
 }
@@ -182,25 +217,30 @@ void MiniMaxM3::attention_block(int layer, Activations& a) {
   // The indexer reuses the main cos/sin truncated to index_head_dim channels.
   const int index_rope = sparse ? std::min(c.rope.rotary_dim, c.index_head_dim) : 0;
   // q/k (and index-K) norms + RoPE and the cache write in one op (one kernel on the GPU).
-  backend_.attention_input(cache, q, c.num_heads, k, v, w.q_norm, w.k_norm, ik, w.index_k_norm,
+  backend_.attention_input(cache, q, q_heads_, k, v, w.q_norm, w.k_norm, ik, w.index_k_norm,
                            c.rms_norm_eps, c.rope.rotary_dim, index_rope);
 
   Tensor selection;
   if (sparse) {
-    backend_.head_norm_rope(iq, c.index_heads, c.index_head_dim, w.index_q_norm, c.rms_norm_eps, index_rope);
+    backend_.head_norm_rope(iq, index_heads_, c.index_head_dim, w.index_q_norm, c.rms_norm_eps, index_rope);
     IndexerParams params;
-    params.index_heads = c.index_heads;
+    params.index_heads = index_heads_;
     params.topk_blocks = c.index_topk_blocks;
     params.local_blocks = c.index_local_blocks;
     params.init_blocks = c.index_init_blocks;
-    selection = a.selection.rows(0, t * c.index_heads * c.index_topk_blocks);
+    selection = a.selection.rows(0, t * index_heads_ * c.index_topk_blocks);
     backend_.indexer_topk(cache, iq, params, selection);
   }
 
   Tensor attn = a.attn.rows(0, t);
   const float sm_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  backend_.paged_attention(cache, q, c.num_heads, selection, c.index_topk_blocks, sm_scale, attn);
+  backend_.paged_attention(cache, q, q_heads_, selection, c.index_topk_blocks, sm_scale, attn);
   backend_.linear(attn, w.o, h);  // h is free again: reuse it for the attention output
+  reduce_tp(h);
+}
+
+void MiniMaxM3::reduce_tp(Tensor x) {
+  if (partition_.tp && partition_.tp->size() > 1) partition_.tp->all_reduce(x, ReduceOp::kSum);
 }
 
 // MLP: dense SwiGLU-OAI, or the MoE block (sigmoid router, top-k experts, shared expert).
@@ -211,6 +251,7 @@ void MiniMaxM3::mlp_block(int layer, Activations& a) {
   Tensor h = a.h.rows(0, t), out = a.mlp.rows(0, t);
   if (c.mlp_kinds[layer] == MlpKind::kDense) {
     backend_.swiglu_mlp(h, w.gate, w.up, w.down, c.swiglu_alpha, c.swiglu_limit, out);
+    reduce_tp(out);
     return;
   }
   MoeParams p;
@@ -219,7 +260,11 @@ void MiniMaxM3::mlp_block(int layer, Activations& a) {
   p.routed_scaling_factor = c.routed_scaling_factor;
   p.swiglu_alpha = c.swiglu_alpha;
   p.swiglu_limit = c.swiglu_limit;
+  p.first_expert = static_cast<int>(partition_.shard.experts.begin);
   backend_.moe(h, w, p, out);
+  // Each rank's output holds its part of the shared expert and of the routed experts it holds (a
+  // slice of every expert's width, or whole experts with expert parallel): their sum is the block.
+  reduce_tp(out);
 }
 
 namespace {
@@ -278,7 +323,8 @@ void MiniMaxM3::run_layers(int64_t t, int64_t rows) {
   const int last_layer = config_.num_layers - 1;
   // Every residual add is fused with the norm that reads its result (add_rms_norm): the post-
   // attention norm, the next layer's input norm, and the final norm when every row is wanted.
-  backend_.embed(weights_.embed, x);
+  backend_.embed(weights_.embed, partition_.shard.vocab.begin, x);
+  reduce_tp(x);
   backend_.rms_norm(x, weights_.layers[0].input_norm, eps, h);
   for (int l = 0; l <= last_layer; ++l) {
     attention_block(l, a);
@@ -298,7 +344,17 @@ void MiniMaxM3::run_layers(int64_t t, int64_t rows) {
     backend_.gather_logits_rows(x, last);
     backend_.rms_norm(last, weights_.final_norm, eps, last);
   }
-  backend_.linear(last, weights_.lm_head, logits_.rows(0, rows));
+  if (!rank_logits_.defined()) {
+    backend_.linear(last, weights_.lm_head, logits_.rows(0, rows));
+    return;
+  }
+  // Vocab-parallel head: each rank's slice of the columns, gathered, then put side by side.
+  Communicator& tp = *partition_.tp;
+  Tensor mine = rank_logits_.rows(0, rows);
+  backend_.linear(last, weights_.lm_head, mine);
+  Tensor all = gathered_logits_.rows(0, rows * tp.size());
+  tp.all_gather(mine, all);
+  backend_.concat_column_parts(all, tp.size(), logits_.rows(0, rows));
 }
 
 }  // namespace m3

@@ -23,6 +23,8 @@
 #include "ops/backend.h"
 #include "ops/kv_layout.h"
 #include "ops/step_batch.h"
+#include "parallel/communicator.h"
+#include "parallel/layout.h"
 
 namespace m3 {
 
@@ -33,9 +35,24 @@ struct ModelRuntimeOptions {
   int64_t num_kv_blocks = 0;             // pool size in blocks (> 0)
 };
 
+// The part of the model one instance runs when the model is split over ranks (parallel/layout.h):
+// the shard says which query, KV and index heads, experts and vocabulary rows its weights hold
+// (model/weight_shard.h cuts them), `tp` is its tensor-parallel group. The row-parallel outputs
+// (o_proj, the MLP / MoE down projections, the vocab-parallel embedding) are all-reduced over tp;
+// the vocab-parallel logits are all-gathered, so every rank ends a step with the full logits.
+struct ModelPartition {
+  RankShard shard;
+  int64_t padded_vocab_size = 0;  // shard.vocab slices this; rows past vocab_size are padding
+  Communicator* tp = nullptr;     // null: one rank (the whole model)
+};
+// The partition of a model that is not split: one rank holding everything.
+ModelPartition whole_model(const ModelConfig& config);
+
 // The ops-level description a backend is configured with (geometry, indexer, RoPE table).
 // Throws m3::Error for what no backend runs (length-dependent RoPE frequencies).
 BackendConfig backend_config(const ModelConfig& config, DType activation_dtype);
+// The same for the rank holding `shard`'s heads.
+BackendConfig backend_config(const ModelConfig& config, DType activation_dtype, const RankShard& shard);
 
 // The KV pool geometry of `config` (the page is the MSA block, index_block_size tokens; index-K
 // slots on sparse layers only). The model's pool uses it; loaders size the pool with it.
@@ -51,16 +68,19 @@ DType parse_activation_dtype(const std::string& name);
 
 class MiniMaxM3 {
  public:
-  MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend,
-            ModelRuntimeOptions options);
+  // `weights` are the partition's (model/weight_shard.h; the full weights for whole_model()).
+  MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend, ModelRuntimeOptions options);
+  MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend, ModelRuntimeOptions options,
+            ModelPartition partition);
 
   const ModelConfig& config() const { return config_; }
   const ModelRuntimeOptions& options() const { return options_; }
   const ModelWeights& weights() const { return weights_; }
+  const ModelPartition& partition() const { return partition_; }
   // Tokens per KV page: config.index_block_size (128 for real models).
   int block_size() const { return layout_.block_size; }
   int64_t num_kv_blocks() const { return options_.num_kv_blocks; }
-  // K + V + index-K bytes of one token across all layers.
+  // K + V + index-K bytes of one token across all layers (of this rank's KV heads).
   int64_t kv_bytes_per_token() const { return layout_.bytes_per_token(); }
   int64_t kv_pool_bytes() const { return layout_.block_bytes * options_.num_kv_blocks; }
   const KvLayout& kv_layout() const { return layout_; }
@@ -86,6 +106,8 @@ class MiniMaxM3 {
   void validate(const StepBatch& batch) const;
   void ensure_activations(int64_t tokens, int64_t logit_rows);
   void attention_block(int layer, Activations& a);
+  // Sums a row-parallel output over the tensor-parallel group (nothing on one rank).
+  void reduce_tp(Tensor x);
   void mlp_block(int layer, Activations& a);
   // embed .. lm_head of the planned step into logits_ (everything between plan() and the copy).
   void run_layers(int64_t tokens, int64_t logit_rows);
@@ -94,10 +116,14 @@ class MiniMaxM3 {
   ModelWeights weights_;
   Backend& backend_;
   ModelRuntimeOptions options_;
+  ModelPartition partition_;
+  int q_heads_ = 0, kv_heads_ = 0, index_heads_ = 0;  // this rank's
   KvLayout layout_;
   Tensor kv_pool_;
   Activations act_;
   Tensor logits_;  // [logit rows capacity, vocab]
+  // Tensor parallel: this rank's vocabulary slice of the logits, and every rank's after the gather.
+  Tensor rank_logits_, gathered_logits_;
 };
 
 }  // namespace m3

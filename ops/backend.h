@@ -58,6 +58,10 @@ struct MoeParams {
   float routed_scaling_factor = 1.0f;
   float swiglu_alpha = 1.702f;
   float swiglu_limit = 7.0f;
+  // Expert parallel: this rank holds routed experts [first_expert, first_expert +
+  // mlp.experts.size()) and adds only their contributions (routing still ranks all num_experts);
+  // the other experts' come from their ranks' outputs in the all-reduce that follows.
+  int first_expert = 0;
 };
 
 // The shape of a step whose run ops a backend may record once and replay (CUDA graphs). Equal
@@ -113,8 +117,10 @@ class Backend {
   }
 
   // ---- run ops (rows = planned tokens unless stated) ----
-  // out[t] = table[token_ids[t]]; table [vocab, hidden] F32 or BF16.
-  virtual void embed(const Tensor& table, Tensor out) = 0;
+  // out[t] = table[token_ids[t] - first_id] when that row exists, else zeros: a vocab-parallel
+  // rank holds rows [first_id, first_id + table rows) of the embedding, and the all-reduce of the
+  // ranks' outputs gives every token its one row. table [rows, hidden] F32, BF16 (or F16 on CUDA).
+  virtual void embed(const Tensor& table, int64_t first_id, Tensor out) = 0;
   // out[r] = x[src_rows[r]] for r < n: gathers the planned logits_rows (for the final norm/head).
   virtual void gather_logits_rows(const Tensor& x, Tensor out) = 0;
   // Gemma RMSNorm per row: out = x * rsqrt(mean(x^2) + eps) * (1 + w), fp32; w F32 [cols].
@@ -156,9 +162,15 @@ class Backend {
   virtual void swiglu_mlp(const Tensor& x, const LinearWeight& gate, const LinearWeight& up,
                           const LinearWeight& down, float alpha, float limit, Tensor out) = 0;
   // The MoE block: sigmoid router (fp32 weight), top-k of p + e_score_correction_bias (ties to the
-  // lower expert id), weights = chosen p normalised to sum 1, routed = sum_k w_k expert_k(x),
-  // out = routed * routed_scaling_factor + shared_expert(x) (mlp.gate/up/down).
+  // lower expert id), weights = chosen p normalised to sum 1, routed = sum_k w_k expert_k(x) over
+  // the chosen experts this rank holds (MoeParams::first_expert), out = routed *
+  // routed_scaling_factor + shared_expert(x) (mlp.gate/up/down).
   virtual void moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) = 0;
+  // The columns of a split axis put back together (vocab-parallel logits after their all-gather):
+  // parts [num_parts * rows, w] (part p's rows [p * rows, (p + 1) * rows)) -> out [rows, cols],
+  // out[r, p * w + c] = parts[p * rows + r, c] for p * w + c < cols <= num_parts * w (the columns
+  // past cols are padding and dropped). Activation tensors.
+  virtual void concat_column_parts(const Tensor& parts, int num_parts, Tensor out) = 0;
   // x += y (the residual add; rounded to the activation dtype).
   virtual void add_inplace(Tensor x, const Tensor& y) = 0;
   // The residual add and the norm that follows it: add_inplace(x, y), then rms_norm(x, weight,

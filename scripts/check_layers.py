@@ -17,7 +17,7 @@ ALLOWED = {
     "kernels": {"core", "formats", "ops", "kernels"},
     "parallel": {"core", "formats", "ops", "parallel"},
     "model": {"core", "formats", "ops", "parallel", "model"},
-    "engine": {"core", "formats", "ops", "model", "engine"},
+    "engine": {"core", "formats", "ops", "parallel", "model", "engine"},
     "text": {"core", "text"},
     "server": {"core", "formats", "ops", "engine", "text", "server"},
     "app": None,  # the top: anything

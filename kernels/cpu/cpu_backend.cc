@@ -78,13 +78,16 @@ class CpuBackend final : public Backend {
   }
   StepView planned_step() const override { return view_; }
 
-  void embed(const Tensor& table, Tensor out) override {
-    const int64_t hidden = table.dim(1), vocab = table.dim(0);
+  void embed(const Tensor& table, int64_t first_id, Tensor out) override {
+    const int64_t hidden = table.dim(1), rows = table.dim(0);
     check_rows(out, view_.num_tokens, hidden, "embed output");
     for (int t = 0; t < view_.num_tokens; ++t) {
-      const int32_t id = batch_->token_ids[t];
-      M3_CHECK(id >= 0 && id < vocab, "token id {} out of range [0, {})", id, vocab);
+      const int64_t id = int64_t(batch_->token_ids[t]) - first_id;
       float* y = out.data_as<float>() + int64_t(t) * hidden;
+      if (id < 0 || id >= rows) {
+        std::fill(y, y + hidden, 0.0f);
+        continue;
+      }
       if (table.dtype() == DType::kBF16) {
         const uint16_t* row = table.data_as<const uint16_t>() + int64_t(id) * hidden;
         for (int64_t c = 0; c < hidden; ++c) y[c] = bf16_decode(row[c]);
@@ -94,6 +97,19 @@ class CpuBackend final : public Backend {
         const float* row = table.data_as<const float>() + int64_t(id) * hidden;
         for (int64_t c = 0; c < hidden; ++c) y[c] = round_act(row[c], bf16_);
       }
+    }
+  }
+
+  void concat_column_parts(const Tensor& parts, int num_parts, Tensor out) override {
+    M3_CHECK(num_parts >= 1 && parts.dim(0) % num_parts == 0, "concat_column_parts: {} rows do not split in {} parts",
+             parts.dim(0), num_parts);
+    const int64_t rows = parts.dim(0) / num_parts, w = parts.dim(1), cols = out.dim(1);
+    check_rows(out, rows, cols, "concat_column_parts output");
+    M3_CHECK(cols <= num_parts * w, "concat_column_parts: {} columns from {} parts of {}", cols, num_parts, w);
+    for (int p = 0; p < num_parts; ++p) {
+      const int64_t width = std::min(w, cols - p * w);
+      for (int64_t r = 0; width > 0 && r < rows; ++r)
+        std::copy_n(parts.data_as<const float>() + (p * rows + r) * w, width, out.data_as<float>() + r * cols + p * w);
     }
   }
 
@@ -231,8 +247,9 @@ void CpuBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& pa
   check_rows(out, rows, hidden, "MoE output");
   M3_CHECK(mlp.router.dtype() == DType::kF32 && mlp.router.numel() == int64_t(e_count) * hidden,
            "router weight must be F32 [{}, {}]", e_count, hidden);
-  M3_CHECK(static_cast<int>(mlp.experts.size()) == e_count, "MoE layer has {} experts, config {}",
-           mlp.experts.size(), e_count);
+  const int first = params.first_expert, held = static_cast<int>(mlp.experts.size());
+  M3_CHECK(first >= 0 && held >= 1 && first + held <= e_count,
+           "MoE layer holds experts [{}, {}) of the config's {}", first, first + held, e_count);
   const float* xs = x.data_as<const float>();
   // Scratch slots: 0-1 swiglu_mlp, 2 shared output, 3 router probs, 4 routed sum, 5 gathered
   // rows, 6 expert output.
@@ -271,7 +288,7 @@ void CpuBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& pa
   std::fill(routed, routed + rows * hidden, 0.0f);
   std::vector<int64_t> tokens;
   std::vector<float> weights;
-  for (int e = 0; e < e_count; ++e) {
+  for (int e = first; e < first + held; ++e) {
     tokens.clear();
     weights.clear();
     for (int64_t r = 0; r < rows; ++r)
@@ -286,7 +303,7 @@ void CpuBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& pa
     for (int64_t i = 0; i < n; ++i)
       std::memcpy(gathered + i * hidden, xs + tokens[i] * hidden, sizeof(float) * hidden);
     float* y = scratch_.shared(6, n * hidden).data();
-    const ExpertWeights& ew = mlp.experts[e];
+    const ExpertWeights& ew = mlp.experts[e - first];
     cpu::swiglu_mlp(gathered, n, ew.gate, ew.up, ew.down, params.swiglu_alpha, params.swiglu_limit,
                     y, bf16_, scratch_);
     for (int64_t i = 0; i < n; ++i) {

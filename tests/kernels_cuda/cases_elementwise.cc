@@ -18,13 +18,16 @@ constexpr double kTolExact = 0.0;
 constexpr double kTolRounding = 8e-3;  // one bf16 step, relative to the output's scale
 
 constexpr int kVocab = 1000;
+constexpr int kSliceBegin = 300, kSliceRows = 400;  // the embed slice case
 constexpr float kEps = 1e-6f;
 
-enum class Op { kEmbed, kGather, kRmsNorm, kAddInplace, kAddRmsNorm, kAddRmsNormSplit };
+enum class Op { kEmbed, kEmbedSlice, kConcatColumns, kGather, kRmsNorm, kAddInplace, kAddRmsNorm, kAddRmsNormSplit };
 
 const char* op_name(Op op) {
   switch (op) {
     case Op::kEmbed: return "embed bf16";
+    case Op::kEmbedSlice: return "embed bf16 vocab slice";
+    case Op::kConcatColumns: return "concat_column_parts";
     case Op::kGather: return "gather_logits_rows";
     case Op::kRmsNorm: return "rms_norm";
     case Op::kAddInplace: return "add_inplace";
@@ -48,7 +51,7 @@ class RowOpCase : public OpCase {
     x_ = random_values(rng, size_t(t) * g_.hidden, 2.0f);
     y_ = random_values(rng, size_t(t) * g_.hidden, 2.0f);
     norm_ = random_f32(rng, g_.hidden, 0.3f);
-    if (op_ == Op::kEmbed) {
+    if (op_ == Op::kEmbed || op_ == Op::kEmbedSlice) {
       const std::vector<float> table = random_values(rng, size_t(kVocab) * g_.hidden, 1.0f);
       table_ = Tensor::zeros({kVocab, g_.hidden}, DType::kBF16);
       for (size_t i = 0; i < table.size(); ++i) table_.data_as<uint16_t>()[i] = bf16_encode(table[i]);
@@ -67,7 +70,21 @@ class RowOpCase : public OpCase {
       case Op::kEmbed: {
         const Tensor table = on_backend(b, table_);
         Tensor out = b.alloc({t, h}, act);
-        return {[=] { be->embed(table, out); }, [=] { return Outputs{{read_act(*be, out)}}; }};
+        return {[=] { be->embed(table, 0, out); }, [=] { return Outputs{{read_act(*be, out)}}; }};
+      }
+      case Op::kEmbedSlice: {
+        // A vocab-parallel rank's rows [kSliceBegin, kSliceBegin + kSliceRows): other ids give zeros.
+        const Tensor table = on_backend(b, table_.rows(kSliceBegin, kSliceBegin + kSliceRows));
+        Tensor out = b.alloc({t, h}, act);
+        return {[=] { be->embed(table, kSliceBegin, out); }, [=] { return Outputs{{read_act(*be, out)}}; }};
+      }
+      case Op::kConcatColumns: {
+        // x as 3 parts of t / 3 rows, put back into fewer columns than 3 * hidden (padding dropped).
+        const int parts = 3;
+        const int64_t rows = t / parts, cols = parts * h - h / 2;
+        Tensor in = x.rows(0, rows * parts);
+        Tensor out = b.alloc({rows, cols}, act);
+        return {[=] { be->concat_column_parts(in, parts, out); }, [=] { return Outputs{{read_act(*be, out)}}; }};
       }
       case Op::kGather: {
         Tensor out = b.alloc({rows, h}, act);
@@ -100,7 +117,9 @@ class RowOpCase : public OpCase {
 
   std::vector<Check> checks() const override {
     switch (op_) {
-      case Op::kEmbed: return {relative_error("", 0, kTolExact)};
+      case Op::kEmbed:
+      case Op::kEmbedSlice:
+      case Op::kConcatColumns: return {relative_error("", 0, kTolExact)};
       // A copy of the same bf16 rows.
       case Op::kGather: return {relative_error("", 0, kTolExact)};
       case Op::kRmsNorm:
@@ -116,7 +135,9 @@ class RowOpCase : public OpCase {
   double bytes() const override {
     const double t = step_.batch.num_tokens(), h = g_.hidden, act = 2 * t * h;  // one bf16 [T, hidden]
     switch (op_) {
-      case Op::kEmbed: return 2 * act;
+      case Op::kEmbed:
+      case Op::kEmbedSlice:
+      case Op::kConcatColumns: return 2 * act;
       case Op::kGather: return 2.0 * 2 * step_.batch.logits_rows.size() * h;
       case Op::kRmsNorm: return 2 * act;
       case Op::kAddInplace: return 3 * act;
@@ -168,7 +189,7 @@ class HeadNormRopeCase : public OpCase {
 
 void add_elementwise_cases(CaseList& cases, bool) {
   for (const Geometry& g : {m3_geometry(), tiny_geometry()}) {
-    for (Op op : {Op::kEmbed, Op::kGather, Op::kRmsNorm, Op::kAddInplace, Op::kAddRmsNorm, Op::kAddRmsNormSplit})
+    for (Op op : {Op::kEmbed, Op::kEmbedSlice, Op::kConcatColumns, Op::kGather, Op::kRmsNorm, Op::kAddInplace, Op::kAddRmsNorm, Op::kAddRmsNormSplit})
       cases.push_back(std::make_unique<RowOpCase>(g, op));
     // Query heads over rotary_dim, index heads over min(rotary_dim, index_dim).
     cases.push_back(std::make_unique<HeadNormRopeCase>(g, g.heads, g.head_dim, g.rotary_dim));

@@ -37,7 +37,10 @@ class RecordingBackend final : public Backend {
     keys.push_back(key);
     body();
   }
-  void embed(const Tensor& table, Tensor out) override { inner_->embed(table, out); }
+  void embed(const Tensor& table, int64_t first_id, Tensor out) override { inner_->embed(table, first_id, out); }
+  void concat_column_parts(const Tensor& parts, int num_parts, Tensor out) override {
+    inner_->concat_column_parts(parts, num_parts, out);
+  }
   void gather_logits_rows(const Tensor& x, Tensor out) override { inner_->gather_logits_rows(x, out); }
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor out) override { inner_->rms_norm(x, w, eps, out); }
   void linear(const Tensor& x, const LinearWeight& w, Tensor out) override { inner_->linear(x, w, out); }

@@ -94,7 +94,9 @@ cudaError_t launch_rope_tables(const int32_t* positions, int num_tokens, const f
                                int half, float attention_factor, float* cos, float* sin,
                                cudaStream_t stream);
 // out[t] = table[ids[t]] as bf16; table_dtype: 0 bf16, 1 f32 (rounded), 2 f16 (rounded).
-cudaError_t launch_embed(const void* table, int table_dtype, int64_t hidden, const int32_t* ids,
+// Rows outside [first_id, first_id + rows) of the table give zeros (vocab-parallel ranks).
+cudaError_t launch_embed(const void* table, int table_dtype, int64_t rows, int64_t hidden, int64_t first_id,
+                         const int32_t* ids,
                          int num_tokens, uint16_t* out, cudaStream_t stream);
 // out[r] = x[rows[r]] for r < n.
 cudaError_t launch_gather_rows(const uint16_t* x, const int32_t* rows, int n, int64_t cols,

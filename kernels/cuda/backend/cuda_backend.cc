@@ -210,7 +210,7 @@ class CudaBackend final : public Backend {
     return s;
   }
 
-  void embed(const Tensor& table, Tensor out) override {
+  void embed(const Tensor& table, int64_t first_id, Tensor out) override {
     check_act(out, step_.num_tokens, table.dim(1), "embed output");
     M3_CHECK(table.device() == Device::kCuda, "embedding table is in host memory");
     int kind;
@@ -218,9 +218,27 @@ class CudaBackend final : public Backend {
     else if (table.dtype() == DType::kF32) kind = 1;
     else if (table.dtype() == DType::kF16) kind = 2;
     else fail("embedding table of dtype {} is not supported", dtype_name(table.dtype()));
-    check_cuda(detail::launch_embed(table.data(), kind, table.dim(1), token_ids_, step_.num_tokens, bf16_ptr_mut(out),
+    check_cuda(detail::launch_embed(table.data(), kind, table.dim(0), table.dim(1), first_id, token_ids_, step_.num_tokens, bf16_ptr_mut(out),
                                     stream_),
                "embed");
+  }
+
+  void concat_column_parts(const Tensor& parts, int num_parts, Tensor out) override {
+    M3_CHECK(num_parts >= 1 && parts.dim(0) % num_parts == 0, "concat_column_parts: {} rows do not split in {} parts",
+             parts.dim(0), num_parts);
+    const int64_t rows = parts.dim(0) / num_parts, w = parts.dim(1), cols = out.dim(1);
+    check_act(parts, rows * num_parts, w, "concat_column_parts input");
+    check_act(out, rows, cols, "concat_column_parts output");
+    M3_CHECK(cols <= num_parts * w, "concat_column_parts: {} columns from {} parts of {}", cols, num_parts, w);
+    if (rows == 0) return;
+    // One strided copy per part (graph-capturable, no kernel of ours).
+    for (int p = 0; p < num_parts; ++p) {
+      const int64_t width = std::min(w, cols - p * w);
+      if (width <= 0) break;
+      check_cuda(cudaMemcpy2DAsync(bf16_ptr_mut(out) + p * w, cols * 2, bf16_ptr(parts) + p * rows * w, w * 2,
+                                   width * 2, rows, cudaMemcpyDeviceToDevice, stream_),
+                 "concat_column_parts");
+    }
   }
 
   void gather_logits_rows(const Tensor& x, Tensor out) override {
@@ -646,8 +664,11 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   const int e_count = params.num_experts, k = params.experts_per_token;
   check_act(x, rows, hidden, "MoE input");
   check_act(out, rows, hidden, "MoE output");
-  M3_CHECK(static_cast<int>(mlp.experts.size()) == e_count && e_count > 0, "MoE layer has {} experts, config {}",
-           mlp.experts.size(), e_count);
+  // Expert parallel needs routing that skips the experts held elsewhere; not written for the GPU yet.
+  M3_CHECK(params.first_expert == 0 && static_cast<int>(mlp.experts.size()) == e_count && e_count > 0,
+           "cuda backend: MoE layer holds experts [{}, {}) of {}; expert parallel (a subset of the experts) is not "
+           "implemented on the GPU yet",
+           params.first_expert, params.first_expert + int(mlp.experts.size()), e_count);
   M3_CHECK(k >= 1 && k <= 16 && k <= e_count && e_count <= 512, "MoE: top-{} of {} experts is not supported", k,
            e_count);
   M3_CHECK(mlp.router.dtype() == DType::kF32 && mlp.router.device() == Device::kCuda &&
@@ -765,6 +786,17 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
 }
 
 }  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+void use_cuda_device(int device) { check_cuda(cudaSetDevice(device), "cudaSetDevice"); }
 
 CudaDeviceInfo cuda_device_info() {
   CudaDeviceInfo info;

@@ -34,6 +34,10 @@ struct CudaDeviceInfo {
 
 // The current CUDA device, or available = false when no usable device or driver is present.
 CudaDeviceInfo cuda_device_info();
+// Visible CUDA devices (0 without a driver).
+int cuda_device_count();
+// Makes `device` the calling thread's current device (a rank's thread, before its backend exists).
+void use_cuda_device(int device);
 
 // A backend on the current CUDA device. Throws m3::Error when none is usable. cuda_graphs: replay
 // uniform decode steps from CUDA graphs (kernels/cuda/backend/cuda_graphs.h); false: every step

@@ -22,13 +22,16 @@ __global__ void rope_tables_kernel(const int32_t* positions, int num_tokens, con
   sin_out[i] = round_bf16(__fmul_rn(sinf(f), factor));
 }
 
-__global__ void embed_kernel(const void* table, int table_dtype, int64_t hidden, const int32_t* ids,
-                             uint16_t* out) {
+__global__ void embed_kernel(const void* table, int table_dtype, int64_t rows, int64_t hidden, int64_t first_id,
+                             const int32_t* ids, uint16_t* out) {
   const int t = blockIdx.x;
-  const int64_t row = int64_t(ids[t]) * hidden;
+  const int64_t id = int64_t(ids[t]) - first_id;
+  const int64_t row = id * hidden;
   uint16_t* y = out + int64_t(t) * hidden;
   for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
-    if (table_dtype == 0) {
+    if (id < 0 || id >= rows) {
+      y[c] = 0;
+    } else if (table_dtype == 0) {
       y[c] = static_cast<const uint16_t*>(table)[row + c];
     } else if (table_dtype == 1) {
       y[c] = f32_to_bf16_bits(static_cast<const float*>(table)[row + c]);
@@ -143,10 +146,10 @@ cudaError_t launch_rope_tables(const int32_t* positions, int num_tokens, const f
   return cudaGetLastError();
 }
 
-cudaError_t launch_embed(const void* table, int table_dtype, int64_t hidden, const int32_t* ids, int num_tokens,
-                         uint16_t* out, cudaStream_t stream) {
+cudaError_t launch_embed(const void* table, int table_dtype, int64_t rows, int64_t hidden, int64_t first_id,
+                         const int32_t* ids, int num_tokens, uint16_t* out, cudaStream_t stream) {
   if (num_tokens == 0) return cudaSuccess;
-  embed_kernel<<<num_tokens, 256, 0, stream>>>(table, table_dtype, hidden, ids, out);
+  embed_kernel<<<num_tokens, 256, 0, stream>>>(table, table_dtype, rows, hidden, first_id, ids, out);
   return cudaGetLastError();
 }
 

@@ -1,0 +1,75 @@
+// The parallel options as a user gives them, end to end through the m3serve binary on the CPU:
+// `generate` on the tiny model with -tp 2 / 4 and expert parallel gives one rank's greedy ids, and
+// layouts that cannot run give an error naming what is wrong (before any weight is read).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+constexpr const char* kTiny = "models/minimax-m3-tiny";
+
+struct Run {
+  int status = 0;
+  std::string out;  // stdout and stderr
+};
+
+Run run_m3serve(const std::string& args) {
+  const std::string command = fmt::format("{} {} 2>&1", M3SERVE_BIN, args);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, "cannot run " + command};
+  Run r;
+  std::array<char, 4096> buffer;
+  for (size_t n; (n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0;) r.out.append(buffer.data(), n);
+  r.status = pclose(pipe);
+  return r;
+}
+
+// The output ids of a greedy `generate --json` run (its JSON is the last line).
+std::vector<int> generate_ids(const std::string& layout, const std::string& prompt) {
+  const Run r = run_m3serve(fmt::format("generate --model {} --device cpu --dtype float32 --max-tokens 24 --json "
+                                        "--prompt-ids {} {}",
+                                        kTiny, prompt, layout));
+  EXPECT_EQ(r.status, 0) << layout << "\n" << r.out;
+  const size_t at = r.out.rfind("{\"");
+  if (at == std::string::npos) {
+    ADD_FAILURE() << layout << ": no JSON in\n" << r.out;
+    return {};
+  }
+  return nlohmann::json::parse(r.out.substr(at)).at("output_ids").get<std::vector<int>>();
+}
+
+TEST(ParallelCommands, GenerateGivesOneRanksTokensUnderEveryLayout) {
+  for (const std::string prompt : {"1,2,3,4,5,6,7,8,9,10,11", "400,20,3000,5,77,123,4096,8000,1,1,2,3,5,8,13,21,34,55"}) {
+    const std::vector<int> one = generate_ids("", prompt);
+    ASSERT_EQ(one.size(), 24u);
+    for (const std::string layout : {"-tp 2", "-tp 4", "-tp 2 --enable-expert-parallel",
+                                     "--tensor-parallel-size 4 --enable-expert-parallel"})
+      EXPECT_EQ(generate_ids(layout, prompt), one) << layout << " on prompt " << prompt;
+  }
+}
+
+void expect_refused(const std::string& args, const std::string& message) {
+  const Run r = run_m3serve(args);
+  EXPECT_NE(r.status, 0) << args;
+  EXPECT_NE(r.out.find(message), std::string::npos) << args << "\n" << r.out;
+}
+
+TEST(ParallelCommands, LayoutsThatCannotRunAreRefusedNamingTheProblem) {
+  const std::string gen = fmt::format("generate --model {} --device cpu --prompt-ids 1,2,3 ", kTiny);
+  // The tiny model has 4 query heads, 2 KV heads and 8 experts.
+  expect_refused(gen + "-tp 3", "-tp 3: num_attention_heads 4 is not a multiple of 3");
+  expect_refused(gen + "-tp 16 --enable-expert-parallel", "-tp 16: num_attention_heads 4 is not a multiple of 16");
+  expect_refused(gen + "--nnodes 2", "give --master-addr");
+  expect_refused(gen + "--nnodes 2 --node-rank 2 --master-addr 10.0.0.1", "--node-rank 2 outside [0, --nnodes 2)");
+  expect_refused(gen + "--data-parallel-size 2", "data-parallel attention (DEP) is not implemented yet");
+  expect_refused(gen + "--attention-config '{\"indexer_decode_cp\": true}'", "and -tp is 1");
+  expect_refused(fmt::format("serve --model {} --device cpu -tp 3", kTiny), "num_attention_heads 4 is not a multiple of 3");
+}
+
+}  // namespace

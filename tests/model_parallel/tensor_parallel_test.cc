@@ -1,0 +1,237 @@
+// A model split over in-process CPU ranks (Gloo, a thread per rank) against the same model on one
+// rank: tensor parallel (query / KV heads, KV head replication past the KV head count, index heads,
+// dense and shared-expert widths, vocab-parallel embedding and head over a vocabulary the ranks do
+// not divide) and expert parallel, on fresh configs whose counts divide only some sizes and on
+// the bundled tiny checkpoint.
+//  - logits of a mixed prefill step and of decode steps: within kLogitTolerance (float32; the
+//    ranks' partial sums are added in another order than one rank's dot products);
+//  - greedy generation through the engine over many prompts: identical tokens.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <random>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/engine_core.h"
+#include "engine/minimax_m3_runner.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/config.h"
+#include "model/minimax_m3.h"
+#include "model/weight_footprint.h"
+#include "model/weight_shard.h"
+#include "model/weights.h"
+#include "parallel/gloo_communicator.h"
+#include "parallel/layout.h"
+#include "parallel/rank_workers.h"
+#include "tests/support/simple_kv_allocator.h"
+
+namespace m3 {
+namespace {
+
+// max |logit - one rank's| / max |one rank's logit| over a step, float32 activations.
+constexpr double kLogitTolerance = 2e-5;
+constexpr int64_t kBlocks = 64;
+
+// A config of `layers` layers alternating dense/full and MoE/sparse, with the given counts.
+ModelConfig make_config(int heads, int kv_heads, int experts, int vocab, int intermediate) {
+  nlohmann::json j = {
+      {"model_type", "minimax_m3_vl_text"}, {"vocab_size", vocab}, {"hidden_size", 96},
+      {"num_hidden_layers", 3}, {"num_attention_heads", heads}, {"num_key_value_heads", kv_heads},
+      {"head_dim", 16}, {"intermediate_size", intermediate}, {"shared_intermediate_size", 2 * intermediate},
+      {"dense_intermediate_size", 3 * intermediate}, {"num_local_experts", experts}, {"num_experts_per_tok", 2},
+      {"max_position_embeddings", 512},
+      {"rope_parameters", {{"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}},
+      {"layer_types", {"full_attention", "minimax_m3_sparse", "minimax_m3_sparse"}},
+      {"mlp_layer_types", {"dense", "sparse", "sparse"}},
+      {"index_n_heads", kv_heads}, {"index_head_dim", 16}, {"index_block_size", 8}, {"index_topk_blocks", 2},
+      {"index_local_blocks", 1}, {"index_init_blocks", 0}};
+  return parse_model_config(j, fmt::format("test config {}h/{}kv/{}e/v{}", heads, kv_heads, experts, vocab));
+}
+
+ModelRuntimeOptions f32_options() {
+  ModelRuntimeOptions o;
+  o.activation_dtype = DType::kF32;
+  o.kv_dtype = KvDType::kF32;
+  o.index_dtype = KvDType::kF32;
+  o.num_kv_blocks = kBlocks;
+  return o;
+}
+
+// The model on `parallel`'s ranks, each on its own CPU backend and thread.
+struct SplitModel {
+  ParallelLayout layout;
+  std::unique_ptr<RankWorkers> workers;
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<std::unique_ptr<MiniMaxM3>> models;
+
+  std::unique_ptr<ModelRunner> runner() {
+    std::vector<MiniMaxM3*> ranks;
+    for (auto& m : models) ranks.push_back(m.get());
+    return std::make_unique<MiniMaxM3Runner>(ranks, *workers);
+  }
+};
+
+std::unique_ptr<SplitModel> split(const ModelConfig& config, const ModelWeights& full, const ParallelConfig& parallel) {
+  auto s = std::make_unique<SplitModel>();
+  s->layout = make_parallel_layout(parallel, model_geometry(config));
+  const int n = parallel.world_size();
+  s->workers = std::make_unique<RankWorkers>(n);
+  s->backends.resize(n);
+  s->comms.resize(n);
+  s->models.resize(n);
+  GlooRendezvous rendezvous = GlooRendezvous::in_process();
+  s->workers->run([&](int r) {
+    s->backends[r] = make_cpu_backend();
+    s->comms[r] = connect_gloo(rendezvous, r, n, "tp");
+    ModelPartition partition{s->layout.ranks[r], s->layout.padded_vocab_size, s->comms[r].get()};
+    s->models[r] = std::make_unique<MiniMaxM3>(config, shard_weights(full, config, s->layout.ranks[r]),
+                                               *s->backends[r], f32_options(), partition);
+  });
+  return s;
+}
+
+// Prompts of varied lengths (some past a block, one several blocks) with ids over the vocabulary.
+std::vector<std::vector<int32_t>> prompts(int vocab, int count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < count; ++i) {
+    std::vector<int32_t> p(3 + (i * 7) % 29);
+    for (int32_t& t : p) t = static_cast<int32_t>(rng() % vocab);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// A prefill step of three sequences (all logits rows), then four decode steps; logits of each.
+std::vector<std::vector<float>> step_logits(ModelRunner& runner, int vocab) {
+  SimpleKvAllocator kv(kBlocks, runner.block_size());
+  const auto ps = prompts(vocab, 3, 11);
+  std::vector<int> seqs;
+  std::vector<StepChunk> chunks;
+  for (const auto& p : ps) {
+    seqs.push_back(kv.add_sequence());
+    chunks.push_back({seqs.back(), p, true});
+  }
+  std::vector<std::vector<float>> out;
+  for (int step = 0; step < 5; ++step) {
+    const StepBatch batch = kv.build_step(chunks);
+    std::vector<float> logits(batch.logits_rows.size() * size_t(vocab));
+    runner.forward(batch, logits.data());
+    out.push_back(logits);
+    chunks.clear();
+    for (size_t s = 0; s < seqs.size(); ++s) chunks.push_back({seqs[s], {int32_t((step * 31 + s * 17) % vocab)}, false});
+  }
+  return out;
+}
+
+// Greedy completions of `ps` through an engine over `runner`.
+std::vector<std::vector<int32_t>> greedy(std::unique_ptr<ModelRunner> runner, const std::vector<std::vector<int32_t>>& ps,
+                                         int max_tokens) {
+  EngineConfig config;
+  config.max_num_seqs = 8;  // several batches, chunked prefill of the long prompts
+  config.max_num_batched_tokens = 32;
+  EngineCore engine(std::move(runner), config);
+  std::vector<std::vector<int32_t>> out(ps.size());
+  std::vector<std::promise<void>> done(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    EngineRequest r;
+    r.id = std::to_string(i);
+    r.prompt_token_ids = ps[i];
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = max_tokens;
+    r.sampling.ignore_eos = true;
+    engine.add_request(std::move(r), [&, i](const RequestOutput& o) {
+      out[i].insert(out[i].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (o.finished) {
+        EXPECT_EQ(o.finish_reason, FinishReason::kLength) << o.error;
+        done[i].set_value();
+      }
+    });
+  }
+  engine.start();
+  for (auto& d : done) d.get_future().wait();
+  engine.shutdown(true);
+  return out;
+}
+
+struct Layout {
+  int tp = 1;
+  bool ep = false;
+  std::string name() const { return fmt::format("-tp {}{}", tp, ep ? " EP" : ""); }
+};
+
+void expect_same_as_one_rank(const ModelConfig& config, const ModelWeights& full, const std::vector<Layout>& layouts) {
+  auto one_backend = make_cpu_backend();
+  MiniMaxM3 one(config, full, *one_backend, f32_options());
+  MiniMaxM3Runner one_runner(one);
+  const auto reference = step_logits(one_runner, config.vocab_size);
+  const auto ps = prompts(config.vocab_size, 12, 5);
+  MiniMaxM3 one_for_engine(config, full, *one_backend, f32_options());
+  const auto reference_tokens = greedy(std::make_unique<MiniMaxM3Runner>(one_for_engine), ps, 12);
+  for (const Layout& l : layouts) {
+    SCOPED_TRACE(l.name());
+    ParallelConfig p;
+    p.tensor_parallel_size = l.tp;
+    p.enable_expert_parallel = l.ep;
+    auto model = split(config, full, p);
+    auto runner = model->runner();
+    const auto logits = step_logits(*runner, config.vocab_size);
+    ASSERT_EQ(logits.size(), reference.size());
+    for (size_t s = 0; s < logits.size(); ++s) {
+      double scale = 0, diff = 0;
+      for (size_t i = 0; i < logits[s].size(); ++i) {
+        scale = std::max(scale, double(std::fabs(reference[s][i])));
+        diff = std::max(diff, double(std::fabs(logits[s][i] - reference[s][i])));
+      }
+      EXPECT_LE(diff, kLogitTolerance * scale) << "step " << s;
+    }
+    EXPECT_EQ(greedy(std::move(runner), ps, 12), reference_tokens);
+  }
+}
+
+// 8 query heads over 2 KV heads, 4 experts, a vocabulary of 1001 (odd): -tp 2 splits the KV
+// heads, -tp 4 replicates each over two ranks; EP over 2 and 4 ranks.
+TEST(TensorParallel, SplitsAndReplicatedKvHeadsMatchOneRank) {
+  const ModelConfig config = make_config(8, 2, 4, 1001, 32);
+  const ModelWeights full = make_dummy_weights(config, 7);
+  expect_same_as_one_rank(config, full, {{2, false}, {4, false}, {2, true}, {4, true}});
+}
+
+// 6 query heads over 3 KV heads, 6 experts of width 48: -tp 3 (one KV head each), EP 3.
+TEST(TensorParallel, ThreeRanksMatchOneRank) {
+  const ModelConfig config = make_config(6, 3, 6, 500, 48);
+  const ModelWeights full = make_dummy_weights(config, 9);
+  expect_same_as_one_rank(config, full, {{3, false}, {3, true}});
+}
+
+// The bundled tiny checkpoint (real trained weights, 8-token blocks): -tp 2 and -tp 4, EP 2.
+TEST(TensorParallel, TinyCheckpointMatchesOneRank) {
+  const std::filesystem::path dir = "models/minimax-m3-tiny";
+  const ModelConfig config = load_model_config(dir);
+  const ModelWeights full = load_weights(config, dir);
+  expect_same_as_one_rank(config, full, {{2, false}, {4, false}, {2, true}});
+}
+
+TEST(TensorParallel, ShardWithoutItsGroupIsRefused) {
+  const ModelConfig config = make_config(8, 2, 4, 1001, 32);
+  const ModelWeights full = make_dummy_weights(config, 7);
+  ParallelConfig p;
+  p.tensor_parallel_size = 2;
+  const ParallelLayout layout = make_parallel_layout(p, model_geometry(config));
+  auto backend = make_cpu_backend();
+  // Rank 1's slices but no group: the vocabulary slice cannot cover the padded vocabulary.
+  EXPECT_THROW(MiniMaxM3(config, shard_weights(full, config, layout.ranks[1]), *backend, f32_options(),
+                         ModelPartition{layout.ranks[1], layout.padded_vocab_size, nullptr}),
+               Error);
+}
+
+}  // namespace
+}  // namespace m3
