@@ -1,4 +1,4 @@
-// LinearWeight views and exact dequantization (the CPU backend's and the tests' reference).
+// LinearWeight views and slices, and exact dequantization (the CPU backend's and the tests' reference).
 #include <cstring>
 
 #include "core/error.h"
@@ -16,6 +16,51 @@ float scalar_f32(const Tensor& t) {
   float v;
   std::memcpy(&v, t.data(), sizeof v);
   return v;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Input columns that share one scale (1: the format has no blocks along the input).
+int64_t input_block_columns(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kFp8Block:
+      return kFp8BlockCols;
+    case WeightFormat::kMxfp8:
+      return kMxfp8Block;
+    case WeightFormat::kNvfp4:
+      return kNvfp4Group;
+    default:
+      return 1;
+  }
+}
+
+// Columns [begin, end) of a 2-D host tensor (element columns of its dtype), as an owning copy.
+Tensor copy_columns(const Tensor& t, int64_t begin, int64_t end) {
+  const int64_t rows = t.dim(0), width = t.dim(1);
+  const std::size_t element = dtype_size(t.dtype());
+  Tensor out = Tensor::zeros({rows, end - begin}, t.dtype());
+  const auto* src = static_cast<const char*>(t.data());
+  auto* dst = static_cast<char*>(out.data());
+  const std::size_t row_bytes = static_cast<std::size_t>(end - begin) * element;
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst + r * row_bytes, src + (r * width + begin) * static_cast<int64_t>(element), row_bytes);
+  return out;
+}
+
+// `t` with `rows` rows along its first dimension, the added ones zero, as an owning copy.
+Tensor zero_padded(const Tensor& t, int64_t rows) {
+  Shape shape = t.shape();
+  shape.at(0) = rows;
+  Tensor out = Tensor::zeros(std::move(shape), t.dtype());
+  std::memcpy(out.data(), t.data(), t.nbytes());
+  return out;
+}
+
+// A copy that owns its bytes, so a slice outlives the checkpoint's mapping like the rest of it.
+Tensor owned_copy(const Tensor& t) {
+  Tensor out = Tensor::zeros(t.shape(), t.dtype());
+  std::memcpy(out.data(), t.data(), t.nbytes());
+  return out;
 }
 }  // namespace
 
@@ -56,6 +101,71 @@ LinearWeight LinearWeight::rows(int64_t begin, int64_t end) const {
       break;
   }
   return r;
+}
+
+LinearWeight LinearWeight::columns(int64_t begin, int64_t end) const {
+  M3_CHECK(begin >= 0 && begin <= end && end <= in_features,
+           "{}: columns [{}, {}) out of range for {} input features", name, begin, end, in_features);
+  M3_CHECK(weight.device() == Device::kCpu && weight.ndim() == 2,
+           "{}: columns() copies a 2-D host tensor, got {} ({})", name, shape_string(weight.shape()),
+           weight.device() == Device::kCpu ? "host" : "on a device");
+  // A cut block would need its scale on both sides and every kernel to start mid-block.
+  const int64_t block = input_block_columns(format);
+  for (const int64_t bound : {begin, end})
+    M3_CHECK(bound % block == 0 || bound == in_features,
+             "{}: column bound {} of [{}, {}) cuts a {} scale block of {} columns (bounds must be multiples of {} "
+             "or in_features {})",
+             name, bound, begin, end, weight_format_name(format), block, block, in_features);
+  LinearWeight c = *this;
+  c.in_features = end - begin;
+  switch (format) {
+    case WeightFormat::kDense:
+      c.weight = copy_columns(weight, begin, end);
+      break;
+    case WeightFormat::kFp8:
+      c.weight = copy_columns(weight, begin, end);
+      if (scale.defined()) c.scale = owned_copy(scale);
+      break;
+    case WeightFormat::kFp8Block:
+    case WeightFormat::kMxfp8:
+      c.weight = copy_columns(weight, begin, end);
+      c.scale = copy_columns(scale, begin / block, ceil_div(end, block));
+      break;
+    case WeightFormat::kNvfp4:
+      // Two E2M1 codes per byte: bounds on 16-column groups are even, so no byte is split; an odd
+      // in_features leaves its last high nibble as padding, as stored.
+      c.weight = copy_columns(weight, begin / 2, ceil_div(end, 2));
+      c.scale = copy_columns(scale, begin / block, ceil_div(end, block));
+      break;
+  }
+  return c;
+}
+
+LinearWeight LinearWeight::padded_rows(int64_t rows) const {
+  M3_CHECK(rows >= out_features, "{}: cannot pad {} output rows to fewer ({})", name, out_features, rows);
+  if (rows == out_features) return *this;
+  M3_CHECK(weight.device() == Device::kCpu && weight.ndim() == 2 && weight.dim(0) == out_features,
+           "{}: padded_rows() copies a 2-D host tensor of {} rows, got {} ({})", name, out_features,
+           shape_string(weight.shape()), weight.device() == Device::kCpu ? "host" : "on a device");
+  LinearWeight p = *this;
+  p.out_features = rows;
+  p.weight = zero_padded(weight, rows);
+  switch (format) {
+    case WeightFormat::kDense:
+      break;
+    case WeightFormat::kFp8:
+      if (scale.defined()) p.scale = owned_copy(scale);
+      break;
+    case WeightFormat::kFp8Block:
+      // New rows inside the last partial block take its scale; their codes are zero all the same.
+      p.scale = zero_padded(scale, ceil_div(rows, kFp8BlockRows));
+      break;
+    case WeightFormat::kMxfp8:
+    case WeightFormat::kNvfp4:
+      p.scale = zero_padded(scale, rows);
+      break;
+  }
+  return p;
 }
 
 std::size_t LinearWeight::nbytes() const {

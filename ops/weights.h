@@ -45,6 +45,17 @@ struct LinearWeight {
   // Rows [begin, end) of the output dimension, sharing memory (kFp8Block: begin and end on
   // 128-row block boundaries, or end = out_features).
   LinearWeight rows(int64_t begin, int64_t end) const;
+  // Columns [begin, end) of the input dimension: a new owning host copy in the same format with
+  // the scales of those columns (the scalar fields kept). Each bound must lie on the format's
+  // scale grid along the input (kFp8Block 128, kMxfp8 32, kNvfp4 16 columns) or equal
+  // in_features, so every copied block keeps its own scale; m3::Error naming the tensor, the bound
+  // and the block size otherwise. Dense and kFp8 take any bounds.
+  LinearWeight columns(int64_t begin, int64_t end) const;
+  // The weight grown to `rows` output rows (>= out_features), the new rows zero: zero codes with
+  // zero scales dequantize to 0 in every format (an E4M3 or E2M1 zero times any finite scale,
+  // UE8M0 0 = 2^-127 included). Itself, sharing memory, when nothing is added; else an owning host
+  // copy. For a vocabulary padded to a multiple of -tp.
+  LinearWeight padded_rows(int64_t rows) const;
   // Bytes of weight + scales.
   std::size_t nbytes() const;
 };
