@@ -389,8 +389,7 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
       }
     }
     ModelWeights mine = num_ranks == 1 ? std::move(weights)
-                                       : shard_weights(weights, plan.config, plan.layout.ranks[r],
-                                                       plan.layout.padded_vocab_size);
+                                       : shard_weights(weights, plan.config, plan.layout.ranks[r]);
     rank_weights[r] = place_weights(std::move(mine), *rank.backend);  // cuda: the weights move to the GPU
     if (gpu_budget_sizes_pool) gpu_budget[r] = gpu_kv_budget_blocks(utilization, layout.block_bytes, reserve);
   };
