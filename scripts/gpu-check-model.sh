@@ -5,11 +5,12 @@
 # out/), the summary last.
 #
 #   scripts/gpu-check-model.sh [STEP...]   steps: build ops ops-quick ops-perf model model-quick graphs decode-exact
-#                                          bench latency profile generate serve sanitize
+#                                          nccl bench latency profile generate serve sanitize
 #                                          bench-latency bench-throughput http (PREBUILT only)
 #                                          (default: build ops model-quick bench latency sanitize)
-# PREBUILT=dir uses dir/tests/kernels_cuda/{backend_ops,backend_check} and dir/bin/m3serve built elsewhere (same
-# CUDA 13.0), with the shared libraries they need beyond the GPU machine's in dir/device-libs
+# PREBUILT=dir uses dir/tests/kernels_cuda/{backend_ops,backend_check}, dir/tests/parallel/nccl_communicator_check
+# and dir/bin/m3serve built elsewhere (same CUDA 13.0), with the shared libraries they need beyond the GPU machine's
+# in dir/device-libs (NCCL not among them: the GPU machine's wheel, scripts/nccl-env.sh)
 # (`PREBUILT=dir scripts/gpu-check-model.sh prepare`, run here, gathers them and packs all three
 # into dir/device-pack.txz: carry that and unpack it there). Without PREBUILT it builds in $BUILD and needs .deps
 # (scripts/device-deps-extra.sh). STEP_TIMEOUT, OPS_TIMEOUT, LATENCY_TIMEOUT and SANITIZE_TIMEOUT bound the
@@ -29,20 +30,25 @@ if has prepare; then
   # On the build machine: the libraries backend_check and m3serve link that the GPU machine may
   # lack (everything but glibc, libstdc++/libgcc and CUDA's) in $PREBUILT/device-libs, and one
   # stripped, xz-compressed archive of binaries and libraries, $PREBUILT/device-pack.txz (~11 MB,
-  # so the tree plus the carry stays under the 64 MiB limit). Carry it and unpack it there into
+  # so the tree plus the carry stays under the 64 MiB limit; libnccl, 200 MB, stays behind: the GPU
+  # machine has its own, scripts/nccl-env.sh). Carry it and unpack it there into
   # $PREBUILT (python3 -c "import tarfile; tarfile.open('$PREBUILT/device-pack.txz').extractall('$PREBUILT')").
   dir=${PREBUILT:?prepare needs PREBUILT=build-dir}
   rm -rf "$dir/device-libs" "$dir/device-pack"; mkdir -p "$dir/device-libs"
-  ldd "$dir/tests/kernels_cuda/backend_ops" "$dir/tests/kernels_cuda/backend_check" "$dir/bin/m3serve" | awk '/=> \// {print $3}' | sort -u |
-    grep -vE '/libc\.so|/libm\.so|/libdl\.so|/libpthread\.so|/librt\.so|/libstdc\+\+|/libgcc_s|/libcuda|/libcublas' |
+  nccl_check=$dir/tests/parallel/nccl_communicator_check
+  [[ -x "$nccl_check" ]] || nccl_check=
+  ldd "$dir/tests/kernels_cuda/backend_ops" "$dir/tests/kernels_cuda/backend_check" "$dir/bin/m3serve" $nccl_check |
+    awk '/=> \// {print $3}' | sort -u |
+    grep -vE '/libc\.so|/libm\.so|/libdl\.so|/libpthread\.so|/librt\.so|/libstdc\+\+|/libgcc_s|/libcuda|/libcublas|/libnccl' |
     xargs -r -I{} cp -L {} "$dir/device-libs/"
   pack=$dir/device-pack
-  mkdir -p "$pack/bin" "$pack/tests/kernels_cuda"
+  mkdir -p "$pack/bin" "$pack/tests/kernels_cuda" "$pack/tests/parallel"
   cp "$dir/tests/kernels_cuda/backend_ops" "$dir/tests/kernels_cuda/backend_check" "$pack/tests/kernels_cuda/"
   [[ -x "$dir/tests/kernels_cuda/weight_decode_check" ]] && cp "$dir/tests/kernels_cuda/weight_decode_check" "$pack/tests/kernels_cuda/"
+  [[ -n "$nccl_check" ]] && cp "$nccl_check" "$pack/tests/parallel/"
   cp "$dir/bin/m3serve" "$pack/bin/"
   cp -r "$dir/device-libs" "$pack/"
-  strip "$pack/bin/m3serve" "$pack"/tests/kernels_cuda/* "$pack"/device-libs/*
+  strip "$pack/bin/m3serve" "$pack"/tests/kernels_cuda/* "$pack"/device-libs/* $(ls "$pack"/tests/parallel/* 2>/dev/null)
   tar cJf "$dir/device-pack.txz" -C "$pack" .
   rm -rf "$pack"
   ls -la "$dir/device-libs" "$dir/device-pack.txz"
@@ -54,12 +60,15 @@ OPS=$BUILD/tests/kernels_cuda/backend_ops
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
 cublas_py=$(python3 -c "import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], 'lib'))" 2>/dev/null || true)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${cublas_py:+:$cublas_py}:${LD_LIBRARY_PATH:-}
+source scripts/nccl-env.sh  # NCCL_NVLS_ENABLE=0, the wheel's libnccl.so.2
+NCCL_CHECK=$BUILD/tests/parallel/nccl_communicator_check
 if [[ -n "${PREBUILT:-}" ]]; then
   export LD_LIBRARY_PATH=$PWD/$PREBUILT/device-libs:$LD_LIBRARY_PATH
   if ldd "$PREBUILT/tests/kernels_cuda/backend_check" "$PREBUILT/tests/kernels_cuda/backend_ops" >"$OUT/prebuilt.log" 2>&1 &&
      ! grep -q "not found" "$OUT/prebuilt.log"; then
     BIN=$PREBUILT/tests/kernels_cuda/backend_check
     OPS=$PREBUILT/tests/kernels_cuda/backend_ops
+    NCCL_CHECK=$PREBUILT/tests/parallel/nccl_communicator_check
     STEPS=("${STEPS[@]/build/}")
   else
     echo "gpu-check-model: the prebuilt backend_check / backend_ops cannot run here:"; grep -E "not found|error" "$OUT/prebuilt.log"
@@ -76,7 +85,8 @@ if has build; then
   pkgconf=$(command -v pkg-config || echo "$DEPS/bin/pkgconf")
   if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DM3_CUDA=ON -DM3_BUILD_TESTS=ON -DM3_BUILD_SERVER=OFF \
       -DCMAKE_PREFIX_PATH="$DEPS" -DPKG_CONFIG_EXECUTABLE="$pkgconf" >"$OUT/configure.log" 2>&1 &&
-     cmake --build "$BUILD" --target backend_ops backend_check weight_decode_check -j "$(nproc)" >"$OUT/build.log" 2>&1; then
+     cmake --build "$BUILD" --target backend_ops backend_check weight_decode_check nccl_communicator_check -j "$(nproc)" \
+       >"$OUT/build.log" 2>&1; then
     summary+=("build: ok in $(($(date +%s) - t0)) s")
   else
     tail -30 "$OUT/configure.log"; grep -E "error|Error" "$OUT/build.log" | head -30
@@ -126,6 +136,12 @@ if has ops-perf; then STEP_TIMEOUT=${OPS_TIMEOUT:-${STEP_TIMEOUT:-600}} run_step
 if has graphs; then run_step graphs "$BIN" graphs; fi
 # The decode GEMMs' fast weight expansion against the exact float path, every code and scale.
 if has decode-exact; then run_step decode-exact "$(dirname "$BIN")/weight_decode_check"; fi
+# The NCCL Communicator on every GPU here, one thread per rank (world sizes 1, 2 and all GPUs):
+# the table and every check in nccl.log, the summary line "N passed, F failed".
+if has nccl; then
+  if [[ -x "$NCCL_CHECK" ]]; then run_step nccl "$NCCL_CHECK" --verbose
+  else summary+=("nccl: no $NCCL_CHECK (built with CUDA and NCCL only)"); status=1; fi
+fi
 if has bench; then
   timeout "$(limit_for "${STEP_TIMEOUT:-600}")" "$BIN" bench >"$OUT/bench.log" 2>&1
   rc=$?

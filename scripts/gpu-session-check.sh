@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call that checks and measures a prebuilt tree: unpacks $PREBUILT/device-pack.txz
 # (scripts/gpu-check-model.sh prepare), runs the checks (ops: the op harness backend_ops in full
-# mode, model-quick, graphs, decode-exact, serve), the HTTP suite on cuda, the 20-layer M3.1 bench
+# mode, model-quick, graphs, decode-exact, serve; nccl: the NCCL Communicator on the GPUs here,
+# tests/parallel/nccl_communicator_check), the HTTP suite on cuda, the 20-layer M3.1 bench
 # latency (8K decode + 8K prefill) and the sanitizers; logs in $OUT/logs.tgz, the bench JSON in
 # $OUT, the summaries last, one line per step (ops: "backend_ops: N checks in M cases, F failed").
 #   run: PREBUILT=build-gpu-backend bash scripts/gpu-session-check.sh, carrying the pack
@@ -11,8 +12,13 @@
 python3 -c "import tarfile; import os; p=os.environ.get('PREBUILT','build-gpu-backend'); tarfile.open(p + '/device-pack.txz').extractall(p)"
 P=${PREBUILT:-build-gpu-backend}
 export LD_LIBRARY_PATH=$PWD/$P/device-libs:/usr/local/cuda/lib64
-L=/tmp/logs; mkdir -p $L/c $L/h $L/s
+source scripts/nccl-env.sh  # NCCL_NVLS_ENABLE=0, the wheel's libnccl.so.2
+L=/tmp/logs; mkdir -p $L/c $L/h $L/n $L/s
 PREBUILT=$P OUT=$L/c TIME_BUDGET=160 STEP_TIMEOUT=40 OPS_TIMEOUT=90 MODEL_TIMEOUT=30 scripts/gpu-check-model.sh ops model-quick graphs decode-exact serve 2>&1 | sed -n '/---- gpu-check-model summary/,$p' > $L/c-summary.txt
+# One line ("nccl: rc 0 in 4 s: nccl_communicator_check: N passed, 0 failed (world sizes ...)"), and
+# each failure; the table in logs.tgz (n/nccl.log).
+PREBUILT=$P OUT=$L/n TIME_BUDGET=45 STEP_TIMEOUT=40 scripts/gpu-check-model.sh nccl 2>&1 |
+  grep -E '^(nccl: |nccl-env|FAIL world)' > $L/n-summary.txt
 PREBUILT=$P OUT=$L/h TIME_BUDGET=40 HTTP_TIMEOUT=35 scripts/gpu-check-model.sh http 2>&1 | grep 'http suite' > $L/h-summary.txt
 timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 --device cuda \
   --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64,128 --context-lens 8192 \
