@@ -83,6 +83,17 @@ class TimingBackend final : public Backend {
                     Tensor selection) override {
     timed("indexer_topk", [&] { inner_.indexer_topk(cache, index_q, params, selection); });
   }
+  void indexer_topk_candidates(const KvLayerView& cache, const Tensor& index_q_parts, int parts,
+                               const IndexerParams& params, int cp_size, int cp_rank, Tensor candidates) override {
+    timed("indexer_topk_candidates", [&] {
+      inner_.indexer_topk_candidates(cache, index_q_parts, parts, params, cp_size, cp_rank, candidates);
+    });
+  }
+  void merge_topk_candidates(const Tensor& gathered, int cp_size, int parts, int part, const IndexerParams& params,
+                             Tensor selection) override {
+    timed("merge_topk_candidates",
+          [&] { inner_.merge_topk_candidates(gathered, cp_size, parts, part, params, selection); });
+  }
   void paged_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads, const Tensor& selection,
                        int topk, float sm_scale, Tensor out) override {
     timed("paged_attention", [&] { inner_.paged_attention(cache, q, num_q_heads, selection, topk, sm_scale, out); });

@@ -29,6 +29,38 @@
 // This is the transformers 5.17 reference generalised (its tie order is unspecified); with
 // local_blocks >= 1 and no init blocks it equals the vendor kernels' contract.
 //
+// Indexer decode context parallelism (DCP; docs/reference.md 2.4): the cp ranks of a tensor-
+// parallel group, which all hold the whole index-K cache, split the blocks instead of each
+// scanning all of them for its own index heads. Two ops around two all-gathers:
+//   1. indexer_topk_candidates: with the index queries of every rank gathered ("parts": part p
+//      holds the global index heads p*Hl .. p*Hl+Hl-1), rank r scores the blocks b <= L with
+//      b % cp_size == r, for every head, exactly as indexer_topk scores them (query precision,
+//      key decoding, dot order, max, forced blocks), and keeps the k = min(topk, ceil(seq_len /
+//      block_size)) best as packed keys (below), in descending key order, then key 0 up to topk;
+//   2. merge_topk_candidates: from every rank's candidates gathered, the rank's own part keeps the
+//      topk largest non-zero keys of the cp_size * topk (that is k of them: when k < topk every
+//      visible block is a candidate), decoded to block ids, ascending, then -1 padding: the output
+//      contract of indexer_topk.
+// Why the merged set is bitwise indexer_topk's:
+//   - the ranking (score descending, then block id ascending) is a strict total order on blocks;
+//     a block among the k best of all has fewer than k blocks above it, so fewer than k in its own
+//     slice, and is among its slice's k best: the k best of the slices' k best are the k best;
+//   - a block's score is a function of the query and that block's keys alone (no state shared
+//     between blocks; kernels/cpu cpu_indexer_block_scores is the one definition both ops use), so
+//     the split changes no bit of it;
+//   - the key below compares exactly as that order, and is 0 where indexer_topk would give -1.
+// The equality holds where both ops score alike: the CPU reference's two ops do, and the CUDA DCP
+// kernels score bit for bit as the CPU; the CUDA backend's indexer_topk does not (the MSA kernels
+// on tensor cores, the generic kernel summing in sequence), so on near-ties it may pick otherwise
+// than DCP, as it may than the CPU reference.
+//
+// The candidate key (I64; larger = ranks higher; never negative, so signed and unsigned
+// comparisons agree): key = ordered(score) << 31 | (0x7FFFFFFF - block), with ordered() the
+// monotone map of fp32 onto uint32 (negative: all bits flipped; else the sign bit set) after
+// reading -0 as +0 (they compare equal, so the block id must decide). Forced blocks carry score
+// +inf, the value indexer_topk gives them, above every finite score. Blocks with no visible key
+// (-inf) and empty slots are key 0 and never selected. Block ids: any int32 >= 0 (31 bits), not 16.
+//
 // paged_attention: per token t and query head h (KV head g = h / (Hq / Hkv)): softmax attention
 // of q[t, h] over the keys of its sequence at positions s <= p that lie in the blocks selected for
 // (t, g) (`selection` [T, Hkv, topk], -1 entries ignored), or in all blocks when selection is null
@@ -44,6 +76,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/hd.h"
+#include "formats/bits.h"
 #include "ops/kv_layout.h"
 #include "ops/step_batch.h"
 
@@ -55,5 +89,28 @@ struct IndexerParams {
   int local_blocks = 1;
   int init_blocks = 0;
 };
+
+// ---- indexer DCP: the candidate key (see above), shared by every backend ----
+
+// Whether block b of a query whose local block is `local` is forced (scores +inf): one of the
+// local_blocks blocks local, local-1, ... or of the first init_blocks. Blocks past local are never
+// visible and never forced.
+M3_HD bool indexer_forced_block(int block, int local, const IndexerParams& p) {
+  return block <= local && ((p.local_blocks > 0 && block > local - p.local_blocks) || block < p.init_blocks);
+}
+
+// The packed key of a block scoring `score` (+inf when forced); 0 for -inf (no visible key) and
+// NaN (which indexer_topk's max never produces).
+M3_HD int64_t indexer_candidate_key(float score, int32_t block) {
+  if (!(score >= -3.40282347e38f)) return 0;  // below -FLT_MAX: -inf; or NaN
+  uint32_t u = float_bits(score == 0.0f ? 0.0f : score);  // -0 ranks as +0
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return static_cast<int64_t>((static_cast<uint64_t>(u) << 31) | static_cast<uint64_t>(0x7FFFFFFF - block));
+}
+
+// The block id of a non-zero candidate key.
+M3_HD int32_t indexer_candidate_block(int64_t key) {
+  return 0x7FFFFFFF - static_cast<int32_t>(key & 0x7FFFFFFF);
+}
 
 }  // namespace m3

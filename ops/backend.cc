@@ -16,4 +16,39 @@ void Backend::sample(const Tensor& logits, const SampleBatch& batch, int32_t* id
   sample_batch_reference(host.data(), logits.dim(0), static_cast<int32_t>(vocab), batch, ids, ws);
 }
 
+void check_indexer_candidates_args(int tokens, const KvLayerView& cache, const Tensor& index_q_parts,
+                                   int parts, const IndexerParams& params, int cp_size, int cp_rank,
+                                   const Tensor& candidates) {
+  M3_CHECK(parts >= 1 && cp_size >= 1 && cp_rank >= 0 && cp_rank < cp_size,
+           "indexer_topk_candidates: {} parts, rank {} of a cp group of {}", parts, cp_rank, cp_size);
+  M3_CHECK(cache.index_dim > 0 && params.index_heads > 0 && params.topk_blocks > 0,
+           "indexer_topk_candidates: index dim {}, {} index heads, top-{} (a sparse layer needs all three)",
+           cache.index_dim, params.index_heads, params.topk_blocks);
+  M3_CHECK(index_q_parts.defined() && index_q_parts.ndim() == 2 && index_q_parts.dim(0) == int64_t(parts) * tokens &&
+               index_q_parts.dim(1) == int64_t(params.index_heads) * cache.index_dim,
+           "indexer_topk_candidates: gathered index queries must be [{} parts x {} tokens, {} heads x {}], got {}",
+           parts, tokens, params.index_heads, cache.index_dim,
+           index_q_parts.defined() ? shape_string(index_q_parts.shape()) : "undefined");
+  const int64_t n = int64_t(parts) * tokens * params.index_heads * params.topk_blocks;
+  M3_CHECK(candidates.defined() && candidates.dtype() == DType::kI64 && candidates.numel() == n,
+           "indexer_topk_candidates: candidates must be I64 [{}, {}, {}, {}], got {} {}", parts, tokens,
+           params.index_heads, params.topk_blocks, candidates.defined() ? dtype_name(candidates.dtype()) : "undefined",
+           candidates.defined() ? shape_string(candidates.shape()) : "");
+}
+
+void check_merge_candidates_args(int tokens, const Tensor& gathered, int cp_size, int parts, int part,
+                                 const IndexerParams& params, const Tensor& selection) {
+  M3_CHECK(parts >= 1 && cp_size >= 1 && part >= 0 && part < parts,
+           "merge_topk_candidates: part {} of {}, cp group of {}", part, parts, cp_size);
+  const int64_t row = int64_t(tokens) * params.index_heads * params.topk_blocks;
+  M3_CHECK(gathered.defined() && gathered.dtype() == DType::kI64 && gathered.numel() == int64_t(cp_size) * parts * row,
+           "merge_topk_candidates: gathered candidates must be I64 [{}, {}, {}, {}, {}], got {} {}", cp_size, parts,
+           tokens, params.index_heads, params.topk_blocks, gathered.defined() ? dtype_name(gathered.dtype()) : "undefined",
+           gathered.defined() ? shape_string(gathered.shape()) : "");
+  M3_CHECK(selection.defined() && selection.dtype() == DType::kI32 && selection.numel() == row,
+           "merge_topk_candidates: selection must be I32 [{}, {}, {}], got {} {}", tokens, params.index_heads,
+           params.topk_blocks, selection.defined() ? dtype_name(selection.dtype()) : "undefined",
+           selection.defined() ? shape_string(selection.shape()) : "");
+}
+
 }  // namespace m3

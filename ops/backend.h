@@ -77,6 +77,15 @@ struct ReplayKey {
   auto operator<=>(const ReplayKey&) const = default;
 };
 
+// The checks of the two indexer DCP ops' arguments that do not depend on the backend (ranks,
+// shapes, the key tensors' dtypes) for a planned step of `tokens` tokens; m3::Error names the op.
+// The backend checks the index queries' storage dtype and device itself.
+void check_indexer_candidates_args(int tokens, const KvLayerView& cache, const Tensor& index_q_parts,
+                                   int parts, const IndexerParams& params, int cp_size, int cp_rank,
+                                   const Tensor& candidates);
+void check_merge_candidates_args(int tokens, const Tensor& gathered, int cp_size, int parts, int part,
+                                 const IndexerParams& params, const Tensor& selection);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -153,6 +162,29 @@ class Backend {
   // ops/attention.h indexer_topk: index_q [T, Hi * Di] -> selection I32 [T, Hi, topk_blocks].
   virtual void indexer_topk(const KvLayerView& cache, const Tensor& index_q,
                             const IndexerParams& params, Tensor selection) = 0;
+  // Indexer decode context parallelism (ops/attention.h "Indexer DCP"), for tensor-parallel runs
+  // where every rank holds the whole index-K cache. Per sparse layer on rank r of a cp group of
+  // cp_size (the TP group; parts = its size, part = r), with Hl = params.index_heads the heads of
+  // one rank (the IndexerParams of its indexer_topk):
+  //   comm.all_gather(index_q [T, Hl*Di], index_q_parts [parts*T, Hl*Di]);
+  //   indexer_topk_candidates(cache, index_q_parts, parts, params, cp_size, r, candidates);
+  //   comm.all_gather(candidates [parts, T, Hl, topk], gathered [cp_size, parts, T, Hl, topk]);
+  //   merge_topk_candidates(gathered, cp_size, parts, r, params, selection [T, Hl, topk]);
+  // and selection holds the set of block ids indexer_topk(cache, index_q, params) gives on r,
+  // bit for bit where both score alike (ops/attention.h says where: the CPU backend does).
+  //
+  // index_q_parts: part p's rows p*T .. p*T+T-1 hold global index heads p*Hl .. p*Hl+Hl-1 (an
+  // activation tensor, queries as indexer_topk reads them). Writes candidates (I64, numel
+  // parts*T*Hl*topk): per (part, token, head) the packed keys of the k best blocks b with
+  // b % cp_size == cp_rank, descending, then 0.
+  virtual void indexer_topk_candidates(const KvLayerView& cache, const Tensor& index_q_parts, int parts,
+                                       const IndexerParams& params, int cp_size, int cp_rank,
+                                       Tensor candidates) = 0;
+  // gathered (I64, numel cp_size*parts*T*Hl*topk: every rank's candidates, rank 0 first) ->
+  // selection I32 [T, Hl, topk] of part `part`: the block ids of the k largest keys, ascending,
+  // then -1 padding.
+  virtual void merge_topk_candidates(const Tensor& gathered, int cp_size, int parts, int part,
+                                     const IndexerParams& params, Tensor selection) = 0;
   // ops/attention.h paged_attention: q [T, Hq * D] -> out [T, Hq * D]; selection I32
   // [T, Hkv, topk] or undefined (all blocks: full-attention layers).
   virtual void paged_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads,

@@ -133,36 +133,44 @@ void cpu_kv_insert(const StepView& batch, const KvLayerView& cache, const float*
   }
 }
 
+float cpu_index_query_value(KvDType index_dtype, float x) {
+  return e4m3_queries(index_dtype) ? fp8_e4m3_round(x) : x;
+}
+
+void cpu_indexer_block_scores(const KvLayerView& cache, const int32_t* pages, int pos, int block,
+                              const float* q, int heads, float* key, float* score, int64_t stride) {
+  const int di = cache.index_dim, bs = cache.block_size;
+  const int64_t phys = pages[block];
+  const int rows = std::min(bs, pos - block * bs + 1);
+  for (int j = 0; j < heads; ++j) score[j * stride] = kNegInf;
+  for (int r = 0; r < rows; ++r) {
+    cpu_kv_decode_row(cache.index_dtype, cache.index_row(phys, r), cache.index_row_scales(phys, r),
+                      di, /*e4m3_view=*/true, key);
+    for (int j = 0; j < heads; ++j)
+      score[j * stride] = std::max(score[j * stride], dot(q + size_t(j) * di, key, di));
+  }
+}
+
 void cpu_indexer_topk(const StepView& batch, const KvLayerView& cache,
                       const float* index_q, const IndexerParams& params, int32_t* out) {
   const int hi = params.index_heads, di = cache.index_dim, bs = cache.block_size;
   const int topk = params.topk_blocks;
-  const bool q8 = e4m3_queries(cache.index_dtype);
 #pragma omp parallel if (batch.num_tokens > 1)
   {
-    std::vector<float> q(size_t(hi) * di), key(di), score, order_tmp;
+    std::vector<float> q(size_t(hi) * di), key(di), score;
     std::vector<int> order;
 #pragma omp for schedule(dynamic, 4)
     for (int t = 0; t < batch.num_tokens; ++t) {
       const TokenView tv = token_view(batch, t);
       const int local = tv.pos / bs;
       const int visible = local + 1;
-      for (int i = 0; i < hi * di; ++i) {
-        const float x = index_q[int64_t(t) * hi * di + i];
-        q[i] = q8 ? fp8_e4m3_round(x) : x;
-      }
-      score.assign(size_t(hi) * visible, kNegInf);
-      for (int b = 0; b < visible; ++b) {
-        const int64_t phys = tv.pages[b];
-        const int rows = std::min(bs, tv.pos - b * bs + 1);
-        for (int r = 0; r < rows; ++r) {
-          cpu_kv_decode_row(cache.index_dtype, cache.index_row(phys, r),
-                            cache.index_row_scales(phys, r), di, /*e4m3_view=*/true, key.data());
-          for (int j = 0; j < hi; ++j)
-            score[size_t(j) * visible + b] =
-                std::max(score[size_t(j) * visible + b], dot(q.data() + size_t(j) * di, key.data(), di));
-        }
-      }
+      for (int i = 0; i < hi * di; ++i)
+        q[i] = cpu_index_query_value(cache.index_dtype, index_q[int64_t(t) * hi * di + i]);
+      // Each block's score depends on that block's keys only (the DCP candidates rely on it).
+      score.resize(size_t(hi) * visible);
+      for (int b = 0; b < visible; ++b)
+        cpu_indexer_block_scores(cache, tv.pages, tv.pos, b, q.data(), hi, key.data(), score.data() + b,
+                                 visible);
       const int seq_blocks = (batch.seq_lens[tv.seq] + bs - 1) / bs;
       const int keep = std::min(topk, seq_blocks);
       for (int j = 0; j < hi; ++j) {

@@ -20,6 +20,28 @@ void cpu_kv_insert(const StepView& batch, const KvLayerView& cache, const float*
 void cpu_indexer_topk(const StepView& batch, const KvLayerView& cache,
                       const float* index_q, const IndexerParams& params, int32_t* out);
 
+// Indexer DCP (ops/attention.h), step 1 on rank cp_rank of cp_size: index_q_parts [parts * T,
+// Hi * Di] (part p: rows p*T .. p*T+T-1, Hi = params.index_heads heads each) -> candidates
+// [parts, T, Hi, params.topk_blocks] packed keys of the blocks b % cp_size == cp_rank, descending,
+// then 0.
+void cpu_indexer_topk_candidates(const StepView& batch, const KvLayerView& cache,
+                                 const float* index_q_parts, int parts, const IndexerParams& params,
+                                 int cp_size, int cp_rank, int64_t* candidates);
+
+// Indexer DCP, step 2: gathered [cp_size, parts, T, Hi, topk] keys -> selection [T, Hi, topk] of
+// part `part`: block ids ascending, then -1.
+void cpu_merge_topk_candidates(const StepView& batch, const int64_t* gathered, int cp_size,
+                               int parts, int part, const IndexerParams& params, int32_t* selection);
+
+// The pieces indexer_topk and the DCP candidates share, so that a block's score is one function of
+// (query, block) whichever op asks. cpu_index_query_value: an index query element as it meets the
+// cache (E4M3 for fp8/nvfp4 caches). cpu_indexer_block_scores: score[j * stride] for heads j of
+// q [heads, Di] = max over the visible keys of `block` of the dot product (-inf if none are), for
+// the token at `pos` whose page-table row is `pages`; key: scratch of Di floats.
+float cpu_index_query_value(KvDType index_dtype, float x);
+void cpu_indexer_block_scores(const KvLayerView& cache, const int32_t* pages, int pos, int block,
+                              const float* q, int heads, float* key, float* score, int64_t stride);
+
 // Exact paged attention over all visible keys (selection == null) or over the selected blocks
 // (selection [T, Hkv, topk], -1 ignored). out [T, Hq, D]; lse [T, Hq] (natural log) or null.
 void cpu_paged_attention(const StepView& batch, const KvLayerView& cache,

@@ -186,6 +186,23 @@ class CpuBackend final : public Backend {
                      selection.data_as<int32_t>());
   }
 
+  void indexer_topk_candidates(const KvLayerView& cache, const Tensor& index_q_parts, int parts,
+                               const IndexerParams& params, int cp_size, int cp_rank,
+                               Tensor candidates) override {
+    check_indexer_candidates_args(view_.num_tokens, cache, index_q_parts, parts, params, cp_size,
+                                  cp_rank, candidates);
+    check_rows(index_q_parts, index_q_parts.dim(0), index_q_parts.dim(1), "gathered index Q");
+    cpu_indexer_topk_candidates(view_, cache, index_q_parts.data_as<const float>(), parts, params,
+                                cp_size, cp_rank, candidates.data_as<int64_t>());
+  }
+
+  void merge_topk_candidates(const Tensor& gathered, int cp_size, int parts, int part,
+                             const IndexerParams& params, Tensor selection) override {
+    check_merge_candidates_args(view_.num_tokens, gathered, cp_size, parts, part, params, selection);
+    cpu_merge_topk_candidates(view_, gathered.data_as<const int64_t>(), cp_size, parts, part, params,
+                              selection.data_as<int32_t>());
+  }
+
   void paged_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads,
                        const Tensor& selection, int topk, float sm_scale, Tensor out) override {
     const int64_t cols = int64_t(num_q_heads) * cache.head_dim;

@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
     add_linear_cases(cases, quick);
     add_attention_cases(cases, quick);
     add_msa_cases(cases, quick);
+    add_dcp_cases(cases, quick);
     add_sampling_cases(cases, quick);
     return run_harness(cases, opt) ? 1 : 0;
   } catch (const std::exception& e) {

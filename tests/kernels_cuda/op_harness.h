@@ -74,6 +74,7 @@ void add_elementwise_cases(CaseList& cases, bool quick);  // embed, gather, norm
 void add_linear_cases(CaseList& cases, bool quick);       // linear, swiglu_mlp, moe
 void add_attention_cases(CaseList& cases, bool quick);    // kv_insert .. paged_attention, 2 shapes
 void add_msa_cases(CaseList& cases, bool quick);          // the MSA kernels' layouts and sizes
+void add_dcp_cases(CaseList& cases, bool quick);          // indexer DCP: candidates and merge
 void add_sampling_cases(CaseList& cases, bool quick);     // sample
 
 struct HarnessOptions {

@@ -57,6 +57,13 @@ class RecordingBackend final : public Backend {
   void indexer_topk(const KvLayerView& cache, const Tensor& iq, const IndexerParams& p, Tensor sel) override {
     inner_->indexer_topk(cache, iq, p, sel);
   }
+  void indexer_topk_candidates(const KvLayerView& cache, const Tensor& iq, int parts, const IndexerParams& p, int cp,
+                               int rank, Tensor cand) override {
+    inner_->indexer_topk_candidates(cache, iq, parts, p, cp, rank, cand);
+  }
+  void merge_topk_candidates(const Tensor& g, int cp, int parts, int part, const IndexerParams& p, Tensor sel) override {
+    inner_->merge_topk_candidates(g, cp, parts, part, p, sel);
+  }
   void paged_attention(const KvLayerView& cache, const Tensor& q, int hq, const Tensor& sel, int topk, float scale,
                        Tensor out) override {
     inner_->paged_attention(cache, q, hq, sel, topk, scale, out);

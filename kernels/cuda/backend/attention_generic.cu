@@ -9,31 +9,12 @@
 #include "formats/fp8_e4m3.h"
 #include "formats/nvfp4.h"
 #include "kernels/cuda/backend/backend_kernels.h"
+#include "kernels/cuda/backend/cached_row.cuh"
 #include "kernels/cuda/backend/device_math.cuh"
 #include "kernels/cuda/backend/row_ops.cuh"
 
 namespace m3::cuda::detail {
 namespace {
-
-__device__ __forceinline__ bool e4m3_queries(KvDType d) { return d == KvDType::kFP8 || d == KvDType::kNVFP4; }
-
-// Element i of a cached row, decoded as the reference does (Q8KV4 view for nvfp4 when e4m3_view).
-__device__ __forceinline__ float cached_value(KvDType dtype, const uint8_t* data, const uint8_t* scales, int i,
-                                              bool e4m3_view) {
-  switch (dtype) {
-    case KvDType::kF32:
-      return reinterpret_cast<const float*>(data)[i];
-    case KvDType::kBF16:
-      return bf16_decode(reinterpret_cast<const uint16_t*>(data)[i]);
-    case KvDType::kFP8:
-      return fp8_e4m3_decode(data[i]);
-    case KvDType::kNVFP4: {
-      const uint8_t code = nvfp4_code_at(data, i);
-      return e4m3_view ? nvfp4_value_e4m3(code, scales[i / kNvfp4Group]) : nvfp4_value(code, scales[i / kNvfp4Group]);
-    }
-  }
-  return 0.0f;
-}
 
 // dot(q, row) in sequential fp32 as the reference's dot().
 __device__ __forceinline__ float seq_dot(const float* q, KvDType dtype, const uint8_t* data, const uint8_t* scales,

@@ -167,6 +167,16 @@ cudaError_t launch_generic_kv_insert(const StepView& step, const KvLayerView& ca
 cudaError_t launch_generic_indexer_topk(const StepView& step, const KvLayerView& cache,
                                         const uint16_t* index_q, const IndexerParams& params,
                                         int32_t* selection, cudaStream_t stream);
+// ops/attention.h indexer DCP, any geometry: the candidates of rank cp_rank's block slice,
+// [parts, T, Hl, topk] I64 keys from index_q_parts bf16 [parts * T, Hl * Di], and the merge of
+// gathered [cp_size, parts, T, Hl, topk] into part `part`'s selection [T, Hl, topk]
+// (indexer_dcp.cu; bit for bit the CPU reference).
+cudaError_t launch_indexer_topk_candidates(const StepView& step, const KvLayerView& cache,
+                                           const uint16_t* index_q_parts, int parts, const IndexerParams& params,
+                                           int cp_size, int cp_rank, int64_t* candidates, cudaStream_t stream);
+cudaError_t launch_merge_topk_candidates(const StepView& step, const int64_t* gathered, int cp_size, int parts,
+                                         int part, const IndexerParams& params, int32_t* selection,
+                                         cudaStream_t stream);
 // ops/attention.h paged_attention; selection null for full attention. out bf16 [T, Hq * D].
 cudaError_t launch_generic_attention(const StepView& step, const KvLayerView& cache,
                                      const uint16_t* q, int num_q_heads, const int32_t* selection,

@@ -345,6 +345,27 @@ class CudaBackend final : public Backend {
                "indexer_topk");
   }
 
+  void indexer_topk_candidates(const KvLayerView& cache, const Tensor& index_q_parts, int parts,
+                               const IndexerParams& params, int cp_size, int cp_rank, Tensor candidates) override {
+    check_indexer_candidates_args(step_.num_tokens, cache, index_q_parts, parts, params, cp_size, cp_rank,
+                                  candidates);
+    check_act(index_q_parts, index_q_parts.dim(0), index_q_parts.dim(1), "gathered index Q");
+    M3_CHECK(candidates.device() == Device::kCuda, "cuda backend: candidates must be a device tensor");
+    check_cuda(detail::launch_indexer_topk_candidates(step_, cache, bf16_ptr(index_q_parts), parts, params, cp_size,
+                                                      cp_rank, candidates.data_as<int64_t>(), stream_),
+               "indexer_topk_candidates");
+  }
+
+  void merge_topk_candidates(const Tensor& gathered, int cp_size, int parts, int part, const IndexerParams& params,
+                             Tensor selection) override {
+    check_merge_candidates_args(step_.num_tokens, gathered, cp_size, parts, part, params, selection);
+    M3_CHECK(gathered.device() == Device::kCuda && selection.device() == Device::kCuda,
+             "cuda backend: gathered candidates and selection must be device tensors");
+    check_cuda(detail::launch_merge_topk_candidates(step_, gathered.data_as<const int64_t>(), cp_size, parts, part,
+                                                    params, selection.data_as<int32_t>(), stream_),
+               "merge_topk_candidates");
+  }
+
   void paged_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads, const Tensor& selection, int topk,
                        float sm_scale, Tensor out) override {
     const int64_t cols = int64_t(num_q_heads) * cache.head_dim;
