@@ -437,7 +437,8 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
       rank.wrapper = wrap(*rank.backend, r);
       runs_on = rank.wrapper.get();
     }
-    ModelPartition partition{plan.layout.ranks[r], plan.layout.padded_vocab_size, rank.tp.get()};
+    ModelPartition partition{plan.layout.ranks[r], plan.layout.padded_vocab_size, rank.tp.get(),
+                             plan.attention.indexer_decode_cp};
     rank.model = std::make_unique<MiniMaxM3>(plan.config, std::move(rank_weights[r]), *runs_on, plan.runtime,
                                              std::move(partition));
   };

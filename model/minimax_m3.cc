@@ -116,6 +116,10 @@ MiniMaxM3::MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend,
   M3_CHECK(weights_.embed.dim(0) == shard.vocab.size,
            "rank {}: the embedding holds {} rows, its vocabulary slice {} (cut the weights with shard_weights)",
            shard.rank, weights_.embed.dim(0), shard.vocab.size);
+  M3_CHECK(!partition_.indexer_decode_cp || (tp_size > 1 && config_.has_sparse_layers()),
+           "indexer decode context parallelism splits the index cache of sparse layers over the -tp ranks; this "
+           "model has {} sparse layers and {} rank(s)",
+           config_.num_sparse_layers(), tp_size);
   backend_.configure(backend_config(config_, options_.activation_dtype, shard));
   layout_ = kv_layout_for(config_, options_.kv_dtype, options_.index_dtype, kv_heads_);
   kv_pool_ = backend_.alloc({layout_.block_bytes * options_.num_kv_blocks}, DType::kU8);
@@ -179,6 +183,12 @@ void MiniMaxM3::ensure_activations(int64_t tokens, int64_t logit_rows) {
     act_.attn = backend_.alloc({n, int64_t(q_heads_) * c.head_dim}, dt);
     act_.selection = backend_.alloc({n * std::max(1, index_heads_) * c.index_topk_blocks}, DType::kI32);
     act_.mlp = backend_.alloc({n, c.hidden_size}, dt);
+    if (partition_.indexer_decode_cp) {
+      const int64_t ranks = partition_.tp->size(), per_rank = n * index_heads_ * c.index_topk_blocks;
+      act_.index_q_parts = backend_.alloc({ranks * n, index_cols}, dt);
+      act_.candidates = backend_.alloc({ranks * per_rank}, DType::kI64);
+      act_.gathered_candidates = backend_.alloc({ranks * ranks * per_rank}, DType::kI64);
+    }
     act_.capacity_tokens = n;
     ++act_.generation;
   }
@@ -229,7 +239,22 @@ void MiniMaxM3::attention_block(int layer, Activations& a) {
     params.local_blocks = c.index_local_blocks;
     params.init_blocks = c.index_init_blocks;
     selection = a.selection.rows(0, t * index_heads_ * c.index_topk_blocks);
-    backend_.indexer_topk(cache, iq, params, selection);
+    if (partition_.indexer_decode_cp) {
+      // Every rank scores its own blocks (b % ranks == rank) for every rank's heads; the merge
+      // keeps this rank's heads. Two all-gathers, no other exchange.
+      Communicator& tp = *partition_.tp;
+      const int ranks = tp.size();
+      const int64_t per_rank = t * index_heads_ * c.index_topk_blocks;
+      Tensor parts = a.index_q_parts.rows(0, ranks * t);
+      tp.all_gather(iq, parts);
+      Tensor candidates = a.candidates.rows(0, ranks * per_rank);
+      backend_.indexer_topk_candidates(cache, parts, ranks, params, ranks, tp.rank(), candidates);
+      Tensor gathered = a.gathered_candidates.rows(0, int64_t(ranks) * ranks * per_rank);
+      tp.all_gather(candidates, gathered);
+      backend_.merge_topk_candidates(gathered, ranks, ranks, tp.rank(), params, selection);
+    } else {
+      backend_.indexer_topk(cache, iq, params, selection);
+    }
   }
 
   Tensor attn = a.attn.rows(0, t);

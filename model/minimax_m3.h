@@ -44,6 +44,10 @@ struct ModelPartition {
   RankShard shard;
   int64_t padded_vocab_size = 0;  // shard.vocab slices this; rows past vocab_size are padding
   Communicator* tp = nullptr;     // null: one rank (the whole model)
+  // Indexer decode context parallelism: the tp ranks split the index cache's blocks instead of
+  // the index heads (docs/reference.md, the indexer): each scores its blocks for every head, the
+  // candidates are all-gathered and merged into the exact selection one rank makes.
+  bool indexer_decode_cp = false;
 };
 // The partition of a model that is not split: one rank holding everything.
 ModelPartition whole_model(const ModelConfig& config);
@@ -102,6 +106,7 @@ class MiniMaxM3 {
     int64_t capacity_tokens = 0;
     int64_t generation = 0;  // bumped whenever a tensor below moves (ReplayKey::buffers_generation)
     Tensor x, h, q, k, v, index_q, index_k, attn, selection, mlp, logit_rows;
+    Tensor index_q_parts, candidates, gathered_candidates;  // indexer decode CP
   };
   void validate(const StepBatch& batch) const;
   void ensure_activations(int64_t tokens, int64_t logit_rows);

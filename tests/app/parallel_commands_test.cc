@@ -49,7 +49,8 @@ TEST(ParallelCommands, GenerateGivesOneRanksTokensUnderEveryLayout) {
     const std::vector<int> one = generate_ids("", prompt);
     ASSERT_EQ(one.size(), 24u);
     for (const std::string layout : {"-tp 2", "-tp 4", "-tp 2 --enable-expert-parallel",
-                                     "--tensor-parallel-size 4 --enable-expert-parallel"})
+                                     "--tensor-parallel-size 4 --enable-expert-parallel",
+                                     "-tp 2 --attention-config '{\"indexer_decode_cp\": true}'"})
       EXPECT_EQ(generate_ids(layout, prompt), one) << layout << " on prompt " << prompt;
   }
 }

@@ -79,7 +79,8 @@ struct SplitModel {
   }
 };
 
-std::unique_ptr<SplitModel> split(const ModelConfig& config, const ModelWeights& full, const ParallelConfig& parallel) {
+std::unique_ptr<SplitModel> split(const ModelConfig& config, const ModelWeights& full, const ParallelConfig& parallel,
+                                  bool dcp) {
   auto s = std::make_unique<SplitModel>();
   s->layout = make_parallel_layout(parallel, model_geometry(config));
   const int n = parallel.world_size();
@@ -91,7 +92,7 @@ std::unique_ptr<SplitModel> split(const ModelConfig& config, const ModelWeights&
   s->workers->run([&](int r) {
     s->backends[r] = make_cpu_backend();
     s->comms[r] = connect_gloo(rendezvous, r, n, "tp");
-    ModelPartition partition{s->layout.ranks[r], s->layout.padded_vocab_size, s->comms[r].get()};
+    ModelPartition partition{s->layout.ranks[r], s->layout.padded_vocab_size, s->comms[r].get(), dcp};
     s->models[r] = std::make_unique<MiniMaxM3>(config, shard_weights(full, config, s->layout.ranks[r]),
                                                *s->backends[r], f32_options(), partition);
   });
@@ -165,7 +166,8 @@ std::vector<std::vector<int32_t>> greedy(std::unique_ptr<ModelRunner> runner, co
 struct Layout {
   int tp = 1;
   bool ep = false;
-  std::string name() const { return fmt::format("-tp {}{}", tp, ep ? " EP" : ""); }
+  bool dcp = false;  // indexer decode context parallel over the tp ranks
+  std::string name() const { return fmt::format("-tp {}{}{}", tp, ep ? " EP" : "", dcp ? " DCP" : ""); }
 };
 
 void expect_same_as_one_rank(const ModelConfig& config, const ModelWeights& full, const std::vector<Layout>& layouts) {
@@ -181,7 +183,7 @@ void expect_same_as_one_rank(const ModelConfig& config, const ModelWeights& full
     ParallelConfig p;
     p.tensor_parallel_size = l.tp;
     p.enable_expert_parallel = l.ep;
-    auto model = split(config, full, p);
+    auto model = split(config, full, p, l.dcp);
     auto runner = model->runner();
     const auto logits = step_logits(*runner, config.vocab_size);
     ASSERT_EQ(logits.size(), reference.size());
@@ -202,14 +204,15 @@ void expect_same_as_one_rank(const ModelConfig& config, const ModelWeights& full
 TEST(TensorParallel, SplitsAndReplicatedKvHeadsMatchOneRank) {
   const ModelConfig config = make_config(8, 2, 4, 1001, 32);
   const ModelWeights full = make_dummy_weights(config, 7);
-  expect_same_as_one_rank(config, full, {{2, false}, {4, false}, {2, true}, {4, true}});
+  expect_same_as_one_rank(config, full,
+                          {{2, false}, {4, false}, {2, true}, {4, true}, {2, false, true}, {4, false, true}});
 }
 
 // 6 query heads over 3 KV heads, 6 experts of width 48: -tp 3 (one KV head each), EP 3.
 TEST(TensorParallel, ThreeRanksMatchOneRank) {
   const ModelConfig config = make_config(6, 3, 6, 500, 48);
   const ModelWeights full = make_dummy_weights(config, 9);
-  expect_same_as_one_rank(config, full, {{3, false}, {3, true}});
+  expect_same_as_one_rank(config, full, {{3, false}, {3, true}, {3, true, true}});
 }
 
 // The bundled tiny checkpoint (real trained weights, 8-token blocks): -tp 2 and -tp 4, EP 2.
@@ -217,7 +220,7 @@ TEST(TensorParallel, TinyCheckpointMatchesOneRank) {
   const std::filesystem::path dir = "models/minimax-m3-tiny";
   const ModelConfig config = load_model_config(dir);
   const ModelWeights full = load_weights(config, dir);
-  expect_same_as_one_rank(config, full, {{2, false}, {4, false}, {2, true}});
+  expect_same_as_one_rank(config, full, {{2, false}, {4, false}, {2, true}, {2, false, true}, {4, false, true}});
 }
 
 TEST(TensorParallel, ShardWithoutItsGroupIsRefused) {
