@@ -7,6 +7,7 @@ The bundled model has random weights, so tests check shapes, consistency between
 """
 import json
 import os
+import shlex
 import subprocess
 import sys
 import unittest
@@ -16,6 +17,9 @@ from live_server import LiveServer, open_stream, post_all  # noqa: E402
 
 BIN = os.environ.get("M3SERVE_BIN", "build/bin/m3serve")
 MODEL = os.environ.get("M3SERVE_MODEL", "models/minimax-m3-tiny")
+# Extra serve options for the module's shared server, e.g. "-tp 2" (CTest runs the suite once more
+# under a parallel layout).
+EXTRA = shlex.split(os.environ.get("M3SERVE_EXTRA_ARGS", ""))
 NAME = "tiny"
 SERVER = None
 
@@ -26,7 +30,7 @@ def setUpModule():
                          "--served-model-name", NAME, "m3-alias", "--max-model-len", "1024",
                          "--kv-cache-memory", "64MiB", "--reasoning-parser", "minimax_m3",
                          "--tool-call-parser", "minimax_m3", "--enable-auto-tool-choice",
-                         "--disable-log-stats"])
+                         "--disable-log-stats"] + EXTRA)
 
 
 def tearDownModule():
