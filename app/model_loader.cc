@@ -109,6 +109,31 @@ void log_plan(const ModelPlan& plan, int64_t pool_blocks, const EngineOptions& e
               plan.max_model_len);
 }
 
+// Before any weight is read: each rank's slice of the weights (model/weight_footprint.h, from
+// config.json alone) plus the activation reserve must fit in --gpu-memory-utilization of its GPU.
+void check_weights_fit_gpus(const ModelPlan& plan, const ModelOptions& o, const EngineOptions& engine) {
+#if M3SERVE_WITH_CUDA
+  const CudaDeviceInfo gpu = cuda_device_info();
+  if (!gpu.available) return;  // resolve_device has refused this already
+  const double utilization = o.gpu_memory_utilization.value_or(kDefaultGpuMemoryUtilization);
+  const int64_t budget = static_cast<int64_t>(utilization * static_cast<double>(gpu.total_bytes));
+  const int64_t reserve = gpu_activation_reserve_bytes(plan.config, engine.max_num_batched_tokens, engine.max_num_seqs);
+  int64_t largest = 0;
+  for (const RankShard& r : plan.layout.ranks) largest = std::max(largest, weight_footprint(plan.config, r).total());
+  M3_CHECK(largest + reserve < budget,
+           "{}: the weights need {:.1f} GB per rank with -tp {}{} (plus {:.1f} GB of activations), and each {} has "
+           "{:.1f} GB under --gpu-memory-utilization {} ({:.1f} GB in all); use more GPUs (-tp), expert parallel, or "
+           "`m3serve plan` to size a layout",
+           o.model_dir, largest / 1e9, plan.layout.config.tensor_parallel_size,
+           plan.layout.config.enable_expert_parallel ? " and expert parallel" : "", reserve / 1e9, gpu.name,
+           budget / 1e9, utilization, gpu.total_bytes / 1e9);
+#else
+  (void)plan;
+  (void)o;
+  (void)engine;
+#endif
+}
+
 int cuda_device_count() {
 #if M3SERVE_WITH_CUDA
   return m3::cuda_device_count();
@@ -342,6 +367,7 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   const KvLayout& layout = plan.kv_layout;
   const auto blocks_for = [&](int64_t tokens) { return (tokens + layout.block_size - 1) / layout.block_size; };
   const int num_ranks = plan.layout.config.world_size();
+  if (plan.device == "cuda") check_weights_fit_gpus(plan, o, engine);
 
   const auto t0 = std::chrono::steady_clock::now();
   ModelWeights weights;
@@ -391,6 +417,9 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
     ModelWeights mine = num_ranks == 1 ? std::move(weights)
                                        : shard_weights(weights, plan.config, plan.layout.ranks[r]);
     rank_weights[r] = place_weights(std::move(mine), *rank.backend);  // cuda: the weights move to the GPU
+    if (num_ranks > 1)
+      M3_LOG_INFO("rank {}: weights sliced and placed on {} in {:.2f} s", r, plan.device,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
     if (gpu_budget_sizes_pool) gpu_budget[r] = gpu_kv_budget_blocks(utilization, layout.block_bytes, reserve);
   };
   if (num_ranks == 1) {

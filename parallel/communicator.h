@@ -8,10 +8,10 @@
 // Every rank of the group calls the same collectives in the same order with the same shapes (the
 // layout decides them, so they agree by construction). A collective that fails (a peer lost, a
 // timeout, an NCCL error) throws m3::Error naming the collective and the group; the ranks of an
-// in-process group then stop together (parallel/rank_threads.h).
+// in-process group then stop together (parallel/rank_workers.h).
 //
-// Element types: reductions take F32, BF16 (NCCL only) and I32; the data-movement collectives
-// (all_gather, all_to_all, broadcast) move bytes of any dtype.
+// Element types: reductions take F32 and I32 everywhere, BF16 on NCCL and I64 on Gloo; the
+// data-movement collectives (all_gather, all_to_all, broadcast) move bytes of any dtype.
 #pragma once
 #include <cstdint>
 #include <string>

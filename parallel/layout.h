@@ -8,7 +8,7 @@
 //    groups; the index key is one head shared by all index heads, so every rank holds it whole.
 //  - Dense MLP and shared expert: intermediate split over tp (gate/up by rows, down by columns).
 //  - Embedding and lm_head: vocab-parallel over tp, the vocabulary padded up to a multiple of tp
-//    so any vocabulary splits (padded rows are zeros that never win a sample).
+//    so any vocabulary splits (padded rows are zeros; their logits are dropped before sampling).
 //  - Routed experts: with expert parallel, EP size = tp x dp and each rank holds
 //    num_experts / EP whole experts; without, every copy holds all experts with the intermediate
 //    split over its tp ranks.
