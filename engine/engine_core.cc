@@ -5,11 +5,14 @@
 #include <mutex>
 #include <random>
 #include <thread>
-#include <unordered_set>
+#include <unordered_map>
+
+#include <fmt/core.h>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine_loop.h"
+#include "engine/step_group.h"
 
 namespace m3 {
 namespace {
@@ -51,51 +54,111 @@ struct Command {
 
 enum class Mode { kOpen, kDraining, kStopping };
 
+// A lane's runner as its loop sees it: with several lanes every model call first enters the
+// lanes' common step.
+class LaneRunner final : public ModelRunner {
+ public:
+  LaneRunner(ModelRunner& inner, StepGroup* group, int lane) : inner_(inner), group_(group), lane_(lane) {}
+  int block_size() const override { return inner_.block_size(); }
+  int64_t num_kv_blocks() const override { return inner_.num_kv_blocks(); }
+  int vocab_size() const override { return inner_.vocab_size(); }
+  int64_t max_position_embeddings() const override { return inner_.max_position_embeddings(); }
+  void forward(const StepBatch& batch, float* logits) override {
+    enter();
+    inner_.forward(batch, logits);
+  }
+  void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
+                      const std::vector<int32_t>& host_rows, float* host_logits) override {
+    enter();
+    inner_.forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
+  }
+  void idle_step() override {
+    enter();
+    inner_.idle_step();
+  }
+
+ private:
+  void enter() {
+    if (group_) group_->enter(lane_);
+  }
+  ModelRunner& inner_;
+  StepGroup* group_;
+  int lane_;
+};
+
+struct Lane {
+  std::unique_ptr<ModelRunner> model;
+  LaneRunner runner;
+  EngineLoop loop;
+  std::vector<Command> inbox;  // guarded by State::mu
+  int live = 0;                // requests in flight here (State::mu)
+  bool busy = false;           // had work at its last look (State::mu)
+  std::thread thread;
+
+  Lane(std::unique_ptr<ModelRunner> m, StepGroup* group, int index, const EngineConfig& config)
+      : model(std::move(m)), runner(*model, group, index), loop(runner, config) {}
+};
+
 }  // namespace
 
 struct EngineCore::State {
-  std::unique_ptr<ModelRunner> runner;
   EngineConfig config;
-  EngineLoop loop;
+  std::unique_ptr<StepGroup> group;  // several lanes only
+  std::vector<std::unique_ptr<Lane>> lanes;
+  std::function<void(int)> on_lane_start;
 
-  std::mutex mu;  // guards everything below up to `thread`
+  std::mutex mu;  // guards the lanes' inboxes, live counts and busy flags, and everything below
   std::condition_variable cv;
-  std::vector<Command> inbox;
-  std::unordered_set<std::string> live_ids;  // accepted and not yet finished
+  std::unordered_map<std::string, int> live_ids;  // accepted and not yet finished -> lane
   Mode mode = Mode::kOpen;
   bool started = false;
-  std::thread thread;  // set once under mu (start_locked), joined under join_mu
-  std::mutex join_mu;
+  std::mutex join_mu;  // joins of the lanes' threads (set once under mu in start_locked)
 
   mutable std::mutex stats_mu;
-  EngineStats stats;
+  std::vector<EngineStats> stats;  // per lane
 
-  State(std::unique_ptr<ModelRunner> r, const EngineConfig& c)
-      : runner(std::move(r)), config(resolve_config(c, *runner)), loop(*runner, config) {
-    stats = loop.stats();
+  State(std::vector<std::unique_ptr<ModelRunner>> runners, const EngineConfig& c, std::function<void(int)> start)
+      : on_lane_start(std::move(start)) {
+    M3_CHECK(!runners.empty(), "EngineCore needs a model runner");
+    for (const auto& r : runners) M3_CHECK(r != nullptr, "EngineCore needs a model runner");
+    config = resolve_config(c, *runners.front());
+    for (const auto& r : runners)
+      M3_CHECK(r->num_kv_blocks() == runners.front()->num_kv_blocks() && r->block_size() == runners.front()->block_size() &&
+                   r->vocab_size() == runners.front()->vocab_size(),
+               "data-parallel lanes must have the same KV pool and vocabulary");
+    if (runners.size() > 1) {
+      group = std::make_unique<StepGroup>(static_cast<int>(runners.size()), [this] {
+        // Taking mu orders the wake after a lane's check of waiting_for() under mu.
+        { std::lock_guard lock(mu); }
+        cv.notify_all();
+      });
+    }
+    for (size_t i = 0; i < runners.size(); ++i)
+      lanes.push_back(std::make_unique<Lane>(std::move(runners[i]), group.get(), static_cast<int>(i), config));
+    for (const auto& l : lanes) stats.push_back(l->loop.stats());
   }
 
   void start_locked() {
     if (started) return;
     started = true;
-    thread = std::thread([this] { run(); });
+    for (size_t i = 0; i < lanes.size(); ++i) lanes[i]->thread = std::thread([this, i] { run(static_cast<int>(i)); });
   }
 
-  void publish_stats() {
-    EngineStats s = loop.stats();
+  void publish_stats(int lane) {
+    EngineStats s = lanes[lane]->loop.stats();
     std::lock_guard lock(stats_mu);
-    stats = s;
+    stats[lane] = s;
   }
 
-  void apply(Command& c) {
+  void apply(Lane& lane, Command& c) {
     if (c.kind == Command::Kind::kAbort) {
-      loop.abort(c.request.id);
+      lane.loop.abort(c.request.id);
       return;
     }
     OutputSink sink = c.sink;  // kept to report a failure after the moves below
     const std::string id = c.request.id;
     try {
-      loop.add(std::move(c.request), std::move(c.sink), c.seed, c.arrival);
+      lane.loop.add(std::move(c.request), std::move(c.sink), c.seed, c.arrival);
     } catch (const std::exception& e) {  // validated already: only resource exhaustion gets here
       M3_LOG_ERROR("engine: could not queue a request: {}", e.what());
       RequestOutput out;
@@ -110,45 +173,98 @@ struct EngineCore::State {
     }
   }
 
-  void run() {
+  // A lane's busy flag is what draining peers wait on: they leave once every lane is idle.
+  void set_busy(Lane& lane, bool busy) {
+    bool became_idle;
+    {
+      std::lock_guard lock(mu);
+      became_idle = lane.busy && !busy;
+      lane.busy = busy;
+    }
+    if (became_idle) cv.notify_all();
+  }
+
+  bool any_lane_busy() const {
+    for (const auto& l : lanes)
+      if (l->busy || !l->inbox.empty()) return true;
+    return false;
+  }
+
+  void run(int index) {
+    Lane& lane = *lanes[index];
+    if (on_lane_start) {
+      try {
+        on_lane_start(index);
+      } catch (const std::exception& e) {
+        M3_LOG_ERROR("engine lane {}: {}", index, e.what());
+      }
+    }
     std::vector<Command> commands;
     for (;;) {
       Mode current;
+      bool join_peers = false;
       {
         std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return !inbox.empty() || mode != Mode::kOpen || loop.has_work(); });
-        commands.swap(inbox);
+        cv.wait(lock, [&] {
+          return !lane.inbox.empty() || mode == Mode::kStopping || lane.loop.has_work() ||
+                 (group && group->waiting_for(index)) || (mode == Mode::kDraining && !any_lane_busy());
+        });
+        commands.swap(lane.inbox);
         current = mode;
+        join_peers = group && group->waiting_for(index);
       }
-      for (Command& c : commands) apply(c);
+      for (Command& c : commands) apply(lane, c);
       commands.clear();
       if (current == Mode::kStopping) {
-        loop.abort_all();
-        publish_stats();
+        if (group) group->close();  // peers waiting in a step stop too
+        lane.loop.abort_all();
+        publish_stats(index);
         return;
       }
-      if (loop.has_work()) {
-        loop.step();
-      } else if (current == Mode::kDraining) {
+      const bool work = lane.loop.has_work();
+      set_busy(lane, work);
+      const bool ran = work && lane.loop.step();
+      if (ran) set_busy(lane, lane.loop.has_work());
+      if (!ran && join_peers) {
+        try {
+          lane.runner.idle_step();
+        } catch (const std::exception& e) {
+          M3_LOG_ERROR("engine lane {}: idle step failed: {}", index, e.what());
+        }
+      } else if (!ran && current == Mode::kDraining) {
         std::lock_guard lock(mu);
-        if (inbox.empty()) {
-          publish_stats();
+        // A draining lane leaves once no lane has work left (its peers' steps need it until then).
+        if (lane.inbox.empty() && !any_lane_busy()) {
+          cv.notify_all();
+          publish_stats(index);
           return;
         }
       }
-      publish_stats();
+      publish_stats(index);
     }
   }
 };
 
-EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, EngineConfig config) {
-  M3_CHECK(runner != nullptr, "EngineCore needs a model runner");
-  state_ = std::make_unique<State>(std::move(runner), config);
-  M3_LOG_INFO("engine: {} KV blocks x {} tokens = {} tokens, max_model_len {}, max_num_seqs {}, "
+namespace {
+std::vector<std::unique_ptr<ModelRunner>> one_lane(std::unique_ptr<ModelRunner> runner) {
+  std::vector<std::unique_ptr<ModelRunner>> lanes;
+  lanes.push_back(std::move(runner));
+  return lanes;
+}
+}  // namespace
+
+EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, EngineConfig config)
+    : EngineCore(one_lane(std::move(runner)), config) {}
+
+EngineCore::EngineCore(std::vector<std::unique_ptr<ModelRunner>> lanes, EngineConfig config,
+                       std::function<void(int)> on_lane_start) {
+  state_ = std::make_unique<State>(std::move(lanes), config, std::move(on_lane_start));
+  const ModelRunner& first = *state_->lanes.front()->model;
+  M3_LOG_INFO("engine: {}{} KV blocks x {} tokens = {} tokens, max_model_len {}, max_num_seqs {}, "
               "max_num_batched_tokens {}, prefix caching {}",
-              state_->runner->num_kv_blocks(), block_size(), kv_capacity_tokens(), max_model_len(),
-              state_->config.max_num_seqs, state_->config.max_num_batched_tokens,
-              state_->config.enable_prefix_caching ? "on" : "off");
+              num_lanes() > 1 ? fmt::format("{} data-parallel lanes of ", num_lanes()) : "", first.num_kv_blocks(),
+              block_size(), first.num_kv_blocks() * first.block_size(), max_model_len(), state_->config.max_num_seqs,
+              state_->config.max_num_batched_tokens, state_->config.enable_prefix_caching ? "on" : "off");
 }
 
 EngineCore::~EngineCore() { shutdown(false); }
@@ -165,12 +281,13 @@ void EngineCore::shutdown(bool drain) {
       state_->mode = drain ? Mode::kDraining : Mode::kStopping;
     }
     // A never-started engine still owes its queued requests a final output; the mode is set
-    // first so that its thread aborts them rather than starting to run them.
+    // first so that its threads abort them rather than starting to run them.
     state_->start_locked();
   }
   state_->cv.notify_all();
   std::lock_guard join_lock(state_->join_mu);  // shutdown may race with the destructor's
-  if (state_->thread.joinable()) state_->thread.join();
+  for (auto& lane : state_->lanes)
+    if (lane->thread.joinable()) lane->thread.join();
 }
 
 void EngineCore::add_request(EngineRequest request, OutputSink sink) {
@@ -206,15 +323,22 @@ void EngineCore::add_request(EngineRequest request, OutputSink sink) {
   {
     std::lock_guard lock(state_->mu);
     M3_CHECK(state_->mode == Mode::kOpen, "request {}: the engine is shutting down", c.request.id);
-    M3_CHECK(state_->live_ids.insert(c.request.id).second, "request {}: a request with this id is already in flight",
-             c.request.id);
     State* s = state_.get();
+    int lane = 0;  // the lane with the fewest requests in flight
+    for (int i = 1; i < static_cast<int>(s->lanes.size()); ++i)
+      if (s->lanes[i]->live < s->lanes[lane]->live) lane = i;
+    M3_CHECK(s->live_ids.emplace(c.request.id, lane).second, "request {}: a request with this id is already in flight",
+             c.request.id);
+    ++s->lanes[lane]->live;
     // The id leaves the in-flight set before the final output is delivered (so the sink may reuse
     // it), or when the sink throws (the engine then drops the request).
     c.sink = [s, id = c.request.id, user_sink = std::move(sink)](const RequestOutput& out) {
       auto forget = [&] {
         std::lock_guard lock(s->mu);
-        s->live_ids.erase(id);
+        auto it = s->live_ids.find(id);
+        if (it == s->live_ids.end()) return;
+        --s->lanes[it->second]->live;
+        s->live_ids.erase(it);
       };
       if (out.finished) forget();
       try {
@@ -224,7 +348,7 @@ void EngineCore::add_request(EngineRequest request, OutputSink sink) {
         throw;
       }
     };
-    state_->inbox.push_back(std::move(c));
+    s->lanes[lane]->inbox.push_back(std::move(c));
   }
   state_->cv.notify_all();
 }
@@ -232,21 +356,46 @@ void EngineCore::add_request(EngineRequest request, OutputSink sink) {
 void EngineCore::abort(const std::string& request_id) {
   {
     std::lock_guard lock(state_->mu);
+    // To the request's lane; an unknown id goes nowhere (a lane would ignore it anyway).
+    auto it = state_->live_ids.find(request_id);
+    if (it == state_->live_ids.end()) return;
     Command c{Command::Kind::kAbort, {}, nullptr, 0, {}};
     c.request.id = request_id;
-    state_->inbox.push_back(std::move(c));
+    state_->lanes[it->second]->inbox.push_back(std::move(c));
   }
   state_->cv.notify_all();
 }
 
 EngineStats EngineCore::stats() const {
   std::lock_guard lock(state_->stats_mu);
-  return state_->stats;
+  EngineStats sum;
+  for (const EngineStats& s : state_->stats) {
+    sum.num_running += s.num_running;
+    sum.num_waiting += s.num_waiting;
+    sum.num_kv_blocks += s.num_kv_blocks;
+    sum.num_used_kv_blocks += s.num_used_kv_blocks;
+    sum.prompt_tokens_total += s.prompt_tokens_total;
+    sum.generation_tokens_total += s.generation_tokens_total;
+    sum.prefix_cache_queries_tokens += s.prefix_cache_queries_tokens;
+    sum.prefix_cache_hits_tokens += s.prefix_cache_hits_tokens;
+    sum.num_preemptions += s.num_preemptions;
+    sum.finished_stop += s.finished_stop;
+    sum.finished_length += s.finished_length;
+    sum.finished_abort += s.finished_abort;
+    sum.finished_error += s.finished_error;
+    sum.num_steps = std::max(sum.num_steps, s.num_steps);  // the lanes step together
+  }
+  sum.kv_usage = sum.num_kv_blocks ? double(sum.num_used_kv_blocks) / double(sum.num_kv_blocks) : 0.0;
+  return sum;
 }
 
 int EngineCore::max_model_len() const { return state_->config.max_model_len; }
-int64_t EngineCore::kv_capacity_tokens() const { return state_->runner->num_kv_blocks() * state_->runner->block_size(); }
-int EngineCore::block_size() const { return state_->runner->block_size(); }
-int EngineCore::vocab_size() const { return state_->runner->vocab_size(); }
+int64_t EngineCore::kv_capacity_tokens() const {
+  const ModelRunner& r = *state_->lanes.front()->model;
+  return r.num_kv_blocks() * r.block_size() * num_lanes();
+}
+int EngineCore::block_size() const { return state_->lanes.front()->model->block_size(); }
+int EngineCore::vocab_size() const { return state_->lanes.front()->model->vocab_size(); }
+int EngineCore::num_lanes() const { return static_cast<int>(state_->lanes.size()); }
 
 }  // namespace m3

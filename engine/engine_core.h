@@ -61,6 +61,13 @@ class EngineCore {
   // Throws m3::Error for an impossible config (e.g. max_model_len larger than the KV pool).
   // The runner is driven only from the engine thread.
   EngineCore(std::unique_ptr<ModelRunner> runner, EngineConfig config);
+  // Data-parallel lanes (data-parallel attention): one runner per copy of the model, each with its
+  // own thread, scheduler, KV pool and prefix cache; a request runs on the lane with the fewest
+  // requests in flight. The lanes step together (engine/step_group.h): a lane with nothing to run
+  // joins its peers' steps through ModelRunner::idle_step. on_lane_start(lane) runs first on each
+  // lane's thread (bind its device). The config applies to every lane.
+  EngineCore(std::vector<std::unique_ptr<ModelRunner>> lanes, EngineConfig config,
+             std::function<void(int)> on_lane_start = {});
   ~EngineCore();  // shutdown(false) if still running
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
@@ -78,9 +85,10 @@ class EngineCore {
   void add_request(EngineRequest request, OutputSink sink);
   void abort(const std::string& request_id);
 
-  EngineStats stats() const;
+  EngineStats stats() const;  // summed over the lanes
   int max_model_len() const;         // effective limit, after the constructor's resolution
-  int64_t kv_capacity_tokens() const;  // num_kv_blocks * block_size
+  int64_t kv_capacity_tokens() const;  // num_kv_blocks * block_size, summed over the lanes
+  int num_lanes() const;
   int block_size() const;
   int vocab_size() const;
 

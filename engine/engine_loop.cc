@@ -244,9 +244,9 @@ RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, const float* l
   return out;
 }
 
-void EngineLoop::step() {
+bool EngineLoop::step() {
   SchedulerOutput sched = scheduler_.schedule();
-  if (sched.empty()) return;
+  if (sched.empty()) return false;
   ++counters_.num_steps;
   const Clock::time_point now = Clock::now();
   for (const ScheduledSeq& s : sched.scheduled) {
@@ -264,7 +264,7 @@ void EngineLoop::step() {
   } catch (const std::exception& e) {
     M3_LOG_ERROR("engine step failed for {} request(s): {}", sched.scheduled.size(), e.what());
     fail_step(sched.scheduled, e.what());
-    return;
+    return true;
   }
 
   for (std::size_t i = 0; i < sched.scheduled.size(); ++i) {
@@ -282,6 +282,7 @@ void EngineLoop::step() {
     emit(seq, out);
   }
   counters_.num_preemptions = scheduler_.num_preemptions();
+  return true;
 }
 
 EngineStats EngineLoop::stats() const {

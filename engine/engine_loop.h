@@ -24,8 +24,9 @@ class EngineLoop {
   bool abort(const std::string& request_id);
   void abort_all();
   bool has_work() const { return scheduler_.has_work(); }
-  // One schedule -> forward -> sample -> emit round; nothing happens when there is no work.
-  void step();
+  // One schedule -> forward -> sample -> emit round; nothing happens when there is no work or
+  // nothing can be scheduled. Returns whether the model ran (a failed step counts).
+  bool step();
 
   EngineStats stats() const;
   const Scheduler& scheduler() const { return scheduler_; }

@@ -37,4 +37,10 @@ void MiniMaxM3Runner::forward_sample(const StepBatch& batch, const SampleBatch& 
   });
 }
 
+void MiniMaxM3Runner::idle_step() {
+  M3_CHECK(ranks_.size() == 1 && ranks_[0]->attention_data_parallel(),
+           "idle_step: only a data-parallel-attention rank joins its peers' steps");
+  ranks_[0]->idle_step();
+}
+
 }  // namespace m3

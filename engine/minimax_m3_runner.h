@@ -30,6 +30,8 @@ class MiniMaxM3Runner final : public ModelRunner {
   // Samples on the model's backend (the CUDA backend: on the GPU, only ids and host_rows copied).
   void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
                       const std::vector<int32_t>& host_rows, float* host_logits) override;
+  // A data-parallel-attention rank's part of its peers' step (MiniMaxM3::idle_step).
+  void idle_step() override;
 
  private:
   std::vector<MiniMaxM3*> ranks_;

@@ -30,6 +30,10 @@ class ModelRunner {
   // host buffer and the reference (ops/sampling.h). Same contract on errors as forward().
   virtual void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
                               const std::vector<int32_t>& host_rows, float* host_logits);
+  // Data-parallel lanes (EngineCore's second constructor): this lane's part of a step its peers
+  // run while it has nothing scheduled (a model whose layers exchange with the other lanes' must
+  // join every step). Default: nothing to join.
+  virtual void idle_step() {}
 };
 
 }  // namespace m3

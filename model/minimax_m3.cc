@@ -116,6 +116,9 @@ MiniMaxM3::MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend,
   M3_CHECK(weights_.embed.dim(0) == shard.vocab.size,
            "rank {}: the embedding holds {} rows, its vocabulary slice {} (cut the weights with shard_weights)",
            shard.rank, weights_.embed.dim(0), shard.vocab.size);
+  M3_CHECK(!partition_.ep || (tp_size == 1 && backend_.device() == Device::kCpu),
+           "data-parallel attention runs with -tp 1 on the CPU backend for now (this rank: -tp {}, {})", tp_size,
+           device_name(backend_.device()));
   M3_CHECK(!partition_.indexer_decode_cp || (tp_size > 1 && config_.has_sparse_layers()),
            "indexer decode context parallelism splits the index cache of sparse layers over the -tp ranks; this "
            "model has {} sparse layers and {} rank(s)",
@@ -264,6 +267,57 @@ void MiniMaxM3::attention_block(int layer, Activations& a) {
   reduce_tp(h);
 }
 
+int64_t MiniMaxM3::dep_step_tokens(int64_t t) {
+  // Host memory: the CPU backend's tensors are host tensors (the constructor checks the device).
+  Tensor count = backend_.alloc({1}, DType::kI32);
+  count.data_as<int32_t>()[0] = static_cast<int32_t>(t);
+  partition_.ep->all_reduce(count, ReduceOp::kMax);
+  return count.data_as<int32_t>()[0];
+}
+
+void MiniMaxM3::ensure_dep_buffers(int64_t max_tokens) {
+  const int64_t ranks = partition_.ep->size();
+  if (act_.dep_mine.defined() && act_.dep_mine.dim(0) >= max_tokens) return;
+  const int64_t n = std::max<int64_t>(max_tokens, 16);
+  const DType dt = backend_.activation_storage_dtype();
+  act_.dep_gathered = backend_.alloc({ranks * n, config_.hidden_size}, dt);
+  act_.dep_routed = backend_.alloc({ranks * n, config_.hidden_size}, dt);
+  act_.dep_mine = backend_.alloc({n, config_.hidden_size}, dt);
+  ++act_.generation;
+}
+
+// Every rank sends max-tokens rows of h (its own tokens first; the rows past them are whatever the
+// buffer holds: the MoE is row-independent, so they cost work and are dropped), runs its experts
+// over all ranks' rows, and gets back the sum over ranks of its own rows.
+void MiniMaxM3::dep_routed_experts(int layer, int64_t t, Tensor routed_out) {
+  (void)t;
+  const ModelConfig& c = config_;
+  Communicator& ep = *partition_.ep;
+  const int64_t m = dep_max_tokens_, ranks = ep.size();
+  Tensor gathered = act_.dep_gathered.rows(0, ranks * m), routed = act_.dep_routed.rows(0, ranks * m);
+  ep.all_gather(act_.h.rows(0, m), gathered);
+  MoeParams p;
+  p.num_experts = c.num_experts;
+  p.experts_per_token = c.experts_per_token;
+  p.routed_scaling_factor = c.routed_scaling_factor;
+  p.swiglu_alpha = c.swiglu_alpha;
+  p.swiglu_limit = c.swiglu_limit;
+  p.first_expert = static_cast<int>(partition_.shard.experts.begin);
+  p.add_shared = false;
+  backend_.moe(gathered, weights_.layers[layer].mlp, p, routed);
+  ep.reduce_scatter(routed, routed_out.rows(0, m));
+}
+
+void MiniMaxM3::idle_step() {
+  M3_CHECK(partition_.ep, "idle_step: only data-parallel attention ranks take part in their peers' steps");
+  dep_max_tokens_ = dep_step_tokens(0);
+  if (dep_max_tokens_ == 0) return;  // nobody had tokens (every rank called idle_step)
+  ensure_activations(dep_max_tokens_, 0);
+  ensure_dep_buffers(dep_max_tokens_);
+  for (int l = 0; l < config_.num_layers; ++l)
+    if (config_.mlp_kinds[l] == MlpKind::kMoe) dep_routed_experts(l, 0, act_.dep_mine);
+}
+
 void MiniMaxM3::reduce_tp(Tensor x) {
   if (partition_.tp && partition_.tp->size() > 1) partition_.tp->all_reduce(x, ReduceOp::kSum);
 }
@@ -277,6 +331,13 @@ void MiniMaxM3::mlp_block(int layer, Activations& a) {
   if (c.mlp_kinds[layer] == MlpKind::kDense) {
     backend_.swiglu_mlp(h, w.gate, w.up, w.down, c.swiglu_alpha, c.swiglu_limit, out);
     reduce_tp(out);
+    return;
+  }
+  if (partition_.ep) {
+    // This rank's tokens: the shared expert here, the routed experts over every rank.
+    backend_.swiglu_mlp(h, w.gate, w.up, w.down, c.swiglu_alpha, c.swiglu_limit, out);
+    dep_routed_experts(layer, t, a.dep_mine);
+    backend_.add_inplace(out, a.dep_mine.rows(0, t));
     return;
   }
   MoeParams p;
@@ -310,6 +371,11 @@ void MiniMaxM3::forward(const StepBatch& batch, float* logits) {
   const int64_t t = batch.num_tokens();
   const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());
   ensure_activations(t, rows);
+  if (partition_.ep) {
+    dep_max_tokens_ = dep_step_tokens(t);
+    ensure_activations(dep_max_tokens_, rows);
+    ensure_dep_buffers(dep_max_tokens_);
+  }
   backend_.plan(batch);
   if (is_uniform_decode(batch)) {
     const ReplayKey key{this, static_cast<int>(t), batch.num_seqs(), static_cast<int>(rows), act_.generation};

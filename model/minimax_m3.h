@@ -48,6 +48,12 @@ struct ModelPartition {
   // the index heads (docs/reference.md, the indexer): each scores its blocks for every head, the
   // candidates are all-gathered and merged into the exact selection one rank makes.
   bool indexer_decode_cp = false;
+  // Data-parallel attention (DEP): this rank runs its own requests through whole attention, dense
+  // and shared-expert weights, and `ep` (every rank) shares the routed experts: each MoE layer
+  // all-gathers the ranks' tokens, runs the experts this rank holds over all of them, and
+  // reduce-scatters the sums back to their ranks. Every rank takes part in every step
+  // (idle_step() when it has no tokens).
+  Communicator* ep = nullptr;
 };
 // The partition of a model that is not split: one rank holding everything.
 ModelPartition whole_model(const ModelConfig& config);
@@ -100,6 +106,10 @@ class MiniMaxM3 {
   // Only those rows and the ids leave the device.
   void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
                       const std::vector<int32_t>& host_rows, float* host_logits);
+  // Data-parallel attention: this rank's part of a step its peers run while it has no tokens of
+  // its own (the MoE layers' exchanges and its experts' work on the peers' tokens).
+  void idle_step();
+  bool attention_data_parallel() const { return partition_.ep != nullptr; }
 
  private:
   struct Activations {
@@ -107,12 +117,19 @@ class MiniMaxM3 {
     int64_t generation = 0;  // bumped whenever a tensor below moves (ReplayKey::buffers_generation)
     Tensor x, h, q, k, v, index_q, index_k, attn, selection, mlp, logit_rows;
     Tensor index_q_parts, candidates, gathered_candidates;  // indexer decode CP
+    Tensor dep_gathered, dep_routed, dep_mine;               // data-parallel attention
   };
   void validate(const StepBatch& batch) const;
   void ensure_activations(int64_t tokens, int64_t logit_rows);
   void attention_block(int layer, Activations& a);
   // Sums a row-parallel output over the tensor-parallel group (nothing on one rank).
   void reduce_tp(Tensor x);
+  // Data-parallel attention: the most tokens any rank has this step (every rank calls it once per
+  // step), and the routed experts over every rank's tokens, this rank's `t` rows summed into out.
+  int64_t dep_step_tokens(int64_t t);
+  void dep_routed_experts(int layer, int64_t t, Tensor routed_out);
+  void ensure_dep_buffers(int64_t max_tokens);
+  int64_t dep_max_tokens_ = 0;
   void mlp_block(int layer, Activations& a);
   // embed .. lm_head of the planned step into logits_ (everything between plan() and the copy).
   void run_layers(int64_t tokens, int64_t logit_rows);

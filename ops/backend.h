@@ -62,6 +62,9 @@ struct MoeParams {
   // mlp.experts.size()) and adds only their contributions (routing still ranks all num_experts);
   // the other experts' come from their ranks' outputs in the all-reduce that follows.
   int first_expert = 0;
+  // false: out = routed * routed_scaling_factor only, no shared expert (data-parallel attention:
+  // the op runs over every rank's tokens, and each token's own rank adds its shared expert).
+  bool add_shared = true;
 };
 
 // The shape of a step whose run ops a backend may record once and replay (CUDA graphs). Equal

@@ -271,8 +271,9 @@ void CpuBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& pa
   // Scratch slots: 0-1 swiglu_mlp, 2 shared output, 3 router probs, 4 routed sum, 5 gathered
   // rows, 6 expert output.
   float* shared = scratch_.shared(2, rows * hidden).data();
-  cpu::swiglu_mlp(xs, rows, mlp.gate, mlp.up, mlp.down, params.swiglu_alpha, params.swiglu_limit,
-                  shared, bf16_, scratch_);
+  if (params.add_shared)
+    cpu::swiglu_mlp(xs, rows, mlp.gate, mlp.up, mlp.down, params.swiglu_alpha, params.swiglu_limit,
+                    shared, bf16_, scratch_);
 
   float* probs = scratch_.shared(3, rows * e_count).data();
   cpu::gemm_xwt(xs, rows, hidden, mlp.router.data_as<const float>(), e_count, hidden, hidden, probs,
@@ -333,7 +334,8 @@ void CpuBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& pa
   float* o = out.data_as<float>();
   const float scale = params.routed_scaling_factor;
   for (int64_t i = 0; i < rows * hidden; ++i)
-    o[i] = round_act(round_act(routed[i] * scale, bf16_) + shared[i], bf16_);
+    o[i] = params.add_shared ? round_act(round_act(routed[i] * scale, bf16_) + shared[i], bf16_)
+                             : round_act(routed[i] * scale, bf16_);
 }
 
 }  // namespace

@@ -685,6 +685,8 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   const int e_count = params.num_experts, k = params.experts_per_token;
   check_act(x, rows, hidden, "MoE input");
   check_act(out, rows, hidden, "MoE output");
+  M3_CHECK(params.add_shared, "cuda backend: the routed-only MoE (data-parallel attention) is not implemented on the "
+                              "GPU yet");
   // Expert parallel needs routing that skips the experts held elsewhere; not written for the GPU yet.
   M3_CHECK(params.first_expert == 0 && static_cast<int>(mlp.experts.size()) == e_count && e_count > 0,
            "cuda backend: MoE layer holds experts [{}, {}) of {}; expert parallel (a subset of the experts) is not "
