@@ -62,8 +62,9 @@ struct MoeParams {
   // mlp.experts.size()) and adds only their contributions (routing still ranks all num_experts);
   // the other experts' come from their ranks' outputs in the all-reduce that follows.
   int first_expert = 0;
-  // false: out = routed * routed_scaling_factor only, no shared expert (data-parallel attention:
-  // the op runs over every rank's tokens, and each token's own rank adds its shared expert).
+  // false: out = routed * routed_scaling_factor only, without the shared expert (mlp.gate/up/down
+  // may be undefined). Data-parallel attention adds the shared expert on the token's own rank,
+  // while the routed experts' sum is combined over the expert-parallel ranks.
   bool add_shared = true;
 };
 
@@ -199,7 +200,8 @@ class Backend {
   // The MoE block: sigmoid router (fp32 weight), top-k of p + e_score_correction_bias (ties to the
   // lower expert id), weights = chosen p normalised to sum 1, routed = sum_k w_k expert_k(x) over
   // the chosen experts this rank holds (MoeParams::first_expert), out = routed *
-  // routed_scaling_factor + shared_expert(x) (mlp.gate/up/down).
+  // routed_scaling_factor + shared_expert(x) (mlp.gate/up/down; without it when
+  // MoeParams::add_shared is false).
   virtual void moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) = 0;
   // The columns of a split axis put back together (vocab-parallel logits after their all-gather):
   // parts [num_parts * rows, w] (part p's rows [p * rows, (p + 1) * rows)) -> out [rows, cols],

@@ -257,7 +257,8 @@ class CpuBackend final : public Backend {
 };
 
 // The MoE block in the reference's order: shared expert, sigmoid router, experts in ascending id
-// each adding weight * expert(x) into the routed sum, routed * scale + shared.
+// each adding weight * expert(x) into the routed sum, routed * scale + shared (routed * scale
+// alone when !add_shared: the same roundings, so adding the shared expert afterwards is bitwise).
 void CpuBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) {
   const int64_t rows = x.dim(0), hidden = x.dim(1);
   const int e_count = params.num_experts, k = params.experts_per_token;
@@ -270,10 +271,12 @@ void CpuBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& pa
   const float* xs = x.data_as<const float>();
   // Scratch slots: 0-1 swiglu_mlp, 2 shared output, 3 router probs, 4 routed sum, 5 gathered
   // rows, 6 expert output.
-  float* shared = scratch_.shared(2, rows * hidden).data();
-  if (params.add_shared)
+  float* shared = nullptr;
+  if (params.add_shared) {
+    shared = scratch_.shared(2, rows * hidden).data();
     cpu::swiglu_mlp(xs, rows, mlp.gate, mlp.up, mlp.down, params.swiglu_alpha, params.swiglu_limit,
                     shared, bf16_, scratch_);
+  }
 
   float* probs = scratch_.shared(3, rows * e_count).data();
   cpu::gemm_xwt(xs, rows, hidden, mlp.router.data_as<const float>(), e_count, hidden, hidden, probs,
@@ -333,9 +336,12 @@ void CpuBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& pa
   }
   float* o = out.data_as<float>();
   const float scale = params.routed_scaling_factor;
-  for (int64_t i = 0; i < rows * hidden; ++i)
-    o[i] = params.add_shared ? round_act(round_act(routed[i] * scale, bf16_) + shared[i], bf16_)
-                             : round_act(routed[i] * scale, bf16_);
+  if (shared) {
+    for (int64_t i = 0; i < rows * hidden; ++i)
+      o[i] = round_act(round_act(routed[i] * scale, bf16_) + shared[i], bf16_);
+  } else {
+    for (int64_t i = 0; i < rows * hidden; ++i) o[i] = round_act(routed[i] * scale, bf16_);
+  }
 }
 
 }  // namespace

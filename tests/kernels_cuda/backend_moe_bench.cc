@@ -183,6 +183,7 @@ void run_moe_bench() {
     r.router = mlp.router.data_as<const float>();
     r.num_experts = kExperts;
     r.top_k = kTopK;
+    r.held_experts = kExperts;
     r.logits = s.logits.as<float>();
     r.choice_expert = s.choice_expert.as<int32_t>();
     r.choice_weight = s.choice_weight.as<float>();

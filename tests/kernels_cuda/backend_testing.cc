@@ -41,6 +41,7 @@ Tensor act_on_backend(Backend& backend, const std::vector<float>& values, int64_
 
 LinearWeight on_backend(Backend& backend, const LinearWeight& host) {
   LinearWeight w = host;
+  if (!host.weight.defined()) return w;  // an absent weight (the routed-only MoE's shared expert)
   w.weight = on_backend(backend, host.weight);
   if (host.scale.defined()) w.scale = on_backend(backend, host.scale);
   return w;

@@ -1,5 +1,5 @@
 // Op cases: linear in every WeightFormat (skinny, tiled, SIMT and wgmma paths by row count),
-// swiglu_mlp, moe.
+// swiglu_mlp, moe (all experts, expert-parallel subsets, routed only).
 #include <fmt/core.h>
 
 #include "tests/kernels_cuda/op_case_inputs.h"
@@ -100,21 +100,38 @@ struct MoeShape {
 };
 constexpr int kMoeHidden = 256, kMoeInter = 128;
 
+// The experts one rank holds (expert parallel: [first, first + count) of the shape's) and whether
+// the op adds the shared expert (false: the routed-only mode of data-parallel attention).
+struct MoeSlice {
+  int first = 0;
+  int count = 0;  // 0: all of them
+  bool add_shared = true;
+};
+
 class MoeCase : public OpCase {
  public:
-  MoeCase(MoeShape s, int rows) : s_(s), rows_(rows) {}
+  MoeCase(MoeShape s, int rows, MoeSlice slice = {})
+      : s_(s), rows_(rows), slice_(slice), held_(slice.count > 0 ? slice.count : s.experts) {}
+  // The one-rank, shared-expert cases keep their names (and so their inputs).
   std::string name() const override {
-    return fmt::format("moe {} E{} k{} rows {}", s_.name, s_.experts, s_.top_k, rows_);
+    const std::string ep =
+        held_ == s_.experts ? "" : fmt::format(" ep [{},{})", slice_.first, slice_.first + held_);
+    return fmt::format("moe {} E{} k{}{}{} rows {}", s_.name, s_.experts, s_.top_k, ep,
+                       slice_.add_shared ? "" : " routed-only", rows_);
   }
   Geometry geometry() const override { return mlp_geometry("moe", kMoeHidden); }
   void build(std::mt19937_64& rng) override {
-    mlp_.gate = random_weight(rng, "shared.gate", kMoeInter, kMoeHidden, s_.shared);
-    mlp_.up = random_weight(rng, "shared.up", kMoeInter, kMoeHidden, s_.shared);
-    mlp_.down = random_weight(rng, "shared.down", kMoeHidden, kMoeInter, s_.shared);
+    // Routed only: no shared expert weights at all (the op must not touch them).
+    if (slice_.add_shared) {
+      mlp_.gate = random_weight(rng, "shared.gate", kMoeInter, kMoeHidden, s_.shared);
+      mlp_.up = random_weight(rng, "shared.up", kMoeInter, kMoeHidden, s_.shared);
+      mlp_.down = random_weight(rng, "shared.down", kMoeHidden, kMoeInter, s_.shared);
+    }
     mlp_.router = random_f32(rng, int64_t(s_.experts) * kMoeHidden, 0.08f).reshape({s_.experts, kMoeHidden});
     mlp_.router_bias = Tensor::zeros({s_.experts}, DType::kF32);
     for (int e = 0; e < s_.experts; ++e) mlp_.router_bias.data_as<float>()[e] = 0.01f * float(e % 5);
-    for (int e = 0; e < s_.experts; ++e)
+    // Only the held experts' weights exist on this "rank", as the loader leaves them.
+    for (int e = 0; e < held_; ++e)
       mlp_.experts.push_back({random_weight(rng, "e.gate", kMoeInter, kMoeHidden, s_.routed),
                               random_weight(rng, "e.up", kMoeInter, kMoeHidden, s_.routed),
                               random_weight(rng, "e.down", kMoeHidden, kMoeInter, s_.routed)});
@@ -123,25 +140,35 @@ class MoeCase : public OpCase {
   BoundCase bind(Backend& b) const override {
     const Tensor x = act_on_backend(b, x_, rows_, kMoeHidden);
     const MlpWeights mlp = on_backend(b, mlp_);
-    const Tensor out = b.alloc({rows_, kMoeHidden}, b.activation_storage_dtype());
+    Tensor out = b.alloc({rows_, kMoeHidden}, b.activation_storage_dtype());
+    // Huge values in every element: one the op leaves unwritten fails the check.
+    poison(out, 0x7e);
     MoeParams params;
     params.num_experts = s_.experts;
     params.experts_per_token = s_.top_k;
     params.routed_scaling_factor = 2.0f;
+    params.first_expert = slice_.first;
+    params.add_shared = slice_.add_shared;
     Backend* be = &b;
     return {[=] { be->moe(x, mlp, params, out); }, [=] { return Outputs{{read_act(*be, out)}}; }};
   }
   std::vector<Check> checks() const override { return {relative_error("", 0, kTolGemm)}; }
-  double bytes() const override {  // the experts a step of rows_ tokens can touch, read once
+  double bytes() const override {  // the held experts a step of rows_ tokens can touch, read once
     const double expert = double(mlp_.experts[0].gate.nbytes() * 3);
-    const double touched = std::min<double>(s_.experts, double(rows_) * s_.top_k);
-    return touched * expert + double(mlp_.gate.nbytes() * 3 + mlp_.router.nbytes()) + 2.0 * 2 * rows_ * kMoeHidden;
+    const double touched = std::min<double>(held_, double(rows_) * s_.top_k);
+    const double shared = double(mlp_.gate.nbytes() + mlp_.up.nbytes() + mlp_.down.nbytes());
+    return touched * expert + shared + double(mlp_.router.nbytes()) + 2.0 * 2 * rows_ * kMoeHidden;
   }
-  double flops() const override { return 2.0 * rows_ * (s_.top_k + 1) * 3 * kMoeInter * kMoeHidden; }
+  double flops() const override {  // the held experts' expected share of the choices
+    const double expert_rows = double(rows_) * s_.top_k * held_ / s_.experts + (slice_.add_shared ? rows_ : 0);
+    return 2.0 * expert_rows * 3 * kMoeInter * kMoeHidden;
+  }
 
  private:
   MoeShape s_;
   int rows_;
+  MoeSlice slice_;
+  int held_;
   MlpWeights mlp_;
   std::vector<float> x_;
 };
@@ -169,6 +196,26 @@ void add_linear_cases(CaseList& cases, bool quick) {
   for (const MoeShape& s : shapes)
     for (int rows : quick ? std::vector<int>{1, 40} : std::vector<int>{1, 5, 40, 300, 2048})
       cases.push_back(std::make_unique<MoeCase>(s, rows));
+
+  // Expert parallel and routed only: each shape's ranks' slices (one of a single expert, fewer
+  // than top_k), then the M3.1 routing (128 experts, top-4) at EP 4 (rank 1's [32, 64)). 300
+  // tokens take the tiled router and, for E8 k2, the wgmma items.
+  const MoeShape m3_routing = {"nvfp4-ct experts, mxfp8 shared", 128, 4, kFormats[7], kFormats[5]};
+  const std::vector<std::pair<MoeShape, std::vector<MoeSlice>>> ep = {
+      {shapes[0], {{0, 4}, {12, 4}, {3, 8}}},
+      {shapes[1], {{0, 4}, {4, 4}, {2, 1}}},
+      {shapes[2], {{0, 4}, {4, 4}, {2, 1}}},
+      {m3_routing, {{32, 32}}},
+  };
+  for (const auto& [s, slices] : ep)
+    for (int rows : quick ? std::vector<int>{7, 300} : std::vector<int>{1, 7, 64, 300}) {
+      cases.push_back(std::make_unique<MoeCase>(s, rows, MoeSlice{0, 0, false}));  // all experts, routed only
+      for (MoeSlice slice : slices)
+        for (bool add_shared : {true, false}) {
+          slice.add_shared = add_shared;
+          cases.push_back(std::make_unique<MoeCase>(s, rows, slice));
+        }
+    }
 }
 
 }  // namespace m3::test

@@ -137,14 +137,19 @@ struct MoeRouteArgs {
   const float* bias = nullptr;    // [E] or null
   int num_experts = 0;
   int top_k = 0;
+  // Expert parallel: routing ranks all num_experts, but only the choices of the held experts
+  // [first_expert, first_expert + held_experts) get permuted rows and work items, and an item's
+  // expert is the held index (expert - first_expert: the row of the rank's weight tables).
+  int first_expert = 0;
+  int held_experts = 0;  // num_experts when this rank holds them all
   float* logits = nullptr;  // scratch [T, E]
   // Outputs, per token the top_k choices in ascending expert id:
   int32_t* choice_expert = nullptr;  // [T, top_k]
   float* choice_weight = nullptr;    // [T, top_k], normalised router probabilities
-  int32_t* choice_row = nullptr;     // [T, top_k] permuted row of the choice
+  int32_t* choice_row = nullptr;     // [T, top_k] permuted row of the choice; -1: held elsewhere
   // The permutation: rows grouped by expert, and the work items over them.
-  int32_t* row_token = nullptr;      // [T * top_k] token of each permuted row
-  int32_t* expert_count = nullptr;   // scratch [E]: rows per expert (the router kernel zeroes it)
+  int32_t* row_token = nullptr;      // [T * min(top_k, held)] token of each permuted row
+  int32_t* expert_count = nullptr;   // scratch [E]: rows per held expert (the router kernel zeroes it)
   LinearItem* items = nullptr;       // [max_items]
   int32_t* num_items = nullptr;      // [1]
   int item_rows = 16;
@@ -152,7 +157,9 @@ struct MoeRouteArgs {
 };
 cudaError_t launch_moe_route(const MoeRouteArgs& args, cudaStream_t stream);
 // out[t] = bf16(bf16(routed_t * scale) + shared[t]) with routed_t the sum over the token's
-// choices in ascending expert id of bf16(y[row] * weight), rounded after every add.
+// choices in ascending expert id of bf16(y[row] * weight), rounded after every add. Choices of
+// row -1 (experts held elsewhere) add nothing and their y is never read; shared null (routed
+// only): out[t] = bf16(routed_t * scale).
 cudaError_t launch_moe_combine(const uint16_t* y, const int32_t* choice_row, const float* choice_weight,
                                int num_tokens, int top_k, int hidden, float routed_scale,
                                const uint16_t* shared, uint16_t* out, cudaStream_t stream);

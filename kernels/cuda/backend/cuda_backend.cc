@@ -84,9 +84,11 @@ detail::WeightView weight_view(const LinearWeight& w) {
 
 // Per-expert weight views of one MoE layer, on the device (built on the first call for a layer).
 struct ExpertTables {
-  DeviceBuffer views;  // [3][E] WeightView: gate, up, down
+  DeviceBuffer views;  // [3][E] WeightView: gate, up, down of the experts the rank holds
   detail::WeightView first[3];
-  const void* last_down = nullptr;  // with the key, tells a layer from one freed and reallocated
+  // With the key, tell a layer from one freed and reallocated (also as another rank's slice).
+  const void* last_down = nullptr;
+  size_t count = 0;
 };
 
 class CudaBackend final : public Backend {
@@ -646,12 +648,14 @@ ExpertTables& CudaBackend::expert_tables(const MlpWeights& mlp) {
   const void* last_down = mlp.experts.back().down.weight.data();
   auto it = expert_tables_.find(key);
   if (it != expert_tables_.end()) {
-    if (it->second->last_down == last_down && it->second->first[0].kind == weight_view(mlp.experts.front().gate).kind)
+    if (it->second->last_down == last_down && it->second->count == mlp.experts.size() &&
+        it->second->first[0].kind == weight_view(mlp.experts.front().gate).kind)
       return *it->second;
     expert_tables_.erase(it);  // the weights it described were freed; these reuse the address
   }
   auto t = std::make_unique<ExpertTables>();
   t->last_down = last_down;
+  t->count = mlp.experts.size();
   const size_t e_count = mlp.experts.size();
   std::vector<detail::WeightView> views(3 * e_count);
   for (size_t e = 0; e < e_count; ++e) {
@@ -680,18 +684,17 @@ ExpertTables& CudaBackend::expert_tables(const MlpWeights& mlp) {
 // the side stream joins the capture through the wait on fork_. Its buffers (moe_shared_act_,
 // moe_shared_) are its own, and the next MoE op's fork comes after this op's combine in stream_
 // order, so results are those of the serial order bit for bit.
+// Expert parallel (a subset of the experts): the routing still ranks all experts; the grouped GEMMs
+// see only the rows of the held experts and the combine skips the others' choices. Routed only
+// (!add_shared): no side stream, and the combine adds no shared expert.
 void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) {
   const int64_t rows = x.dim(0), hidden = x.dim(1);
   const int e_count = params.num_experts, k = params.experts_per_token;
   check_act(x, rows, hidden, "MoE input");
   check_act(out, rows, hidden, "MoE output");
-  M3_CHECK(params.add_shared, "cuda backend: the routed-only MoE (data-parallel attention) is not implemented on the "
-                              "GPU yet");
-  // Expert parallel needs routing that skips the experts held elsewhere; not written for the GPU yet.
-  M3_CHECK(params.first_expert == 0 && static_cast<int>(mlp.experts.size()) == e_count && e_count > 0,
-           "cuda backend: MoE layer holds experts [{}, {}) of {}; expert parallel (a subset of the experts) is not "
-           "implemented on the GPU yet",
-           params.first_expert, params.first_expert + int(mlp.experts.size()), e_count);
+  const int first = params.first_expert, held = static_cast<int>(mlp.experts.size());
+  M3_CHECK(e_count > 0 && first >= 0 && held >= 1 && first + held <= e_count,
+           "cuda backend: MoE layer holds experts [{}, {}) of the config's {}", first, first + held, e_count);
   M3_CHECK(k >= 1 && k <= 16 && k <= e_count && e_count <= 512, "MoE: top-{} of {} experts is not supported", k,
            e_count);
   M3_CHECK(mlp.router.dtype() == DType::kF32 && mlp.router.device() == Device::kCuda &&
@@ -699,45 +702,55 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
            "router weight must be a device F32 [{}, {}]", e_count, hidden);
   if (rows == 0) return;
   const int64_t inter = mlp.experts.front().gate.out_features;
-  const int64_t shared_inter = mlp.gate.out_features;
+  const bool add_shared = params.add_shared;
+  const int64_t shared_inter = add_shared ? mlp.gate.out_features : 0;
   // Checked here, not inside the side stream's calls: a throw between fork and join would leave a
   // capture unjoined.
-  M3_CHECK(mlp.gate.in_features == hidden && mlp.up.in_features == hidden && mlp.up.out_features == shared_inter &&
-               mlp.down.in_features == shared_inter && mlp.down.out_features == hidden,
+  M3_CHECK(!add_shared || (mlp.gate.in_features == hidden && mlp.up.in_features == hidden &&
+                           mlp.up.out_features == shared_inter && mlp.down.in_features == shared_inter &&
+                           mlp.down.out_features == hidden),
            "MoE {}: shared expert shapes disagree (gate {}x{}, up {}x{}, down {}x{}, hidden {})", mlp.gate.name,
            mlp.gate.out_features, mlp.gate.in_features, mlp.up.out_features, mlp.up.in_features,
            mlp.down.out_features, mlp.down.in_features, hidden);
   const int64_t pairs = rows * k;
+  // The permuted rows: a token's k choices are distinct experts, at most `held` of them here.
+  const int64_t held_pairs = rows * std::min(k, held);
   ExpertTables& tables = expert_tables(mlp);
+  // Rows per expert as the routing spreads them over all experts (the held ones get their share).
   const int per_expert = static_cast<int>((pairs + e_count - 1) / e_count);
   const int item_rows = detail::linear_item_rows(tables.first[0], static_cast<int>(hidden), per_expert,
                                                  /*grouped=*/true);
-  const int max_items = static_cast<int>((pairs + item_rows - 1) / item_rows) + std::min<int64_t>(e_count, pairs);
+  const int max_items =
+      static_cast<int>((held_pairs + item_rows - 1) / item_rows + std::min<int64_t>(held, held_pairs));
 
   // Every buffer is sized before the fork: a grown buffer is freed and reallocated, which must not
   // happen while the side stream runs.
-  moe_shared_act_.reserve(size_t(rows) * std::max<int64_t>(shared_inter, 1) * 2, "shared expert activation");
-  moe_shared_.reserve(size_t(rows) * hidden * 2, "shared expert output");
+  if (add_shared) {
+    moe_shared_act_.reserve(size_t(rows) * std::max<int64_t>(shared_inter, 1) * 2, "shared expert activation");
+    moe_shared_.reserve(size_t(rows) * hidden * 2, "shared expert output");
+  }
   moe_logits_.reserve(sizeof(float) * rows * e_count, "router logits");
   moe_choice_expert_.reserve(sizeof(int32_t) * pairs, "MoE choices");
   moe_choice_weight_.reserve(sizeof(float) * pairs, "MoE choices");
   moe_choice_row_.reserve(sizeof(int32_t) * pairs, "MoE choices");
-  moe_row_token_.reserve(sizeof(int32_t) * pairs, "MoE permutation");
+  moe_row_token_.reserve(sizeof(int32_t) * held_pairs, "MoE permutation");
   moe_counts_.reserve(sizeof(int32_t) * (2 * e_count + 2), "MoE counts");
   moe_items_.reserve(sizeof(detail::LinearItem) * max_items, "MoE work items");
   moe_num_items_.reserve(sizeof(int32_t), "MoE work items");
-  moe_act_.reserve(size_t(pairs) * inter * 2, "routed expert activation");
-  moe_y_.reserve(size_t(pairs) * hidden * 2, "routed expert output");
+  moe_act_.reserve(size_t(held_pairs) * inter * 2, "routed expert activation");
+  moe_y_.reserve(size_t(held_pairs) * hidden * 2, "routed expert output");
 
   // Shared expert, on the side stream.
-  check_cuda(cudaEventRecord(fork_, stream_), "MoE fork");
-  check_cuda(cudaStreamWaitEvent(side_stream_, fork_, 0), "MoE fork");
-  gate_up_swiglu(bf16_ptr(x), hidden, static_cast<int>(rows), mlp.gate, mlp.up, params.swiglu_alpha,
-                 params.swiglu_limit, moe_shared_act_.as<uint16_t>(), side_stream_);
-  Tensor shared_act = Tensor::wrap(moe_shared_act_.as(), {rows, shared_inter}, DType::kBF16, Device::kCuda);
-  Tensor shared = Tensor::wrap(moe_shared_.as(), {rows, hidden}, DType::kBF16, Device::kCuda);
-  linear_on(shared_act, mlp.down, shared, side_stream_);
-  check_cuda(cudaEventRecord(join_, side_stream_), "MoE join");
+  if (add_shared) {
+    check_cuda(cudaEventRecord(fork_, stream_), "MoE fork");
+    check_cuda(cudaStreamWaitEvent(side_stream_, fork_, 0), "MoE fork");
+    gate_up_swiglu(bf16_ptr(x), hidden, static_cast<int>(rows), mlp.gate, mlp.up, params.swiglu_alpha,
+                   params.swiglu_limit, moe_shared_act_.as<uint16_t>(), side_stream_);
+    Tensor shared_act = Tensor::wrap(moe_shared_act_.as(), {rows, shared_inter}, DType::kBF16, Device::kCuda);
+    Tensor shared = Tensor::wrap(moe_shared_.as(), {rows, hidden}, DType::kBF16, Device::kCuda);
+    linear_on(shared_act, mlp.down, shared, side_stream_);
+    check_cuda(cudaEventRecord(join_, side_stream_), "MoE join");
+  }
 
   // Routing and permutation.
   detail::MoeRouteArgs r;
@@ -748,6 +761,8 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   r.bias = mlp.router_bias.defined() ? mlp.router_bias.data_as<const float>() : nullptr;
   r.num_experts = e_count;
   r.top_k = k;
+  r.first_expert = first;
+  r.held_experts = held;
   r.logits = moe_logits_.as<float>();
   r.choice_expert = moe_choice_expert_.as<int32_t>();
   r.choice_weight = moe_choice_weight_.as<float>();
@@ -766,13 +781,13 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   a.x = bf16_ptr(x);
   a.x_stride = hidden;
   a.x_rows = r.row_token;
-  a.rows = static_cast<int>(pairs);
+  a.rows = static_cast<int>(held_pairs);
   a.n = static_cast<int>(inter);
   a.k = static_cast<int>(hidden);
   a.w[0] = tables.first[0];
   a.w[1] = tables.first[1];
   a.table[0] = table;
-  a.table[1] = table + e_count;
+  a.table[1] = table + held;
   a.items = r.items;
   a.num_items = r.num_items;
   a.max_items = max_items;
@@ -792,18 +807,19 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   d.k = static_cast<int>(inter);
   d.w[0] = tables.first[2];
   d.w[1] = detail::WeightView();
-  d.table[0] = table + 2 * e_count;
+  d.table[0] = table + 2 * held;
   d.table[1] = nullptr;
   d.out = moe_y_.as<uint16_t>();
   d.out_stride = hidden;
   d.epilogue = detail::Epilogue::kStore;
   check_cuda(detail::launch_linear(d, stream_), "routed experts down");
 
-  check_cuda(cudaStreamWaitEvent(stream_, join_, 0), "MoE join");
+  if (add_shared) check_cuda(cudaStreamWaitEvent(stream_, join_, 0), "MoE join");
 
   check_cuda(detail::launch_moe_combine(moe_y_.as<const uint16_t>(), r.choice_row, r.choice_weight,
                                         static_cast<int>(rows), k, static_cast<int>(hidden),
-                                        params.routed_scaling_factor, moe_shared_.as<const uint16_t>(),
+                                        params.routed_scaling_factor,
+                                        add_shared ? moe_shared_.as<const uint16_t>() : nullptr,
                                         bf16_ptr_mut(out), stream_),
              "MoE combine");
 }

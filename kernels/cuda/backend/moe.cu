@@ -3,6 +3,10 @@
 // (token, choice) pairs into rows grouped by expert with the grouped GEMM's work items, and the
 // weighted combine in ascending expert id with the reference's bf16 roundings.
 //
+// Expert parallel: routing covers all experts on every rank; only the choices of the experts this
+// rank holds are counted, permuted and given work items (in held-expert indices, which equal the
+// expert ids when the rank holds them all, so that case runs exactly as without the subset).
+//
 // Rows of one expert are placed by atomic counters, so their order inside the expert varies from
 // run to run; results do not, since every row of a grouped GEMM is computed independently and the
 // combine sums each token's choices in expert order.
@@ -21,7 +25,7 @@ constexpr int kSmallMaxTokens = 256;  // the decode-shaped kernel up to here, th
 // than a memset node; topk_kernel runs after the router in stream order).
 __device__ __forceinline__ void zero_expert_counts(const MoeRouteArgs& a) {
   if (blockIdx.x == 0 && blockIdx.y == 0)
-    for (int i = threadIdx.x; i < a.num_experts; i += blockDim.x) a.expert_count[i] = 0;
+    for (int i = threadIdx.x; i < a.held_experts; i += blockDim.x) a.expert_count[i] = 0;
 }
 
 // Decode shape: one CTA per (expert, 8 tokens); threads stride over hidden four elements at a
@@ -110,7 +114,8 @@ __global__ void __launch_bounds__(256) router_tiled_kernel(const MoeRouteArgs a)
 }
 
 // One warp per token: sigmoid, biased top-k, normalised weights, choices sorted by expert id,
-// per-expert counts (the atomic's old value is the choice's rank inside its expert).
+// per-held-expert counts (the atomic's old value is the choice's rank inside its expert; -1 for
+// an expert held elsewhere).
 __global__ void __launch_bounds__(256) topk_kernel(const MoeRouteArgs a) {
   extern __shared__ float topk_buf[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -172,17 +177,18 @@ __global__ void __launch_bounds__(256) topk_kernel(const MoeRouteArgs a) {
     const int64_t c = int64_t(t) * a.top_k + i;
     a.choice_expert[c] = sel[i];
     a.choice_weight[c] = wts[i];
-    a.choice_row[c] = atomicAdd(&a.expert_count[sel[i]], 1);
+    const int held = sel[i] - a.first_expert;
+    a.choice_row[c] = held >= 0 && held < a.held_experts ? atomicAdd(&a.expert_count[held], 1) : -1;
   }
 }
 
-// One CTA of 1024 threads: per-expert row offsets and the work items (scans in shared memory),
-// then the permuted row of every (token, choice) pair.
+// One CTA of 1024 threads, one per held expert: per-expert row offsets and the work items (scans
+// in shared memory), then the permuted row of every (token, choice) pair of a held expert.
 __global__ void __launch_bounds__(1024) scan_kernel(const MoeRouteArgs a) {
   __shared__ int rows_scan[1024];
   __shared__ int items_scan[1024];
   const int e = threadIdx.x;
-  const int count = e < a.num_experts ? a.expert_count[e] : 0;
+  const int count = e < a.held_experts ? a.expert_count[e] : 0;
   const int n_items = (count + a.item_rows - 1) / a.item_rows;
   rows_scan[e] = count;
   items_scan[e] = n_items;
@@ -196,7 +202,7 @@ __global__ void __launch_bounds__(1024) scan_kernel(const MoeRouteArgs a) {
     __syncthreads();
   }
   const int row_offset = rows_scan[e] - count, item_offset = items_scan[e] - n_items;
-  if (e < a.num_experts) {
+  if (e < a.held_experts) {
     for (int i = 0; i < n_items && item_offset + i < a.max_items; ++i) {
       LinearItem item;
       item.expert = e;
@@ -212,12 +218,16 @@ __global__ void __launch_bounds__(1024) scan_kernel(const MoeRouteArgs a) {
   rows_scan[e] = row_offset;
   __syncthreads();
   for (int c = e; c < a.num_tokens * a.top_k; c += 1024) {
-    const int row = rows_scan[a.choice_expert[c]] + a.choice_row[c];
+    const int rank_in_expert = a.choice_row[c];
+    if (rank_in_expert < 0) continue;  // held elsewhere: stays -1
+    const int row = rows_scan[a.choice_expert[c] - a.first_expert] + rank_in_expert;
     a.choice_row[c] = row;
     a.row_token[row] = c / a.top_k;
   }
 }
 
+// kShared: out = bf16(bf16(routed * scale) + shared); else bf16(routed * scale) (routed only).
+template <bool kShared>
 __global__ void combine_kernel(const uint16_t* y, const int32_t* choice_row, const float* choice_weight, int top_k,
                                int hidden, float routed_scale, const uint16_t* shared, uint16_t* out) {
   const int t = blockIdx.y;
@@ -226,11 +236,14 @@ __global__ void combine_kernel(const uint16_t* y, const int32_t* choice_row, con
   float routed = 0.0f;
   for (int i = 0; i < top_k; ++i) {
     const int64_t ci = int64_t(t) * top_k + i;
-    const float v = bf16_bits_to_f32(y[int64_t(choice_row[ci]) * hidden + c]);
+    const int row = choice_row[ci];
+    if (row < 0) continue;  // an expert held by another rank: its row was never written
+    const float v = bf16_bits_to_f32(y[int64_t(row) * hidden + c]);
     routed = round_bf16(__fadd_rn(routed, round_bf16(__fmul_rn(v, choice_weight[ci]))));
   }
   const int64_t o = int64_t(t) * hidden + c;
-  out[o] = f32_to_bf16_bits(__fadd_rn(round_bf16(__fmul_rn(routed, routed_scale)), bf16_bits_to_f32(shared[o])));
+  const float scaled = round_bf16(__fmul_rn(routed, routed_scale));
+  out[o] = f32_to_bf16_bits(kShared ? __fadd_rn(scaled, bf16_bits_to_f32(shared[o])) : scaled);
 }
 
 }  // namespace
@@ -238,6 +251,8 @@ __global__ void combine_kernel(const uint16_t* y, const int32_t* choice_row, con
 cudaError_t launch_moe_route(const MoeRouteArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0) return cudaSuccess;
   if (a.num_experts > 512 || a.top_k > 16 || a.top_k > a.num_experts) return cudaErrorInvalidValue;
+  if (a.first_expert < 0 || a.held_experts < 1 || a.first_expert + a.held_experts > a.num_experts)
+    return cudaErrorInvalidValue;
   if (a.num_tokens <= kSmallMaxTokens) {
     router_small_kernel<<<dim3(a.num_experts, (a.num_tokens + kSmallTokens - 1) / kSmallTokens), 256, 0, stream>>>(a);
   } else {
@@ -253,8 +268,9 @@ cudaError_t launch_moe_combine(const uint16_t* y, const int32_t* choice_row, con
                                int num_tokens, int top_k, int hidden, float routed_scale, const uint16_t* shared,
                                uint16_t* out, cudaStream_t stream) {
   if (num_tokens == 0) return cudaSuccess;
-  combine_kernel<<<dim3((hidden + 255) / 256, num_tokens), 256, 0, stream>>>(y, choice_row, choice_weight, top_k,
-                                                                            hidden, routed_scale, shared, out);
+  const dim3 grid((hidden + 255) / 256, num_tokens);
+  auto* kernel = shared != nullptr ? combine_kernel<true> : combine_kernel<false>;
+  kernel<<<grid, 256, 0, stream>>>(y, choice_row, choice_weight, top_k, hidden, routed_scale, shared, out);
   return cudaGetLastError();
 }
 
