@@ -179,12 +179,17 @@ void check_model_options(const ModelOptions& o) {
            "--gpu-memory-utilization applies to GPU memory and --device cpu runs on the CPU backend; size the KV "
            "cache with --kv-cache-memory or --num-kv-blocks");
   check_parallel_config(o.parallel);
-  // Data-parallel attention needs one scheduler per copy, with the experts shared across copies
-  // through all-to-all dispatch; the engine drives one copy for now.
-  M3_CHECK(o.parallel.data_parallel_size == 1,
-           "--data-parallel-size {}: data-parallel attention (DEP) is not implemented yet; use -tp (tensor "
-           "parallel) with --enable-expert-parallel, and `m3serve plan` to size a DEP layout",
-           o.parallel.data_parallel_size);
+  // Data-parallel copies run as DEP: each copy schedules its own requests over whole attention
+  // weights, the routed experts shared out over all ranks.
+  if (o.parallel.data_parallel_size > 1) {
+    M3_CHECK(o.parallel.enable_expert_parallel,
+             "--data-parallel-size {}: data-parallel copies run as DEP (data-parallel attention, experts shared out "
+             "over every rank); add --enable-expert-parallel (independent whole-model copies are separate servers)",
+             o.parallel.data_parallel_size);
+    M3_CHECK(o.parallel.tensor_parallel_size == 1,
+             "--data-parallel-size {} with -tp {}: DEP with tensor-parallel copies is not implemented yet; use -tp 1",
+             o.parallel.data_parallel_size, o.parallel.tensor_parallel_size);
+  }
   M3_CHECK(o.nnodes >= 1, "--nnodes must be >= 1, got {}", o.nnodes);
   M3_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank {} outside [0, --nnodes {})", o.node_rank,
            o.nnodes);
@@ -237,8 +242,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
                  "threads on the CPU")
       ->capture_default_str();
   cmd.add_option("--data-parallel-size", o.parallel.data_parallel_size,
-                 "model copies, each scheduling its own requests (data-parallel attention; not implemented yet: "
-                 "values above 1 are refused)")
+                 "model copies, each scheduling its own requests (data-parallel attention, with "
+                 "--enable-expert-parallel: DEP; -tp 1 and the CPU backend for now)")
       ->capture_default_str();
   cmd.add_flag("--enable-expert-parallel", o.parallel.enable_expert_parallel,
                "spread the routed experts whole over the ranks instead of splitting each expert's width");
@@ -351,6 +356,10 @@ ModelPlan plan_model(const ModelOptions& o) {
   p.layout = make_parallel_layout(o.parallel, model_geometry(c));  // a -tp that does not divide fails here
   p.kv_layout = kv_layout_for(c, p.runtime.kv_dtype, p.runtime.index_dtype,
                               static_cast<int>(p.layout.ranks.front().kv_heads.size));
+  M3_CHECK(p.layout.config.data_parallel_size == 1 || p.device == "cpu",
+           "--data-parallel-size {}: DEP runs on the CPU backend for now (its per-step token exchange reads host "
+           "memory); use --device cpu, or -tp with --enable-expert-parallel on GPUs",
+           p.layout.config.data_parallel_size);
   if (p.device == "cuda") {
     const int gpus = cuda_device_count();
     M3_CHECK(p.layout.config.world_size() <= gpus,
@@ -403,7 +412,9 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   const auto set_up_rank = [&](int r) {
     RankModel& rank = m.ranks[r];
     rank.backend = make_device_backend(plan.device, o.enforce_eager);
-    if (num_ranks > 1) {
+    if (plan.layout.attention_data_parallel()) {
+      rank.ep = connect_gloo(gloo, r, num_ranks, "ep");  // the CPU only (plan_model)
+    } else if (num_ranks > 1) {
       if (plan.device == "cpu") {
         rank.tp = connect_gloo(gloo, r, num_ranks, "tp");
       } else {
@@ -467,7 +478,7 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
       runs_on = rank.wrapper.get();
     }
     ModelPartition partition{plan.layout.ranks[r], plan.layout.padded_vocab_size, rank.tp.get(),
-                             plan.attention.indexer_decode_cp};
+                             plan.attention.indexer_decode_cp, rank.ep.get()};
     rank.model = std::make_unique<MiniMaxM3>(plan.config, std::move(rank_weights[r]), *runs_on, plan.runtime,
                                              std::move(partition));
   };
@@ -488,6 +499,10 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
 }
 
 std::unique_ptr<ModelRunner> LoadedModel::make_runner() const {
+  M3_CHECK(!layout.attention_data_parallel(),
+           "--data-parallel-size {}: data-parallel copies run through the engine, one lane each (serve, generate, "
+           "score, bench throughput / serve); this command drives one model directly",
+           layout.config.data_parallel_size);
   if (ranks.size() == 1) return std::make_unique<MiniMaxM3Runner>(*ranks.front().model);
   std::vector<MiniMaxM3*> models;
   for (const RankModel& r : ranks) models.push_back(r.model.get());
@@ -504,7 +519,18 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
   const int64_t capacity = model.num_kv_blocks() * model.block_size();
   config.max_model_len =
       static_cast<int>(options.max_model_len > 0 ? loaded.max_model_len : std::min(loaded.max_model_len, capacity));
-  auto core = std::make_unique<EngineCore>(loaded.make_runner(), config);
+  std::unique_ptr<EngineCore> core;
+  if (loaded.layout.attention_data_parallel()) {
+    // One engine lane per data-parallel rank; the lane's thread is the rank's.
+    std::vector<std::unique_ptr<ModelRunner>> lanes;
+    for (const RankModel& r : loaded.ranks) lanes.push_back(std::make_unique<MiniMaxM3Runner>(*r.model));
+    const int threads_per_lane = std::max(1, omp_get_max_threads() / static_cast<int>(lanes.size()));
+    core = std::make_unique<EngineCore>(std::move(lanes), config, [threads_per_lane](int) {
+      omp_set_num_threads(threads_per_lane);
+    });
+  } else {
+    core = std::make_unique<EngineCore>(loaded.make_runner(), config);
+  }
   M3_LOG_INFO("KV cache: {} tokens ({} blocks of {}); max model len {}, so up to {:.2f} full-length requests at once",
               core->kv_capacity_tokens(), model.num_kv_blocks(), model.block_size(), core->max_model_len(),
               static_cast<double>(core->kv_capacity_tokens()) / core->max_model_len());

@@ -50,6 +50,7 @@ struct ModelOptions {
   std::string device = "auto";          // auto (cuda when a usable GPU is present), cpu, cuda
   bool enforce_eager = false;           // cuda: no CUDA graphs for decode steps
   ParallelConfig parallel;              // -tp, --data-parallel-size, --enable-expert-parallel
+  // --data-parallel-size N (with --enable-expert-parallel, -tp 1, on the CPU): DEP, N engine lanes.
   // Several hosts (--nnodes N --node-rank R --master-addr A --master-port P): parsed and checked;
   // joining ranks across hosts is not implemented yet, so nnodes > 1 is refused at start.
   int nnodes = 1;
@@ -110,6 +111,7 @@ struct RankModel {
   // A wrapper the model runs on instead of `backend` (bench latency's per-op timing), or null.
   std::unique_ptr<Backend> wrapper;
   std::unique_ptr<Communicator> tp;  // null on one rank
+  std::unique_ptr<Communicator> ep;  // data-parallel attention: every rank (null otherwise)
   std::unique_ptr<MiniMaxM3> model;
 };
 
@@ -123,6 +125,7 @@ struct LoadedModel {
   // Rank 0's model: the config, KV geometry and options every rank shares.
   MiniMaxM3& model() const { return *ranks.front().model; }
   // The runner over every rank (engine/minimax_m3_runner.h); this LoadedModel must outlive it.
+  // Data-parallel copies have no single runner (make_engine gives each its engine lane).
   std::unique_ptr<ModelRunner> make_runner() const;
 };
 

@@ -1,5 +1,6 @@
 // The parallel options as a user gives them, end to end through the m3serve binary on the CPU:
-// `generate` on the tiny model with -tp 2 / 4 and expert parallel gives one rank's greedy ids, and
+// `generate` on the tiny model with -tp 2 / 4, expert parallel, indexer decode CP and DEP 2 / 4
+// gives one rank's greedy ids, and
 // layouts that cannot run give an error naming what is wrong (before any weight is read).
 #include <gtest/gtest.h>
 
@@ -50,7 +51,9 @@ TEST(ParallelCommands, GenerateGivesOneRanksTokensUnderEveryLayout) {
     ASSERT_EQ(one.size(), 24u);
     for (const std::string layout : {"-tp 2", "-tp 4", "-tp 2 --enable-expert-parallel",
                                      "--tensor-parallel-size 4 --enable-expert-parallel",
-                                     "-tp 2 --attention-config '{\"indexer_decode_cp\": true}'"})
+                                     "-tp 2 --attention-config '{\"indexer_decode_cp\": true}'",
+                                     "--data-parallel-size 2 --enable-expert-parallel",
+                                     "--data-parallel-size 4 --enable-expert-parallel"})
       EXPECT_EQ(generate_ids(layout, prompt), one) << layout << " on prompt " << prompt;
   }
 }
@@ -68,7 +71,13 @@ TEST(ParallelCommands, LayoutsThatCannotRunAreRefusedNamingTheProblem) {
   expect_refused(gen + "-tp 16 --enable-expert-parallel", "-tp 16: num_attention_heads 4 is not a multiple of 16");
   expect_refused(gen + "--nnodes 2", "give --master-addr");
   expect_refused(gen + "--nnodes 2 --node-rank 2 --master-addr 10.0.0.1", "--node-rank 2 outside [0, --nnodes 2)");
-  expect_refused(gen + "--data-parallel-size 2", "data-parallel attention (DEP) is not implemented yet");
+  expect_refused(gen + "--data-parallel-size 2", "data-parallel copies run as DEP");
+  expect_refused(gen + "-tp 2 --data-parallel-size 2 --enable-expert-parallel",
+                 "DEP with tensor-parallel copies is not implemented yet");
+  expect_refused(fmt::format("bench latency --model {} --device cpu --data-parallel-size 2 --enable-expert-parallel "
+                             "--batch-sizes 1 --context-lens 16",
+                             kTiny),
+                 "data-parallel copies run through the engine");
   expect_refused(gen + "--attention-config '{\"indexer_decode_cp\": true}'", "and -tp is 1");
   expect_refused(fmt::format("serve --model {} --device cpu -tp 3", kTiny), "num_attention_heads 4 is not a multiple of 3");
 }

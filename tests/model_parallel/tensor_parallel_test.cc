@@ -223,6 +223,125 @@ TEST(TensorParallel, TinyCheckpointMatchesOneRank) {
   expect_same_as_one_rank(config, full, {{2, false}, {4, false}, {2, true}, {2, false, true}, {4, false, true}});
 }
 
+// Data-parallel attention (DEP): each rank runs its own sequences through whole attention, the
+// experts shared out over the ranks.
+struct DepModel {
+  ParallelLayout layout;
+  std::unique_ptr<RankWorkers> workers;
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<std::unique_ptr<MiniMaxM3>> models;
+};
+
+std::unique_ptr<DepModel> dep_split(const ModelConfig& config, const ModelWeights& full, int ranks) {
+  auto s = std::make_unique<DepModel>();
+  ParallelConfig p;
+  p.data_parallel_size = ranks;
+  p.enable_expert_parallel = true;
+  s->layout = make_parallel_layout(p, model_geometry(config));
+  s->workers = std::make_unique<RankWorkers>(ranks);
+  s->backends.resize(ranks);
+  s->comms.resize(ranks);
+  s->models.resize(ranks);
+  GlooRendezvous rendezvous = GlooRendezvous::in_process();
+  s->workers->run([&](int r) {
+    s->backends[r] = make_cpu_backend();
+    s->comms[r] = connect_gloo(rendezvous, r, ranks, "ep");
+    ModelPartition partition{s->layout.ranks[r], s->layout.padded_vocab_size, nullptr, false, s->comms[r].get()};
+    s->models[r] = std::make_unique<MiniMaxM3>(config, shard_weights(full, config, s->layout.ranks[r]),
+                                               *s->backends[r], f32_options(), partition);
+  });
+  return s;
+}
+
+// Rank r prefills its own prompts (rank 1 of 3 has none and idles) while the others run theirs; each
+// rank's logits match one rank's on the same prompts.
+void expect_dep_logits_match(const ModelConfig& config, const ModelWeights& full, int ranks) {
+  auto one_backend = make_cpu_backend();
+  MiniMaxM3 one(config, full, *one_backend, f32_options());
+  auto dep = dep_split(config, full, ranks);
+  const auto ps = prompts(config.vocab_size, 2 * ranks, 21);
+  auto batch_of = [&](int r, SimpleKvAllocator& kv) {
+    std::vector<StepChunk> chunks;
+    for (int i = r; i < 2 * ranks; i += ranks) chunks.push_back({kv.add_sequence(), ps[i], true});
+    return kv.build_step(chunks);
+  };
+  const int idle = ranks == 3 ? 1 : -1;
+  std::vector<std::vector<float>> got(ranks);
+  dep->workers->run([&](int r) {
+    if (r == idle) return dep->models[r]->idle_step();
+    SimpleKvAllocator kv(kBlocks, dep->models[r]->block_size());
+    const StepBatch b = batch_of(r, kv);
+    got[r].resize(b.logits_rows.size() * size_t(config.vocab_size));
+    dep->models[r]->forward(b, got[r].data());
+  });
+  for (int r = 0; r < ranks; ++r) {
+    if (r == idle) continue;
+    SimpleKvAllocator kv(kBlocks, one.block_size());
+    const StepBatch b = batch_of(r, kv);
+    std::vector<float> want(b.logits_rows.size() * size_t(config.vocab_size));
+    one.forward(b, want.data());
+    double scale = 0, diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      scale = std::max(scale, double(std::fabs(want[i])));
+      diff = std::max(diff, double(std::fabs(got[r][i] - want[i])));
+    }
+    EXPECT_LE(diff, kLogitTolerance * scale) << "DEP " << ranks << ", rank " << r;
+  }
+}
+
+// Greedy completions through an engine with one lane per DEP rank equal one rank's.
+void expect_dep_greedy_match(const ModelConfig& config, const ModelWeights& full, int ranks) {
+  auto one_backend = make_cpu_backend();
+  MiniMaxM3 one(config, full, *one_backend, f32_options());
+  const auto ps = prompts(config.vocab_size, 12, 5);
+  const auto want = greedy(std::make_unique<MiniMaxM3Runner>(one), ps, 12);
+  auto dep = dep_split(config, full, ranks);
+  std::vector<std::unique_ptr<ModelRunner>> lanes;
+  for (auto& m : dep->models) lanes.push_back(std::make_unique<MiniMaxM3Runner>(*m));
+  EngineConfig engine_config;
+  engine_config.max_num_seqs = 4;
+  engine_config.max_num_batched_tokens = 32;
+  EngineCore engine(std::move(lanes), engine_config);
+  std::vector<std::vector<int32_t>> got(ps.size());
+  std::vector<std::promise<void>> done(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    EngineRequest r;
+    r.id = std::to_string(i);
+    r.prompt_token_ids = ps[i];
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = 12;
+    r.sampling.ignore_eos = true;
+    engine.add_request(std::move(r), [&, i](const RequestOutput& o) {
+      got[i].insert(got[i].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (o.finished) done[i].set_value();
+    });
+  }
+  engine.start();
+  for (auto& d : done) d.get_future().wait();
+  engine.shutdown(true);
+  EXPECT_EQ(got, want) << "DEP " << ranks;
+  EXPECT_EQ(engine.stats().finished_length, ps.size());
+}
+
+TEST(DataParallelAttention, RanksWithTheirOwnTokensMatchOneRank) {
+  const ModelConfig config = make_config(8, 2, 4, 1001, 32);
+  const ModelWeights full = make_dummy_weights(config, 7);
+  for (int ranks : {2, 4}) expect_dep_logits_match(config, full, ranks);
+  const ModelConfig six = make_config(6, 3, 6, 500, 48);
+  expect_dep_logits_match(six, make_dummy_weights(six, 9), 3);  // rank 1 idles
+}
+
+TEST(DataParallelAttention, EngineLanesGiveOneRanksGreedyTokens) {
+  const ModelConfig config = make_config(8, 2, 4, 1001, 32);
+  const ModelWeights full = make_dummy_weights(config, 7);
+  expect_dep_greedy_match(config, full, 2);
+  expect_dep_greedy_match(config, full, 4);
+  const std::filesystem::path dir = "models/minimax-m3-tiny";
+  const ModelConfig tiny = load_model_config(dir);
+  expect_dep_greedy_match(tiny, load_weights(tiny, dir), 2);
+}
+
 TEST(TensorParallel, ShardWithoutItsGroupIsRefused) {
   const ModelConfig config = make_config(8, 2, 4, 1001, 32);
   const ModelWeights full = make_dummy_weights(config, 7);
