@@ -258,7 +258,8 @@ if has http && [[ -x "${M3BIN:-}" ]]; then
 fi
 if has sanitize; then
   # memcheck over every op (quick shapes) and a whole model; racecheck over the linear kernels
-  # (shared-memory tiles, split-K reduction) and the generic attention kernels.
+  # (shared-memory tiles, split-K reduction) and the generic attention kernels; initcheck over the
+  # expert-parallel MoE cases.
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   sanitize() {  # name, tool, then the program and its arguments
     local name=$1 tool=$2; shift 2
@@ -272,6 +273,8 @@ if has sanitize; then
   sanitize model memcheck "$BIN" model --quick tests/model_golden/data/tiny-mixed
   sanitize linear racecheck "$OPS" --quick --seed 5 --filter linear
   sanitize attention racecheck "$OPS" --quick --seed 5 --filter "tiny kv nvfp4"
+  # Expert parallel: choices of experts held elsewhere must never read the skipped rows.
+  sanitize moe-ep initcheck "$OPS" --quick --seed 17 --filter " ep ["
 fi
 
 echo "---- gpu-check-model summary ----"
