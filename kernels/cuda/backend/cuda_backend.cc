@@ -86,10 +86,15 @@ detail::WeightView weight_view(const LinearWeight& w) {
 struct ExpertTables {
   DeviceBuffer views;  // [3][E] WeightView: gate, up, down of the experts the rank holds
   detail::WeightView first[3];
-  // With the key, tell a layer from one freed and reallocated (also as another rank's slice).
-  const void* last_down = nullptr;
-  size_t count = 0;
+  // What `views` holds, to tell a layer from another one allocated where a freed one was: every
+  // view is compared (first and last pointers alone can coincide while the middle experts moved).
+  std::vector<detail::WeightView> host_views;
 };
+
+bool same_view(const detail::WeightView& a, const detail::WeightView& b) {
+  return a.data == b.data && a.scale == b.scale && a.row_bytes == b.row_bytes && a.scale_stride == b.scale_stride &&
+         a.kind == b.kind && a.out_mul == b.out_mul && a.out_div == b.out_div;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -564,6 +569,7 @@ class CudaBackend final : public Backend {
       moe_act_{&scratch_moves_}, moe_y_{&scratch_moves_}, moe_shared_act_{&scratch_moves_},
       moe_shared_{&scratch_moves_};
   std::unordered_map<const void*, std::unique_ptr<ExpertTables>> expert_tables_;
+  std::vector<detail::WeightView> expert_views_;  // expert_tables' scratch
 };
 
 // A uniform decode step (one token and one logits row per sequence) of a shape graphs are kept for.
@@ -645,19 +651,9 @@ void CudaBackend::plan(const StepBatch& b) {
 
 ExpertTables& CudaBackend::expert_tables(const MlpWeights& mlp) {
   const void* key = mlp.experts.front().gate.weight.data();
-  const void* last_down = mlp.experts.back().down.weight.data();
-  auto it = expert_tables_.find(key);
-  if (it != expert_tables_.end()) {
-    if (it->second->last_down == last_down && it->second->count == mlp.experts.size() &&
-        it->second->first[0].kind == weight_view(mlp.experts.front().gate).kind)
-      return *it->second;
-    expert_tables_.erase(it);  // the weights it described were freed; these reuse the address
-  }
-  auto t = std::make_unique<ExpertTables>();
-  t->last_down = last_down;
-  t->count = mlp.experts.size();
   const size_t e_count = mlp.experts.size();
-  std::vector<detail::WeightView> views(3 * e_count);
+  std::vector<detail::WeightView>& views = expert_views_;  // reused: no allocation in steady state
+  views.resize(3 * e_count);
   for (size_t e = 0; e < e_count; ++e) {
     const ExpertWeights& ew = mlp.experts[e];
     views[e] = weight_view(ew.gate);
@@ -669,6 +665,16 @@ ExpertTables& CudaBackend::expert_tables(const MlpWeights& mlp) {
       M3_CHECK(v.kind == v0.kind, "MoE {}: experts mix weight formats", ew.gate.name);
     }
   }
+  auto it = expert_tables_.find(key);
+  if (it != expert_tables_.end()) {
+    const std::vector<detail::WeightView>& held = it->second->host_views;
+    bool same = held.size() == views.size();
+    for (size_t i = 0; same && i < views.size(); ++i) same = same_view(held[i], views[i]);
+    if (same) return *it->second;
+    expert_tables_.erase(it);  // the weights it described were freed; these reuse the address
+  }
+  auto t = std::make_unique<ExpertTables>();
+  t->host_views = views;
   for (int j = 0; j < 3; ++j) t->first[j] = views[j * e_count];
   t->views.reserve(views.size() * sizeof(detail::WeightView), "expert weight table");
   check_cuda(cudaMemcpy(t->views.as(), views.data(), views.size() * sizeof(detail::WeightView), cudaMemcpyHostToDevice),
