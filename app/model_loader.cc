@@ -243,7 +243,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
       ->capture_default_str();
   cmd.add_option("--data-parallel-size", o.parallel.data_parallel_size,
                  "model copies, each scheduling its own requests (data-parallel attention, with "
-                 "--enable-expert-parallel: DEP; -tp 1 and the CPU backend for now)")
+                 "--enable-expert-parallel: DEP; -tp 1 for now)")
       ->capture_default_str();
   cmd.add_flag("--enable-expert-parallel", o.parallel.enable_expert_parallel,
                "spread the routed experts whole over the ranks instead of splitting each expert's width");
@@ -356,10 +356,6 @@ ModelPlan plan_model(const ModelOptions& o) {
   p.layout = make_parallel_layout(o.parallel, model_geometry(c));  // a -tp that does not divide fails here
   p.kv_layout = kv_layout_for(c, p.runtime.kv_dtype, p.runtime.index_dtype,
                               static_cast<int>(p.layout.ranks.front().kv_heads.size));
-  M3_CHECK(p.layout.config.data_parallel_size == 1 || p.device == "cpu",
-           "--data-parallel-size {}: DEP runs on the CPU backend for now (its per-step token exchange reads host "
-           "memory); use --device cpu, or -tp with --enable-expert-parallel on GPUs",
-           p.layout.config.data_parallel_size);
   if (p.device == "cuda") {
     const int gpus = cuda_device_count();
     M3_CHECK(p.layout.config.world_size() <= gpus,
@@ -413,7 +409,17 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
     RankModel& rank = m.ranks[r];
     rank.backend = make_device_backend(plan.device, o.enforce_eager);
     if (plan.layout.attention_data_parallel()) {
-      rank.ep = connect_gloo(gloo, r, num_ranks, "ep");  // the CPU only (plan_model)
+      // The experts' exchange on the device's engine; the per-step token count over host memory.
+      rank.ep_host = connect_gloo(gloo, r, num_ranks, "ep-host");
+      if (plan.device == "cpu") {
+        rank.ep = connect_gloo(gloo, r, num_ranks, "ep");
+      } else {
+#if M3SERVE_WITH_NCCL
+        rank.ep = connect_nccl(nccl_id, r, num_ranks, r, cuda_backend_stream(*rank.backend), "ep");
+#else
+        fail("--data-parallel-size {} on the GPU needs NCCL, and this build has none", num_ranks);
+#endif
+      }
     } else if (num_ranks > 1) {
       if (plan.device == "cpu") {
         rank.tp = connect_gloo(gloo, r, num_ranks, "tp");
@@ -478,7 +484,7 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
       runs_on = rank.wrapper.get();
     }
     ModelPartition partition{plan.layout.ranks[r], plan.layout.padded_vocab_size, rank.tp.get(),
-                             plan.attention.indexer_decode_cp, rank.ep.get()};
+                             plan.attention.indexer_decode_cp, rank.ep.get(), rank.ep_host.get()};
     rank.model = std::make_unique<MiniMaxM3>(plan.config, std::move(rank_weights[r]), *runs_on, plan.runtime,
                                              std::move(partition));
   };
@@ -525,8 +531,10 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
     std::vector<std::unique_ptr<ModelRunner>> lanes;
     for (const RankModel& r : loaded.ranks) lanes.push_back(std::make_unique<MiniMaxM3Runner>(*r.model));
     const int threads_per_lane = std::max(1, omp_get_max_threads() / static_cast<int>(lanes.size()));
-    core = std::make_unique<EngineCore>(std::move(lanes), config, [threads_per_lane](int) {
-      omp_set_num_threads(threads_per_lane);
+    const bool gpu = loaded.device == "cuda";
+    core = std::make_unique<EngineCore>(std::move(lanes), config, [threads_per_lane, gpu](int lane) {
+      if (gpu) use_device(lane);  // a lane's thread drives its rank's GPU
+      else omp_set_num_threads(threads_per_lane);
     });
   } else {
     core = std::make_unique<EngineCore>(loaded.make_runner(), config);

@@ -50,7 +50,7 @@ struct ModelOptions {
   std::string device = "auto";          // auto (cuda when a usable GPU is present), cpu, cuda
   bool enforce_eager = false;           // cuda: no CUDA graphs for decode steps
   ParallelConfig parallel;              // -tp, --data-parallel-size, --enable-expert-parallel
-  // --data-parallel-size N (with --enable-expert-parallel, -tp 1, on the CPU): DEP, N engine lanes.
+  // --data-parallel-size N (with --enable-expert-parallel, -tp 1): DEP, N engine lanes.
   // Several hosts (--nnodes N --node-rank R --master-addr A --master-port P): parsed and checked;
   // joining ranks across hosts is not implemented yet, so nnodes > 1 is refused at start.
   int nnodes = 1;
@@ -112,6 +112,7 @@ struct RankModel {
   std::unique_ptr<Backend> wrapper;
   std::unique_ptr<Communicator> tp;  // null on one rank
   std::unique_ptr<Communicator> ep;  // data-parallel attention: every rank (null otherwise)
+  std::unique_ptr<Communicator> ep_host;  // the same ranks over host memory (Gloo)
   std::unique_ptr<MiniMaxM3> model;
 };
 

@@ -116,9 +116,8 @@ MiniMaxM3::MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend,
   M3_CHECK(weights_.embed.dim(0) == shard.vocab.size,
            "rank {}: the embedding holds {} rows, its vocabulary slice {} (cut the weights with shard_weights)",
            shard.rank, weights_.embed.dim(0), shard.vocab.size);
-  M3_CHECK(!partition_.ep || (tp_size == 1 && backend_.device() == Device::kCpu),
-           "data-parallel attention runs with -tp 1 on the CPU backend for now (this rank: -tp {}, {})", tp_size,
-           device_name(backend_.device()));
+  M3_CHECK(!partition_.ep || (tp_size == 1 && partition_.ep_host && partition_.ep_host->size() == partition_.ep->size()),
+           "data-parallel attention needs -tp 1 and a host-memory group of its ranks (this rank: -tp {})", tp_size);
   M3_CHECK(!partition_.indexer_decode_cp || (tp_size > 1 && config_.has_sparse_layers()),
            "indexer decode context parallelism splits the index cache of sparse layers over the -tp ranks; this "
            "model has {} sparse layers and {} rank(s)",
@@ -268,10 +267,9 @@ void MiniMaxM3::attention_block(int layer, Activations& a) {
 }
 
 int64_t MiniMaxM3::dep_step_tokens(int64_t t) {
-  // Host memory: the CPU backend's tensors are host tensors (the constructor checks the device).
-  Tensor count = backend_.alloc({1}, DType::kI32);
+  Tensor count = Tensor::zeros({1}, DType::kI32);  // host memory, over the host group
   count.data_as<int32_t>()[0] = static_cast<int32_t>(t);
-  partition_.ep->all_reduce(count, ReduceOp::kMax);
+  partition_.ep_host->all_reduce(count, ReduceOp::kMax);
   return count.data_as<int32_t>()[0];
 }
 
@@ -377,7 +375,8 @@ void MiniMaxM3::forward(const StepBatch& batch, float* logits) {
     ensure_dep_buffers(dep_max_tokens_);
   }
   backend_.plan(batch);
-  if (is_uniform_decode(batch)) {
+  // Data-parallel steps exchange a per-step number of rows, which a recording would freeze.
+  if (is_uniform_decode(batch) && !partition_.ep) {
     const ReplayKey key{this, static_cast<int>(t), batch.num_seqs(), static_cast<int>(rows), act_.generation};
     backend_.run_replayable(key, [&] { run_layers(t, rows); });
   } else {

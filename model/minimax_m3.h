@@ -54,6 +54,10 @@ struct ModelPartition {
   // reduce-scatters the sums back to their ranks. Every rank takes part in every step
   // (idle_step() when it has no tokens).
   Communicator* ep = nullptr;
+  // The same ranks over host memory (Gloo), for the one number they agree on before each step
+  // (the most tokens any rank has), so that a GPU rank needs no device-to-host wait for it. On the
+  // CPU it may be `ep` itself.
+  Communicator* ep_host = nullptr;
 };
 // The partition of a model that is not split: one rank holding everything.
 ModelPartition whole_model(const ModelConfig& config);

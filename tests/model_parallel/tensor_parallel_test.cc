@@ -247,7 +247,8 @@ std::unique_ptr<DepModel> dep_split(const ModelConfig& config, const ModelWeight
   s->workers->run([&](int r) {
     s->backends[r] = make_cpu_backend();
     s->comms[r] = connect_gloo(rendezvous, r, ranks, "ep");
-    ModelPartition partition{s->layout.ranks[r], s->layout.padded_vocab_size, nullptr, false, s->comms[r].get()};
+    ModelPartition partition{s->layout.ranks[r], s->layout.padded_vocab_size, nullptr, false, s->comms[r].get(),
+                             s->comms[r].get()};
     s->models[r] = std::make_unique<MiniMaxM3>(config, shard_weights(full, config, s->layout.ranks[r]),
                                                *s->backends[r], f32_options(), partition);
   });
