@@ -20,8 +20,8 @@ class TcpStore;
 struct GlooRendezvous {
   // For the ranks of one process (an in-memory store).
   static GlooRendezvous in_process();
-  // For ranks in several processes: the TCP store every process has connected to (its timeout
-  // bounds how long a rank waits for its peers' addresses).
+  // For ranks in several processes: the TCP store every process has connected to. Gloo waits
+  // for its peers' addresses there for GlooOptions::timeout.
   static GlooRendezvous tcp(std::shared_ptr<TcpStore> store);
 
   struct Store;  // gloo's store, kept out of this header
