@@ -27,6 +27,7 @@
 
 #include "app/commands.h"
 #include "app/model_loader.h"
+#include "app/node_follower.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "server/openai_server.h"
@@ -197,6 +198,7 @@ void run_bench_http(const BenchHttpOptions& o) {
   M3_CHECK(!levels.empty(), "bench http: --streams is empty");
 
   LoadedModel loaded = load_model(o.model, o.engine, KvDemand{o.engine.max_num_seqs, 0, false});
+  if (loaded.follower()) return follow_node_zero(loaded);
   std::unique_ptr<EngineCore> engine = make_engine(loaded, o.model, o.engine);
   text::Tokenizer tokenizer = text::Tokenizer::load(o.model.model_dir);
   auto model = std::make_shared<server::ModelContext>(server::ModelContext{

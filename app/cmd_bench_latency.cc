@@ -415,6 +415,10 @@ void print_text(const nlohmann::json& out) {
 
 void run(const BenchLatencyOptions& o) {
   M3_CHECK(o.warmup >= 0 && o.iters >= 1, "--warmup must be >= 0 and --iters >= 1");
+  M3_CHECK(o.model.nnodes == 1,
+           "bench latency --nnodes {}: it times ops of one host's ranks; over several hosts use bench throughput or "
+           "bench serve",
+           o.model.nnodes);
   M3_CHECK(o.chunk_size >= 1, "--chunk-size must be >= 1");
   const std::vector<int> batches = parse_list(o.batch_sizes, "--batch-sizes");
   const std::vector<int> contexts = parse_list(o.context_lens, "--context-lens");

@@ -15,6 +15,7 @@
 
 #include "app/commands.h"
 #include "app/model_loader.h"
+#include "app/node_follower.h"
 #include "app/offline_requests.h"
 #include "core/error.h"
 #include "engine/engine_core.h"
@@ -41,6 +42,7 @@ void run(BenchThroughputOptions o) {
   // Every request can run at once (up to max_num_seqs): no preemption by default.
   LoadedModel loaded =
       load_model(o.model, o.engine, KvDemand{std::min(o.num_prompts, o.engine.max_num_seqs), per_seq});
+  if (loaded.follower()) return follow_node_zero(loaded);
   std::unique_ptr<EngineCore> core = make_engine(loaded, o.model, o.engine);
   EngineCore& engine = *core;
 

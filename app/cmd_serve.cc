@@ -20,6 +20,7 @@
 
 #include "app/commands.h"
 #include "app/model_loader.h"
+#include "app/node_follower.h"
 #include "app/serve_options.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -137,6 +138,11 @@ void run_serve(ServeArgs& a) {
   }
   M3_CHECK(!a.model.model_dir.empty(), "serve needs a model: m3serve serve MODEL_DIR [options]");
   check_deployment_options(a.deployment, a.model, a.engine);
+  if (a.model.several_nodes() && a.model.node_rank > 0) {
+    // A follower serves no HTTP: it loads its ranks (the same pool as node 0's) and runs node 0's steps.
+    LoadedModel loaded = load_model(a.model, a.engine, KvDemand{a.engine.max_num_seqs, 0, true});
+    return follow_node_zero(loaded);
+  }
 
   server::ServeOptions& serve = a.serve;
   serve.api_keys = a.api_keys;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "app/capacity_plan.h"
@@ -24,6 +25,8 @@
 #include "model/weight_shard.h"
 #include "model/weights.h"
 #include "parallel/gloo_communicator.h"
+#include "parallel/host_address.h"
+#include "parallel/tcp_store.h"
 #if M3SERVE_WITH_NCCL
 #include "parallel/nccl_communicator.h"
 #endif
@@ -194,14 +197,19 @@ void check_model_options(const ModelOptions& o) {
   M3_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank {} outside [0, --nnodes {})", o.node_rank,
            o.nnodes);
   M3_CHECK(o.master_port > 0 && o.master_port < 65536, "--master-port {} is not a TCP port", o.master_port);
+  M3_CHECK(o.node_timeout_s > 0, "--node-timeout must be > 0 seconds, got {}", o.node_timeout_s);
   if (o.nnodes > 1) {
     M3_CHECK(!o.master_addr.empty(),
              "--nnodes {}: the hosts meet at --master-addr (the address of node 0) and --master-port; give "
              "--master-addr",
              o.nnodes);
-    fail("--nnodes {}: joining ranks across hosts is not implemented yet; one process drives the GPUs of one host "
-         "(-tp up to its GPU count)",
-         o.nnodes);
+    M3_CHECK(o.parallel.data_parallel_size == 1,
+             "--nnodes {} with --data-parallel-size {}: data-parallel attention (DEP) across hosts is not "
+             "implemented; use -tp (with --enable-expert-parallel) over the hosts, or DEP on one host",
+             o.nnodes, o.parallel.data_parallel_size);
+    M3_CHECK(o.parallel.tensor_parallel_size % o.nnodes == 0,
+             "-tp {} is not a multiple of --nnodes {}: every host runs the same number of ranks (-tp / --nnodes)",
+             o.parallel.tensor_parallel_size, o.nnodes);
   }
   const AttentionConfig attention = parse_attention_config(o.attention_config);
   M3_CHECK(!attention.indexer_decode_cp || o.parallel.tensor_parallel_size > 1,
@@ -247,11 +255,20 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
       ->capture_default_str();
   cmd.add_flag("--enable-expert-parallel", o.parallel.enable_expert_parallel,
                "spread the routed experts whole over the ranks instead of splitting each expert's width");
-  cmd.add_option("--nnodes", o.nnodes, "hosts of the deployment (more than 1 is refused: not implemented yet)")
+  cmd.add_option("--nnodes", o.nnodes,
+                 "hosts the -tp ranks are shared out over (-tp / --nnodes each; tensor / expert parallel only); "
+                 "start the same command on every host, node 0 runs it and the others follow its steps")
       ->capture_default_str();
-  cmd.add_option("--node-rank", o.node_rank, "this host's index among --nnodes")->capture_default_str();
-  cmd.add_option("--master-addr", o.master_addr, "address of node 0, where the hosts meet");
-  cmd.add_option("--master-port", o.master_port, "port on --master-addr")->capture_default_str();
+  cmd.add_option("--node-rank", o.node_rank, "this host's index among --nnodes (0: the one that runs the command)")
+      ->capture_default_str();
+  cmd.add_option("--master-addr", o.master_addr,
+                 "address of node 0, where the hosts meet (each host's ranks listen on its interface that routes "
+                 "there)");
+  cmd.add_option("--master-port", o.master_port, "port node 0 listens on at --master-addr for the rendezvous")
+      ->capture_default_str();
+  cmd.add_option("--node-timeout", o.node_timeout_s,
+                 "seconds a node waits for the others (start, collectives; a follower for node 0) before it fails")
+      ->capture_default_str();
 }
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o) {
@@ -358,21 +375,79 @@ ModelPlan plan_model(const ModelOptions& o) {
                               static_cast<int>(p.layout.ranks.front().kv_heads.size));
   if (p.device == "cuda") {
     const int gpus = cuda_device_count();
-    M3_CHECK(p.layout.config.world_size() <= gpus,
-             "-tp {}: one rank per GPU, and this host has {} usable CUDA device{}", p.layout.config.world_size(), gpus,
-             gpus == 1 ? "" : "s");
+    const int here = p.layout.config.world_size() / o.nnodes;
+    M3_CHECK(here <= gpus, "-tp {}{}: one rank per GPU, {} on this host, and it has {} usable CUDA device{}",
+             p.layout.config.world_size(), o.nnodes > 1 ? fmt::format(" over --nnodes {}", o.nnodes) : "", here,
+             gpus, gpus == 1 ? "" : "s");
   }
   p.max_model_len = o.max_model_len > 0 ? o.max_model_len : std::min<int64_t>(c.max_position_embeddings, kDefaultModelLen);
   return p;
 }
+
+namespace {
+
+// What a process of a deployment on several hosts holds while it loads (all empty on one host).
+struct NodeRendezvous {
+  std::unique_ptr<TcpStoreServer> server;  // node 0's, at --master-port
+  std::shared_ptr<TcpStore> store;         // every node's client of it
+  GlooOptions gloo;                        // where this host's ranks listen; the collectives' timeout
+  std::unique_ptr<ControlGroup> control;
+};
+
+// Node 0 opens the store, every node connects to it and joins the control group (node R is its
+// rank R). One timeout, --node-timeout, bounds every wait for another node.
+NodeRendezvous meet_nodes(const ModelOptions& o) {
+  NodeRendezvous n;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.node_timeout_s * 1000));
+  if (o.node_rank == 0) n.server = std::make_unique<TcpStoreServer>("0.0.0.0", o.master_port);
+  M3_LOG_INFO("node {} of {}: meeting the other nodes at {}:{}", o.node_rank, o.nnodes, o.master_addr, o.master_port);
+  n.store = TcpStore::connect(o.master_addr, o.master_port, timeout);
+  n.gloo.hostname = local_address_towards(o.master_addr, o.master_port);
+  n.gloo.timeout = timeout;
+  GlooRendezvous rendezvous = GlooRendezvous::tcp(n.store);
+  n.control = std::make_unique<ControlGroup>(connect_gloo(rendezvous, o.node_rank, o.nnodes, "control", n.gloo),
+                                             timeout);
+  M3_LOG_INFO("node {}: joined the control group of {} nodes (this host's ranks listen on {})", o.node_rank,
+              o.nnodes, n.gloo.hostname);
+  return n;
+}
+
+#if M3SERVE_WITH_NCCL
+// The tp group's NCCL id: made here on one host; across hosts made by node 0 and read from the
+// store by the others (its 128 bytes).
+NcclUniqueId shared_nccl_id(TcpStore* store, int node_rank) {
+  if (store == nullptr) return make_nccl_unique_id();
+  const std::string key = "nccl/tp";
+  NcclUniqueId id;
+  if (node_rank == 0) {
+    id = make_nccl_unique_id();
+    std::vector<char> bytes(NcclUniqueId::kBytes);
+    std::memcpy(bytes.data(), id.bytes.data(), bytes.size());
+    store->set(key, bytes);
+    return id;
+  }
+  const std::vector<char> bytes = store->get(key);
+  M3_CHECK(bytes.size() == NcclUniqueId::kBytes, "rendezvous store at {}: '{}' holds {} bytes, an NCCL id {}",
+           store->address(), key, bytes.size(), NcclUniqueId::kBytes);
+  std::memcpy(id.bytes.data(), bytes.data(), bytes.size());
+  return id;
+}
+#endif
+
+}  // namespace
 
 LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const KvDemand& demand,
                        const BackendWrapper& wrap) {
   ModelPlan plan = plan_model(o);
   const KvLayout& layout = plan.kv_layout;
   const auto blocks_for = [&](int64_t tokens) { return (tokens + layout.block_size - 1) / layout.block_size; };
-  const int num_ranks = plan.layout.config.world_size();
+  const int world = plan.layout.config.world_size();
+  const int num_ranks = world / o.nnodes;  // this process's
+  const int first_rank = o.node_rank * num_ranks;
   if (plan.device == "cuda") check_weights_fit_gpus(plan, o, engine);
+  // Several hosts: meet the other nodes first (the control group), so a node that cannot join
+  // fails before anyone reads weights.
+  NodeRendezvous nodes = o.several_nodes() ? meet_nodes(o) : NodeRendezvous{};
 
   const auto t0 = std::chrono::steady_clock::now();
   ModelWeights weights;
@@ -389,6 +464,7 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   m.device = plan.device;
   m.max_model_len = plan.max_model_len;
   m.layout = plan.layout;
+  m.first_rank = first_rank;
   m.ranks.resize(num_ranks);
   std::vector<ModelWeights> rank_weights(num_ranks);
   std::vector<int64_t> gpu_budget(num_ranks, 0);
@@ -401,45 +477,47 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   // Each rank: its backend, its group, its slice of the weights on its device, and its KV budget.
   // Ranks run on their own threads (a GPU each) when there are several.
   const auto t1 = std::chrono::steady_clock::now();
-  GlooRendezvous gloo = GlooRendezvous::in_process();
+  GlooRendezvous gloo = nodes.store ? GlooRendezvous::tcp(nodes.store) : GlooRendezvous::in_process();
 #if M3SERVE_WITH_NCCL
-  const NcclUniqueId nccl_id = plan.device == "cuda" && num_ranks > 1 ? make_nccl_unique_id() : NcclUniqueId{};
+  const NcclUniqueId nccl_id =
+      plan.device == "cuda" && world > 1 ? shared_nccl_id(nodes.store.get(), o.node_rank) : NcclUniqueId{};
 #endif
   const auto set_up_rank = [&](int r) {
+    const int g = first_rank + r;  // the global rank
     RankModel& rank = m.ranks[r];
     rank.backend = make_device_backend(plan.device, o.enforce_eager);
     if (plan.layout.attention_data_parallel()) {
       // The experts' exchange on the device's engine; the per-step token count over host memory.
-      rank.ep_host = connect_gloo(gloo, r, num_ranks, "ep-host");
+      // One host only (check_model_options), so local and global ranks agree.
+      rank.ep_host = connect_gloo(gloo, g, world, "ep-host");
       if (plan.device == "cpu") {
-        rank.ep = connect_gloo(gloo, r, num_ranks, "ep");
+        rank.ep = connect_gloo(gloo, g, world, "ep");
       } else {
 #if M3SERVE_WITH_NCCL
-        rank.ep = connect_nccl(nccl_id, r, num_ranks, r, cuda_backend_stream(*rank.backend), "ep");
+        rank.ep = connect_nccl(nccl_id, g, world, r, cuda_backend_stream(*rank.backend), "ep");
 #else
-        fail("--data-parallel-size {} on the GPU needs NCCL, and this build has none", num_ranks);
+        fail("--data-parallel-size {} on the GPU needs NCCL, and this build has none", world);
 #endif
       }
-    } else if (num_ranks > 1) {
+    } else if (world > 1) {
       if (plan.device == "cpu") {
-        rank.tp = connect_gloo(gloo, r, num_ranks, "tp");
+        rank.tp = connect_gloo(gloo, g, world, "tp", nodes.gloo);
       } else {
 #if M3SERVE_WITH_NCCL
-        rank.tp = connect_nccl(nccl_id, r, num_ranks, r, cuda_backend_stream(*rank.backend), "tp");
+        rank.tp = connect_nccl(nccl_id, g, world, r, cuda_backend_stream(*rank.backend), "tp");
 #else
-        fail("-tp {} on the GPU needs NCCL, and this build has none", num_ranks);
+        fail("-tp {} on the GPU needs NCCL, and this build has none", world);
 #endif
       }
     }
-    ModelWeights mine = num_ranks == 1 ? std::move(weights)
-                                       : shard_weights(weights, plan.config, plan.layout.ranks[r]);
+    ModelWeights mine = world == 1 ? std::move(weights) : shard_weights(weights, plan.config, plan.layout.ranks[g]);
     rank_weights[r] = place_weights(std::move(mine), *rank.backend);  // cuda: the weights move to the GPU
-    if (num_ranks > 1)
-      M3_LOG_INFO("rank {}: weights sliced and placed on {} in {:.2f} s", r, plan.device,
+    if (world > 1)
+      M3_LOG_INFO("rank {}: weights sliced and placed on {} in {:.2f} s", g, plan.device,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
     if (gpu_budget_sizes_pool) gpu_budget[r] = gpu_kv_budget_blocks(utilization, layout.block_bytes, reserve);
   };
-  if (num_ranks == 1) {
+  if (world == 1) {
     set_up_rank(0);
   } else {
     const int threads_per_rank = std::max(1, omp_get_max_threads() / num_ranks);
@@ -473,6 +551,8 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   } else {
     pool = std::max(per_sequence, std::min(kCpuKvBudgetBytes / layout.block_bytes, wanted));
   }
+  // Across hosts too the engine's block ids index every rank's pool.
+  if (nodes.control) pool = nodes.control->min_over_nodes(pool);
 
   log_plan(plan, pool, engine);
 
@@ -480,16 +560,25 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
     RankModel& rank = m.ranks[r];
     Backend* runs_on = rank.backend.get();
     if (wrap) {
-      rank.wrapper = wrap(*rank.backend, r);
+      rank.wrapper = wrap(*rank.backend, first_rank + r);
       runs_on = rank.wrapper.get();
     }
-    ModelPartition partition{plan.layout.ranks[r], plan.layout.padded_vocab_size, rank.tp.get(),
+    ModelPartition partition{plan.layout.ranks[first_rank + r], plan.layout.padded_vocab_size, rank.tp.get(),
                              plan.attention.indexer_decode_cp, rank.ep.get(), rank.ep_host.get()};
     rank.model = std::make_unique<MiniMaxM3>(plan.config, std::move(rank_weights[r]), *runs_on, plan.runtime,
                                              std::move(partition));
   };
-  if (num_ranks == 1) build_rank(0);
+  if (world == 1) build_rank(0);
   else m.workers->run(build_rank);
+  if (nodes.control) {
+    // Every node has loaded and left the store: from here node 0 only sends steps (and heartbeats
+    // while idle), and the followers only wait for them.
+    nodes.control->barrier();
+    if (nodes.control->leader()) nodes.control->start_heartbeat();
+    M3_LOG_INFO("node {} of {}: ranks {}..{} of {} loaded{}", o.node_rank, o.nnodes, first_rank,
+                first_rank + num_ranks - 1, world, o.node_rank == 0 ? "" : "; following node 0's steps");
+    m.control = std::move(nodes.control);
+  }
 
   const MiniMaxM3& model = m.model();
   M3_LOG_INFO("model {}: {} layers ({} sparse), hidden {}, vocab {}; weights {} in {:.2f} s", o.model_dir,
@@ -509,14 +598,17 @@ std::unique_ptr<ModelRunner> LoadedModel::make_runner() const {
            "--data-parallel-size {}: data-parallel copies run through the engine, one lane each (serve, generate, "
            "score, bench throughput / serve); this command drives one model directly",
            layout.config.data_parallel_size);
-  if (ranks.size() == 1) return std::make_unique<MiniMaxM3Runner>(*ranks.front().model);
+  if (!workers) return std::make_unique<MiniMaxM3Runner>(*ranks.front().model);
   std::vector<MiniMaxM3*> models;
   for (const RankModel& r : ranks) models.push_back(r.model.get());
-  return std::make_unique<MiniMaxM3Runner>(std::move(models), *workers);
+  // Node 0 announces each step to the followers; a follower's runner just runs its ranks.
+  return std::make_unique<MiniMaxM3Runner>(std::move(models), *workers, follower() ? nullptr : control.get());
 }
 
 std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions& options, const EngineOptions& engine) {
   check_engine_options(engine);
+  M3_CHECK(!loaded.follower(), "node {}: a follower node runs node 0's steps (follow_node_zero), not an engine",
+           loaded.control ? loaded.control->node_rank() : 0);
   const MiniMaxM3& model = loaded.model();
   EngineConfig config;
   config.max_num_seqs = engine.max_num_seqs;

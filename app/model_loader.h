@@ -23,6 +23,7 @@
 #include "ops/backend.h"
 #include "ops/kv_layout.h"
 #include "parallel/communicator.h"
+#include "parallel/control_group.h"
 #include "parallel/layout.h"
 #include "parallel/parallel_config.h"
 #include "parallel/rank_workers.h"
@@ -50,13 +51,19 @@ struct ModelOptions {
   std::string device = "auto";          // auto (cuda when a usable GPU is present), cpu, cuda
   bool enforce_eager = false;           // cuda: no CUDA graphs for decode steps
   ParallelConfig parallel;              // -tp, --data-parallel-size, --enable-expert-parallel
-  // --data-parallel-size N (with --enable-expert-parallel, -tp 1): DEP, N engine lanes.
-  // Several hosts (--nnodes N --node-rank R --master-addr A --master-port P): parsed and checked;
-  // joining ranks across hosts is not implemented yet, so nnodes > 1 is refused at start.
+  // --data-parallel-size N (with --enable-expert-parallel, -tp 1, one host): DEP, N engine lanes.
+  // Several hosts (--nnodes N --node-rank R --master-addr A --master-port P): the -tp ranks are
+  // shared out, tp / N consecutive ranks per host (global rank = R * tp / N + local index); node 0
+  // runs the command, the other nodes follow its steps (app/node_follower.h).
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr;
   int master_port = 29500;
+  // --node-timeout: seconds a process waits for the other nodes: at start (the rendezvous), in a
+  // collective, and a follower for node 0's next message (node 0 sends heartbeats while idle).
+  double node_timeout_s = 120;
+
+  bool several_nodes() const { return nnodes > 1; }
 };
 
 struct EngineOptions {
@@ -117,13 +124,19 @@ struct RankModel {
 };
 
 struct LoadedModel {
-  std::vector<RankModel> ranks;          // by rank; one without -tp
-  std::unique_ptr<RankWorkers> workers;  // a thread per rank when there are several
+  std::vector<RankModel> ranks;          // this process's ranks, by rank; one without -tp
+  std::unique_ptr<RankWorkers> workers;  // a thread per rank when the layout has several
   std::string device;
   int64_t max_model_len = 0;  // the plan's
-  ParallelLayout layout;
+  ParallelLayout layout;      // of every rank, on every node
+  int first_rank = 0;         // global rank of ranks[0] (node_rank * ranks per node)
+  // Several hosts: the group node 0 relays its steps over (declared last, so node 0's stop goes
+  // out before its ranks are torn down). Null on one host.
+  std::unique_ptr<ControlGroup> control;
 
-  // Rank 0's model: the config, KV geometry and options every rank shares.
+  // A process of node R > 0: it runs node 0's steps (follow_node_zero) instead of the command.
+  bool follower() const { return control && !control->leader(); }
+  // This process's first rank's model: the config, KV geometry and options every rank shares.
   MiniMaxM3& model() const { return *ranks.front().model; }
   // The runner over every rank (engine/minimax_m3_runner.h); this LoadedModel must outlive it.
   // Data-parallel copies have no single runner (make_engine gives each its engine lane).
@@ -134,12 +147,16 @@ struct LoadedModel {
 // (model/weight_shard.h), places each on its rank's backend, sizes the KV pools (demand, engine
 // options; the same block count on every rank, what the smallest budget holds) and builds the
 // rank models. wrap, when given, makes the backend each rank runs on from its device backend.
-// Called on each rank's thread with its device backend and its rank.
+// Called on each rank's thread with its device backend and its (global) rank.
+// Several hosts: every node reads the checkpoint and keeps only its ranks' slices; the groups
+// meet through the TCP store on node 0 (parallel/tcp_store.h), each rank's Gloo transport
+// listening on the address of the interface that routes to --master-addr; the KV pool is the
+// smallest over every node's ranks. On node R > 0 the result is a follower().
 using BackendWrapper = std::function<std::unique_ptr<Backend>(Backend&, int rank)>;
 LoadedModel load_model(const ModelOptions& options, const EngineOptions& engine, const KvDemand& demand,
                        const BackendWrapper& wrap = {});
 
-// The engine over a loaded model (not started). max_model_len: the plan's when --max-model-len
+// The engine over a loaded model (not started); not on a follower. max_model_len: the plan's when --max-model-len
 // was given (the constructor then rejects a pool too small for it), else capped at what the KV
 // pool holds.
 std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions& options, const EngineOptions& engine);

@@ -2,14 +2,16 @@
 
 #include "core/error.h"
 #include "model/minimax_m3.h"
+#include "parallel/control_group.h"
 #include "parallel/rank_workers.h"
 
 namespace m3 {
 
 MiniMaxM3Runner::MiniMaxM3Runner(MiniMaxM3& model) : ranks_{&model} {}
 
-MiniMaxM3Runner::MiniMaxM3Runner(std::vector<MiniMaxM3*> ranks, RankWorkers& workers)
-    : ranks_(std::move(ranks)), workers_(&workers) {
+MiniMaxM3Runner::MiniMaxM3Runner(std::vector<MiniMaxM3*> ranks, RankWorkers& workers, ControlGroup* control)
+    : ranks_(std::move(ranks)), workers_(&workers), control_(control) {
+  M3_CHECK(!control_ || control_->leader(), "the runner drives steps on node 0; a follower node runs node 0's");
   M3_CHECK(!ranks_.empty() && static_cast<int>(ranks_.size()) == workers.size(),
            "{} rank models for {} rank threads", ranks_.size(), workers.size());
   for (const MiniMaxM3* r : ranks_)
@@ -25,12 +27,14 @@ int64_t MiniMaxM3Runner::max_position_embeddings() const { return ranks_[0]->con
 
 void MiniMaxM3Runner::forward(const StepBatch& batch, float* logits) {
   if (!workers_) return ranks_[0]->forward(batch, logits);
+  if (control_) control_->announce(StepKind::kForward, batch);
   workers_->run([&](int r) { ranks_[r]->forward(batch, r == 0 ? logits : nullptr); });
 }
 
 void MiniMaxM3Runner::forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
                                      const std::vector<int32_t>& host_rows, float* host_logits) {
   if (!workers_) return ranks_[0]->forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
+  if (control_) control_->announce(StepKind::kForwardSample, batch);
   workers_->run([&](int r) {
     if (r == 0) ranks_[0]->forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
     else ranks_[r]->forward(batch, nullptr);

@@ -7,6 +7,10 @@
 // Split over ranks, every rank runs every step on its own thread (parallel/rank_workers.h), each
 // on its partition of the model; the collectives inside the step keep them in lockstep and leave
 // every rank with the same full logits, so rank 0 alone copies logits rows out and samples.
+//
+// On several hosts (--nnodes) the runner of node 0 holds its local ranks and the control group
+// (parallel/control_group.h): it announces each step to the other nodes' processes, which run it
+// on their ranks, before running it on its own.
 #pragma once
 #include <vector>
 
@@ -14,6 +18,7 @@
 
 namespace m3 {
 
+class ControlGroup;
 class MiniMaxM3;
 class RankWorkers;
 
@@ -21,7 +26,8 @@ class MiniMaxM3Runner final : public ModelRunner {
  public:
   explicit MiniMaxM3Runner(MiniMaxM3& model);
   // ranks[r] runs on workers' thread r; ranks.size() == workers.size().
-  MiniMaxM3Runner(std::vector<MiniMaxM3*> ranks, RankWorkers& workers);
+  // control, when given (node 0 of several hosts), hears of every step first.
+  MiniMaxM3Runner(std::vector<MiniMaxM3*> ranks, RankWorkers& workers, ControlGroup* control = nullptr);
   int block_size() const override;
   int64_t num_kv_blocks() const override;
   int vocab_size() const override;
@@ -36,6 +42,7 @@ class MiniMaxM3Runner final : public ModelRunner {
  private:
   std::vector<MiniMaxM3*> ranks_;
   RankWorkers* workers_ = nullptr;  // null: one rank, run on the caller's thread
+  ControlGroup* control_ = nullptr;  // node 0 of several hosts, else null
 };
 
 }  // namespace m3

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "parallel/tcp_store.h"
 
 namespace m3 {
 
@@ -27,6 +28,33 @@ struct GlooRendezvous::Store {
 GlooRendezvous GlooRendezvous::in_process() {
   GlooRendezvous r;
   r.store = std::make_shared<Store>(Store{std::make_shared<gloo::rendezvous::HashStore>()});
+  return r;
+}
+
+namespace {
+
+// gloo's store interface over the TCP store (which already bounds its waits and names itself in
+// its errors).
+class TcpGlooStore final : public gloo::rendezvous::Store {
+ public:
+  explicit TcpGlooStore(std::shared_ptr<TcpStore> store) : store_(std::move(store)) {}
+  void set(const std::string& key, const std::vector<char>& data) override { store_->set(key, data); }
+  std::vector<char> get(const std::string& key) override { return store_->get(key); }
+  void wait(const std::vector<std::string>& keys) override { store_->wait(keys, store_->timeout()); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    store_->wait(keys, timeout);
+  }
+
+ private:
+  std::shared_ptr<TcpStore> store_;
+};
+
+}  // namespace
+
+GlooRendezvous GlooRendezvous::tcp(std::shared_ptr<TcpStore> store) {
+  M3_CHECK(store != nullptr, "GlooRendezvous::tcp: no store");
+  GlooRendezvous r;
+  r.store = std::make_shared<Store>(Store{std::make_shared<TcpGlooStore>(std::move(store))});
   return r;
 }
 
@@ -194,6 +222,8 @@ std::unique_ptr<Communicator> connect_gloo(GlooRendezvous& rendezvous, int rank,
   } catch (const gloo::Exception& e) {
     fail("gloo group '{}': rank {} of {} could not connect on {}: {}", group_name, rank, size, options.hostname,
          e.what());
+  } catch (const Error& e) {  // the TCP store's: a peer that never came, node 0's store gone
+    fail("gloo group '{}': rank {} of {} could not meet its peers: {}", group_name, rank, size, e.what());
   }
 }
 

@@ -3,7 +3,8 @@
 // tests the same parallel code the GPUs run over NCCL.
 //
 // Ranks meet through a rendezvous store: in one process (`--device cpu -tp N`: a thread per rank)
-// an in-memory store; the ranks then connect to each other over loopback TCP.
+// an in-memory store, across hosts (--nnodes) the TCP store at --master-addr (parallel/tcp_store.h);
+// the ranks then connect to each other directly over TCP, each listening on GlooOptions::hostname.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -13,17 +14,24 @@
 
 namespace m3 {
 
+class TcpStore;
+
 // Where the ranks of a group exchange addresses; a value shared by the ranks' threads.
 struct GlooRendezvous {
   // For the ranks of one process (an in-memory store).
   static GlooRendezvous in_process();
+  // For ranks in several processes: the TCP store every process has connected to. Gloo waits
+  // for its peers' addresses there for GlooOptions::timeout.
+  static GlooRendezvous tcp(std::shared_ptr<TcpStore> store);
 
   struct Store;  // gloo's store, kept out of this header
   std::shared_ptr<Store> store;
 };
 
 struct GlooOptions {
-  std::string hostname = "127.0.0.1";  // the address this rank listens on
+  // The address this rank listens on: loopback in one process, across hosts one the other hosts
+  // reach (parallel/host_address.h).
+  std::string hostname = "127.0.0.1";
   // How long a collective waits for its peers before it throws (a rank that died or hangs).
   std::chrono::milliseconds timeout{120'000};
 };

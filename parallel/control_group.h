@@ -1,0 +1,72 @@
+// The control group of a deployment on several hosts (--nnodes): one Gloo rank per process (node
+// R is rank R), over which node 0, which runs the command and its engine, tells the other nodes'
+// processes (the followers) every step before it runs it, so their ranks join the step's
+// collectives; and `stop` at the end. A follower never samples (global rank 0, on node 0, does):
+// it runs each step's forward on its ranks and waits for the next message.
+//
+// Liveness: while node 0 is idle (a server without requests) it sends a heartbeat every quarter
+// of the timeout, so a follower's wait for the next message is bounded by the timeout whatever
+// node 0 does, and a follower that hears nothing for that long reports node 0 as lost. Node 0
+// sends stop from the destructor (and stop()), so every exit of node 0 that unwinds ends the
+// followers cleanly; one that does not (a kill, a crash) ends them through the timeout or the
+// closed connection, with the message naming node 0.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "ops/step_batch.h"
+#include "parallel/communicator.h"
+#include "parallel/step_message.h"
+
+namespace m3 {
+
+class ControlGroup {
+ public:
+  // `comm`: the control group's communicator (host tensors; node 0 is rank 0); `timeout`: what it
+  // was connected with (a follower's wait for the next message).
+  ControlGroup(std::unique_ptr<Communicator> comm, std::chrono::milliseconds timeout);
+  ~ControlGroup();  // node 0: stop()
+  ControlGroup(const ControlGroup&) = delete;
+  ControlGroup& operator=(const ControlGroup&) = delete;
+
+  bool leader() const { return comm_->rank() == 0; }
+  int node_rank() const { return comm_->rank(); }
+  int num_nodes() const { return comm_->size(); }
+
+  // At load time, every node together (before start_heartbeat): the smallest of the nodes' values
+  // (a KV pool every rank can hold), and a barrier.
+  int64_t min_over_nodes(int64_t value);
+  void barrier();
+
+  // Node 0, once every node has loaded (after the last barrier): heartbeats while idle from now on.
+  void start_heartbeat();
+  // Node 0: the step it is about to run (kForward or kForwardSample). Throws m3::Error when a
+  // follower is gone.
+  void announce(StepKind kind, const StepBatch& batch);
+  // Node 0: ends the followers' loop (when start_heartbeat has put them in it); once, later calls
+  // do nothing. Never throws (a follower that is gone is logged).
+  void stop() noexcept;
+
+  // A follower: the next step node 0 runs, or nullopt once node 0 said stop. Throws m3::Error
+  // naming node 0 and the control group when nothing came within the timeout or the connection
+  // broke (node 0 lost).
+  std::optional<StepBatch> next_step();
+
+ private:
+  void send_locked(const StepMessage& message);  // mutex_ held
+  void heartbeat_loop();
+
+  std::unique_ptr<Communicator> comm_;
+  std::chrono::milliseconds timeout_;
+  std::mutex mutex_;  // one message at a time: the engine's thread and the heartbeat's
+  std::condition_variable wake_;
+  std::chrono::steady_clock::time_point last_sent_;
+  bool stopped_ = false;
+  std::thread heartbeat_;
+};
+
+}  // namespace m3
