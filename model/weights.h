@@ -56,8 +56,10 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
 // (--load-format dummy): quantization_config's linear scheme for attention, indexer, dense MLPs
 // and shared experts, its expert scheme for routed experts (M3.1: MXFP8 + NVFP4), BF16 when
 // unquantized or listed in ignored_layers; BF16 embed/lm_head, F32 norms/router. Linears
-// dequantize to ~N(0, 1/in_features). Deterministic in `seed`; multithreaded.
-ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed);
+// dequantize to ~N(0, 1/in_features). Deterministic in `seed`; multithreaded (threads: 0 for the
+// host's cores, at most 64; the bytes never depend on it). model/dummy_shard.h builds one rank's
+// slices of the same weights alone.
+ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed, unsigned threads = 0);
 
 // `weights` with every tensor on `backend`'s device, as stored (Backend::to_device: formats,
 // scales and the scalar fields of each LinearWeight kept); a host buffer shared between fields
