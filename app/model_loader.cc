@@ -21,6 +21,7 @@
 #if M3SERVE_WITH_CUDA
 #include "kernels/cuda/backend/cuda_backend.h"
 #endif
+#include "model/dummy_shard.h"
 #include "model/weight_footprint.h"
 #include "model/weight_shard.h"
 #include "model/weights.h"
@@ -450,15 +451,23 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   NodeRendezvous nodes = o.several_nodes() ? meet_nodes(o) : NodeRendezvous{};
 
   const auto t0 = std::chrono::steady_clock::now();
+  // Dummy weights over several ranks: each rank builds its own slices on its thread (the same
+  // bytes as cutting the whole model), so no host ever holds the whole model.
+  const bool dummy_shards = o.load_format == "dummy" && world > 1;
   ModelWeights weights;
-  if (o.load_format == "dummy") {
+  if (dummy_shards) {
+    M3_LOG_INFO("building random (dummy) weights: each of ranks {}..{} its own slices", first_rank,
+                first_rank + num_ranks - 1);
+  } else if (o.load_format == "dummy") {
     M3_LOG_INFO("building random (dummy) weights");
     weights = make_dummy_weights(plan.config, o.seed);
   } else {
     ConsoleProgress progress;
     weights = load_weights(plan.config, o.model_dir, &progress);
   }
-  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<double> shard_build_s(num_ranks, 0.0);  // dummy_shards: each rank's build
+  const unsigned fill_threads = std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(num_ranks));
 
   LoadedModel m;
   m.device = plan.device;
@@ -510,10 +519,19 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
 #endif
       }
     }
-    ModelWeights mine = world == 1 ? std::move(weights) : shard_weights(weights, plan.config, plan.layout.ranks[g]);
+    ModelWeights mine;
+    if (world == 1) {
+      mine = std::move(weights);
+    } else if (dummy_shards) {
+      const auto start = std::chrono::steady_clock::now();
+      mine = make_dummy_shard(plan.config, o.seed, plan.layout.ranks[g], fill_threads);
+      shard_build_s[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } else {
+      mine = shard_weights(weights, plan.config, plan.layout.ranks[g]);
+    }
     rank_weights[r] = place_weights(std::move(mine), *rank.backend);  // cuda: the weights move to the GPU
     if (world > 1)
-      M3_LOG_INFO("rank {}: weights sliced and placed on {} in {:.2f} s", g, plan.device,
+      M3_LOG_INFO("rank {}: weights {} and placed on {} in {:.2f} s", g, dummy_shards ? "built" : "sliced", plan.device,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
     if (gpu_budget_sizes_pool) gpu_budget[r] = gpu_kv_budget_blocks(utilization, layout.block_bytes, reserve);
   };
@@ -527,6 +545,7 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
     });
     m.workers->run(set_up_rank);
     weights = ModelWeights{};  // the ranks hold their slices (views into it stay alive through keep_alive)
+    if (dummy_shards) load_s += *std::max_element(shard_build_s.begin(), shard_build_s.end());
   }
   if (plan.device != "cpu") {
     M3_LOG_INFO("weights placed on {} rank{} in {:.2f} s", num_ranks, num_ranks == 1 ? "" : "s",
