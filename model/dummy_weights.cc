@@ -128,17 +128,19 @@ void fields(uint64_t key, int64_t p, int64_t n, Emit&& emit) {
   constexpr int kPer = 64 / kBits;
   constexpr uint64_t kMask = (uint64_t{1} << kBits) - 1;
   uint64_t d = static_cast<uint64_t>(p / kPer);
-  int sub = static_cast<int>(p % kPer);
-  uint64_t r = draw(key, d) >> (sub * kBits);
-  for (int64_t i = 0; i < n; ++i) {
-    emit(i, r & kMask);
-    if (++sub == kPer) {
-      sub = 0;
-      r = draw(key, ++d);
-    } else {
-      r >>= kBits;
-    }
+  int64_t i = 0;
+  // A run may start mid-draw (a column slice): the rest of that draw first.
+  if (const int sub = static_cast<int>(p % kPer); sub != 0 && n > 0) {
+    uint64_t r = draw(key, d++) >> (sub * kBits);
+    for (int k = sub; k < kPer && i < n; ++k, ++i, r >>= kBits) emit(i, r & kMask);
   }
+  // Whole draws, the bulk of every run, without a per-element branch.
+  for (; i + kPer <= n; i += kPer) {
+    uint64_t r = draw(key, d++);
+    for (int k = 0; k < kPer; ++k, r >>= kBits) emit(i + k, r & kMask);
+  }
+  if (i < n)
+    for (uint64_t r = draw(key, d); i < n; ++i, r >>= kBits) emit(i, r & kMask);
 }
 
 // The part of one tensor a builder makes, the tensor seen as [rows, cols] storage elements (a 1-D
