@@ -58,6 +58,16 @@ TEST(ParallelCommands, GenerateGivesOneRanksTokensUnderEveryLayout) {
   }
 }
 
+// --load-format dummy: each rank builds only its own slices (model/dummy_shard.h), the same bytes
+// as cutting the whole dummy model, so every layout still gives one rank's ids.
+TEST(ParallelCommands, DummyWeightsBuiltPerRankGiveOneRanksTokens) {
+  const std::string prompt = "9,8,7,6,5,4,3,2,1";
+  const std::vector<int> one = generate_ids("--load-format dummy --seed 3", prompt);
+  ASSERT_EQ(one.size(), 24u);
+  for (const std::string layout : {"-tp 2", "-tp 4 --enable-expert-parallel", "--data-parallel-size 2 --enable-expert-parallel"})
+    EXPECT_EQ(generate_ids("--load-format dummy --seed 3 " + layout, prompt), one) << layout;
+}
+
 void expect_refused(const std::string& args, const std::string& message) {
   const Run r = run_m3serve(args);
   EXPECT_NE(r.status, 0) << args;
