@@ -257,19 +257,6 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 constexpr int64_t kFp8Block = 128;  // kFp8Block's rows and columns per scale
 
-// Input columns per scale (1: no blocks along the input), as LinearWeight::columns requires.
-int64_t input_block(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kFp8Block:
-      return kFp8Block;
-    case WeightFormat::kMxfp8:
-      return kMxfp8Block;
-    case WeightFormat::kNvfp4:
-      return kNvfp4Group;
-    default:
-      return 1;
-  }
-}
 
 // What of one [out, in] linear a rank holds: output rows [row_begin, row_end), grown with zero
 // rows to out_rows (vocabulary padding), and input columns [col_begin, col_end).
@@ -389,7 +376,7 @@ LinearWeight DummyBuilder::linear(const std::string& name, int64_t out, int64_t 
            "{}: the rank's output rows [{}, {}) run past its {} rows", name, k.row_begin, k.row_end, out);
   M3_CHECK(0 <= k.col_begin && k.col_begin <= k.col_end && k.col_end <= in,
            "{}: the rank's input columns [{}, {}) run past its {} columns", name, k.col_begin, k.col_end, in);
-  const int64_t block = input_block(w.format);
+  const int64_t block = input_block_columns(w.format);
   for (const int64_t bound : {k.col_begin, k.col_end})
     M3_CHECK(bound % block == 0 || bound == in,
              "{}: column bound {} of [{}, {}) cuts a {} scale block of {} columns (bounds must be multiples of {} or "

@@ -287,13 +287,8 @@ void MiniMaxM3::ensure_dep_buffers(int64_t max_tokens) {
 // Every rank sends max-tokens rows of h (its own tokens first; the rows past them are whatever the
 // buffer holds: the MoE is row-independent, so they cost work and are dropped), runs its experts
 // over all ranks' rows, and gets back the sum over ranks of its own rows.
-void MiniMaxM3::dep_routed_experts(int layer, int64_t t, Tensor routed_out) {
-  (void)t;
+MoeParams MiniMaxM3::moe_params() const {
   const ModelConfig& c = config_;
-  Communicator& ep = *partition_.ep;
-  const int64_t m = dep_max_tokens_, ranks = ep.size();
-  Tensor gathered = act_.dep_gathered.rows(0, ranks * m), routed = act_.dep_routed.rows(0, ranks * m);
-  ep.all_gather(act_.h.rows(0, m), gathered);
   MoeParams p;
   p.num_experts = c.num_experts;
   p.experts_per_token = c.experts_per_token;
@@ -301,6 +296,15 @@ void MiniMaxM3::dep_routed_experts(int layer, int64_t t, Tensor routed_out) {
   p.swiglu_alpha = c.swiglu_alpha;
   p.swiglu_limit = c.swiglu_limit;
   p.first_expert = static_cast<int>(partition_.shard.experts.begin);
+  return p;
+}
+
+void MiniMaxM3::dep_routed_experts(int layer, Tensor routed_out) {
+  Communicator& ep = *partition_.ep;
+  const int64_t m = dep_max_tokens_, ranks = ep.size();
+  Tensor gathered = act_.dep_gathered.rows(0, ranks * m), routed = act_.dep_routed.rows(0, ranks * m);
+  ep.all_gather(act_.h.rows(0, m), gathered);
+  MoeParams p = moe_params();
   p.add_shared = false;
   backend_.moe(gathered, weights_.layers[layer].mlp, p, routed);
   ep.reduce_scatter(routed, routed_out.rows(0, m));
@@ -313,7 +317,7 @@ void MiniMaxM3::idle_step() {
   ensure_activations(dep_max_tokens_, 0);
   ensure_dep_buffers(dep_max_tokens_);
   for (int l = 0; l < config_.num_layers; ++l)
-    if (config_.mlp_kinds[l] == MlpKind::kMoe) dep_routed_experts(l, 0, act_.dep_mine);
+    if (config_.mlp_kinds[l] == MlpKind::kMoe) dep_routed_experts(l, act_.dep_mine);
 }
 
 void MiniMaxM3::reduce_tp(Tensor x) {
@@ -334,18 +338,11 @@ void MiniMaxM3::mlp_block(int layer, Activations& a) {
   if (partition_.ep) {
     // This rank's tokens: the shared expert here, the routed experts over every rank.
     backend_.swiglu_mlp(h, w.gate, w.up, w.down, c.swiglu_alpha, c.swiglu_limit, out);
-    dep_routed_experts(layer, t, a.dep_mine);
+    dep_routed_experts(layer, a.dep_mine);
     backend_.add_inplace(out, a.dep_mine.rows(0, t));
     return;
   }
-  MoeParams p;
-  p.num_experts = c.num_experts;
-  p.experts_per_token = c.experts_per_token;
-  p.routed_scaling_factor = c.routed_scaling_factor;
-  p.swiglu_alpha = c.swiglu_alpha;
-  p.swiglu_limit = c.swiglu_limit;
-  p.first_expert = static_cast<int>(partition_.shard.experts.begin);
-  backend_.moe(h, w, p, out);
+  backend_.moe(h, w, moe_params(), out);
   // Each rank's output holds its part of the shared expert and of the routed experts it holds (a
   // slice of every expert's width, or whole experts with expert parallel): their sum is the block.
   reduce_tp(out);

@@ -128,10 +128,13 @@ class MiniMaxM3 {
   void attention_block(int layer, Activations& a);
   // Sums a row-parallel output over the tensor-parallel group (nothing on one rank).
   void reduce_tp(Tensor x);
+  // The MoE constants of this rank (its first held expert included).
+  MoeParams moe_params() const;
   // Data-parallel attention: the most tokens any rank has this step (every rank calls it once per
-  // step), and the routed experts over every rank's tokens, this rank's `t` rows summed into out.
+  // step), and the routed experts over every rank's tokens, this rank's rows summed into
+  // routed_out.
   int64_t dep_step_tokens(int64_t t);
-  void dep_routed_experts(int layer, int64_t t, Tensor routed_out);
+  void dep_routed_experts(int layer, Tensor routed_out);
   void ensure_dep_buffers(int64_t max_tokens);
   int64_t dep_max_tokens_ = 0;
   void mlp_block(int layer, Activations& a);

@@ -20,7 +20,8 @@ float scalar_f32(const Tensor& t) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Input columns that share one scale (1: the format has no blocks along the input).
+}  // namespace
+
 int64_t input_block_columns(WeightFormat format) {
   switch (format) {
     case WeightFormat::kFp8Block:
@@ -33,6 +34,8 @@ int64_t input_block_columns(WeightFormat format) {
       return 1;
   }
 }
+
+namespace {
 
 // Columns [begin, end) of a 2-D host tensor (element columns of its dtype), as an owning copy.
 Tensor copy_columns(const Tensor& t, int64_t begin, int64_t end) {

@@ -65,6 +65,10 @@ struct LinearWeight {
 // before any tensor exists, so a planner can size a rank's shard of it.
 int64_t linear_weight_bytes(WeightFormat format, int64_t out, int64_t in, int dense_element_bytes = 2);
 
+// Input columns that share one scale in `format` (1: no blocks along the input): where a column
+// slice of a weight may be cut.
+int64_t input_block_columns(WeightFormat format);
+
 // Rows [row_begin, row_end) of W as fp32, exactly per the format's definition, into
 // out [(row_end - row_begin) * in_features]. Host tensors only.
 void dequantize_rows(const LinearWeight& w, int64_t row_begin, int64_t row_end, float* out);

@@ -133,13 +133,14 @@ std::vector<std::vector<float>> step_logits(ModelRunner& runner, int vocab) {
   return out;
 }
 
-// Greedy completions of `ps` through an engine over `runner`.
-std::vector<std::vector<int32_t>> greedy(std::unique_ptr<ModelRunner> runner, const std::vector<std::vector<int32_t>>& ps,
-                                         int max_tokens) {
+// Greedy completions of `ps` through an engine over `lanes` (one, or a lane per DEP rank).
+std::vector<std::vector<int32_t>> greedy(std::vector<std::unique_ptr<ModelRunner>> lanes,
+                                         const std::vector<std::vector<int32_t>>& ps, int max_tokens,
+                                         int max_num_seqs = 8) {
   EngineConfig config;
-  config.max_num_seqs = 8;  // several batches, chunked prefill of the long prompts
+  config.max_num_seqs = max_num_seqs;  // several batches, chunked prefill of the long prompts
   config.max_num_batched_tokens = 32;
-  EngineCore engine(std::move(runner), config);
+  EngineCore engine(std::move(lanes), config);
   std::vector<std::vector<int32_t>> out(ps.size());
   std::vector<std::promise<void>> done(ps.size());
   for (size_t i = 0; i < ps.size(); ++i) {
@@ -160,7 +161,15 @@ std::vector<std::vector<int32_t>> greedy(std::unique_ptr<ModelRunner> runner, co
   engine.start();
   for (auto& d : done) d.get_future().wait();
   engine.shutdown(true);
+  EXPECT_EQ(engine.stats().finished_length, ps.size());
   return out;
+}
+
+std::vector<std::vector<int32_t>> greedy(std::unique_ptr<ModelRunner> runner, const std::vector<std::vector<int32_t>>& ps,
+                                         int max_tokens) {
+  std::vector<std::unique_ptr<ModelRunner>> lanes;
+  lanes.push_back(std::move(runner));
+  return greedy(std::move(lanes), ps, max_tokens);
 }
 
 struct Layout {
@@ -300,29 +309,7 @@ void expect_dep_greedy_match(const ModelConfig& config, const ModelWeights& full
   auto dep = dep_split(config, full, ranks);
   std::vector<std::unique_ptr<ModelRunner>> lanes;
   for (auto& m : dep->models) lanes.push_back(std::make_unique<MiniMaxM3Runner>(*m));
-  EngineConfig engine_config;
-  engine_config.max_num_seqs = 4;
-  engine_config.max_num_batched_tokens = 32;
-  EngineCore engine(std::move(lanes), engine_config);
-  std::vector<std::vector<int32_t>> got(ps.size());
-  std::vector<std::promise<void>> done(ps.size());
-  for (size_t i = 0; i < ps.size(); ++i) {
-    EngineRequest r;
-    r.id = std::to_string(i);
-    r.prompt_token_ids = ps[i];
-    r.sampling.temperature = 0.0f;
-    r.sampling.max_tokens = 12;
-    r.sampling.ignore_eos = true;
-    engine.add_request(std::move(r), [&, i](const RequestOutput& o) {
-      got[i].insert(got[i].end(), o.new_token_ids.begin(), o.new_token_ids.end());
-      if (o.finished) done[i].set_value();
-    });
-  }
-  engine.start();
-  for (auto& d : done) d.get_future().wait();
-  engine.shutdown(true);
-  EXPECT_EQ(got, want) << "DEP " << ranks;
-  EXPECT_EQ(engine.stats().finished_length, ps.size());
+  EXPECT_EQ(greedy(std::move(lanes), ps, 12, /*max_num_seqs=*/4), want) << "DEP " << ranks;
 }
 
 TEST(DataParallelAttention, RanksWithTheirOwnTokensMatchOneRank) {
