@@ -14,16 +14,27 @@ Exactly what it does, so that the same machine image rebuilds the same corpus:
      cap (a content-random subsample), then put back in path order, so that files of one package
      stay next to each other (the held-out stream is evaluated in 8K-token windows).
   6. documents: "# file: <path relative to its root>\n" + text.
-  7. chat documents (train split only): for top-level functions with a docstring (ast), a user
-     request made from the signature and the docstring's first paragraph (one of REQUESTS, picked
-     by sha1 of the source) and an assistant answer with the function's source, rendered with
-     text/templates/minimax_m3.jinja; files visited in sha1 order until the chat documents reach
-     CHAT_FRACTION of the train bytes; interleaved at evenly spaced places of the train stream.
-Outputs in --out: train.jsonl, heldout.jsonl (one JSON string per document), manifest.tsv
-(split, sha1, bytes, root, path of every kept file), corpus.json (settings, roots, interpreter and
-package versions, counts, sha256 of the outputs).
+  7. chat documents (train split only), rendered with text/templates/minimax_m3.jinja, made from
+     top-level functions with a docstring (ast); files visited in sha1 order until the chat
+     documents reach CHAT_FRACTION of the train bytes; interleaved at evenly spaced places of the
+     train stream. The sha1 of a function's source picks one of two shapes (chat_documents):
+     - a code request (one of REQUESTS, from the signature and the docstring's first paragraph)
+       answered with the function's source in a ```python block;
+     - a tool exchange (when every parameter has a JSON type: tool_spec): the function, and up
+       to two other documented functions of its file, offered as tools; a user request with
+       argument values (literal defaults, else values made from the parameter's type); the
+       assistant's call in the M3 tool-call markup; a tool response; a one-line answer.
+     The same hash sets the thinking mode (enabled / disabled / adaptive) and whether the
+     assistant turn carries reasoning (always when enabled, never when disabled), so the
+     reasoning and tool parsers see the markup the model writes.
+  8. code prompts (held-out split only, for tools/train/eval_code.py): top-level functions
+     and small classes with a docstring, as a file prefix ending after the docstring, plus chat
+     requests made like the code requests above; picked by sha1, PROMPT_COUNTS of each kind.
+Outputs in --out: train.jsonl, heldout.jsonl (one JSON string per document), code_prompts.json,
+manifest.tsv (split, sha1, bytes, root, path of every kept file), corpus.json (settings, roots,
+interpreter and package versions, counts, sha256 of the outputs).
 
-Usage: python3 tools/train/corpus.py --out DIR [--train-mb 110] [--heldout-mb 3]
+Usage: python3 tools/train/corpus.py --out DIR [--train-mb 1024] [--heldout-mb 3]
 """
 import argparse
 import ast
@@ -44,12 +55,22 @@ HELDOUT_PERCENT = 2
 MIN_BYTES, MAX_BYTES, MAX_LINE = 200, 1_000_000, 1000
 CHAT_FRACTION = 0.10
 
+PROMPT_COUNTS = {"function": 40, "class": 30, "chat": 30}
+THINKING_MODES = ("adaptive", "enabled", "disabled")
+
 REQUESTS = [
     "Write a Python function `{sig}` that does the following: {doc}",
     "Implement `{name}` in Python.\n\n{doc}",
     "{doc}\n\nPlease write this as a Python function named `{name}`.",
     "Can you write `{sig}`? It should work like this: {doc}",
 ]
+TOOL_REQUESTS = [
+    "Use `{name}` to do this: {doc} The inputs are {args}.",
+    "Please call {name} with {args}.",
+    "{doc}\n\nRun it for {args}.",
+    "I need the result of {name} for {args}. Can you get it?",
+]
+WORDS = ("alpha", "report.txt", "main", "utf-8", "config", "users", "data/input.csv", "north", "id", "v2")
 
 
 def source_roots():
@@ -134,31 +155,198 @@ def first_paragraph(doc):
     return " ".join(line.strip() for line in para.split("\n")).strip()
 
 
-def chat_pairs(files):
-    """Yields (user request, assistant answer) for documented top-level functions, visiting the
-    files in sha1 order (content-random) so that stopping early still samples every package."""
-    for f in sorted(files, key=lambda f: f["sha1"]):
-        try:
-            tree = ast.parse(f["text"])
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+def parse(text):
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def documented_functions(f, tree, lo=150, hi=2500):
+    """(node, source, docstring summary, signature) of the file's public documented top-level
+    functions whose source is lo..hi bytes."""
+    lines = f["text"].split("\n")  # ast.get_source_segment re-splits the file on every call
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name.startswith("_"):
             continue
-        lines = f["text"].split("\n")  # ast.get_source_segment re-splits the file on every call
-        for node in tree.body:
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name.startswith("_"):
-                continue
-            doc = ast.get_docstring(node)
-            src = "\n".join(lines[node.lineno - 1:node.end_lineno]).rstrip()
-            if not doc or not src or not (150 <= len(src) <= 2500):
-                continue
-            summary = first_paragraph(doc)
-            if not (20 <= len(summary) <= 400):
-                continue
+        doc = ast.get_docstring(node)
+        src = "\n".join(lines[node.lineno - 1:node.end_lineno]).rstrip()
+        if not doc or not src or not (lo <= len(src) <= hi):
+            continue
+        summary = first_paragraph(doc)
+        if not (20 <= len(summary) <= 400):
+            continue
+        try:
+            sig = f"{node.name}({ast.unparse(node.args)})"
+        except Exception:  # noqa: BLE001 - ast.unparse of odd nodes
+            continue
+        yield node, src, summary, sig
+
+
+JSON_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "list": "array",
+              "dict": "object", "Path": "string", "bytes": "string"}
+
+
+def param_type(arg, default):
+    """The JSON Schema type of a parameter from its annotation or literal default, or None."""
+    if arg.annotation is not None:
+        name = ast.unparse(arg.annotation).split("[")[0].split(".")[-1].strip("'\"")
+        if "|" in name or name not in JSON_TYPES:
+            return None
+        return JSON_TYPES[name]
+    if default is not None:
+        try:
+            value = ast.literal_eval(default)
+        except Exception:  # noqa: BLE001 - any non-literal default
+            return None
+        for py, js in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+                       (list, "array"), (dict, "object")):
+            if isinstance(value, py):
+                return js
+        return None
+    return "string"  # an unannotated parameter without a default: the common case is text
+
+
+def tool_spec(node, summary):
+    """(OpenAI function tool, [(name, JSON type, literal default or None)]) or None when a
+    parameter has no JSON type (*args, **kwargs, non-literal defaults, unusual annotations)."""
+    a = node.args
+    if a.vararg or a.kwarg or a.posonlyargs:
+        return None
+    positional = a.args[1:] if a.args and a.args[0].arg in ("self", "cls") else a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults[-len(positional):] if positional else [])
+    params = list(zip(positional, defaults)) + list(zip(a.kwonlyargs, a.kw_defaults))
+    if not params or len(params) > 5:
+        return None
+    props, required, out = {}, [], []
+    for arg, default in params:
+        t = param_type(arg, default)
+        if t is None:
+            return None
+        props[arg.arg] = {"type": t}
+        literal = None
+        if default is None:
+            required.append(arg.arg)
+        else:
             try:
-                sig = f"{node.name}({ast.unparse(node.args)})"
-            except Exception:  # noqa: BLE001 - ast.unparse of odd nodes
+                literal = ast.literal_eval(default)
+            except Exception:  # noqa: BLE001
+                return None
+        out.append((arg.arg, t, literal))
+    fn = {"name": node.name, "description": summary,
+          "parameters": {"type": "object", "properties": props, "required": required}}
+    return {"type": "function", "function": fn}, out
+
+
+def argument_values(params, h):
+    """Concrete arguments for a tool call: literal defaults where given (sometimes overridden),
+    else a value of the parameter's type; h (an int) makes the choice."""
+    args = {}
+    for i, (name, t, literal) in enumerate(params):
+        k = (h >> (3 * i)) & 0xFFFF
+        if literal is not None and k % 3:
+            if isinstance(literal, (str, int, float, bool, list, dict)):
+                args[name] = literal
+            continue
+        if literal is None and t != "string" and k % 5 == 0:
+            continue  # leave a parameter out now and then only when it has a default
+        args[name] = {"string": WORDS[k % len(WORDS)], "integer": k % 100, "number": (k % 40) / 4,
+                      "boolean": bool(k & 1), "array": [WORDS[k % len(WORDS)]], "object": {"key": k % 10}}[t]
+    return args
+
+
+def reasoning_for(kind, name, summary, args=None):
+    if kind == "tool":
+        shown = ", ".join(f"{k}={json.dumps(v)}" for k, v in args.items()) or "no arguments"
+        return f"The user wants {name}. {summary} I will call `{name}` with {shown}."
+    return f"The user wants a Python function `{name}`. {summary} I will write it with a docstring."
+
+
+def chat_documents(files, render):
+    """Yields rendered chat documents (the shapes of step 7) for documented top-level functions,
+    visiting the files in sha1 order (content-random) so that stopping early still samples every
+    package."""
+    for f in sorted(files, key=lambda f: f["sha1"]):
+        tree = parse(f["text"])
+        if tree is None:
+            continue
+        found = list(documented_functions(f, tree))
+        for j, (node, src, summary, sig) in enumerate(found):
+            h = int(hashlib.sha1(src.encode()).hexdigest()[:12], 16)
+            mode = THINKING_MODES[(h >> 8) % 3]
+            think = mode == "enabled" or (mode == "adaptive" and (h >> 10) & 1)
+            spec = tool_spec(node, summary) if h % 5 >= 3 else None
+            if spec is None:
+                request = REQUESTS[h % len(REQUESTS)].format(sig=sig, name=node.name, doc=summary)
+                answer = {"role": "assistant", "content": f"```python\n{src}\n```"}
+                if think:
+                    answer["reasoning_content"] = reasoning_for("code", node.name, summary)
+                yield render([{"role": "user", "content": request}, answer], thinking_mode=mode)
                 continue
-            pick = int(hashlib.sha1(src.encode()).hexdigest()[:4], 16) % len(REQUESTS)
-            yield REQUESTS[pick].format(sig=sig, name=node.name, doc=summary), f"```python\n{src}\n```"
+            tool, params = spec
+            decoys = [tool_spec(n, s) for n, _, s, _ in found[j + 1:j + 4]]
+            tools = [tool] + [d[0] for d in decoys if d is not None][:2]
+            tools = tools[(h >> 12) % len(tools):] + tools[:(h >> 12) % len(tools)]
+            args = argument_values(params, h >> 16)
+            shown = ", ".join(f"{k}={json.dumps(v)}" for k, v in args.items()) or "the default arguments"
+            request = TOOL_REQUESTS[(h >> 4) % len(TOOL_REQUESTS)].format(name=node.name, doc=summary, args=shown)
+            call = {"role": "assistant", "content": "",
+                    "tool_calls": [{"type": "function", "function": {"name": node.name, "arguments": args}}]}
+            if think:
+                call["reasoning_content"] = reasoning_for("tool", node.name, summary, args)
+            result = json.dumps({"status": "ok", "function": node.name})
+            messages = [{"role": "user", "content": request}, call, {"role": "tool", "content": result},
+                        {"role": "assistant", "content": f"`{node.name}` ran with {shown} and returned {result}."}]
+            yield render(messages, tools=tools, thinking_mode=mode)
+
+
+def definition_lines(files):
+    """The top-level `def` / `class` lines of the files: a held-out definition whose first line
+    occurs in the train split (a vendored copy, a near-duplicate file) is not a fresh prompt."""
+    out = set()
+    for f in files:
+        for line in f["text"].split("\n"):
+            if line.startswith(("def ", "async def ", "class ")):
+                out.add(line.rstrip())
+    return out
+
+
+def code_prompts(files, render, seen_lines):
+    """Held-out prompts for the ast.parse check: `function` and `class` are a file prefix
+    (header line + the definition down to the end of its docstring) that the model continues;
+    `chat` is a code request rendered with the generation prompt. Definitions whose first line
+    is in seen_lines are skipped."""
+    found = {k: [] for k in PROMPT_COUNTS}
+    for f in files:
+        tree = parse(f["text"])
+        if tree is None:
+            continue
+        lines = f["text"].split("\n")
+        for node, src, summary, sig in documented_functions(f, tree, 120, 1200):
+            if lines[node.lineno - 1].rstrip() in seen_lines:
+                continue
+            h = hashlib.sha1(src.encode()).hexdigest()
+            body0 = node.body[0]
+            head = "\n".join(lines[node.lineno - 1:body0.end_lineno]) + "\n"
+            found["function"].append((h, {"kind": "function", "path": f["path"],
+                                          "prompt": f"# file: {f['path']}\n{head}"}))
+            request = REQUESTS[int(h[:4], 16) % len(REQUESTS)].format(sig=sig, name=node.name, doc=summary)
+            found["chat"].append((h, {"kind": "chat", "path": f["path"], "request": request,
+                                      "prompt": render([{"role": "user", "content": request}],
+                                                       add_generation_prompt=True, thinking_mode="disabled")}))
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef) or not ast.get_docstring(node) or len(node.body) < 2:
+                continue
+            src = "\n".join(lines[node.lineno - 1:node.end_lineno])
+            if not (150 <= len(src) <= 1500) or node.decorator_list or lines[node.lineno - 1].rstrip() in seen_lines:
+                continue
+            head = "\n".join(lines[node.lineno - 1:node.body[0].end_lineno]) + "\n"
+            h = hashlib.sha1(src.encode()).hexdigest()
+            found["class"].append((h, {"kind": "class", "path": f["path"], "prompt": f"# file: {f['path']}\n{head}"}))
+    out = []
+    for kind, count in PROMPT_COUNTS.items():
+        out += [p for _, p in sorted(found[kind], key=lambda x: x[0])[:count]]
+    return out
 
 
 def chat_renderer():
@@ -200,7 +388,7 @@ def write_jsonl(path, docs):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--train-mb", type=float, default=110.0)
+    ap.add_argument("--train-mb", type=float, default=1024.0)
     ap.add_argument("--heldout-mb", type=float, default=3.0)
     args = ap.parse_args()
     t0 = time.time()
@@ -216,8 +404,7 @@ def main():
 
     render = chat_renderer()
     chats, chat_bytes = [], 0
-    for request, answer in chat_pairs(train):
-        text = render([{"role": "user", "content": request}, {"role": "assistant", "content": answer}])
+    for text in chat_documents(train, render):
         if chat_bytes + len(text) > CHAT_FRACTION * train_bytes:
             break
         chats.append(text)
@@ -238,6 +425,11 @@ def main():
     }
     info["train_jsonl_sha256"] = write_jsonl(os.path.join(args.out, "train.jsonl"), docs)
     info["heldout_jsonl_sha256"] = write_jsonl(os.path.join(args.out, "heldout.jsonl"), [document(f) for f in held])
+    prompts = code_prompts(held, render, definition_lines(train))
+    info["code_prompts"] = {k: sum(p["kind"] == k for p in prompts) for k in PROMPT_COUNTS}
+    with open(os.path.join(args.out, "code_prompts.json"), "w", encoding="utf-8") as fh:
+        json.dump({"about": "held-out code prompts of tools/train/corpus.py (step 8), for tools/train/eval_code.py",
+                   "prompts": prompts}, fh, indent=1, ensure_ascii=False)
     with open(os.path.join(args.out, "manifest.tsv"), "w") as fh:
         fh.write("split\tsha1\tbytes\troot\tpath\n")
         for split, group in (("train", train), ("heldout", held)):

@@ -6,6 +6,11 @@
 #
 #   OUT=/tmp/out bash tools/train/run_device.sh        # TIME_A/TIME_B/TIME_C: stage seconds
 #   SKIP_SMOKE=1 RESUME=ckpt.pt STAGES=c ...           # continue from a stage checkpoint
+#
+# Chunks: the script stops training CHUNK seconds after it started (default: no limit), leaving
+# $W/train/state.pt, and packs the logs only. The same command run again on the same machine
+# (the work directory $W is kept) skips the corpus and tokenizer and continues the training where
+# it stopped; the call that finishes the last stage exports, evaluates and packs the model.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/m3small-out}
@@ -15,6 +20,11 @@ TIME_A=${TIME_A:-95}
 TIME_B=${TIME_B:-15}
 TIME_C=${TIME_C:-25}
 STAGES=${STAGES:-a,b,c}
+CHUNK=${CHUNK:-0}
+BATCH_TOKENS=${BATCH_TOKENS:-32768}
+# The tokenizer of the committed model: a retrained model keeps its ids (train_tokenizer.py).
+TOKENIZER_FROM=${TOKENIZER_FROM-models/minimax-m3-small}
+PAUSED=0
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true
 mkdir -p "$OUT" "$W/stage/tools/train/results" "$W/stage/tools/train/eval" "$W/stage/tests/model_small"
 exec > >(tee -a "$OUT/run.log") 2>&1
@@ -28,10 +38,13 @@ pack() {
   local R=$W/stage/tools/train/results
   cp -f "$W/corpus/corpus.json" "$W/tokens/tokens.json" "$W/train/summary.json" "$W/train/train_log.jsonl" \
      "$W/eval/eval_torch.json" "$R/" 2>/dev/null || true
+  [ -f "$W/corpus/code_prompts.json" ] && cp -f "$W/corpus/code_prompts.json" "$W/stage/tests/model_small/"
   [ -f "$W/corpus/manifest.tsv" ] && gzip -9 -n -c "$W/corpus/manifest.tsv" > "$R/corpus_manifest.tsv.gz"
   [ -f "$W/eval/engine_windows.json" ] && cp -f "$W/eval/engine_windows.json" "$W/stage/tools/train/eval/"
   [ -f "$W/eval/heldout_sample.json" ] && cp -f "$W/eval/heldout_sample.json" "$W/stage/tests/model_small/"
-  if [ -f "$W/model/model.safetensors" ]; then
+  if [ "$PAUSED" = 1 ]; then
+    echo "paused: the training state stays in $W/train/state.pt; run the same command again"
+  elif [ -f "$W/model/model.safetensors" ]; then
     mkdir -p "$W/stage/models" && rm -rf "$W/stage/models/minimax-m3-small" && cp -r "$W/model" "$W/stage/models/minimax-m3-small"
   else
     # No export: keep the newest stage checkpoint (bf16) to resume from.
@@ -50,27 +63,55 @@ trap pack EXIT TERM INT
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 python3 -c "import torch, transformers, tokenizers, safetensors; print('torch', torch.__version__, 'transformers', transformers.__version__, 'tokenizers', tokenizers.__version__)"
 
+if [ -f "$W/tokens/tokens.json" ] && [ -f "$W/train/state.pt" ]; then
+  stamp "continuing: corpus and tokens of the last call, training from $W/train/state.pt"
+  SKIP_SMOKE=1 PREPARED=1
+fi
+
+if [ "${PREPARED:-0}" != 1 ]; then
 stamp corpus
 python3 $T/corpus.py --out $W/corpus
+fi
 
 if [ "${SKIP_SMOKE:-0}" != 1 ]; then
   stamp smoke
   S=$W/smoke
   python3 $T/train_tokenizer.py --corpus $W/corpus --out $S/tokenizer --tokens-out $S/tokens --vocab-size 2048 \
     --sample-mb 2 --max-docs 1500
-  python3 $T/train.py --tokens $S/tokens --out $S/train --size smoke --time-a 4 --time-b 2 --time-c 3 --seq 512 \
-    --long-seq 1024 --batch-tokens 4096 --eval-seq 1024 --eval-windows 2 --log-every 5
+  # Pause and continue once, as the chunked run does.
+  smoke_train() {
+    python3 $T/train.py --tokens $S/tokens --out $S/train --size smoke --time-a 4 --time-b 2 --time-c 3 --seq 512 \
+      --long-seq 1024 --batch-tokens 4096 --eval-seq 1024 --eval-windows 2 --log-every 5 "$@"
+  }
+  rc=0; smoke_train --stop-after 3 || rc=$?
+  [ "$rc" = 75 ] || { echo "smoke: expected a pause (75), got $rc"; exit 1; }
+  smoke_train
   python3 $T/export.py --ckpt $S/train/ckpt_c.pt --tokenizer $S/tokenizer --out $S/model
   python3 $T/eval_torch.py --model $S/model --tokens $S/tokens --out $S/eval --engine-out $S/eval \
     --fixture-out $S/eval --short 512 --long 2048 --windows-long 2
   stamp smoke passed
 fi
 
+if [ "${PREPARED:-0}" != 1 ]; then
 stamp tokenizer
-python3 $T/train_tokenizer.py --corpus $W/corpus --out $W/tokenizer --tokens-out $W/tokens
+python3 $T/train_tokenizer.py --corpus $W/corpus --out $W/tokenizer --tokens-out $W/tokens \
+  ${TOKENIZER_FROM:+--tokenizer-from "$TOKENIZER_FROM"}
+fi
 stamp train
+STOP=()
+if [ "$CHUNK" -gt 0 ]; then
+  # Leave time to save the state and pack (about 20 s).
+  STOP=(--stop-after $((CHUNK - SECONDS - 25)))
+fi
+rc=0
 python3 $T/train.py --tokens $W/tokens --out $W/train --stages "$STAGES" ${RESUME:+--resume "$RESUME"} \
-  --time-a "$TIME_A" --time-b "$TIME_B" --time-c "$TIME_C"
+  --time-a "$TIME_A" --time-b "$TIME_B" --time-c "$TIME_C" --batch-tokens "$BATCH_TOKENS" "${STOP[@]}" ${TRAIN_ARGS:-} || rc=$?
+if [ "$rc" = 75 ]; then
+  PAUSED=1
+  stamp "paused (call again to continue)"
+  exit 0
+fi
+[ "$rc" = 0 ] || exit "$rc"
 stamp export
 python3 $T/export.py --ckpt "$W/train/ckpt_${STAGES##*,}.pt" --tokenizer $W/tokenizer --out $W/model
 stamp eval

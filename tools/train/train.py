@@ -17,8 +17,15 @@ auxiliary-loss-free bias of M3's router (e_score_correction_bias += rate * sign(
 Writes --out/ckpt_<stage>.pt (fp32 state dict + config) after each stage, train_log.jsonl (every
 logged step) and summary.json.
 
+Chunks: with --stop-after S the run pauses once S seconds have passed (between two steps), writes
+--out/state.pt (weights, optimizer, the stage and its elapsed time, step and token counts, the data
+generator) and exits with status 75; the same command run again continues from state.pt as if it
+had not stopped (the learning-rate schedule follows the stage's own elapsed time, which excludes
+the pause), so a long run fits in calls of a few minutes each. Stages already in summary.json are
+not run again.
+
 Usage: python3 tools/train/train.py --tokens DIR --out DIR [--size small|smoke] [--stages a,b,c]
-           [--time-a S --time-b S --time-c S] [--resume CKPT]
+           [--time-a S --time-b S --time-c S] [--resume CKPT] [--stop-after S]
 """
 import argparse
 import json
@@ -93,9 +100,21 @@ def is_oom(e):
     return "out of memory" in str(e).lower()
 
 
+PAUSED = 75  # exit status of a run stopped by --stop-after (EX_TEMPFAIL: run the command again)
+
+
+class Pause(Exception):
+    """Raised between two steps once --stop-after has passed; carries the stage's state."""
+
+    def __init__(self, state):
+        super().__init__("paused")
+        self.state = state
+
+
 def run_stage(name, model, params, opts, loss_fn, stream, args, log, budget_s, lr_peak, phases,
-              update_bias=True, warmup=30, min_lr_frac=0.1):
-    """phases: [(start fraction of the budget, seq, batch)]. Returns the stage record."""
+              update_bias=True, warmup=30, min_lr_frac=0.1, deadline=None, resume=None):
+    """phases: [(start fraction of the budget, seq, batch)]. Returns the stage record; raises
+    Pause past `deadline` (time.time()); `resume` is the state of a Pause of this stage."""
     device = next(model.parameters()).device
     decay = [p for p in params if p.ndim >= 2]
     other = [p for p in params if p.ndim < 2]
@@ -103,12 +122,21 @@ def run_stage(name, model, params, opts, loss_fn, stream, args, log, budget_s, l
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
                             lr=lr_peak, betas=(0.9, 0.95), eps=1e-8, **fused)
     model.train()
-    start, step, tokens, accum = time.time(), 0, 0, 1
-    last_t, last_tokens, recent = start, 0, {}
+    step, tokens, accum, offset = 0, 0, 1, 0.0
+    if resume is not None:
+        opt.load_state_dict(resume["optimizer"])
+        step, tokens, accum, offset = resume["step"], resume["tokens"], resume["accum"], resume["elapsed"]
+        log(stage=name, event="resume", step=step, tokens=tokens, elapsed=round(offset, 1))
+    start = time.time() - offset
+    last_t, last_tokens, recent = time.time(), tokens, {}
     while True:
         elapsed = time.time() - start
         if elapsed >= budget_s:
             break
+        if deadline is not None and time.time() >= deadline:
+            log(stage=name, event="pause", step=step, tokens=tokens, elapsed=round(elapsed, 1))
+            raise Pause({"stage": name, "optimizer": opt.state_dict(), "step": step, "tokens": tokens,
+                         "accum": accum, "elapsed": elapsed})
         frac = elapsed / budget_s
         seq, batch = [(s, b) for f, s, b in phases if frac >= f][-1]
         lr = lr_peak * min(1.0, (step + 1) / warmup) * (
@@ -203,7 +231,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--size", choices=["small", "smoke"], default="small")
     ap.add_argument("--stages", default="a,b,c")
-    ap.add_argument("--resume")
+    ap.add_argument("--resume", help="start from a stage checkpoint (ckpt_<stage>.pt)")
+    ap.add_argument("--stop-after", type=float, help="pause after this many seconds (state.pt, exit 75)")
     ap.add_argument("--time-a", type=float, default=130.0)
     ap.add_argument("--time-b", type=float, default=20.0)
     ap.add_argument("--time-c", type=float, default=35.0)
@@ -218,10 +247,12 @@ def main():
     ap.add_argument("--bias-rate", type=float, default=1e-3)
     ap.add_argument("--eval-seq", type=int, default=4096)
     ap.add_argument("--eval-windows", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=30, help="warm-up steps of stage a")
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--seed", type=int, default=1234)
     args = ap.parse_args()
 
+    deadline = time.time() + args.stop_after if args.stop_after else None
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -230,7 +261,12 @@ def main():
     log = Logger(os.path.join(args.out, "train_log.jsonl"))
     tok_info = json.load(open(os.path.join(args.tokens, "tokens.json")))
     sp = tok_info["specials"]
-    if args.resume:
+    state_path = os.path.join(args.out, "state.pt")
+    paused = torch.load(state_path, map_location="cpu", weights_only=False) if os.path.exists(state_path) else None
+    if paused is not None:
+        ck = paused
+        cfg = M.SmallConfig(**ck["config"])
+    elif args.resume:
         ck = torch.load(args.resume, map_location="cpu")
         cfg = M.SmallConfig(**ck["config"])
     else:
@@ -241,12 +277,14 @@ def main():
     assert cfg.index_local_blocks == 1, "the training selection forces exactly one local block"
     torch.manual_seed(args.seed)
     model = M.SmallM3(cfg)
-    if args.resume:
+    if paused is not None or args.resume:
         model.load_state_dict(ck["state_dict"])
     else:
         model.init_weights(args.seed)
     model.to(device)
     train = Stream(np.load(os.path.join(args.tokens, "train.npy")), device, args.seed)
+    if paused is not None:
+        train.gen.set_state(paused["generator"])
     held = torch.from_numpy(np.load(os.path.join(args.tokens, "heldout.npy")).astype(np.int64)).to(device)
     summary_path = os.path.join(args.out, "summary.json")
     summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {}
@@ -262,38 +300,67 @@ def main():
         b_long = max(1, args.batch_tokens // args.long_seq)
         return [(0.0, seq_short, b_short)] + ([(1 - args.long_frac, args.long_seq, b_long)] if args.long_frac > 0 else [])
 
-    dense = M.ForwardOptions(attention="dense")
-    sparse = M.ForwardOptions(attention="sparse")
-    sparse_q = M.ForwardOptions(attention="sparse", qat=True)
     for stage in args.stages.split(","):
-        if stage == "a":
-            rec = run_stage("a", model, list(model.main_parameters()), dense, lm_loss, train, args, log,
-                            args.time_a, args.lr_a, phases(args.seq))
-            rec["heldout_ppl"] = evaluate(model, held, args, device, [("dense", dense), ("sparse_untrained_indexer", sparse)])
-        elif stage == "b":
-            for p in model.main_parameters():
-                p.requires_grad_(False)
-            rec = run_stage("b", model, model.indexer_parameters(), M.ForwardOptions(
-                attention="dense", indexer_kl=True, logits=False), indexer_loss, train, args, log, args.time_b,
-                args.lr_b, [(0.0, args.seq, max(1, args.batch_tokens // args.seq))], update_bias=False, warmup=10,
-                min_lr_frac=0.05)
-            for p in model.parameters():
-                p.requires_grad_(True)
-            rec["heldout_ppl"] = evaluate(model, held, args, device, [("dense", dense), ("sparse", sparse)])
-        elif stage == "c":
-            rec = run_stage("c", model, list(model.parameters()), M.ForwardOptions(
-                attention="sparse", qat=True, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
-                args.time_c, args.lr_c, [(0.0, args.long_seq, max(1, args.batch_tokens // args.long_seq))], warmup=10)
-            rec["heldout_ppl"] = evaluate(model, held, args, device, [("dense", dense), ("sparse", sparse),
-                                                                      ("sparse_fake_nvfp4", sparse_q)])
-        else:
-            raise SystemExit(f"unknown stage {stage!r} (a, b, c)")
+        if paused is not None and stage in summary["stages"]:
+            continue  # done before the pause
+        resume = paused["run"] if paused is not None and paused["run"]["stage"] == stage else None
+        chunk = {"deadline": deadline, "resume": resume}
+        try:
+            rec = run_one_stage(stage, model, train, held, args, log, device, phases, chunk)
+        except Pause as p:
+            sd = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+            torch.save({"config": cfg.to_dict(), "state_dict": sd, "run": p.state,
+                        "generator": train.gen.get_state()}, state_path + ".tmp")
+            os.replace(state_path + ".tmp", state_path)
+            with open(summary_path, "w") as fh:
+                json.dump(summary, fh, indent=1)
+            print(f"paused in stage {stage} at {p.state['elapsed']:.0f} s of {stage_budget(args, stage):.0f} s; "
+                  f"run the same command again to continue", flush=True)
+            sys.exit(PAUSED)
         log(stage=stage, event="done", **{k: v for k, v in rec.items() if k != "heldout_ppl"},
             **{f"ppl_{k}": v for k, v in rec["heldout_ppl"].items()})
         summary["stages"][stage] = rec
         save(model, os.path.join(args.out, f"ckpt_{stage}.pt"), {"stage": stage})
         with open(summary_path, "w") as fh:
             json.dump(summary, fh, indent=1)
+    if os.path.exists(state_path):
+        os.remove(state_path)
+
+
+def stage_budget(args, stage):
+    return {"a": args.time_a, "b": args.time_b, "c": args.time_c}[stage]
+
+
+def run_one_stage(stage, model, train, held, args, log, device, phases, chunk):
+    dense = M.ForwardOptions(attention="dense")
+    sparse = M.ForwardOptions(attention="sparse")
+    sparse_q = M.ForwardOptions(attention="sparse", qat=True)
+    if stage == "a":
+        rec = run_stage("a", model, list(model.main_parameters()), dense, lm_loss, train, args, log,
+                        args.time_a, args.lr_a, phases(args.seq), warmup=args.warmup, **chunk)
+        rec["heldout_ppl"] = evaluate(model, held, args, device, [("dense", dense), ("sparse_untrained_indexer", sparse)])
+    elif stage == "b":
+        for p in model.main_parameters():
+            p.requires_grad_(False)
+        try:
+            rec = run_stage("b", model, model.indexer_parameters(), M.ForwardOptions(
+                attention="dense", indexer_kl=True, logits=False), indexer_loss, train, args, log, args.time_b,
+                args.lr_b, [(0.0, args.seq, max(1, args.batch_tokens // args.seq))], update_bias=False,
+                warmup=10, min_lr_frac=0.05, **chunk)
+        finally:
+            for p in model.parameters():
+                p.requires_grad_(True)
+        rec["heldout_ppl"] = evaluate(model, held, args, device, [("dense", dense), ("sparse", sparse)])
+    elif stage == "c":
+        rec = run_stage("c", model, list(model.parameters()), M.ForwardOptions(
+            attention="sparse", qat=True, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
+            args.time_c, args.lr_c, [(0.0, args.long_seq, max(1, args.batch_tokens // args.long_seq))], warmup=10,
+            **chunk)
+        rec["heldout_ppl"] = evaluate(model, held, args, device, [("dense", dense), ("sparse", sparse),
+                                                                  ("sparse_fake_nvfp4", sparse_q)])
+    else:
+        raise SystemExit(f"unknown stage {stage!r} (a, b, c)")
+    return rec
 
 
 if __name__ == "__main__":

@@ -12,7 +12,13 @@ Outputs: --out/tokenizer.json, tokenizer_config.json; --tokens-out/train.npy, he
 ids; every file document is followed by the end-of-turn token `[e~[`, chat documents already end
 with it) and tokens.json (counts, special ids, bytes per token).
 
+With --tokenizer-from DIR the BPE step is skipped and DIR's tokenizer.json is used as it is: a
+retrained model then keeps the ids of the one before it, so held-out perplexities per token compare
+across runs (the committed models/minimax-m3-small tokenizer was trained by this script on the
+first, 110 MiB corpus: tools/train/README.md).
+
 Usage: python3 tools/train/train_tokenizer.py --corpus DIR --out DIR --tokens-out DIR [--vocab-size 8192]
+           [--tokenizer-from DIR]
 """
 import argparse
 import json
@@ -76,6 +82,7 @@ def main():
     ap.add_argument("--vocab-size", type=int, default=8192)
     ap.add_argument("--sample-mb", type=float, default=24.0)
     ap.add_argument("--max-docs", type=int, help="encode only the first N train documents (smoke runs)")
+    ap.add_argument("--tokenizer-from", help="reuse DIR/tokenizer.json instead of training BPE")
     args = ap.parse_args()
     from tokenizers import Tokenizer, pre_tokenizers, trainers
 
@@ -84,13 +91,16 @@ def main():
     held_docs = read_jsonl(os.path.join(args.corpus, "heldout.jsonl"))
     if args.max_docs:
         train_docs = train_docs[:args.max_docs]
-    shape = dict(next(s for s in mtg.SHAPES if s["name"] == "minimax_bundled"), vocab_size=args.vocab_size)
-    tok = Tokenizer.from_str(json.dumps(mtg.build_skeleton(shape)))
-    trainer = trainers.BpeTrainer(vocab_size=mtg.base_vocab_size(shape), min_frequency=2, show_progress=False,
-                                  special_tokens=shape["specials"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(sample(train_docs, args.sample_mb), trainer=trainer)
-    tok = Tokenizer.from_str(json.dumps(mtg.finalize(shape, json.loads(tok.to_str()))))
+    if args.tokenizer_from:
+        tok = Tokenizer.from_file(os.path.join(args.tokenizer_from, "tokenizer.json"))
+    else:
+        shape = dict(next(s for s in mtg.SHAPES if s["name"] == "minimax_bundled"), vocab_size=args.vocab_size)
+        tok = Tokenizer.from_str(json.dumps(mtg.build_skeleton(shape)))
+        trainer = trainers.BpeTrainer(vocab_size=mtg.base_vocab_size(shape), min_frequency=2, show_progress=False,
+                                      special_tokens=shape["specials"],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(sample(train_docs, args.sample_mb), trainer=trainer)
+        tok = Tokenizer.from_str(json.dumps(mtg.finalize(shape, json.loads(tok.to_str()))))
     vocab = tok.get_vocab_size(with_added_tokens=True)
     assert vocab == args.vocab_size, f"tokenizer has {vocab} ids, expected {args.vocab_size}"
     t1 = time.time()
@@ -113,7 +123,7 @@ def main():
     info = {"vocab_size": vocab, "specials": specials, "train_tokens": int(train.size),
             "heldout_tokens": int(held.size), "train_bytes_per_token": train_bytes / train.size,
             "bpe_seconds": round(t1 - t0, 1), "encode_seconds": round(time.time() - t1, 1),
-            "sample_mb": args.sample_mb}
+            "sample_mb": args.sample_mb, "tokenizer_from": args.tokenizer_from}
     with open(os.path.join(args.tokens_out, "tokens.json"), "w") as fh:
         json.dump(info, fh, indent=1)
     print(f"tokenizer: {vocab} ids (bos {specials['bos_token']}, eos {specials['eos_token']}, pad "

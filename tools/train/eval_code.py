@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Does the small model write Python that parses? Completions of held-out code prompts through a
+live `m3serve serve`, checked with ast.parse.
+
+The prompts (tests/model_small/code_prompts.json, written by corpus.py step 8 from held-out files,
+none of whose definition lines occurs in the train split) are of three kinds:
+  function  a file header and a top-level `def` down to the end of its docstring: the model writes
+            the body;
+  class     the same for a small documented class;
+  chat      a code request in the M3 chat format (thinking disabled): the model answers.
+A completion passes when
+  function / class: the prompt's definition + the completion, cut where the definition ends (the
+            first non-blank line at column 0 after it, or the end of the text), parses, and the
+            definition has at least one statement after its docstring (a bare docstring parses
+            too, so it does not count);
+  chat:     the answer holds a closed ```python block that parses and defines a function or class.
+Each prompt is completed greedily and, with --sampled, at temperature 0.8 / top-p 0.95 with a
+per-prompt seed (so runs repeat). Stop strings end a completion once the next top-level definition
+starts; max_tokens bounds the rest.
+
+Needs only python3 and a built m3serve. Prints the pass rate per kind and mode; --min-rate makes
+it a check (exit 1 below the rate in any mode), as tests/model_small runs it in CI.
+
+Usage: python3 tools/train/eval_code.py --m3serve build/bin/m3serve [--model models/minimax-m3-small]
+           [--prompts tests/model_small/code_prompts.json] [--count N] [--sampled]
+           [--kv-cache-dtype nvfp4] [--out FILE] [--min-rate 0.8]
+"""
+import argparse
+import ast
+import concurrent.futures
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+STOPS = ["\n\n\n", "\ndef ", "\nclass ", "\n@", "\nif __name__"]
+MAX_TOKENS = {"function": 320, "class": 384, "chat": 400}
+SAMPLED = {"temperature": 0.8, "top_p": 0.95}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(port, path, body, timeout=600):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def start_server(args, port):
+    cmd = [args.m3serve, "serve", args.model, "--host", "127.0.0.1", "--port", str(port),
+           "--kv-cache-dtype", args.kv_cache_dtype, "--max-num-seqs", str(args.concurrency)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"m3serve serve exited ({proc.returncode}): {proc.stderr.read()[-2000:]}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+            return proc
+        except (urllib.error.URLError, ConnectionError, OSError):
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("m3serve serve did not answer /health within 120 s")
+
+
+def definition_end(lines):
+    """Index of the first line after the definition that starts at column 0 (not blank)."""
+    for i, line in enumerate(lines[1:], 1):
+        if line.strip() and not line[0].isspace():
+            return i
+    return len(lines)
+
+
+def check_definition(prompt, completion):
+    """(passed, text that was parsed) for a function / class prompt."""
+    head = prompt.split("\n", 1)[1]  # drop the '# file:' header line
+    lines = (head + completion).split("\n")
+    text = "\n".join(lines[:definition_end(lines)]).rstrip() + "\n"
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False, text
+    node = tree.body[0] if tree.body else None
+    ok = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and len(node.body) >= 2
+    return ok, text
+
+
+def check_chat(completion):
+    start = completion.find("```python\n")
+    if start < 0:
+        return False, ""
+    end = completion.find("\n```", start + 10)
+    if end < 0:
+        return False, completion[start + 10:]
+    code = completion[start + 10:end] + "\n"
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False, code
+    ok = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for n in tree.body)
+    return ok, code
+
+
+def complete(port, model, prompt, mode, index, extra):
+    body = {"model": model, "prompt": prompt["prompt"], "max_tokens": MAX_TOKENS[prompt["kind"]],
+            "temperature": 0.0, **extra}
+    if prompt["kind"] != "chat":
+        body["stop"] = STOPS
+    if mode == "sampled":
+        body.update(SAMPLED, seed=1000 + index)
+    res = post(port, "/v1/completions", body)
+    choice = res["choices"][0]
+    text = choice["text"]
+    if prompt["kind"] == "chat":
+        ok, parsed = check_chat(text)
+    else:
+        ok, parsed = check_definition(prompt["prompt"], text)
+    return {"index": index, "kind": prompt["kind"], "mode": mode, "passed": ok,
+            "finish_reason": choice.get("finish_reason"), "completion_tokens": res["usage"]["completion_tokens"],
+            "completion": text}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--m3serve", required=True)
+    ap.add_argument("--model", default="models/minimax-m3-small")
+    ap.add_argument("--prompts", default="tests/model_small/code_prompts.json")
+    ap.add_argument("--count", type=int, help="use every k-th prompt so that N are used (all kinds)")
+    ap.add_argument("--sampled", action="store_true", help="also complete at temperature 0.8")
+    ap.add_argument("--kv-cache-dtype", default="nvfp4")
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--repetition-penalty", type=float,
+                    help="sent with every request (default: none, so generation_config.json's applies)")
+    ap.add_argument("--out")
+    ap.add_argument("--min-rate", type=float)
+    args = ap.parse_args()
+    prompts = json.load(open(args.prompts))["prompts"]
+    if args.count and args.count < len(prompts):
+        stride = len(prompts) / args.count
+        prompts = [prompts[int(i * stride)] for i in range(args.count)]
+    modes = ["greedy"] + (["sampled"] if args.sampled else [])
+    extra = {} if args.repetition_penalty is None else {"repetition_penalty": args.repetition_penalty}
+    port = free_port()
+    t0 = time.time()
+    server = start_server(args, port)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
+            model = json.loads(r.read())["data"][0]["id"]
+        with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
+            jobs = [pool.submit(complete, port, model, p, m, i, extra) for m in modes for i, p in enumerate(prompts)]
+            results = [j.result() for j in jobs]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    seconds = time.time() - t0
+    summary, failed = {}, False
+    for mode in modes:
+        rows = [r for r in results if r["mode"] == mode]
+        kinds = {k: [r["passed"] for r in rows if r["kind"] == k] for k in MAX_TOKENS}
+        rate = sum(r["passed"] for r in rows) / len(rows)
+        summary[mode] = {"rate": round(rate, 4), "passed": sum(r["passed"] for r in rows), "prompts": len(rows),
+                         **{k: f"{sum(v)}/{len(v)}" for k, v in kinds.items() if v}}
+        print(f"{mode}: {summary[mode]['passed']}/{len(rows)} parse ({100 * rate:.1f}%); " +
+              ", ".join(f"{k} {summary[mode][k]}" for k in MAX_TOKENS if k in summary[mode]))
+        if args.min_rate is not None and rate < args.min_rate:
+            print(f"FAIL: {mode} rate {rate:.3f} is below {args.min_rate}")
+            failed = True
+    tokens = sum(r["completion_tokens"] for r in results)
+    print(f"{len(results)} completions, {tokens} tokens in {seconds:.0f} s")
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump({"model": args.model, "kv_cache_dtype": args.kv_cache_dtype, "sampled": SAMPLED,
+                       "request_extra": extra,
+                       "max_tokens": MAX_TOKENS, "stops": STOPS, "summary": summary, "seconds": round(seconds, 1),
+                       "results": results}, fh, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
