@@ -62,14 +62,14 @@
 //  - Stray markup is dropped as if it were not there: closers with nothing open, parameter tags
 //    outside an invoke, block closers outside a block, M3 markers inside a value that open nothing,
 //    a marker followed by a tag the parser cannot read (`NS<invoke name=>`, `NS<>`: both dropped)
-//    or by '<' and no tag (the marker dropped, the text kept), a tag cut by the end of input,
-//    and M3 tags nested past 64 elements deep.
+//    or by '<' and no tag (the marker dropped, the text kept), an M3 tag cut by the end of input
+//    (an M2 one is text), and M3 tags nested past 64 elements deep.
 //
 // Streaming holds back only text that may still become a tag (a split marker or an unfinished
 // tag), an M2 `</parameter>` and the text after it until the next tag decides it, whitespace
-// inside a block until the next tag, and values that are not plain strings until they close. parse() is
-// feed() + finish() on a fresh parser, so a stream, in any chunking, produces exactly what
-// parse() returns. Deltas are cut only before ASCII characters or where the input
+// inside a block until the next tag, and values that are not plain strings until they close.
+// parse() is feed() + finish() on a fresh parser, so a stream, in any chunking, produces exactly
+// what parse() returns. Deltas are cut only before ASCII characters or where the input
 // was cut, so valid UTF-8 input chunks give valid UTF-8 deltas. The input must be the text with
 // special tokens kept (the namespace marker is one).
 #pragma once
