@@ -81,7 +81,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--min-p", o.sampling.min_p, "keep tokens with prob >= min_p * max prob")->capture_default_str();
   cmd->add_option("--repetition-penalty", o.sampling.repetition_penalty, "as vLLM (1 disables)")
       ->capture_default_str();
-  cmd->add_option("--sample-seed", o.sample_seed, "seed of the sampling draws (default: random)");
+  cmd->add_option("--sample-seed", o.sample_seed, "seed of this request's sampling draws (default: drawn from --seed's generator)");
   cmd->add_flag("--ignore-eos", o.sampling.ignore_eos, "keep generating after an end-of-sequence token");
   cmd->add_flag("--json", o.json, "print a JSON object");
   cmd->callback([opts] { run(*opts); });

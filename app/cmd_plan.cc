@@ -113,7 +113,7 @@ void print_plan(const PlanArgs& a, const ModelConfig& c, const CapacityPlan& p, 
               static_cast<long long>(p.token_bytes.index_k), std::string(kv_dtype_name(p.kv_layout.index_dtype)).c_str(),
               static_cast<long long>(p.token_bytes.total));
   std::printf("activation reserve per rank: %.2f GB (1 GiB context/workspaces + %d batched tokens + %d logits rows)\n",
-              gb(p.activation_reserve_bytes), a.engine.max_num_batched_tokens, a.engine.max_num_seqs);
+              gb(p.activation_reserve_bytes), a.engine.batched_tokens(max_model_len), a.engine.max_num_seqs);
   std::printf("KV pool per rank: %.2f x %.1f GB - weights - reserve = %.2f GB = %lld blocks of %d tokens\n",
               a.gpu_memory_utilization, a.gpu_memory_gb, gb(p.kv_pool_bytes), static_cast<long long>(p.kv_blocks),
               p.kv_layout.block_size);
@@ -150,7 +150,7 @@ void run_plan(const PlanArgs& a) {
   r.gpu_memory_bytes = static_cast<int64_t>(a.gpu_memory_gb * 1e9);
   r.gpu_memory_utilization = a.gpu_memory_utilization;
   r.max_num_seqs = a.engine.max_num_seqs;
-  r.max_num_batched_tokens = a.engine.max_num_batched_tokens;
+  r.max_num_batched_tokens = a.engine.batched_tokens(mp.max_model_len);
   const CapacityPlan p = plan_capacity(mp.config, r);
   if (a.json) {
     std::printf("%s\n", plan_json(a, p, mp.max_model_len).dump(2).c_str());

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -22,6 +23,7 @@
 #include "app/model_loader.h"
 #include "app/node_follower.h"
 #include "app/serve_options.h"
+#include "app/vllm_compat_flags.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "server/openai_server.h"
@@ -40,16 +42,14 @@ struct ServeArgs {
   server::ServeOptions serve;
   std::vector<std::string> api_keys;
   std::string chat_template;
+  std::string tokenizer;  // --tokenizer: a folder with the tokenizer files, instead of the model's
   std::string generation_config = "auto";
   std::string log_level = "info";
   std::string max_body_size = "32MiB";
   std::string max_header_size = "64KiB";
   int shutdown_timeout_s = 30;
   bool disable_log_stats = false;
-  bool disable_hybrid_kv_cache_manager = false;
-  // Accepted for vLLM compatibility and ignored: deployment knobs with no meaning here.
-  std::string ignored_string;
-  bool ignored_flag = false;
+  GivenCompatFlags compat;  // vLLM options without a counterpart (app/vllm_compat_flags.h)
 };
 
 // Blocks SIGINT/SIGTERM in every thread (call before starting any) and waits for them on one.
@@ -138,6 +138,11 @@ void run_serve(ServeArgs& a) {
   }
   M3_CHECK(!a.model.model_dir.empty(), "serve needs a model: m3serve serve MODEL_DIR [options]");
   check_deployment_options(a.deployment, a.model, a.engine);
+  M3_CHECK(a.tokenizer.empty() || std::filesystem::is_directory(a.tokenizer),
+           "--tokenizer '{}': not a directory (expected a folder with the tokenizer files, tokenizer.json and "
+           "tokenizer_config.json)",
+           a.tokenizer);
+  log_vllm_compat_flags(a.compat);
   if (a.model.several_nodes() && a.model.node_rank > 0) {
     // A follower serves no HTTP: it loads its ranks (the same pool as node 0's) and runs node 0's steps.
     LoadedModel loaded = load_model(a.model, a.engine, KvDemand{a.engine.max_num_seqs, 0, true});
@@ -160,11 +165,6 @@ void run_serve(ServeArgs& a) {
   if (!serve.tool_call_parser.empty()) text::ToolCallParser check(serve.tool_call_parser, nullptr);
   M3_CHECK(!serve.enable_auto_tool_choice || !serve.tool_call_parser.empty(),
            "--enable-auto-tool-choice needs --tool-call-parser (e.g. minimax_m3)");
-  if (a.disable_hybrid_kv_cache_manager) {
-    M3_LOG_INFO(
-        "--disable-hybrid-kv-cache-manager: m3serve has one KV manager (K, V and index-K of "
-        "every layer per block), nothing to disable");
-  }
 
   SignalWatcher signals;  // before any thread starts, so every thread inherits the mask
   server::OpenAIServer server(serve);
@@ -177,15 +177,22 @@ void run_serve(ServeArgs& a) {
   // --max-num-seqs full-length requests within the CPU budget.
   LoadedModel loaded = load_model(a.model, a.engine, KvDemand{a.engine.max_num_seqs, 0, true});
   std::unique_ptr<EngineCore> engine = make_engine(loaded, a.model, a.engine);
-  text::Tokenizer tokenizer = text::Tokenizer::load(a.model.model_dir);
+  // The chat template comes with the tokenizer (tokenizer_config.json), as in vLLM.
+  const std::string tokenizer_dir = a.tokenizer.empty() ? a.model.model_dir : a.tokenizer;
+  text::Tokenizer tokenizer = text::Tokenizer::load(tokenizer_dir);
+  if (!a.tokenizer.empty()) M3_LOG_INFO("tokenizer and chat template from {}", tokenizer_dir);
   auto context = std::make_shared<server::ModelContext>(
       server::ModelContext{tokenizer,
-                           load_chat_template(a.chat_template, a.model.model_dir, tokenizer),
+                           load_chat_template(a.chat_template, tokenizer_dir, tokenizer),
                            engine.get(),
                            server::load_generation_defaults(a.generation_config, a.model.model_dir),
                            {},
                            engine->max_model_len(),
-                           engine->vocab_size()});
+                           engine->vocab_size(),
+                           server::CacheConfigInfo{engine->block_size(), a.model.kv_cache_dtype,
+                                                   a.engine.enable_prefix_caching,
+                                                   a.model.gpu_memory_utilization.value_or(0.9),
+                                                   engine->kv_capacity_tokens() / engine->block_size()}});
   // Stop on the config's eos ids, generation_config's and the tokenizer's (vLLM takes the union).
   auto add_eos = [&](int32_t id) {
     auto& ids = context->eos_token_ids;
@@ -195,7 +202,7 @@ void run_serve(ServeArgs& a) {
   for (int32_t id : context->defaults.eos_token_ids) add_eos(id);
   if (auto id = tokenizer.eos_token_id()) add_eos(*id);
   M3_CHECK(tokenizer.vocab_size() <= engine->vocab_size(),
-           "{}: the tokenizer has {} tokens but the model only {} logits", a.model.model_dir,
+           "{}: the tokenizer has {} tokens but the model only {} logits", tokenizer_dir,
            tokenizer.vocab_size(), engine->vocab_size());
   if (!context->defaults.source.empty()) {
     M3_LOG_INFO("default sampling parameters from {}", context->defaults.source);
@@ -293,10 +300,16 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--log-level", a.log_level, "debug, info, warn or error")->capture_default_str();
   cmd->add_flag("--disable-log-stats", a.disable_log_stats, "no periodic throughput log");
+  cmd->add_flag("--enable-prompt-tokens-details", a.serve.enable_prompt_tokens_details,
+                "report usage.prompt_tokens_details.cached_tokens (prompt tokens served by the prefix cache); "
+                "without it prompt_tokens_details is null, as in vLLM");
 
   // Chat and parsers.
   cmd->add_option("--chat-template", a.chat_template,
-                  "chat template file or text (default: the model's)");
+                  "chat template file or text (default: the tokenizer's)");
+  cmd->add_option("--tokenizer", a.tokenizer,
+                  "folder with the tokenizer files (tokenizer.json, tokenizer_config.json and its chat template) "
+                  "to use instead of the model's");
   cmd->add_option("--generation-config", a.generation_config,
                   "'auto' (the model's generation_config.json), 'vllm' (none), or a folder")
       ->capture_default_str();
@@ -312,19 +325,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--speculative-config", a.deployment.speculative_config,
                   "JSON, as vLLM's; m3serve has no speculative decoding (DSpark) yet, so any "
                   "value is rejected at start with an error naming the method");
-  cmd->add_flag("--disable-hybrid-kv-cache-manager", a.disable_hybrid_kv_cache_manager,
-                "accepted: m3serve's KV manager is never hybrid");
-
-  // vLLM deployment knobs without meaning here, accepted so existing command lines work.
-  auto* ignored = cmd->add_option_group("ignored", "accepted for vLLM compatibility, no effect");
-  ignored->add_option("--uvicorn-log-level", a.ignored_string, "no effect (no uvicorn)");
-  ignored->add_option("--max-log-len", a.ignored_string, "no effect (prompts are not logged)");
-  ignored->add_flag("--disable-log-requests", a.ignored_flag,
-                    "no effect (requests are not logged)");
-  ignored->add_flag("--enable-log-requests", a.ignored_flag, "no effect");
-  ignored->add_flag("--disable-uvicorn-access-log", a.ignored_flag, "no effect (no uvicorn)");
-  ignored->add_flag("--trust-remote-code", a.ignored_flag,
-                    "no effect (no remote code is ever run)");
+  add_vllm_compat_flags(*cmd, a.compat);
 
   cmd->callback([args] { run_serve(*args); });
 }

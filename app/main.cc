@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "app/commands.h"
+#include "app/option_suggestion.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
@@ -26,7 +27,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int status = app.exit(e);
+    // Also after another error (a required option missing), a misspelling may be its cause.
+    std::fputs(m3::app::unknown_option_hints(app).c_str(), stderr);
+    return status;
   } catch (const m3::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

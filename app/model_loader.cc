@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -103,7 +104,8 @@ void log_plan(const ModelPlan& plan, int64_t pool_blocks, const EngineOptions& e
   const std::string reserve =
       plan.device == "cuda"
           ? fmt::format(", activation reserve {:.2f} GB",
-                        gpu_activation_reserve_bytes(c, engine.max_num_batched_tokens, engine.max_num_seqs) / 1e9)
+                        gpu_activation_reserve_bytes(c, engine.batched_tokens(plan.max_model_len), engine.max_num_seqs) /
+                            1e9)
           : "";
   M3_LOG_INFO("plan ({} rank{}, -tp {}{}): weights {:.2f} GB per rank, KV {} B + index-K {} B = {} B per token per "
               "rank{}; the pool holds {} sequences of {} tokens",
@@ -121,7 +123,8 @@ void check_weights_fit_gpus(const ModelPlan& plan, const ModelOptions& o, const 
   if (!gpu.available) return;  // resolve_device has refused this already
   const double utilization = o.gpu_memory_utilization.value_or(kDefaultGpuMemoryUtilization);
   const int64_t budget = static_cast<int64_t>(utilization * static_cast<double>(gpu.total_bytes));
-  const int64_t reserve = gpu_activation_reserve_bytes(plan.config, engine.max_num_batched_tokens, engine.max_num_seqs);
+  const int64_t reserve =
+      gpu_activation_reserve_bytes(plan.config, engine.batched_tokens(plan.max_model_len), engine.max_num_seqs);
   int64_t largest = 0;
   for (const RankShard& r : plan.layout.ranks) largest = std::max(largest, weight_footprint(plan.config, r).total());
   M3_CHECK(largest + reserve < budget,
@@ -164,6 +167,27 @@ std::unique_ptr<Backend> make_device_backend(const std::string& device, bool enf
   (void)enforce_eager;
   fail("device '{}' is not available in this build", device);
 #endif
+}
+
+// --quantization names the method that produced the checkpoint, as vLLM spells it; vLLM refuses a
+// method other than the config's quant_method, and quantizes an unquantized checkpoint at load,
+// which m3serve does not. ModelOpt NVFP4 checkpoints say "modelopt", which vLLM runs as
+// "modelopt_fp4".
+void check_quantization_method(const std::string& method, const QuantConfig& quant, const std::string& model_dir) {
+  if (method.empty()) return;
+  M3_CHECK(!quant.method.empty(),
+           "--quantization {}: {} is not quantized (its config.json has no quantization_config), and quantizing "
+           "weights at load time is not implemented; drop --quantization",
+           method, model_dir);
+  std::vector<std::string> accepted = {quant.method};
+  const bool nvfp4 = quant.linear_scheme == QuantScheme::kNvfp4 || quant.expert_scheme == QuantScheme::kNvfp4;
+  if (quant.method == "modelopt" && nvfp4) accepted.push_back("modelopt_fp4");
+  if (std::find(accepted.begin(), accepted.end(), method) != accepted.end()) return;
+  std::string names;
+  for (const std::string& a : accepted) names += (names.empty() ? "'" : " or '") + a + "'";
+  fail("--quantization {} does not match {}: its quantization_config says quant_method '{}' (pass {} or drop "
+       "--quantization); converting weights to another method at load time is not implemented",
+       method, model_dir, quant.method, names);
 }
 
 }  // namespace
@@ -220,7 +244,15 @@ void check_model_options(const ModelOptions& o) {
 
 void check_engine_options(const EngineOptions& o) {
   M3_CHECK(o.max_num_seqs >= 1, "--max-num-seqs must be >= 1, got {}", o.max_num_seqs);
-  M3_CHECK(o.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be >= 1, got {}", o.max_num_batched_tokens);
+  M3_CHECK(o.max_num_batched_tokens.value_or(1) >= 1, "--max-num-batched-tokens must be >= 1, got {}",
+           o.max_num_batched_tokens.value_or(1));
+}
+
+int EngineOptions::batched_tokens(int64_t max_model_len) const {
+  constexpr int kDefault = 2048;  // vLLM's DEFAULT_MAX_NUM_BATCHED_TOKENS
+  if (max_num_batched_tokens) return *max_num_batched_tokens;
+  if (enable_chunked_prefill) return kDefault;
+  return static_cast<int>(std::clamp<int64_t>(max_model_len, kDefault, INT_MAX));
 }
 
 void add_model_options(CLI::App& cmd, ModelOptions& o) {
@@ -242,7 +274,13 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--block-size", o.block_size, "KV block size: must be the model's index_block_size");
   cmd.add_option("--quantization-config.moe", o.quantization_moe,
                  "MoE weight format; must match the checkpoint (no re-quantization)");
-  cmd.add_option("--seed", o.seed, "seed of --load-format dummy weights");
+  cmd.add_option("--quantization,-q", o.quantization,
+                 "the checkpoint's quantization method as vLLM names it (mxfp8, fp8, compressed-tensors, modelopt, "
+                 "modelopt_fp4); must match its quantization_config (no quantization at load)");
+  cmd.add_option("--seed", o.seed,
+                 "seeds --load-format dummy weights and the sampling seeds of requests that give none (the same "
+                 "seed and requests in the same order sample the same tokens)")
+      ->capture_default_str();
   cmd.add_option("--device", o.device, "auto (cuda when a GPU is present), cpu or cuda")->capture_default_str();
   cmd.add_flag("--enforce-eager", o.enforce_eager,
                "cuda: launch every decode step's kernels one by one instead of replaying CUDA graphs");
@@ -274,10 +312,13 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--max-num-seqs", o.max_num_seqs, "requests running at once")->capture_default_str();
-  cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "tokens per engine step")
-      ->capture_default_str();
+  cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
+                 "tokens per engine step (default 2048; with --no-enable-chunked-prefill max(max-model-len, 2048))");
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "reuse the KV of shared prompt prefixes (default on)");
+  cmd.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", o.enable_chunked_prefill,
+               "split long prompts into chunks under --max-num-batched-tokens (default on); off: a prompt is "
+               "prefilled in one step, so --max-num-batched-tokens must be >= --max-model-len");
 }
 
 AttentionConfig parse_attention_config(const std::string& text) {
@@ -352,6 +393,7 @@ ModelPlan plan_model(const ModelOptions& o) {
              "use --block-size {}",
              *o.block_size, c.index_block_size, o.model_dir, c.index_block_size);
   }
+  check_quantization_method(o.quantization, c.quant, o.model_dir);
   if (!o.quantization_moe.empty()) {
     const std::string stored(quant_scheme_name(c.quant.expert_scheme));
     M3_CHECK(o.quantization_moe == stored,
@@ -445,6 +487,12 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   const int world = plan.layout.config.world_size();
   const int num_ranks = world / o.nnodes;  // this process's
   const int first_rank = o.node_rank * num_ranks;
+  // Before any weight is read (the engine checks it again against the length it resolves).
+  M3_CHECK(engine.enable_chunked_prefill || engine.batched_tokens(plan.max_model_len) >= plan.max_model_len,
+           "--max-num-batched-tokens {} is smaller than the max model length {} with --no-enable-chunked-prefill: "
+           "a prompt is prefilled in one step, so the step must hold the longest one; raise "
+           "--max-num-batched-tokens or lower --max-model-len (or leave --max-num-batched-tokens unset)",
+           engine.batched_tokens(plan.max_model_len), plan.max_model_len);
   if (plan.device == "cuda") check_weights_fit_gpus(plan, o, engine);
   // Several hosts: meet the other nodes first (the control group), so a node that cannot join
   // fails before anyone reads weights.
@@ -479,7 +527,8 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   std::vector<int64_t> gpu_budget(num_ranks, 0);
   const double utilization = o.gpu_memory_utilization.value_or(kDefaultGpuMemoryUtilization);
   const int64_t reserve = plan.device == "cuda"
-                              ? gpu_activation_reserve_bytes(plan.config, engine.max_num_batched_tokens, engine.max_num_seqs)
+                              ? gpu_activation_reserve_bytes(plan.config, engine.batched_tokens(plan.max_model_len),
+                                                             engine.max_num_seqs)
                               : 0;
   const bool gpu_budget_sizes_pool = plan.device == "cuda" && o.num_kv_blocks == 0 && o.kv_cache_memory.empty();
 
@@ -631,8 +680,10 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
   const MiniMaxM3& model = loaded.model();
   EngineConfig config;
   config.max_num_seqs = engine.max_num_seqs;
-  config.max_num_batched_tokens = engine.max_num_batched_tokens;
+  config.max_num_batched_tokens = engine.batched_tokens(loaded.max_model_len);
   config.enable_prefix_caching = engine.enable_prefix_caching;
+  config.enable_chunked_prefill = engine.enable_chunked_prefill;
+  config.seed = options.seed;
   const int64_t capacity = model.num_kv_blocks() * model.block_size();
   config.max_model_len =
       static_cast<int>(options.max_model_len > 0 ? loaded.max_model_len : std::min(loaded.max_model_len, capacity));

@@ -4,10 +4,11 @@
 // every command comes through here:
 //   --model, --dtype, --kv-cache-dtype, --attention-config, --load-format, --num-layers,
 //   --max-model-len, --num-kv-blocks / --kv-cache-memory / --gpu-memory-utilization, --block-size,
-//   --quantization-config.moe, --seed, --device, --enforce-eager,
+//   --quantization, --quantization-config.moe, --seed, --device, --enforce-eager,
 //   -tp/--tensor-parallel-size, --data-parallel-size, --enable-expert-parallel,
 //   --nnodes, --node-rank, --master-addr, --master-port (the parallel layout)
-//   --max-num-seqs, --max-num-batched-tokens, --[no-]enable-prefix-caching (engine options)
+//   --max-num-seqs, --max-num-batched-tokens, --[no-]enable-prefix-caching,
+//   --[no-]enable-chunked-prefill (engine options)
 // Options that cannot be honoured fail before any weight is read, naming the option.
 #pragma once
 #include <cstdint>
@@ -47,7 +48,12 @@ struct ModelOptions {
   std::optional<double> gpu_memory_utilization;  // cuda only; default 0.9 (vLLM's)
   std::optional<int> block_size;        // must equal the model's index_block_size
   std::string quantization_moe;         // --quantization-config.moe: must match the checkpoint
-  uint64_t seed = 0;                    // dummy weights
+  // --quantization (vLLM's method names): must name the checkpoint's quantization_config
+  // quant_method (or, for ModelOpt NVFP4, vLLM's "modelopt_fp4"); no quantization at load.
+  std::string quantization;
+  // --seed (vLLM's, default 0 as vLLM V1): dummy weights, and the engine's draws of the sampling
+  // seeds of requests that give none (engine/engine_core.h).
+  uint64_t seed = 0;
   std::string device = "auto";          // auto (cuda when a usable GPU is present), cpu, cuda
   bool enforce_eager = false;           // cuda: no CUDA graphs for decode steps
   ParallelConfig parallel;              // -tp, --data-parallel-size, --enable-expert-parallel
@@ -68,8 +74,15 @@ struct ModelOptions {
 
 struct EngineOptions {
   int max_num_seqs = 64;
-  int max_num_batched_tokens = 2048;
+  std::optional<int> max_num_batched_tokens;  // --max-num-batched-tokens; unset: batched_tokens()
   bool enable_prefix_caching = true;
+  // Off (--no-enable-chunked-prefill): a prompt is prefilled in one step, so the step's token
+  // budget must cover max-model-len (an error naming both otherwise, as vLLM).
+  bool enable_chunked_prefill = true;
+
+  // Tokens per engine step: --max-num-batched-tokens, else vLLM's default: 2048, or with
+  // chunked prefill off max(max_model_len, 2048).
+  int batched_tokens(int64_t max_model_len) const;
 };
 
 void add_model_options(CLI::App& cmd, ModelOptions& options);

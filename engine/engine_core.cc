@@ -41,6 +41,12 @@ EngineConfig resolve_config(EngineConfig config, const ModelRunner& runner) {
              "max_model_len or give the KV cache more memory",
              config.max_model_len, runner.num_kv_blocks(), runner.block_size(), capacity);
   }
+  // vLLM's rule and wording: without chunked prefill the longest prompt must fit one step.
+  M3_CHECK(config.enable_chunked_prefill || config.max_num_batched_tokens >= config.max_model_len,
+           "max_num_batched_tokens ({}) is smaller than max_model_len ({}) with chunked prefill disabled. This "
+           "effectively limits the maximum sequence length to max_num_batched_tokens and makes the engine reject "
+           "longer sequences. Please increase max_num_batched_tokens or decrease max_model_len.",
+           config.max_num_batched_tokens, config.max_model_len);
   return config;
 }
 
@@ -114,6 +120,8 @@ struct EngineCore::State {
   bool started = false;
   std::mutex join_mu;  // joins of the lanes' threads (set once under mu in start_locked)
 
+  std::mt19937_64 unseeded_draws;  // seeds of requests without one (mu), from EngineConfig::seed
+
   mutable std::mutex stats_mu;
   std::vector<EngineStats> stats;  // per lane
 
@@ -122,6 +130,7 @@ struct EngineCore::State {
     M3_CHECK(!runners.empty(), "EngineCore needs a model runner");
     for (const auto& r : runners) M3_CHECK(r != nullptr, "EngineCore needs a model runner");
     config = resolve_config(c, *runners.front());
+    unseeded_draws.seed(config.seed);
     for (const auto& r : runners)
       M3_CHECK(r->num_kv_blocks() == runners.front()->num_kv_blocks() && r->block_size() == runners.front()->block_size() &&
                    r->vocab_size() == runners.front()->vocab_size(),
@@ -314,21 +323,18 @@ void EngineCore::add_request(EngineRequest request, OutputSink sink) {
            request.id, max_len, prompt_len + request.sampling.max_tokens, prompt_len, request.sampling.max_tokens);
 
   Command c{Command::Kind::kAdd, std::move(request), nullptr, 0, Clock::now()};
-  if (c.request.sampling.seed) {
-    c.seed = *c.request.sampling.seed;
-  } else {
-    std::random_device device;
-    c.seed = (uint64_t(device()) << 32) | device();
-  }
   {
     std::lock_guard lock(state_->mu);
     M3_CHECK(state_->mode == Mode::kOpen, "request {}: the engine is shutting down", c.request.id);
     State* s = state_.get();
+    M3_CHECK(!s->live_ids.contains(c.request.id), "request {}: a request with this id is already in flight",
+             c.request.id);
+    // Drawn only for accepted requests, so the sequence of draws is the sequence of requests.
+    c.seed = c.request.sampling.seed ? *c.request.sampling.seed : s->unseeded_draws();
     int lane = 0;  // the lane with the fewest requests in flight
     for (int i = 1; i < static_cast<int>(s->lanes.size()); ++i)
       if (s->lanes[i]->live < s->lanes[lane]->live) lane = i;
-    M3_CHECK(s->live_ids.emplace(c.request.id, lane).second, "request {}: a request with this id is already in flight",
-             c.request.id);
+    s->live_ids.emplace(c.request.id, lane);
     ++s->lanes[lane]->live;
     // The id leaves the in-flight set before the final output is delivered (so the sink may reuse
     // it), or when the sink throws (the engine then drops the request).
@@ -384,6 +390,9 @@ EngineStats EngineCore::stats() const {
     sum.finished_abort += s.finished_abort;
     sum.finished_error += s.finished_error;
     sum.num_steps = std::max(sum.num_steps, s.num_steps);  // the lanes step together
+    for (std::size_t b = 0; b < s.iteration_tokens_counts.size(); ++b)
+      sum.iteration_tokens_counts[b] += s.iteration_tokens_counts[b];
+    sum.iteration_tokens_sum += s.iteration_tokens_sum;
   }
   sum.kv_usage = sum.num_kv_blocks ? double(sum.num_used_kv_blocks) / double(sum.num_kv_blocks) : 0.0;
   return sum;

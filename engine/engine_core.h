@@ -6,17 +6,24 @@
 //
 // Behaviour the server can rely on:
 //   - Scheduling is FCFS with chunked prefill under max_num_batched_tokens and max_num_seqs;
-//     running decodes go first. When KV blocks run out the newest running request is preempted
+//     running decodes go first. With chunked prefill off a prompt is prefilled in one step
+//     (so max_num_batched_tokens must cover max_model_len), except that a request asking for
+//     prompt_logprobs still computes its prompt in chunks of logits rows (memory bound). When KV blocks run out the newest running request is preempted
 //     and later recomputed (its output so far kept); its outputs are unchanged by this.
 //   - Prefix caching reuses full blocks (block_size tokens) of identical token prefixes; at least
 //     the last prompt token is always computed. Requests with prompt_logprobs do not read the
 //     cache (their prompt rows need logits) but still fill it.
 //   - Greedy requests, and seeded ones, give the same tokens alone, in any batch, after
 //     preemption and on a prefix-cache hit (given a model whose logits are batch-invariant).
+//   - A request without a seed gets one drawn from the engine's generator, seeded by
+//     EngineConfig::seed (vLLM's --seed, default 0 as in vLLM V1), in the order add_request
+//     accepts them: an engine started with the same seed and given the same requests in the same
+//     order samples the same tokens (in any batching, unlike vLLM, whose draws follow the batch).
 //   - abort(id): the request's blocks are freed before the next step runs, and its sink gets a
 //     final output with reason kAbort (unless it had already finished). Unknown ids are ignored.
 //   - A failing step (model error) finishes that step's requests with kError; the engine goes on.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,7 +40,14 @@ struct EngineConfig {
   // above either is rejected by the constructor with a message saying what fits.
   int max_model_len = 0;
   bool enable_prefix_caching = true;
+  // Off: a prompt is prefilled in one step; max_num_batched_tokens must then be >= max_model_len.
+  bool enable_chunked_prefill = true;
+  uint64_t seed = 0;  // seeds the draws of the seeds of requests that have none
 };
+
+// vLLM's buckets of vllm:iteration_tokens_total (its list when CUDA-graph sizes are not known).
+inline constexpr std::array<int, 13> kIterationTokenBuckets = {1, 8, 16, 32, 64, 128, 256, 512,
+                                                               1024, 2048, 4096, 8192, 16384};
 
 // A snapshot, published after every step (vLLM metric names in comments).
 struct EngineStats {
@@ -52,6 +66,10 @@ struct EngineStats {
   uint64_t finished_abort = 0;   // ... "abort"
   uint64_t finished_error = 0;
   uint64_t num_steps = 0;
+  // vllm:iteration_tokens_total: tokens computed per step (prompt chunks + decodes), as counts per
+  // bucket of kIterationTokenBuckets (not cumulative; the last is above the largest bound).
+  std::array<uint64_t, kIterationTokenBuckets.size() + 1> iteration_tokens_counts{};
+  uint64_t iteration_tokens_sum = 0;
 };
 
 using OutputSink = std::function<void(const RequestOutput&)>;

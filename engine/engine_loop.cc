@@ -13,6 +13,7 @@ SchedulerConfig scheduler_config(const EngineConfig& config) {
   SchedulerConfig out;
   out.max_num_seqs = config.max_num_seqs;
   out.max_num_batched_tokens = config.max_num_batched_tokens;
+  out.enable_chunked_prefill = config.enable_chunked_prefill;
   return out;
 }
 
@@ -132,6 +133,11 @@ void EngineLoop::finish(Sequence& seq, RequestOutput& out, FinishReason reason) 
   RequestTimings timings;
   if (seq.first_scheduled_time) timings.queue_s = seconds_between(seq.arrival_time, *seq.first_scheduled_time);
   if (seq.first_token_time) timings.ttft_s = seconds_between(seq.arrival_time, *seq.first_token_time);
+  if (seq.first_scheduled_time && seq.first_token_time) {
+    timings.prefill_s = seconds_between(*seq.first_scheduled_time, *seq.first_token_time);
+    timings.decode_s = seconds_between(*seq.first_token_time, seq.last_token_time.value_or(*seq.first_token_time));
+    timings.inference_s = timings.prefill_s + timings.decode_s;
+  }
   timings.e2e_s = seconds_between(seq.arrival_time, now);
   out.timings = timings;
   switch (reason) {
@@ -227,6 +233,7 @@ RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, const float* l
   }
 
   seq.tokens.push_back(token);
+  seq.last_token_time = Clock::now();
   note_forced_trigger(seq);
   ++seq.output_counts[token];
   kv_.update_hashes(seq);
@@ -248,6 +255,9 @@ bool EngineLoop::step() {
   SchedulerOutput sched = scheduler_.schedule();
   if (sched.empty()) return false;
   ++counters_.num_steps;
+  const auto bucket = std::lower_bound(kIterationTokenBuckets.begin(), kIterationTokenBuckets.end(), sched.num_tokens);
+  ++counters_.iteration_tokens_counts[static_cast<std::size_t>(bucket - kIterationTokenBuckets.begin())];
+  counters_.iteration_tokens_sum += static_cast<uint64_t>(sched.num_tokens);
   const Clock::time_point now = Clock::now();
   for (const ScheduledSeq& s : sched.scheduled) {
     if (!s.seq->first_scheduled_time) s.seq->first_scheduled_time = now;

@@ -31,7 +31,7 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;
   // Seeded requests sample identically whatever else is in the batch, across runs and after
   // preemption (the random draw of output token i depends only on (seed, i)). Unseeded requests
-  // get a random seed at add_request.
+  // get a seed drawn at add_request from the engine's generator (EngineConfig::seed).
   std::optional<uint64_t> seed;
   // Output tokens at most. >= 0 (0 = run the prompt only, e.g. for prompt_logprobs; finishes
   // with reason length). The server fills it (e.g. max_model_len - prompt length) when the
@@ -86,10 +86,16 @@ struct PositionLogprobs {
 };
 
 // Per-request timings, on the final output only (seconds; for vLLM's request histograms).
+// The phases are vLLM's (vllm:request_{queue,prefill,decode,inference}_time_seconds): queued ->
+// first scheduled -> first token -> last token. A request that produced no token has no
+// prefill, decode or inference time (0).
 struct RequestTimings {
-  double queue_s = 0.0;  // add_request -> first scheduled
-  double ttft_s = 0.0;   // add_request -> first output token (0 if none)
-  double e2e_s = 0.0;    // add_request -> finished
+  double queue_s = 0.0;      // add_request -> first scheduled
+  double ttft_s = 0.0;       // add_request -> first output token (0 if none)
+  double e2e_s = 0.0;        // add_request -> finished
+  double prefill_s = 0.0;    // first scheduled -> first output token
+  double decode_s = 0.0;     // first output token -> last output token
+  double inference_s = 0.0;  // first scheduled -> last output token (prefill + decode)
 };
 
 // What the sink receives. The engine calls the sink from its own thread after each step that

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "core/error.h"
 
@@ -22,6 +23,10 @@ int Scheduler::chunk_size(const Sequence& seq, int budget) const {
   int n = seq.num_tokens() - seq.num_computed_tokens;
   if (seq.wants_prompt_logprobs()) n = std::min(n, config_.max_prompt_logprob_rows);
   return std::min(n, budget);
+}
+
+bool Scheduler::fits_unchunked(const Sequence& seq, int budget) const {
+  return config_.enable_chunked_prefill || chunk_size(seq, INT_MAX) <= budget;
 }
 
 void Scheduler::insert_running(Sequence* seq) {
@@ -62,6 +67,10 @@ SchedulerOutput Scheduler::schedule() {
         ++i;
         continue;
       }
+      if (!fits_unchunked(*seq, budget)) {
+        ++i;
+        continue;
+      }
       const int n = chunk_size(*seq, budget);
       bool self_preempted = false;
       while (!kv_.allocate(*seq, seq->num_computed_tokens + n)) {
@@ -86,7 +95,7 @@ SchedulerOutput Scheduler::schedule() {
     const bool first_schedule = seq->num_cached_prompt_tokens < 0;
     const int hit_tokens = seq->wants_prompt_logprobs() ? 0 : kv_.match_prefix(*seq);
     const int n = chunk_size(*seq, budget);
-    if (!kv_.allocate(*seq, seq->num_computed_tokens + n)) {
+    if (!fits_unchunked(*seq, budget) || !kv_.allocate(*seq, seq->num_computed_tokens + n)) {
       kv_.free(*seq);  // gives the prefix hits back; FCFS: nobody behind it goes first
       break;
     }

@@ -3,7 +3,8 @@
 //   2. running requests still in prefill (a chunk each, oldest first);
 //   3. waiting requests in arrival order (FCFS: a request that does not fit blocks those behind
 //      it), first matching the prefix cache, as long as tokens, sequence slots and blocks last.
-// All under max_num_batched_tokens and max_num_seqs. When a running request needs a block and
+// All under max_num_batched_tokens and max_num_seqs; with chunked prefill off a request runs only
+// when its whole prefill (or prompt-logprobs chunk) fits what is left of the step's tokens. When a running request needs a block and
 // none is free, the newest running request is preempted: its blocks are freed, it returns to the
 // front of the waiting queue and is recomputed later (prompt + output so far), and no new request
 // is admitted in that step.
@@ -22,6 +23,9 @@ struct SchedulerConfig {
   // Cap on one request's chunk while it collects prompt logprobs: every row of such a chunk
   // needs a full logits row (vocab floats), so the chunk bounds that memory.
   int max_prompt_logprob_rows = 256;
+  // Off: a request is scheduled only when all it has left to compute fits this step's budget
+  // (a prompt in one step; prompt_logprobs chunks, capped above, each in one step).
+  bool enable_chunked_prefill = true;
 };
 
 struct ScheduledSeq {
@@ -54,6 +58,8 @@ class Scheduler {
 
  private:
   int chunk_size(const Sequence& seq, int budget) const;
+  // With chunked prefill off: whether the request's whole next chunk fits `budget`.
+  bool fits_unchunked(const Sequence& seq, int budget) const;
   void preempt(Sequence* victim, SchedulerOutput& out, int& budget);
   void insert_running(Sequence* seq);
 

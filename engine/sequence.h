@@ -22,7 +22,7 @@ struct Sequence {
   uint64_t arrival_order = 0;  // FCFS key: smaller arrived earlier
   uint64_t seed = 0;           // sampling seed (the request's, or drawn at add_request)
   Clock::time_point arrival_time{};
-  std::optional<Clock::time_point> first_scheduled_time, first_token_time;
+  std::optional<Clock::time_point> first_scheduled_time, first_token_time, last_token_time;
   SeqStatus status = SeqStatus::kWaiting;
 
   // Prompt followed by the output so far. After preemption all of it is recomputed as prefill.

@@ -116,6 +116,9 @@ def run_multi_turn(server, conversations, turns, reply_tokens):
             r = server.post("/v1/chat/completions", {"messages": messages, "max_tokens": reply_tokens,
                                                      "ignore_eos": True, "temperature": 0})
             usage = r["usage"]
+            if usage.get("prompt_tokens_details") is None:
+                raise RuntimeError("the server reports no usage.prompt_tokens_details: start it with "
+                                   "--enable-prompt-tokens-details")
             with lock:
                 cached += usage["prompt_tokens_details"]["cached_tokens"]
                 prompt += usage["prompt_tokens"]
@@ -154,7 +157,7 @@ def main():
         server = Remote(args.url)
     else:
         server = LiveServer([args.binary, "serve", args.model, "--host", "127.0.0.1", "--port", "0",
-                             "--disable-log-stats"] + args.server_args.split())
+                             "--enable-prompt-tokens-details", "--disable-log-stats"] + args.server_args.split())
     try:
         rows = []
         for level in [int(c) for c in args.concurrency.split(",")]:

@@ -4,6 +4,10 @@
 //
 // Reasoning is reported as `reasoning_content` (vLLM's long-standing field, also DeepSeek's) and
 // as `reasoning` (vLLM's newer name), so clients of either generation find it.
+//
+// prompt_logprobs (a vLLM extension) go where vLLM puts them: a top-level `prompt_logprobs` list
+// of the chat.completion, null for the first prompt token. vLLM refuses them with stream=true;
+// m3serve streams them as completions does, on each choice's last chunk (top level).
 #include <cctype>
 #include <optional>
 
@@ -117,7 +121,9 @@ class ChatSession final : public ResponseSession {
       out["stop_reason"] = choice.end.stop_reason;
       if (request_.common.return_token_ids) out["token_ids"] = choice.output_ids;
     }
-    send_chunk(chunk(std::move(out)), choice);
+    nlohmann::json c = chunk(std::move(out));
+    if (choice.ended) add_prompt_logprobs(c, choice);
+    send_chunk(std::move(c), choice);
   }
 
   void collect_event(const ChoiceEvent& event) override { apply(event); }
@@ -136,9 +142,15 @@ class ChatSession final : public ResponseSession {
       if (request_.common.return_token_ids) out["token_ids"] = choice.output_ids;
       body["choices"].push_back(std::move(out));
     }
-    body["usage"] = total_usage(choices_);
+    body["usage"] = usage();
+    if (!choices_.empty()) add_prompt_logprobs(body, *choices_.front());  // every choice has the same prompt
     if (request_.common.return_token_ids) body["prompt_token_ids"] = prompt_ids;
     return body;
+  }
+
+  void add_prompt_logprobs(nlohmann::json& body, const ChoiceState& choice) const {
+    if (request_.common.prompt_logprobs < 0 || !choice.prompt_logprobs) return;
+    body["prompt_logprobs"] = prompt_logprobs_json(*choice.prompt_logprobs, strings_);
   }
 
   ChatRequest request_;

@@ -106,7 +106,7 @@ class CompletionSession final : public ResponseSession {
           request_.echo ? prompt_texts[choice.prompt_index] + texts_[c] : texts_[c];
       body["choices"].push_back(choice_json(c, std::move(text), true));
     }
-    body["usage"] = total_usage(choices_);
+    body["usage"] = usage();
     return body;
   }
 

@@ -71,6 +71,7 @@ std::vector<ChoiceEvent> GenerationJob::take(size_t max) {
 
 void GenerationJob::observe(Choice& choice, const RequestOutput& output) {
   Clock::time_point now = Clock::now();
+  choice.generated_tokens += static_cast<int>(output.new_token_ids.size());
   if (!output.new_token_ids.empty()) {
     if (!choice.first_token_seen) {
       choice.first_token_seen = true;
@@ -83,7 +84,10 @@ void GenerationJob::observe(Choice& choice, const RequestOutput& output) {
   }
   if (output.finished) {
     metrics_.observe_e2e_latency(std::chrono::duration<double>(now - arrival_).count());
-    if (output.timings) metrics_.observe_queue_time(output.timings->queue_s);
+    if (output.timings) {
+      metrics_.observe_queue_time(output.timings->queue_s);
+      metrics_.observe_request_phases(*output.timings, choice.generated_tokens);
+    }
   }
 }
 

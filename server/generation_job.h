@@ -70,6 +70,7 @@ class GenerationJob {
     bool finished = false;
     bool aborted = false;
     bool first_token_seen = false;
+    int generated_tokens = 0;
     Clock::time_point last_token_time;
   };
   void observe(Choice& choice, const RequestOutput& output);

@@ -20,6 +20,9 @@ const std::vector<double> kTokenCountBuckets = {1,     2,      5,      10,     2
                                                 200,   500,    1000,   2000,   5000,   10000, 20000,
                                                 50000, 100000, 200000, 500000, 1000000};
 
+// vLLM's vllm:iteration_tokens_total buckets are the engine's (engine/engine_core.h), since the
+// engine counts its steps into them.
+
 // Prometheus prints floats the way Python's repr does for whole numbers ("12.0"); any
 // round-trippable format parses, this one is what vLLM's output looks like.
 std::string number(double value) {
@@ -127,7 +130,20 @@ ServerMetrics::ServerMetrics(std::string model_name)
       e2e_(kRequestLatencyBuckets),
       queue_(kRequestLatencyBuckets),
       prompt_tokens_(kTokenCountBuckets),
-      generation_tokens_(kTokenCountBuckets) {}
+      generation_tokens_(kTokenCountBuckets),
+      prefill_(kRequestLatencyBuckets),
+      decode_(kRequestLatencyBuckets),
+      inference_(kRequestLatencyBuckets),
+      request_tpot_(kItlBuckets),
+      tpot_legacy_(kItlBuckets) {}
+
+void ServerMetrics::observe_request_phases(const RequestTimings& timings, int generation_tokens) {
+  if (generation_tokens <= 0) return;
+  prefill_.observe(timings.prefill_s);
+  decode_.observe(timings.decode_s);
+  inference_.observe(timings.inference_s);
+  request_tpot_.observe(generation_tokens > 1 ? timings.decode_s / (generation_tokens - 1) : 0.0);
+}
 
 void ServerMetrics::observe_request_tokens(int prompt_tokens, int generation_tokens) {
   prompt_tokens_.observe(prompt_tokens);
@@ -138,7 +154,7 @@ void ServerMetrics::count_finished(FinishedReason reason) {
   ++finished_[static_cast<size_t>(reason)];
 }
 
-std::string ServerMetrics::render(const EngineStats& stats) const {
+std::string ServerMetrics::render(const EngineStats& stats, const CacheConfigInfo* cache) const {
   std::string out;
   out.reserve(16384);
   const std::string& l = labels_;
@@ -203,6 +219,45 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
   header(out, "vllm:request_generation_tokens", "histogram",
          "Number of generation tokens processed.");
   generation_tokens_.render(out, "vllm:request_generation_tokens", l);
+  header(out, "vllm:request_prefill_time_seconds", "histogram",
+         "Histogram of time spent in PREFILL phase for request.");
+  prefill_.render(out, "vllm:request_prefill_time_seconds", l);
+  header(out, "vllm:request_decode_time_seconds", "histogram",
+         "Histogram of time spent in DECODE phase for request.");
+  decode_.render(out, "vllm:request_decode_time_seconds", l);
+  header(out, "vllm:request_inference_time_seconds", "histogram",
+         "Histogram of time spent in RUNNING phase for request.");
+  inference_.render(out, "vllm:request_inference_time_seconds", l);
+  header(out, "vllm:request_time_per_output_token_seconds", "histogram",
+         "Histogram of time_per_output_token_seconds per request.");
+  request_tpot_.render(out, "vllm:request_time_per_output_token_seconds", l);
+  header(out, "vllm:time_per_output_token_seconds", "histogram",
+         "Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead.");
+  tpot_legacy_.render(out, "vllm:time_per_output_token_seconds", l);
+
+  header(out, "vllm:iteration_tokens_total", "histogram", "Histogram of number of tokens per engine_step.");
+  uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < stats.iteration_tokens_counts.size(); ++i) {
+    cumulative += stats.iteration_tokens_counts[i];
+    const std::string le =
+        i < kIterationTokenBuckets.size() ? number(static_cast<double>(kIterationTokenBuckets[i])) : "+Inf";
+    fmt::format_to(std::back_inserter(out), "vllm:iteration_tokens_total_bucket{{{},le=\"{}\"}} {}\n", l, le,
+                   number(static_cast<double>(cumulative)));
+  }
+  sample(out, "vllm:iteration_tokens_total_sum", l, static_cast<double>(stats.iteration_tokens_sum));
+  sample(out, "vllm:iteration_tokens_total_count", l, static_cast<double>(cumulative));
+
+  if (cache) {
+    header(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+    sample(out, "vllm:cache_config_info",
+           fmt::format("block_size=\"{}\",cache_dtype=\"{}\",enable_prefix_caching=\"{}\",engine=\"0\","
+                       "gpu_memory_utilization=\"{}\",num_gpu_blocks=\"{}\"",
+                       cache->block_size, escape_label_value(cache->cache_dtype),
+                       cache->enable_prefix_caching ? "True" : "False", cache->gpu_memory_utilization,
+                       cache->num_gpu_blocks),
+           1);
+  }
+
   header(out, "m3:token_to_socket_seconds", "summary",
          "Server overhead per streamed token: engine output to SSE bytes written to the socket "
          "(the last 65536 samples).");

@@ -52,12 +52,30 @@ class LatencySummary {
 
 enum class FinishedReason { kStop, kLength, kAbort, kError };
 
+// The KV cache's configuration, published as vllm:cache_config_info (a gauge of 1 whose labels
+// are the values, spelled as vLLM prints them).
+struct CacheConfigInfo {
+  int block_size = 0;
+  std::string cache_dtype;           // --kv-cache-dtype as given ("auto", "fp8", "nvfp4", ...)
+  bool enable_prefix_caching = false;
+  double gpu_memory_utilization = 0.9;  // --gpu-memory-utilization (vLLM's default when not given)
+  int64_t num_gpu_blocks = 0;        // the KV pool's blocks (on the CPU backend too)
+};
+
 class ServerMetrics {
  public:
   explicit ServerMetrics(std::string model_name);
 
   void observe_time_to_first_token(double seconds) { ttft_.observe(seconds); }
-  void observe_inter_token_latency(double seconds) { itl_.observe(seconds); }
+  // Also the deprecated vllm:time_per_output_token_seconds, which vLLM feeds with the same values.
+  void observe_inter_token_latency(double seconds) {
+    itl_.observe(seconds);
+    tpot_legacy_.observe(seconds);
+  }
+  // A finished request's phases (engine/request.h RequestTimings) and its mean time per output
+  // token after the first (vLLM's vllm:request_time_per_output_token_seconds: decode time over
+  // generation tokens - 1, 0 for fewer than two tokens). Only for requests that produced a token.
+  void observe_request_phases(const RequestTimings& timings, int generation_tokens);
   void observe_e2e_latency(double seconds) { e2e_.observe(seconds); }
   void observe_queue_time(double seconds) { queue_.observe(seconds); }
   void observe_request_tokens(int prompt_tokens, int generation_tokens);
@@ -67,12 +85,13 @@ class ServerMetrics {
   void observe_token_to_socket(double seconds) { token_to_socket_.observe(seconds); }
   const LatencySummary& token_to_socket() const { return token_to_socket_; }
 
-  // Prometheus text exposition format 0.0.4.
-  std::string render(const EngineStats& stats) const;
+  // Prometheus text exposition format 0.0.4; cache: the loaded model's (null while loading).
+  std::string render(const EngineStats& stats, const CacheConfigInfo* cache = nullptr) const;
 
  private:
   std::string labels_;  // model_name="..." (escaped)
   Histogram ttft_, itl_, e2e_, queue_, prompt_tokens_, generation_tokens_;
+  Histogram prefill_, decode_, inference_, request_tpot_, tpot_legacy_;
   std::array<std::atomic<uint64_t>, 4> finished_{};
   LatencySummary token_to_socket_;
 };

@@ -31,11 +31,12 @@ std::string sse_event(const nlohmann::json& value) {
   return event;
 }
 
-nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, std::optional<int64_t> cached_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
           {"total_tokens", prompt_tokens + completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+          {"prompt_tokens_details", cached_tokens ? nlohmann::json{{"cached_tokens", *cached_tokens}}
+                                                  : nlohmann::json(nullptr)}};
 }
 
 std::string TokenStrings::text(int32_t id) const {

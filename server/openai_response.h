@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,8 +25,9 @@ std::string sse_event(const nlohmann::json& value);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
-// {"cached_tokens"}}
-nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+// {"cached_tokens"}}; prompt_tokens_details is null without cached_tokens (as vLLM without
+// --enable-prompt-tokens-details).
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, std::optional<int64_t> cached_tokens);
 
 // finish_reason / stop_reason of a choice as vLLM reports them.
 struct ChoiceEnd {

@@ -100,7 +100,7 @@ void ResponseSession::finish() {
     } else if (common().include_usage) {
       nlohmann::json usage_chunk = envelope();
       usage_chunk["choices"] = nlohmann::json::array();
-      usage_chunk["usage"] = total_usage(choices_);
+      usage_chunk["usage"] = usage();
       write(sse_event(usage_chunk));
     }
     write(std::string(kSseDone));
@@ -153,11 +153,18 @@ nlohmann::json ResponseSession::chunk(nlohmann::json choice) const {
   return out;
 }
 
+nlohmann::json ResponseSession::usage() const {
+  return total_usage(choices_, context_.options().enable_prompt_tokens_details);
+}
+
 void ResponseSession::send_chunk(nlohmann::json chunk, const ChoiceState& choice) {
   if (common().include_usage) {
     chunk["usage"] =
         common().continuous_usage_stats
-            ? usage_json(choice.prompt_tokens, choice.completion_tokens, choice.cached_tokens)
+            ? usage_json(choice.prompt_tokens, choice.completion_tokens,
+                         context_.options().enable_prompt_tokens_details
+                             ? std::optional<int64_t>(choice.cached_tokens)
+                             : std::nullopt)
             : nlohmann::json(nullptr);
   }
   write(sse_event(chunk));

@@ -54,6 +54,8 @@ class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
   nlohmann::json envelope() const;
   // The envelope with one choice.
   nlohmann::json chunk(nlohmann::json choice) const;
+  // The response's usage over every choice, per the server's options.
+  nlohmann::json usage() const;
   // Sends one SSE chunk, with the choice's usage when the client asked for continuous usage.
   void send_chunk(nlohmann::json chunk, const ChoiceState& choice);
   // Applies an output to its choice and counts the choice when it ends; records a failed

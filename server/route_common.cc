@@ -171,7 +171,7 @@ void count_abandoned(ServerMetrics& metrics,
   }
 }
 
-nlohmann::json total_usage(const std::vector<std::unique_ptr<ChoiceState>>& choices) {
+nlohmann::json total_usage(const std::vector<std::unique_ptr<ChoiceState>>& choices, bool prompt_tokens_details) {
   int64_t prompt = 0, completion = 0, cached = 0;
   int last_prompt = -1;
   for (const auto& choice : choices) {
@@ -182,7 +182,7 @@ nlohmann::json total_usage(const std::vector<std::unique_ptr<ChoiceState>>& choi
     }
     completion += choice->completion_tokens;
   }
-  return usage_json(prompt, completion, cached);
+  return usage_json(prompt, completion, prompt_tokens_details ? std::optional<int64_t>(cached) : std::nullopt);
 }
 
 }  // namespace m3::server

@@ -73,6 +73,8 @@ void count_abandoned(ServerMetrics& metrics,
                      const std::vector<std::unique_ptr<ChoiceState>>& choices);
 
 // Usage over all choices: prompt tokens once per prompt, completion tokens summed.
-nlohmann::json total_usage(const std::vector<std::unique_ptr<ChoiceState>>& choices);
+// The usage of all choices (each prompt counted once); cached_tokens only with
+// prompt_tokens_details (--enable-prompt-tokens-details).
+nlohmann::json total_usage(const std::vector<std::unique_ptr<ChoiceState>>& choices, bool prompt_tokens_details);
 
 }  // namespace m3::server

@@ -51,7 +51,8 @@ void register_basic_routes(HttpServer& http, ServerContext& context) {
   http.get("/metrics", [&](const HttpRequest&, HttpResponse& res) {
     auto model = context.model();
     EngineStats stats = model && model->engine ? model->engine->stats() : EngineStats{};
-    res.set_content(context.metrics().render(stats), "text/plain; version=0.0.4; charset=utf-8");
+    const CacheConfigInfo* cache = model && model->cache_config ? &*model->cache_config : nullptr;
+    res.set_content(context.metrics().render(stats, cache), "text/plain; version=0.0.4; charset=utf-8");
   });
 }
 

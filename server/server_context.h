@@ -32,6 +32,7 @@ struct ServeOptions {
   std::string reasoning_parser;  // empty: reasoning stays in the content
   std::string tool_call_parser;  // empty: no tool-call parsing
   bool enable_auto_tool_choice = false;
+  bool enable_prompt_tokens_details = false;  // usage.prompt_tokens_details.cached_tokens (vLLM's flag)
 };
 
 // The loaded model as the routes see it. Immutable once published.
@@ -43,6 +44,7 @@ struct ModelContext {
   std::vector<int32_t> eos_token_ids;
   int max_model_len = 0;
   int vocab_size = 0;
+  std::optional<CacheConfigInfo> cache_config;  // for vllm:cache_config_info
 };
 
 class ServerContext {

@@ -23,7 +23,8 @@
 //    <item> or objects are not allowed; else an object when allowed (repeated child names fold
 //    into an array, each coerced with the property's `items` schema when it is an array). With
 //    no schema: an array when all children are <item>, else an object. Elements mixed with
-//    non-whitespace text, or elements where only scalars are allowed, keep their raw text.
+//    non-whitespace text, or elements where only scalars are allowed, keep their raw text (the
+//    text of the element and its children; the parser leaves markup out of it).
 #pragma once
 #include <map>
 #include <string>
@@ -37,7 +38,7 @@ namespace m3::text {
 // One parameter (or nested element) of M3 tool-call markup.
 struct MarkupElement {
   std::string name;
-  std::string raw;                      // inner text exactly as generated, child markup included
+  std::string raw;                      // inner text as generated, children's text included, markup left out
   std::vector<MarkupElement> children;  // nested elements; empty for a leaf value
   bool has_text = false;                // non-whitespace text outside the children
 };

@@ -1,6 +1,7 @@
 #include "text/tool_parser.h"
 
 #include <random>
+#include <set>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -43,15 +44,20 @@ enum class Mode {
 // Elements nested deeper than this inside a parameter are taken as literal text.
 constexpr std::size_t kMaxElementDepth = 64;
 
-// How a tag met inside a value affects that value.
-enum class ValueEnd { kNo, kWait, kConsumeTag, kKeepTag };
+// How a tag met inside a top-level value affects that value.
+enum class ValueEnd {
+  kNo,          // the tag is not the value's end (text or dropped markup, or a nested element)
+  kWait,        // more input decides
+  kConsumeTag,  // the tag closes the value
+  kKeepTag,     // the value ends before the tag (it was left unclosed), which the body reads next
+};
 
 // An element of the open top-level parameter while its text arrives (the parameter itself is
 // the bottom of the stack).
 struct OpenElement {
   std::string name;            // empty while elided: the closing tag will name it
   bool elided = false;
-  std::size_t raw_begin = 0;   // where its inner text starts in State::param_raw
+  std::size_t raw_begin = 0;   // where its text starts in State::param_raw
   std::vector<MarkupElement> children;
   bool has_text = false;
   bool at_boundary = true;     // only whitespace since its opening tag or its last child
@@ -83,17 +89,28 @@ struct ToolCallParser::State {
 
   int call_count = 0;  // calls started; the open call is call_count - 1
   std::string call_name;
-  int call_keys = 0;   // top-level keys sent for the open call
+  std::set<std::string, std::less<>> call_keys;  // top-level keys sent for the open call
   std::vector<bool> call_complete;
 
   std::string param_name;
   SchemaNode param_schema;
-  std::string param_raw;  // inner text of the open kElementValue parameter
+  bool param_dropped = false;  // the open parameter repeats a key of the call: read, not sent
+  std::string param_raw;       // text of the open kElementValue parameter, markup left out
   std::vector<OpenElement> stack;
 
   ToolStreamDelta out;  // what the current feed() returns
 
   std::string_view rest() const { return std::string_view(buffer).substr(pos); }
+
+  // What a tag that is not accepted where it stands leaves: true when its bytes are text, false
+  // when they are markup, dropped. M3: only a marker prefix cut by the end of input is text
+  // (the marker is a special token: whatever it starts is markup). M2: a '<' that starts no tag
+  // is text, and so is every tag outside a block (prose may hold XML); a structural tag inside
+  // a block is markup.
+  bool unaccepted_is_text(const Tag& tag) const {
+    if (tag.kind == TagKind::kNone) return true;
+    return dialect == Dialect::kMiniMaxM2 && !in_block;
+  }
 
   // ---- output ----
   void emit_content(std::string_view s) { out.content_delta.append(s); }
@@ -108,16 +125,20 @@ struct ToolCallParser::State {
   }
 
   void emit_string_text(std::string_view raw) {
+    if (param_dropped) return;
     std::string escaped;
     append_json_string_body(escaped, raw);
     emit_args(escaped);
   }
 
-  void emit_key(std::string_view name) {
-    std::string text = call_keys++ > 0 ? ",\"" : "{\"";
+  // Sends `name` as the call's next key, or returns false when the call already has it.
+  bool take_key(const std::string& name) {
+    if (!call_keys.insert(name).second) return false;
+    std::string text = call_keys.size() > 1 ? ",\"" : "{\"";
     append_json_string_body(text, name);
     text += "\":";
     emit_args(text);
+    return true;
   }
 
   // ---- calls and parameters ----
@@ -128,13 +149,13 @@ struct ToolCallParser::State {
     delta.name = name;
     out.tool_call_deltas.push_back(std::move(delta));
     call_name = name;
-    call_keys = 0;
+    call_keys.clear();
     call_complete.push_back(true);
     mode = Mode::kBody;
   }
 
   void close_call(bool complete) {
-    emit_args(call_keys > 0 ? "}" : "{}");
+    emit_args(call_keys.empty() ? "{}" : "}");
     call_complete.back() = complete;
     mode = Mode::kText;
   }
@@ -142,13 +163,20 @@ struct ToolCallParser::State {
   void open_param(const std::string& name) {
     param_name = name;
     param_schema = schemas.parameter(call_name, name);
-    emit_key(name);
+    param_dropped = !take_key(name);
     if (allows_only_strings(param_schema)) {
-      emit_args("\"");
+      if (!param_dropped) emit_args("\"");
       mode = Mode::kStringValue;
       return;
     }
     start_element_value(name, /*elided=*/false);
+  }
+
+  void close_string_value() {
+    if (!param_dropped) emit_args("\"");
+    param_dropped = false;
+    mode = Mode::kBody;
+    junk_started = false;
   }
 
   void start_element_value(const std::string& name, bool elided) {
@@ -159,9 +187,13 @@ struct ToolCallParser::State {
   }
 
   void finish_param(MarkupElement element, bool elided) {
-    const SchemaNode schema = elided ? schemas.parameter(call_name, element.name) : param_schema;
-    if (elided) emit_key(element.name);
-    emit_args(to_json_text(coerce_element(schema, element)));
+    SchemaNode schema = param_schema;
+    if (elided) {
+      schema = schemas.parameter(call_name, element.name);
+      param_dropped = !take_key(element.name);
+    }
+    if (!param_dropped) emit_args(to_json_text(coerce_element(schema, element)));
+    param_dropped = false;
     mode = Mode::kBody;
     junk_started = false;
   }
@@ -183,19 +215,21 @@ struct ToolCallParser::State {
     stack.back().at_boundary = true;
   }
 
-  // An elided element that met something other than its closing tag was not an element: its
-  // marker and text are literal text of the parent, or content when it is the parameter itself.
+  // An elided element that met something other than a closing tag was not an element: its text
+  // is text of the parent, or content when it is the parameter itself (its marker is dropped).
   void dissolve_top() {
+    const bool had_text = stack.back().has_text;
     stack.pop_back();
     if (stack.empty()) {
-      emit_content(tool_calls::kM3Namespace);
       emit_content(param_raw);
       mode = Mode::kBody;
       junk_started = true;
       return;
     }
-    stack.back().has_text = true;
-    stack.back().at_boundary = false;
+    if (had_text) {
+      stack.back().has_text = true;
+      stack.back().at_boundary = false;
+    }
   }
 
   void close_all() {
@@ -208,17 +242,17 @@ struct ToolCallParser::State {
     }
   }
 
-  // The stack index a closing tag closes, or -1 when it closes nothing (literal text).
+  // M3: the open element a closing tag closes: the innermost one of its name, else (a
+  // mismatched closer) the innermost one. An elided element is named by the closer.
   int closing_target(const Tag& tag) const {
-    if (dialect == Dialect::kMiniMaxM2) return 0;
     for (int i = static_cast<int>(stack.size()) - 1; i >= 0; --i) {
       if (!stack[i].elided && stack[i].name == tag.name) return i;
     }
-    return stack.back().elided ? static_cast<int>(stack.size()) - 1 : -1;
+    return static_cast<int>(stack.size()) - 1;
   }
 
-  void close_down_to(int target, const Tag& tag, std::string_view tag_text) {
-    if (stack[target].elided) stack[target].name = tag.name;  // an elided element is named by its closer
+  void close_down_to(int target, const Tag& tag) {
+    if (stack[target].elided) stack[target].name = tag.name;
     while (static_cast<int>(stack.size()) > target + 1) {
       if (stack.back().elided) {
         dissolve_top();
@@ -227,25 +261,32 @@ struct ToolCallParser::State {
       }
     }
     close_top();
-    if (!stack.empty()) param_raw.append(tag_text);
   }
 
-  ValueEnd value_end(const Tag& tag, std::string_view at, bool eof, bool own_closer) const {
+  // For a string value (M3 and M2) and any M2 value: whether `tag`, at `at`, ends it.
+  ValueEnd value_end(const Tag& tag, std::string_view at, bool eof) const {
     switch (tag.kind) {
       case TagKind::kElementClose:
-        if (!own_closer) return ValueEnd::kNo;
-        break;
-      case TagKind::kInvokeClose: break;
+        if (dialect == Dialect::kMiniMaxM3) return ValueEnd::kConsumeTag;
+        switch (tool_calls::m2_closer_counts(at.substr(tag.length), eof)) {
+          case Follow::kWait: return ValueEnd::kWait;
+          case Follow::kNo: return ValueEnd::kNo;
+          case Follow::kYes: return ValueEnd::kConsumeTag;
+        }
+        return ValueEnd::kNo;
+      case TagKind::kElementOpen:
+      case TagKind::kInvokeOpen:
+      case TagKind::kInvokeClose:
+      case TagKind::kBlockOpen:
       case TagKind::kBlockClose: return ValueEnd::kKeepTag;
-      case TagKind::kInvokeOpen: return dialect == Dialect::kMiniMaxM3 ? ValueEnd::kKeepTag : ValueEnd::kNo;
       default: return ValueEnd::kNo;
     }
-    switch (tool_calls::followed_by_markup(dialect, at.substr(tag.length), eof)) {
-      case Follow::kWait: return ValueEnd::kWait;
-      case Follow::kNo: return ValueEnd::kNo;
-      case Follow::kYes: break;
-    }
-    return tag.kind == TagKind::kElementClose ? ValueEnd::kConsumeTag : ValueEnd::kKeepTag;
+  }
+
+  // Bytes of a tag met in a value that is not its end: text of the value, or dropped markup.
+  // M2 values keep a '<' that starts no tag and a `</parameter>` that did not close them.
+  bool value_tag_is_text(const Tag& tag) const {
+    return tag.kind == TagKind::kNone || dialect == Dialect::kMiniMaxM2;
   }
 
   // ---- steps: each consumes from the buffer or changes mode; false = needs more input ----
@@ -277,8 +318,8 @@ struct ToolCallParser::State {
       if (tag.kind == TagKind::kInvokeOpen) open_call(tag.name);
       return true;
     }
-    const std::size_t n = tool_calls::literal_length(dialect, tag, r);
-    emit_content(r.substr(0, n));
+    const std::size_t n = tool_calls::unaccepted_length(dialect, tag, r);
+    if (unaccepted_is_text(tag)) emit_content(r.substr(0, n));
     pos += n;
     return true;
   }
@@ -306,7 +347,7 @@ struct ToolCallParser::State {
 
   // In a block or an invoke body: whitespace around tags is dropped, other text is content.
   // Whitespace waits in `held_space` until the next tag (dropped) or stray text (kept with it
-  // unless it leads the stray text).
+  // unless it leads the stray text). Markup out of place is dropped as if it were not there.
   bool step_between_tags(bool eof) {
     const std::string_view r = rest();
     std::size_t spaces = 0;
@@ -332,8 +373,8 @@ struct ToolCallParser::State {
       junk_started = false;
       return true;
     }
-    const std::size_t n = tool_calls::literal_length(dialect, tag, r);
-    emit_junk(r.substr(0, n));
+    const std::size_t n = tool_calls::unaccepted_length(dialect, tag, r);
+    if (unaccepted_is_text(tag)) emit_junk(r.substr(0, n));
     pos += n;
     return true;
   }
@@ -355,19 +396,14 @@ struct ToolCallParser::State {
     }
     const Tag tag = tool_calls::lex_tag(dialect, r, eof);
     if (tag.kind == TagKind::kIncomplete) return false;
-    const bool own_closer =
-        tag.kind == TagKind::kElementClose && (dialect == Dialect::kMiniMaxM2 || tag.name == param_name);
-    const ValueEnd end = value_end(tag, r, eof, own_closer);
-    if (end == ValueEnd::kWait) return false;
-    if (end == ValueEnd::kConsumeTag || end == ValueEnd::kKeepTag) {
-      emit_args("\"");
-      mode = Mode::kBody;
-      junk_started = false;
-      if (end == ValueEnd::kConsumeTag) pos += tag.length;
-      return true;
+    switch (value_end(tag, r, eof)) {
+      case ValueEnd::kWait: return false;
+      case ValueEnd::kConsumeTag: pos += tag.length; [[fallthrough]];
+      case ValueEnd::kKeepTag: close_string_value(); return true;
+      case ValueEnd::kNo: break;
     }
-    const std::size_t n = tool_calls::literal_length(dialect, tag, r);
-    emit_string_text(r.substr(0, n));
+    const std::size_t n = tool_calls::unaccepted_length(dialect, tag, r);
+    if (value_tag_is_text(tag)) emit_string_text(r.substr(0, n));
     pos += n;
     return true;
   }
@@ -382,58 +418,57 @@ struct ToolCallParser::State {
     }
     const Tag tag = tool_calls::lex_tag(dialect, r, eof);
     if (tag.kind == TagKind::kIncomplete) return false;
-    if (tag.kind == TagKind::kElementClose) {
-      const int target = closing_target(tag);
-      if (target >= 0) {
-        const Follow follow = tool_calls::followed_by_markup(dialect, r.substr(tag.length), eof);
-        if (follow == Follow::kWait) return false;
-        if (follow == Follow::kYes) {
-          close_down_to(target, tag, r.substr(0, tag.length));
-          pos += tag.length;
-          return true;
-        }
+    if (dialect == Dialect::kMiniMaxM2) {
+      switch (value_end(tag, r, eof)) {
+        case ValueEnd::kWait: return false;
+        case ValueEnd::kConsumeTag: pos += tag.length; close_all(); return true;
+        case ValueEnd::kKeepTag: close_all(); return true;
+        case ValueEnd::kNo: break;
       }
-    } else {
-      const ValueEnd end = value_end(tag, r, eof, /*own_closer=*/false);
-      if (end == ValueEnd::kWait) return false;
-      if (end == ValueEnd::kKeepTag) {
-        close_all();
+    } else if (step_m3_element_tag(tag)) {
+      return true;
+    }
+    const std::size_t n = tool_calls::unaccepted_length(dialect, tag, r);
+    if (value_tag_is_text(tag)) append_value_text(r.substr(0, n));
+    pos += n;
+    return true;
+  }
+
+  // A tag in an M3 value collected as elements; false when it is dropped markup or text.
+  bool step_m3_element_tag(const Tag& tag) {
+    switch (tag.kind) {
+      case TagKind::kElementClose:
+        close_down_to(closing_target(tag), tag);
+        pos += tag.length;
         return true;
-      }
-      // Past kMaxElementDepth an opening tag is text: the elements are walked recursively
-      // (schema coercion, JSON), and the model's output must not be able to exhaust the stack.
-      if (dialect == Dialect::kMiniMaxM3 && tag.kind == TagKind::kElementOpen &&
-          stack.size() < kMaxElementDepth) {
+      case TagKind::kInvokeOpen:
+      case TagKind::kInvokeClose:
+      case TagKind::kBlockOpen:
+      case TagKind::kBlockClose: close_all(); return true;
+      case TagKind::kElementOpen:
         if (stack.back().elided) {
           dissolve_top();
           if (mode != Mode::kElementValue) return true;  // the body reads this tag as a parameter
         }
-        param_raw.append(r.substr(0, tag.length));
+        // Past kMaxElementDepth an opening tag is dropped: the elements are walked recursively
+        // (schema coercion, JSON), and the model's output must not be able to exhaust the stack.
+        if (stack.size() >= kMaxElementDepth) return false;
         stack.push_back({tag.name, false, param_raw.size(), {}, false, true});
         pos += tag.length;
         return true;
-      }
-      if (tag.kind == TagKind::kBareNamespace && !stack.back().elided && stack.back().at_boundary &&
-          stack.size() < kMaxElementDepth) {
-        param_raw.append(r.substr(0, tag.length));
+      case TagKind::kBareNamespace:
+        if (stack.back().elided || !stack.back().at_boundary || stack.size() >= kMaxElementDepth) return false;
         stack.push_back({{}, true, param_raw.size(), {}, false, true});
         pos += tag.length;
         return true;
-      }
+      default: return false;
     }
-    const std::size_t n = tool_calls::literal_length(dialect, tag, r);
-    append_value_text(r.substr(0, n));
-    pos += n;
-    return true;
   }
 
   // The input ended: close whatever is open.
   void finalize() {
     held_space.clear();  // whitespace at the end of the output, between tags
-    if (mode == Mode::kStringValue) {
-      emit_args("\"");
-      mode = Mode::kBody;
-    }
+    if (mode == Mode::kStringValue) close_string_value();
     if (mode == Mode::kElementValue) close_all();
     if (mode == Mode::kBody) close_call(false);
   }

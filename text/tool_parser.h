@@ -13,46 +13,63 @@
 //   value  = text | (ws | param)*  (M3: nested objects; arrays as <item> children)
 //   Q is "v", 'v' or v; K is 1..128 bytes, no '<', '>', CR, LF, not starting with '/' or
 //   whitespace, not "invoke" or "tool_call". A tag holds at most 320 bytes between '<' and '>'
-//   and no CR, LF or '<'; anything longer is text (this bounds how much text is held back).
+//   and no CR, LF or '<'; anything longer is text (this bounds how much text is held back; M3
+//   drops the marker before it).
 //
 // How text is read:
+//  - Markup. M3: the namespace marker is a special token, so a marker and the tag it starts are
+//    markup wherever they stand; they never reach a value, a key or the content. M2 tags are
+//    plain XML that prose may contain: outside a block they are content; inside one, its
+//    structural tags (<parameter name=..>, </parameter>, <invoke name=..>, </invoke>, the block
+//    tags) are markup, except a `</parameter>` that a value keeps (below).
 //  - Outside calls, everything is content, except a block opener and, for M3 only, an invoke
-//    header, which opens an implicit block (M3 tags are unambiguous; M2's are plain XML that
-//    prose may contain). The tags that are read as structure (block openers and closers, invoke
-//    headers and closers, parameter tags) are not content, nor is the whitespace between them.
-//    Any other text in a block or an invoke body (stray tags included) is content, verbatim,
-//    except for the whitespace at its two ends.
+//    header, which opens an implicit block (M3 tags are unambiguous; M2's are not).
 //  - A call is committed, and streamed, once its invoke header is complete: its first delta
 //    carries index, id and name. From then on it is never withdrawn; its arguments JSON is closed
 //    by NS"</invoke>", or implicitly by the next invoke header, a block opener or closer, or the
-//    end of input (ToolCall::complete is false only in that last case). Text that never forms a
-//    complete header (truncated, malformed, no name, no '>' within the limit) is content.
+//    end of input (ToolCall::complete is false only in that last case).
 //  - Inside an invoke body, whitespace is dropped, parameters are read, and any other text is
-//    content (never dropped, and it does not end the call).
+//    content (never dropped, and it does not end the call), trimmed of whitespace at its ends.
 //  - The elided first-parameter tag: M3 checkpoints emit the first parameter without its opening
 //    tag: `NS<invoke name="save_file">NS offerta.docx NS</filename>` (vLLM PR #51075). Detected
 //    where a parameter may start (in the invoke body, or as the first thing of an element's
-//    body): NS followed by anything but '<'. The value runs to the next accepted closing tag
-//    NS"</K>", whose K names the parameter. If another tag comes first, the marker and the text
-//    are not a parameter: content in an invoke body, literal text inside an element.
-//  - Closing tags inside values: a closing tag counts only when it is followed, after optional
-//    whitespace, by more markup (M3: NS; M2: <parameter, <invoke, </invoke> or
-//    </minimax:tool_call>) or by the end of input. A value may thus contain its own closing tag
-//    (an XML file in a write_file call) as long as markup does not follow it directly.
-//    NS"</invoke>" (same rule), a block closer, and (M3) an invoke header also end an open value.
-//    M3 closing tags of an enclosing element close the inner ones.
+//    body): NS followed by anything but '<'. The value runs to the next closing tag, whose name
+//    names the parameter. If an opening tag comes first, the text was not a parameter: content
+//    in an invoke body, text of the parent inside an element (the marker dropped either way).
 //  - Values are coerced with the tool's JSON schema (text/json_schema_coerce.h). A top-level
-//    parameter whose schema allows only strings streams character by character as a JSON string;
-//    its nested tags are literal text. Other values are emitted whole when they close.
+//    parameter whose schema allows only strings streams character by character as a JSON string.
+//    Other values are emitted whole when they close.
 //  - Arguments are compact JSON: `{"k":v,"k2":v2}`, keys in the order generated; the key is sent
-//    as soon as the parameter's opening tag is read (for an elided tag, with its value). A key
-//    generated twice at the top level is sent twice (nested repeats fold into arrays).
+//    as soon as the parameter's opening tag is read (for an elided tag, with its value).
+//
+// Malformed output (what unconstrained requests still get), one rule per shape:
+//  - Closing tags. M3: a marked closing tag always closes (a value cannot hold markup; an
+//    unmarked `</k>` is text). It closes the innermost open element of its name and all opened
+//    inside it; a closer naming no open element (a mismatched closer) closes the innermost open
+//    one, at the top level the parameter. M2: a `</parameter>` closes its value unless another
+//    `</parameter>` comes before the next structural tag or the end of input, so a value may hold
+//    `</parameter>` text (an XML file, vLLM #44060) and the value ends at its last closer.
+//  - Stray text after a closing tag (`NS<city>Seattle NS</city>I need the city. NS<days>...`) is
+//    stray text of the invoke body: content. It never joins the value.
+//  - Unclosed values are closed by the next tag that cannot lie inside them: NS"</invoke>", an
+//    invoke header, a block tag, and the next parameter's opening tag (M2 always; M3 when the open
+//    parameter allows only strings, which have no elements; in other M3 values an opening tag
+//    nests an element); else by the end of input (the call is then incomplete).
+//  - Repeated names: a top-level parameter given again in the same call is read by the same rules
+//    and dropped, value and tags; the first value stands (arguments already streamed are never
+//    withdrawn, so the first is the one that can stand). Repeated names in a nested object fold
+//    into an array (text/json_schema_coerce.h).
+//  - Stray markup is dropped as if it were not there: closers with nothing open, parameter tags
+//    outside an invoke, block closers outside a block, M3 markers inside a value that open nothing,
+//    a marker followed by a tag the parser cannot read (`NS<invoke name=>`, `NS<>`: both dropped)
+//    or by '<' and no tag (the marker dropped, the text kept), an M3 tag cut by the end of input
+//    (an M2 one is text), and M3 tags nested past 64 elements deep.
 //
 // Streaming holds back only text that may still become a tag (a split marker or an unfinished
-// tag), the whitespace after a closing tag until what follows decides it, whitespace inside a
-// block until the next tag, and values that are not plain strings until they close. parse() is
-// feed() + finish() on a fresh parser, so a stream, in any chunking, produces exactly what
-// parse() returns. Deltas are cut only before ASCII characters or where the input
+// tag), an M2 `</parameter>` and the text after it until the next tag decides it, whitespace
+// inside a block until the next tag, and values that are not plain strings until they close.
+// parse() is feed() + finish() on a fresh parser, so a stream, in any chunking, produces exactly
+// what parse() returns. Deltas are cut only before ASCII characters or where the input
 // was cut, so valid UTF-8 input chunks give valid UTF-8 deltas. The input must be the text with
 // special tokens kept (the namespace marker is one).
 #pragma once

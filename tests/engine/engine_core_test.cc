@@ -7,6 +7,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/core.h>
@@ -110,6 +111,90 @@ TEST(EngineCore, ResolvesMaxModelLenAndRejectsImpossibleConfigs) {
   EXPECT_NE(error_of([&] { EngineCore e(std::make_unique<test::FakeModel>(16, 10, kVocab), bad_budget); })
                 .find("max_num_batched_tokens"),
             std::string::npos);
+}
+
+TEST(EngineCore, WithoutChunkedPrefillTheBudgetMustCoverMaxModelLen) {
+  EngineConfig config;
+  config.enable_chunked_prefill = false;
+  config.max_num_seqs = 4;
+  config.max_num_batched_tokens = 100;
+  config.max_model_len = 101;
+  EXPECT_NE(error_of([&] { EngineCore e(std::make_unique<test::FakeModel>(16, 10, kVocab), config); })
+                .find("max_num_batched_tokens (100) is smaller than max_model_len (101) with chunked prefill disabled"),
+            std::string::npos);
+  config.max_model_len = 100;
+  auto model = std::make_unique<test::FakeModel>(16, 10, kVocab);
+  test::FakeModel& fake = *model;
+  EngineCore engine(std::move(model), config);
+  engine.start();
+  const std::vector<int32_t> prompt = prompt_of(90, 5);
+  Stream s;
+  engine.add_request(request("whole", prompt, 3), s.sink());
+  s.wait();
+  EXPECT_EQ(s.tokens, oracle_greedy(prompt, 3));
+  EXPECT_EQ(fake.max_step_tokens, 90);  // the prompt in one step
+}
+
+// --seed: requests without a seed draw theirs from the engine's generator, in request order.
+std::vector<std::vector<int32_t>> sample_unseeded(uint64_t engine_seed, std::optional<uint64_t> last_seed = {}) {
+  EngineConfig config;
+  config.seed = engine_seed;
+  EngineCore engine(std::make_unique<test::FakeModel>(8, 64, kVocab), config);
+  engine.start();
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < 3; ++i) {
+    EngineRequest r = request(fmt::format("r{}", i), prompt_of(6, 11), 12);
+    r.sampling.temperature = 1.0f;
+    if (i == 2) r.sampling.seed = last_seed;
+    Stream s;
+    engine.add_request(r, s.sink());
+    s.wait();
+    out.push_back(s.tokens);
+  }
+  return out;
+}
+
+TEST(EngineCore, TheEngineSeedMakesUnseededSamplingReproducible) {
+  const auto a = sample_unseeded(7);
+  EXPECT_EQ(sample_unseeded(7), a);
+  EXPECT_NE(a[0], a[1]);  // each request draws its own seed
+  const auto b = sample_unseeded(8);
+  EXPECT_NE(b[0], a[0]);
+  EXPECT_NE(b[1], a[1]);
+  // A request's own seed does not depend on the engine's.
+  EXPECT_EQ(sample_unseeded(7, 99)[2], sample_unseeded(8, 99)[2]);
+}
+
+TEST(EngineCore, StepTokensAndRequestPhasesAreReported) {
+  auto model = std::make_unique<test::FakeModel>(8, 64, kVocab);
+  test::FakeModel& fake = *model;
+  EngineCore engine(std::move(model), {});
+  engine.start();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<RequestTimings> timings;
+  engine.add_request(request("t", prompt_of(20, 2), 5), [&](const RequestOutput& out) {
+    if (!out.finished) return;
+    std::lock_guard lock(mu);
+    timings = out.timings;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return timings.has_value(); });
+  }
+  EXPECT_GT(timings->prefill_s, 0.0);
+  EXPECT_GT(timings->decode_s, 0.0);
+  EXPECT_DOUBLE_EQ(timings->inference_s, timings->prefill_s + timings->decode_s);
+  EXPECT_LE(timings->queue_s + timings->inference_s, timings->e2e_s);
+  engine.shutdown(true);
+  const EngineStats stats = engine.stats();
+  uint64_t steps = 0;
+  for (uint64_t n : stats.iteration_tokens_counts) steps += n;
+  EXPECT_EQ(steps, stats.num_steps);
+  EXPECT_EQ(stats.iteration_tokens_sum, fake.total_tokens);  // 20 prompt tokens + 4 decodes
+  EXPECT_EQ(stats.iteration_tokens_counts[3], 1u);           // the prompt step, in (16, 32]
+  EXPECT_EQ(stats.iteration_tokens_counts[0], 4u);           // the decodes, in (0, 1]
 }
 
 TEST(EngineCore, AddRequestRejectsInvalidRequestsWithClearMessages) {

@@ -77,6 +77,28 @@ TEST_F(SchedulerTest, ChunkedPrefillUnderTheTokenBudget) {
   EXPECT_LE(out.num_tokens, 8);
 }
 
+TEST_F(SchedulerTest, WithoutChunkedPrefillAPromptRunsInOneStep) {
+  kv = std::make_unique<KvManager>(64, 4, false);
+  SchedulerConfig config;
+  config.max_num_batched_tokens = 8;
+  config.max_num_seqs = 16;
+  config.enable_chunked_prefill = false;
+  sched = std::make_unique<Scheduler>(config, *kv);
+  Sequence* a = add(6);
+  Sequence* b = add(6);
+  Sequence* c = add(1);
+  auto out = sched->schedule();
+  EXPECT_EQ(tokens_of(out, a), 6);
+  EXPECT_EQ(tokens_of(out, b), 0);  // 2 tokens left: b waits rather than run a chunk
+  EXPECT_EQ(tokens_of(out, c), 0);  // FCFS: nobody overtakes b
+  complete(out);
+  out = sched->schedule();
+  EXPECT_EQ(tokens_of(out, a), 1);
+  EXPECT_EQ(tokens_of(out, b), 6);
+  EXPECT_EQ(tokens_of(out, c), 1);
+  EXPECT_EQ(out.num_tokens, 8);
+}
+
 TEST_F(SchedulerTest, DecodesGoBeforePrefillChunks) {
   make(64, 4, 4, 16);
   Sequence* a = add(3);

@@ -72,6 +72,46 @@ TEST(Metrics, RendersVllmNamesWithLabels) {
   }
 }
 
+TEST(Metrics, RequestPhasesIterationTokensAndCacheConfig) {
+  ServerMetrics metrics("m");
+  const std::string l = "engine=\"0\",model_name=\"m\"";
+  RequestTimings t;
+  t.prefill_s = 0.4;
+  t.decode_s = 1.2;
+  t.inference_s = 1.6;
+  metrics.observe_request_phases(t, 5);  // mean time per output token 1.2 / 4
+  metrics.observe_request_phases(t, 0);  // no token: nothing observed
+  metrics.observe_inter_token_latency(0.02);
+  EngineStats stats;
+  stats.iteration_tokens_counts[0] = 4;  // four decode steps of 1 token
+  stats.iteration_tokens_counts[3] = 1;  // a prompt step of 17..32
+  stats.iteration_tokens_sum = 24;
+  const CacheConfigInfo cache{128, "nvfp4", true, 0.85, 321};
+  const std::string text = metrics.render(stats, &cache);
+  for (const std::string& want : std::vector<std::string>{
+           "vllm:request_prefill_time_seconds_bucket{" + l + ",le=\"0.3\"} 0.0\n",
+           "vllm:request_prefill_time_seconds_bucket{" + l + ",le=\"0.5\"} 1.0\n",
+           "vllm:request_prefill_time_seconds_count{" + l + "} 1.0\n",
+           "vllm:request_decode_time_seconds_bucket{" + l + ",le=\"1.5\"} 1.0\n",
+           "vllm:request_inference_time_seconds_sum{" + l + "} 1.6\n",
+           "vllm:request_time_per_output_token_seconds_bucket{" + l + ",le=\"0.3\"} 1.0\n",
+           "vllm:request_time_per_output_token_seconds_bucket{" + l + ",le=\"0.2\"} 0.0\n",
+           "vllm:time_per_output_token_seconds_count{" + l + "} 1.0\n",
+           "# TYPE vllm:iteration_tokens_total histogram\n",
+           "vllm:iteration_tokens_total_bucket{" + l + ",le=\"1.0\"} 4.0\n",
+           "vllm:iteration_tokens_total_bucket{" + l + ",le=\"16.0\"} 4.0\n",
+           "vllm:iteration_tokens_total_bucket{" + l + ",le=\"32.0\"} 5.0\n",
+           "vllm:iteration_tokens_total_bucket{" + l + ",le=\"+Inf\"} 5.0\n",
+           "vllm:iteration_tokens_total_sum{" + l + "} 24.0\n",
+           "vllm:iteration_tokens_total_count{" + l + "} 5.0\n",
+           "# TYPE vllm:cache_config_info gauge\n",
+           "vllm:cache_config_info{block_size=\"128\",cache_dtype=\"nvfp4\",enable_prefix_caching=\"True\","
+           "engine=\"0\",gpu_memory_utilization=\"0.85\",num_gpu_blocks=\"321\"} 1.0\n"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+  EXPECT_EQ(metrics.render(stats).find("vllm:cache_config_info"), std::string::npos);  // no model yet
+}
+
 TEST(Metrics, TokenToSocketIsASummaryOfRecentSamples) {
   ServerMetrics metrics("m");
   for (int i = 1; i <= 100; ++i) metrics.observe_token_to_socket(i * 1e-6);

@@ -50,12 +50,13 @@ def main():
         return 77
     real = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name", "tiny",
                        "--max-model-len", "1024", "--reasoning-parser", "minimax_m3",
-                       "--tool-call-parser", "minimax_m3", "--enable-auto-tool-choice", "--disable-log-stats"])
+                       "--tool-call-parser", "minimax_m3", "--enable-auto-tool-choice",
+                       "--enable-prompt-tokens-details", "--disable-log-stats"])
     # --port 0: the scripted server's default is 8000, which another process may hold.
     scripted = LiveServer([SCRIPTED, "--model-dir", MODEL, "--port", "0",
                            "--replies", os.path.join(HERE, "scripted_replies.json"),
                            "--reasoning-parser", "minimax_m3", "--tool-call-parser", "minimax_m3",
-                           "--enable-auto-tool-choice"])
+                           "--enable-auto-tool-choice", "--enable-prompt-tokens-details"])
     try:
         env = dict(os.environ, NODE_PATH=os.path.abspath(os.path.join(DEPS, "node_modules")),
                    M3SERVE_URL="http://127.0.0.1:%d" % real.port, SCRIPTED_URL="http://127.0.0.1:%d" % scripted.port)

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   app.add_option("--reasoning-parser", options.serve.reasoning_parser);
   app.add_option("--tool-call-parser", options.serve.tool_call_parser);
   app.add_flag("--enable-auto-tool-choice", options.serve.enable_auto_tool_choice);
+  app.add_flag("--enable-prompt-tokens-details", options.serve.enable_prompt_tokens_details);
   app.add_option("--served-model-name", options.serve.served_model_names);
   CLI11_PARSE(app, argc, argv);
 

@@ -30,6 +30,7 @@ ScriptedServerOptions default_options() {
   o.serve.reasoning_parser = "minimax_m3";
   o.serve.tool_call_parser = "minimax_m3";
   o.serve.enable_auto_tool_choice = true;
+  o.serve.enable_prompt_tokens_details = true;
   return o;
 }
 

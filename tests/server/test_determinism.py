@@ -40,7 +40,8 @@ class Determinism(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         # The default bfloat16 activations: the CPU backend is batch-invariant (kernels/cpu/cpu_ops.h).
-        common = ["--host", "127.0.0.1", "--port", "0", "--max-model-len", "1024", "--disable-log-stats"]
+        common = ["--host", "127.0.0.1", "--port", "0", "--max-model-len", "1024", "--enable-prompt-tokens-details",
+                  "--disable-log-stats"]
         reference = LiveServer([BIN, "serve", MODEL, "--no-enable-prefix-caching", "--num-kv-blocks", "16"] + common)
         try:
             replies = [reference.post("/v1/completions", b) for b in REQUESTS]

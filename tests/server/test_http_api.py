@@ -30,7 +30,7 @@ def setUpModule():
                          "--served-model-name", NAME, "m3-alias", "--max-model-len", "1024",
                          "--kv-cache-memory", "64MiB", "--reasoning-parser", "minimax_m3",
                          "--tool-call-parser", "minimax_m3", "--enable-auto-tool-choice",
-                         "--disable-log-stats"] + EXTRA)
+                         "--enable-prompt-tokens-details", "--disable-log-stats"] + EXTRA)
 
 
 def tearDownModule():
@@ -101,6 +101,32 @@ class ServiceRoutes(unittest.TestCase):
         self.assertIn('model_name="%s"' % NAME, text)
         self.assertGreater(SERVER.metric("vllm:generation_tokens_total"), 0)
         self.assertGreater(SERVER.metric("vllm:time_to_first_token_seconds_count"), 0)
+
+    def test_vllm_series_are_present_and_move(self):
+        moving = ["vllm:request_prefill_time_seconds_count", "vllm:request_decode_time_seconds_count",
+                  "vllm:request_inference_time_seconds_count", "vllm:request_time_per_output_token_seconds_count",
+                  "vllm:time_per_output_token_seconds_count", "vllm:iteration_tokens_total_count",
+                  "vllm:iteration_tokens_total_sum", "vllm:request_decode_time_seconds_sum"]
+        before = {n: SERVER.metric(n) for n in moving}
+        r = SERVER.post("/v1/completions", completion_body(max_tokens=4, ignore_eos=True))
+        after = {n: SERVER.metric(n) for n in moving}
+        for n in moving:
+            self.assertGreater(after[n], before[n], n)
+        # One step per decode at least, and every computed token counted once.
+        self.assertGreaterEqual(after["vllm:iteration_tokens_total_sum"] - before["vllm:iteration_tokens_total_sum"],
+                                r["usage"]["completion_tokens"] - 1)
+        text = SERVER.request("GET", "/metrics")[2].decode()
+        for series, top in [("vllm:request_prefill_time_seconds", "7680.0"), ("vllm:request_decode_time_seconds", "7680.0"),
+                            ("vllm:request_time_per_output_token_seconds", "80.0"),
+                            ("vllm:iteration_tokens_total", "16384.0")]:
+            self.assertIn("# TYPE %s histogram" % series, text)
+            self.assertIn('%s_bucket{engine="0",model_name="%s",le="%s"}' % (series, NAME, top), text)
+        info = [line for line in text.splitlines() if line.startswith("vllm:cache_config_info{")]
+        self.assertEqual(len(info), 1, text)
+        self.assertTrue(info[0].endswith("} 1.0"), info)
+        for label in ['block_size="128"', 'cache_dtype="auto"', 'enable_prefix_caching="True"', 'engine="0"',
+                      'gpu_memory_utilization="0.9"', 'num_gpu_blocks="']:
+            self.assertIn(label, info[0])
 
     def test_tokenize_detokenize(self):
         t = SERVER.post("/tokenize", {"model": NAME, "prompt": "Hello world, héllo 世界"})
@@ -338,6 +364,100 @@ class ChatCompletions(unittest.TestCase):
         ]
         r = SERVER.post("/v1/chat/completions", {"model": NAME, "messages": messages, "max_tokens": 4})
         self.assertEqual(r["object"], "chat.completion")
+
+
+    def test_prompt_logprobs_at_the_top_level(self):
+        messages = [{"role": "user", "content": "Score this prompt"}]
+        r = SERVER.post("/v1/chat/completions", chat_body(messages=messages, max_tokens=2, prompt_logprobs=1))
+        n_prompt = r["usage"]["prompt_tokens"]
+        lp = r["prompt_logprobs"]
+        self.assertEqual(len(lp), n_prompt)
+        self.assertIsNone(lp[0])
+        for entry in lp[1:]:
+            self.assertTrue(1 <= len(entry) <= 2, entry)  # the prompt's token and the top 1
+            self.assertTrue(all({"logprob", "rank", "decoded_token"} == set(v) for v in entry.values()))
+        self.assertNotIn("prompt_logprobs", r["choices"][0])
+        # The same values as completions gives for the same prompt ids.
+        ids = SERVER.post("/tokenize", {"model": NAME, "messages": messages})["tokens"]
+        self.assertEqual(len(ids), n_prompt)
+        c = SERVER.post("/v1/completions", completion_body(prompt=ids, max_tokens=1, prompt_logprobs=1))
+        self.assertEqual(c["choices"][0]["prompt_logprobs"], lp)
+        self.assertNotIn("prompt_logprobs", SERVER.post("/v1/chat/completions", chat_body(max_tokens=1)))
+        # Streamed: on the choice's last chunk, at the chunk's top level.
+        events, done, _ = SERVER.stream("/v1/chat/completions",
+                                        chat_body(messages=messages, max_tokens=2, prompt_logprobs=1))
+        self.assertTrue(done)
+        self.assertEqual([e["prompt_logprobs"] for e in events if "prompt_logprobs" in e], [lp])
+
+
+@unittest.skipIf(EXTRA, "serve flags are checked once, on one rank")
+class ServeFlags(unittest.TestCase):
+    def serve(self, *args):
+        return LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--max-model-len", "512",
+                           "--served-model-name", NAME, "--disable-log-stats"] + list(args))
+
+    def test_prompt_tokens_details_only_with_the_flag(self):
+        s = self.serve()
+        try:
+            body = chat_body(max_tokens=2)
+            self.assertIsNone(s.post("/v1/chat/completions", body)["usage"]["prompt_tokens_details"])
+            self.assertIsNone(s.post("/v1/completions", completion_body(max_tokens=2))["usage"]["prompt_tokens_details"])
+            events, done, _ = s.stream("/v1/chat/completions", dict(body, stream_options={"include_usage": True}))
+            self.assertTrue(done)
+            self.assertIsNone(events[-1]["usage"]["prompt_tokens_details"])
+        finally:
+            self.assertEqual(s.stop(), 0)
+        # With it (the shared server): the prefix cache's share of the prompt.
+        long_prompt = "The cached part of this prompt repeats. " * 20
+        SERVER.post("/v1/completions", completion_body(prompt=long_prompt, max_tokens=1))
+        again = SERVER.post("/v1/completions", completion_body(prompt=long_prompt, max_tokens=1))
+        self.assertGreaterEqual(again["usage"]["prompt_tokens_details"]["cached_tokens"], 128)
+
+    def test_seed_seeds_requests_without_one_across_restarts(self):
+        bodies = [completion_body(prompt="seeded %d" % i, max_tokens=12, ignore_eos=True, temperature=1.0)
+                  for i in range(2)]
+
+        def run(seed):
+            s = self.serve("--seed", str(seed))
+            try:
+                return [s.post("/v1/completions", b)["choices"][0]["text"] for b in bodies]
+            finally:
+                self.assertEqual(s.stop(), 0)
+        a = run(21)
+        self.assertEqual(run(21), a)
+        self.assertNotEqual(run(22), a)
+
+    def test_tokenizer_folder_replaces_the_models(self):
+        import shutil
+        import tempfile
+        with tempfile.TemporaryDirectory() as folder:
+            for name in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copy(os.path.join("models/minimax-m3-small", name), folder)
+            with open(os.path.join(folder, "chat_template.jinja"), "w") as f:
+                f.write("{% for m in messages %}[{{ m.content }}]{% endfor %}")
+            s = self.serve("--tokenizer", folder)
+            try:
+                self.assertIn("tokenizer and chat template from " + folder, s.log_text())
+                text = "Hello tokenizer, the quick brown fox"
+                mine = s.post("/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]
+                models = SERVER.post("/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]
+                self.assertNotEqual(mine, models)  # another vocabulary
+                self.assertEqual(s.post("/detokenize", {"tokens": mine})["prompt"], text)
+                chat = s.post("/tokenize", {"messages": [{"role": "user", "content": "hi"}]})["tokens"]
+                self.assertEqual(chat, s.post("/tokenize", {"prompt": "[hi]", "add_special_tokens": False})["tokens"])
+            finally:
+                self.assertEqual(s.stop(), 0)
+        p = subprocess.run([BIN, "serve", MODEL, "--tokenizer", "/nonexistent/tok", "--port", "0"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--tokenizer '/nonexistent/tok': not a directory", p.stderr)
+
+    def test_several_served_model_names(self):
+        for name in (NAME, "m3-alias"):
+            self.assertEqual(SERVER.post("/v1/completions", completion_body(model=name, max_tokens=1))["model"], NAME)
+        models = json.loads(SERVER.request("GET", "/v1/models")[2])
+        self.assertEqual([m["id"] for m in models["data"]], [NAME, "m3-alias"])
+        self.assertEqual(SERVER.request("POST", "/v1/completions", completion_body(model="other"))[0], 404)
 
 
 class BadInput(unittest.TestCase):

@@ -100,22 +100,25 @@ TEST(ToolParserM3, ElidedTagInsideANestedObject) {
 }
 
 TEST(ToolParserM3, MarkerWithoutAClosingTagIsNotAParameter) {
-  // The marker and its text meet an opening tag before any closing tag: content, and the call goes on.
+  // The marker and its text meet an opening tag before any closing tag: the text is content (the
+  // marker is dropped), and the call goes on.
   const ToolParseResult r =
       parse("minimax_m3", m3_block(m3_invoke("get_weather", kNs + "oops " + m3_param("city", "Oslo"))));
-  EXPECT_EQ(r.content, kNs + "oops ");
+  EXPECT_EQ(r.content, "oops ");
   expect_call(r, 0, "get_weather", R"({"city":"Oslo"})");
 }
 
-TEST(ToolParserM3, ValueMayContainItsOwnClosingTag) {
-  // A literal </content> (no marker) is text; even a marked closer is text when prose follows it.
+TEST(ToolParserM3, ValueMayContainUnmarkedClosingTags) {
+  // A literal </content> (no marker) is text; a marked one always closes, and what follows it
+  // before the next tag is stray text (content); the marked closer that follows is stray markup.
   const std::string value = "<content>hi</content>\n" + kNs + "</content> is how M3 closes it\n";
   const ToolParseResult r = parse(
       "minimax_m3", m3_block(m3_invoke("save_file", m3_param("filename", "a.xml") + m3_param("content", value))));
   ASSERT_EQ(r.tool_calls.size(), 1u);
   const nlohmann::json arguments = nlohmann::json::parse(r.tool_calls[0].arguments);
   EXPECT_EQ(arguments["filename"], "a.xml");
-  EXPECT_EQ(arguments["content"], value);
+  EXPECT_EQ(arguments["content"], "<content>hi</content>\n");
+  EXPECT_EQ(r.content, "is how M3 closes it");
 }
 
 TEST(ToolParserM3, StringValuesAreVerbatim) {
@@ -141,10 +144,11 @@ TEST(ToolParserM3, ParameterNamesMayHoldPunctuation) {
   expect_call(r, 0, "run", R"({"-A":3,"cmd":"ls"})");
 }
 
-TEST(ToolParserM3, RepeatedTopLevelKeyIsSentTwice) {
+TEST(ToolParserM3, RepeatedTopLevelKeyKeepsTheFirstValue) {
   const ToolParseResult r =
       parse("minimax_m3", m3_block(m3_invoke("get_weather", m3_param("city", "a") + m3_param("city", "b"))));
-  expect_call(r, 0, "get_weather", R"({"city":"a","city":"b"})");
+  expect_call(r, 0, "get_weather", R"({"city":"a"})");
+  EXPECT_EQ(r.content, "");
 }
 
 TEST(ToolParserM3, TruncatedInsideAValueKeepsTheCall) {
@@ -160,9 +164,9 @@ TEST(ToolParserM3, TruncatedInsideNestedValueKeepsTheCall) {
   expect_call(r, 0, "create_order", R"({"user_id":1,"shipping":{"zip":12}})", /*complete=*/false);
 }
 
-TEST(ToolParserM3, TruncatedHeaderIsContent) {
+TEST(ToolParserM3, TruncatedHeaderIsDropped) {
   const ToolParseResult r = parse("minimax_m3", "Sure." + kNs + "<tool_call>\n" + kNs + "<invoke name=\"get_wea");
-  EXPECT_EQ(r.content, "Sure." + kNs + "<invoke name=\"get_wea");
+  EXPECT_EQ(r.content, "Sure.");
   EXPECT_TRUE(r.tool_calls.empty());
 }
 
@@ -170,7 +174,7 @@ TEST(ToolParserM3, MalformedCallDoesNotLoseTheNextOne) {
   const std::string bad = kNs + "<invoke name=>" + m3_param("city", "X") + kNs + "</invoke>\n";
   const ToolParseResult r =
       parse("minimax_m3", m3_block(bad + m3_invoke("get_weather", m3_param("city", "Lima"))));
-  EXPECT_EQ(r.content, kNs + "<invoke name=>" + m3_param("city", "X") + kNs + "</invoke>");
+  EXPECT_EQ(r.content, "X");  // the unreadable header and the tags out of place are dropped
   ASSERT_EQ(r.tool_calls.size(), 1u);
   expect_call(r, 0, "get_weather", R"({"city":"Lima"})");
 }
@@ -195,11 +199,11 @@ TEST(ToolParserM3, StrayTextInABodyIsContent) {
   expect_call(r, 0, "get_weather", R"({"city":"Oslo"})");
 }
 
-TEST(ToolParserM3, ProseRightAfterACloserJoinsTheValue) {
-  // The closing-tag rule: a closer followed by prose is text of the value.
+TEST(ToolParserM3, ProseRightAfterACloserIsContent) {
   const std::string body = kNs + "<city>Oslo" + kNs + "</city>, I think." + kNs + "</invoke>";
   const ToolParseResult r = parse("minimax_m3", m3_block(kNs + "<invoke name=\"get_weather\">" + body));
-  expect_call(r, 0, "get_weather", "{\"city\":\"Oslo" + kNs + "</city>, I think.\"}");
+  expect_call(r, 0, "get_weather", R"({"city":"Oslo"})");
+  EXPECT_EQ(r.content, ", I think.");
 }
 
 TEST(ToolParserM3, TextAroundAndBetweenBlocks) {
@@ -218,10 +222,10 @@ TEST(ToolParserM3, InvokeWithoutBlockIsACall) {
   expect_call(r, 0, "get_weather", R"({"city":"Quito"})");
 }
 
-TEST(ToolParserM3, StrayTagsOutsideCallsAreContent) {
+TEST(ToolParserM3, StrayTagsOutsideCallsAreDropped) {
   const std::string text = "x" + kNs + "</tool_call>" + m3_param("city", "y") + kNs + "</invoke>";
   const ToolParseResult r = parse("minimax_m3", text);
-  EXPECT_EQ(r.content, text);
+  EXPECT_EQ(r.content, "xy");
   EXPECT_TRUE(r.tool_calls.empty());
 }
 
@@ -254,8 +258,8 @@ TEST(ToolParserM3, ArgumentsStreamAsTheyArrive) {
   EXPECT_EQ(d.tool_call_deltas[0].arguments_delta, R"({"content":"Hello)");
   EXPECT_EQ(parser.feed(" wor").tool_call_deltas.at(0).arguments_delta, " wor");
   EXPECT_EQ(parser.feed("ld\n]<]mini").tool_call_deltas.at(0).arguments_delta, "ld\\n");  // marker held back
-  EXPECT_TRUE(parser.feed("max[>[</content>").empty());  // a closer waits for what follows
-  EXPECT_EQ(parser.feed(kNs).tool_call_deltas.at(0).arguments_delta, "\"");
+  EXPECT_EQ(parser.feed("max[>[</content>").tool_call_deltas.at(0).arguments_delta, "\"");  // a marked closer closes
+  EXPECT_TRUE(parser.feed(kNs).empty());
   EXPECT_EQ(parser.feed("<filename>").tool_call_deltas.at(0).arguments_delta, R"(,"filename":")");
   EXPECT_EQ(parser.feed("a.txt" + kNs + "</filename>" + kNs + "</invoke>").tool_call_deltas.at(0).arguments_delta,
             "a.txt\"}");
@@ -268,8 +272,8 @@ TEST(ToolParserM3, NonStringValuesAreSentWhole) {
   parser.feed(kNs + "<tool_call>\n" + kNs + "<invoke name=\"get_weather\">");
   EXPECT_EQ(parser.feed(kNs + "<days>1").tool_call_deltas.at(0).arguments_delta, R"({"days":)");
   EXPECT_TRUE(parser.feed("2").empty());
-  EXPECT_TRUE(parser.feed(kNs + "</days>").empty());
-  EXPECT_EQ(parser.feed(kNs + "</invoke>").tool_call_deltas.at(0).arguments_delta, "12}");
+  EXPECT_EQ(parser.feed(kNs + "</days>").tool_call_deltas.at(0).arguments_delta, "12");
+  EXPECT_EQ(parser.feed(kNs + "</invoke>").tool_call_deltas.at(0).arguments_delta, "}");
 }
 
 TEST(ToolParser, DefaultIdsAreRandomAlphanumerics) {

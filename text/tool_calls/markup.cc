@@ -97,15 +97,19 @@ Tag lex_m3(std::string_view text, bool end_of_input) {
   const std::size_t ns = kM3Namespace.size();
   if (text.size() <= ns) {
     if (text.size() == ns && end_of_input) return {TagKind::kBareNamespace, ns, {}};
-    return {end_of_input ? TagKind::kNone : TagKind::kIncomplete, 0, {}};
+    return {end_of_input ? TagKind::kNone : TagKind::kIncomplete, 0, {}};  // not a marker: text
   }
   if (text[ns] != '<') return {TagKind::kBareNamespace, ns, {}};
   bool incomplete = false;
   const std::size_t close = find_tag_end(text, ns, incomplete);
   if (close == std::string_view::npos) {
-    return {incomplete && !end_of_input ? TagKind::kIncomplete : TagKind::kNone, 0, {}};
+    if (!incomplete) return {TagKind::kMarker, ns, {}};
+    if (!end_of_input) return {TagKind::kIncomplete, 0, {}};
+    return {TagKind::kUnreadable, text.size(), {}};  // a tag cut by the end of input
   }
-  return classify_m3_body(text.substr(ns + 1, close - ns - 1), close + 1);
+  Tag tag = classify_m3_body(text.substr(ns + 1, close - ns - 1), close + 1);
+  if (tag.kind == TagKind::kNone) tag = {TagKind::kUnreadable, close + 1, {}};
+  return tag;
 }
 
 Tag lex_m2(std::string_view text, bool end_of_input) {
@@ -165,31 +169,30 @@ Tag lex_tag(Dialect dialect, std::string_view text, bool end_of_input) {
   return dialect == Dialect::kMiniMaxM3 ? lex_m3(text, end_of_input) : lex_m2(text, end_of_input);
 }
 
-std::size_t literal_length(Dialect dialect, const Tag& tag, std::string_view text) {
+std::size_t unaccepted_length(Dialect dialect, const Tag& tag, std::string_view text) {
   if (tag.length > 0) return tag.length;
   const std::size_t lead = dialect == Dialect::kMiniMaxM3 ? kM3Namespace.size() : 1;
   return std::min(lead, text.size());
 }
 
-Follow followed_by_markup(Dialect dialect, std::string_view after, bool end_of_input) {
-  std::size_t i = 0;
-  while (i < after.size() && is_json_space(after[i])) ++i;
-  if (i == after.size()) return end_of_input ? Follow::kYes : Follow::kWait;
-  const std::string_view rest = after.substr(i);
-  if (dialect == Dialect::kMiniMaxM3) {
-    if (rest.starts_with(kM3Namespace)) return Follow::kYes;
-    if (kM3Namespace.starts_with(rest)) return end_of_input ? Follow::kNo : Follow::kWait;
-    return Follow::kNo;
+Follow m2_closer_counts(std::string_view after, bool end_of_input) {
+  std::size_t at = find_tag_start(Dialect::kMiniMaxM2, after, 0);
+  while (at < after.size()) {
+    const std::string_view rest = after.substr(at);
+    const Tag next = lex_m2(rest, end_of_input);
+    switch (next.kind) {
+      case TagKind::kIncomplete: return Follow::kWait;
+      case TagKind::kElementClose: return Follow::kNo;
+      case TagKind::kElementOpen:
+      case TagKind::kInvokeOpen:
+      case TagKind::kInvokeClose:
+      case TagKind::kBlockOpen:
+      case TagKind::kBlockClose: return Follow::kYes;
+      default: break;
+    }
+    at = find_tag_start(Dialect::kMiniMaxM2, after, at + unaccepted_length(Dialect::kMiniMaxM2, next, rest));
   }
-  const Tag next = lex_m2(rest, end_of_input);
-  switch (next.kind) {
-    case TagKind::kIncomplete: return Follow::kWait;
-    case TagKind::kElementOpen:
-    case TagKind::kInvokeOpen:
-    case TagKind::kInvokeClose:
-    case TagKind::kBlockClose: return Follow::kYes;
-    default: return Follow::kNo;
-  }
+  return end_of_input ? Follow::kYes : Follow::kWait;
 }
 
 }  // namespace m3::text::tool_calls

@@ -22,7 +22,11 @@ inline constexpr std::string_view kM3Namespace = "]<]minimax[>[";
 
 enum class TagKind {
   kIncomplete,     // the text so far is a proper prefix of some tag: wait for more
-  kNone,           // not a tag
+  kNone,           // not a tag: text (M3: only a proper prefix of the marker at the end of input)
+  kMarker,         // M3: the marker, then '<' and no '>' on the line within the limit; the marker
+                   // alone is markup, what follows it is text
+  kUnreadable,     // M3: the marker and a tag the parser cannot read (`NS<invoke name=>`, `NS<>`),
+                   // or one cut by the end of input; `length` covers it
   kBareNamespace,  // M3: the namespace marker followed by something other than '<'
   kBlockOpen,      // M3 <tool_call> / M2 <minimax:tool_call>
   kBlockClose,
@@ -45,16 +49,16 @@ std::size_t find_tag_start(Dialect dialect, std::string_view text, std::size_t f
 // Lexes the tag at the start of `text` (a position find_tag_start returned).
 Tag lex_tag(Dialect dialect, std::string_view text, bool end_of_input);
 
-// How many bytes at the start of `text` to take as literal text when `tag` is not accepted
-// where it stands: the whole tag when it is one, else the marker (M3) or the '<' (M2).
-std::size_t literal_length(Dialect dialect, const Tag& tag, std::string_view text);
+// How many bytes at the start of `text` `tag` spans when it is not accepted where it stands:
+// the whole tag when it is one, else the marker (M3) or the '<' (M2).
+std::size_t unaccepted_length(Dialect dialect, const Tag& tag, std::string_view text);
 
 enum class Follow { kYes, kNo, kWait };
 
-// The closing-tag rule: a closing tag counts only when what follows it, after optional
-// whitespace, is more markup (M3: the namespace marker; M2: <parameter, </invoke>, <invoke or
-// </minimax:tool_call>) or the end of input. `after` is the text right after the closing tag.
-Follow followed_by_markup(Dialect dialect, std::string_view after, bool end_of_input);
+// The M2 parameter-closer rule: a `</parameter>` closes its value unless another `</parameter>`
+// comes before the next structural tag (<parameter name=, <invoke name=, </invoke>, a block tag)
+// or the end of input. `after` is the text right after the closer. kWait: neither has come yet.
+Follow m2_closer_counts(std::string_view after, bool end_of_input);
 
 inline bool is_json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
