@@ -49,6 +49,13 @@ class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
   virtual void collect_event(const ChoiceEvent& event) = 0;
   // Not streaming: the body once every choice has ended (none with an error).
   virtual nlohmann::json whole_body() = 0;
+  // Streaming: the end of the stream, after every choice ended (`failed`: a choice failed, and
+  // its error event was sent). OpenAI's: the usage chunk (stream_options.include_usage) and
+  // "data: [DONE]".
+  virtual void stream_end(bool failed);
+  // An error as the response's bytes: an SSE event when streaming, else a JSON body. OpenAI's
+  // error shape unless the route speaks another API.
+  virtual std::string error_bytes(int status, const std::string& message) const;
 
   // {"id", "object", "created", "model"} of this response.
   nlohmann::json envelope() const;
@@ -56,6 +63,8 @@ class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
   nlohmann::json chunk(nlohmann::json choice) const;
   // Sends one SSE chunk, with the choice's usage when the client asked for continuous usage.
   void send_chunk(nlohmann::json chunk, const ChoiceState& choice);
+  // Queues bytes of the body; false once the response has ended.
+  bool write(std::string bytes);
   // Applies an output to its choice and counts the choice when it ends; records a failed
   // choice's error for the stream's tail. Returns what became final, or nothing when the choice
   // had already ended (a stop string ended it; later outputs are not sent).
@@ -75,7 +84,6 @@ class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
   void finish();
   void fail(const std::string& message);
   void client_gone();
-  bool write(std::string bytes);
 
   std::string id_;
   std::string object_;
