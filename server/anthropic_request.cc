@@ -166,6 +166,9 @@ void translate_messages(const json& body, ChatRequest& r) {
       bad_field(path + ".content", "must be a string or an array of content blocks, got {}",
                 json_type_name(*content));
     }
+    if (content->is_array() && content->empty()) {
+      bad_field(path + ".content", "must contain at least one content block");
+    }
     if (*role == "user") {
       translate_user(*content, path + ".content", out);
     } else if (*role == "assistant") {

@@ -20,8 +20,9 @@
 // Route handlers may throw ApiError (status + message), m3::Error (400: a request the lower layers
 // rejected) or anything else (500); the client always gets an error JSON and the server keeps
 // serving. The error JSON is OpenAI's unless the route was registered with its own ErrorFormat
-// (/v1/messages answers in Anthropic's shape); that format also covers the route's 401 and 405.
-// Errors found before a route is known (413, 431, 408, malformed requests) are OpenAI's.
+// (/v1/messages answers in Anthropic's shape); that format also covers the route's 401, 405 and
+// the limits found once its head is read (413, 431, 408). Errors before the request line is
+// known (malformed heads, 503 at the connection limit) are OpenAI's.
 #pragma once
 #include <chrono>
 #include <cstddef>

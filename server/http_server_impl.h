@@ -54,6 +54,10 @@ class HttpServer::Impl {
   // Routing, auth and method checks for a parsed request: the handler to run (and whether it
   // runs on the I/O thread), or null with `res` set to the error to send.
   const Handler* route(const HttpRequest& req, HttpResponse& res, bool& run_inline) const;
+  // Sets `res` to the error of `status` in the shape of the route at `path` (OpenAI's for a
+  // path with no route or no ErrorFormat).
+  void send_route_error(const std::string& path, HttpResponse& res, int status,
+                        std::string_view message, std::string_view param = {}) const;
   // Runs a handler; whatever it throws becomes the route's error JSON in `res`.
   void run_handler(const Handler& handler, const HttpRequest& req, HttpResponse& res) const;
 
@@ -72,9 +76,6 @@ class HttpServer::Impl {
     ErrorFormat errors;  // empty: OpenAI's error JSON
   };
   void accept();
-  // Sets `res` to the error of `status` in the shape of the route at `path`.
-  void send_route_error(const std::string& path, HttpResponse& res, int status,
-                        std::string_view message, std::string_view param = {}) const;
   bool authorized(const HttpRequest& req) const;
 
   HttpLimits limits_;

@@ -1,4 +1,5 @@
-// What a /v1/completions and a /v1/chat/completions response share: the engine job, its choices,
+// What the responses of /v1/completions, /v1/chat/completions and /v1/messages share: the engine
+// job, its choices,
 // the response id and envelope, the usage bookkeeping, and the event-driven loop that carries
 // engine outputs to the client on the connection's thread, as SSE chunks (stream) or one JSON
 // body once every choice has ended.

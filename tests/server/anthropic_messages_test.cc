@@ -49,6 +49,7 @@ TEST(AnthropicRequest, TranslatesAMultiTurnToolExchange) {
                       {{{"role", "user"}, {"content", "Weather in Paris?"}},
                        {{"role", "assistant"},
                         {"content", json::array({{{"type", "thinking"}, {"thinking", "Need the tool."}, {"signature", "s"}},
+                                                 {{"type", "redacted_thinking"}, {"data", "opaque"}},
                                                  {{"type", "text"}, {"text", "Checking."}},
                                                  {{"type", "tool_use"}, {"id", "toolu_1"}, {"name", "get_weather"},
                                                   {"input", {{"city", "Paris"}}}}})}},
@@ -162,6 +163,8 @@ TEST(AnthropicRequest, BadFieldsAreNamed) {
   EXPECT_EQ(param_of(body({{"messages", json::array()}})), "messages");
   EXPECT_EQ(param_of(body({{"messages", json::array({{{"role", "system"}, {"content", "x"}}})}})), "messages[0].role");
   EXPECT_EQ(param_of(body({{"messages", json::array({{{"role", "user"}}})}})), "messages[0].content");
+  EXPECT_EQ(param_of(body({{"messages", json::array({{{"role", "user"}, {"content", json::array()}}})}})),
+            "messages[0].content");
   EXPECT_EQ(param_of(body({{"messages", json::array({{{"role", "user"},
                                                        {"content", json::array({{{"type", "image"}, {"source", json::object()}}})}}})}})),
             "messages[0].content[0]");

@@ -32,7 +32,7 @@ WEATHER = {"name": "get_weather", "description": "Weather forecast for a city",
 def setUpModule():
     global TINY, SCRIPTED
     TINY = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name", "tiny",
-                       "--max-model-len", "1024", "--kv-cache-memory", "64MiB", "--api-key", KEY,
+                       "--max-model-len", "1024", "--kv-cache-memory", "64MiB", "--api-key", KEY, "--max-body-size", "64KiB",
                        "--disable-log-stats"] + PARSERS)
     SCRIPTED = LiveServer([SCRIPTED_BIN, "--model-dir", MODEL, "--port", "0", "--served-model-name", "scripted",
                            "--replies", os.path.join(HERE, "anthropic_replies.json")] + PARSERS)
@@ -248,6 +248,11 @@ class Errors(unittest.TestCase):
         got, _, raw = TINY.request("GET", "/v1/messages", headers=AUTH)
         self.assertEqual(got, 405)
         self.check(got, raw, "invalid_request_error", ["POST"])
+        got, _, raw = TINY.request("POST", "/v1/messages", body("tiny", "x" * 100000), AUTH)
+        self.assertEqual(got, 413)
+        self.check(got, raw, "request_too_large", ["too large"])
+        got, _, raw = TINY.request("POST", "/v1/chat/completions", {"messages": "x" * 100000}, AUTH)
+        self.assertEqual((got, json.loads(raw)["error"]["code"]), (413, 413))
 
     def test_auth_headers(self):
         payload = body("tiny", max_tokens=2)
