@@ -1,8 +1,8 @@
 // What the responses of /v1/completions, /v1/chat/completions and /v1/messages share: the engine
-// job, its choices,
-// the response id and envelope, the usage bookkeeping, and the event-driven loop that carries
-// engine outputs to the client on the connection's thread, as SSE chunks (stream) or one JSON
-// body once every choice has ended.
+// job, its choices, the response id and envelope, the usage bookkeeping, and the event-driven
+// loop that carries engine outputs to the client on the connection's thread, as SSE events
+// (stream) or one JSON body once every choice has ended. The stream's end and the error shape
+// are the route's (stream_end, error_bytes).
 //
 // Nothing here waits: the engine's sinks post a task to the connection when outputs arrive, the
 // task turns them into chunks while the client keeps up (StreamWriter::writable) and otherwise
