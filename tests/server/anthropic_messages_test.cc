@@ -248,7 +248,7 @@ TEST(AnthropicContent, BlocksAndEventsFollowTheOutput) {
   sse += content.add({.content = " Calling.", .reasoning = "",
                       .tool_calls = {{.index = 0, .id = "toolu_a", .name = "f", .arguments_delta = "{\"x\":"}}});
   // Text while the call is open is held until the call's block ends.
-  sse += content.add({.content = "stray", .reasoning = "", .tool_calls = {{.index = 0, .arguments_delta = "1}"}}});
+  sse += content.add({.content = "stray", .reasoning = "", .tool_calls = {{.index = 0, .id = std::nullopt, .name = std::nullopt, .arguments_delta = "1}"}}});
   sse += content.add({.content = "", .reasoning = "",
                       .tool_calls = {{.index = 1, .id = "toolu_b", .name = "g", .arguments_delta = "{}"}}});
   sse += content.close();
