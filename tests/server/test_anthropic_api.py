@@ -254,6 +254,55 @@ class Errors(unittest.TestCase):
         got, _, raw = TINY.request("POST", "/v1/chat/completions", {"messages": "x" * 100000}, AUTH)
         self.assertEqual((got, json.loads(raw)["error"]["code"]), (413, 413))
 
+    def test_any_field_of_any_type_is_a_4xx_or_served(self):
+        """Every value of a full request replaced by each JSON type: never a 5xx, always Anthropic's shape."""
+        full = body("scripted", "Weather in Paris?", max_tokens=2, system=[{"type": "text", "text": "s"}],
+                    tools=[WEATHER], tool_choice={"type": "auto", "disable_parallel_tool_use": False},
+                    thinking={"type": "enabled", "budget_tokens": 1}, temperature=0.5, top_p=0.9, top_k=5,
+                    stop_sequences=["x"], metadata={"user_id": "u"},
+                    messages=[{"role": "user", "content": "Weather in Paris?"},
+                              {"role": "assistant", "content": [
+                                  {"type": "thinking", "thinking": "t", "signature": ""},
+                                  {"type": "text", "text": "a"},
+                                  {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "P"}}]},
+                              {"role": "user", "content": [
+                                  {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": False,
+                                   "content": [{"type": "text", "text": "r"}]}]}])
+
+        def paths(value, prefix=()):
+            yield prefix
+            items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+            for key, item in items:
+                yield from paths(item, prefix + (key,))
+
+        def replaced(value, path, new):
+            if not path:
+                return new
+            out = json.loads(json.dumps(value))
+            target = out
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = new
+            return out
+
+        count = 0
+        for path in list(paths(full))[1:]:
+            for new in (None, 7, -1.5, "x", "", [], {}, True, [{"type": "text"}]):
+                payload = replaced(full, path, new)
+                for route in ("/v1/messages", "/v1/messages/count_tokens"):
+                    got, _, raw = SCRIPTED.request("POST", route, payload)
+                    count += 1
+                    self.assertIn(got, (200, 400, 404), (route, path, new, raw[:300]))
+                    if got != 200:
+                        self.check(got, raw, "invalid_request_error" if got == 400 else "not_found_error")
+        self.assertGreater(count, 500)
+        deep = json.dumps(body("scripted", "x")).replace('"max_tokens"', '"metadata": %s, "max_tokens"' % (
+            '{"a":' * 5000 + "1" + "}" * 5000), 1)
+        got, _, raw = SCRIPTED.request("POST", "/v1/messages", deep.encode())
+        self.assertEqual(got, 400)
+        self.check(got, raw, "invalid_request_error", ["deep"])
+        self.assertEqual(SCRIPTED.request("GET", "/health")[0], 200)
+
     def test_auth_headers(self):
         payload = body("tiny", max_tokens=2)
         got, _, raw = TINY.request("POST", "/v1/messages", payload)

@@ -11,9 +11,12 @@ const assert = require('node:assert/strict');
 const Anthropic = require('@anthropic-ai/sdk');
 
 const client = (url, apiKey = 'sk-unused') => new Anthropic({ baseURL: url, apiKey, maxRetries: 0 });
+// Each server forces the call its own way: the named tool, or any tool (the only one).
 const servers = [
-  { name: 'tiny', model: 'tiny', client: client(process.env.TINY_URL, process.env.API_KEY) },
-  { name: 'small', model: 'small', client: client(process.env.SMALL_URL) },
+  { name: 'tiny', model: 'tiny', client: client(process.env.TINY_URL, process.env.API_KEY),
+    forceCall: { type: 'tool', name: 'get_weather', disable_parallel_tool_use: true } },
+  { name: 'small', model: 'small', client: client(process.env.SMALL_URL),
+    forceCall: { type: 'any', disable_parallel_tool_use: true } },
 ];
 const scripted = client(process.env.SCRIPTED_URL);
 
@@ -80,8 +83,7 @@ for (const s of servers) {
   test(`${s.name}: tool use over a multi-turn exchange`, async () => {
     const first = await s.client.messages.create({
       model: s.model, max_tokens: 48, temperature: 0, tools: [weather],
-      tool_choice: { type: 'tool', name: 'get_weather', disable_parallel_tool_use: true },
-      thinking: { type: 'disabled' },
+      tool_choice: s.forceCall, thinking: { type: 'disabled' },
       messages: [{ role: 'user', content: 'What is the weather in Paris?' }],
     });
     checkMessage(first, s.model);
