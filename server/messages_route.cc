@@ -4,6 +4,7 @@
 // parsers); the output is reported as Anthropic content blocks (server/anthropic_response.h),
 // streamed as Anthropic's events or returned as one message. Errors on these routes are in
 // Anthropic's shape (server/anthropic_error.h; registered in server/openai_server.cc).
+#include <algorithm>
 #include <optional>
 
 #include "core/log.h"

@@ -674,5 +674,24 @@ TEST(ScriptedServerLifecycle, HealthReflectsLoadingReadyAndDraining) {
   EXPECT_NE(rest.find("data: [DONE]"), std::string::npos);
 }
 
+// The Anthropic routes answer in Anthropic's shape while the model loads: overloaded_error.
+TEST(ScriptedServerLifecycle, MessagesAreOverloadedWhileLoading) {
+  ScriptedServerOptions o = default_options();
+  o.load_model = false;
+  ScriptedServer server(std::move(o));
+  const std::string body = R"({"model": "scripted", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})";
+  for (const char* path : {"/v1/messages", "/v1/messages/count_tokens"}) {
+    HttpReply early = http_post(server.port(), path, body);
+    EXPECT_EQ(early.status, 503) << path;
+    json error = json::parse(early.body);
+    EXPECT_EQ(error["type"], "error") << early.body;
+    EXPECT_EQ(error["error"]["type"], "overloaded_error") << early.body;
+    EXPECT_NE(error["error"]["message"].get<std::string>().find("loading"), std::string::npos) << early.body;
+  }
+  server.publish_model();
+  HttpReply served = http_post(server.port(), "/v1/messages", json::parse(body).dump());
+  EXPECT_EQ(served.status, 200) << served.body;
+}
+
 }  // namespace
 }  // namespace m3::testing
