@@ -146,16 +146,20 @@ void HttpServer::Impl::send_route_error(const std::string& path, HttpResponse& r
 }
 
 bool HttpServer::Impl::authorized(const HttpRequest& req) const {
-  std::string_view token = req.header("x-api-key");
-  if (token.empty()) {
-    std::string_view auth = req.header("Authorization");
-    constexpr std::string_view kBearer = "Bearer ";
-    if (auth.size() <= kBearer.size() || auth.substr(0, kBearer.size()) != kBearer) return false;
-    token = auth.substr(kBearer.size());
+  // Either header may carry the key: OpenAI clients send a Bearer token, Anthropic's x-api-key
+  // (some send both, one of them a placeholder).
+  std::string_view tokens[2] = {req.header("x-api-key"), {}};
+  std::string_view auth = req.header("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (auth.size() > kBearer.size() && auth.substr(0, kBearer.size()) == kBearer) {
+    tokens[1] = auth.substr(kBearer.size());
   }
   bool ok = false;
   // Every key is compared (no early exit): the time does not tell which one nearly matched.
-  for (const std::string& key : api_keys_) ok = same_key(key, token) || ok;
+  for (std::string_view token : tokens) {
+    if (token.empty()) continue;
+    for (const std::string& key : api_keys_) ok = same_key(key, token) || ok;
+  }
   return ok;
 }
 

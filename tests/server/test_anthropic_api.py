@@ -313,6 +313,8 @@ class Errors(unittest.TestCase):
         self.check(got, raw, "authentication_error", ["invalid"])
         self.assertEqual(TINY.request("POST", "/v1/messages", payload, {"Authorization": "Bearer " + KEY})[0], 200)
         self.assertEqual(TINY.request("POST", "/v1/messages", payload, {"x-api-key": KEY})[0], 200)
+        both = {"x-api-key": "placeholder", "Authorization": "Bearer " + KEY}
+        self.assertEqual(TINY.request("POST", "/v1/messages", payload, both)[0], 200)
         # The OpenAI routes keep their error shape, and take x-api-key too.
         chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
         got, _, raw = TINY.request("POST", "/v1/chat/completions", chat)
