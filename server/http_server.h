@@ -132,7 +132,8 @@ class HttpServer {
 
   // `api_keys` empty: no authentication. Otherwise requests to paths for which
   // `needs_auth(path)` is true must send "Authorization: Bearer <one of the keys>" or
-  // "x-api-key: <one of the keys>" (the header Anthropic's clients send).
+  // "x-api-key: <one of the keys>" (the header Anthropic's clients send); either header may
+  // carry the key.
   // `metrics` (may be null) receives m3:token_to_socket_seconds.
   HttpServer(HttpLimits limits, std::vector<std::string> api_keys,
              std::function<bool(const std::string& path)> needs_auth,
