@@ -36,8 +36,8 @@ std::string text_of_blocks(const json& content, std::string_view path, std::stri
     auto type = read_string(block, "type", block_path + ".type");
     if (!type) bad_field(block_path + ".type", "is required");
     if (*type != "text") {
-      bad_field(block_path, "of type '{}' is not supported in {}: only text blocks are{}", *type, what,
-                *type == "image" || *type == "document" ? " (m3serve serves text-only models)" : "");
+      bad_field(block_path, "of type '{}' is not supported in {} (only text blocks{})", *type, what,
+                *type == "image" || *type == "document" ? "; m3serve serves text-only models" : "");
     }
     auto block_text = read_string(block, "text", block_path + ".text");
     if (!block_text) bad_field(block_path + ".text", "is required for a text block");
