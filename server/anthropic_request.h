@@ -22,8 +22,12 @@
 //   metadata.user_id                    -> logged with the request
 // Not accepted (400): images and documents (text-only models), server tools (web search, code
 // execution, ...), mcp_servers, container. redacted_thinking blocks are dropped: they carry
-// another provider's encrypted reasoning, which no template can render. cache_control marks are
-// accepted: the prefix cache reuses every shared prompt prefix without them.
+// another provider's encrypted reasoning, which no template can render. The signature of a
+// thinking block is not checked (m3serve signs nothing: its thinking blocks carry ""). Accepted
+// without effect, because they ask for nothing m3serve would do differently: cache_control marks
+// (the prefix cache reuses every shared prompt prefix without them) and the anthropic-version /
+// anthropic-beta headers (the one shape served is the 2023-06-01 Messages API). Other unknown
+// fields are ignored, as on the OpenAI routes.
 #pragma once
 #include <cstdint>
 #include <optional>
