@@ -310,8 +310,10 @@ void EngineCore::add_request(EngineRequest request, OutputSink sink) {
     M3_CHECK(id >= 0 && id < vocab, "request {}: prompt token {} at index {} is outside the vocabulary (size {})",
              request.id, id, i, vocab);
   }
-  for (int32_t id : request.sampling.forced_tokens) {
-    M3_CHECK(id < vocab, "request {}: forced token {} is outside the vocabulary (size {})", request.id, id, vocab);
+  for (const auto* forced : {&request.sampling.forced_tokens, &request.sampling.reasoning_end}) {
+    for (int32_t id : *forced) {
+      M3_CHECK(id < vocab, "request {}: forced token {} is outside the vocabulary (size {})", request.id, id, vocab);
+    }
   }
   const int64_t prompt_len = static_cast<int64_t>(request.prompt_token_ids.size());
   M3_CHECK(prompt_len <= max_len,

@@ -25,23 +25,35 @@ bool contains(const std::vector<int32_t>& ids, int32_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-// The forced token at the next output index, or -1 to sample.
+bool output_ends_with(const Sequence& seq, const std::vector<int32_t>& ids) {
+  const int n = static_cast<int>(ids.size());
+  return seq.num_output_tokens() >= n && std::equal(ids.begin(), ids.end(), seq.tokens.end() - n);
+}
+
+// The forced token at the next output index, or -1 to sample: the reasoning closer once the
+// reasoning budget is spent (unless the reasoning had ended by then), then forced_tokens.
 int32_t forced_token(const Sequence& seq) {
-  const std::vector<int32_t>& forced = seq.params().forced_tokens;
+  const SamplingParams& p = seq.params();
+  const int index = seq.num_output_tokens();
+  if (p.reasoning_budget >= 0 && (seq.reasoning_ended_at < 0 || seq.reasoning_ended_at > p.reasoning_budget)) {
+    const int i = index - p.reasoning_budget;
+    if (i >= 0 && i < static_cast<int>(p.reasoning_end.size())) return p.reasoning_end[i];
+  }
+  const std::vector<int32_t>& forced = p.forced_tokens;
   if (seq.forced_start < 0) return -1;
-  const int i = seq.num_output_tokens() - seq.forced_start;
+  const int i = index - seq.forced_start;
   return i >= 0 && i < static_cast<int>(forced.size()) ? forced[i] : -1;
 }
 
-// After a token is appended: the output now ending with forced_after starts the forced tokens.
+// After a token is appended: the output now ending with forced_after starts the forced tokens;
+// the output ending with reasoning_end ends the reasoning.
 void note_forced_trigger(Sequence& seq) {
   const SamplingParams& p = seq.params();
-  if (p.forced_tokens.empty() || seq.forced_start >= 0) return;
-  const int n = static_cast<int>(p.forced_after.size());
-  if (seq.num_output_tokens() < n) return;
-  if (std::equal(p.forced_after.begin(), p.forced_after.end(), seq.tokens.end() - n)) {
-    seq.forced_start = seq.num_output_tokens();
+  if (p.reasoning_budget >= 0 && seq.reasoning_ended_at < 0 && output_ends_with(seq, p.reasoning_end)) {
+    seq.reasoning_ended_at = seq.num_output_tokens();
   }
+  if (p.forced_tokens.empty() || seq.forced_start >= 0) return;
+  if (output_ends_with(seq, p.forced_after)) seq.forced_start = seq.num_output_tokens();
 }
 
 // The sampler's view of a sequence before its next token.

@@ -34,6 +34,9 @@ void SamplingParams::validate() const {
   }
   for (int32_t id : forced_after) M3_CHECK(id >= 0, "forced_after holds a negative token id {}", id);
   for (int32_t id : forced_tokens) M3_CHECK(id >= 0, "forced_tokens holds a negative token id {}", id);
+  M3_CHECK(reasoning_budget >= -1, "reasoning_budget must be >= 0 (or -1 for none), got {}", reasoning_budget);
+  M3_CHECK(reasoning_budget < 0 || !reasoning_end.empty(), "reasoning_budget needs the reasoning_end token ids");
+  for (int32_t id : reasoning_end) M3_CHECK(id >= 0, "reasoning_end holds a negative token id {}", id);
 }
 
 std::string_view finish_reason_name(FinishReason reason) {

@@ -50,6 +50,13 @@ struct SamplingParams {
   // of `forced_after` counts.
   std::vector<int32_t> forced_after;
   std::vector<int32_t> forced_tokens;
+  // A cap on the reasoning (the server's Anthropic thinking.budget_tokens), for an output that
+  // starts inside reasoning: when the output reaches `reasoning_budget` tokens and has not yet
+  // contained `reasoning_end` (the reasoning closer's ids), the next tokens are `reasoning_end`,
+  // so the answer begins. It may complete `forced_after` (a tool call forced after reasoning).
+  // -1: no cap.
+  int reasoning_budget = -1;
+  std::vector<int32_t> reasoning_end;
 
   bool greedy() const { return temperature < 1e-5f; }
   // Throws m3::Error naming the first invalid field, e.g. "top_p must be in (0, 1], got 1.5".

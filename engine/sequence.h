@@ -43,6 +43,8 @@ struct Sequence {
   std::unordered_map<int32_t, int32_t> output_counts;  // presence / frequency penalties
   // Output index where params().forced_tokens begin; -1 while forced_after has not appeared.
   int forced_start = -1;
+  // Output length when params().reasoning_end first appeared at its end; -1 while it has not.
+  int reasoning_ended_at = -1;
   std::vector<PositionLogprobs> prompt_logprobs;      // collected during prefill
   bool prompt_logprobs_sent = false;
   int num_cached_prompt_tokens = -1;  // set on the first schedule

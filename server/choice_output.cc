@@ -7,7 +7,8 @@ namespace m3::server {
 ChoiceOutput::ChoiceOutput(const text::Tokenizer& tokenizer, ChoiceTextOptions options)
     : detokenizer_(tokenizer, options.skip_special_tokens),
       stop_(std::move(options.stop), options.include_stop_str_in_output),
-      include_stop_str_(options.include_stop_str_in_output) {
+      include_stop_str_(options.include_stop_str_in_output),
+      max_tool_calls_(options.max_tool_calls) {
   if (!options.reasoning_parser.empty()) {
     reasoning_parser_.emplace(options.reasoning_parser, options.reasoning_options);
   }
@@ -18,7 +19,7 @@ ChoiceOutput::ChoiceOutput(const text::Tokenizer& tokenizer, ChoiceTextOptions o
 }
 
 ChoiceDelta ChoiceOutput::add_tokens(std::span<const int32_t> ids, bool last_is_stop_token) {
-  if (finished_ || stop_.matched()) return {};
+  if (finished_ || stopped()) return {};
   if (last_is_stop_token && !include_stop_str_ && !ids.empty()) ids = ids.first(ids.size() - 1);
   std::string text = detokenizer_.push(ids);
   if (text.empty()) return {};
@@ -31,7 +32,7 @@ ChoiceDelta ChoiceOutput::add_tokens(std::span<const int32_t> ids, bool last_is_
 ChoiceDelta ChoiceOutput::finish() {
   if (finished_) return {};
   ChoiceDelta delta;
-  if (!stop_.matched()) {
+  if (!stopped()) {
     std::string tail = detokenizer_.finish();
     auto step = stop_.feed(tail);
     if (step.matched) matched_stop_ = *step.matched;
@@ -78,6 +79,27 @@ ChoiceDelta ChoiceOutput::route_text(std::string text, bool end_of_output) {
         }
       }
     }
+    if (!end_of_output && drop_calls_past_limit(calls.tool_call_deltas)) {
+      // A call past the limit began: what the parser still holds belongs to the calls kept
+      // (their arguments close); the rest of the output is not read.
+      text::ToolStreamDelta rest = tools_->finish();
+      drop_calls_past_limit(rest.tool_call_deltas);
+      calls.content_delta += rest.content_delta;
+      for (auto& call : rest.tool_call_deltas) {
+        auto same =
+            std::find_if(calls.tool_call_deltas.begin(), calls.tool_call_deltas.end(),
+                         [&](const text::ToolCallDelta& d) { return d.index == call.index; });
+        if (same == calls.tool_call_deltas.end()) {
+          calls.tool_call_deltas.push_back(std::move(call));
+        } else {
+          same->arguments_delta += call.arguments_delta;
+        }
+      }
+      tool_limit_reached_ = true;
+      end_of_output = true;
+    } else if (end_of_output) {
+      drop_calls_past_limit(calls.tool_call_deltas);
+    }
     delta.content = std::move(calls.content_delta);
     delta.tool_calls = std::move(calls.tool_call_deltas);
   } else {
@@ -86,6 +108,16 @@ ChoiceDelta ChoiceOutput::route_text(std::string text, bool end_of_output) {
   if (end_of_output) finished_ = true;
   remember(delta);
   return delta;
+}
+
+bool ChoiceOutput::drop_calls_past_limit(std::vector<text::ToolCallDelta>& calls) const {
+  if (max_tool_calls_ < 0) return false;
+  const auto past = std::remove_if(calls.begin(), calls.end(), [&](const text::ToolCallDelta& d) {
+    return d.index >= max_tool_calls_;
+  });
+  const bool dropped = past != calls.end();
+  calls.erase(past, calls.end());
+  return dropped;
 }
 
 void ChoiceOutput::remember(const ChoiceDelta& delta) {

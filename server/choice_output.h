@@ -29,6 +29,9 @@ struct ChoiceTextOptions {
   std::string tool_parser;                      // empty: no tool-call parsing
   nlohmann::json tools;                         // the request's tools, for argument coercion
   text::ToolCallIdGenerator make_tool_call_id;  // empty: random ids
+  // At most this many tool calls (Anthropic's disable_parallel_tool_use: 1); -1: no limit. The
+  // output ends where a call past the limit begins, and that call is not reported.
+  int max_tool_calls = -1;
 };
 
 struct ChoiceDelta {
@@ -56,7 +59,9 @@ class ChoiceOutput {
   // End of output: releases every held-back piece. Call once, after the last add_tokens.
   ChoiceDelta finish();
 
-  // A stop string matched: the output is over (the caller aborts the engine request).
+  // A stop string matched, or a tool call past max_tool_calls began: the output is over (the
+  // caller aborts the engine request).
+  bool stopped() const { return stop_.matched() || tool_limit_reached_; }
   bool stopped_by_string() const { return stop_.matched(); }
   const std::string& matched_stop_string() const { return matched_stop_; }
   bool saw_tool_call() const { return tools_ && tools_->saw_tool_call(); }
@@ -68,6 +73,8 @@ class ChoiceOutput {
 
  private:
   ChoiceDelta route_text(std::string text, bool end_of_output);
+  // Drops the deltas of calls past max_tool_calls; true when there were any.
+  bool drop_calls_past_limit(std::vector<text::ToolCallDelta>& calls) const;
   void remember(const ChoiceDelta& delta);
 
   text::IncrementalDetokenizer detokenizer_;
@@ -75,6 +82,8 @@ class ChoiceOutput {
   std::optional<text::ReasoningParser> reasoning_parser_;
   std::unique_ptr<text::ToolCallParser> tools_;
   bool include_stop_str_;
+  int max_tool_calls_;
+  bool tool_limit_reached_ = false;
   bool finished_ = false;
   std::string matched_stop_;
   std::string content_, reasoning_;

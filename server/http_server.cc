@@ -131,10 +131,36 @@ HttpServer::Impl::Impl(HttpLimits limits, std::vector<std::string> api_keys,
 }
 
 void HttpServer::Impl::add_route(const std::string& method, const std::string& path,
-                                 Handler handler) {
+                                 Handler handler, ErrorFormat errors) {
   M3_CHECK(!started_, "HTTP routes must be registered before start()");
   Route& route = routes_[path];
   (method == "GET" ? route.get : route.post) = std::move(handler);
+  if (errors) route.errors = std::move(errors);
+}
+
+void HttpServer::Impl::send_route_error(const std::string& path, HttpResponse& res, int status,
+                                        std::string_view message, std::string_view param) const {
+  auto it = routes_.find(path);
+  if (it == routes_.end() || !it->second.errors) return send_error(res, status, message, param);
+  send_json(res, it->second.errors(status, message, param), status);
+}
+
+bool HttpServer::Impl::authorized(const HttpRequest& req) const {
+  // Either header may carry the key: OpenAI clients send a Bearer token, Anthropic's x-api-key
+  // (some send both, one of them a placeholder).
+  std::string_view tokens[2] = {req.header("x-api-key"), {}};
+  std::string_view auth = req.header("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (auth.size() > kBearer.size() && auth.substr(0, kBearer.size()) == kBearer) {
+    tokens[1] = auth.substr(kBearer.size());
+  }
+  bool ok = false;
+  // Every key is compared (no early exit): the time does not tell which one nearly matched.
+  for (std::string_view token : tokens) {
+    if (token.empty()) continue;
+    for (const std::string& key : api_keys_) ok = same_key(key, token) || ok;
+  }
+  return ok;
 }
 
 const HttpServer::Handler* HttpServer::Impl::route(const HttpRequest& req, HttpResponse& res,
@@ -157,27 +183,19 @@ const HttpServer::Handler* HttpServer::Impl::route(const HttpRequest& req, HttpR
     std::string allowed = route.get ? "GET, HEAD" : "";
     if (route.post) allowed += allowed.empty() ? "POST" : ", POST";
     res.set_header("Allow", allowed);
-    send_error(res, 405,
-               fmt::format("method {} is not allowed for {} (allowed: {})", req.method, req.path,
-                           allowed));
+    send_route_error(req.path, res, 405,
+                     fmt::format("method {} is not allowed for {} (allowed: {})", req.method,
+                                 req.path, allowed));
     return nullptr;
   }
-  if (!api_keys_.empty() && needs_auth_ && needs_auth_(req.path)) {
-    std::string_view auth = req.header("Authorization");
-    constexpr std::string_view kBearer = "Bearer ";
-    bool ok = false;
-    if (auth.size() > kBearer.size() && auth.substr(0, kBearer.size()) == kBearer) {
-      std::string_view token = auth.substr(kBearer.size());
-      // Every key is compared (no early exit): the time does not tell which one nearly matched.
-      for (const std::string& key : api_keys_) ok = same_key(key, token) || ok;
-    }
-    if (!ok) {
-      res.set_header("WWW-Authenticate", "Bearer");
-      send_error(res, 401,
-                 auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
-                              : "invalid API key");
-      return nullptr;
-    }
+  if (!api_keys_.empty() && needs_auth_ && needs_auth_(req.path) && !authorized(req)) {
+    res.set_header("WWW-Authenticate", "Bearer");
+    const bool none = req.header("Authorization").empty() && req.header("x-api-key").empty();
+    send_route_error(req.path, res, 401,
+                     none ? "missing API key: send 'Authorization: Bearer <key>' or "
+                            "'x-api-key: <key>'"
+                          : "invalid API key");
+    return nullptr;
   }
   return handler;
 }
@@ -188,14 +206,14 @@ void HttpServer::Impl::run_handler(const Handler& handler, const HttpRequest& re
     handler(req, res);
   } catch (const ApiError& e) {
     res = HttpResponse{};
-    send_error(res, e.status(), e.what(), e.param());
+    send_route_error(req.path, res, e.status(), e.what(), e.param());
   } catch (const m3::Error& e) {
     res = HttpResponse{};
-    send_error(res, 400, e.what());
+    send_route_error(req.path, res, 400, e.what());
   } catch (const std::exception& e) {
     M3_LOG_ERROR("{} {}: internal error: {}", req.method, req.path, e.what());
     res = HttpResponse{};
-    send_error(res, 500, fmt::format("internal server error: {}", e.what()));
+    send_route_error(req.path, res, 500, fmt::format("internal server error: {}", e.what()));
   }
 }
 
@@ -331,8 +349,8 @@ void HttpServer::get(const std::string& path, Handler handler) {
   impl_->add_route("GET", path, std::move(handler));
 }
 
-void HttpServer::post(const std::string& path, Handler handler) {
-  impl_->add_route("POST", path, std::move(handler));
+void HttpServer::post(const std::string& path, Handler handler, ErrorFormat errors) {
+  impl_->add_route("POST", path, std::move(handler), std::move(errors));
 }
 
 int HttpServer::start(const std::string& host, int port) { return impl_->start(host, port); }

@@ -18,8 +18,11 @@
 //     the route learns it (StreamWriter::on_close) so the work behind it is aborted.
 //
 // Route handlers may throw ApiError (status + message), m3::Error (400: a request the lower layers
-// rejected) or anything else (500); the client always gets the OpenAI error JSON and the server
-// keeps serving.
+// rejected) or anything else (500); the client always gets an error JSON and the server keeps
+// serving. The error JSON is OpenAI's unless the route was registered with its own ErrorFormat
+// (/v1/messages answers in Anthropic's shape); that format also covers the route's 401, 405 and
+// the limits found once its head is read (413, 431, 408). Errors before the request line is
+// known (malformed heads, 503 at the connection limit) are OpenAI's.
 #pragma once
 #include <chrono>
 #include <cstddef>
@@ -123,9 +126,14 @@ class ServerMetrics;
 class HttpServer {
  public:
   using Handler = std::function<void(const HttpRequest&, HttpResponse&)>;
+  // The body of an error response of a route: (status, message, the field at fault or empty).
+  using ErrorFormat =
+      std::function<std::string(int status, std::string_view message, std::string_view param)>;
 
   // `api_keys` empty: no authentication. Otherwise requests to paths for which
-  // `needs_auth(path)` is true must send "Authorization: Bearer <one of the keys>".
+  // `needs_auth(path)` is true must send "Authorization: Bearer <one of the keys>" or
+  // "x-api-key: <one of the keys>" (the header Anthropic's clients send); either header may
+  // carry the key.
   // `metrics` (may be null) receives m3:token_to_socket_seconds.
   HttpServer(HttpLimits limits, std::vector<std::string> api_keys,
              std::function<bool(const std::string& path)> needs_auth,
@@ -136,8 +144,9 @@ class HttpServer {
 
   // GET (and HEAD) handlers run on an I/O thread: they must be quick (health, metrics, lists).
   void get(const std::string& path, Handler handler);
-  // POST handlers run on the handler pool.
-  void post(const std::string& path, Handler handler);
+  // POST handlers run on the handler pool. `errors` (empty: OpenAI's error JSON) formats every
+  // error this path answers with.
+  void post(const std::string& path, Handler handler, ErrorFormat errors = {});
 
   // Binds (port 0: any free port) and starts serving on background threads. Returns the port.
   // Throws m3::Error when the address cannot be bound or the TLS files cannot be loaded.

@@ -5,6 +5,7 @@
 // One read is kept outstanding even while a request is being handled or streamed: that is how a
 // client that hangs up is noticed at once (its stream is closed and the route aborts the work);
 // bytes of pipelined requests read meanwhile wait in the input buffer, bounded.
+#include <algorithm>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
@@ -398,7 +399,14 @@ class Connection final : public ConnectionBase,
   void send_error_and_close(int status, std::string_view message) {
     keep_alive_ = false;
     HttpResponse res;
-    send_error(res, status, message);
+    // Once the request line is read the route is known, and the error takes the route's shape
+    // (Beast fills the target in as soon as the line is parsed; empty before).
+    std::string path;
+    if (parser_) {
+      path = str(parser_->get().target());
+      path.resize(std::min(path.size(), path.find('?')));
+    }
+    server_.send_route_error(path, res, status, message);
     disarm_read_timer();
     respond(std::move(res));
   }

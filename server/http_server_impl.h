@@ -49,11 +49,16 @@ class HttpServer::Impl {
   net::ssl::context* tls() { return tls_ ? &*tls_ : nullptr; }
   net::thread_pool& handler_pool() { return *handler_pool_; }
 
-  void add_route(const std::string& method, const std::string& path, Handler handler);
+  void add_route(const std::string& method, const std::string& path, Handler handler,
+                 ErrorFormat errors = {});
   // Routing, auth and method checks for a parsed request: the handler to run (and whether it
   // runs on the I/O thread), or null with `res` set to the error to send.
   const Handler* route(const HttpRequest& req, HttpResponse& res, bool& run_inline) const;
-  // Runs a handler; whatever it throws becomes the OpenAI error JSON in `res`.
+  // Sets `res` to the error of `status` in the shape of the route at `path` (OpenAI's for a
+  // path with no route or no ErrorFormat).
+  void send_route_error(const std::string& path, HttpResponse& res, int status,
+                        std::string_view message, std::string_view param = {}) const;
+  // Runs a handler; whatever it throws becomes the route's error JSON in `res`.
   void run_handler(const Handler& handler, const HttpRequest& req, HttpResponse& res) const;
 
   // The registry of open connections (max_connections counts them; stop() closes them).
@@ -68,8 +73,10 @@ class HttpServer::Impl {
   struct Route {
     Handler get;
     Handler post;
+    ErrorFormat errors;  // empty: OpenAI's error JSON
   };
   void accept();
+  bool authorized(const HttpRequest& req) const;
 
   HttpLimits limits_;
   std::vector<std::string> api_keys_;

@@ -1,7 +1,8 @@
-// What a /v1/completions and a /v1/chat/completions response share: the engine job, its choices,
-// the response id and envelope, the usage bookkeeping, and the event-driven loop that carries
-// engine outputs to the client on the connection's thread, as SSE chunks (stream) or one JSON
-// body once every choice has ended.
+// What the responses of /v1/completions, /v1/chat/completions and /v1/messages share: the engine
+// job, its choices, the response id and envelope, the usage bookkeeping, and the event-driven
+// loop that carries engine outputs to the client on the connection's thread, as SSE events
+// (stream) or one JSON body once every choice has ended. The stream's end and the error shape
+// are the route's (stream_end, error_bytes).
 //
 // Nothing here waits: the engine's sinks post a task to the connection when outputs arrive, the
 // task turns them into chunks while the client keeps up (StreamWriter::writable) and otherwise
@@ -49,6 +50,13 @@ class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
   virtual void collect_event(const ChoiceEvent& event) = 0;
   // Not streaming: the body once every choice has ended (none with an error).
   virtual nlohmann::json whole_body() = 0;
+  // Streaming: the end of the stream, after every choice ended (`failed`: a choice failed, and
+  // its error event was sent). OpenAI's: the usage chunk (stream_options.include_usage) and
+  // "data: [DONE]".
+  virtual void stream_end(bool failed);
+  // An error as the response's bytes: an SSE event when streaming, else a JSON body. OpenAI's
+  // error shape unless the route speaks another API.
+  virtual std::string error_bytes(int status, const std::string& message) const;
 
   // {"id", "object", "created", "model"} of this response.
   nlohmann::json envelope() const;
@@ -58,6 +66,8 @@ class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
   nlohmann::json usage() const;
   // Sends one SSE chunk, with the choice's usage when the client asked for continuous usage.
   void send_chunk(nlohmann::json chunk, const ChoiceState& choice);
+  // Queues bytes of the body; false once the response has ended.
+  bool write(std::string bytes);
   // Applies an output to its choice and counts the choice when it ends; records a failed
   // choice's error for the stream's tail. Returns what became final, or nothing when the choice
   // had already ended (a stop string ended it; later outputs are not sent).
@@ -77,7 +87,6 @@ class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
   void finish();
   void fail(const std::string& message);
   void client_gone();
-  bool write(std::string bytes);
 
   std::string id_;
   std::string object_;

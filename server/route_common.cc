@@ -115,9 +115,11 @@ ChoiceDelta apply_output(ChoiceState& choice, const RequestOutput& output, int c
     }
   };
 
-  if (choice.text.stopped_by_string()) {
+  if (choice.text.stopped()) {
     choice.ended = true;
-    choice.end = {"stop", choice.text.matched_stop_string()};
+    choice.end = {"stop", choice.text.stopped_by_string()
+                              ? nlohmann::json(choice.text.matched_stop_string())
+                              : nlohmann::json(nullptr)};
     if (!output.finished) job.abort(choice_index);
   } else if (output.finished) {
     merge(choice.text.finish());

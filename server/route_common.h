@@ -61,8 +61,9 @@ struct ChoiceState {
 
 // Applies one engine output to its choice and returns the text that became final. Decides the
 // finish reason: stop (eos, stop token id -> stop_reason = id, or stop string -> stop_reason =
-// the string, in which case the engine request is aborted), length, tool_calls (stop with a
-// tool call), abort (client gone / shutdown), error.
+// the string, in which case the engine request is aborted; also when a tool call past the
+// choice's max_tool_calls began), length, tool_calls (stop with a tool call), abort (client gone
+// / shutdown), error.
 ChoiceDelta apply_output(ChoiceState& choice, const RequestOutput& output, int choice_index,
                          GenerationJob& job, const std::vector<int32_t>& stop_token_ids);
 

@@ -3,6 +3,7 @@
 //   routes_tokenize.cc     /tokenize /detokenize
 //   completions_route.cc   /v1/completions
 //   chat_route.cc          /v1/chat/completions
+//   messages_route.cc      /v1/messages /v1/messages/count_tokens (Anthropic Messages API)
 #pragma once
 
 namespace m3::server {
@@ -16,5 +17,7 @@ void register_basic_routes(HttpServer& http, ServerContext& context);
 void register_tokenize_routes(HttpServer& http, ServerContext& context);
 void handle_completions(ServerContext& context, const HttpRequest& req, HttpResponse& res);
 void handle_chat_completions(ServerContext& context, const HttpRequest& req, HttpResponse& res);
+// Registers both Anthropic routes with Anthropic's error shape.
+void register_messages_routes(HttpServer& http, ServerContext& context);
 
 }  // namespace m3::server

@@ -323,6 +323,58 @@ TEST(EngineCore, ForcedTokensFollowTheirTriggerAndTheRestIsSampled) {
             std::string::npos);
 }
 
+// Anthropic's thinking.budget_tokens: the reasoning closer is forced once the output reaches the
+// budget, unless the model closed its reasoning first; a tool call forced after reasoning follows
+// the forced closer.
+TEST(EngineCore, ReasoningBudgetForcesTheCloserOnce) {
+  EngineCore engine(std::make_unique<test::FakeModel>(8, 64, kVocab), {});
+  engine.start();
+  const std::vector<int32_t> prompt = prompt_of(6, 4);
+  const std::vector<int32_t> free_run = oracle_greedy(prompt, 8);
+  auto run = [&](const std::string& id, const SamplingParams& sampling) {
+    EngineRequest r = request(id, prompt, 8);
+    r.sampling.reasoning_budget = sampling.reasoning_budget;
+    r.sampling.reasoning_end = sampling.reasoning_end;
+    r.sampling.forced_after = sampling.forced_after;
+    r.sampling.forced_tokens = sampling.forced_tokens;
+    Stream s;
+    engine.add_request(r, s.sink());
+    s.wait();
+    return s.tokens;
+  };
+  auto continued = [&](std::vector<int32_t> head, int total) {
+    std::vector<int32_t> context = prompt;
+    context.insert(context.end(), head.begin(), head.end());
+    for (int32_t t : oracle_greedy(context, total - static_cast<int>(head.size()))) head.push_back(t);
+    return head;
+  };
+
+  // The budget of 3 is spent: the closer {5, 6} comes next, then the model goes on.
+  SamplingParams capped;
+  capped.reasoning_budget = 3;
+  capped.reasoning_end = {5, 6};
+  EXPECT_EQ(run("capped", capped), continued({free_run[0], free_run[1], free_run[2], 5, 6}, 8));
+
+  // The model closes its reasoning (its own second token) within the budget: nothing is forced.
+  SamplingParams closed;
+  closed.reasoning_budget = 4;
+  closed.reasoning_end = {free_run[1]};
+  EXPECT_EQ(run("closed", closed), free_run);
+
+  // A zero budget closes at once, and the forced tool-call opener follows the closer.
+  SamplingParams tool;
+  tool.reasoning_budget = 0;
+  tool.reasoning_end = {5};
+  tool.forced_after = {5};
+  tool.forced_tokens = {1, 2};
+  EXPECT_EQ(run("tool", tool), continued({5, 1, 2}, 8));
+
+  EngineRequest bad = request("bad", prompt, 4);
+  bad.sampling.reasoning_budget = 2;
+  EXPECT_NE(error_of([&] { engine.add_request(bad, [](const RequestOutput&) {}); }).find("reasoning_end"),
+            std::string::npos);
+}
+
 TEST(EngineCore, SinkMayAbortAndIdsAreReusableAfterFinishing) {
   EngineCore engine(std::make_unique<test::FakeModel>(8, 64, kVocab), {});
   engine.start();

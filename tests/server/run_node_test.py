@@ -21,17 +21,18 @@ MODEL = os.environ.get("M3SERVE_MODEL", "models/minimax-m3-tiny")
 DEPS = os.environ.get("NODE_DEPS_DIR", "build/node_client_test")
 
 
-def install_client():
-    lock = os.path.join(HERE, "node", "package-lock.json")
-    marker = os.path.join(DEPS, "node_modules", ".m3-lock")
+def install_client(package_dir=os.path.join(HERE, "node"), deps=DEPS):
+    """`npm ci` of package_dir's package.json + package-lock.json into `deps` (once per lock)."""
+    lock = os.path.join(package_dir, "package-lock.json")
+    marker = os.path.join(deps, "node_modules", ".m3-lock")
     want = open(lock).read()
     if os.path.exists(marker) and open(marker).read() == want:
         return True
-    os.makedirs(DEPS, exist_ok=True)
+    os.makedirs(deps, exist_ok=True)
     for name in ("package.json", "package-lock.json"):
-        shutil.copy(os.path.join(HERE, "node", name), os.path.join(DEPS, name))
+        shutil.copy(os.path.join(package_dir, name), os.path.join(deps, name))
     try:
-        p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=DEPS, capture_output=True, text=True,
+        p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=deps, capture_output=True, text=True,
                            timeout=600)
     except FileNotFoundError:
         print("npm is not installed")

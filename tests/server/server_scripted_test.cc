@@ -675,5 +675,43 @@ TEST(ScriptedServerLifecycle, HealthReflectsLoadingReadyAndDraining) {
   EXPECT_NE(rest.find("data: [DONE]"), std::string::npos);
 }
 
+// The Anthropic routes answer in Anthropic's shape while the model loads: overloaded_error.
+TEST(ScriptedServerLifecycle, MessagesAreOverloadedWhileLoading) {
+  ScriptedServerOptions o = default_options();
+  o.load_model = false;
+  ScriptedServer server(std::move(o));
+  const std::string body = R"({"model": "scripted", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})";
+  for (const char* path : {"/v1/messages", "/v1/messages/count_tokens"}) {
+    HttpReply early = http_post(server.port(), path, body);
+    EXPECT_EQ(early.status, 503) << path;
+    json error = json::parse(early.body);
+    EXPECT_EQ(error["type"], "error") << early.body;
+    EXPECT_EQ(error["error"]["type"], "overloaded_error") << early.body;
+    EXPECT_NE(error["error"]["message"].get<std::string>().find("loading"), std::string::npos) << early.body;
+  }
+  server.publish_model();
+  HttpReply served = http_post(server.port(), "/v1/messages", json::parse(body).dump());
+  EXPECT_EQ(served.status, 200) << served.body;
+}
+
+// A /v1/messages stream cut by a shutdown that aborts it ends with Anthropic's error event, not
+// with a message_stop that would pass the cut answer off as whole.
+TEST(ScriptedServerLifecycle, AnAbortedMessagesStreamEndsWithAnErrorEvent) {
+  ScriptedServerOptions o = default_options();
+  std::string long_reply;
+  for (int i = 0; i < 6000; ++i) long_reply += "word ";
+  o.replies = {{"", long_reply}};
+  ScriptedServer server(std::move(o));
+  json body = {{"model", "scripted"}, {"max_tokens", 7000}, {"stream", true}, {"messages", {user("Hi")}}};
+  OpenRequest in_flight(server.port(), "POST", "/v1/messages", body.dump());
+  in_flight.read_until("event: content_block_delta");
+  server.server().drain_and_stop(std::chrono::milliseconds(0), [&] { server.engine().shutdown(false); });
+  std::string rest = in_flight.read_until("event: error");
+  const size_t error = rest.find("event: error\ndata: ");
+  ASSERT_NE(error, std::string::npos) << rest.substr(rest.size() > 400 ? rest.size() - 400 : 0);
+  EXPECT_NE(rest.find("\"type\":\"overloaded_error\"", error), std::string::npos) << rest.substr(error);
+  EXPECT_EQ(rest.find("message_stop"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace m3::testing
