@@ -4,16 +4,14 @@
 //
 // Reasoning is reported as `reasoning_content` (vLLM's long-standing field, also DeepSeek's) and
 // as `reasoning` (vLLM's newer name), so clients of either generation find it.
-#include <cctype>
 #include <optional>
 
 #include "core/log.h"
 #include "server/api_error.h"
-#include "server/chat_prompt.h"
+#include "server/chat_generation.h"
 #include "server/response_session.h"
 #include "server/route_common.h"
 #include "server/routes.h"
-#include "text/reasoning_parser.h"
 #include "text/tool_parser.h"
 
 namespace m3::server {
@@ -144,70 +142,6 @@ class ChatSession final : public ResponseSession {
   ChatRequest request_;
 };
 
-// Which parsers run for this request, per the server's options and the tool choice.
-ChoiceTextOptions text_options(const ServeOptions& options, const ChatRequest& r,
-                               const std::string& prompt_text) {
-  ChoiceTextOptions o;
-  o.skip_special_tokens = r.common.skip_special_tokens;
-  o.stop = r.common.stop;
-  o.include_stop_str_in_output = r.common.include_stop_str_in_output;
-  if (!options.reasoning_parser.empty()) {
-    o.reasoning_parser = options.reasoning_parser;
-    if (auto mode = r.chat_template_kwargs.find("thinking_mode");
-        mode != r.chat_template_kwargs.end() && mode->is_string()) {
-      o.reasoning_options.thinking_mode = mode->get<std::string>();
-    }
-    o.reasoning_options.prompt_ends_in_reasoning =
-        text::ReasoningParser::prompt_ends_in_reasoning(options.reasoning_parser, prompt_text);
-  }
-  if (r.tool_choice != ToolChoice::kNone) {
-    o.tool_parser = options.tool_call_parser;
-    o.tools = nlohmann::json(r.tools);
-  }
-  // Parsers match their markers as text; markers may be special tokens, which must then
-  // survive detokenization (vLLM's MiniMax parsers turn skip_special_tokens off too).
-  if (!o.reasoning_parser.empty() || !o.tool_parser.empty()) o.skip_special_tokens = false;
-  return o;
-}
-
-// tool_choice "required" or a named function: the model is made to open a call, since nothing
-// else would make it call one. The call opener (with the function's name when it is known) is
-// forced once reasoning has ended, or from the first token when the prompt already closed it
-// (thinking disabled). As in vLLM, a model that answers without ever closing its reasoning is
-// not forced. With "required", the model names the function itself unless there is only one.
-void force_tool_call(const ServeOptions& options, const ChatRequest& r, const std::string& prompt_text,
-                     const text::Tokenizer& tokenizer, SamplingParams& sampling) {
-  if (r.tool_choice != ToolChoice::kRequired && r.tool_choice != ToolChoice::kNamed) return;
-  std::optional<std::string_view> name;
-  if (r.tool_choice == ToolChoice::kNamed) {
-    name = r.tool_choice_name;
-  } else if (r.tools.is_array() && r.tools.size() == 1) {
-    name = r.tools[0]["function"]["name"].get_ref<const std::string&>();
-  }
-  const std::string opener = text::ToolCallParser::call_opener(options.tool_call_parser, name);
-  sampling.forced_tokens = tokenizer.encode(opener, false);
-  if (options.reasoning_parser.empty()) return;
-  const std::string_view end = text::ReasoningParser::end_marker(options.reasoning_parser);
-  std::string_view prompt = prompt_text;
-  while (!prompt.empty() && std::isspace(static_cast<unsigned char>(prompt.back()))) prompt.remove_suffix(1);
-  if (!prompt.ends_with(end)) sampling.forced_after = tokenizer.encode(end, false);
-}
-
-void check_tool_choice(const ServeOptions& options, const ChatRequest& r) {
-  if (r.tool_choice == ToolChoice::kAuto &&
-      (!options.enable_auto_tool_choice || options.tool_call_parser.empty())) {
-    throw ApiError(400,
-                   "\"auto\" tool choice requires --enable-auto-tool-choice and "
-                   "--tool-call-parser to be set",
-                   "tool_choice");
-  }
-  if ((r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) &&
-      options.tool_call_parser.empty()) {
-    throw ApiError(400, "this tool_choice needs the server to be started with --tool-call-parser",
-                   "tool_choice");
-  }
-}
-
 }  // namespace
 
 void handle_chat_completions(ServerContext& context, const HttpRequest& req, HttpResponse& res) {
@@ -216,28 +150,21 @@ void handle_chat_completions(ServerContext& context, const HttpRequest& req, Htt
   Json body = parse_json_body(req);
   ChatRequest request = parse_chat_request(body, context.options().request_limits);
   check_model_name(context, request.common.model);
-  check_tool_choice(context.options(), request);
 
-  ChatPrompt prompt = build_chat_prompt(request, *model);
-  check_prompt_ids(prompt.token_ids, model->vocab_size, "messages");
-  int max_tokens = resolve_max_tokens(request.common, *model,
-                                      static_cast<int>(prompt.token_ids.size()), "messages");
-  SamplingParams sampling = make_sampling_params(request.common, model->defaults, max_tokens);
-  force_tool_call(context.options(), request, prompt.text, model->tokenizer, sampling);
+  ChatGeneration g = prepare_chat_generation(context.options(), *model, request);
 
   auto s = std::make_shared<ChatSession>(context, model, std::move(request), arrival);
   const ChatRequest& r = s->request();
-  ChoiceTextOptions options = text_options(context.options(), r, prompt.text);
-  s->reasoning = !options.reasoning_parser.empty();
+  s->reasoning = g.reasoning_split;
   for (int j = 0; j < r.common.n; ++j) {
-    auto choice = std::make_unique<ChoiceState>(model->tokenizer, options);
-    choice->prompt_tokens = static_cast<int>(prompt.token_ids.size());
+    auto choice = std::make_unique<ChoiceState>(model->tokenizer, g.text);
+    choice->prompt_tokens = static_cast<int>(g.prompt.token_ids.size());
     s->choices().push_back(std::move(choice));
   }
-  s->prompt_ids = prompt.token_ids;
-  s->job().submit(make_engine_requests(s->id(), prompt.token_ids, sampling, r.common.n, *model));
-  M3_LOG_DEBUG("chat {}: {} prompt tokens, n={}, max_tokens={}", s->id(), prompt.token_ids.size(),
-               r.common.n, max_tokens);
+  s->prompt_ids = g.prompt.token_ids;
+  s->job().submit(make_engine_requests(s->id(), g.prompt.token_ids, g.sampling, r.common.n, *model));
+  M3_LOG_DEBUG("chat {}: {} prompt tokens, n={}, max_tokens={}", s->id(), g.prompt.token_ids.size(),
+               r.common.n, g.max_tokens);
   s->respond(req, res);
 }
 

@@ -133,18 +133,29 @@ HttpServer::Impl::Impl(HttpLimits limits, std::vector<std::string> api_keys,
 void HttpServer::Impl::add_route(const std::string& method, const std::string& path,
                                  Handler handler) {
   M3_CHECK(!started_, "HTTP routes must be registered before start()");
-  Route& route = routes_[path];
-  (method == "GET" ? route.get : route.post) = std::move(handler);
+  constexpr std::string_view kSegment = "/{}";
+  Route& route = path.ends_with(kSegment)
+                     ? segment_routes_[path.substr(0, path.size() - kSegment.size() + 1)]
+                     : routes_[path];
+  (method == "GET" ? route.get : method == "DELETE" ? route.del : route.post) = std::move(handler);
+}
+
+const HttpServer::Impl::Route* HttpServer::Impl::find_route(const std::string& path) const {
+  if (auto it = routes_.find(path); it != routes_.end()) return &it->second;
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash + 1 == path.size()) return nullptr;
+  auto it = segment_routes_.find(path.substr(0, slash + 1));
+  return it == segment_routes_.end() ? nullptr : &it->second;
 }
 
 const HttpServer::Handler* HttpServer::Impl::route(const HttpRequest& req, HttpResponse& res,
                                                    bool& run_inline) const {
-  auto it = routes_.find(req.path);
-  if (it == routes_.end()) {
+  const Route* found = find_route(req.path);
+  if (!found) {
     send_error(res, 404, fmt::format("no route for {} {}", req.method, req.path));
     return nullptr;
   }
-  const Route& route = it->second;
+  const Route& route = *found;
   const Handler* handler = nullptr;
   if ((req.method == "GET" || req.method == "HEAD") && route.get) {
     handler = &route.get;
@@ -152,10 +163,14 @@ const HttpServer::Handler* HttpServer::Impl::route(const HttpRequest& req, HttpR
   } else if (req.method == "POST" && route.post) {
     handler = &route.post;
     run_inline = false;
+  } else if (req.method == "DELETE" && route.del) {
+    handler = &route.del;
+    run_inline = true;
   }
   if (!handler) {
     std::string allowed = route.get ? "GET, HEAD" : "";
     if (route.post) allowed += allowed.empty() ? "POST" : ", POST";
+    if (route.del) allowed += allowed.empty() ? "DELETE" : ", DELETE";
     res.set_header("Allow", allowed);
     send_error(res, 405,
                fmt::format("method {} is not allowed for {} (allowed: {})", req.method, req.path,
@@ -333,6 +348,10 @@ void HttpServer::get(const std::string& path, Handler handler) {
 
 void HttpServer::post(const std::string& path, Handler handler) {
   impl_->add_route("POST", path, std::move(handler));
+}
+
+void HttpServer::del(const std::string& path, Handler handler) {
+  impl_->add_route("DELETE", path, std::move(handler));
 }
 
 int HttpServer::start(const std::string& host, int port) { return impl_->start(host, port); }

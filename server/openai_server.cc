@@ -27,6 +27,7 @@ OpenAIServer::OpenAIServer(ServeOptions options)
   http_.post("/v1/chat/completions", [this](const HttpRequest& req, HttpResponse& res) {
     handle_chat_completions(context_, req, res);
   });
+  register_responses_routes(http_, context_);
 }
 
 OpenAIServer::~OpenAIServer() { stop(); }

@@ -95,15 +95,7 @@ void ResponseSession::pump() {
 
 void ResponseSession::finish() {
   if (common().stream) {
-    if (!stream_error_.empty()) {
-      write(sse_event(error_json(500, stream_error_)));
-    } else if (common().include_usage) {
-      nlohmann::json usage_chunk = envelope();
-      usage_chunk["choices"] = nlohmann::json::array();
-      usage_chunk["usage"] = total_usage(choices_);
-      write(sse_event(usage_chunk));
-    }
-    write(std::string(kSseDone));
+    stream_end();
   } else {
     std::string failure;
     for (const auto& choice : choices_) {
@@ -113,19 +105,39 @@ void ResponseSession::finish() {
       }
     }
     // The 200 status is already on the wire (see above); the body says what failed.
-    write(dump_json(failure.empty() ? whole_body() : error_json(500, failure)));
+    if (failure.empty()) {
+      write(dump_json(whole_body()));
+    } else {
+      write(error_bytes(failure));
+    }
   }
   ended_ = true;
   auto writer = std::move(writer_);
   writer->finish();
 }
 
+void ResponseSession::stream_end() {
+  if (!stream_error_.empty()) {
+    write(error_bytes(stream_error_));
+  } else if (common().include_usage) {
+    nlohmann::json usage_chunk = envelope();
+    usage_chunk["choices"] = nlohmann::json::array();
+    usage_chunk["usage"] = total_usage(choices_);
+    write(sse_event(usage_chunk));
+  }
+  write(std::string(kSseDone));
+}
+
+std::string ResponseSession::error_bytes(const std::string& message) {
+  const nlohmann::json error = error_json(500, message);
+  return common().stream ? sse_event(error) : dump_json(error);
+}
+
 void ResponseSession::fail(const std::string& message) {
   if (ended_) return;
   job_.abort_all();
   count_abandoned(context_.metrics(), choices_);
-  const nlohmann::json error = error_json(500, fmt::format("internal server error: {}", message));
-  write(common().stream ? sse_event(error) : dump_json(error));
+  write(error_bytes(fmt::format("internal server error: {}", message)));
   ended_ = true;
   auto writer = std::move(writer_);
   if (writer) writer->finish();

@@ -49,6 +49,12 @@ class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
   virtual void collect_event(const ChoiceEvent& event) = 0;
   // Not streaming: the body once every choice has ended (none with an error).
   virtual nlohmann::json whole_body() = 0;
+  // Streaming: the tail once every choice has ended: the error event of a failed choice, or
+  // the usage chunk when asked for, then [DONE] (the chat and completions stream grammar).
+  virtual void stream_end();
+  // What reports `message` (a failed choice, an exception while producing the response) after
+  // the 200 status went out: the OpenAI error JSON, as an SSE event when streaming.
+  virtual std::string error_bytes(const std::string& message);
 
   // {"id", "object", "created", "model"} of this response.
   nlohmann::json envelope() const;
@@ -60,6 +66,11 @@ class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
   // choice's error for the stream's tail. Returns what became final, or nothing when the choice
   // had already ended (a stop string ended it; later outputs are not sent).
   std::optional<ChoiceDelta> apply(const ChoiceEvent& event);
+  // Queues bytes of the body (false once the response ended).
+  bool write(std::string bytes);
+  int64_t created() const { return created_; }
+  // The error of the first failed choice, empty when none failed.
+  const std::string& stream_error() const { return stream_error_; }
 
   ServerContext& context_;
   std::shared_ptr<const ModelContext> model_;
@@ -75,7 +86,6 @@ class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
   void finish();
   void fail(const std::string& message);
   void client_gone();
-  bool write(std::string bytes);
 
   std::string id_;
   std::string object_;

@@ -33,7 +33,7 @@ void check_prompt_ids(const std::vector<int32_t>& ids, int vocab_size, std::stri
 }
 
 int resolve_max_tokens(const CommonRequest& request, const ModelContext& model, int prompt_tokens,
-                       std::string_view prompt_field) {
+                       std::string_view prompt_field, std::string_view max_tokens_field) {
   const int limit = model.max_model_len;
   // A prompt may fill the whole context only when nothing is to be generated (echo scoring).
   const bool prompt_only = request.max_tokens && *request.max_tokens == 0;
@@ -49,12 +49,12 @@ int resolve_max_tokens(const CommonRequest& request, const ModelContext& model, 
   if (request.max_tokens) {
     if (*request.max_tokens > room) {
       throw ApiError(400,
-                     fmt::format("'max_tokens' is too large: {}. This model's maximum context "
+                     fmt::format("'{}' is too large: {}. This model's maximum context "
                                  "length is {} tokens and your request has {} input tokens ({} > "
                                  "{} - {}).",
-                                 *request.max_tokens, limit, prompt_tokens, *request.max_tokens,
-                                 limit, prompt_tokens),
-                     "max_tokens");
+                                 max_tokens_field, *request.max_tokens, limit, prompt_tokens,
+                                 *request.max_tokens, limit, prompt_tokens),
+                     std::string(max_tokens_field));
     }
     return static_cast<int>(*request.max_tokens);
   }

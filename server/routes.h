@@ -3,6 +3,7 @@
 //   routes_tokenize.cc     /tokenize /detokenize
 //   completions_route.cc   /v1/completions
 //   chat_route.cc          /v1/chat/completions
+//   responses_route.cc     /v1/responses, GET and DELETE /v1/responses/{id}
 #pragma once
 
 namespace m3::server {
@@ -16,5 +17,6 @@ void register_basic_routes(HttpServer& http, ServerContext& context);
 void register_tokenize_routes(HttpServer& http, ServerContext& context);
 void handle_completions(ServerContext& context, const HttpRequest& req, HttpResponse& res);
 void handle_chat_completions(ServerContext& context, const HttpRequest& req, HttpResponse& res);
+void register_responses_routes(HttpServer& http, ServerContext& context);
 
 }  // namespace m3::server
