@@ -421,7 +421,13 @@ Json input_messages(const json& input, const json& history) {
       }
       std::string text = content_text(item, "content", path + ".content");
       if (*role == "assistant") {
-        assistant({{"role", "assistant"}, {"content", std::move(text)}});
+        // Items of one assistant turn (its messages and calls, as a response's output lists
+        // them) form one assistant message, as the template expects before the tool results.
+        if (pending_reasoning.empty() && !out.empty() && out.back()["role"] == "assistant") {
+          out.back()["content"] = out.back()["content"].get<std::string>() + text;
+        } else {
+          assistant({{"role", "assistant"}, {"content", std::move(text)}});
+        }
       } else {
         flush_reasoning();
         out.push_back({{"role", *role}, {"content", std::move(text)}});
