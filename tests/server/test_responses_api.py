@@ -339,5 +339,57 @@ class BadInput(unittest.TestCase):
         self.assertEqual(SERVER.post("/v1/responses", body(max_output_tokens=1))["object"], "response")
 
 
+class MutatedRequests(unittest.TestCase):
+    def test_wrong_values_anywhere_are_4xx_and_the_server_keeps_serving(self):
+        valid = {
+            "model": "tiny", "instructions": "Be brief.", "max_output_tokens": 1, "temperature": 0, "top_p": 1,
+            "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "r"}]},
+                {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\": \"x\"}"},
+                {"type": "function_call_output", "call_id": "call_1", "output": "ok"},
+            ],
+            "tools": [WEATHER], "tool_choice": "auto", "parallel_tool_calls": True, "max_tool_calls": 2,
+            "text": {"format": {"type": "text"}}, "reasoning": {"effort": "low", "summary": "auto"},
+            "store": False, "metadata": {"k": "v"}, "include": ["reasoning.encrypted_content"],
+        }
+        self.assertEqual(SERVER.post("/v1/responses", valid)["object"], "response")
+        wrong = [None, -1, 1e308, "x", [], {}, True]
+
+        def paths(value, prefix=()):
+            yield prefix
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    yield from paths(v, prefix + (k,))
+            elif isinstance(value, list):
+                for i, v in enumerate(value):
+                    yield from paths(v, prefix + (i,))
+
+        def replaced(value, path, new):
+            if not path:
+                return new
+            copy = json.loads(json.dumps(value))
+            node = copy
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = new
+            return copy
+
+        count = 0
+        for path in list(paths(valid))[1:]:
+            for new in wrong:
+                b = replaced(valid, path, new)
+                status, _, raw = SERVER.request("POST", "/v1/responses", b)
+                count += 1
+                self.assertIn(status, (200, 400, 404), (path, new, raw[:300]))
+                reply = json.loads(raw)
+                if status != 200:
+                    self.assertIn("message", reply["error"], (path, new))
+                else:
+                    self.assertEqual(reply["object"], "response", (path, new, raw[:300]))
+        self.assertGreater(count, 250)
+        self.assertEqual(SERVER.post("/v1/responses", body(max_output_tokens=1))["object"], "response")
+
+
 if __name__ == "__main__":
     unittest.main()
