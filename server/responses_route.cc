@@ -74,6 +74,10 @@ class ResponsesSession final : public ResponseSession {
 
   void stream_end() override {
     if (!stream_error().empty() || aborted()) {
+      // What was produced ends as incomplete items, so the stream keeps its grammar.
+      ResponseOutputBuilder::Events events;
+      output_.finish(/*incomplete=*/true, events);
+      for (nlohmann::json& e : events) send(std::move(e));
       const std::string message = aborted() ? std::string(kAborted) : stream_error();
       send({{"type", "response.failed"}, {"response", failed_json(message)}});
       return;
@@ -171,7 +175,10 @@ class ResponsesSession final : public ResponseSession {
     return out;
   }
 
-  nlohmann::json failed_json(const std::string& message) const {
+  // The failed response: its output so far, closed as incomplete.
+  nlohmann::json failed_json(const std::string& message) {
+    ResponseOutputBuilder::Events unused;
+    output_.finish(/*incomplete=*/true, unused);
     nlohmann::json out = response_json("failed");
     out["error"] = {{"code", "server_error"}, {"message", message}};
     return out;
