@@ -293,7 +293,6 @@ std::string reasoning_text(const json& item, const std::string& path) {
     bad_field(path + ".encrypted_content",
               "cannot be read: m3serve never encrypts reasoning; send its reasoning_text content");
   }
-  std::string text;
   auto join = [&](const char* key, std::string_view part_type) {
     const json* parts = read_array(item, key, path + "." + key);
     if (!parts) return std::string();
@@ -313,7 +312,7 @@ std::string reasoning_text(const json& item, const std::string& path) {
   };
   // The reasoning itself when the item carries it (m3serve's own items do); a summary only
   // stands in for it when there is nothing else.
-  text = join("content", "reasoning_text");
+  std::string text = join("content", "reasoning_text");
   std::string summary = join("summary", "summary_text");
   return text.empty() ? summary : text;
 }

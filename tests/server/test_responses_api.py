@@ -23,10 +23,11 @@ python3 tests/server/test_responses_api.py (from the repo root).
 import json
 import os
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from live_server import LiveServer  # noqa: E402
+from live_server import LiveServer, open_stream  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.environ.get("M3SERVE_BIN", "build/bin/m3serve")
@@ -265,6 +266,33 @@ class Streams(unittest.TestCase):
             "input": [{"type": "function_call_output", "call_id": call["call_id"], "output": "rain, 7C"}]})
         self.assertEqual(terminal["response"]["output_text"], "It is raining in Oslo, 7C.")
         self.assertEqual(terminal["response"]["previous_response_id"], first["id"])
+
+
+class Lifecycle(unittest.TestCase):
+    def test_a_client_that_hangs_up_aborts_its_response(self):
+        b = body("hang up", max_output_tokens=400)
+        # Greedy on the batch-invariant CPU backend: this prompt runs to the budget every time.
+        self.assertEqual(SERVER.post("/v1/responses", dict(b, store=False))["status"], "incomplete")
+        aborted = SERVER.metric("vllm:request_success_total", finished_reason="abort")
+        s = open_stream(SERVER.port, "/v1/responses", b)
+        f = s.makefile("rb")
+        while b"response.output_text.delta" not in f.readline():
+            pass
+        s.close()
+        f.close()
+        deadline = time.monotonic() + 10
+        while SERVER.metric("vllm:request_success_total", finished_reason="abort") == aborted:
+            self.assertLess(time.monotonic(), deadline, "the hung-up response was not aborted")
+            time.sleep(0.05)
+        self.assertEqual(SERVER.metric("vllm:num_requests_running"), 0)
+
+    def test_text_format_asks_for_json(self):
+        r = SERVER.post("/v1/responses", body(text={"format": {"type": "json_schema", "name": "answer", "schema": {
+            "type": "object", "properties": {"a": {"type": "integer"}}}}}, max_output_tokens=4))
+        self.assertEqual(r["text"]["format"]["name"], "answer")
+        plain = SERVER.post("/v1/responses", body(max_output_tokens=4))
+        # The format reaches the prompt (as the chat route's response_format does).
+        self.assertGreater(r["usage"]["input_tokens"], plain["usage"]["input_tokens"])
 
 
 class StoredResponses(unittest.TestCase):
