@@ -133,19 +133,34 @@ HttpServer::Impl::Impl(HttpLimits limits, std::vector<std::string> api_keys,
 void HttpServer::Impl::add_route(const std::string& method, const std::string& path,
                                  Handler handler) {
   M3_CHECK(!started_, "HTTP routes must be registered before start()");
-  constexpr std::string_view kSegment = "/{}";
-  Route& route = path.ends_with(kSegment)
-                     ? segment_routes_[path.substr(0, path.size() - kSegment.size() + 1)]
-                     : routes_[path];
+  Route& route = path.find("/{}") != std::string::npos ? pattern_routes_[path] : routes_[path];
   (method == "GET" ? route.get : method == "DELETE" ? route.del : route.post) = std::move(handler);
 }
 
+namespace {
+
+// Whether `path` matches `pattern` segment by segment, "{}" standing for any non-empty one.
+bool matches(std::string_view pattern, std::string_view path) {
+  for (;;) {
+    const size_t p = pattern.find('/'), q = path.find('/');
+    const std::string_view want = pattern.substr(0, p), got = path.substr(0, q);
+    if (want == "{}" ? got.empty() : want != got) return false;
+    if (p == std::string_view::npos || q == std::string_view::npos) {
+      return p == std::string_view::npos && q == std::string_view::npos;
+    }
+    pattern.remove_prefix(p + 1);
+    path.remove_prefix(q + 1);
+  }
+}
+
+}  // namespace
+
 const HttpServer::Impl::Route* HttpServer::Impl::find_route(const std::string& path) const {
   if (auto it = routes_.find(path); it != routes_.end()) return &it->second;
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos || slash + 1 == path.size()) return nullptr;
-  auto it = segment_routes_.find(path.substr(0, slash + 1));
-  return it == segment_routes_.end() ? nullptr : &it->second;
+  for (const auto& [pattern, route] : pattern_routes_) {
+    if (matches(pattern, path)) return &route;
+  }
+  return nullptr;
 }
 
 const HttpServer::Handler* HttpServer::Impl::route(const HttpRequest& req, HttpResponse& res,

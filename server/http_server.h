@@ -140,9 +140,9 @@ class HttpServer {
   void post(const std::string& path, Handler handler);
   // DELETE handlers run on an I/O thread, as GET ones: they must be quick.
   void del(const std::string& path, Handler handler);
-  // A path ending in "/{}" matches the part before it followed by one non-empty segment without
-  // '/' ("/v1/responses/{}" matches "/v1/responses/resp_1"); the handler reads the segment from
-  // HttpRequest::path. Exact paths are tried first.
+  // A "{}" segment of a path matches any one non-empty segment ("/v1/responses/{}" matches
+  // "/v1/responses/resp_1", "/v1/responses/{}/input_items" its input items); the handler reads
+  // the segment from HttpRequest::path. Exact paths are tried first.
 
   // Binds (port 0: any free port) and starts serving on background threads. Returns the port.
   // Throws m3::Error when the address cannot be bound or the TLS files cannot be loaded.

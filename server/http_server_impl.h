@@ -70,7 +70,7 @@ class HttpServer::Impl {
     Handler post;
     Handler del;
   };
-  // The route of `path`: exact, else a "/{}" pattern; null when none.
+  // The route of `path`: exact, else one with "{}" segments; null when none.
   const Route* find_route(const std::string& path) const;
   void accept();
 
@@ -79,8 +79,8 @@ class HttpServer::Impl {
   std::function<bool(const std::string&)> needs_auth_;
   ServerMetrics* metrics_;
   std::map<std::string, Route> routes_;  // fixed before start
-  // "/{}" patterns, by the prefix before the segment (with its '/').
-  std::map<std::string, Route> segment_routes_;
+  // Paths with "{}" segments, by the path as registered.
+  std::map<std::string, Route> pattern_routes_;
 
   // Declared before the io_contexts and the handler pool, so they outlive every connection:
   // handlers still queued when those are destroyed hold connections, whose destructors

@@ -9,7 +9,7 @@ namespace {
 // multiple of it).
 size_t entry_bytes(const StoredResponse& entry) {
   return entry.id.size() + entry.conversation.dump(-1, ' ', false, Json::error_handler_t::replace).size() +
-         dump_json(entry.response).size();
+         dump_json(entry.response).size() + dump_json(entry.input_items).size();
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// The responses /v1/responses keeps for `previous_response_id` and GET / DELETE
-// /v1/responses/{id}: in memory, bounded by a count and by bytes, least recently used first out.
+// The responses /v1/responses keeps for `previous_response_id`, GET / DELETE /v1/responses/{id}
+// and GET /v1/responses/{id}/input_items: in memory, bounded by a count and by bytes, least recently used first out.
 // A response created with `store: false` never enters; an evicted or deleted one is gone (a later
 // previous_response_id to it is a 404 naming the field). Thread-safe: handlers put and get from
 // the handler pool and the connections' threads.
@@ -28,6 +28,7 @@ struct StoredResponse {
   // previous_response_id continues.
   Json conversation;
   nlohmann::json response;  // the response object, as GET /v1/responses/{id} returns it
+  nlohmann::json input_items = nlohmann::json::array();  // this request's input, with ids
   size_t bytes = 0;         // its share of max_bytes (set by put)
 };
 

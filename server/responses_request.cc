@@ -11,6 +11,7 @@
 #include "server/api_error.h"
 #include "server/json_fields.h"
 #include "server/json_parse.h"
+#include "server/openai_response.h"
 
 namespace m3::server {
 namespace {
@@ -487,6 +488,37 @@ Json input_messages(const json& input, const json& history) {
   }
   flush_reasoning();
   return out;
+}
+
+nlohmann::json input_items_with_ids(const json& input) {
+  nlohmann::json items = nlohmann::json::array();
+  if (input.is_string()) {
+    items.push_back({{"id", make_response_id("msg_")},
+                     {"type", "message"},
+                     {"role", "user"},
+                     {"status", "completed"},
+                     {"content", {{{"type", "input_text"}, {"text", input.get<std::string>()}}}}});
+    return items;
+  }
+  for (const json& given : input) {  // already checked by input_messages
+    nlohmann::json item(given);
+    if (!item.contains("type")) item["type"] = "message";
+    const std::string type = item["type"];
+    if (type == "message" && item["content"].is_string()) {
+      const bool assistant = item["role"] == "assistant";
+      nlohmann::json part = {{"type", assistant ? "output_text" : "input_text"}, {"text", item["content"]}};
+      if (assistant) part["annotations"] = nlohmann::json::array();
+      item["content"] = nlohmann::json::array({std::move(part)});
+    }
+    if (!item.contains("id") || !item["id"].is_string()) {
+      item["id"] = make_response_id(type == "message"                ? "msg_"
+                                    : type == "function_call"        ? "fc_"
+                                    : type == "function_call_output" ? "fco_"
+                                                                     : "rs_");
+    }
+    items.push_back(std::move(item));
+  }
+  return items;
 }
 
 Json compose_messages(const std::optional<std::string>& instructions, const json& conversation) {

@@ -58,6 +58,11 @@ ResponsesRequest parse_responses_request(const Json& body);
 // the history or of the input. Errors name the item ("input[2].call_id").
 Json input_messages(const Json& input, const Json& history);
 
+// `input` as Responses items, as GET /v1/responses/{id}/input_items lists them: a string is one
+// user message; message contents given as strings become one text part; every item has an id
+// (the client's, else a new "msg_" / "fc_" / "fco_" / "rs_" one).
+nlohmann::json input_items_with_ids(const Json& input);
+
 // The messages the template renders: the instructions as a system message (as vLLM does; they
 // are not inherited from a previous response), then `conversation`.
 Json compose_messages(const std::optional<std::string>& instructions, const Json& conversation);

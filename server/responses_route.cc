@@ -1,4 +1,5 @@
-// The OpenAI Responses API: POST /v1/responses, GET and DELETE /v1/responses/{id}.
+// The OpenAI Responses API: POST /v1/responses, GET and DELETE /v1/responses/{id}, GET
+// /v1/responses/{id}/input_items.
 //
 // A request is translated into a ChatRequest (server/responses_request) and runs the chat
 // pipeline (server/chat_generation: template, sampling, forced tool calls, reasoning and tool
@@ -9,7 +10,10 @@
 // each as "event: <type>" + "data: <json>" with a sequence_number counting from 0, and no
 // [DONE] (as OpenAI and vLLM). A response is stored (server/response_store) once it completed or
 // is incomplete, unless `store` is false, so previous_response_id can continue it.
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/log.h"
@@ -192,6 +196,7 @@ class ResponsesSession final : public ResponseSession {
     entry.conversation = conversation_;
     entry.conversation.push_back(output_.chat_message());
     entry.response = response;
+    entry.input_items = input_items_with_ids(request_.input);
     if (!context_.responses().put(std::move(entry))) {
       M3_LOG_WARN("{}: not stored: larger than the whole response store (--max-stored-response-bytes)",
                   id());
@@ -206,9 +211,55 @@ class ResponsesSession final : public ResponseSession {
   int64_t reasoning_tokens_ = 0;
 };
 
-// The {id} of /v1/responses/{id}.
+// The {id} of /v1/responses/{id} and /v1/responses/{id}/input_items.
 std::string response_id_of(const HttpRequest& req) {
-  return req.path.substr(kResponsesPath.size() + 1);
+  const std::string rest = req.path.substr(kResponsesPath.size() + 1);
+  return rest.substr(0, rest.find('/'));
+}
+
+// GET /v1/responses/{id}/input_items: the request's input items, a cursor page as OpenAI's
+// (limit 1-100, default 20; order desc by default; after / before an item id).
+nlohmann::json input_items_page(const StoredResponse& stored, const HttpRequest& req) {
+  int64_t limit = 20;
+  bool ascending = false;
+  std::optional<std::string> after, before;
+  for (const auto& [key, value] : query_parameters(req.target)) {
+    if (key == "limit") {
+      char* end = nullptr;
+      limit = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || limit < 1 || limit > 100) {
+        bad_field("limit", "must be an integer in [1, 100], got '{}'", value);
+      }
+    } else if (key == "order") {
+      if (value != "asc" && value != "desc") bad_field("order", "must be asc or desc, got '{}'", value);
+      ascending = value == "asc";
+    } else if (key == "after") {
+      after = value;
+    } else if (key == "before") {
+      before = value;
+    } else {
+      bad_field(key, "is not a parameter of this list (limit, order, after, before)");
+    }
+  }
+  nlohmann::json items = stored.input_items;
+  if (!ascending) std::reverse(items.begin(), items.end());
+  auto position = [&](const std::string& id, const char* param) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (items[i]["id"] == id) return i;
+    }
+    bad_field(param, "'{}' is not an input item of response '{}'", id, stored.id);
+  };
+  size_t begin = after ? position(*after, "after") + 1 : 0;
+  size_t end = before ? position(*before, "before") : items.size();
+  end = std::max(begin, end);
+  const size_t last = std::min(end, begin + static_cast<size_t>(limit));
+  nlohmann::json data = nlohmann::json::array();
+  for (size_t i = begin; i < last; ++i) data.push_back(items[i]);
+  return {{"object", "list"},
+          {"data", data},
+          {"first_id", data.empty() ? nlohmann::json(nullptr) : data.front()["id"]},
+          {"last_id", data.empty() ? nlohmann::json(nullptr) : data.back()["id"]},
+          {"has_more", last < end}};
 }
 
 [[noreturn]] void no_such_response(const std::string& id) {
@@ -270,6 +321,12 @@ void register_responses_routes(HttpServer& http, ServerContext& context) {
     const std::string id = response_id_of(req);
     if (!context.responses().erase(id)) no_such_response(id);
     send_json(res, dump_json({{"id", id}, {"object", "response"}, {"deleted", true}}));
+  });
+  http.get(by_id + "/input_items", [&context](const HttpRequest& req, HttpResponse& res) {
+    const std::string id = response_id_of(req);
+    auto stored = context.responses().get(id);
+    if (!stored) no_such_response(id);
+    send_json(res, dump_json(input_items_page(*stored, req)));
   });
 }
 

@@ -3,7 +3,7 @@
 //   routes_tokenize.cc     /tokenize /detokenize
 //   completions_route.cc   /v1/completions
 //   chat_route.cc          /v1/chat/completions
-//   responses_route.cc     /v1/responses, GET and DELETE /v1/responses/{id}
+//   responses_route.cc     /v1/responses, GET and DELETE /v1/responses/{id}, its input_items
 #pragma once
 
 namespace m3::server {

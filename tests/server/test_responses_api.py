@@ -316,6 +316,38 @@ class StoredResponses(unittest.TestCase):
         self.assertEqual((status, headers["allow"]), (405, "GET, HEAD, DELETE"))
         self.assertEqual(SERVER.request("GET", "/v1/responses/a/b")[0], 404)
 
+    def test_input_items_pages(self):
+        items = [{"role": "user", "content": "a"}, {"type": "message", "role": "assistant", "content": "b"},
+                 {"role": "user", "content": [{"type": "input_text", "text": "c"}], "id": "msg_mine"}]
+        r = SERVER.post("/v1/responses", body(items, max_output_tokens=1, instructions="not an item"))
+        path = "/v1/responses/%s/input_items" % r["id"]
+
+        def page(query=""):
+            status, _, raw = SERVER.request("GET", path + query)
+            self.assertEqual(status, 200, raw)
+            return json.loads(raw)
+
+        whole = page()
+        self.assertEqual(whole["object"], "list")
+        self.assertEqual([i["content"][0]["text"] for i in whole["data"]], ["c", "b", "a"])  # newest first
+        self.assertEqual(whole["first_id"], "msg_mine")
+        self.assertFalse(whole["has_more"])
+        self.assertEqual(whole["data"][1]["content"][0]["type"], "output_text")
+        self.assertTrue(all(i["id"].startswith("msg_") for i in whole["data"]))
+        first = page("?order=asc&limit=2")
+        self.assertEqual([i["content"][0]["text"] for i in first["data"]], ["a", "b"])
+        self.assertTrue(first["has_more"])
+        rest = page("?order=asc&limit=2&after=" + first["last_id"])
+        self.assertEqual([i["id"] for i in rest["data"]], ["msg_mine"])
+        self.assertFalse(rest["has_more"])
+        self.assertEqual([i["id"] for i in page("?before=" + whole["data"][2]["id"])["data"]], ["msg_mine",
+                                                                                            whole["data"][1]["id"]])
+        for query, param in (("?limit=0", "limit"), ("?limit=x", "limit"), ("?order=up", "order"),
+                             ("?after=msg_none", "after"), ("?cursor=1", "cursor"), ("?a%zz=1", "a%zz")):
+            status, _, raw = SERVER.request("GET", path + query)
+            self.assertEqual((status, json.loads(raw)["error"]["param"]), (400, param), query)
+        self.assertEqual(SERVER.request("GET", "/v1/responses/resp_none/input_items")[0], 404)
+
     def test_the_store_bound_evicts_the_least_recently_used(self):
         server = start_tiny("--max-stored-responses", "2")
         try:

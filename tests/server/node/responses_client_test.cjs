@@ -146,6 +146,12 @@ for (const { name, api } of models) {
     const b = await api.responses.create({ model: name, previous_response_id: a.id, input: 'Two', max_output_tokens: 4, temperature: 0 });
     const c = await api.responses.create({ model: name, previous_response_id: b.id, input: 'Three', max_output_tokens: 4, temperature: 0 });
     assert.ok(a.usage.input_tokens < b.usage.input_tokens && b.usage.input_tokens < c.usage.input_tokens);
+    // Input items: the request's own input, newest first by default, a cursor page.
+    const items = await api.responses.inputItems.list(c.id);
+    assert.equal(items.data.length, 1);
+    assert.equal(items.data[0].type, 'message');
+    assert.equal(items.data[0].role, 'user');
+    assert.deepEqual(items.data[0].content, [{ type: 'input_text', text: 'Three' }]);
     const got = await api.responses.retrieve(b.id);
     assert.equal(got.id, b.id);
     assert.equal(got.output_text, b.output_text);
@@ -197,6 +203,11 @@ test('scripted: reasoning and a function call, then the answer to its output', a
     input: [{ type: 'function_call_output', call_id: call.call_id, output: 'rain, 7C' }],
   });
   assert.equal(answer.output_text, 'It is raining in Oslo, 7C.');
+  // Every input item, one page of one at a time, through the SDK's auto-pagination.
+  const listed = [];
+  for await (const item of scripted.responses.inputItems.list(answer.id, { limit: 1, order: 'asc' })) listed.push(item);
+  assert.deepEqual(listed.map((i) => [i.type, i.call_id, i.output]), [['function_call_output', call.call_id, 'rain, 7C']]);
+  assert.match(listed[0].id, /^fco_/);
   assert.deepEqual(answer.output.map((i) => i.type), ['message']);
   // A function_call_output that answers no call of the conversation is refused.
   await assert.rejects(
