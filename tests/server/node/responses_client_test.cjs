@@ -107,6 +107,35 @@ for (const { name, api } of models) {
     assert.deepEqual(final.output.map((i) => [i.type, i.status]), whole.output.map((i) => [i.type, i.status]));
   });
 
+  test(`${name}: reasoning on and off`, async () => {
+    // Thinking enabled: the template opens the reasoning, so the output starts as a reasoning item.
+    const on = await api.responses.create({
+      model: name, input: 'Why is the sky blue?', reasoning: { effort: 'high' }, max_output_tokens: 12, temperature: 0,
+    });
+    checkResponse(on, name);
+    // The random tiny model reasons to the end of the budget; the small one (trained on code
+    // without reasoning) closes it at once: an empty reasoning is no item, but its closing token
+    // still counts as reasoning.
+    const reasoningItems = on.output.filter((i) => i.type === 'reasoning');
+    if (name === 'tiny') assert.deepEqual(on.output.map((i) => i.type), ['reasoning']);
+    if (reasoningItems.length) assert.equal(on.output[0].type, 'reasoning');
+    assert.ok(on.usage.output_tokens_details.reasoning_tokens > 0);
+    assert.deepEqual(on.reasoning, { effort: 'high', summary: null });
+    const streamed = await api.responses.stream({
+      model: name, input: 'Why is the sky blue?', reasoning: { effort: 'high' }, max_output_tokens: 12, temperature: 0,
+    }).finalResponse();
+    assert.deepEqual(streamed.output.map((i) => i.type), on.output.map((i) => i.type));
+    assert.equal(streamed.output_text, on.output_text);
+    if (reasoningItems.length) assert.equal(streamed.output[0].content[0].text, on.output[0].content[0].text);
+    // Thinking off: no reasoning item.
+    const off = await api.responses.create({
+      model: name, input: 'Why is the sky blue?', reasoning: { effort: 'none' }, max_output_tokens: 12, temperature: 0,
+    });
+    checkResponse(off, name);
+    assert.ok(!off.output.some((i) => i.type === 'reasoning'), JSON.stringify(off.output));
+    assert.equal(off.usage.output_tokens_details.reasoning_tokens, 0);
+  });
+
   test(`${name}: tool use over several turns (tool_choice required)`, async () => {
     // Thinking off, so the forced call opener comes first (a random model may never close its
     // reasoning, and a call is only forced after it).
