@@ -13,7 +13,8 @@
 // generated: the reasoning itself is the item's content), `prompt_cache_key` /
 // `prompt_cache_retention` "in_memory" (prefix caching is automatic), `safety_identifier`,
 // `user`, `service_tier` (reported as "default"), `stream_options.include_obfuscation` (no
-// obfuscation padding is sent), `text.verbosity`, `truncation` "disabled", `background` false.
+// obfuscation padding is sent), `text.verbosity`, `truncation` "disabled", `background` false,
+// and the labels `id`, `status`, `phase` of input items.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
