@@ -319,6 +319,13 @@ void register_serve(CLI::App& app) {
                   "tool-call format: minimax_m3, minimax_m2");
   cmd->add_flag("--enable-auto-tool-choice", a.serve.enable_auto_tool_choice,
                 "let the model decide to call tools (tool_choice 'auto')");
+  cmd->add_option("--max-stored-responses", a.serve.response_store.max_entries,
+                  "/v1/responses kept in memory for previous_response_id and GET (least "
+                  "recently used out first; 0 stores none)")
+      ->capture_default_str();
+  cmd->add_option("--max-stored-response-bytes", a.serve.response_store.max_bytes,
+                  "bytes of JSON the stored /v1/responses may hold together")
+      ->capture_default_str();
 
   // Engine and deployment.
   add_engine_options(*cmd, a.engine);

@@ -11,6 +11,21 @@
 namespace m3::server {
 namespace {
 
+void check_tool_choice(const ServeOptions& options, const ChatRequest& r) {
+  if (r.tool_choice == ToolChoice::kAuto &&
+      (!options.enable_auto_tool_choice || options.tool_call_parser.empty())) {
+    throw ApiError(400,
+                   "\"auto\" tool choice requires --enable-auto-tool-choice and "
+                   "--tool-call-parser to be set",
+                   "tool_choice");
+  }
+  if ((r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) &&
+      options.tool_call_parser.empty()) {
+    throw ApiError(400, "this tool_choice needs the server to be started with --tool-call-parser",
+                   "tool_choice");
+  }
+}
+
 // Which parsers run for this request, per the server's options and the tool choice.
 ChoiceTextOptions text_options(const ServeOptions& options, const ChatRequest& r,
                                const std::string& prompt_text) {
@@ -42,8 +57,9 @@ ChoiceTextOptions text_options(const ServeOptions& options, const ChatRequest& r
 // forced once reasoning has ended, or from the first token when the prompt already closed it
 // (thinking disabled). As in vLLM, a model that answers without ever closing its reasoning is
 // not forced. With "required", the model names the function itself unless there is only one.
-void force_tool_call(const ServeOptions& options, const ChatRequest& r, const std::string& prompt_text,
-                     const text::Tokenizer& tokenizer, SamplingParams& sampling) {
+void force_tool_call(const ServeOptions& options, const ChatRequest& r,
+                     const std::string& prompt_text, const text::Tokenizer& tokenizer,
+                     SamplingParams& sampling) {
   if (r.tool_choice != ToolChoice::kRequired && r.tool_choice != ToolChoice::kNamed) return;
   std::optional<std::string_view> name;
   if (r.tool_choice == ToolChoice::kNamed) {
@@ -56,38 +72,27 @@ void force_tool_call(const ServeOptions& options, const ChatRequest& r, const st
   if (options.reasoning_parser.empty()) return;
   const std::string_view end = text::ReasoningParser::end_marker(options.reasoning_parser);
   std::string_view prompt = prompt_text;
-  while (!prompt.empty() && std::isspace(static_cast<unsigned char>(prompt.back()))) prompt.remove_suffix(1);
+  while (!prompt.empty() && std::isspace(static_cast<unsigned char>(prompt.back()))) {
+    prompt.remove_suffix(1);
+  }
   if (!prompt.ends_with(end)) sampling.forced_after = tokenizer.encode(end, false);
 }
 
 }  // namespace
 
-void check_tool_choice(const ServeOptions& options, const ChatRequest& r) {
-  if (r.tool_choice == ToolChoice::kAuto &&
-      (!options.enable_auto_tool_choice || options.tool_call_parser.empty())) {
-    throw ApiError(400,
-                   "\"auto\" tool choice requires --enable-auto-tool-choice and "
-                   "--tool-call-parser to be set",
-                   "tool_choice");
-  }
-  if ((r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) &&
-      options.tool_call_parser.empty()) {
-    throw ApiError(400, "this tool_choice needs the server to be started with --tool-call-parser",
-                   "tool_choice");
-  }
-}
-
-ChatGeneration prepare_chat_generation(const ServeOptions& options, const ChatRequest& request,
-                                       const ModelContext& model, std::string_view prompt_field) {
+ChatGeneration prepare_chat_generation(const ServeOptions& options, const ModelContext& model,
+                                       const ChatRequest& request, const ChatFieldNames& fields) {
   check_tool_choice(options, request);
   ChatGeneration g;
-  g.prompt = build_chat_prompt(request, model);
-  check_prompt_ids(g.prompt.token_ids, model.vocab_size, prompt_field);
-  g.max_tokens = resolve_max_tokens(request.common, model, static_cast<int>(g.prompt.token_ids.size()),
-                                    prompt_field);
+  g.prompt = build_chat_prompt(request, model, fields.prompt);
+  check_prompt_ids(g.prompt.token_ids, model.vocab_size, fields.prompt);
+  g.max_tokens = resolve_max_tokens(request.common, model,
+                                    static_cast<int>(g.prompt.token_ids.size()), fields.prompt,
+                                    fields.max_tokens);
   g.sampling = make_sampling_params(request.common, model.defaults, g.max_tokens);
   force_tool_call(options, request, g.prompt.text, model.tokenizer, g.sampling);
   g.text = text_options(options, request, g.prompt.text);
+  g.reasoning_split = !g.text.reasoning_parser.empty();
   return g;
 }
 

@@ -1,11 +1,12 @@
-// What the chat-shaped routes (/v1/chat/completions, /v1/messages) prepare from a ChatRequest
-// before they submit it: the tool choice checked against the server's parsers, the prompt
-// rendered and tokenized, the output budget, the sampling parameters (with the forced opening of
-// a tool call for tool_choice "required" or a named function) and the options of each choice's
-// text pipeline (reasoning and tool-call parsers). One place, so every route that speaks chat
-// gets the same prompt, forcing and parsing.
+// What a chat-shaped request becomes before it reaches the engine, shared by
+// /v1/chat/completions, /v1/messages and /v1/responses (the last two translate their bodies into a
+// ChatRequest), so every route that speaks chat gets the same prompt, forcing and parsing:
+// the tool choice checked against the server's parsers, the prompt rendered and tokenized, the
+// output budget, the sampling parameters (with the forced call opener of tool_choice "required"
+// or a named function) and the options of each choice's text pipeline (reasoning split, tool
+// calls).
 #pragma once
-#include <string>
+#include <string_view>
 
 #include "engine/request.h"
 #include "server/chat_prompt.h"
@@ -15,20 +16,24 @@
 
 namespace m3::server {
 
+// The request fields that errors name: the chat route's by default.
+struct ChatFieldNames {
+  std::string_view prompt = "messages";       // the conversation (a prompt that does not fit)
+  std::string_view max_tokens = "max_tokens";  // the output budget
+};
+
 struct ChatGeneration {
   ChatPrompt prompt;
   int max_tokens = 0;
   SamplingParams sampling;
-  ChoiceTextOptions text;  // the reasoning parser runs iff text.reasoning_parser is set
+  ChoiceTextOptions text;  // per choice
+  bool reasoning_split = false;  // a reasoning parser splits the output
 };
 
-// 400 (naming tool_choice) when the request's tool choice needs a parser or flag the server was
-// not started with.
-void check_tool_choice(const ServeOptions& options, const ChatRequest& request);
-
-// check_tool_choice, then the prompt (400 naming `prompt_field` when it is empty, has ids outside
-// the vocabulary or does not fit max_model_len with max_tokens), sampling and text options.
-ChatGeneration prepare_chat_generation(const ServeOptions& options, const ChatRequest& request,
-                                       const ModelContext& model, std::string_view prompt_field = "messages");
+// Throws ApiError 400 naming the field when the request cannot run on this server (a tool
+// choice the server's options do not allow, a prompt the template refuses or that does not fit).
+ChatGeneration prepare_chat_generation(const ServeOptions& options, const ModelContext& model,
+                                       const ChatRequest& request,
+                                       const ChatFieldNames& fields = {});
 
 }  // namespace m3::server

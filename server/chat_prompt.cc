@@ -36,7 +36,8 @@ Json with_format_hint(Json messages, const std::string& hint) {
 
 }  // namespace
 
-ChatPrompt build_chat_prompt(const ChatRequest& request, const ModelContext& model) {
+ChatPrompt build_chat_prompt(const ChatRequest& request, const ModelContext& model,
+                             std::string_view field) {
   if (!model.chat_template) {
     bad_request(
         "this model has no chat template (no chat_template in tokenizer_config.json or "
@@ -56,7 +57,7 @@ ChatPrompt build_chat_prompt(const ChatRequest& request, const ModelContext& mod
     prompt.text = model.chat_template->render(input);
   } catch (const m3::Error& e) {
     throw ApiError(400, fmt::format("the chat template cannot render these messages: {}", e.what()),
-                   "messages");
+                   std::string(field));
   }
   if (request.continue_final_message) {
     // As transformers does: cut the prompt right after the final message's content, so the

@@ -16,8 +16,9 @@ struct ChatPrompt {
 };
 
 // Template errors (a conversation the template refuses, such as roles out of order) are 400s
-// carrying the template's message.
-ChatPrompt build_chat_prompt(const ChatRequest& request, const ModelContext& model);
+// carrying the template's message and naming `field` (the request's conversation).
+ChatPrompt build_chat_prompt(const ChatRequest& request, const ModelContext& model,
+                             std::string_view field = "messages");
 
 // The instruction m3serve adds for response_format json_object / json_schema. m3serve has no
 // constrained decoding: the format is requested from the model as an instruction, not enforced.

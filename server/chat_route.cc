@@ -8,7 +8,6 @@
 // prompt_logprobs (a vLLM extension) go where vLLM puts them: a top-level `prompt_logprobs` list
 // of the chat.completion, null for the first prompt token. vLLM refuses them with stream=true;
 // m3serve streams them as completions does, on each choice's last chunk (top level).
-#include <cctype>
 #include <optional>
 
 #include "core/log.h"
@@ -17,6 +16,7 @@
 #include "server/response_session.h"
 #include "server/route_common.h"
 #include "server/routes.h"
+#include "text/tool_parser.h"
 
 namespace m3::server {
 namespace {
@@ -162,23 +162,21 @@ void handle_chat_completions(ServerContext& context, const HttpRequest& req, Htt
   Json body = parse_json_body(req);
   ChatRequest request = parse_chat_request(body, context.options().request_limits);
   check_model_name(context, request.common.model);
-  ChatGeneration g = prepare_chat_generation(context.options(), request, *model);
-  ChatPrompt& prompt = g.prompt;
-  const int max_tokens = g.max_tokens;
+
+  ChatGeneration g = prepare_chat_generation(context.options(), *model, request);
 
   auto s = std::make_shared<ChatSession>(context, model, std::move(request), arrival);
   const ChatRequest& r = s->request();
-  const ChoiceTextOptions& options = g.text;
-  s->reasoning = !options.reasoning_parser.empty();
+  s->reasoning = g.reasoning_split;
   for (int j = 0; j < r.common.n; ++j) {
-    auto choice = std::make_unique<ChoiceState>(model->tokenizer, options);
-    choice->prompt_tokens = static_cast<int>(prompt.token_ids.size());
+    auto choice = std::make_unique<ChoiceState>(model->tokenizer, g.text);
+    choice->prompt_tokens = static_cast<int>(g.prompt.token_ids.size());
     s->choices().push_back(std::move(choice));
   }
-  s->prompt_ids = prompt.token_ids;
-  s->job().submit(make_engine_requests(s->id(), prompt.token_ids, g.sampling, r.common.n, *model));
-  M3_LOG_DEBUG("chat {}: {} prompt tokens, n={}, max_tokens={}", s->id(), prompt.token_ids.size(),
-               r.common.n, max_tokens);
+  s->prompt_ids = g.prompt.token_ids;
+  s->job().submit(make_engine_requests(s->id(), g.prompt.token_ids, g.sampling, r.common.n, *model));
+  M3_LOG_DEBUG("chat {}: {} prompt tokens, n={}, max_tokens={}", s->id(), g.prompt.token_ids.size(),
+               r.common.n, g.max_tokens);
   s->respond(req, res);
 }
 

@@ -65,6 +65,8 @@ class ChoiceOutput {
   bool stopped_by_string() const { return stop_.matched(); }
   const std::string& matched_stop_string() const { return matched_stop_; }
   bool saw_tool_call() const { return tools_ && tools_->saw_tool_call(); }
+  // The output is past its reasoning block (false without a reasoning parser).
+  bool reasoning_ended() const { return reasoning_parser_ && reasoning_parser_->reasoning_ended(); }
 
   // Everything emitted so far (for non-streaming responses and tests).
   const std::string& content() const { return content_; }

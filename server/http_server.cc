@@ -133,16 +133,16 @@ HttpServer::Impl::Impl(HttpLimits limits, std::vector<std::string> api_keys,
 void HttpServer::Impl::add_route(const std::string& method, const std::string& path,
                                  Handler handler, ErrorFormat errors) {
   M3_CHECK(!started_, "HTTP routes must be registered before start()");
-  Route& route = routes_[path];
-  (method == "GET" ? route.get : route.post) = std::move(handler);
+  Route& route = path.find("/{}") != std::string::npos ? pattern_routes_[path] : routes_[path];
+  (method == "GET" ? route.get : method == "DELETE" ? route.del : route.post) = std::move(handler);
   if (errors) route.errors = std::move(errors);
 }
 
 void HttpServer::Impl::send_route_error(const std::string& path, HttpResponse& res, int status,
                                         std::string_view message, std::string_view param) const {
-  auto it = routes_.find(path);
-  if (it == routes_.end() || !it->second.errors) return send_error(res, status, message, param);
-  send_json(res, it->second.errors(status, message, param), status);
+  const Route* found = find_route(path);
+  if (!found || !found->errors) return send_error(res, status, message, param);
+  send_json(res, found->errors(status, message, param), status);
 }
 
 bool HttpServer::Impl::authorized(const HttpRequest& req) const {
@@ -163,14 +163,40 @@ bool HttpServer::Impl::authorized(const HttpRequest& req) const {
   return ok;
 }
 
+namespace {
+
+// Whether `path` matches `pattern` segment by segment, "{}" standing for any non-empty one.
+bool matches(std::string_view pattern, std::string_view path) {
+  for (;;) {
+    const size_t p = pattern.find('/'), q = path.find('/');
+    const std::string_view want = pattern.substr(0, p), got = path.substr(0, q);
+    if (want == "{}" ? got.empty() : want != got) return false;
+    if (p == std::string_view::npos || q == std::string_view::npos) {
+      return p == std::string_view::npos && q == std::string_view::npos;
+    }
+    pattern.remove_prefix(p + 1);
+    path.remove_prefix(q + 1);
+  }
+}
+
+}  // namespace
+
+const HttpServer::Impl::Route* HttpServer::Impl::find_route(const std::string& path) const {
+  if (auto it = routes_.find(path); it != routes_.end()) return &it->second;
+  for (const auto& [pattern, route] : pattern_routes_) {
+    if (matches(pattern, path)) return &route;
+  }
+  return nullptr;
+}
+
 const HttpServer::Handler* HttpServer::Impl::route(const HttpRequest& req, HttpResponse& res,
                                                    bool& run_inline) const {
-  auto it = routes_.find(req.path);
-  if (it == routes_.end()) {
+  const Route* found = find_route(req.path);
+  if (!found) {
     send_error(res, 404, fmt::format("no route for {} {}", req.method, req.path));
     return nullptr;
   }
-  const Route& route = it->second;
+  const Route& route = *found;
   const Handler* handler = nullptr;
   if ((req.method == "GET" || req.method == "HEAD") && route.get) {
     handler = &route.get;
@@ -178,10 +204,14 @@ const HttpServer::Handler* HttpServer::Impl::route(const HttpRequest& req, HttpR
   } else if (req.method == "POST" && route.post) {
     handler = &route.post;
     run_inline = false;
+  } else if (req.method == "DELETE" && route.del) {
+    handler = &route.del;
+    run_inline = true;
   }
   if (!handler) {
     std::string allowed = route.get ? "GET, HEAD" : "";
     if (route.post) allowed += allowed.empty() ? "POST" : ", POST";
+    if (route.del) allowed += allowed.empty() ? "DELETE" : ", DELETE";
     res.set_header("Allow", allowed);
     send_route_error(req.path, res, 405,
                      fmt::format("method {} is not allowed for {} (allowed: {})", req.method,
@@ -351,6 +381,10 @@ void HttpServer::get(const std::string& path, Handler handler) {
 
 void HttpServer::post(const std::string& path, Handler handler, ErrorFormat errors) {
   impl_->add_route("POST", path, std::move(handler), std::move(errors));
+}
+
+void HttpServer::del(const std::string& path, Handler handler) {
+  impl_->add_route("DELETE", path, std::move(handler));
 }
 
 int HttpServer::start(const std::string& host, int port) { return impl_->start(host, port); }

@@ -147,6 +147,11 @@ class HttpServer {
   // POST handlers run on the handler pool. `errors` (empty: OpenAI's error JSON) formats every
   // error this path answers with.
   void post(const std::string& path, Handler handler, ErrorFormat errors = {});
+  // DELETE handlers run on an I/O thread, as GET ones: they must be quick.
+  void del(const std::string& path, Handler handler);
+  // A "{}" segment of a path matches any one non-empty segment ("/v1/responses/{}" matches
+  // "/v1/responses/resp_1", "/v1/responses/{}/input_items" its input items); the handler reads
+  // the segment from HttpRequest::path. Exact paths are tried first.
 
   // Binds (port 0: any free port) and starts serving on background threads. Returns the port.
   // Throws m3::Error when the address cannot be bound or the TLS files cannot be loaded.

@@ -73,8 +73,11 @@ class HttpServer::Impl {
   struct Route {
     Handler get;
     Handler post;
+    Handler del;
     ErrorFormat errors;  // empty: OpenAI's error JSON
   };
+  // The route of `path`: exact, else one with "{}" segments; null when none.
+  const Route* find_route(const std::string& path) const;
   void accept();
   bool authorized(const HttpRequest& req) const;
 
@@ -83,6 +86,8 @@ class HttpServer::Impl {
   std::function<bool(const std::string&)> needs_auth_;
   ServerMetrics* metrics_;
   std::map<std::string, Route> routes_;  // fixed before start
+  // Paths with "{}" segments, by the path as registered.
+  std::map<std::string, Route> pattern_routes_;
 
   // Declared before the io_contexts and the handler pool, so they outlive every connection:
   // handlers still queued when those are destroyed hold connections, whose destructors

@@ -62,8 +62,11 @@ class MessagesSession final : public ResponseSession {
     if (!out.empty()) write(std::move(out));
   }
 
-  void stream_end(bool failed) override {
-    if (failed) return;  // the error event was the stream's last
+  void stream_end() override {
+    if (!stream_error().empty()) {  // a failed choice: its error event is the stream's last
+      write(error_bytes(500, stream_error()));
+      return;
+    }
     const ChoiceState& c = choice();
     const AnthropicStop stop = anthropic_stop(c.end);
     if (stop.reason.empty()) {
@@ -91,7 +94,7 @@ class MessagesSession final : public ResponseSession {
     return message(content_.blocks(), stop);
   }
 
-  std::string error_bytes(int status, const std::string& message) const override {
+  std::string error_bytes(int status, const std::string& message) override {
     const nlohmann::json error = anthropic_error_json(status, message);
     return common().stream ? anthropic_sse(error) : dump_json(error);
   }
@@ -123,7 +126,7 @@ void handle_messages(ServerContext& context, const HttpRequest& req, HttpRespons
   auto model = context.require_model();
   AnthropicRequest request = parse_anthropic_request(parse_json_body(req), context.options().request_limits);
   check_model_name(context, request.chat.common.model);
-  ChatGeneration g = prepare_chat_generation(context.options(), request.chat, *model);
+  ChatGeneration g = prepare_chat_generation(context.options(), *model, request.chat);
   apply_thinking_budget(context.options(), request, model->tokenizer, g);
   g.text.make_tool_call_id = anthropic_tool_use_ids();
   if (request.single_tool_call) g.text.max_tool_calls = 1;

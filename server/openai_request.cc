@@ -72,6 +72,8 @@ void check_range(std::string_view field, double value, double lo, double hi, boo
   }
 }
 
+}  // namespace
+
 SamplingRequest parse_sampling(const json& body) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   SamplingRequest s;
@@ -97,6 +99,8 @@ SamplingRequest parse_sampling(const json& body) {
   if (auto seed = read_int(body, "seed")) s.seed = static_cast<uint64_t>(*seed);
   return s;
 }
+
+namespace {
 
 std::vector<std::string> parse_stop(const json& body, const RequestLimits& limits) {
   std::vector<std::string> stops;
@@ -245,6 +249,8 @@ std::vector<PromptInput> parse_prompts(const json& body) {
 
 // ---- messages of /v1/chat/completions ----
 
+}  // namespace
+
 std::string join_text_parts(const json& parts, std::string_view path) {
   std::string text;
   for (size_t j = 0; j < parts.size(); ++j) {
@@ -273,6 +279,8 @@ std::string join_text_parts(const json& parts, std::string_view path) {
   }
   return text;
 }
+
+namespace {
 
 json normalize_tool_calls(const json& calls, std::string_view path) {
   json out = json::array();

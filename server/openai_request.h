@@ -89,4 +89,11 @@ struct RequestLimits {
 CompletionRequest parse_completion_request(const Json& body, const RequestLimits& limits);
 ChatRequest parse_chat_request(const Json& body, const RequestLimits& limits);
 
+// Pieces shared with the Responses request parser (server/responses_request):
+// the sampling fields (temperature, top_p, top_k, min_p, penalties, seed), range-checked;
+SamplingRequest parse_sampling(const Json& body);
+// a content-part array (text / input_text / output_text / refusal parts) joined into one string,
+// any other part type a 400 naming `path`[i].
+std::string join_text_parts(const Json& parts, std::string_view path);
+
 }  // namespace m3::server

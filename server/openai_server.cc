@@ -28,6 +28,7 @@ OpenAIServer::OpenAIServer(ServeOptions options)
     handle_chat_completions(context_, req, res);
   });
   register_messages_routes(http_, context_);
+  register_responses_routes(http_, context_);
 }
 
 OpenAIServer::~OpenAIServer() { stop(); }

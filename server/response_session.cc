@@ -95,8 +95,7 @@ void ResponseSession::pump() {
 
 void ResponseSession::finish() {
   if (common().stream) {
-    if (!stream_error_.empty()) write(error_bytes(500, stream_error_));
-    stream_end(!stream_error_.empty());
+    stream_end();
   } else {
     std::string failure;
     for (const auto& choice : choices_) {
@@ -113,8 +112,10 @@ void ResponseSession::finish() {
   writer->finish();
 }
 
-void ResponseSession::stream_end(bool failed) {
-  if (!failed && common().include_usage) {
+void ResponseSession::stream_end() {
+  if (!stream_error_.empty()) {
+    write(error_bytes(500, stream_error_));
+  } else if (common().include_usage) {
     nlohmann::json usage_chunk = envelope();
     usage_chunk["choices"] = nlohmann::json::array();
     usage_chunk["usage"] = usage();
@@ -123,7 +124,7 @@ void ResponseSession::stream_end(bool failed) {
   write(std::string(kSseDone));
 }
 
-std::string ResponseSession::error_bytes(int status, const std::string& message) const {
+std::string ResponseSession::error_bytes(int status, const std::string& message) {
   const nlohmann::json error = error_json(status, message);
   return common().stream ? sse_event(error) : dump_json(error);
 }

@@ -50,13 +50,13 @@ class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
   virtual void collect_event(const ChoiceEvent& event) = 0;
   // Not streaming: the body once every choice has ended (none with an error).
   virtual nlohmann::json whole_body() = 0;
-  // Streaming: the end of the stream, after every choice ended (`failed`: a choice failed, and
-  // its error event was sent). OpenAI's: the usage chunk (stream_options.include_usage) and
-  // "data: [DONE]".
-  virtual void stream_end(bool failed);
+  // Streaming: the tail once every choice has ended: the error event of a failed choice
+  // (stream_error()), or the usage chunk when asked for, then [DONE] (the chat and completions
+  // stream grammar); a route that speaks another API ends its stream its own way.
+  virtual void stream_end();
   // An error as the response's bytes: an SSE event when streaming, else a JSON body. OpenAI's
   // error shape unless the route speaks another API.
-  virtual std::string error_bytes(int status, const std::string& message) const;
+  virtual std::string error_bytes(int status, const std::string& message);
 
   // {"id", "object", "created", "model"} of this response.
   nlohmann::json envelope() const;
@@ -72,6 +72,11 @@ class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
   // choice's error for the stream's tail. Returns what became final, or nothing when the choice
   // had already ended (a stop string ended it; later outputs are not sent).
   std::optional<ChoiceDelta> apply(const ChoiceEvent& event);
+  // Queues bytes of the body (false once the response ended).
+  bool write(std::string bytes);
+  int64_t created() const { return created_; }
+  // The error of the first failed choice, empty when none failed.
+  const std::string& stream_error() const { return stream_error_; }
 
   ServerContext& context_;
   std::shared_ptr<const ModelContext> model_;

@@ -33,7 +33,7 @@ void check_prompt_ids(const std::vector<int32_t>& ids, int vocab_size, std::stri
 }
 
 int resolve_max_tokens(const CommonRequest& request, const ModelContext& model, int prompt_tokens,
-                       std::string_view prompt_field) {
+                       std::string_view prompt_field, std::string_view max_tokens_field) {
   const int limit = model.max_model_len;
   // A prompt may fill the whole context only when nothing is to be generated (echo scoring).
   const bool prompt_only = request.max_tokens && *request.max_tokens == 0;
@@ -49,12 +49,12 @@ int resolve_max_tokens(const CommonRequest& request, const ModelContext& model, 
   if (request.max_tokens) {
     if (*request.max_tokens > room) {
       throw ApiError(400,
-                     fmt::format("'max_tokens' is too large: {}. This model's maximum context "
+                     fmt::format("'{}' is too large: {}. This model's maximum context "
                                  "length is {} tokens and your request has {} input tokens ({} > "
                                  "{} - {}).",
-                                 *request.max_tokens, limit, prompt_tokens, *request.max_tokens,
-                                 limit, prompt_tokens),
-                     "max_tokens");
+                                 max_tokens_field, *request.max_tokens, limit, prompt_tokens,
+                                 *request.max_tokens, limit, prompt_tokens),
+                     std::string(max_tokens_field));
     }
     return static_cast<int>(*request.max_tokens);
   }
@@ -62,6 +62,54 @@ int resolve_max_tokens(const CommonRequest& request, const ModelContext& model, 
     return static_cast<int>(std::min<int64_t>(*model.defaults.max_new_tokens, room));
   }
   return room;
+}
+
+namespace {
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string percent_decoded(std::string_view text, std::string_view what) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '+') {
+      out += ' ';
+    } else if (text[i] != '%') {
+      out += text[i];
+    } else {
+      const int hi = i + 2 < text.size() ? hex_digit(text[i + 1]) : -1;
+      const int lo = hi >= 0 ? hex_digit(text[i + 2]) : -1;
+      if (lo < 0) bad_field(what, "has a malformed percent escape in the query string");
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> query_parameters(std::string_view target) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const size_t question = target.find('?');
+  if (question == std::string_view::npos) return out;
+  std::string_view query = target.substr(question + 1);
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    const std::string key = percent_decoded(pair.substr(0, eq), pair.substr(0, eq));
+    const std::string value =
+        eq == std::string_view::npos ? std::string() : percent_decoded(pair.substr(eq + 1), key);
+    out.emplace_back(key, value);
+  }
+  return out;
 }
 
 std::vector<EngineRequest> make_engine_requests(const std::string& id_prefix,

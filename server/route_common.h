@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/request.h"
@@ -30,9 +32,14 @@ void check_model_name(const ServerContext& context, const std::string& requested
 void check_prompt_ids(const std::vector<int32_t>& ids, int vocab_size, std::string_view field);
 // The output budget: the client's max_tokens, else generation_config's max_new_tokens, else the
 // room left in the context. 400 (vLLM's messages) when the prompt or prompt + max_tokens does
-// not fit max_model_len.
+// not fit max_model_len, naming `prompt_field` or `max_tokens_field`.
 int resolve_max_tokens(const CommonRequest& request, const ModelContext& model, int prompt_tokens,
-                       std::string_view prompt_field);
+                       std::string_view prompt_field,
+                       std::string_view max_tokens_field = "max_tokens");
+
+// The query parameters of a request target ("/p?a=1&b=x%20y"), percent-decoded ('+' is a space),
+// in order. A malformed escape is a 400 naming the parameter.
+std::vector<std::pair<std::string, std::string>> query_parameters(std::string_view target);
 
 // Engine requests for n samples of one prompt; a seeded request's sample j uses seed + j (vLLM).
 std::vector<EngineRequest> make_engine_requests(const std::string& id_prefix,

@@ -4,6 +4,7 @@
 //   completions_route.cc   /v1/completions
 //   chat_route.cc          /v1/chat/completions
 //   messages_route.cc      /v1/messages /v1/messages/count_tokens (Anthropic Messages API)
+//   responses_route.cc     /v1/responses, GET and DELETE /v1/responses/{id}, its input_items
 #pragma once
 
 namespace m3::server {
@@ -19,5 +20,6 @@ void handle_completions(ServerContext& context, const HttpRequest& req, HttpResp
 void handle_chat_completions(ServerContext& context, const HttpRequest& req, HttpResponse& res);
 // Registers both Anthropic routes with Anthropic's error shape.
 void register_messages_routes(HttpServer& http, ServerContext& context);
+void register_responses_routes(HttpServer& http, ServerContext& context);
 
 }  // namespace m3::server

@@ -10,6 +10,7 @@ ServerContext::ServerContext(ServeOptions options)
     : options_(std::move(options)),
       metrics_(options_.served_model_names.empty() ? std::string()
                                                    : options_.served_model_names.front()),
+      responses_(options_.response_store),
       start_time_(unix_time_seconds()) {
   M3_CHECK(!options_.served_model_names.empty(), "the server needs at least one served model name");
 }

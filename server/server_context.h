@@ -14,6 +14,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/response_store.h"
 #include "server/sampling_params.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -33,6 +34,7 @@ struct ServeOptions {
   std::string tool_call_parser;  // empty: no tool-call parsing
   bool enable_auto_tool_choice = false;
   bool enable_prompt_tokens_details = false;  // usage.prompt_tokens_details.cached_tokens (vLLM's flag)
+  ResponseStoreLimits response_store;  // /v1/responses kept for previous_response_id
 };
 
 // The loaded model as the routes see it. Immutable once published.
@@ -55,6 +57,7 @@ class ServerContext {
   const std::string& model_name() const { return options_.served_model_names.front(); }
   bool is_served_model(const std::string& name) const;
   ServerMetrics& metrics() { return metrics_; }
+  ResponseStore& responses() { return responses_; }
   int64_t start_time() const { return start_time_; }
 
   void set_model(std::shared_ptr<const ModelContext> model);
@@ -83,6 +86,7 @@ class ServerContext {
  private:
   ServeOptions options_;
   ServerMetrics metrics_;
+  ResponseStore responses_;
   int64_t start_time_;
   mutable std::mutex model_mutex_;
   std::shared_ptr<const ModelContext> model_;

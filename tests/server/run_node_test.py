@@ -1,5 +1,7 @@
-"""Runs tests/server/node/openai_client_test.cjs (the official openai Node client, openai@6)
-against m3serve on the bundled model and against the scripted-model server.
+"""Runs the official openai Node client (openai@6) against m3serve: tests/server/node/
+openai_client_test.cjs (chat, completions) on the tiny model and the scripted-model server, and
+responses_client_test.cjs (/v1/responses) on the tiny model, the bundled small model and the
+scripted-model server.
 
 Installs the pinned client (node/package-lock.json) with `npm ci` into NODE_DEPS_DIR (a build
 folder, so the source tree stays clean) unless it is already there. Exits 77 (CTest: skipped)
@@ -18,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.environ.get("M3SERVE_BIN", "build/bin/m3serve")
 SCRIPTED = os.environ.get("SCRIPTED_SERVER_BIN", "build/tests/server/scripted_server")
 MODEL = os.environ.get("M3SERVE_MODEL", "models/minimax-m3-tiny")
+SMALL_MODEL = "models/minimax-m3-small"
 DEPS = os.environ.get("NODE_DEPS_DIR", "build/node_client_test")
 
 
@@ -49,10 +52,12 @@ def main():
     if not install_client():
         print("SKIPPED: npm could not install the openai client (npm missing or offline?)")
         return 77
+    parsers = ["--reasoning-parser", "minimax_m3", "--tool-call-parser", "minimax_m3", "--enable-auto-tool-choice",
+               "--enable-prompt-tokens-details", "--disable-log-stats"]
     real = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name", "tiny",
-                       "--max-model-len", "1024", "--reasoning-parser", "minimax_m3",
-                       "--tool-call-parser", "minimax_m3", "--enable-auto-tool-choice",
-                       "--enable-prompt-tokens-details", "--disable-log-stats"])
+                       "--max-model-len", "1024"] + parsers)
+    small = LiveServer([BIN, "serve", SMALL_MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name",
+                        "small", "--max-model-len", "1024", "--kv-cache-dtype", "nvfp4"] + parsers)
     # --port 0: the scripted server's default is 8000, which another process may hold.
     scripted = LiveServer([SCRIPTED, "--model-dir", MODEL, "--port", "0",
                            "--replies", os.path.join(HERE, "scripted_replies.json"),
@@ -60,13 +65,18 @@ def main():
                            "--enable-auto-tool-choice", "--enable-prompt-tokens-details"])
     try:
         env = dict(os.environ, NODE_PATH=os.path.abspath(os.path.join(DEPS, "node_modules")),
-                   M3SERVE_URL="http://127.0.0.1:%d" % real.port, SCRIPTED_URL="http://127.0.0.1:%d" % scripted.port)
-        p = subprocess.run(["node", os.path.join(HERE, "node", "openai_client_test.cjs")], env=env, timeout=300)
-        return p.returncode
+                   M3SERVE_URL="http://127.0.0.1:%d" % real.port, M3SERVE_SMALL_URL="http://127.0.0.1:%d" % small.port,
+                   SCRIPTED_URL="http://127.0.0.1:%d" % scripted.port)
+        failed = 0
+        for script in ("openai_client_test.cjs", "responses_client_test.cjs"):
+            print("== " + script, flush=True)
+            p = subprocess.run(["node", os.path.join(HERE, "node", script)], env=env, timeout=300)
+            failed += p.returncode != 0
+        return 1 if failed else 0
     finally:
-        codes = real.stop(), scripted.stop()
-        if codes[0] != 0:
-            print(real.log_text())
+        for server in (real, small, scripted):
+            if server.stop() != 0:
+                print(server.log_text())
 
 
 if __name__ == "__main__":
