@@ -72,8 +72,6 @@ class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
   // choice's error for the stream's tail. Returns what became final, or nothing when the choice
   // had already ended (a stop string ended it; later outputs are not sent).
   std::optional<ChoiceDelta> apply(const ChoiceEvent& event);
-  // Queues bytes of the body (false once the response ended).
-  bool write(std::string bytes);
   int64_t created() const { return created_; }
   // The error of the first failed choice, empty when none failed.
   const std::string& stream_error() const { return stream_error_; }
