@@ -1,0 +1,105 @@
+#include "grammar/compiled_grammar.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace m3::grammar {
+namespace {
+
+std::shared_ptr<const Nfa> build_nfa(const Grammar& g, const std::string& what) {
+  return std::make_shared<const Nfa>(compile_nfa(g, what));
+}
+
+}  // namespace
+
+CompiledGrammar::CompiledGrammar(const Grammar& g, std::shared_ptr<const Vocabulary> vocab, const std::string& what)
+    : vocab_(std::move(vocab)), automaton_(build_nfa(g, what)), start_(automaton_.start()) {}
+
+int32_t CompiledGrammar::advance(int32_t state, std::string_view bytes) {
+  std::lock_guard lock(mu_);
+  for (char c : bytes) {
+    if (state == Automaton::kDead) break;
+    state = automaton_.next(state, static_cast<uint8_t>(c));
+  }
+  return state;
+}
+
+bool CompiledGrammar::accepting(int32_t state) {
+  std::lock_guard lock(mu_);
+  return automaton_.accepting(state);
+}
+
+bool CompiledGrammar::can_continue(int32_t state) {
+  std::lock_guard lock(mu_);
+  return automaton_.can_continue(state);
+}
+
+CompiledGrammar::Mask CompiledGrammar::walk(int32_t state, int32_t budget) {
+  const Vocabulary& v = *vocab_;
+  Mask m;
+  m.words.assign(static_cast<size_t>((v.size() + 31) / 32), 0u);
+  const auto& nodes = v.nodes();
+  const auto& edges = v.edges();
+  const auto& node_tokens = v.node_tokens();
+  auto allow = [&](int32_t id) {
+    m.words[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+    ++m.count;
+  };
+  struct Item {
+    int32_t node, state;
+  };
+  std::vector<Item> stack = {{0, state}};
+  while (!stack.empty()) {
+    const Item it = stack.back();
+    stack.pop_back();
+    const Vocabulary::TrieNode& n = nodes[static_cast<size_t>(it.node)];
+    for (int32_t e = n.first_edge; e < n.first_edge + n.num_edges; ++e) {
+      const Vocabulary::TrieEdge& edge = edges[static_cast<size_t>(e)];
+      const int32_t next = automaton_.next(it.state, edge.byte);
+      if (next == Automaton::kDead) continue;
+      const Vocabulary::TrieNode& child = nodes[static_cast<size_t>(edge.child)];
+      if (child.num_tokens > 0) {
+        const int32_t to_accept = automaton_.bytes_to_accept(next);
+        if (budget < 0 || to_accept <= budget) {
+          m.worst_to_accept = std::max(m.worst_to_accept, to_accept);
+          for (int32_t k = 0; k < child.num_tokens; ++k) allow(node_tokens[static_cast<size_t>(child.first_token + k)]);
+        }
+      }
+      if (child.num_edges > 0) stack.push_back({edge.child, next});
+    }
+  }
+  if (automaton_.accepting(state)) {
+    for (int32_t id : v.eos_ids())
+      if (id >= 0 && id < v.size()) allow(id);
+  }
+  return m;
+}
+
+int64_t CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> words, int remaining_tokens) {
+  std::lock_guard lock(mu_);
+  auto it = masks_.find(state);
+  if (it == masks_.end()) {
+    Mask m = walk(state, -1);
+    const size_t bytes = m.words.size() * sizeof(uint32_t);
+    if (mask_bytes_ + bytes > kMaskCacheBytes) {
+      masks_.clear();
+      mask_bytes_ = 0;
+    }
+    mask_bytes_ += bytes;
+    it = masks_.emplace(state, std::move(m)).first;
+  }
+  const Mask& cached = it->second;
+  const size_t n = std::min(words.size(), cached.words.size());
+  // After this token, remaining_tokens - 1 tokens of at least one byte each must complete it.
+  const int32_t budget = remaining_tokens - 1;
+  if (cached.worst_to_accept <= budget || remaining_tokens <= 0) {
+    std::memcpy(words.data(), cached.words.data(), n * sizeof(uint32_t));
+    return cached.count;
+  }
+  Mask within = walk(state, budget);
+  const Mask& use = within.count > 0 ? within : cached;  // nothing completes in time: let it run out
+  std::memcpy(words.data(), use.words.data(), n * sizeof(uint32_t));
+  return use.count;
+}
+
+}  // namespace m3::grammar
