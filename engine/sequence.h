@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/request.h"
+#include "ops/token_constraint.h"
 
 namespace m3 {
 
@@ -43,6 +45,7 @@ struct Sequence {
   std::unordered_map<int32_t, int32_t> output_counts;  // presence / frequency penalties
   // Output index where params().forced_tokens begin; -1 while forced_after has not appeared.
   int forced_start = -1;
+  std::unique_ptr<TokenConstraint> constraint;  // from params().constraint; advanced by every token
   std::vector<PositionLogprobs> prompt_logprobs;      // collected during prefill
   bool prompt_logprobs_sent = false;
   int num_cached_prompt_tokens = -1;  // set on the first schedule

@@ -1,7 +1,12 @@
 #include "grammar/compiled_grammar.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+
+#include <fmt/format.h>
+
+#include "grammar/grammar_error.h"
 
 namespace m3::grammar {
 namespace {
@@ -49,7 +54,15 @@ CompiledGrammar::Mask CompiledGrammar::walk(int32_t state, int32_t budget) {
     int32_t node, state;
   };
   std::vector<Item> stack = {{0, state}};
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t visited = 0;
   while (!stack.empty()) {
+    // A spec whose automaton is costly to explore must not hold a step for long.
+    if ((++visited & 4095) == 0 && std::chrono::steady_clock::now() - start > kMaxMaskTime) {
+      throw GrammarError("grammar", fmt::format("computing one token mask took more than {} ms; the constraint is too "
+                                                "complex",
+                                                std::chrono::duration_cast<std::chrono::milliseconds>(kMaxMaskTime).count()));
+    }
     const Item it = stack.back();
     stack.pop_back();
     const Vocabulary::TrieNode& n = nodes[static_cast<size_t>(it.node)];

@@ -9,6 +9,7 @@
 // element and the start of the next are therefore judged exactly. Masks of regular parts repeat
 // and come from the cache; the cache is bounded (kMaskCacheBytes) and dropped whole when full.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,7 @@
 namespace m3::grammar {
 
 inline constexpr size_t kMaskCacheBytes = size_t(256) << 20;
+inline constexpr std::chrono::milliseconds kMaxMaskTime{2000};  // one mask, else the request fails
 
 class CompiledGrammar {
  public:

@@ -75,6 +75,11 @@ bool GrammarConstraint::terminated() const {
   return cur.ended || (grammar_->accepting(cur.state) && !grammar_->can_continue(cur.state));
 }
 
+bool GrammarConstraint::complete() const {
+  const Entry& cur = history_.back();
+  return cur.active && (cur.ended || grammar_->accepting(cur.state));
+}
+
 void GrammarConstraint::rollback(int num_tokens) {
   M3_CHECK(num_tokens >= 0 && static_cast<size_t>(num_tokens) < history_.size(),
            "constraint rollback of {} tokens, but only {} were accepted", num_tokens, history_.size() - 1);

@@ -36,6 +36,8 @@ class GrammarConstraint final : public TokenConstraint {
   void rollback(int num_tokens) override;
 
   bool active() const { return history_.back().active; }
+  // The text so far is a complete match (more may still follow).
+  bool complete() const;
   int32_t state() const { return history_.back().state; }
 
  private:

@@ -13,7 +13,7 @@
 namespace m3::grammar {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;
 
 constexpr int kMaxDigits = 15;
 constexpr int kMaxRefDepth = 64;
@@ -74,12 +74,13 @@ int32_t raw_chars(Grammar& g, const CodePointRanges& ranges, bool markup_safe) {
   return g.chars(kept);
 }
 
+// The formats' texts (years 1000-9999, days 01-28: every such date exists).
 const char* format_regex(std::string_view format) {
   static constexpr std::pair<std::string_view, const char*> kFormats[] = {
-      {"date", R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))"},
+      {"date", R"([1-9]\d{3}-(0[1-9]|1[0-2])-(0[1-9]|1\d|2[0-8]))"},
       {"time", R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
       {"date-time",
-       R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
+       R"([1-9]\d{3}-(0[1-9]|1[0-2])-(0[1-9]|1\d|2[0-8])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
       {"uuid", R"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"},
       {"email", R"([a-zA-Z0-9_+\-]{1,32}(\.[a-zA-Z0-9_+\-]{1,32}){0,3}@[a-zA-Z0-9\-]{1,32}(\.[a-zA-Z0-9\-]{1,32}){1,3})"},
       {"ipv4", R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3})"},
@@ -441,6 +442,27 @@ struct JsonSchemaCompiler::Impl {
     merged.erase("allOf");
     const Json& all = s["allOf"];
     if (!all.is_array() || all.empty()) unsupported(path + ".allOf", "must be a non-empty array");
+    // additionalProperties sees only its own schema's properties: merged, it would see the
+    // siblings' too and allow what the schema forbids.
+    {
+      std::vector<Json> parts = {merged};
+      for (size_t i = 0; i < all.size(); ++i) {
+        const Json& p = all[i].is_object() && all[i].contains("$ref") ? resolve_ref(all[i], path) : all[i];
+        parts.push_back(p);
+      }
+      std::set<std::string> names;
+      for (const Json& p : parts)
+        if (p.is_object() && p.contains("properties") && p["properties"].is_object())
+          for (auto it = p["properties"].begin(); it != p["properties"].end(); ++it) names.insert(it.key());
+      for (const Json& p : parts) {
+        if (!p.is_object() || !p.contains("additionalProperties") || p["additionalProperties"] == Json(true)) continue;
+        for (const std::string& n : names)
+          if (!p.contains("properties") || !p["properties"].contains(n))
+            unsupported(path + ".allOf", fmt::format("additionalProperties of one member would refuse property '{}' "
+                                                     "of another; such an allOf is not enforced",
+                                                     n));
+      }
+    }
     for (size_t i = 0; i < all.size(); ++i) {
       Json part = all[i];
       const std::string ppath = fmt::format("{}.allOf[{}]", path, i);

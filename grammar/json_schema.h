@@ -35,12 +35,12 @@ struct JsonSchemaOptions {
 // Adds the rules for values of `schema` to `g` and returns the node of a value.
 class JsonSchemaCompiler {
  public:
-  JsonSchemaCompiler(Grammar& g, const nlohmann::json& root, JsonSchemaOptions options);
+  JsonSchemaCompiler(Grammar& g, const nlohmann::ordered_json& root, JsonSchemaOptions options);
   ~JsonSchemaCompiler();
   // A JSON value that validates against `schema` (a node of the root document); `path` names it.
-  int32_t value(const nlohmann::json& schema, const std::string& path);
+  int32_t value(const nlohmann::ordered_json& schema, const std::string& path);
   // The text of a string that validates (without quotes, not escaped: tool-call raw values).
-  int32_t raw_string(const nlohmann::json& schema, const std::string& path);
+  int32_t raw_string(const nlohmann::ordered_json& schema, const std::string& path);
   // Any JSON value / any JSON object (json_object).
   int32_t any_value();
   int32_t any_object();
@@ -51,7 +51,7 @@ class JsonSchemaCompiler {
 };
 
 // A grammar whose start rule is one value of `schema`.
-Grammar json_schema_grammar(const nlohmann::json& schema, const JsonSchemaOptions& options = {});
+Grammar json_schema_grammar(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options = {});
 // Any JSON object (response_format json_object).
 Grammar json_object_grammar();
 

@@ -13,7 +13,7 @@ namespace m3::grammar {
 struct StructuredOutputSpec {
   enum class Kind { kJsonSchema, kJsonObject, kRegex, kChoice, kGrammar };
   Kind kind = Kind::kJsonObject;
-  nlohmann::json schema;             // kJsonSchema
+  nlohmann::ordered_json schema;             // kJsonSchema
   std::string text;                  // kRegex: the pattern; kGrammar: the EBNF
   std::vector<std::string> choices;  // kChoice: the output is exactly one of them
   std::string field;                 // the request field it came from, for errors

@@ -10,7 +10,7 @@
 namespace m3::grammar {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;
 
 const Json& follow(const Json& root, const Json& s) {
   const Json* cur = &s;

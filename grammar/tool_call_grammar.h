@@ -27,6 +27,6 @@ struct ToolCallGrammarOptions {
 
 // `tools`: the request's OpenAI tools array; `only` (when not empty): the one function allowed.
 // Errors name the tool's field ("tools[2].function.parameters.properties.x").
-Grammar m3_tool_call_grammar(const nlohmann::json& tools, const std::string& only, const ToolCallGrammarOptions& options);
+Grammar m3_tool_call_grammar(const nlohmann::ordered_json& tools, const std::string& only, const ToolCallGrammarOptions& options);
 
 }  // namespace m3::grammar

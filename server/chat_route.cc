@@ -170,14 +170,40 @@ ChoiceTextOptions text_options(const ServeOptions& options, const ChatRequest& r
   return o;
 }
 
-// tool_choice "required" or a named function: the model is made to open a call, since nothing
-// else would make it call one. The call opener (with the function's name when it is known) is
-// forced once reasoning has ended, or from the first token when the prompt already closed it
-// (thinking disabled). As in vLLM, a model that answers without ever closing its reasoning is
-// not forced. With "required", the model names the function itself unless there is only one.
-void force_tool_call(const ServeOptions& options, const ChatRequest& r, const std::string& prompt_text,
-                     const text::Tokenizer& tokenizer, SamplingParams& sampling) {
-  if (r.tool_choice != ToolChoice::kRequired && r.tool_choice != ToolChoice::kNamed) return;
+// The text the constraint waits for before it starts: the end of reasoning, unless the prompt
+// already closed it (thinking disabled). As in vLLM, output whose reasoning never ends is not
+// constrained.
+std::string constraint_start(const ServeOptions& options, const std::string& prompt_text) {
+  if (options.reasoning_parser.empty()) return {};
+  const std::string_view end = text::ReasoningParser::end_marker(options.reasoning_parser);
+  std::string_view prompt = prompt_text;
+  while (!prompt.empty() && std::isspace(static_cast<unsigned char>(prompt.back()))) prompt.remove_suffix(1);
+  return prompt.ends_with(end) ? std::string() : std::string(end);
+}
+
+// tool_choice "required" / a named function (the output is tool calls to the declared functions,
+// arguments valid against their schemas: a grammar of the minimax_m3 markup), or the request's
+// response_format / structured outputs. With the minimax_m2 parser a required or named choice
+// only forces the call's opening text (no grammar for its markup yet).
+void constrain_output(const ServeOptions& options, const ChatRequest& r, const std::string& prompt_text,
+                      const ModelContext& model, const ChoiceTextOptions& text, SamplingParams& sampling) {
+  ConstraintCompiler::Target target;
+  target.tokenizer = &model.tokenizer;
+  target.vocab_size = model.vocab_size;
+  target.eos_token_ids = model.eos_token_ids;
+  target.special_tokens_visible = !text.skip_special_tokens;
+  target.start_after = constraint_start(options, prompt_text);
+  const bool tool_call = r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed;
+  if (!tool_call) {
+    if (r.common.structured) sampling.constraint = model.constraints->for_spec(*r.common.structured, target);
+    return;
+  }
+  if (options.tool_call_parser == "minimax_m3") {
+    sampling.constraint = model.constraints->for_tool_calls(
+        r.tools, r.tool_choice == ToolChoice::kNamed ? r.tool_choice_name : std::string(),
+        r.parallel_tool_calls && r.tool_choice == ToolChoice::kRequired, target);
+    return;
+  }
   std::optional<std::string_view> name;
   if (r.tool_choice == ToolChoice::kNamed) {
     name = r.tool_choice_name;
@@ -185,12 +211,8 @@ void force_tool_call(const ServeOptions& options, const ChatRequest& r, const st
     name = r.tools[0]["function"]["name"].get_ref<const std::string&>();
   }
   const std::string opener = text::ToolCallParser::call_opener(options.tool_call_parser, name);
-  sampling.forced_tokens = tokenizer.encode(opener, false);
-  if (options.reasoning_parser.empty()) return;
-  const std::string_view end = text::ReasoningParser::end_marker(options.reasoning_parser);
-  std::string_view prompt = prompt_text;
-  while (!prompt.empty() && std::isspace(static_cast<unsigned char>(prompt.back()))) prompt.remove_suffix(1);
-  if (!prompt.ends_with(end)) sampling.forced_after = tokenizer.encode(end, false);
+  sampling.forced_tokens = model.tokenizer.encode(opener, false);
+  if (!target.start_after.empty()) sampling.forced_after = model.tokenizer.encode(target.start_after, false);
 }
 
 void check_tool_choice(const ServeOptions& options, const ChatRequest& r) {
@@ -223,11 +245,11 @@ void handle_chat_completions(ServerContext& context, const HttpRequest& req, Htt
   int max_tokens = resolve_max_tokens(request.common, *model,
                                       static_cast<int>(prompt.token_ids.size()), "messages");
   SamplingParams sampling = make_sampling_params(request.common, model->defaults, max_tokens);
-  force_tool_call(context.options(), request, prompt.text, model->tokenizer, sampling);
+  ChoiceTextOptions options = text_options(context.options(), request, prompt.text);
+  constrain_output(context.options(), request, prompt.text, *model, options, sampling);
 
   auto s = std::make_shared<ChatSession>(context, model, std::move(request), arrival);
   const ChatRequest& r = s->request();
-  ChoiceTextOptions options = text_options(context.options(), r, prompt.text);
   s->reasoning = !options.reasoning_parser.empty();
   for (int j = 0; j < r.common.n; ++j) {
     auto choice = std::make_unique<ChoiceState>(model->tokenizer, options);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/engine_core.h"
+#include "server/constraint_compiler.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -43,6 +44,8 @@ struct ModelContext {
   std::vector<int32_t> eos_token_ids;
   int max_model_len = 0;
   int vocab_size = 0;
+  // Structured outputs: compiled grammars over this model's vocabulary (built on first use).
+  std::shared_ptr<ConstraintCompiler> constraints = std::make_shared<ConstraintCompiler>();
 };
 
 class ServerContext {

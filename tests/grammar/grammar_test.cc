@@ -11,7 +11,7 @@
 namespace m3::grammar {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;
 using Kind = StructuredOutputSpec::Kind;
 
 std::shared_ptr<CompiledGrammar> compile(const StructuredOutputSpec& spec) {
