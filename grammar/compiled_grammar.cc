@@ -50,6 +50,8 @@ CompiledGrammar::Mask CompiledGrammar::walk(int32_t state, int32_t budget) {
     m.words[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
     ++m.count;
   };
+  const int32_t deep_above = automaton_.bytes_to_accept(state) + kDeepMargin;
+  bool deep_overflow = false;
   struct Item {
     int32_t node, state;
   };
@@ -75,7 +77,14 @@ CompiledGrammar::Mask CompiledGrammar::walk(int32_t state, int32_t budget) {
         const int32_t to_accept = automaton_.bytes_to_accept(next);
         if (budget < 0 || to_accept <= budget) {
           m.worst_to_accept = std::max(m.worst_to_accept, to_accept);
-          for (int32_t k = 0; k < child.num_tokens; ++k) allow(node_tokens[static_cast<size_t>(child.first_token + k)]);
+          for (int32_t k = 0; k < child.num_tokens; ++k) {
+            const int32_t id = node_tokens[static_cast<size_t>(child.first_token + k)];
+            allow(id);
+            if (budget < 0 && to_accept > deep_above && !deep_overflow) {
+              if (m.deep.size() < kMaxDeepTokens) m.deep.emplace_back(id, to_accept);
+              else deep_overflow = true;
+            }
+          }
         }
       }
       if (child.num_edges > 0) stack.push_back({edge.child, next});
@@ -85,6 +94,7 @@ CompiledGrammar::Mask CompiledGrammar::walk(int32_t state, int32_t budget) {
     for (int32_t id : v.eos_ids())
       if (id >= 0 && id < v.size()) allow(id);
   }
+  if (deep_overflow) m.deep.clear(), m.deep.shrink_to_fit(), m.worst_to_accept = Nfa::kUnreachable;
   return m;
 }
 
@@ -106,6 +116,19 @@ int64_t CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> words, int
   // After this token, remaining_tokens - 1 tokens of at least one byte each must complete it.
   const int32_t budget = remaining_tokens - 1;
   if (cached.worst_to_accept <= budget || remaining_tokens <= 0) {
+    std::memcpy(words.data(), cached.words.data(), n * sizeof(uint32_t));
+    return cached.count;
+  }
+  if (budget >= automaton_.bytes_to_accept(state) + kDeepMargin && cached.worst_to_accept < Nfa::kUnreachable) {
+    // Only structure-opening tokens can overrun the budget: take those out of the cached mask.
+    std::memcpy(words.data(), cached.words.data(), n * sizeof(uint32_t));
+    int64_t count = cached.count;
+    for (auto [id, to_accept] : cached.deep) {
+      if (to_accept <= budget) continue;
+      words[static_cast<size_t>(id) >> 5] &= ~(1u << (id & 31));
+      --count;
+    }
+    if (count > 0) return count;
     std::memcpy(words.data(), cached.words.data(), n * sizeof(uint32_t));
     return cached.count;
   }

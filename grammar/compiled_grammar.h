@@ -50,7 +50,13 @@ class CompiledGrammar {
     std::vector<uint32_t> words;
     int64_t count = 0;
     int32_t worst_to_accept = 0;  // the largest bytes_to_accept after an allowed token
+    // Allowed tokens after which the text is further from complete than from this state plus
+    // kDeepMargin bytes (those that open structures), with that distance: a budget of at least
+    // bytes_to_accept(state) + kDeepMargin needs only these taken out, not a new walk.
+    std::vector<std::pair<int32_t, int32_t>> deep;
   };
+  static constexpr int32_t kDeepMargin = 8;
+  static constexpr size_t kMaxDeepTokens = 4096;  // beyond: the budgeted mask is walked afresh
   // Walks the trie from `state`; with budget >= 0 keeps only tokens ending within it.
   Mask walk(int32_t state, int32_t budget);
 

@@ -43,7 +43,7 @@ SEARCH = {"type": "function", "function": {"name": "search", "parameters": {
 def setUpModule():
     global SERVER
     SERVER = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name", "tiny",
-                         "--max-model-len", "1024", "--kv-cache-memory", "64MiB", "--reasoning-parser", "minimax_m3",
+                         "--max-model-len", "2048", "--kv-cache-memory", "64MiB", "--reasoning-parser", "minimax_m3",
                          "--tool-call-parser", "minimax_m3", "--enable-auto-tool-choice", "--disable-log-stats"])
 
 
@@ -102,7 +102,7 @@ class Completions(unittest.TestCase):
         for body in [completion(structured_outputs={"choice": ["red", "green", "blue"]}),
                      completion(guided_choice=["red", "green", "blue"])]:
             self.check_all(body, lambda t: t in ("red", "green", "blue"), n=3)
-        grammar = 'root ::= "[" item ("," item)* "]"\nitem ::= [0-9]{1,2} | root\n'
+        grammar = 'root ::= "[" item ("," item)* "]"\nitem ::= [1-9] [0-9]? | root\n'
         for body in [completion(structured_outputs={"grammar": grammar}), completion(guided_grammar=grammar)]:
             self.check_all(body, lambda t: isinstance(json.loads(t), list))
         self.check_all(completion(structured_outputs={"json_object": True}, max_tokens=400),
