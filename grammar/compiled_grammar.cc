@@ -39,6 +39,19 @@ bool CompiledGrammar::can_continue(int32_t state) {
   return automaton_.can_continue(state);
 }
 
+const Vocabulary::ByteSet& CompiledGrammar::loop_bytes(int32_t state) {
+  auto it = loops_.find(state);
+  if (it != loops_.end()) return it->second;
+  Vocabulary::ByteSet loops{};
+  // Most subtrees hold letters and spaces: a state that does not loop on them gains nothing
+  // from the other 254 transitions (and counted repeats would build states for them all).
+  if (automaton_.next(state, 'e') != state || automaton_.next(state, ' ') != state)
+    return loops_.emplace(state, loops).first->second;
+  for (int b = 0; b < 256; ++b)
+    if (automaton_.next(state, static_cast<uint8_t>(b)) == state) loops[b >> 6] |= uint64_t(1) << (b & 63);
+  return loops_.emplace(state, loops).first->second;
+}
+
 CompiledGrammar::Mask CompiledGrammar::walk(int32_t state, int32_t budget) {
   const Vocabulary& v = *vocab_;
   Mask m;
@@ -73,6 +86,27 @@ CompiledGrammar::Mask CompiledGrammar::walk(int32_t state, int32_t budget) {
       const int32_t next = automaton_.next(it.state, edge.byte);
       if (next == Automaton::kDead) continue;
       const Vocabulary::TrieNode& child = nodes[static_cast<size_t>(edge.child)];
+      if (child.num_edges > 0) {
+        const Vocabulary::ByteSet& below = v.subtree_bytes(edge.child);
+        const Vocabulary::ByteSet& loops = loop_bytes(next);
+        if ((below[0] & ~loops[0]) == 0 && (below[1] & ~loops[1]) == 0 && (below[2] & ~loops[2]) == 0 &&
+            (below[3] & ~loops[3]) == 0) {
+          // Every token of the subtree ends in `next`.
+          const int32_t to_accept = automaton_.bytes_to_accept(next);
+          if (budget >= 0 && to_accept > budget) continue;
+          m.worst_to_accept = std::max(m.worst_to_accept, to_accept);
+          const int32_t end = v.tokens_before(v.subtree_end(edge.child));
+          for (int32_t k = child.first_token; k < end; ++k) {
+            const int32_t id = node_tokens[static_cast<size_t>(k)];
+            allow(id);
+            if (budget < 0 && to_accept > deep_above && !deep_overflow) {
+              if (m.deep.size() < kMaxDeepTokens) m.deep.emplace_back(id, to_accept);
+              else deep_overflow = true;
+            }
+          }
+          continue;
+        }
+      }
       if (child.num_tokens > 0) {
         const int32_t to_accept = automaton_.bytes_to_accept(next);
         if (budget < 0 || to_accept <= budget) {

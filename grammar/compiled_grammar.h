@@ -64,6 +64,10 @@ class CompiledGrammar {
   std::mutex mu_;
   Automaton automaton_;
   int32_t start_;
+  // The bytes that lead from a state back to itself (string bodies, repeats): a trie subtree
+  // whose bytes all loop is allowed whole, without a walk through it.
+  const Vocabulary::ByteSet& loop_bytes(int32_t state);
+  std::unordered_map<int32_t, Vocabulary::ByteSet> loops_;
   std::unordered_map<int32_t, Mask> masks_;
   size_t mask_bytes_ = 0;
 };

@@ -48,6 +48,21 @@ Vocabulary::Vocabulary(const std::vector<std::optional<std::string>>& tokens, st
     out.num_tokens = static_cast<int32_t>(tmp[n].ids.size());
     node_tokens_.insert(node_tokens_.end(), tmp[n].ids.begin(), tmp[n].ids.end());
   }
+  // Children are numbered after their parent (insertion in sorted order is a preorder walk), so
+  // one pass from the last node up gives every subtree's end and byte set.
+  subtree_end_.resize(nodes_.size());
+  subtree_bytes_.assign(nodes_.size(), ByteSet{});
+  for (size_t n = nodes_.size(); n-- > 0;) {
+    int32_t end = static_cast<int32_t>(n) + 1;
+    ByteSet& bytes = subtree_bytes_[n];
+    for (int32_t e = nodes_[n].first_edge; e < nodes_[n].first_edge + nodes_[n].num_edges; ++e) {
+      const TrieEdge& edge = edges_[static_cast<size_t>(e)];
+      bytes[edge.byte >> 6] |= uint64_t(1) << (edge.byte & 63);
+      for (int k = 0; k < 4; ++k) bytes[k] |= subtree_bytes_[static_cast<size_t>(edge.child)][k];
+      end = std::max(end, subtree_end_[static_cast<size_t>(edge.child)]);
+    }
+    subtree_end_[n] = end;
+  }
 }
 
 }  // namespace m3::grammar

@@ -3,6 +3,7 @@
 // text the client will not see, unknown ids, empty tokens) are never allowed by a grammar; the
 // eos ids are allowed exactly where the grammar's text is complete.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -32,6 +33,16 @@ class Vocabulary {
   const std::vector<TrieNode>& nodes() const { return nodes_; }
   const std::vector<TrieEdge>& edges() const { return edges_; }
   const std::vector<int32_t>& node_tokens() const { return node_tokens_; }
+  // Nodes are numbered in preorder: the subtree of node n is [n, subtree_end(n)), and the tokens
+  // ending in it are node_tokens()[first_token(n), first_token(subtree_end(n))).
+  int32_t subtree_end(int32_t node) const { return subtree_end_[static_cast<size_t>(node)]; }
+  int32_t tokens_before(int32_t node) const {
+    return node < static_cast<int32_t>(nodes_.size()) ? nodes_[static_cast<size_t>(node)].first_token
+                                                       : static_cast<int32_t>(node_tokens_.size());
+  }
+  // The bytes on the edges of the subtree below node n (a 256-bit set).
+  using ByteSet = std::array<uint64_t, 4>;
+  const ByteSet& subtree_bytes(int32_t node) const { return subtree_bytes_[static_cast<size_t>(node)]; }
 
  private:
   int32_t size_ = 0;
@@ -40,6 +51,8 @@ class Vocabulary {
   std::vector<TrieNode> nodes_;
   std::vector<TrieEdge> edges_;
   std::vector<int32_t> node_tokens_;
+  std::vector<int32_t> subtree_end_;
+  std::vector<ByteSet> subtree_bytes_;
 };
 
 }  // namespace m3::grammar
