@@ -34,6 +34,11 @@ bool CompiledGrammar::accepting(int32_t state) {
   return automaton_.accepting(state);
 }
 
+int32_t CompiledGrammar::bytes_to_accept(int32_t state) {
+  std::lock_guard lock(mu_);
+  return automaton_.bytes_to_accept(state);
+}
+
 bool CompiledGrammar::can_continue(int32_t state) {
   std::lock_guard lock(mu_);
   return automaton_.can_continue(state);

@@ -39,6 +39,8 @@ class CompiledGrammar {
   int32_t advance(int32_t state, std::string_view bytes);
   bool accepting(int32_t state);
   bool can_continue(int32_t state);
+  // Fewest bytes that complete the text from `state`.
+  int32_t bytes_to_accept(int32_t state);
   // The allowed next tokens from `state` into `words` (token_mask_words(vocab) of them). When
   // `remaining_tokens` could not complete the text after some allowed token, only tokens after
   // which the shortest completion still fits are kept (each further token adds at least a byte).

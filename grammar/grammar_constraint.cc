@@ -19,6 +19,10 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<CompiledGrammar> grammar,
                                      std::shared_ptr<const std::vector<std::string>> token_texts,
                                      std::string start_after)
     : grammar_(std::move(grammar)), token_texts_(std::move(token_texts)), start_after_(std::move(start_after)) {
+  if (!start_after_.empty()) {
+    for (size_t id = 0; id < token_texts_->size(); ++id)
+      if ((*token_texts_)[id] == start_after_) marker_token_ = static_cast<int32_t>(id);
+  }
   Entry first;
   first.active = start_after_.empty();
   first.state = grammar_->start_state();
@@ -27,7 +31,22 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<CompiledGrammar> grammar,
 
 bool GrammarConstraint::fill_allowed(std::span<uint32_t> words, int remaining_tokens) {
   const Entry& cur = history_.back();
-  if (!cur.active) return false;
+  if (!cur.active) {
+    // Before the start marker (still reasoning) anything goes but the end of the sequence: the
+    // output must reach the constrained part (or run out of tokens).
+    if (marker_token_ >= 0 && remaining_tokens > 0 &&
+        remaining_tokens <= grammar_->bytes_to_accept(grammar_->start_state()) + 2) {
+      std::fill(words.begin(), words.end(), 0u);
+      words[static_cast<size_t>(marker_token_) >> 5] |= 1u << (marker_token_ & 31);
+      return true;
+    }
+    const auto& eos = grammar_->vocabulary().eos_ids();
+    if (eos.empty()) return false;
+    std::fill(words.begin(), words.end(), ~0u);
+    for (int32_t id : eos)
+      if (id >= 0 && static_cast<size_t>(id >> 5) < words.size()) words[static_cast<size_t>(id) >> 5] &= ~(1u << (id & 31));
+    return true;
+  }
   const int64_t allowed = grammar_->fill_mask(cur.state, words, remaining_tokens);
   // An empty mask would leave the sampler nothing to pick; say so instead of sampling freely.
   M3_CHECK(allowed > 0, "structured output: no token of the vocabulary can continue the constrained text");

@@ -1,7 +1,10 @@
 // TokenConstraint (ops/token_constraint.h) over a compiled grammar: the sequence's state in the
 // automaton, one entry per accepted token (so rollback is exact), and an optional start marker:
 // with reasoning on, the constraint starts once the output text contains the marker (the end of
-// reasoning) and constrains only what follows it.
+// reasoning) and constrains only what follows it; before that only eos is excluded, so the
+// sequence cannot end before it reaches the constrained part, and once the tokens left are
+// only just enough for the constrained text (one byte a token), the marker is forced when one
+// token spells it (the reasoning is cut short so that the structured part completes).
 #pragma once
 #include <memory>
 #include <string>
@@ -50,6 +53,7 @@ class GrammarConstraint final : public TokenConstraint {
   std::shared_ptr<CompiledGrammar> grammar_;
   std::shared_ptr<const std::vector<std::string>> token_texts_;
   std::string start_after_;
+  int32_t marker_token_ = -1;  // a token whose text is the whole start marker, if there is one
   std::string text_;  // output text before activation (searched for the marker)
   std::vector<Entry> history_;
 };

@@ -133,5 +133,38 @@ TEST(Grammar, RollbackRestoresTheState) {
   EXPECT_FALSE(c.accept(']' + 0 == ']' ? int32_t('}') : 0));
 }
 
+TEST(Grammar, StartMarkerWaitsThenForcesItselfNearTheEnd) {
+  StructuredOutputSpec s;
+  s.kind = Kind::kChoice;
+  s.choices = {"yes", "no"};
+  s.field = "choice";
+  auto g = compile(s);
+  const Vocabulary& v = g->vocabulary();
+  // Token texts: every token's bytes; token 300 ("]<]") stands in for the end-of-reasoning marker.
+  auto texts = std::make_shared<std::vector<std::string>>();
+  for (int32_t i = 0; i < v.size(); ++i) texts->push_back(v.bytes(i).value_or(""));
+  const int32_t marker = 256 + 19;  // "]<]" in test_token_bytes()
+  ASSERT_EQ((*texts)[marker], "]<]");
+  GrammarConstraint c(g, texts, "]<]");
+  std::vector<uint32_t> words((v.size() + 31) / 32);
+  const int32_t eos = v.size() - 1;
+  ASSERT_TRUE(c.fill_allowed(words, 100));  // reasoning: anything but eos
+  EXPECT_TRUE(allowed(words, 'z'));
+  EXPECT_FALSE(allowed(words, eos));
+  ASSERT_TRUE(c.accept('z'));
+  ASSERT_TRUE(c.fill_allowed(words, 3));  // "yes" needs 2 bytes: now only the marker fits
+  for (int32_t i = 0; i < v.size(); ++i) EXPECT_EQ(allowed(words, i), i == marker) << i;
+  ASSERT_TRUE(c.accept(marker));
+  EXPECT_TRUE(c.active());
+  ASSERT_TRUE(c.fill_allowed(words, 2));
+  EXPECT_TRUE(allowed(words, 'n'));
+  EXPECT_FALSE(allowed(words, 'z'));
+  ASSERT_TRUE(c.accept('n'));
+  ASSERT_TRUE(c.accept('o'));
+  EXPECT_TRUE(c.terminated());
+  c.rollback(3);  // back before the marker: waiting again
+  EXPECT_FALSE(c.active());
+}
+
 }  // namespace
 }  // namespace m3::grammar
