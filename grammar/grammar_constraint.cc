@@ -9,20 +9,29 @@ namespace m3::grammar {
 GrammarConstraintSpec::GrammarConstraintSpec(std::shared_ptr<CompiledGrammar> grammar,
                                              std::shared_ptr<const std::vector<std::string>> token_texts,
                                              std::string start_after)
-    : grammar_(std::move(grammar)), token_texts_(std::move(token_texts)), start_after_(std::move(start_after)) {}
+    : grammar_(std::move(grammar)),
+      token_texts_(std::move(token_texts)),
+      start_after_(std::move(start_after)),
+      marker_token_(marker_token(*token_texts_, start_after_)) {}
 
 std::unique_ptr<TokenConstraint> GrammarConstraintSpec::start() const {
-  return std::make_unique<GrammarConstraint>(grammar_, token_texts_, start_after_);
+  return std::make_unique<GrammarConstraint>(grammar_, token_texts_, start_after_, marker_token_);
+}
+
+int32_t marker_token(const std::vector<std::string>& token_texts, const std::string& marker) {
+  if (marker.empty()) return -1;
+  for (size_t id = 0; id < token_texts.size(); ++id)
+    if (token_texts[id] == marker) return static_cast<int32_t>(id);
+  return -1;
 }
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<CompiledGrammar> grammar,
                                      std::shared_ptr<const std::vector<std::string>> token_texts,
-                                     std::string start_after)
-    : grammar_(std::move(grammar)), token_texts_(std::move(token_texts)), start_after_(std::move(start_after)) {
-  if (!start_after_.empty()) {
-    for (size_t id = 0; id < token_texts_->size(); ++id)
-      if ((*token_texts_)[id] == start_after_) marker_token_ = static_cast<int32_t>(id);
-  }
+                                     std::string start_after, int32_t marker)
+    : grammar_(std::move(grammar)),
+      token_texts_(std::move(token_texts)),
+      start_after_(std::move(start_after)),
+      marker_token_(marker == -2 ? marker_token(*token_texts_, start_after_) : marker) {
   Entry first;
   first.active = start_after_.empty();
   first.state = grammar_->start_state();

@@ -27,12 +27,18 @@ class GrammarConstraintSpec final : public TokenConstraintSpec {
   std::shared_ptr<CompiledGrammar> grammar_;
   std::shared_ptr<const std::vector<std::string>> token_texts_;
   std::string start_after_;
+  int32_t marker_token_;  // found once here, not per sequence
 };
+
+// The token whose text is exactly `marker`, or -1.
+int32_t marker_token(const std::vector<std::string>& token_texts, const std::string& marker);
 
 class GrammarConstraint final : public TokenConstraint {
  public:
+  // `marker_token`: marker_token(*token_texts, start_after), or -2 to have it looked up here.
   GrammarConstraint(std::shared_ptr<CompiledGrammar> grammar,
-                    std::shared_ptr<const std::vector<std::string>> token_texts, std::string start_after);
+                    std::shared_ptr<const std::vector<std::string>> token_texts, std::string start_after,
+                    int32_t marker_token = -2);
   bool fill_allowed(std::span<uint32_t> words, int remaining_tokens) override;
   bool accept(int32_t token) override;
   bool terminated() const override;
