@@ -101,6 +101,7 @@ void EngineLoop::add(EngineRequest request, OutputSink sink, uint64_t seed, Cloc
     }
   }
   if (!p.forced_tokens.empty() && p.forced_after.empty()) seq->forced_start = 0;
+  if (p.constraint) seq->constraint = p.constraint->start();
   kv_.update_hashes(*seq);
   Sequence* raw = seq.get();
   const std::string id = raw->request.id;
@@ -212,9 +213,32 @@ void EngineLoop::plan_outputs(std::size_t i, Sequence& seq) {
   if (forced_token(seq) >= 0) return;
   out.sample_index = static_cast<int>(sampling_.rows.size());
   add_sample_row(sampling_, rows.sample_row, sampling_state(seq));
+  if (seq.constraint) {
+    const int32_t allowed_row = sampling_.add_allowed_row(token_mask_words(vocab_size_));
+    sampling_.rows.back().allowed_row = allowed_row;
+    const int remaining = std::min(seq.params().max_tokens - seq.num_output_tokens(),
+                                   config_.max_model_len - seq.num_tokens());
+    out.mask_job = static_cast<int>(mask_requests_.size());
+    mask_requests_.push_back({seq.constraint.get(), allowed_row, remaining});
+  }
 }
 
-RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, const float* logits_row) {
+void EngineLoop::start_masks() {
+  mask_jobs_.clear();
+  if (mask_requests_.empty()) return;
+  const auto words = static_cast<size_t>(sampling_.allowed_words);
+  for (const MaskRequest& m : mask_requests_) {
+    MaskWorker::Job job;
+    job.constraint = m.constraint;
+    job.words = std::span<uint32_t>(sampling_.allowed.data() + static_cast<size_t>(m.allowed_row) * words, words);
+    job.remaining_tokens = m.remaining_tokens;
+    mask_jobs_.push_back(std::move(job));
+  }
+  mask_worker_.start(&mask_jobs_);
+  sampling_.masks_ready = [this] { mask_worker_.wait(); };
+}
+
+RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, const float* logits_row, const std::string* mask_error) {
   RequestOutput out = make_output(seq);
   const SamplingParams& p = seq.params();
   const bool first_token = !seq.first_token_time.has_value();
@@ -232,10 +256,20 @@ RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, const float* l
     seq.prompt_logprobs_sent = true;
   }
 
+  if (mask_error && !mask_error->empty()) {  // the constraint could not say what may come next
+    out.error = *mask_error;
+    finish(seq, out, FinishReason::kError);
+    return out;
+  }
   const int32_t forced = forced_token(seq);
   const int32_t token = forced >= 0 ? forced : sampled;
   if (token < 0 || token >= vocab_size_) {  // a runner that broke its contract: fail this request only
     out.error = "sampling returned token " + std::to_string(token) + " outside the vocabulary";
+    finish(seq, out, FinishReason::kError);
+    return out;
+  }
+  if (seq.constraint && !seq.constraint->accept(token)) {
+    out.error = "structured output: token " + std::to_string(token) + " does not continue the constrained text";
     finish(seq, out, FinishReason::kError);
     return out;
   }
@@ -256,6 +290,8 @@ RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, const float* l
   if (num_output >= p.min_tokens &&
       ((!p.ignore_eos && contains(seq.request.eos_token_ids, token)) || contains(p.stop_token_ids, token))) {
     out.stop_token_id = token;
+    finish(seq, out, FinishReason::kStop);
+  } else if (seq.constraint && seq.constraint->terminated()) {  // complete: nothing may follow
     finish(seq, out, FinishReason::kStop);
   } else if (num_output >= p.max_tokens || seq.num_tokens() >= config_.max_model_len) {
     finish(seq, out, FinishReason::kLength);
@@ -278,16 +314,21 @@ bool EngineLoop::step() {
   outputs_.resize(sched.scheduled.size());
   sampling_.clear();
   host_rows_.clear();
+  mask_requests_.clear();
   for (std::size_t i = 0; i < sched.scheduled.size(); ++i) plan_outputs(i, *sched.scheduled[i].seq);
   sampled_.assign(sampling_.rows.size(), -1);
   logits_.resize(host_rows_.size() * static_cast<std::size_t>(vocab_size_));
+  start_masks();
   try {
     runner_.forward_sample(plan_.batch, sampling_, sampled_.data(), host_rows_, logits_.data());
   } catch (const std::exception& e) {
+    mask_worker_.wait();  // the constraints are the sequences'; nothing may still be filling
     M3_LOG_ERROR("engine step failed for {} request(s): {}", sched.scheduled.size(), e.what());
     fail_step(sched.scheduled, e.what());
     return true;
   }
+  mask_worker_.wait();  // a runner that sampled nothing never waited
+  sampling_.masks_ready = nullptr;
 
   for (std::size_t i = 0; i < sched.scheduled.size(); ++i) {
     Sequence& seq = *sched.scheduled[i].seq;
@@ -300,7 +341,8 @@ bool EngineLoop::step() {
     const int32_t sampled = outs.sample_index >= 0 ? sampled_[outs.sample_index] : -1;
     const float* row =
         outs.sample_host_row >= 0 ? logits_.data() + static_cast<std::size_t>(outs.sample_host_row) * vocab_size_ : nullptr;
-    const RequestOutput out = advance(seq, sampled, row);
+    const std::string* mask_error = outs.mask_job >= 0 ? &mask_jobs_[outs.mask_job].error : nullptr;
+    const RequestOutput out = advance(seq, sampled, row, mask_error);
     emit(seq, out);
   }
   counters_.num_preemptions = scheduler_.num_preemptions();

@@ -8,6 +8,7 @@
 
 #include "engine/engine_core.h"
 #include "engine/kv_manager.h"
+#include "engine/mask_worker.h"
 #include "engine/sample_rows.h"
 #include "engine/scheduler.h"
 #include "engine/step_builder.h"
@@ -40,7 +41,10 @@ class EngineLoop {
   // Appends `sampled` (or the forced token), reports logprobs from `logits_row` (host logits of
   // the sampling row, or null when none were asked for) and checks stop conditions; returns the
   // output for the sink.
-  RequestOutput advance(Sequence& seq, int32_t sampled, const float* logits_row);
+  // `mask_error`: the constraint's failure to give this token's mask (the request fails), or null.
+  RequestOutput advance(Sequence& seq, int32_t sampled, const float* logits_row, const std::string* mask_error);
+  // Hands the step's constrained rows to the mask worker and makes the batch wait for them.
+  void start_masks();
   void collect_prompt_logprobs(Sequence& seq, const SeqLogitsRows& rows, int first_host_row);
   void finish(Sequence& seq, RequestOutput& out, FinishReason reason);
   // Calls the sink; on a throwing sink the request is dropped (logged). Removes finished ones.
@@ -59,12 +63,22 @@ class EngineLoop {
     int sample_index = -1;        // into sampling_.rows / sampled_
     int sample_host_row = -1;     // host logits row of the sampling row (logprobs)
     int first_prompt_host_row = -1;
+    int mask_job = -1;            // into mask_jobs_ (a constrained sampling row)
   };
   std::vector<SeqOutputs> outputs_;  // parallel to the schedule
   SampleBatch sampling_;
   std::vector<int32_t> sampled_;
   std::vector<int32_t> host_rows_;  // indices into plan_.batch.logits_rows
   std::vector<float> logits_;       // [host_rows_.size(), vocab]
+  // The step's structured-output masks: the rows' constraints, filled beside the forward pass.
+  struct MaskRequest {
+    TokenConstraint* constraint;
+    int32_t allowed_row;
+    int remaining_tokens;
+  };
+  std::vector<MaskRequest> mask_requests_;
+  std::vector<MaskWorker::Job> mask_jobs_;
+  MaskWorker mask_worker_;
   std::unordered_map<std::string, std::unique_ptr<Sequence>> seqs_;
   uint64_t next_arrival_ = 0;
   EngineStats counters_;  // the monotonic counters; gauges are filled by stats()

@@ -6,10 +6,13 @@
 // matches); stop token ids and eos are the engine's.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "ops/token_constraint.h"
 
 namespace m3 {
 
@@ -57,6 +60,11 @@ struct SamplingParams {
   // -1: no cap.
   int reasoning_budget = -1;
   std::vector<int32_t> reasoning_end;
+  // Structured outputs (JSON schema, regex, choice, grammar, tool calls): each sequence starts its
+  // own TokenConstraint from the spec; before every sampled token the constraint's allowed-token
+  // mask applies (computed on the host while the forward pass runs), every generated token
+  // advances it, and the sequence ends (reason stop) once the constraint is complete. Null: none.
+  std::shared_ptr<const TokenConstraintSpec> constraint;
 
   bool greedy() const { return temperature < 1e-5f; }
   // Throws m3::Error naming the first invalid field, e.g. "top_p must be in (0, 1], got 1.5".

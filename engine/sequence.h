@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/request.h"
+#include "ops/token_constraint.h"
 
 namespace m3 {
 
@@ -45,6 +47,7 @@ struct Sequence {
   int forced_start = -1;
   // Output length when params().reasoning_end first appeared at its end; -1 while it has not.
   int reasoning_ended_at = -1;
+  std::unique_ptr<TokenConstraint> constraint;  // from params().constraint; advanced by every token
   std::vector<PositionLogprobs> prompt_logprobs;      // collected during prefill
   bool prompt_logprobs_sent = false;
   int num_cached_prompt_tokens = -1;  // set on the first schedule

@@ -54,6 +54,14 @@ void SampleBatch::add(SampleRow row, const int32_t* prompt_ids, int32_t num_prom
   rows.push_back(row);
 }
 
+int32_t SampleBatch::add_allowed_row(int32_t words) {
+  if (allowed_words == 0) allowed_words = words;
+  M3_CHECK(words == allowed_words, "sample batch: allowed masks of {} and {} words", allowed_words, words);
+  const auto row = static_cast<int32_t>(allowed.size() / static_cast<size_t>(words));
+  allowed.resize(allowed.size() + static_cast<size_t>(words), 0u);
+  return row;
+}
+
 // Two passes: an 8-lane max the compiler turns into SIMD (a host-side 200K-vocab argmax per
 // request and step must cost microseconds), then the first index holding it.
 int32_t argmax_reference(const float* values, int64_t n) {
@@ -76,6 +84,9 @@ int32_t argmax_reference(const float* values, int64_t n) {
 
 void sample_batch_reference(const float* logits, int64_t num_rows, int32_t vocab, const SampleBatch& batch,
                             int32_t* ids, SampleWorkspace& ws) {
+  batch.wait_masks();
+  M3_CHECK(batch.allowed.empty() || int64_t(batch.allowed_words) * 32 >= vocab,
+           "sample: allowed masks of {} words cannot cover a vocabulary of {}", batch.allowed_words, vocab);
   for (size_t i = 0; i < batch.rows.size(); ++i) {
     const SampleRow& row = batch.rows[i];
     M3_CHECK(row.logits_row >= 0 && row.logits_row < num_rows, "sample: row {} reads logits row {} of {}", i,
@@ -87,20 +98,27 @@ void sample_batch_reference(const float* logits, int64_t num_rows, int32_t vocab
 int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& row, const SampleBatch& batch,
                          SampleWorkspace& ws, SampleTrace* trace) {
   const int32_t* ids = batch.ids.data();
+  const uint32_t* allowed = batch.allowed_mask(row);
+  M3_CHECK(!allowed || (row.allowed_row + 1) * size_t(batch.allowed_words) <= batch.allowed.size(),
+           "sample: a row's allowed mask {} is outside the batch's", row.allowed_row);
   return sample_reference(logits, vocab, row, ids + row.prompt_begin, ids + row.output_begin,
-                          batch.counts.data() + row.output_begin, ids + row.masked_begin, ws, trace);
+                          batch.counts.data() + row.output_begin, ids + row.masked_begin, allowed, ws, trace);
 }
 
 int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& p, const int32_t* prompt_ids,
                          const int32_t* output_ids, const int32_t* output_counts, const int32_t* masked_ids,
-                         SampleWorkspace& ws, SampleTrace* trace) {
-  const bool masking = p.num_masked > 0;
+                         const uint32_t* allowed, SampleWorkspace& ws, SampleTrace* trace) {
+  const bool masking = p.num_masked > 0 || allowed;
   const bool penalised = sample_row_penalised(p);
   const bool greedy = sample_row_greedy(p);
   if (greedy && !masking && !penalised) return argmax_reference(logits, vocab);  // the common case: no copy
 
   std::vector<float>& work = ws.work;
   work.assign(logits, logits + vocab);
+  if (allowed) {
+    for (int32_t i = 0; i < vocab; ++i)
+      if (!((allowed[i >> 5] >> (i & 31)) & 1u)) work[i] = kNegInf;
+  }
   for (int i = 0; i < p.num_masked; ++i) {
     const int32_t id = masked_ids[i];
     if (id >= 0 && id < vocab) work[id] = kNegInf;

@@ -1,5 +1,6 @@
 // Sampling: one logits row -> one token id, with vLLM's semantics and order. The ONE definition
 // of the semantics (engine/sample_rows.h and every backend's sample op follow it):
+//   allowed-token mask (structured outputs: tokens outside the row's bitmask -> -inf) ->
 //   min_tokens mask (listed ids -> -inf) -> repetition, frequency, presence penalties ->
 //   greedy argmax (ties: lowest id)  |  temperature -> min_p -> top_k -> top_p -> draw.
 // The draw is an inverse-CDF walk over the kept tokens in token-id order with one uniform number
@@ -13,6 +14,7 @@
 // This header is C++17 and CUDA-includable: the kernel shares SampleRow and counter_uniform.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/hd.h"
@@ -34,9 +36,11 @@ struct SampleRow {
   int32_t prompt_begin = 0, num_prompt = 0;  // sorted unique prompt ids (repetition penalty only)
   int32_t output_begin = 0, num_output = 0;  // distinct output ids with their counts (> 0)
   int32_t masked_begin = 0, num_masked = 0;  // ids set to -inf (empty once min_tokens is reached)
+  int32_t allowed_row = -1;  // row of SampleBatch::allowed (a structured-output constraint), or -1
 };
 
 M3_HD bool sample_row_greedy(const SampleRow& r) { return r.temperature < 1e-5f; }
+M3_HD bool sample_row_constrained(const SampleRow& r) { return r.allowed_row >= 0; }
 M3_HD bool sample_row_penalised(const SampleRow& r) {
   return r.repetition_penalty != 1.0f || r.frequency_penalty != 0.0f || r.presence_penalty != 0.0f;
 }
@@ -45,11 +49,28 @@ struct SampleBatch {
   std::vector<SampleRow> rows;
   std::vector<int32_t> ids;     // the rows' lists, back to back
   std::vector<int32_t> counts;  // parallel to ids: the count of an output-list id, else 0
+  // Allowed-token bitmasks of the constrained rows, allowed_words words each (bit i % 32 of word
+  // i / 32: token i may be sampled). They may be filled on another thread while the forward pass
+  // runs: every reader calls wait_masks() before it reads them.
+  std::vector<uint32_t> allowed;
+  int32_t allowed_words = 0;
+  std::function<void()> masks_ready;  // blocks until `allowed` is filled; empty: it already is
 
   void clear() {
     rows.clear();
     ids.clear();
     counts.clear();
+    allowed.clear();
+    allowed_words = 0;
+    masks_ready = nullptr;
+  }
+  void wait_masks() const {
+    if (masks_ready) masks_ready();
+  }
+  // Space for one more bitmask of `words` words (zeros: nothing allowed until filled); its row.
+  int32_t add_allowed_row(int32_t words);
+  const uint32_t* allowed_mask(const SampleRow& row) const {
+    return row.allowed_row < 0 ? nullptr : allowed.data() + static_cast<size_t>(row.allowed_row) * allowed_words;
   }
   // Appends `row` (its list fields are overwritten) with copies of the lists.
   void add(SampleRow row, const int32_t* prompt_ids, int32_t num_prompt, const int32_t* output_ids,
@@ -90,9 +111,10 @@ struct SampleWorkspace {
 int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& row, const SampleBatch& batch,
                          SampleWorkspace& ws, SampleTrace* trace = nullptr);
 // The same with the lists given directly (host pointers; no copy into a batch).
+// `allowed`: the row's bitmask (ceil(vocab / 32) words), or null for none.
 int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& row, const int32_t* prompt_ids,
                          const int32_t* output_ids, const int32_t* output_counts, const int32_t* masked_ids,
-                         SampleWorkspace& ws, SampleTrace* trace = nullptr);
+                         const uint32_t* allowed, SampleWorkspace& ws, SampleTrace* trace = nullptr);
 
 // Every row of `batch` by the reference from host logits [num_rows, vocab]: ids[i] for
 // batch.rows[i]. The one host path: Backend::sample's default, the CPU backend, runners without a

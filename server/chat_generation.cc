@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "server/api_error.h"
+#include "server/constraint_compiler.h"
 #include "server/route_common.h"
 #include "text/reasoning_parser.h"
 #include "text/tool_parser.h"
@@ -52,15 +53,40 @@ ChoiceTextOptions text_options(const ServeOptions& options, const ChatRequest& r
   return o;
 }
 
-// tool_choice "required" or a named function: the model is made to open a call, since nothing
-// else would make it call one. The call opener (with the function's name when it is known) is
-// forced once reasoning has ended, or from the first token when the prompt already closed it
-// (thinking disabled). As in vLLM, a model that answers without ever closing its reasoning is
-// not forced. With "required", the model names the function itself unless there is only one.
-void force_tool_call(const ServeOptions& options, const ChatRequest& r,
-                     const std::string& prompt_text, const text::Tokenizer& tokenizer,
-                     SamplingParams& sampling) {
-  if (r.tool_choice != ToolChoice::kRequired && r.tool_choice != ToolChoice::kNamed) return;
+// The text the constraint waits for before it starts: the end of reasoning, unless the prompt
+// already closed it (thinking disabled). As in vLLM, output whose reasoning never ends is not
+// constrained.
+std::string constraint_start(const ServeOptions& options, const std::string& prompt_text) {
+  if (options.reasoning_parser.empty()) return {};
+  const std::string_view end = text::ReasoningParser::end_marker(options.reasoning_parser);
+  std::string_view prompt = prompt_text;
+  while (!prompt.empty() && std::isspace(static_cast<unsigned char>(prompt.back()))) prompt.remove_suffix(1);
+  return prompt.ends_with(end) ? std::string() : std::string(end);
+}
+
+// tool_choice "required" / a named function (the output is tool calls to the declared functions,
+// arguments valid against their schemas: a grammar of the minimax_m3 markup), or the request's
+// response_format / structured outputs. With the minimax_m2 parser a required or named choice
+// only forces the call's opening text (no grammar for its markup yet).
+void constrain_output(const ServeOptions& options, const ChatRequest& r, const std::string& prompt_text,
+                      const ModelContext& model, const ChoiceTextOptions& text, SamplingParams& sampling) {
+  ConstraintCompiler::Target target;
+  target.tokenizer = &model.tokenizer;
+  target.vocab_size = model.vocab_size;
+  target.eos_token_ids = model.eos_token_ids;
+  target.special_tokens_visible = !text.skip_special_tokens;
+  target.start_after = constraint_start(options, prompt_text);
+  const bool tool_call = r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed;
+  if (!tool_call) {
+    if (r.common.structured) sampling.constraint = model.constraints->for_spec(*r.common.structured, target);
+    return;
+  }
+  if (options.tool_call_parser == "minimax_m3") {
+    sampling.constraint = model.constraints->for_tool_calls(
+        r.tools, r.tool_choice == ToolChoice::kNamed ? r.tool_choice_name : std::string(),
+        r.parallel_tool_calls && r.tool_choice == ToolChoice::kRequired, target);
+    return;
+  }
   std::optional<std::string_view> name;
   if (r.tool_choice == ToolChoice::kNamed) {
     name = r.tool_choice_name;
@@ -68,14 +94,8 @@ void force_tool_call(const ServeOptions& options, const ChatRequest& r,
     name = r.tools[0]["function"]["name"].get_ref<const std::string&>();
   }
   const std::string opener = text::ToolCallParser::call_opener(options.tool_call_parser, name);
-  sampling.forced_tokens = tokenizer.encode(opener, false);
-  if (options.reasoning_parser.empty()) return;
-  const std::string_view end = text::ReasoningParser::end_marker(options.reasoning_parser);
-  std::string_view prompt = prompt_text;
-  while (!prompt.empty() && std::isspace(static_cast<unsigned char>(prompt.back()))) {
-    prompt.remove_suffix(1);
-  }
-  if (!prompt.ends_with(end)) sampling.forced_after = tokenizer.encode(end, false);
+  sampling.forced_tokens = model.tokenizer.encode(opener, false);
+  if (!target.start_after.empty()) sampling.forced_after = model.tokenizer.encode(target.start_after, false);
 }
 
 }  // namespace
@@ -90,8 +110,8 @@ ChatGeneration prepare_chat_generation(const ServeOptions& options, const ModelC
                                     static_cast<int>(g.prompt.token_ids.size()), fields.prompt,
                                     fields.max_tokens);
   g.sampling = make_sampling_params(request.common, model.defaults, g.max_tokens);
-  force_tool_call(options, request, g.prompt.text, model.tokenizer, g.sampling);
   g.text = text_options(options, request, g.prompt.text);
+  constrain_output(options, request, g.prompt.text, model, g.text, g.sampling);
   g.reasoning_split = !g.text.reasoning_parser.empty();
   return g;
 }

@@ -20,8 +20,9 @@ struct ChatPrompt {
 ChatPrompt build_chat_prompt(const ChatRequest& request, const ModelContext& model,
                              std::string_view field = "messages");
 
-// The instruction m3serve adds for response_format json_object / json_schema. m3serve has no
-// constrained decoding: the format is requested from the model as an instruction, not enforced.
+// The instruction m3serve adds for response_format json_object / json_schema: the format is
+// enforced by constrained decoding (server/constraint_compiler.h); the instruction tells the
+// model what it is writing, so that it writes it well.
 std::string response_format_instruction(const ChatRequest& request);
 
 }  // namespace m3::server

@@ -144,6 +144,14 @@ void handle_completions(ServerContext& context, const HttpRequest& req, HttpResp
     check_prompt_ids(ids, model->vocab_size, field);
     int max_tokens = resolve_max_tokens(r.common, *model, static_cast<int>(ids.size()), field);
     SamplingParams sampling = make_sampling_params(r.common, model->defaults, max_tokens);
+    if (r.common.structured) {
+      ConstraintCompiler::Target target;
+      target.tokenizer = &model->tokenizer;
+      target.vocab_size = model->vocab_size;
+      target.eos_token_ids = model->eos_token_ids;
+      target.special_tokens_visible = !r.common.skip_special_tokens;
+      sampling.constraint = model->constraints->for_spec(*r.common.structured, target);
+    }
     std::string prefix = r.prompts.size() == 1 ? request_id : fmt::format("{}-p{}", request_id, p);
     engine_requests.push_back(make_engine_requests(prefix, ids, sampling, r.common.n, *model));
     s->prompt_texts.push_back(prompt.is_token_ids ? model->tokenizer.decode(ids, false)

@@ -8,6 +8,7 @@
 #include "server/api_error.h"
 #include "server/json_fields.h"
 #include "server/json_parse.h"
+#include "server/structured_output_request.h"
 
 namespace m3::server {
 namespace {
@@ -25,11 +26,6 @@ void require_object_body(const json& body) {
 void reject_unsupported(const json& body) {
   static constexpr const char* kUnsupported[][2] = {
       {"suffix", "text insertion (suffix) is not supported"},
-      {"guided_json", "guided decoding is not supported"},
-      {"guided_regex", "guided decoding is not supported"},
-      {"guided_choice", "guided decoding is not supported"},
-      {"guided_grammar", "guided decoding is not supported"},
-      {"structured_outputs", "structured outputs (constrained decoding) are not supported"},
       {"functions", "the legacy 'functions' field is not supported; use 'tools'"},
       {"function_call", "the legacy 'function_call' field is not supported; use 'tool_choice'"},
       {"audio", "audio output is not supported"},
@@ -440,6 +436,7 @@ CompletionRequest parse_completion_request(const json& body, const RequestLimits
     bad_field("logprobs", "must be an integer (the number of top logprobs) for completions");
   }
   r.common.logprobs = parse_logprobs_count(body, "logprobs", limits);
+  r.common.structured = parse_structured_output(body);
   // OpenAI's completions default is 16 tokens (vLLM keeps it).
   if (!r.common.max_tokens) r.common.max_tokens = 16;
   if (*r.common.max_tokens == 0 && !r.echo)
@@ -459,6 +456,15 @@ ChatRequest parse_chat_request(const json& body, const RequestLimits& limits) {
   r.tools = parse_tools(body);
   parse_tool_choice(body, r);
   parse_response_format(body, r);
+  r.common.structured = parse_structured_output(body);
+  r.parallel_tool_calls = read_bool(body, "parallel_tool_calls").value_or(true);
+  if (r.common.structured && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed)) {
+    throw ApiError(400,
+                   fmt::format("'{}' cannot be combined with a required or named tool_choice (the output is then "
+                               "a tool call)",
+                               r.common.structured->field),
+                   r.common.structured->field);
+  }
 
   if (auto effort = read_string(body, "reasoning_effort")) {
     static constexpr std::string_view kEfforts[] = {"none",   "minimal", "low",

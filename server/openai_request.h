@@ -3,7 +3,7 @@
 // (token ids in range, prompt length vs max_model_len) happen later, in the pipelines.
 //
 // Unknown fields are ignored, as vLLM does. Known fields m3serve cannot honour (logit_bias,
-// suffix, guided decoding, ...) are rejected instead of being silently ignored.
+// suffix, ...) are rejected instead of being silently ignored.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar/structured_output.h"
 #include "server/json_fields.h"
 
 namespace m3::server {
@@ -42,6 +43,8 @@ struct CommonRequest {
   int logprobs = -1;                    // top logprobs per output token; -1 = none
   int prompt_logprobs = -1;             // vLLM extension; -1 = none
   bool return_token_ids = false;        // vLLM extension: token_ids / prompt_token_ids in choices
+  // response_format / structured_outputs / guided_* (server/structured_output_request.h).
+  std::optional<grammar::StructuredOutputSpec> structured;
 };
 
 // One prompt of /v1/completions: text, or token ids given directly.
@@ -69,6 +72,7 @@ struct ChatRequest {
   ToolChoice tool_choice = ToolChoice::kNone;
   bool tool_choice_given = false;
   std::string tool_choice_name;          // kNamed
+  bool parallel_tool_calls = true;       // false: at most one call (tool_choice required: exactly one)
   std::string response_format = "text";  // text | json_object | json_schema
   Json response_schema;                  // json_schema.schema, or null
   std::optional<std::string> reasoning_effort;

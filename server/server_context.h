@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/engine_core.h"
+#include "server/constraint_compiler.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -47,6 +48,8 @@ struct ModelContext {
   int max_model_len = 0;
   int vocab_size = 0;
   std::optional<CacheConfigInfo> cache_config;  // for vllm:cache_config_info
+  // Structured outputs: compiled grammars over this model's vocabulary (built on first use).
+  std::shared_ptr<ConstraintCompiler> constraints = std::make_shared<ConstraintCompiler>();
 };
 
 class ServerContext {

@@ -40,6 +40,10 @@ class Tokenizer {
   // Ids that name no token are skipped, as the reference does.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
 
+  // The exact bytes token `id` adds to the output: an added token's text, or a byte-level BPE
+  // token's bytes (which may be part of a UTF-8 character). nullopt for unknown ids, and for every
+  // model token when the decoder is not a lone ByteLevel (the grammar engine needs fixed bytes).
+  std::optional<std::string> token_bytes(int32_t id) const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::optional<std::string> id_to_token(int32_t id) const;
   // One more than the largest id of the vocabulary and the added tokens.

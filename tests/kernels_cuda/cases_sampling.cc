@@ -115,6 +115,14 @@ void add_row(SampleBatch& batch, SampleRow row, bool lists, int vocab, std::mt19
   }
   row.seed = rng();
   row.output_index = int32_t(rng() % 1000);
+  // A third of the rows are constrained (structured outputs): about 1 token in 8 allowed.
+  if (rng() % 3 == 0) {
+    const int32_t words = (vocab + 31) / 32;
+    row.allowed_row = batch.add_allowed_row(words);
+    uint32_t* mask = batch.allowed.data() + size_t(row.allowed_row) * size_t(words);
+    for (int32_t w = 0; w < words; ++w) mask[w] = uint32_t(rng() & rng() & rng());
+    mask[0] |= 1u;  // never empty
+  }
   batch.add(row, prompt.data(), int32_t(prompt.size()), out_ids.data(), out_counts.data(), int32_t(out_ids.size()),
             masked.data(), int32_t(masked.size()));
 }

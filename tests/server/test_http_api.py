@@ -322,13 +322,13 @@ class ChatCompletions(unittest.TestCase):
             self.assertTrue(done, extra)
 
     def test_named_and_required_tool_choice_force_a_call(self):
-        # Random weights would rarely call a tool on their own: the forced call opener does it.
+        # Random weights would rarely call a tool on their own: the constraint makes the output a call.
         weather = {"type": "function", "function": {"name": "get_weather", "description": "weather",
                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
         clock = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
         for thinking in ("disabled", "enabled", "adaptive"):
             # Reasoning of a random model may never end: max_tokens bounds it, and a call is then
-            # required only when the reasoning closed (the forced opener follows its end marker).
+            # required only when the reasoning closed (the constraint starts after its end marker).
             body = chat_body(tools=[weather, clock], max_tokens=48, ignore_eos=True,
                              tool_choice={"type": "function", "function": {"name": "get_time"}},
                              chat_template_kwargs={"thinking_mode": thinking})
@@ -346,8 +346,8 @@ class ChatCompletions(unittest.TestCase):
                 names = [tc["function"].get("name") for e in events for c in e.get("choices", [])
                          for tc in (c.get("delta", {}).get("tool_calls") or []) if "function" in tc]
                 self.assertIn("get_time", names, thinking)
-        # "required" with one tool names it.
-        r = SERVER.post("/v1/chat/completions", chat_body(tools=[weather], tool_choice="required", max_tokens=24,
+        # "required" with one tool names it (the whole call, constrained, takes ~40 tokens of this model).
+        r = SERVER.post("/v1/chat/completions", chat_body(tools=[weather], tool_choice="required", max_tokens=64,
                                                           ignore_eos=True,
                                                           chat_template_kwargs={"thinking_mode": "disabled"}))
         self.assertEqual(r["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_weather")

@@ -182,6 +182,13 @@ Decoder Decoder::from_json(const Json& spec, const std::string& where) {
   return decoder;
 }
 
+std::optional<std::string> Decoder::token_bytes(std::string_view token) const {
+  if (!present_ || steps_.size() != 1 || steps_[0].kind != Kind::kByteLevel) return std::nullopt;
+  std::string bytes;
+  append_byte_level(std::string(token), bytes);
+  return bytes;
+}
+
 bool Decoder::is_byte_fallback_token(std::string_view token) const {
   return has_byte_fallback_ && byte_fallback_value(token) >= 0;
 }

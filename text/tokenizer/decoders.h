@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,10 @@ class Decoder {
 
   std::string decode(std::vector<std::string> tokens, bool continuation) const;
 
+  // The exact bytes one vocabulary token adds to the output, when the chain is a lone ByteLevel
+  // (byte-level BPE: a token's bytes are fixed, even when they are part of a UTF-8 character);
+  // nullopt for other chains, whose output depends on the neighbouring tokens.
+  std::optional<std::string> token_bytes(std::string_view token) const;
   // True when the chain merges runs of "<0xXX>" tokens and `token` is one of them.
   bool is_byte_fallback_token(std::string_view token) const;
   // Empty when the chain decodes correctly in pieces; otherwise the reason it cannot.

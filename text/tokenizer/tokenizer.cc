@@ -207,6 +207,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   return ids;
 }
 
+std::optional<std::string> Tokenizer::token_bytes(int32_t id) const {
+  if (const AddedToken* token = impl_->added.find_id(id)) return token->text;
+  const std::string* content = impl_->model.id_to_token(id);
+  if (content == nullptr) return std::nullopt;
+  return impl_->decoder.token_bytes(*content);
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   return decode_continuation(ids, skip_special_tokens, false);
 }

@@ -427,6 +427,7 @@ class CudaBackend final : public Backend {
   void sample(const Tensor& logits, const SampleBatch& batch, int32_t* ids) override {
     const int n = static_cast<int>(batch.rows.size());
     if (n == 0) return;
+    batch.wait_masks();  // structured-output masks, computed on the host while the forward ran
     M3_CHECK(logits.defined() && logits.device() == Device::kCuda && logits.dtype() == DType::kBF16 &&
                  logits.ndim() == 2 && logits.dim(1) <= INT32_MAX,
              "cuda backend: sample needs device BF16 [rows, vocab] logits");
@@ -434,6 +435,9 @@ class CudaBackend final : public Backend {
     M3_CHECK(batch.counts.size() == batch.ids.size(), "sample: {} ids but {} counts", batch.ids.size(),
              batch.counts.size());
     auto list_ok = [&](int32_t begin, int32_t num) { return begin >= 0 && num >= 0 && int64_t(begin) + num <= list_size; };
+    const int64_t mask_rows = batch.allowed_words ? int64_t(batch.allowed.size()) / batch.allowed_words : 0;
+    M3_CHECK(batch.allowed.empty() || int64_t(batch.allowed_words) * 32 >= vocab,
+             "sample: allowed masks of {} words cannot cover a vocabulary of {}", batch.allowed_words, vocab);
     sample_slots_.assign(n, -1);
     int num_slots = 0;
     for (int i = 0; i < n; ++i) {
@@ -445,15 +449,19 @@ class CudaBackend final : public Backend {
                "sample: row {} has id lists outside the batch's {} ids", i, list_size);
       M3_CHECK(sample_row_greedy(r) || (r.temperature > 0.0f && r.top_p > 0.0f),
                "sample: row {} has temperature {} / top_p {}", i, r.temperature, r.top_p);
-      if (r.num_masked > 0 || sample_row_penalised(r)) sample_slots_[i] = num_slots++;
+      M3_CHECK(r.allowed_row < mask_rows, "sample: row {} reads allowed mask {} of {}", i, r.allowed_row, mask_rows);
+      if (r.num_masked > 0 || sample_row_penalised(r) || sample_row_constrained(r)) sample_slots_[i] = num_slots++;
     }
-    // One blob: rows | ids | counts | work slots, 256-aligned.
-    const std::pair<const void*, size_t> parts[] = {{batch.rows.data(), n * sizeof(SampleRow)},
-                                                    {batch.ids.data(), batch.ids.size() * sizeof(int32_t)},
-                                                    {batch.counts.data(), batch.counts.size() * sizeof(int32_t)},
-                                                    {sample_slots_.data(), n * sizeof(int32_t)}};
-    size_t offsets[4], bytes = 0;
-    for (int i = 0; i < 4; ++i) {
+    // One blob: rows | ids | counts | work slots | allowed masks, 256-aligned.
+    constexpr int kParts = 5;
+    const std::pair<const void*, size_t> parts[kParts] = {
+        {batch.rows.data(), n * sizeof(SampleRow)},
+        {batch.ids.data(), batch.ids.size() * sizeof(int32_t)},
+        {batch.counts.data(), batch.counts.size() * sizeof(int32_t)},
+        {sample_slots_.data(), n * sizeof(int32_t)},
+        {batch.allowed.data(), batch.allowed.size() * sizeof(uint32_t)}};
+    size_t offsets[kParts], bytes = 0;
+    for (int i = 0; i < kParts; ++i) {
       offsets[i] = bytes;
       bytes += (parts[i].second + 255) / 256 * 256;
     }
@@ -462,7 +470,7 @@ class CudaBackend final : public Backend {
     sample_ids_pinned_.reserve(n * sizeof(int32_t), "sampled ids (pinned)");
     sample_ids_.reserve(n * sizeof(int32_t), "sampled ids");
     if (num_slots > 0) sample_work_.reserve(size_t(num_slots) * vocab * sizeof(float), "sampling rows with penalties");
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < kParts; ++i)
       if (parts[i].second) std::memcpy(sample_pinned_.as<uint8_t>() + offsets[i], parts[i].first, parts[i].second);
     check_cuda(cudaMemcpyAsync(sample_meta_.as(), sample_pinned_.as(), bytes, cudaMemcpyHostToDevice, stream_),
                "sampling rows upload");
@@ -475,6 +483,8 @@ class CudaBackend final : public Backend {
     a.ids = reinterpret_cast<const int32_t*>(meta + offsets[1]);
     a.counts = reinterpret_cast<const int32_t*>(meta + offsets[2]);
     a.work_slot = reinterpret_cast<const int32_t*>(meta + offsets[3]);
+    a.allowed = reinterpret_cast<const uint32_t*>(meta + offsets[4]);
+    a.allowed_words = batch.allowed_words;
     a.work = sample_work_.as<float>();
     a.out = sample_ids_.as<int32_t>();
     check_cuda(detail::launch_sample(a, stream_), "sample");

@@ -1,7 +1,8 @@
 // Sampling on the GPU: ops/sampling.h's semantics, one CTA per row, no sort.
 //
 // Per row (vocab ~200K, read from the bf16 logits as the head wrote them):
-//   mask + penalties   into an fp32 copy of the row (only rows that have them)
+//   mask + penalties   into an fp32 copy of the row (only rows that have them; the structured-output
+//                      bitmask of a constrained row sets every token it leaves out to -inf)
 //   greedy             block argmax, lowest id on ties
 //   max                of the tempered row; non-finite -> argmax of the raw row (as the reference)
 //   min_p              a value threshold: the smallest float v with exp(v - max) >= min_p, found by
@@ -227,7 +228,11 @@ __device__ bool sorted_contains(const int32_t* list, int n, int32_t id) {
 // The reference's mask and penalties, in its order, on the fp32 copy w of the row.
 __device__ void mask_and_penalise(const SampleArgs& a, const SampleRow& r, float* w, const uint16_t* raw) {
   const int vocab = a.vocab;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) w[i] = bf16_bits_to_f32(raw[i]);
+  const uint32_t* allowed = r.allowed_row >= 0 ? a.allowed + int64_t(r.allowed_row) * a.allowed_words : nullptr;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const bool ok = !allowed || ((allowed[i >> 5] >> (i & 31)) & 1u);
+    w[i] = ok ? bf16_bits_to_f32(raw[i]) : -INFINITY;
+  }
   __syncthreads();
   for (int i = threadIdx.x; i < r.num_masked; i += kThreads) {
     const int32_t id = a.ids[r.masked_begin + i];

@@ -98,6 +98,50 @@ test('tools are accepted by the real model', async () => {
   assert.ok(['stop', 'length', 'tool_calls'].includes(r.choices[0].finish_reason));
 });
 
+test('tool_choice required and named give valid calls (real model, constrained)', async () => {
+  const tools = [...weatherTools, {
+    type: 'function',
+    function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { type: 'string', maxLength: 8 } } } },
+  }];
+  for (const [tool_choice, names] of [['required', ['get_weather', 'get_time']],
+                                      [{ type: 'function', function: { name: 'get_weather' } }, ['get_weather']]]) {
+    const body = {
+      model: MODEL, messages: [{ role: 'user', content: 'Weather in Paris?' }], tools, tool_choice,
+      parallel_tool_calls: false, max_tokens: 300, temperature: 1, seed: 11,
+      chat_template_kwargs: { thinking_mode: 'disabled' },
+    };
+    const r = await real.chat.completions.create(body);
+    const choice = r.choices[0];
+    assert.equal(choice.finish_reason, 'tool_calls');
+    assert.equal(choice.message.tool_calls.length, 1);
+    const call = choice.message.tool_calls[0];
+    assert.ok(names.includes(call.function.name), call.function.name);
+    const args = JSON.parse(call.function.arguments);
+    if (call.function.name === 'get_weather') {
+      assert.equal(typeof args.city, 'string');
+      if ('days' in args) assert.ok(Number.isInteger(args.days));
+    }
+    // The SDK's stream helper assembles the same call.
+    const final = await real.chat.completions.stream(body).finalChatCompletion();
+    assert.equal(final.choices[0].finish_reason, 'tool_calls');
+    assert.equal(final.choices[0].message.tool_calls[0].function.name, call.function.name);
+    assert.equal(final.choices[0].message.tool_calls[0].function.arguments, call.function.arguments);
+  }
+});
+
+test('response_format json_schema (real model, constrained)', async () => {
+  const r = await real.chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content: 'A colour as JSON.' }], max_tokens: 200,
+    chat_template_kwargs: { thinking_mode: 'disabled' },
+    response_format: { type: 'json_schema', json_schema: { name: 'colour', strict: true, schema: {
+      type: 'object', properties: { colour: { enum: ['red', 'green'] }, shade: { type: 'integer', minimum: 0, maximum: 9 } },
+      required: ['colour', 'shade'], additionalProperties: false } } },
+  });
+  const value = JSON.parse(r.choices[0].message.content);
+  assert.ok(['red', 'green'].includes(value.colour));
+  assert.ok(Number.isInteger(value.shade) && value.shade >= 0 && value.shade <= 9);
+});
+
 test('tool calls (scripted model)', async () => {
   const body = { model: 'scripted', messages: [{ role: 'user', content: 'Weather in Paris?' }], tools: weatherTools };
   const r = await scripted.chat.completions.create(body);

@@ -1,0 +1,124 @@
+#include "grammar/automaton.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "grammar/grammar_error.h"
+
+namespace m3::grammar {
+
+size_t Automaton::KeyHash::operator()(const std::vector<int32_t>& k) const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int32_t v : k) h = (h ^ static_cast<uint32_t>(v)) * 0x100000001b3ull;
+  return static_cast<size_t>(h);
+}
+
+Automaton::Automaton(std::shared_ptr<const Nfa> nfa) : nfa_(std::move(nfa)) {
+  std::vector<std::vector<int32_t>> configs;
+  bool accepting = false;
+  close({nfa_->rule_start[nfa_->start_rule]}, configs, &accepting);
+  start_ = intern(std::move(configs), accepting);
+}
+
+bool Automaton::live(const std::vector<int32_t>& config) const {
+  for (int32_t s : config)
+    if (nfa_->min_to_accept[s] >= Nfa::kUnreachable) return false;
+  return true;
+}
+
+void Automaton::close(std::vector<int32_t> config, std::vector<std::vector<int32_t>>& out, bool* accepting) const {
+  std::set<std::vector<int32_t>> seen;
+  std::vector<std::vector<int32_t>> work;
+  work.push_back(std::move(config));
+  while (!work.empty()) {
+    std::vector<int32_t> c = std::move(work.back());
+    work.pop_back();
+    if (!live(c) || !seen.insert(c).second) continue;
+    if (seen.size() > static_cast<size_t>(kMaxConfigsPerState) * 4) {
+      throw GrammarError("grammar", "the grammar is too ambiguous to match (too many parses of one prefix)");
+    }
+    const int32_t s = c.back();
+    const NfaState& st = nfa_->states[static_cast<size_t>(s)];
+    if (!st.bytes.empty()) out.push_back(c);
+    for (int32_t t : st.eps) {
+      std::vector<int32_t> c2 = c;
+      c2.back() = t;
+      work.push_back(std::move(c2));
+    }
+    if (st.call >= 0 && static_cast<int32_t>(c.size()) < kMaxStackDepth) {
+      std::vector<int32_t> c2 = c;
+      c2.back() = st.ret;
+      c2.push_back(nfa_->rule_start[static_cast<size_t>(st.call)]);
+      work.push_back(std::move(c2));
+    }
+    if (s == nfa_->rule_accept[static_cast<size_t>(st.rule)]) {
+      if (c.size() == 1) {
+        *accepting = true;
+      } else {
+        std::vector<int32_t> c2 = c;
+        c2.pop_back();  // back at the caller's return state
+        work.push_back(std::move(c2));
+      }
+    }
+  }
+}
+
+int32_t Automaton::intern(std::vector<std::vector<int32_t>> configs, bool accepting) {
+  if (configs.empty() && !accepting) return kDead;
+  std::sort(configs.begin(), configs.end());
+  configs.erase(std::unique(configs.begin(), configs.end()), configs.end());
+  if (static_cast<int32_t>(configs.size()) > kMaxConfigsPerState) {
+    throw GrammarError("grammar", "the grammar is too ambiguous to match (too many parses of one prefix)");
+  }
+  std::vector<int32_t> key;
+  key.push_back(accepting ? 1 : 0);
+  int32_t to_accept = accepting ? 0 : Nfa::kUnreachable;
+  for (const auto& c : configs) {
+    key.push_back(static_cast<int32_t>(c.size()));
+    key.insert(key.end(), c.begin(), c.end());
+    int32_t d = 0;
+    for (int32_t s : c) d += nfa_->min_to_accept[static_cast<size_t>(s)];
+    to_accept = std::min(to_accept, d);
+  }
+  auto it = index_.find(key);
+  if (it != index_.end()) return it->second;
+  if (static_cast<int32_t>(states_.size()) >= kMaxAutomatonStates) {
+    throw GrammarError("grammar", fmt::format("the constraint's automaton grew past {} states", kMaxAutomatonStates));
+  }
+  State st;
+  st.key = key;
+  st.accepting = accepting;
+  st.can_continue = !configs.empty();
+  st.to_accept = to_accept;
+  st.next = std::make_unique<int32_t[]>(256);
+  std::fill(st.next.get(), st.next.get() + 256, kUnknown);
+  const auto id = static_cast<int32_t>(states_.size());
+  states_.push_back(std::move(st));
+  index_.emplace(std::move(key), id);
+  return id;
+}
+
+int32_t Automaton::compute_next(int32_t state, uint8_t byte) {
+  // Decode the configurations from the key.
+  const std::vector<int32_t> key = states_[static_cast<size_t>(state)].key;
+  std::vector<std::vector<int32_t>> out;
+  bool accepting = false;
+  for (size_t i = 1; i < key.size();) {
+    const auto len = static_cast<size_t>(key[i]);
+    std::vector<int32_t> c(key.begin() + static_cast<std::ptrdiff_t>(i + 1),
+                           key.begin() + static_cast<std::ptrdiff_t>(i + 1 + len));
+    i += 1 + len;
+    const NfaState& st = nfa_->states[static_cast<size_t>(c.back())];
+    for (const ByteEdge& e : st.bytes) {
+      if (byte < e.lo || byte > e.hi) continue;
+      std::vector<int32_t> c2 = c;
+      c2.back() = e.to;
+      close(std::move(c2), out, &accepting);
+    }
+  }
+  return intern(std::move(out), accepting);
+}
+
+}  // namespace m3::grammar
