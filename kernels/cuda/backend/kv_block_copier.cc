@@ -28,7 +28,7 @@ KvBlockCopier::~KvBlockCopier() {
 Tensor KvBlockCopier::alloc_host(int64_t bytes, std::string_view what) {
   M3_CHECK(bytes > 0, "cuda backend: {} of {} bytes", what, bytes);
   void* p = nullptr;
-  const cudaError_t e = cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocDefault);
+  const cudaError_t e = cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocPortable);
   M3_CHECK(e == cudaSuccess, "cuda backend: cannot pin {:.2f} GiB of host memory for {}: {}",
            bytes / double(1ull << 30), what, cudaGetErrorString(e));
   std::shared_ptr<void> owner(p, [](void* q) { cudaFreeHost(q); });

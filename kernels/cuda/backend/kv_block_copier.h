@@ -26,7 +26,8 @@ class KvBlockCopier {
   KvBlockCopier& operator=(const KvBlockCopier&) = delete;
   ~KvBlockCopier();
 
-  // Pinned host memory (cudaHostAlloc), freed when the last Tensor copy goes.
+  // Pinned host memory (cudaHostAlloc, portable: pinned for every device of the process), freed
+  // when the last Tensor copy goes.
   static Tensor alloc_host(int64_t bytes, std::string_view what);
   void copy(const Tensor& pool, const Tensor& host, int64_t block_bytes, std::span<const KvBlockCopy> to_host,
             std::span<const KvBlockCopy> to_device, cudaStream_t compute);
