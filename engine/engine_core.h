@@ -67,11 +67,11 @@ struct EngineStats {
   // The host tier of the prefix cache (--kv-offloading-size); zeros without one.
   uint64_t external_prefix_cache_queries_tokens = 0;  // vllm:external_prefix_cache_queries_total
   uint64_t external_prefix_cache_hits_tokens = 0;     // vllm:external_prefix_cache_hits_total
-  int64_t num_host_kv_blocks = 0;         // m3serve:kv_offload_host_blocks (slots)
-  int64_t num_stored_host_kv_blocks = 0;  // m3serve:kv_offload_host_blocks_stored
-  uint64_t kv_offload_blocks_to_host = 0, kv_offload_blocks_to_device = 0;  // m3serve:kv_offload_blocks_total
-  uint64_t kv_offload_bytes_to_host = 0, kv_offload_bytes_to_device = 0;    // m3serve:kv_offload_bytes_total
-  double kv_offload_seconds_to_host = 0, kv_offload_seconds_to_device = 0;  // m3serve:kv_offload_seconds_total
+  int64_t num_host_kv_blocks = 0;         // m3:kv_offload_host_blocks (slots)
+  int64_t num_stored_host_kv_blocks = 0;  // m3:kv_offload_host_blocks_stored
+  uint64_t kv_offload_blocks_to_host = 0, kv_offload_blocks_to_device = 0;  // m3:kv_offload_blocks_total
+  uint64_t kv_offload_bytes_to_host = 0, kv_offload_bytes_to_device = 0;    // m3:kv_offload_bytes_total
+  double kv_offload_seconds_to_host = 0, kv_offload_seconds_to_device = 0;  // m3:kv_offload_seconds_total
   uint64_t finished_stop = 0;    // vllm:request_success_total{finished_reason="stop"}
   uint64_t finished_length = 0;  // ... "length"
   uint64_t finished_abort = 0;   // ... "abort"

@@ -59,7 +59,7 @@ class KvOffloading(unittest.TestCase):
         try:
             without = run_traffic(plain)
             self.assertEqual(plain.metric("vllm:external_prefix_cache_hits_total"), 0)
-            self.assertEqual(plain.metric("m3serve:kv_offload_blocks_total"), 0)
+            self.assertEqual(plain.metric("m3:kv_offload_blocks_total"), 0)
         finally:
             self.assertEqual(plain.stop(), 0)
         tiered = serve("--kv-offloading-size", "0.05", "--kv-offloading-backend", "native")
@@ -69,11 +69,11 @@ class KvOffloading(unittest.TestCase):
             metrics = {k: tiered.metric(k) for k in ("vllm:external_prefix_cache_hits_total",
                                                      "vllm:external_prefix_cache_queries_total",
                                                      "vllm:prefix_cache_hits_total")}
-            to_host = tiered.metric("m3serve:kv_offload_blocks_total", direction="to_host")
-            to_device = tiered.metric("m3serve:kv_offload_blocks_total", direction="to_device")
-            bytes_back = tiered.metric("m3serve:kv_offload_bytes_total", direction="to_device")
-            seconds = tiered.metric("m3serve:kv_offload_seconds_total")
-            stored = tiered.metric("m3serve:kv_offload_host_blocks_stored")
+            to_host = tiered.metric("m3:kv_offload_blocks_total", direction="to_host")
+            to_device = tiered.metric("m3:kv_offload_blocks_total", direction="to_device")
+            bytes_back = tiered.metric("m3:kv_offload_bytes_total", direction="to_device")
+            seconds = tiered.metric("m3:kv_offload_seconds_total")
+            stored = tiered.metric("m3:kv_offload_host_blocks_stored")
         finally:
             self.assertEqual(tiered.stop(), 0)
         self.assertEqual({k: v[0] for k, v in with_tier.items()}, {k: v[0] for k, v in without.items()})
