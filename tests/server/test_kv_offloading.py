@@ -40,7 +40,8 @@ def traffic():
 
 
 def serve(*args):
-    return LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--device", "cpu",
+    # No --device: the CPU here, the GPU where one is (M3SERVE_EXTRA_ARGS may name it).
+    return LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0",
                        "--enable-prompt-tokens-details", "--disable-log-stats"] + POOL + list(args) + EXTRA)
 
 
