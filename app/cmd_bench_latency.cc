@@ -419,6 +419,9 @@ void run(const BenchLatencyOptions& o) {
            "bench latency --nnodes {}: it times ops of one host's ranks; over several hosts use bench throughput or "
            "bench serve",
            o.model.nnodes);
+  M3_CHECK(o.model.kv_offloading_size.empty(),
+           "bench latency --kv-offloading-size: it drives the model one step at a time, without the engine's prefix "
+           "cache that the host tier extends; time the tier with bench throughput or bench serve");
   M3_CHECK(o.chunk_size >= 1, "--chunk-size must be >= 1");
   const std::vector<int> batches = parse_list(o.batch_sizes, "--batch-sizes");
   const std::vector<int> contexts = parse_list(o.context_lens, "--context-lens");

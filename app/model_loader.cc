@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "app/capacity_plan.h"
+#include "app/kv_offloading.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/minimax_m3_runner.h"
@@ -236,6 +237,14 @@ void check_model_options(const ModelOptions& o) {
              "-tp {} is not a multiple of --nnodes {}: every host runs the same number of ranks (-tp / --nnodes)",
              o.parallel.tensor_parallel_size, o.nnodes);
   }
+  check_kv_offloading_backend(o.kv_offloading_backend);
+  if (!o.kv_offloading_size.empty()) {
+    parse_kv_offloading_size(o.kv_offloading_size);
+    M3_CHECK(o.nnodes == 1,
+             "--kv-offloading-size with --nnodes {}: a host tier over several hosts is not implemented (node 0 "
+             "announces steps only, so the other nodes' ranks would never copy their shares of the blocks)",
+             o.nnodes);
+  }
   const AttentionConfig attention = parse_attention_config(o.attention_config);
   M3_CHECK(!attention.indexer_decode_cp || o.parallel.tensor_parallel_size > 1,
            "--attention-config indexer_decode_cp: indexer decode context parallelism splits the index cache over the "
@@ -271,6 +280,11 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
                  "fraction of GPU memory for weights, activations and the KV pool (CUDA only; default 0.9 unless "
                  "--num-kv-blocks / --kv-cache-memory size the pool)");
+  cmd.add_option("--kv-offloading-size", o.kv_offloading_size,
+                 "GiB of host memory for the prefix cache's host tier: blocks evicted from the KV pool are copied "
+                 "there and back on a hit (every rank's share together)");
+  cmd.add_option("--kv-offloading-backend", o.kv_offloading_backend, "host tier backend: native (the only one)")
+      ->capture_default_str();
   cmd.add_option("--block-size", o.block_size, "KV block size: must be the model's index_block_size");
   cmd.add_option("--quantization-config.moe", o.quantization_moe,
                  "MoE weight format; must match the checkpoint (no re-quantization)");
@@ -494,6 +508,15 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
            "--max-num-batched-tokens or lower --max-model-len (or leave --max-num-batched-tokens unset)",
            engine.batched_tokens(plan.max_model_len), plan.max_model_len);
   if (plan.device == "cuda") check_weights_fit_gpus(plan, o, engine);
+  if (!o.kv_offloading_size.empty()) {
+    M3_CHECK(engine.enable_prefix_caching,
+             "--kv-offloading-size is the host tier of the prefix cache, and --no-enable-prefix-caching turns that "
+             "off; drop one of them");
+    // The size is every rank's together: under -tp each rank holds its share of every slot, under
+    // DEP each rank (a lane) holds whole blocks in slots of its own; either way slots x ranks x a
+    // rank's block bytes.
+    plan.runtime.num_host_kv_blocks = kv_offload_slots(o.kv_offloading_size, layout.block_bytes, world);
+  }
   // Several hosts: meet the other nodes first (the control group), so a node that cannot join
   // fails before anyone reads weights.
   NodeRendezvous nodes = o.several_nodes() ? meet_nodes(o) : NodeRendezvous{};
@@ -658,6 +681,10 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
               kv_dtype_name(plan.runtime.kv_dtype), kv_dtype_name(plan.runtime.index_dtype), model.num_kv_blocks(),
               model.block_size(), model.num_kv_blocks() * model.block_size(), model.kv_bytes_per_token(),
               model.kv_pool_bytes() / (1024.0 * 1024.0), num_ranks == 1 ? "" : " per rank", m.max_model_len);
+  if (model.num_host_kv_blocks() > 0)
+    M3_LOG_INFO("KV host tier (--kv-offloading-size {} GiB): {} blocks{} = {:.1f} MiB{}", o.kv_offloading_size,
+                model.num_host_kv_blocks(), plan.layout.attention_data_parallel() ? " per lane" : "",
+                model.num_host_kv_blocks() * layout.block_bytes / (1024.0 * 1024.0), num_ranks == 1 ? "" : " per rank");
   return m;
 }
 

@@ -7,6 +7,7 @@
 //   --quantization, --quantization-config.moe, --seed, --device, --enforce-eager,
 //   -tp/--tensor-parallel-size, --data-parallel-size, --enable-expert-parallel,
 //   --nnodes, --node-rank, --master-addr, --master-port (the parallel layout)
+//   --kv-offloading-size, --kv-offloading-backend (the host tier of the prefix cache),
 //   --max-num-seqs, --max-num-batched-tokens, --[no-]enable-prefix-caching,
 //   --[no-]enable-chunked-prefill (engine options)
 // Options that cannot be honoured fail before any weight is read, naming the option.
@@ -47,6 +48,10 @@ struct ModelOptions {
   std::string kv_cache_memory;          // e.g. 512MiB, 2GiB, or bytes
   std::optional<double> gpu_memory_utilization;  // cuda only; default 0.9 (vLLM's)
   std::optional<int> block_size;        // must equal the model's index_block_size
+  // --kv-offloading-size GiB (vLLM's): the host tier of the prefix cache, every rank's share
+  // together (app/kv_offloading.h); empty: none. --kv-offloading-backend: only "native".
+  std::string kv_offloading_size;
+  std::string kv_offloading_backend = "native";
   std::string quantization_moe;         // --quantization-config.moe: must match the checkpoint
   // --quantization (vLLM's method names): must name the checkpoint's quantization_config
   // quant_method (or, for ModelOpt NVFP4, vLLM's "modelopt_fp4"); no quantization at load.

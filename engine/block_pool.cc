@@ -56,12 +56,19 @@ void BlockPool::list_push_back(int32_t block) {
 }
 
 int32_t BlockPool::allocate() {
+  std::optional<uint64_t> evicted;
+  return allocate(evicted);
+}
+
+int32_t BlockPool::allocate(std::optional<uint64_t>& evicted) {
+  evicted.reset();
   M3_CHECK(num_free_ > 0, "KV block pool: allocate with no free block (pool of {})", num_blocks_);
   const int32_t block = next_[num_blocks_];
   list_remove(block);
   if (has_hash_[block]) {  // evict: its old contents are about to be overwritten
     cache_.erase(hash_of_[block]);
     has_hash_[block] = 0;
+    evicted = hash_of_[block];
   }
   ref_count_[block] = 1;
   return block;
@@ -99,6 +106,12 @@ void BlockPool::register_block(int32_t block, uint64_t hash, std::span<const int
   has_hash_[block] = 1;
   hash_of_[block] = hash;
   std::copy(block_tokens.begin(), block_tokens.end(), tokens_.begin() + int64_t(block) * block_size_);
+}
+
+void BlockPool::forget(int32_t block) {
+  if (!has_hash_[block]) return;
+  cache_.erase(hash_of_[block]);
+  has_hash_[block] = 0;
 }
 
 void BlockPool::check_invariants() const {

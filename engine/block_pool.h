@@ -9,6 +9,7 @@
 //     only when it is reused for new contents (eviction).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -33,6 +34,13 @@ class BlockPool {
   // A free block for new contents, reference count 1; evicts its cache entry. Requires
   // num_free() > 0.
   int32_t allocate();
+  // allocate(), saying which cached prefix it evicted: `evicted` gets the block's old hash (its
+  // tokens stay readable with block_tokens() until the block is registered again), or nullopt.
+  int32_t allocate(std::optional<uint64_t>& evicted);
+  // The tokens a block was registered with.
+  std::span<const int32_t> block_tokens(int32_t block) const {
+    return {tokens_.data() + int64_t(block) * block_size_, static_cast<std::size_t>(block_size_)};
+  }
   // The cached block holding exactly `block_tokens` under `hash`, or -1 (a hash collision with
   // other tokens is a miss).
   int32_t lookup(uint64_t hash, std::span<const int32_t> block_tokens) const;
@@ -44,6 +52,9 @@ class BlockPool {
   // Records a full, computed, referenced block under `hash`. No-op when the hash is already
   // cached (another block holds the same prefix) or the block already has a hash.
   void register_block(int32_t block, uint64_t hash, std::span<const int32_t> block_tokens);
+
+  // Drops a block's cache entry (its contents cannot be trusted); it stays where it is.
+  void forget(int32_t block);
 
   int ref_count(int32_t block) const { return ref_count_[block]; }
   bool is_cached(int32_t block) const { return has_hash_[block]; }

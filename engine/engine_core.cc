@@ -82,6 +82,13 @@ class LaneRunner final : public ModelRunner {
     enter();
     inner_.idle_step();
   }
+  // Not a step of the lanes' group: a lane's copies touch only its own pool and host tier.
+  int64_t num_host_kv_blocks() const override { return inner_.num_host_kv_blocks(); }
+  int64_t kv_block_bytes() const override { return inner_.kv_block_bytes(); }
+  void copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) override {
+    inner_.copy_kv_blocks(to_host, to_device);
+  }
+  KvCopyTimes kv_copy_times() const override { return inner_.kv_copy_times(); }
 
  private:
   void enter() {
@@ -387,6 +394,16 @@ EngineStats EngineCore::stats() const {
     sum.prefix_cache_queries_tokens += s.prefix_cache_queries_tokens;
     sum.prefix_cache_hits_tokens += s.prefix_cache_hits_tokens;
     sum.num_preemptions += s.num_preemptions;
+    sum.external_prefix_cache_queries_tokens += s.external_prefix_cache_queries_tokens;
+    sum.external_prefix_cache_hits_tokens += s.external_prefix_cache_hits_tokens;
+    sum.num_host_kv_blocks += s.num_host_kv_blocks;
+    sum.num_stored_host_kv_blocks += s.num_stored_host_kv_blocks;
+    sum.kv_offload_blocks_to_host += s.kv_offload_blocks_to_host;
+    sum.kv_offload_blocks_to_device += s.kv_offload_blocks_to_device;
+    sum.kv_offload_bytes_to_host += s.kv_offload_bytes_to_host;
+    sum.kv_offload_bytes_to_device += s.kv_offload_bytes_to_device;
+    sum.kv_offload_seconds_to_host += s.kv_offload_seconds_to_host;
+    sum.kv_offload_seconds_to_device += s.kv_offload_seconds_to_device;
     sum.finished_stop += s.finished_stop;
     sum.finished_length += s.finished_length;
     sum.finished_abort += s.finished_abort;

@@ -11,7 +11,10 @@
 //     prompt_logprobs still computes its prompt in chunks of logits rows (memory bound). When KV blocks run out the newest running request is preempted
 //     and later recomputed (its output so far kept); its outputs are unchanged by this.
 //   - Prefix caching reuses full blocks (block_size tokens) of identical token prefixes; at least
-//     the last prompt token is always computed. Requests with prompt_logprobs do not read the
+//     the last prompt token is always computed. With a runner that has a host tier
+//     (ModelRunner::num_host_kv_blocks() > 0) a cached block evicted from the pool is copied to
+//     host memory and copied back on a later hit instead of being recomputed (engine/kv_manager.h),
+//     with the same outputs as without it. Requests with prompt_logprobs do not read the
 //     cache (their prompt rows need logits) but still fill it.
 //   - Greedy requests, and seeded ones, give the same tokens alone, in any batch, after
 //     preemption and on a prefix-cache hit (given a model whose logits are batch-invariant).
@@ -61,6 +64,14 @@ struct EngineStats {
   uint64_t prefix_cache_queries_tokens = 0;  // vllm:prefix_cache_queries_total (prompt tokens looked up)
   uint64_t prefix_cache_hits_tokens = 0;     // vllm:prefix_cache_hits_total
   uint64_t num_preemptions = 0;              // vllm:num_preemptions_total
+  // The host tier of the prefix cache (--kv-offloading-size); zeros without one.
+  uint64_t external_prefix_cache_queries_tokens = 0;  // vllm:external_prefix_cache_queries_total
+  uint64_t external_prefix_cache_hits_tokens = 0;     // vllm:external_prefix_cache_hits_total
+  int64_t num_host_kv_blocks = 0;         // m3:kv_offload_host_blocks (slots)
+  int64_t num_stored_host_kv_blocks = 0;  // m3:kv_offload_host_blocks_stored
+  uint64_t kv_offload_blocks_to_host = 0, kv_offload_blocks_to_device = 0;  // m3:kv_offload_blocks_total
+  uint64_t kv_offload_bytes_to_host = 0, kv_offload_bytes_to_device = 0;    // m3:kv_offload_bytes_total
+  double kv_offload_seconds_to_host = 0, kv_offload_seconds_to_device = 0;  // m3:kv_offload_seconds_total
   uint64_t finished_stop = 0;    // vllm:request_success_total{finished_reason="stop"}
   uint64_t finished_length = 0;  // ... "length"
   uint64_t finished_abort = 0;   // ... "abort"

@@ -74,7 +74,7 @@ EngineLoop::EngineLoop(ModelRunner& runner, const EngineConfig& config)
     : runner_(runner),
       config_(config),
       vocab_size_(runner.vocab_size()),
-      kv_(runner.num_kv_blocks(), runner.block_size(), config.enable_prefix_caching),
+      kv_(runner.num_kv_blocks(), runner.block_size(), config.enable_prefix_caching, runner.num_host_kv_blocks()),
       scheduler_(scheduler_config(config), kv_) {}
 
 void EngineLoop::add(EngineRequest request, OutputSink sink, uint64_t seed, Clock::time_point arrival) {
@@ -301,6 +301,21 @@ RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, const float* l
 
 bool EngineLoop::step() {
   SchedulerOutput sched = scheduler_.schedule();
+  // The host tier's copies of this schedule (also one that admitted nobody: a prefix match that
+  // restored blocks and then found no room has registered them, and they must be filled).
+  const KvManager::Transfers transfers = kv_.take_transfers();
+  if (!transfers.empty()) {
+    try {
+      runner_.copy_kv_blocks(transfers.to_host, transfers.to_device);
+    } catch (const std::exception& e) {
+      // The restored blocks are registered with contents that never arrived: nothing may read them.
+      M3_LOG_ERROR("KV block copies failed ({} to host, {} back): {}", transfers.to_host.size(),
+                   transfers.to_device.size(), e.what());
+      fail_step(sched.scheduled, e.what());
+      kv_.drop_restored(transfers);
+      return true;
+    }
+  }
   if (sched.empty()) return false;
   ++counters_.num_steps;
   const auto bucket = std::lower_bound(kIterationTokenBuckets.begin(), kIterationTokenBuckets.end(), sched.num_tokens);
@@ -359,6 +374,20 @@ EngineStats EngineLoop::stats() const {
   s.prefix_cache_queries_tokens = scheduler_.prefix_cache_queries_tokens();
   s.prefix_cache_hits_tokens = scheduler_.prefix_cache_hits_tokens();
   s.num_preemptions = scheduler_.num_preemptions();
+  if (const HostKvTier* host = kv_.host_tier()) {
+    s.external_prefix_cache_queries_tokens = scheduler_.external_prefix_cache_queries_tokens();
+    s.external_prefix_cache_hits_tokens = scheduler_.external_prefix_cache_hits_tokens();
+    s.num_host_kv_blocks = host->num_slots();
+    s.num_stored_host_kv_blocks = host->num_stored();
+    const int64_t block_bytes = runner_.kv_block_bytes();
+    s.kv_offload_blocks_to_host = kv_.blocks_to_host();
+    s.kv_offload_blocks_to_device = kv_.blocks_to_device();
+    s.kv_offload_bytes_to_host = kv_.blocks_to_host() * block_bytes;
+    s.kv_offload_bytes_to_device = kv_.blocks_to_device() * block_bytes;
+    const KvCopyTimes times = runner_.kv_copy_times();
+    s.kv_offload_seconds_to_host = times.to_host_s;
+    s.kv_offload_seconds_to_device = times.to_device_s;
+  }
   return s;
 }
 

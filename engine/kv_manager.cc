@@ -6,8 +6,30 @@
 
 namespace m3 {
 
-KvManager::KvManager(int64_t num_blocks, int block_size, bool enable_prefix_caching)
-    : pool_(num_blocks, block_size), prefix_caching_(enable_prefix_caching) {}
+KvManager::KvManager(int64_t num_blocks, int block_size, bool enable_prefix_caching, int64_t host_slots)
+    : pool_(num_blocks, block_size), prefix_caching_(enable_prefix_caching) {
+  M3_CHECK(host_slots >= 0, "KV host tier: {} slots", host_slots);
+  if (host_slots > 0 && prefix_caching_) host_.emplace(host_slots, block_size);
+}
+
+int32_t KvManager::allocate_block() {
+  std::optional<uint64_t> evicted;
+  const int32_t block = pool_.allocate(evicted);
+  if (evicted && host_) {
+    const int64_t slot = host_->store(*evicted, pool_.block_tokens(block));
+    if (slot >= 0) pending_.to_host.push_back({block, slot});
+  }
+  return block;
+}
+
+KvManager::Transfers KvManager::take_transfers() {
+  Transfers out;
+  std::swap(out, pending_);
+  if (host_) host_->unpin_all();
+  blocks_to_host_ += out.to_host.size();
+  blocks_to_device_ += out.to_device.size();
+  return out;
+}
 
 void KvManager::update_hashes(Sequence& seq) const {
   if (!prefix_caching_) return;
@@ -20,6 +42,10 @@ void KvManager::update_hashes(Sequence& seq) const {
   }
 }
 
+void KvManager::drop_restored(const Transfers& transfers) {
+  for (const KvBlockCopy& c : transfers.to_device) pool_.forget(static_cast<int32_t>(c.block));
+}
+
 int KvManager::match_prefix(Sequence& seq) {
   M3_CHECK(seq.block_table.empty(), "request {}: prefix match on a sequence that holds blocks",
            seq.request.id);
@@ -28,10 +54,22 @@ int KvManager::match_prefix(Sequence& seq) {
   // The last token is always computed so that the step has logits to sample from.
   const std::size_t max_blocks = std::min<std::size_t>((seq.tokens.size() - 1) / bs, seq.block_hashes.size());
   for (std::size_t i = 0; i < max_blocks; ++i) {
-    const int32_t block = pool_.lookup(seq.block_hashes[i], std::span(seq.tokens).subspan(i * bs, bs));
-    if (block < 0) break;
-    pool_.acquire(block);
-    seq.block_table.push_back(block);
+    const std::span<const int32_t> tokens = std::span(seq.tokens).subspan(i * bs, bs);
+    const int32_t block = pool_.lookup(seq.block_hashes[i], tokens);
+    if (block >= 0) {
+      pool_.acquire(block);
+      seq.block_table.push_back(block);
+      continue;
+    }
+    // Not in the pool: from the host tier, while free pool blocks last.
+    const int64_t slot = host_ && pool_.num_free() > 0 ? host_->lookup(seq.block_hashes[i], tokens) : -1;
+    if (slot < 0) break;
+    host_->pin(slot);  // before allocate_block: the prefix it evicts may be stored into the tier
+    const int32_t restored = allocate_block();
+    pending_.to_device.push_back({restored, slot});
+    pool_.register_block(restored, seq.block_hashes[i], tokens);
+    seq.block_table.push_back(restored);
+    seq.num_offload_hit_tokens += bs;
   }
   seq.num_registered_blocks = static_cast<int>(seq.block_table.size());
   seq.num_computed_tokens = static_cast<int>(seq.block_table.size()) * bs;
@@ -42,7 +80,7 @@ bool KvManager::allocate(Sequence& seq, int num_total_tokens) {
   const int64_t needed = blocks_for(num_total_tokens) - static_cast<int64_t>(seq.block_table.size());
   if (needed <= 0) return true;
   if (needed > pool_.num_free()) return false;
-  for (int64_t i = 0; i < needed; ++i) seq.block_table.push_back(pool_.allocate());
+  for (int64_t i = 0; i < needed; ++i) seq.block_table.push_back(allocate_block());
   return true;
 }
 

@@ -18,6 +18,13 @@ MiniMaxM3Runner::MiniMaxM3Runner(std::vector<MiniMaxM3*> ranks, RankWorkers& wor
     M3_CHECK(r->num_kv_blocks() == ranks_[0]->num_kv_blocks() && r->block_size() == ranks_[0]->block_size(),
              "the ranks' KV pools differ ({} vs {} blocks): the engine's block ids index every rank's pool",
              r->num_kv_blocks(), ranks_[0]->num_kv_blocks());
+  for (const MiniMaxM3* r : ranks_)
+    M3_CHECK(r->num_host_kv_blocks() == ranks_[0]->num_host_kv_blocks(),
+             "the ranks' KV host tiers differ ({} vs {} blocks): the engine's host slots index every rank's tier",
+             r->num_host_kv_blocks(), ranks_[0]->num_host_kv_blocks());
+  // Node 0 announces only steps: the other nodes' ranks would never copy their shares.
+  M3_CHECK(!control_ || ranks_[0]->num_host_kv_blocks() == 0,
+           "a KV host tier over several hosts is not implemented (each node's ranks would need the copies announced)");
 }
 
 int MiniMaxM3Runner::block_size() const { return ranks_[0]->block_size(); }
@@ -40,6 +47,22 @@ void MiniMaxM3Runner::forward_sample(const StepBatch& batch, const SampleBatch& 
     else ranks_[r]->forward(batch, nullptr);
   });
 }
+
+int64_t MiniMaxM3Runner::num_host_kv_blocks() const { return ranks_[0]->num_host_kv_blocks(); }
+
+int64_t MiniMaxM3Runner::kv_block_bytes() const {
+  int64_t bytes = 0;
+  for (const MiniMaxM3* r : ranks_) bytes += r->kv_layout().block_bytes;
+  return bytes;
+}
+
+void MiniMaxM3Runner::copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) {
+  if (!workers_) return ranks_[0]->copy_kv_blocks(to_host, to_device);
+  // On each rank's thread: its device is current there (CUDA), and the ranks copy side by side.
+  workers_->run([&](int r) { ranks_[r]->copy_kv_blocks(to_host, to_device); });
+}
+
+KvCopyTimes MiniMaxM3Runner::kv_copy_times() const { return ranks_[0]->kv_copy_times(); }
 
 void MiniMaxM3Runner::idle_step() {
   M3_CHECK(ranks_.size() == 1 && ranks_[0]->attention_data_parallel(),

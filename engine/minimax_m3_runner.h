@@ -38,6 +38,11 @@ class MiniMaxM3Runner final : public ModelRunner {
                       const std::vector<int32_t>& host_rows, float* host_logits) override;
   // A data-parallel-attention rank's part of its peers' step (MiniMaxM3::idle_step).
   void idle_step() override;
+  // The host tier: every rank's model holds the same slots of its own share of each block.
+  int64_t num_host_kv_blocks() const override;
+  int64_t kv_block_bytes() const override;
+  void copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) override;
+  KvCopyTimes kv_copy_times() const override;  // rank 0's (the ranks copy side by side)
 
  private:
   std::vector<MiniMaxM3*> ranks_;

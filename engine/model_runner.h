@@ -4,8 +4,10 @@
 // memory. MiniMaxM3 is adapted by engine/minimax_m3_runner.h; tests use small fakes.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "ops/kv_layout.h"
 #include "ops/sampling.h"
 #include "ops/step_batch.h"
 
@@ -34,6 +36,19 @@ class ModelRunner {
   // run while it has nothing scheduled (a model whose layers exchange with the other lanes' must
   // join every step). Default: nothing to join.
   virtual void idle_step() {}
+
+  // The host tier of the prefix cache (--kv-offloading-size): slots of one pool block each in
+  // host memory, ids 0..n-1. Default: 0, none.
+  virtual int64_t num_host_kv_blocks() const { return 0; }
+  // Bytes one block's copy moves (every rank's share of the block together).
+  virtual int64_t kv_block_bytes() const { return 0; }
+  // Before the next step: pool blocks -> host slots (to_host), then host slots -> pool blocks
+  // (to_device), whole blocks (every layer's K, V and index-K with their scales), done before the
+  // next step reads or writes the pool; the caller does not wait for them. Each rank copies its
+  // own bytes. Default: m3::Error (no host tier). Same contract on errors as forward().
+  virtual void copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device);
+  // Seconds the copies took so far (those known to be done).
+  virtual KvCopyTimes kv_copy_times() const { return {}; }
 };
 
 }  // namespace m3

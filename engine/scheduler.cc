@@ -103,6 +103,10 @@ SchedulerOutput Scheduler::schedule() {
       seq->num_cached_prompt_tokens = std::min(hit_tokens, seq->num_prompt_tokens);
       prefix_queries_tokens_ += seq->num_prompt_tokens;
       prefix_hits_tokens_ += seq->num_cached_prompt_tokens;
+      if (kv_.host_tier()) {
+        external_queries_tokens_ += seq->num_prompt_tokens;
+        external_hits_tokens_ += std::min(seq->num_offload_hit_tokens, seq->num_cached_prompt_tokens);
+      }
     }
     waiting_.pop_front();
     insert_running(seq);

@@ -55,6 +55,10 @@ class Scheduler {
   uint64_t num_preemptions() const { return num_preemptions_; }
   uint64_t prefix_cache_queries_tokens() const { return prefix_queries_tokens_; }
   uint64_t prefix_cache_hits_tokens() const { return prefix_hits_tokens_; }
+  // The host tier's share (vllm:external_prefix_cache_*): prompt tokens of requests looked up while
+  // the engine has a host tier, and those of them brought back from it, at the first schedule.
+  uint64_t external_prefix_cache_queries_tokens() const { return external_queries_tokens_; }
+  uint64_t external_prefix_cache_hits_tokens() const { return external_hits_tokens_; }
 
  private:
   int chunk_size(const Sequence& seq, int budget) const;
@@ -70,6 +74,8 @@ class Scheduler {
   uint64_t num_preemptions_ = 0;
   uint64_t prefix_queries_tokens_ = 0;
   uint64_t prefix_hits_tokens_ = 0;
+  uint64_t external_queries_tokens_ = 0;
+  uint64_t external_hits_tokens_ = 0;
 };
 
 }  // namespace m3

@@ -51,6 +51,8 @@ struct Sequence {
   std::vector<PositionLogprobs> prompt_logprobs;      // collected during prefill
   bool prompt_logprobs_sent = false;
   int num_cached_prompt_tokens = -1;  // set on the first schedule
+  // Tokens of blocks the prefix match brought back from the host tier (KvManager), so far.
+  int num_offload_hit_tokens = 0;
 
   int num_tokens() const { return static_cast<int>(tokens.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

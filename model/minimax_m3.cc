@@ -125,6 +125,17 @@ MiniMaxM3::MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend,
   backend_.configure(backend_config(config_, options_.activation_dtype, shard));
   layout_ = kv_layout_for(config_, options_.kv_dtype, options_.index_dtype, kv_heads_);
   kv_pool_ = backend_.alloc({layout_.block_bytes * options_.num_kv_blocks}, DType::kU8);
+  M3_CHECK(options_.num_host_kv_blocks >= 0, "the KV host tier needs >= 0 blocks, got {}", options_.num_host_kv_blocks);
+  if (options_.num_host_kv_blocks > 0)
+    kv_host_tier_ = backend_.alloc_kv_host_tier(layout_.block_bytes * options_.num_host_kv_blocks,
+                                                "the KV host tier (--kv-offloading-size)");
+}
+
+void MiniMaxM3::copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) {
+  if (to_host.empty() && to_device.empty()) return;
+  M3_CHECK(kv_host_tier_.defined(), "rank {}: KV block copies asked for, but this model has no host tier",
+           partition_.shard.rank);
+  backend_.copy_kv_blocks(kv_pool_, kv_host_tier_, layout_.block_bytes, to_host, to_device);
 }
 
 void MiniMaxM3::validate(const StepBatch& b) const {

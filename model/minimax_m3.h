@@ -14,6 +14,7 @@
 //  - Not thread-safe: one forward at a time.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "core/dtype.h"
@@ -33,6 +34,9 @@ struct ModelRuntimeOptions {
   KvDType kv_dtype = KvDType::kF32;      // K and V
   KvDType index_dtype = KvDType::kF32;   // index-K of sparse layers
   int64_t num_kv_blocks = 0;             // pool size in blocks (> 0)
+  // Host tier of the prefix cache (--kv-offloading-size): slots of one pool block each in host
+  // memory the backend copies to and from (pinned on the GPU); 0: none.
+  int64_t num_host_kv_blocks = 0;
 };
 
 // The part of the model one instance runs when the model is split over ranks (parallel/layout.h):
@@ -100,6 +104,12 @@ class MiniMaxM3 {
   const KvLayout& kv_layout() const { return layout_; }
   // The KV pool (U8, kv_pool_bytes(), on the backend's device): for checks that compare caches.
   const Tensor& kv_pool() const { return kv_pool_; }
+  int64_t num_host_kv_blocks() const { return options_.num_host_kv_blocks; }
+  // This rank's bytes of the given blocks: pool -> host slots (to_host), then host slots -> pool
+  // (to_device), ordered between the step before and the step after (Backend::copy_kv_blocks).
+  // Every id must be in range (m3::Error otherwise).
+  void copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device);
+  KvCopyTimes kv_copy_times() const { return backend_.kv_copy_times(); }
 
   // One engine step. Throws m3::Error on malformed batches (wrong sizes, block ids out of range).
   // logits == nullptr leaves them on the device (forward_sample).
@@ -149,6 +159,7 @@ class MiniMaxM3 {
   int q_heads_ = 0, kv_heads_ = 0, index_heads_ = 0;  // this rank's
   KvLayout layout_;
   Tensor kv_pool_;
+  Tensor kv_host_tier_;  // num_host_kv_blocks blocks of layout_.block_bytes, or undefined
   Activations act_;
   Tensor logits_;  // [logit rows capacity, vocab]
   // Tensor parallel: this rank's vocabulary slice of the logits, and every rank's after the gather.

@@ -21,6 +21,7 @@
 #include <compare>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -89,6 +90,11 @@ void check_indexer_candidates_args(int tokens, const KvLayerView& cache, const T
                                    const Tensor& candidates);
 void check_merge_candidates_args(int tokens, const Tensor& gathered, int cp_size, int parts, int part,
                                  const IndexerParams& params, const Tensor& selection);
+
+// The checks of copy_kv_blocks' arguments every backend makes: U8 pool and host of whole blocks,
+// every block and host slot in range. m3::Error names the copy.
+void check_kv_block_copies(const Tensor& pool, const Tensor& host, int64_t block_bytes,
+                           std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device);
 
 class Backend {
  public:
@@ -216,6 +222,22 @@ class Backend {
     add_inplace(x, y);
     rms_norm(x, weight, eps, out);
   }
+
+  // ---- KV offload: whole pool blocks to and from the host tier (ops/kv_layout.h KvBlockCopy) ----
+  // Host memory for offloaded KV blocks (U8, `bytes`), memory the copies below can move blocks to
+  // and from without staging (CUDA: pinned, cudaHostAlloc). `what` names it in errors.
+  // Default: m3::Error (a backend without a host tier).
+  virtual Tensor alloc_kv_host_tier(int64_t bytes, std::string_view what);
+  // Copies blocks of `block_bytes` from `pool` to `host` (to_host), then from `host` to `pool`
+  // (to_device), ordered after every op queued before and before every op queued after: the step
+  // that overwrites an offloaded block and the step that reads a restored one see the copies
+  // done. The host does not wait for them (CUDA: a copy stream ordered with events; the CPU
+  // copies at once). Default: m3::Error.
+  virtual void copy_kv_blocks(const Tensor& pool, const Tensor& host, int64_t block_bytes,
+                              std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device);
+  // Seconds spent in block copies so far, to host and to device (those known to have finished;
+  // CUDA: timed with events on the copy stream). Default: zeros.
+  virtual KvCopyTimes kv_copy_times() const { return {}; }
 
   // ---- sampling: ends the step ----
   // Samples every row of `batch` (ops/sampling.h semantics) from logits [rows, vocab] as the head

@@ -76,6 +76,20 @@ struct KvLayerView {
   }
 };
 
+// One block's move between the KV pool and the host tier of the prefix cache (--kv-offloading-size):
+// pool bytes [block * block_bytes, + block_bytes) <-> host bytes [host_slot * block_bytes, ...).
+// Block-outer, so the whole block (every layer's K, V and index-K slots, scale rows included)
+// is one contiguous piece on both sides.
+struct KvBlockCopy {
+  int64_t block = 0;
+  int64_t host_slot = 0;
+};
+
+// Seconds block copies took so far, each way.
+struct KvCopyTimes {
+  double to_host_s = 0, to_device_s = 0;
+};
+
 // The whole pool's geometry.
 struct KvLayout {
   int num_layers = 0;

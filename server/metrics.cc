@@ -175,6 +175,37 @@ std::string ServerMetrics::render(const EngineStats& stats, const CacheConfigInf
          "Prefix cache hits, in terms of number of cached tokens.");
   sample(out, "vllm:prefix_cache_hits_total", l,
          static_cast<double>(stats.prefix_cache_hits_tokens));
+  // The host tier of the prefix cache (--kv-offloading-size; zeros without it): vLLM's counters of
+  // its external (KV connector) tier, and m3serve's own for the copies.
+  header(out, "vllm:external_prefix_cache_queries_total", "counter",
+         "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of "
+         "queried tokens.");
+  sample(out, "vllm:external_prefix_cache_queries_total", l,
+         static_cast<double>(stats.external_prefix_cache_queries_tokens));
+  header(out, "vllm:external_prefix_cache_hits_total", "counter",
+         "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of "
+         "cached tokens.");
+  sample(out, "vllm:external_prefix_cache_hits_total", l,
+         static_cast<double>(stats.external_prefix_cache_hits_tokens));
+  header(out, "m3:kv_offload_host_blocks", "gauge", "KV blocks the host tier of the prefix cache holds at most.");
+  sample(out, "m3:kv_offload_host_blocks", l, static_cast<double>(stats.num_host_kv_blocks));
+  header(out, "m3:kv_offload_host_blocks_stored", "gauge",
+         "KV blocks stored in the host tier of the prefix cache.");
+  sample(out, "m3:kv_offload_host_blocks_stored", l, static_cast<double>(stats.num_stored_host_kv_blocks));
+  const std::string to_host = l + ",direction=\"to_host\"", to_device = l + ",direction=\"to_device\"";
+  header(out, "m3:kv_offload_blocks_total", "counter",
+         "KV blocks copied between the KV pool and its host tier (to_host: evicted, to_device: restored).");
+  sample(out, "m3:kv_offload_blocks_total", to_host, static_cast<double>(stats.kv_offload_blocks_to_host));
+  sample(out, "m3:kv_offload_blocks_total", to_device, static_cast<double>(stats.kv_offload_blocks_to_device));
+  header(out, "m3:kv_offload_bytes_total", "counter",
+         "Bytes copied between the KV pool and its host tier (every rank's share of the blocks).");
+  sample(out, "m3:kv_offload_bytes_total", to_host, static_cast<double>(stats.kv_offload_bytes_to_host));
+  sample(out, "m3:kv_offload_bytes_total", to_device, static_cast<double>(stats.kv_offload_bytes_to_device));
+  header(out, "m3:kv_offload_seconds_total", "counter",
+         "Seconds the copies between the KV pool and its host tier took (on the GPU: event-timed on the copy "
+         "stream).");
+  sample(out, "m3:kv_offload_seconds_total", to_host, stats.kv_offload_seconds_to_host);
+  sample(out, "m3:kv_offload_seconds_total", to_device, stats.kv_offload_seconds_to_device);
   header(out, "vllm:num_preemptions_total", "counter",
          "Cumulative number of preemption from the engine.");
   sample(out, "vllm:num_preemptions_total", l, static_cast<double>(stats.num_preemptions));

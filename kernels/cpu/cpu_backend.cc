@@ -3,6 +3,7 @@
 
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -244,8 +245,33 @@ class CpuBackend final : public Backend {
                            ids, sample_ws_);
   }
 
+  // The host tier is plain host memory; a copy is a memcpy per block, done before the call returns.
+  Tensor alloc_kv_host_tier(int64_t bytes, std::string_view what) override {
+    M3_CHECK(bytes > 0, "cpu backend: {} of {} bytes", what, bytes);
+    return Tensor::zeros({bytes}, DType::kU8);
+  }
+  void copy_kv_blocks(const Tensor& pool, const Tensor& host, int64_t block_bytes,
+                      std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) override {
+    check_kv_block_copies(pool, host, block_bytes, to_host, to_device);
+    uint8_t* p = pool.data_as<uint8_t>();
+    uint8_t* h = host.data_as<uint8_t>();
+    const auto timed = [](double& total, auto&& body) {
+      const auto t0 = std::chrono::steady_clock::now();
+      body();
+      total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    timed(copy_times_.to_host_s, [&] {
+      for (const KvBlockCopy& c : to_host) std::memcpy(h + c.host_slot * block_bytes, p + c.block * block_bytes, block_bytes);
+    });
+    timed(copy_times_.to_device_s, [&] {
+      for (const KvBlockCopy& c : to_device) std::memcpy(p + c.block * block_bytes, h + c.host_slot * block_bytes, block_bytes);
+    });
+  }
+  KvCopyTimes kv_copy_times() const override { return copy_times_; }
+
  private:
   BackendConfig config_;
+  KvCopyTimes copy_times_;
   bool bf16_ = false;
   const StepBatch* batch_ = nullptr;
   StepView view_;

@@ -11,6 +11,7 @@
 
 #include <fmt/core.h>
 
+#include "core/error.h"
 #include "engine/engine_core.h"
 #include "engine/engine_loop.h"
 #include "engine/minimax_m3_runner.h"
@@ -28,7 +29,7 @@ struct Loaded {
 };
 
 Loaded load(const std::filesystem::path& dir, KvDType kv, int64_t num_blocks,
-            DType activations = DType::kF32) {
+            DType activations = DType::kF32, int64_t host_blocks = 0) {
   Loaded m;
   m.backend = make_cpu_backend();
   ModelConfig config = load_model_config(dir);
@@ -38,6 +39,7 @@ Loaded load(const std::filesystem::path& dir, KvDType kv, int64_t num_blocks,
   options.kv_dtype = kv;
   options.index_dtype = kv;
   options.num_kv_blocks = num_blocks;
+  options.num_host_kv_blocks = host_blocks;
   m.model = std::make_unique<MiniMaxM3>(std::move(config), std::move(weights), *m.backend, options);
   return m;
 }
@@ -51,8 +53,20 @@ class SmallPoolRunner final : public ModelRunner {
   int vocab_size() const override { return inner_.vocab_size(); }
   int64_t max_position_embeddings() const override { return inner_.max_position_embeddings(); }
   void forward(const StepBatch& b, float* logits) override { inner_.forward(b, logits); }
+  int64_t num_host_kv_blocks() const override { return host_blocks_; }
+  int64_t kv_block_bytes() const override { return inner_.kv_block_bytes(); }
+  void copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) override {
+    inner_.copy_kv_blocks(to_host, to_device);
+  }
+  KvCopyTimes kv_copy_times() const override { return inner_.kv_copy_times(); }
+  // The engine sees only the first `blocks` of the model's host slots (0: no host tier).
+  SmallPoolRunner& with_host_blocks(int64_t blocks) {
+    host_blocks_ = blocks;
+    return *this;
+  }
 
  private:
+  int64_t host_blocks_ = 0;
   ModelRunner& inner_;
   int64_t blocks_;
 };
@@ -194,6 +208,129 @@ TEST(MiniMaxM3Engine, Bf16GreedyIdenticalAcrossBatchingPreemptionAndPrefixHits) 
 
 TEST(MiniMaxM3Engine, Bf16SeededSamplingWithFp8KvIdenticalAcrossBatching) {
   check_determinism(kMixed, KvDType::kFP8, 0.8f, DType::kBF16);
+}
+
+// Agentic traffic on a pool too small to keep it: sessions with long shared prefixes come back
+// after other sessions evicted their blocks. With the host tier the evicted blocks are copied out
+// and back instead of recomputed; greedy tokens are those of a run that never caches anything.
+std::vector<EngineRequest> returning_sessions(int vocab) {
+  auto ids = [&](uint64_t seed, int n) {
+    std::vector<int32_t> v(n);
+    for (int i = 0; i < n; ++i) v[i] = 3 + static_cast<int32_t>(mix(seed * 7919 + i) % (vocab - 3));
+    return v;
+  };
+  std::vector<EngineRequest> reqs;
+  for (int round = 0; round < 3; ++round) {
+    for (int session = 0; session < 3; ++session) {
+      EngineRequest r;
+      r.id = fmt::format("s{}-r{}", session, round);
+      r.prompt_token_ids = ids(100 + session, 44);  // the session's 5 full blocks and a half
+      const auto turn = ids(1000 + round * 10 + session, 5 + (round + session) % 7);
+      r.prompt_token_ids.insert(r.prompt_token_ids.end(), turn.begin(), turn.end());
+      r.sampling.temperature = 0.0f;
+      r.sampling.max_tokens = 6;
+      r.sampling.seed = 1;
+      reqs.push_back(std::move(r));
+    }
+    EngineRequest other;  // a one-off request in between
+    other.id = fmt::format("other-r{}", round);
+    other.prompt_token_ids = ids(5000 + round, 70);
+    other.sampling.temperature = 0.0f;
+    other.sampling.max_tokens = 6;
+    other.sampling.seed = 1;
+    reqs.push_back(std::move(other));
+  }
+  return reqs;
+}
+
+void check_host_tier(const std::filesystem::path& dir, KvDType kv, DType activations) {
+  Loaded m = load(dir, kv, 600, activations, 64);
+  MiniMaxM3Runner runner(*m.model);
+  const auto reqs = returning_sessions(runner.vocab_size());
+  EngineConfig no_cache;
+  no_cache.enable_prefix_caching = false;
+  const Results reference = run(runner, no_cache, reqs, true);
+
+  EngineConfig cached;  // prefix caching on (the default)
+  SmallPoolRunner pool_only(runner, 12);  // 96 tokens: one session's blocks at a time
+  EngineStats without;
+  expect_same(reference, run(pool_only, cached, reqs, true, &without), "small pool, no host tier");
+  EXPECT_EQ(without.kv_offload_blocks_to_host, 0u);
+
+  SmallPoolRunner tiered(runner, 12);
+  tiered.with_host_blocks(64);
+  EngineStats with;
+  expect_same(reference, run(tiered, cached, reqs, true, &with), "small pool + host tier");
+  EXPECT_GT(with.kv_offload_blocks_to_host, 0u);
+  EXPECT_GT(with.kv_offload_blocks_to_device, 0u);
+  EXPECT_EQ(with.kv_offload_bytes_to_device, with.kv_offload_blocks_to_device * m.model->kv_layout().block_bytes);
+  // The sessions' second and third rounds find their 5 prefix blocks on the host.
+  EXPECT_GE(with.external_prefix_cache_hits_tokens, 6u * 40u);
+  EXPECT_GT(with.prefix_cache_hits_tokens, without.prefix_cache_hits_tokens + 6u * 32u);
+  EXPECT_EQ(with.external_prefix_cache_queries_tokens, with.prefix_cache_queries_tokens);
+  EXPECT_EQ(with.num_host_kv_blocks, 64);
+  std::printf("[engine e2e] host tier: %llu of %llu prompt tokens hit (%llu from the host; %llu without the tier), "
+              "%llu blocks out, %llu back\n",
+              static_cast<unsigned long long>(with.prefix_cache_hits_tokens),
+              static_cast<unsigned long long>(with.prefix_cache_queries_tokens),
+              static_cast<unsigned long long>(with.external_prefix_cache_hits_tokens),
+              static_cast<unsigned long long>(without.prefix_cache_hits_tokens),
+              static_cast<unsigned long long>(with.kv_offload_blocks_to_host),
+              static_cast<unsigned long long>(with.kv_offload_blocks_to_device));
+
+  // A host tier smaller than the sessions' prefixes evicts by LRU and stays exact; so do batches
+  // (staggered arrivals, with preemption in the small pool).
+  SmallPoolRunner small_tier(runner, 12);
+  small_tier.with_host_blocks(7);
+  EngineStats lru;
+  expect_same(reference, run(small_tier, cached, reqs, true, &lru), "small pool + 7-block host tier");
+  EXPECT_EQ(lru.num_stored_host_kv_blocks, 7);
+  EXPECT_GT(lru.kv_offload_blocks_to_host, 7u);  // its slots were taken over, least recently used first
+  EngineConfig batch = cached;
+  batch.max_num_seqs = 8;
+  batch.max_num_batched_tokens = 64;
+  SmallPoolRunner batched(runner, 16);
+  batched.with_host_blocks(64);
+  EngineStats b;
+  expect_same(reference, run(batched, batch, reqs, false, &b), "batches, small pool + host tier");
+}
+
+TEST(MiniMaxM3Engine, HostTierRestoresEvictedPrefixesWithIdenticalGreedyTokens) {
+  check_host_tier(kSparse, KvDType::kF32, DType::kF32);
+}
+
+// NVFP4 K, V and index-K: the blocks carry their scale rows through the host and back.
+TEST(MiniMaxM3Engine, HostTierWithNvfp4KvAndIndexKeysOnMixedModel) {
+  check_host_tier(kMixed, KvDType::kNVFP4, DType::kBF16);
+}
+
+// The copies themselves: a block's bytes (every layer's K, V, index-K and scales) out to a host
+// slot and back into another block are the same bytes.
+TEST(MiniMaxM3Engine, CopyKvBlocksMovesWholeBlocksBitwise) {
+  Loaded m = load(kMixed, KvDType::kNVFP4, 8, DType::kBF16, 3);
+  MiniMaxM3Runner runner(*m.model);
+  EngineConfig config;
+  config.max_model_len = 64;
+  EngineLoop loop(runner, config);
+  EngineRequest r;
+  r.id = "fill";
+  for (int i = 0; i < 20; ++i) r.prompt_token_ids.push_back(3 + i);
+  r.sampling.max_tokens = 1;
+  r.sampling.temperature = 0.0f;
+  loop.add(r, nullptr, 1, Clock::now());
+  while (loop.has_work()) loop.step();
+  const int64_t bb = m.model->kv_layout().block_bytes;
+  const uint8_t* pool = m.model->kv_pool().data_as<const uint8_t>();
+  const std::vector<uint8_t> block0(pool, pool + bb), block1(pool + bb, pool + 2 * bb);
+  ASSERT_NE(block0, std::vector<uint8_t>(bb, 0));
+  const std::vector<KvBlockCopy> out = {{0, 2}, {1, 0}}, in = {{6, 2}, {7, 0}};
+  runner.copy_kv_blocks(out, {});
+  runner.copy_kv_blocks({}, in);
+  EXPECT_EQ(std::vector<uint8_t>(pool + 6 * bb, pool + 7 * bb), block0);
+  EXPECT_EQ(std::vector<uint8_t>(pool + 7 * bb, pool + 8 * bb), block1);
+  const std::vector<KvBlockCopy> bad_block = {{8, 0}}, bad_slot = {{0, 3}};
+  EXPECT_THROW(runner.copy_kv_blocks(bad_block, {}), Error);  // block outside the pool
+  EXPECT_THROW(runner.copy_kv_blocks({}, bad_slot), Error);   // slot outside the tier
 }
 
 TEST(MiniMaxM3Engine, EngineCoreServesTheBundledModelWithFullBlockPrefixHits) {

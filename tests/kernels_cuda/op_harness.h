@@ -76,6 +76,7 @@ void add_attention_cases(CaseList& cases, bool quick);    // kv_insert .. paged_
 void add_msa_cases(CaseList& cases, bool quick);          // the MSA kernels' layouts and sizes
 void add_dcp_cases(CaseList& cases, bool quick);          // indexer DCP: candidates and merge
 void add_sampling_cases(CaseList& cases, bool quick);     // sample
+void add_kv_copy_cases(CaseList& cases, bool quick);      // copy_kv_blocks (the prefix cache's host tier)
 
 struct HarnessOptions {
   std::string filter;         // run cases whose name contains it (empty: all)

@@ -20,6 +20,7 @@
 #include "kernels/cuda/backend/cublas_gemm.h"
 #include "kernels/cuda/backend/cuda_graphs.h"
 #include "kernels/cuda/backend/device_memory.h"
+#include "kernels/cuda/backend/kv_block_copier.h"
 #include "kernels/cuda/msa.h"
 
 namespace m3 {
@@ -110,6 +111,7 @@ class CudaBackend final : public Backend {
     gemm_ = std::make_unique<cuda::CublasLtGemm>();
   }
   ~CudaBackend() override {
+    kv_copier_.reset();  // waits for its copies, which the compute stream may wait on
     graphs_.reset();
     msa_.reset();
     if (stream_) {
@@ -192,6 +194,17 @@ class CudaBackend final : public Backend {
 
   void plan(const StepBatch& batch) override;
   StepView planned_step() const override { return step_; }
+
+  // The host tier of the prefix cache: pinned memory, copies on their own stream (kv_block_copier.h).
+  Tensor alloc_kv_host_tier(int64_t bytes, std::string_view what) override {
+    return cuda::KvBlockCopier::alloc_host(bytes, what);
+  }
+  void copy_kv_blocks(const Tensor& pool, const Tensor& host, int64_t block_bytes,
+                      std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) override {
+    if (!kv_copier_) kv_copier_ = std::make_unique<cuda::KvBlockCopier>();
+    kv_copier_->copy(pool, host, block_bytes, to_host, to_device, stream_);
+  }
+  KvCopyTimes kv_copy_times() const override { return kv_copier_ ? kv_copier_->times() : KvCopyTimes{}; }
 
   // Uniform decode steps planned in graph mode (graph_pages_ > 0) replay CUDA graphs.
   void run_replayable(const ReplayKey& key, const std::function<void()>& body) override {
@@ -548,6 +561,7 @@ class CudaBackend final : public Backend {
   cudaEvent_t upload_done_ = nullptr;
   // moe(): the shared expert's stream, forked from stream_ at fork_ and joined back at join_.
   cudaStream_t side_stream_ = nullptr;
+  std::unique_ptr<cuda::KvBlockCopier> kv_copier_;  // made on the first block copy
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
   std::unique_ptr<cuda::MsaPlan> msa_;
