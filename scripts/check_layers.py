@@ -3,7 +3,7 @@
 
 The layers (docs/architecture.md, "Layers"): dependencies point one way,
     core <- formats <- ops <- kernels        ops <- model <- engine <- server <- app
-    text beside (core only), parallel beside kernels (ops and below; model and above may use it);
+    text and hub beside (core only), parallel beside kernels (ops and below; model and above may use it);
 a folder may include its own headers and those of the layers below it. tests/, bench/ and tools/
 may include anything. Prints each offending include as file:line and exits 1; 0 when clean."""
 import pathlib
@@ -19,6 +19,7 @@ ALLOWED = {
     "model": {"core", "formats", "ops", "parallel", "model"},
     "engine": {"core", "formats", "ops", "parallel", "model", "engine"},
     "text": {"core", "text"},
+    "hub": {"core", "hub"},
     "server": {"core", "formats", "ops", "engine", "text", "server"},
     "app": None,  # the top: anything
 }
