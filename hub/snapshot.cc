@@ -99,8 +99,8 @@ fs::path fetch_snapshot(const SnapshotRequest& r, const HubSettings& settings) {
     const int64_t bytes = std::accumulate(to_fetch.begin(), to_fetch.end(), int64_t{0},
                                           [](int64_t sum, const RepoFile& f) { return sum + f.size; });
     M3_LOG_INFO("downloading {} at revision '{}' (commit {}): {} file{}, {:.1f} MiB from {} into {}", r.repo.str(),
-                r.revision, info.commit, to_fetch.size(), to_fetch.size() == 1 ? "" : "s", bytes / (1024.0 * 1024.0), settings.endpoint,
-                cache.repo_folder().string());
+                r.revision, info.commit, to_fetch.size(), to_fetch.size() == 1 ? "" : "s", bytes / (1024.0 * 1024.0),
+                settings.endpoint, cache.repo_folder().string());
     DownloadProgress progress(settings.progress_bar, r.repo.str(), bytes, static_cast<int>(to_fetch.size()));
     const BlobDownload download{client, request, cache, progress};
     // config.json last: a snapshot with a config.json is one whose weights are all in.

@@ -96,6 +96,23 @@ TEST_F(HubModel, NamesThatAreNeitherADirectoryNorAKnownRepoFailClearly) {
   EXPECT_TRUE(has(revision.out, "no revision 'nope' in MiniMaxAI/MiniMax-M3-Tiny")) << revision.out;
 }
 
+TEST_F(HubModel, PlanAndTokenizeFetchOnlyTheFilesTheyRead) {
+  const Result plan = run(fmt::format("env {} {} plan {} --num-gpus 1 --gpu-memory-gb 80 --json", env("cache"),
+                                      M3SERVE_BIN, kRepo));
+  EXPECT_EQ(plan.status, 0) << plan.out;
+  EXPECT_TRUE(has(plan.out, "\"max_concurrent_sequences\"")) << plan.out;
+  EXPECT_EQ(hub.requests_for("/resolve/").size(), 1u);  // config.json alone
+  EXPECT_EQ(hub.requests_for("/resolve/main/config.json").size(), 1u);
+  const Result local = run(fmt::format("{} tokenize --model {} --text 'hello world'", M3SERVE_BIN, kTiny));
+  const Result tokens = run(fmt::format("env {} {} tokenize --model {} --text 'hello world'", env("cache"),
+                                        M3SERVE_BIN, kRepo));
+  ASSERT_EQ(local.status, 0) << local.out;
+  ASSERT_FALSE(local.out.empty());
+  EXPECT_EQ(tokens.status, 0) << tokens.out;
+  EXPECT_TRUE(has(tokens.out, local.out)) << tokens.out << "\n" << local.out;
+  EXPECT_TRUE(hub.requests_for(".safetensors").empty());
+}
+
 TEST_F(HubModel, ServeTakesARepoIdAndReportsItAsTheModelName) {
   const std::string command =
       fmt::format("sh -c 'echo pid $$; exec env {} {} serve {} --device cpu --host 127.0.0.1 --port 0 "
