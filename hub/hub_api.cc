@@ -1,5 +1,6 @@
 #include "hub/hub_api.h"
 
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 namespace m3::hub {
@@ -47,18 +48,20 @@ void check_status(const HttpResponse& response, const HubRequest& r, const std::
           ? "if the repo is gated or private, accept its terms on the Hub and set HF_TOKEN to an access token"
           : fmt::format("the token from {} was sent and has no access; check it can read this repo",
                         r.settings.token_origin);
-  if (response.status == 401 || response.status == 403) {
+  // The Hub answers 401 with RepoNotFound for a repo it does not show an anonymous client (missing,
+  // or private), so the error code decides before the status.
+  if (code == "RepoNotFound" || (response.status == 404 && code.empty())) {
+    fail("Hugging Face repo '{}' not found (HTTP {} from {}){}; it is not a local directory either ({})",
+         r.repo.str(), response.status, response.url, hub_says, token_hint);
+  }
+  if (code == "RevisionNotFound") {
+    fail("{}: no revision '{}' in {} (HTTP {} from {}); --revision takes a branch, a tag or a commit hash",
+         r.repo.str(), r.revision, r.repo.str(), response.status, response.url);
+  }
+  if (code == "EntryNotFound") fail("{}: not found (HTTP {} from {})", subject, response.status, response.url);
+  if (code == "GatedRepo" || response.status == 401 || response.status == 403) {
     fail("access to {} refused (HTTP {} from {}){}: {}", subject, response.status, response.url, hub_says,
          token_hint);
-  }
-  if (response.status == 404) {
-    if (code == "RevisionNotFound") {
-      fail("{}: no revision '{}' in {} (HTTP 404 from {}); --revision takes a branch, a tag or a commit hash",
-           r.repo.str(), r.revision, r.repo.str(), response.url);
-    }
-    if (code == "EntryNotFound") fail("{}: not found (HTTP 404 from {})", subject, response.url);
-    fail("Hugging Face repo '{}' not found (HTTP 404 from {}){}; it is not a local directory either ({})",
-         r.repo.str(), response.url, hub_says, token_hint);
   }
   const std::string body = response.error_body.substr(0, 300);
   fail("{}: HTTP {} from {}{}{}", subject, response.status, response.url, hub_says,

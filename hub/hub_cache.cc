@@ -56,6 +56,8 @@ void HubCache::link_into_snapshot(const std::string& commit, const std::string& 
   M3_CHECK(!ec, "Hugging Face cache: no relative path from {} to its blob ({})", link.string(), ec.message());
   fs::remove(link, ec);
   fs::create_symlink(target, link, ec);
+  // Another process (a second node on this host, huggingface-cli) may have made the same link.
+  if (ec == std::errc::file_exists && fs::read_symlink(link) == target) return;
   M3_CHECK(!ec, "Hugging Face cache: cannot link {} to {} ({})", link.string(), target.string(), ec.message());
 }
 

@@ -150,6 +150,52 @@ TEST(NeededFiles, ConfigTokenizerAndSafetensorsOnly) {
   EXPECT_FALSE(is_needed("tokenizer.json", FileSet::kConfig));
 }
 
+TEST(Url, ParsesAndResolvesRedirects) {
+  const Url url = Url::parse("https://huggingface.co/org/m/resolve/main/config.json?x=1");
+  EXPECT_EQ(url.scheme, "https");
+  EXPECT_EQ(url.host, "huggingface.co");
+  EXPECT_EQ(url.port, "443");
+  EXPECT_EQ(url.target, "/org/m/resolve/main/config.json?x=1");
+  EXPECT_EQ(Url::parse("http://127.0.0.1:8080").target, "/");
+  EXPECT_EQ(Url::parse("http://127.0.0.1:8080").port, "8080");
+  EXPECT_EQ(url.resolve("/api/resolve-cache/a").str(), "https://huggingface.co/api/resolve-cache/a");
+  EXPECT_EQ(url.resolve("https://cdn.example/x?sig=1").str(), "https://cdn.example/x?sig=1");
+  EXPECT_EQ(url.resolve("//cdn.example/y").str(), "https://cdn.example/y");
+  EXPECT_EQ(url.resolve("other.json").str(), "https://huggingface.co/org/m/resolve/main/other.json");
+  expect_error([] { Url::parse("ftp://x/y"); }, {"only http and https"});
+  expect_error([] { Url::parse("huggingface.co"); }, {"not a URL"});
+  expect_error([] { Url::parse("http://host:12a/"); }, {"bad port"});
+}
+
+TEST(HubApi, StatusesBecomeErrorsThatSayWhatToDo) {
+  HubSettings settings;
+  const RepoId repo{"org", "m"};
+  const std::string revision = "main";
+  const HubRequest request{settings, repo, revision};
+  const auto response = [](int status, const std::string& code) {
+    HttpResponse r;
+    r.status = status;
+    r.url = "https://hub/x";
+    if (!code.empty()) r.headers.push_back({"x-error-code", code});
+    return r;
+  };
+  check_status(response(200, ""), request, "");
+  check_status(response(206, ""), request, "file 'a'");
+  // Anonymous clients get 401 RepoNotFound for a missing or private repo.
+  expect_error([&] { check_status(response(401, "RepoNotFound"), request, ""); },
+               {"Hugging Face repo 'org/m' not found (HTTP 401 from https://hub/x)", "HF_TOKEN"});
+  expect_error([&] { check_status(response(404, ""), request, ""); }, {"'org/m' not found (HTTP 404"});
+  expect_error([&] { check_status(response(403, "GatedRepo"), request, ""); },
+               {"access to org/m at revision 'main' refused (HTTP 403", "gated", "HF_TOKEN"});
+  expect_error([&] { check_status(response(404, "EntryNotFound"), request, "file 'a.json'"); },
+               {"file 'a.json' of org/m at revision 'main': not found"});
+  expect_error([&] { check_status(response(500, ""), request, "file 'a.json'"); }, {"HTTP 500 from https://hub/x"});
+  settings.token = "t";
+  settings.token_origin = "/home/u/.cache/huggingface/token";
+  expect_error([&] { check_status(response(401, ""), request, ""); },
+               {"the token from /home/u/.cache/huggingface/token was sent and has no access"});
+}
+
 TEST(HubApi, ParsesTheListing) {
   const RevisionInfo info = parse_revision_info(
       R"({"sha": "0123456789abcdef0123456789abcdef01234567", "siblings": [
