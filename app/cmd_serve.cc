@@ -143,7 +143,6 @@ void run_serve(ServeArgs& a) {
            "Hugging Face repo id)");
   // Clients name the model as it was given (a repo id stays a repo id), as in vLLM.
   const std::string model_name = a.model.model_dir;
-  check_model_options(a.model);  // before a download, which may be long
   locate_model(a.model);
   check_deployment_options(a.deployment, a.model, a.engine);
   if (!a.tokenizer.empty()) {

@@ -43,7 +43,7 @@ std::string locate_model_dir(const std::string& given, const HubOptions& hub, hu
 }
 
 void locate_model(ModelOptions& o) {
-  if (o.model_dir.empty()) return;  // check_model_options says what is missing
+  check_model_options(o);  // a bad option fails before a download, which may be long
   o.model_dir = locate_model_dir(o.model_dir, o.hub, hub::FileSet::kModel, "--model");
 }
 

@@ -31,7 +31,8 @@ void add_hub_options(CLI::App& cmd, HubOptions& options);
 std::string locate_model_dir(const std::string& given, const HubOptions& hub, hub::FileSet files,
                              const std::string& option);
 
-// options.model_dir -> the local directory it names (the loader's options then name files).
+// options.model_dir -> the local directory it names (the loader's options then name files), after
+// check_model_options (so a bad option fails before any download).
 void locate_model(ModelOptions& options);
 
 }  // namespace m3::app
