@@ -143,8 +143,9 @@ void run_serve(ServeArgs& a) {
            "Hugging Face repo id)");
   // Clients name the model as it was given (a repo id stays a repo id), as in vLLM.
   const std::string model_name = a.model.model_dir;
-  locate_model(a.model);
+  // Options that cannot be honoured fail before a repo id is looked up (or downloaded).
   check_deployment_options(a.deployment, a.model, a.engine);
+  locate_model(a.model);
   if (!a.tokenizer.empty()) {
     a.tokenizer = locate_model_dir(a.tokenizer, HubOptions{a.tokenizer_revision, a.model.hub.download_dir},
                                    hub::FileSet::kTokenizer, "--tokenizer");

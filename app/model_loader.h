@@ -2,7 +2,8 @@
 // (serve, generate, score, bench latency | throughput | serve) -> the model on its backend with
 // its KV pool sized, and the engine over it. A flag means the same in every command because
 // every command comes through here:
-//   --model (a directory or a Hugging Face repo id: --revision, --download-dir), --dtype, --kv-cache-dtype, --attention-config, --load-format, --num-layers,
+//   --model (a directory or a Hugging Face repo id: --revision, --download-dir; app/model_source.h),
+//   --dtype, --kv-cache-dtype, --attention-config, --load-format, --num-layers,
 //   --max-model-len, --num-kv-blocks / --kv-cache-memory / --gpu-memory-utilization, --block-size,
 //   --quantization, --quantization-config.moe, --seed, --device, --enforce-eager,
 //   -tp/--tensor-parallel-size, --data-parallel-size, --enable-expert-parallel,
