@@ -27,6 +27,7 @@
 
 #include "app/commands.h"
 #include "app/model_loader.h"
+#include "app/model_source.h"
 #include "app/node_follower.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -185,7 +186,8 @@ LevelResult run_level(const BenchHttpOptions& o, std::shared_ptr<const server::M
   return r;
 }
 
-void run_bench_http(const BenchHttpOptions& o) {
+void run_bench_http(BenchHttpOptions o) {
+  locate_model(o.model);
   // 2,000 client sockets and as many server sockets: lift the soft open-file limit to the hard one.
   rlimit files{};
   if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {

@@ -35,6 +35,7 @@
 #include "app/bench_timing_backend.h"
 #include "app/commands.h"
 #include "app/model_loader.h"
+#include "app/model_source.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/config.h"
@@ -413,7 +414,8 @@ void print_text(const nlohmann::json& out) {
   }
 }
 
-void run(const BenchLatencyOptions& o) {
+void run(BenchLatencyOptions o) {
+  locate_model(o.model);
   M3_CHECK(o.warmup >= 0 && o.iters >= 1, "--warmup must be >= 0 and --iters >= 1");
   M3_CHECK(o.model.nnodes == 1,
            "bench latency --nnodes {}: it times ops of one host's ranks; over several hosts use bench throughput or "

@@ -18,6 +18,7 @@
 
 #include "app/commands.h"
 #include "app/model_loader.h"
+#include "app/model_source.h"
 #include "app/node_follower.h"
 #include "core/error.h"
 #include "engine/engine_core.h"
@@ -276,6 +277,7 @@ nlohmann::json to_json(const std::vector<Report>& reports) {
 }
 
 void run(BenchServeOptions o) {
+  locate_model(o.model);
   const std::vector<int> levels = parse_levels(o.concurrency);
   M3_CHECK(o.input_len >= 1 && o.output_len >= 1, "--input-len and --output-len must be >= 1");
   M3_CHECK(o.range_ratio >= 0.0 && o.range_ratio < 1.0, "--range-ratio must be in [0, 1)");

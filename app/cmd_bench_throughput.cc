@@ -15,6 +15,7 @@
 
 #include "app/commands.h"
 #include "app/model_loader.h"
+#include "app/model_source.h"
 #include "app/node_follower.h"
 #include "app/offline_requests.h"
 #include "core/error.h"
@@ -35,6 +36,7 @@ struct BenchThroughputOptions {
 };
 
 void run(BenchThroughputOptions o) {
+  locate_model(o.model);
   M3_CHECK(o.num_prompts >= 1, "--num-prompts must be >= 1");
   M3_CHECK(o.input_len >= 1 && o.output_len >= 1, "--input-len and --output-len must be >= 1");
   const int64_t per_seq = int64_t(o.input_len) + o.output_len;

@@ -4,10 +4,12 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <string>
 
 #include "app/commands.h"
+#include "app/model_source.h"
 #include "core/error.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -18,6 +20,7 @@ namespace {
 
 struct InspectOptions {
   std::string model;
+  HubOptions hub;  // when model is a Hugging Face repo id
   std::string load_format = "auto";
   int num_layers = 0;
   uint64_t seed = 0;
@@ -53,7 +56,13 @@ void print_config(const ModelConfig& c) {
               std::string(quant_scheme_name(c.quant.expert_scheme)).c_str());
 }
 
-void run(const InspectOptions& o) {
+void run(InspectOptions o) {
+  // A config.json is read as it is; a directory or a repo id names the model (dummy weights need
+  // its config alone).
+  if (!std::filesystem::is_regular_file(o.model)) {
+    o.model = locate_model_dir(o.model, o.hub, o.load_format == "dummy" ? hub::FileSet::kConfig : hub::FileSet::kModel,
+                               "MODEL");
+  }
   ModelConfig config = load_model_config(o.model);
   if (o.num_layers > 0) override_num_layers(config, o.num_layers);
   print_config(config);
@@ -92,8 +101,9 @@ void register_inspect(CLI::App& app) {
   auto opts = std::make_shared<InspectOptions>();
   auto* cmd = app.add_subcommand("inspect", "read config.json and load (or generate) the weights");
   cmd->add_option("model", opts->model,
-                  "model directory (config.json + safetensors) or config.json")
+                  "model directory (config.json + safetensors), config.json, or a Hugging Face repo id")
       ->required();
+  add_hub_options(*cmd, opts->hub);
   cmd->add_option("--load-format", opts->load_format,
                   "auto | safetensors | dummy (random weights)");
   cmd->add_option("--num-layers", opts->num_layers, "keep only the first N layers");

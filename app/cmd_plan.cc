@@ -20,6 +20,7 @@
 #include "app/capacity_plan.h"
 #include "app/commands.h"
 #include "app/model_loader.h"
+#include "app/model_source.h"
 #include "core/error.h"
 
 namespace m3::app {
@@ -27,6 +28,7 @@ namespace {
 
 struct PlanArgs {
   std::string model_dir;
+  HubOptions hub;  // when model_dir is a Hugging Face repo id
   int num_gpus = 0;
   double gpu_memory_gb = 0;
   ParallelConfig parallel;
@@ -135,7 +137,7 @@ void run_plan(const PlanArgs& a) {
   // The loader's own reading of the model and the KV options (dtypes, --attention-config,
   // --max-model-len default), without a device: the plan is for GPUs this machine need not have.
   ModelOptions model;
-  model.model_dir = a.model_dir;
+  model.model_dir = locate_model_dir(a.model_dir, a.hub, hub::FileSet::kConfig, "MODEL");
   model.kv_cache_dtype = a.kv_cache_dtype;
   model.attention_config = a.attention_config;
   model.max_model_len = a.max_model_len;
@@ -170,7 +172,9 @@ void register_plan(CLI::App& app) {
       "index-K bytes per rank, from config.json alone. Usable memory per GPU is --gpu-memory-utilization x "
       "--gpu-memory-gb (GB = 1e9 bytes), less the rank's weights and the activation reserve (1 GiB + the step's "
       "activations at --max-num-batched-tokens and logits at --max-num-seqs, as serve keeps)");
-  cmd->add_option("model", a.model_dir, "model directory (config.json)")->required();
+  cmd->add_option("model", a.model_dir, "model directory (config.json), or a Hugging Face repo id (org/name)")
+      ->required();
+  add_hub_options(*cmd, a.hub);
   cmd->add_option("--num-gpus", a.num_gpus, "GPUs of the deployment: -tp x --data-parallel-size")->required();
   cmd->add_option("--gpu-memory-gb", a.gpu_memory_gb, "memory of each GPU in GB (1e9 bytes), e.g. 141 (H200), 288 (B300)")
       ->required();

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "app/commands.h"
+#include "app/model_source.h"
 #include "core/error.h"
 #include "text/chat_template.h"
 
@@ -22,6 +23,7 @@ namespace {
 
 struct RenderChatOptions {
   std::string model_dir;
+  HubOptions hub;  // when model_dir is a Hugging Face repo id
   std::string messages_file;
   std::string tools_file;
   std::string kwargs = "{}";
@@ -65,7 +67,8 @@ void run_render_chat(const RenderChatOptions& options) {
   }
   M3_CHECK(input.kwargs.is_object(), "render-chat: --kwargs must be a JSON object");
   input.add_generation_prompt = !options.no_generation_prompt;
-  const std::string prompt = text::ChatTemplate::load(options.model_dir).render(input);
+  const std::string model_dir = locate_model_dir(options.model_dir, options.hub, hub::FileSet::kTokenizer, "--model");
+  const std::string prompt = text::ChatTemplate::load(model_dir).render(input);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
 }
 
@@ -74,8 +77,10 @@ void run_render_chat(const RenderChatOptions& options) {
 void register_render_chat(CLI::App& app) {
   auto options = std::make_shared<RenderChatOptions>();
   auto* cmd = app.add_subcommand("render-chat", "print the prompt a model's chat template makes of a conversation");
-  cmd->add_option("--model", options->model_dir, "model directory (chat_template.jinja or tokenizer_config.json)")
+  cmd->add_option("--model", options->model_dir,
+                  "model directory (chat_template.jinja or tokenizer_config.json), or a Hugging Face repo id")
       ->required();
+  add_hub_options(*cmd, options->hub);
   cmd->add_option("--messages", options->messages_file, "JSON file: a list of messages or {\"messages\": [...]}")
       ->required();
   cmd->add_option("--tools", options->tools_file, "JSON file: a list of tool schemas or {\"tools\": [...]}");

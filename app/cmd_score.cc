@@ -9,6 +9,7 @@
 
 #include "app/commands.h"
 #include "app/model_loader.h"
+#include "app/model_source.h"
 #include "app/node_follower.h"
 #include "app/offline_requests.h"
 #include "app/prompt_ids.h"
@@ -24,7 +25,8 @@ struct ScoreOptions {
   bool json = false;
 };
 
-void run(const ScoreOptions& o) {
+void run(ScoreOptions o) {
+  locate_model(o.model);
   LoadedModel loaded = load_model(o.model, o.engine, KvDemand{});
   if (loaded.follower()) return follow_node_zero(loaded);
   std::unique_ptr<EngineCore> engine = make_engine(loaded, o.model, o.engine);

@@ -17,10 +17,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "app/commands.h"
 #include "app/model_loader.h"
+#include "app/model_source.h"
 #include "app/node_follower.h"
 #include "app/serve_options.h"
 #include "app/vllm_compat_flags.h"
@@ -42,7 +44,8 @@ struct ServeArgs {
   server::ServeOptions serve;
   std::vector<std::string> api_keys;
   std::string chat_template;
-  std::string tokenizer;  // --tokenizer: a folder with the tokenizer files, instead of the model's
+  std::string tokenizer;  // --tokenizer: a folder with the tokenizer files (or a repo id), instead of the model's
+  std::optional<std::string> tokenizer_revision;  // --tokenizer-revision: of a --tokenizer repo id
   std::string generation_config = "auto";
   std::string log_level = "info";
   std::string max_body_size = "32MiB";
@@ -136,12 +139,17 @@ void run_serve(ServeArgs& a) {
              a.model.model_dir);
     a.model.model_dir = a.model_positional;
   }
-  M3_CHECK(!a.model.model_dir.empty(), "serve needs a model: m3serve serve MODEL_DIR [options]");
+  M3_CHECK(!a.model.model_dir.empty(), "serve needs a model: m3serve serve MODEL [options] (a directory or a "
+           "Hugging Face repo id)");
+  // Clients name the model as it was given (a repo id stays a repo id), as in vLLM.
+  const std::string model_name = a.model.model_dir;
+  // Options that cannot be honoured fail before a repo id is looked up (or downloaded).
   check_deployment_options(a.deployment, a.model, a.engine);
-  M3_CHECK(a.tokenizer.empty() || std::filesystem::is_directory(a.tokenizer),
-           "--tokenizer '{}': not a directory (expected a folder with the tokenizer files, tokenizer.json and "
-           "tokenizer_config.json)",
-           a.tokenizer);
+  locate_model(a.model);
+  if (!a.tokenizer.empty()) {
+    a.tokenizer = locate_model_dir(a.tokenizer, HubOptions{a.tokenizer_revision, a.model.hub.download_dir},
+                                   hub::FileSet::kTokenizer, "--tokenizer");
+  }
   log_vllm_compat_flags(a.compat);
   if (a.model.several_nodes() && a.model.node_rank > 0) {
     // A follower serves no HTTP: it loads its ranks (the same pool as node 0's) and runs node 0's steps.
@@ -154,8 +162,8 @@ void run_serve(ServeArgs& a) {
   if (serve.api_keys.empty()) {
     if (const char* env = std::getenv("VLLM_API_KEY"); env && *env) serve.api_keys = {env};
   }
-  if (serve.served_model_names.empty()) serve.served_model_names = {a.model.model_dir};
-  serve.model_path = a.model.model_dir;
+  if (serve.served_model_names.empty()) serve.served_model_names = {model_name};
+  serve.model_path = model_name;
   serve.version = M3SERVE_VERSION;
   serve.http.max_body_bytes =
       static_cast<size_t>(parse_memory_size(a.max_body_size, "--max-body-size"));
@@ -253,7 +261,8 @@ void register_serve(CLI::App& app) {
   ServeArgs& a = *args;
   auto* cmd =
       app.add_subcommand("serve", "OpenAI-compatible HTTP server (a drop-in for `vllm serve`)");
-  cmd->add_option("model_tag", a.model_positional, "model directory (or use --model)");
+  cmd->add_option("model_tag", a.model_positional,
+                  "model directory or Hugging Face repo id (org/name; or use --model)");
   add_model_options(*cmd, a.model);
   cmd->get_option("--model")->required(false);
 
@@ -309,7 +318,9 @@ void register_serve(CLI::App& app) {
                   "chat template file or text (default: the tokenizer's)");
   cmd->add_option("--tokenizer", a.tokenizer,
                   "folder with the tokenizer files (tokenizer.json, tokenizer_config.json and its chat template) "
-                  "to use instead of the model's");
+                  "to use instead of the model's, or a Hugging Face repo id holding them");
+  cmd->add_option("--tokenizer-revision", a.tokenizer_revision,
+                  "with a --tokenizer repo id: its branch, tag or commit hash (default main)");
   cmd->add_option("--generation-config", a.generation_config,
                   "'auto' (the model's generation_config.json), 'vllm' (none), or a folder")
       ->capture_default_str();

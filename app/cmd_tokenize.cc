@@ -12,6 +12,7 @@
 
 #include "app/commands.h"
 #include "core/error.h"
+#include "app/model_source.h"
 #include "text/tokenizer.h"
 
 namespace m3::app {
@@ -20,6 +21,7 @@ namespace {
 
 struct TokenizeOptions {
   std::string model_dir;
+  HubOptions hub;  // when model_dir is a Hugging Face repo id
   std::string text;
   std::string file;
   bool json = false;
@@ -36,7 +38,8 @@ std::string read_input_file(const std::string& path) {
 
 void run_tokenize(const TokenizeOptions& options, bool have_text, bool have_file) {
   M3_CHECK(have_text != have_file, "tokenize: give exactly one of --text and --file");
-  const auto tokenizer = text::Tokenizer::load(options.model_dir);
+  const auto tokenizer =
+      text::Tokenizer::load(locate_model_dir(options.model_dir, options.hub, hub::FileSet::kTokenizer, "--model"));
   const std::string input = have_text ? options.text : read_input_file(options.file);
   const std::vector<int32_t> ids = tokenizer.encode(input, !options.no_special_tokens);
   if (!options.json) {
@@ -61,8 +64,10 @@ void run_tokenize(const TokenizeOptions& options, bool have_text, bool have_file
 void register_tokenize(CLI::App& app) {
   auto options = std::make_shared<TokenizeOptions>();
   auto* cmd = app.add_subcommand("tokenize", "print the token ids of a text");
-  cmd->add_option("--model", options->model_dir, "model directory holding tokenizer.json")
+  cmd->add_option("--model", options->model_dir,
+                  "model directory holding tokenizer.json, or a Hugging Face repo id (org/name)")
       ->required();
+  add_hub_options(*cmd, options->hub);
   auto* text = cmd->add_option("--text", options->text, "text to encode");
   auto* file = cmd->add_option("--file", options->file, "file whose contents to encode");
   cmd->add_flag("--json", options->json, "print {\"ids\", \"tokens\", \"count\"} as JSON");

@@ -265,7 +265,10 @@ int EngineOptions::batched_tokens(int64_t max_model_len) const {
 }
 
 void add_model_options(CLI::App& cmd, ModelOptions& o) {
-  cmd.add_option("--model", o.model_dir, "model directory (config.json + safetensors)")->required();
+  cmd.add_option("--model", o.model_dir,
+                 "model directory (config.json + safetensors), or a Hugging Face repo id (org/name)")
+      ->required();
+  add_hub_options(cmd, o.hub);
   cmd.add_option("--dtype", o.dtype, "activation dtype: auto (bfloat16), bfloat16, float32")->capture_default_str();
   cmd.add_option("--kv-cache-dtype", o.kv_cache_dtype,
                  "KV cache dtype: auto (the activation dtype), float32, bfloat16, fp8, fp8_e4m3, nvfp4")

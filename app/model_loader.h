@@ -2,7 +2,8 @@
 // (serve, generate, score, bench latency | throughput | serve) -> the model on its backend with
 // its KV pool sized, and the engine over it. A flag means the same in every command because
 // every command comes through here:
-//   --model, --dtype, --kv-cache-dtype, --attention-config, --load-format, --num-layers,
+//   --model (a directory or a Hugging Face repo id: --revision, --download-dir; app/model_source.h),
+//   --dtype, --kv-cache-dtype, --attention-config, --load-format, --num-layers,
 //   --max-model-len, --num-kv-blocks / --kv-cache-memory / --gpu-memory-utilization, --block-size,
 //   --quantization, --quantization-config.moe, --seed, --device, --enforce-eager,
 //   -tp/--tensor-parallel-size, --data-parallel-size, --enable-expert-parallel,
@@ -18,6 +19,7 @@
 #include <optional>
 #include <string>
 
+#include "app/model_source.h"
 #include "engine/engine_core.h"
 #include "engine/model_runner.h"
 #include "model/config.h"
@@ -37,7 +39,9 @@ class App;
 namespace m3::app {
 
 struct ModelOptions {
+  // A directory, or a Hugging Face repo id until locate_model (app/model_source.h) resolves it.
   std::string model_dir;
+  HubOptions hub;  // --revision, --download-dir
   std::string dtype = "auto";           // activations: auto (= bfloat16), bfloat16, float32
   std::string kv_cache_dtype = "auto";  // auto (= activation dtype), float32, bfloat16, fp8, nvfp4
   std::string attention_config;         // JSON: {"indexer_kv_dtype": ..., "indexer_decode_cp": ...}

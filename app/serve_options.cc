@@ -18,8 +18,9 @@ namespace {
 void check_parallel_deployment(const ParallelConfig& p, const std::string& model_dir) {
   check_parallel_config(p);
   if (p.world_size() == 1) return;
-  // The same validation as `m3serve plan`, before any thread starts; a repository name that is
-  // not a directory yet has no config (the loader checks it then).
+  // The same validation as `m3serve plan`, before any thread starts; a Hugging Face repo id is
+  // looked up after these checks (app/model_source.h), so it has no config here yet (the loader
+  // checks it then).
   const std::filesystem::path config = std::filesystem::path(model_dir) / "config.json";
   if (std::filesystem::is_regular_file(config)) make_parallel_layout(p, model_geometry(load_model_config(model_dir)));
 }

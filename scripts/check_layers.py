@@ -3,7 +3,7 @@
 
 The layers (docs/architecture.md, "Layers"): dependencies point one way,
     core <- formats <- ops <- kernels        ops <- model <- engine <- server <- app
-    text beside (core only), grammar beside (core and ops: it implements ops/token_constraint.h),
+    text and hub beside (core only), grammar beside (core and ops: it implements ops/token_constraint.h),
     parallel beside kernels (ops and below; model and above may use it);
 a folder may include its own headers and those of the layers below it. tests/, bench/ and tools/
 may include anything. Prints each offending include as file:line and exits 1; 0 when clean."""
@@ -21,6 +21,7 @@ ALLOWED = {
     "engine": {"core", "formats", "ops", "parallel", "model", "engine"},
     "text": {"core", "text"},
     "grammar": {"core", "ops", "grammar"},
+    "hub": {"core", "hub"},
     "server": {"core", "formats", "ops", "engine", "text", "grammar", "server"},
     "app": None,  # the top: anything
 }

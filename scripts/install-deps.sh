@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config libgloo-dev
       nlohmann-json3-dev libboost-dev libssl-dev libcli11-dev libfmt-dev libpcre2-dev libxxhash-dev
       libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev
-      python3 python3-jinja2 python3-numpy python3-jsonschema nodejs curl ca-certificates)
+      python3 python3-jinja2 python3-numpy python3-jsonschema nodejs curl ca-certificates openssl)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -450,7 +450,7 @@ class ServeFlags(unittest.TestCase):
         p = subprocess.run([BIN, "serve", MODEL, "--tokenizer", "/nonexistent/tok", "--port", "0"],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 1)
-        self.assertIn("--tokenizer '/nonexistent/tok': not a directory", p.stderr)
+        self.assertIn("--tokenizer '/nonexistent/tok' is neither a directory nor a valid Hugging Face repo id", p.stderr)
 
     def test_several_served_model_names(self):
         for name in (NAME, "m3-alias"):
