@@ -48,7 +48,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def post(port, path, body, timeout=600):
+def post(port, path, body, timeout):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -110,14 +110,18 @@ def check_chat(completion):
     return ok, code
 
 
-def complete(port, model, prompt, mode, index, extra):
+def complete(port, model, prompt, mode, index, extra, timeout):
     body = {"model": model, "prompt": prompt["prompt"], "max_tokens": MAX_TOKENS[prompt["kind"]],
             "temperature": 0.0, **extra}
     if prompt["kind"] != "chat":
         body["stop"] = STOPS
     if mode == "sampled":
         body.update(SAMPLED, seed=1000 + index)
-    res = post(port, "/v1/completions", body)
+    try:
+        res = post(port, "/v1/completions", body, timeout)
+    except (urllib.error.URLError, OSError) as e:  # a timeout on a slow machine counts as a failure
+        return {"index": index, "kind": prompt["kind"], "mode": mode, "passed": False, "finish_reason": None,
+                "completion_tokens": 0, "completion": "", "error": str(e)}
     choice = res["choices"][0]
     text = choice["text"]
     if prompt["kind"] == "chat":
@@ -138,6 +142,7 @@ def main():
     ap.add_argument("--sampled", action="store_true", help="also complete at temperature 0.8")
     ap.add_argument("--kv-cache-dtype", default="nvfp4")
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds one completion may take")
     ap.add_argument("--repetition-penalty", type=float,
                     help="sent with every request (default: none, so generation_config.json's applies)")
     ap.add_argument("--out")
@@ -156,7 +161,7 @@ def main():
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
             model = json.loads(r.read())["data"][0]["id"]
         with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
-            jobs = [pool.submit(complete, port, model, p, m, i, extra) for m in modes for i, p in enumerate(prompts)]
+            jobs = [pool.submit(complete, port, model, p, m, i, extra, args.timeout) for m in modes for i, p in enumerate(prompts)]
             results = [j.result() for j in jobs]
     finally:
         server.terminate()
@@ -175,7 +180,9 @@ def main():
             print(f"FAIL: {mode} rate {rate:.3f} is below {args.min_rate}")
             failed = True
     tokens = sum(r["completion_tokens"] for r in results)
-    print(f"{len(results)} completions, {tokens} tokens in {seconds:.0f} s")
+    errors = sum("error" in r for r in results)
+    print(f"{len(results)} completions, {tokens} tokens in {seconds:.0f} s" +
+          (f"; {errors} failed to complete (HTTP errors or timeouts)" if errors else ""))
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"model": args.model, "kv_cache_dtype": args.kv_cache_dtype, "sampled": SAMPLED,
