@@ -12,6 +12,7 @@
 #include "server/json_fields.h"
 #include "server/json_parse.h"
 #include "server/openai_response.h"
+#include "server/structured_output_request.h"
 
 namespace m3::server {
 namespace {
@@ -191,7 +192,8 @@ void parse_tool_choice(const json& body, ResponsesRequest& r) {
   r.tool_choice = {{"type", "function"}, {"name", *name}};
 }
 
-// text.format -> the chat route's response_format.
+// text.format -> the chat route's response_format: the same prompt instruction, and the same
+// grammar constraint (structured outputs), so the output is JSON that validates.
 void parse_text(const json& body, ResponsesRequest& r) {
   const json* text = read_object(body, "text");
   if (!text) return;
@@ -207,6 +209,7 @@ void parse_text(const json& body, ResponsesRequest& r) {
   if (!format) return;
   auto type = read_string(*format, "type", "text.format.type");
   if (!type) bad_field("text.format.type", "is required");
+  json chat_format = {{"type", *type}};
   if (*type == "text" || *type == "json_object") {
     r.chat.response_format = *type;
   } else if (*type == "json_schema") {
@@ -218,10 +221,23 @@ void parse_text(const json& body, ResponsesRequest& r) {
     read_bool(*format, "strict", "text.format.strict");
     r.chat.response_format = *type;
     r.chat.response_schema = *schema;
+    chat_format["json_schema"] = {{"name", *name}, {"schema", *schema}};
+    if (const json* strict = format->contains("strict") ? &(*format)["strict"] : nullptr) {
+      chat_format["json_schema"]["strict"] = *strict;
+    }
   } else {
     bad_field("text.format.type", "'{}' is not supported (text, json_object, json_schema)", *type);
   }
   r.text_format = nlohmann::json(*format);
+  try {
+    r.chat.common.structured = parse_structured_output(json{{"response_format", chat_format}});
+  } catch (const ApiError& e) {  // name the field as this API spells it
+    std::string param = e.param();
+    if (param.rfind("response_format.json_schema.schema", 0) == 0) {
+      param = "text.format.schema" + param.substr(std::string("response_format.json_schema.schema").size());
+    }
+    throw ApiError(e.status(), e.what(), param.empty() ? "text.format" : param);
+  }
 }
 
 // reasoning.effort: "none" turns M3's thinking off (thinking_mode disabled), any other effort on

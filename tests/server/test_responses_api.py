@@ -294,6 +294,21 @@ class Lifecycle(unittest.TestCase):
         # The format reaches the prompt (as the chat route's response_format does).
         self.assertGreater(r["usage"]["input_tokens"], plain["usage"]["input_tokens"])
 
+    def test_text_format_is_enforced(self):
+        # The random tiny model writes noise unconstrained: valid JSON here comes from the grammar.
+        schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"enum": ["x", "y"]}},
+                  "required": ["a", "b"], "additionalProperties": False}
+        for fmt in ({"type": "json_schema", "name": "answer", "schema": schema, "strict": True},
+                    {"type": "json_object"}):
+            r = SERVER.post("/v1/responses", body(text={"format": fmt}, max_output_tokens=64,
+                                                  reasoning={"effort": "none"}))
+            value = json.loads(r["output_text"])
+            self.assertIsInstance(value, dict, r["output_text"])
+            if fmt["type"] == "json_schema":
+                self.assertEqual(set(value), {"a", "b"})
+                self.assertIsInstance(value["a"], int)
+                self.assertIn(value["b"], ("x", "y"))
+
 
 class StoredResponses(unittest.TestCase):
     def test_get_delete_and_store_false(self):
