@@ -9,22 +9,12 @@
 #include "server/anthropic_request.h"
 #include "server/anthropic_response.h"
 #include "server/api_error.h"
+#include "tests/server/error_of.h"
 
 namespace m3::server {
 namespace {
 
 using json = Json;
-
-template <class Fn>
-ApiError error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ApiError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no ApiError thrown";
-  return ApiError(0, "");
-}
 
 const RequestLimits kLimits;
 

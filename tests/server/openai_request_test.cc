@@ -3,23 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "server/api_error.h"
+#include "tests/server/error_of.h"
 
 namespace m3::server {
 namespace {
 
 using json = Json;
-
-// Runs `fn` and returns the ApiError it throws (fails the test when it does not throw).
-template <class Fn>
-ApiError error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ApiError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no ApiError thrown";
-  return ApiError(0, "");
-}
 
 const RequestLimits kLimits;
 

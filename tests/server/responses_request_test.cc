@@ -5,22 +5,12 @@
 #include <gtest/gtest.h>
 
 #include "server/api_error.h"
+#include "tests/server/error_of.h"
 
 namespace m3::server {
 namespace {
 
 using json = Json;
-
-template <class Fn>
-ApiError error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ApiError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no ApiError thrown";
-  return ApiError(0, "");
-}
 
 std::string param_of(const json& body) {
   return error_of([&] { parse_responses_request(body); }).param();
