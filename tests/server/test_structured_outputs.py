@@ -47,6 +47,14 @@ def setUpModule():
                          "--tool-call-parser", "minimax_m3", "--enable-auto-tool-choice", "--disable-log-stats"])
 
 
+def backend_is_batch_invariant():
+    """The CPU reference gives a request the same tokens whatever runs beside it and whatever the
+    prefix cache holds, so a seeded sampled request streams what it returns whole. The CUDA
+    backend's kernels follow the batch and prefill shapes (the second request's prompt is a prefix
+    cache hit), so there a sampled token near a tie may differ, and only validity is compared."""
+    return "on the cuda backend" not in "".join(SERVER.log)
+
+
 def tearDownModule():
     if SERVER:
         code = SERVER.stop()
@@ -158,7 +166,12 @@ class Chat(unittest.TestCase):
         events, done, _ = SERVER.stream("/v1/chat/completions", body)
         self.assertTrue(done)
         streamed = stream_field(events, "content")
-        self.assertEqual([streamed[i] for i in range(2)], [c["message"]["content"] for c in r["choices"]])
+        if backend_is_batch_invariant():
+            self.assertEqual([streamed[i] for i in range(2)], [c["message"]["content"] for c in r["choices"]])
+        else:
+            self.assertEqual(sorted(streamed), [0, 1])
+            for i in range(2):
+                v.validate(json.loads(streamed[i]))
 
     def test_json_object_with_reasoning_on(self):
         # Thinking enabled: the constraint starts after </mm:think> (a random model may never get
