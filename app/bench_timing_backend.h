@@ -45,9 +45,8 @@ class TimingBackend final : public Backend {
   Tensor alloc_kv_host_tier(int64_t bytes, std::string_view what) override {
     return inner_.alloc_kv_host_tier(bytes, what);
   }
-  void copy_kv_blocks(const Tensor& pool, const Tensor& host, int64_t block_bytes,
-                      std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) override {
-    timed("copy_kv_blocks", [&] { inner_.copy_kv_blocks(pool, host, block_bytes, to_host, to_device); });
+  void copy_kv_blocks(const Tensor& pool, const Tensor& host, int64_t block_bytes, const KvBlockCopies& copies) override {
+    timed("copy_kv_blocks", [&] { inner_.copy_kv_blocks(pool, host, block_bytes, copies); });
   }
   KvCopyTimes kv_copy_times() const override { return inner_.kv_copy_times(); }
   // Timed steps run their ops one by one (each is waited for); untimed ones may replay graphs.

@@ -58,6 +58,15 @@ class BlockPool {
 
   int ref_count(int32_t block) const { return ref_count_[block]; }
   bool is_cached(int32_t block) const { return has_hash_[block]; }
+  // The hash a cached block is registered under (is_cached(block) must hold).
+  uint64_t hash_of(int32_t block) const { return hash_of_[block]; }
+  // Calls fn(block) for the first `limit` free blocks in the order allocate() hands them out
+  // (uncached ones first, then cached ones, least recently freed first).
+  template <class Fn>
+  void for_each_next_free(int64_t limit, Fn&& fn) const {
+    const int32_t sentinel = static_cast<int32_t>(num_blocks_);
+    for (int32_t b = next_[sentinel]; b != sentinel && limit-- > 0; b = next_[b]) fn(b);
+  }
   // Checks every invariant (ref counts vs free list, cache map vs block hashes); throws
   // m3::Error naming the first broken one. For tests and debug builds.
   void check_invariants() const;

@@ -85,9 +85,7 @@ class LaneRunner final : public ModelRunner {
   // Not a step of the lanes' group: a lane's copies touch only its own pool and host tier.
   int64_t num_host_kv_blocks() const override { return inner_.num_host_kv_blocks(); }
   int64_t kv_block_bytes() const override { return inner_.kv_block_bytes(); }
-  void copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) override {
-    inner_.copy_kv_blocks(to_host, to_device);
-  }
+  void copy_kv_blocks(const KvBlockCopies& copies) override { inner_.copy_kv_blocks(copies); }
   KvCopyTimes kv_copy_times() const override { return inner_.kv_copy_times(); }
 
  private:

@@ -72,6 +72,8 @@ struct EngineStats {
   uint64_t kv_offload_blocks_to_host = 0, kv_offload_blocks_to_device = 0;  // m3:kv_offload_blocks_total
   uint64_t kv_offload_bytes_to_host = 0, kv_offload_bytes_to_device = 0;    // m3:kv_offload_bytes_total
   double kv_offload_seconds_to_host = 0, kv_offload_seconds_to_device = 0;  // m3:kv_offload_seconds_total
+  uint64_t kv_offload_blocks_saved_ahead = 0;  // m3:kv_offload_blocks_saved_ahead_total (of blocks to host)
+  uint64_t kv_offload_steps_waiting = 0;       // m3:kv_offload_steps_waiting_total
   uint64_t finished_stop = 0;    // vllm:request_success_total{finished_reason="stop"}
   uint64_t finished_length = 0;  // ... "length"
   uint64_t finished_abort = 0;   // ... "abort"

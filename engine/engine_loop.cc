@@ -17,6 +17,12 @@ SchedulerConfig scheduler_config(const EngineConfig& config) {
   return out;
 }
 
+// The most blocks one step can take from the pool: its token budget in blocks, plus a partly
+// filled block per sequence. The host tier saves that many ahead of their eviction.
+int64_t save_ahead_blocks(const EngineConfig& config, int block_size) {
+  return (config.max_num_batched_tokens + block_size - 1) / block_size + config.max_num_seqs;
+}
+
 double seconds_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
@@ -74,7 +80,8 @@ EngineLoop::EngineLoop(ModelRunner& runner, const EngineConfig& config)
     : runner_(runner),
       config_(config),
       vocab_size_(runner.vocab_size()),
-      kv_(runner.num_kv_blocks(), runner.block_size(), config.enable_prefix_caching, runner.num_host_kv_blocks()),
+      kv_(runner.num_kv_blocks(), runner.block_size(), config.enable_prefix_caching, runner.num_host_kv_blocks(),
+          save_ahead_blocks(config, runner.block_size())),
       scheduler_(scheduler_config(config), kv_) {}
 
 void EngineLoop::add(EngineRequest request, OutputSink sink, uint64_t seed, Clock::time_point arrival) {
@@ -306,13 +313,13 @@ bool EngineLoop::step() {
   const KvManager::Transfers transfers = kv_.take_transfers();
   if (!transfers.empty()) {
     try {
-      runner_.copy_kv_blocks(transfers.to_host, transfers.to_device);
+      runner_.copy_kv_blocks(transfers);
     } catch (const std::exception& e) {
       // The restored blocks are registered with contents that never arrived: nothing may read them.
       M3_LOG_ERROR("KV block copies failed ({} to host, {} back): {}", transfers.to_host.size(),
                    transfers.to_device.size(), e.what());
       fail_step(sched.scheduled, e.what());
-      kv_.drop_restored(transfers);
+      kv_.drop_failed(transfers);
       return true;
     }
   }
@@ -387,6 +394,8 @@ EngineStats EngineLoop::stats() const {
     const KvCopyTimes times = runner_.kv_copy_times();
     s.kv_offload_seconds_to_host = times.to_host_s;
     s.kv_offload_seconds_to_device = times.to_device_s;
+    s.kv_offload_blocks_saved_ahead = kv_.blocks_saved_ahead();
+    s.kv_offload_steps_waiting = kv_.steps_waiting_for_saves();
   }
   return s;
 }

@@ -46,6 +46,14 @@ int64_t HostKvTier::store(uint64_t hash, std::span<const int32_t> block_tokens) 
   return slot;
 }
 
+void HostKvTier::forget(int64_t slot) {
+  M3_CHECK(slot >= 0 && slot < num_slots_, "KV host tier: forget slot {} of {}", slot, num_slots_);
+  if (!used_[slot]) return;
+  slot_of_.erase(hash_of_[slot]);
+  used_[slot] = 0;
+  lru_.splice(lru_.begin(), lru_, pos_[slot]);
+}
+
 void HostKvTier::pin(int64_t slot) {
   if (pinned_[slot]) return;
   pinned_[slot] = 1;

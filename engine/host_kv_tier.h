@@ -8,7 +8,8 @@
 //     instead of being recomputed; the copy stays (the tier is inclusive), so the block leaving
 //     the pool again later costs no copy;
 //   - a slot read by a copy still pending is pinned until the copies are handed to the model
-//     (unpin_all), so no later store in the same step overwrites it.
+//     (unpin_all), so no later store in the same step overwrites it;
+//   - forget(): a copy into the slot failed, so it holds nothing.
 #pragma once
 #include <cstdint>
 #include <list>
@@ -27,12 +28,16 @@ class HostKvTier {
 
   // The slot holding exactly `block_tokens` under `hash` (now the most recently used), or -1.
   int64_t lookup(uint64_t hash, std::span<const int32_t> block_tokens);
+  // Whether some slot is recorded under `hash` (the recency of use is left as it is).
+  bool holds(uint64_t hash) const { return slot_of_.count(hash) > 0; }
   // The slot to copy a block leaving the pool into, now recorded under `hash`: the least recently
   // used unpinned slot. -1, copying nothing, when the hash is already stored (it becomes the most
   // recently used) or every slot is pinned.
   int64_t store(uint64_t hash, std::span<const int32_t> block_tokens);
   void pin(int64_t slot);
   void unpin_all();
+  // The slot becomes empty (the least recently used).
+  void forget(int64_t slot);
 
  private:
   int64_t num_slots_;

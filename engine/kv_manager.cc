@@ -1,32 +1,63 @@
 #include "engine/kv_manager.h"
 
+#include <algorithm>
 #include <span>
 
 #include "core/error.h"
 
 namespace m3 {
 
-KvManager::KvManager(int64_t num_blocks, int block_size, bool enable_prefix_caching, int64_t host_slots)
+KvManager::KvManager(int64_t num_blocks, int block_size, bool enable_prefix_caching, int64_t host_slots,
+                     int64_t save_ahead_blocks)
     : pool_(num_blocks, block_size), prefix_caching_(enable_prefix_caching) {
   M3_CHECK(host_slots >= 0, "KV host tier: {} slots", host_slots);
-  if (host_slots > 0 && prefix_caching_) host_.emplace(host_slots, block_size);
+  M3_CHECK(save_ahead_blocks >= 0, "KV host tier: saving {} blocks ahead", save_ahead_blocks);
+  if (host_slots > 0 && prefix_caching_) {
+    host_.emplace(host_slots, block_size);
+    save_ahead_blocks_ = save_ahead_blocks;
+    saved_in_.assign(static_cast<std::size_t>(num_blocks), 0);
+  }
+}
+
+void KvManager::save(int32_t block, int64_t slot, bool ahead) {
+  (ahead ? pending_.to_host_ahead : pending_.to_host).push_back({block, slot});
+  saved_in_[block] = batch_;
 }
 
 int32_t KvManager::allocate_block() {
   std::optional<uint64_t> evicted;
   const int32_t block = pool_.allocate(evicted);
-  if (evicted && host_) {
+  if (!host_) return block;
+  if (evicted) {
     const int64_t slot = host_->store(*evicted, pool_.block_tokens(block));
-    if (slot >= 0) pending_.to_host.push_back({block, slot});
+    if (slot >= 0) save(block, slot, false);
   }
+  // The next step writes this block: it must not overtake a copy of its old contents made ahead
+  // in an earlier batch (one made now is in to_host, which the step waits for).
+  if (saved_in_[block] > waited_batch_ && saved_in_[block] < batch_)
+    pending_.wait_for_batch = std::max(pending_.wait_for_batch, saved_in_[block]);
   return block;
 }
 
+void KvManager::save_ahead() {
+  pool_.for_each_next_free(save_ahead_blocks_, [&](int32_t block) {
+    if (!pool_.is_cached(block) || host_->holds(pool_.hash_of(block))) return;
+    const int64_t slot = host_->store(pool_.hash_of(block), pool_.block_tokens(block));
+    if (slot < 0) return;
+    save(block, slot, true);
+    ++blocks_saved_ahead_;
+  });
+}
+
 KvManager::Transfers KvManager::take_transfers() {
+  if (host_) save_ahead();
   Transfers out;
   std::swap(out, pending_);
+  out.batch = batch_++;
   if (host_) host_->unpin_all();
-  blocks_to_host_ += out.to_host.size();
+  waited_batch_ = std::max(waited_batch_, out.wait_for_batch);
+  if (out.wait_for_batch > 0 || !out.to_host.empty()) ++steps_waiting_;
+  blocks_to_host_ += out.to_host.size() + out.to_host_ahead.size();
   blocks_to_device_ += out.to_device.size();
   return out;
 }
@@ -42,8 +73,12 @@ void KvManager::update_hashes(Sequence& seq) const {
   }
 }
 
-void KvManager::drop_restored(const Transfers& transfers) {
+void KvManager::drop_failed(const Transfers& transfers) {
   for (const KvBlockCopy& c : transfers.to_device) pool_.forget(static_cast<int32_t>(c.block));
+  if (host_) {
+    for (const KvBlockCopy& c : transfers.to_host) host_->forget(c.host_slot);
+    for (const KvBlockCopy& c : transfers.to_host_ahead) host_->forget(c.host_slot);
+  }
 }
 
 int KvManager::match_prefix(Sequence& seq) {

@@ -5,9 +5,16 @@
 // cached block evicted from the pool is first copied to a host slot (unless its prefix is there
 // already), and a prefix match that runs out of pool blocks goes on in the host tier, each hit
 // taking a free pool block that is registered at once and filled by a copy from its slot. The
-// copies pile up here and go to the model before the next step (take_transfers): every copy to
-// the host first, then every copy back, so a block evicted and refilled in one step is saved
-// before it is overwritten. To the scheduler a restored block is a cached block like any other.
+// copies pile up here and go to the model before the next step (take_transfers). To the
+// scheduler a restored block is a cached block like any other.
+//
+// Saving ahead of eviction: a block evicted now is copied out before the step that overwrites it
+// may run, so that step waits for the copy. To keep such waits rare, take_transfers also saves
+// the cached blocks the next steps would evict first (the head of the pool's free list, as many
+// as a step can allocate: save_ahead_blocks) while they sit unreferenced: those copies overlap
+// with the step, and when the block is evicted later its prefix is on the host already. The step
+// that reuses such a block waits for the batch that saved it (KvBlockCopies::wait_for_batch),
+// long done by then unless the step before was very short.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -22,8 +29,10 @@ namespace m3 {
 
 class KvManager {
  public:
-  // host_slots > 0 (and prefix caching on): the host tier of that many blocks.
-  KvManager(int64_t num_blocks, int block_size, bool enable_prefix_caching, int64_t host_slots = 0);
+  // host_slots > 0 (and prefix caching on): the host tier of that many blocks, saving
+  // save_ahead_blocks free blocks ahead of their eviction (0: only when evicted).
+  KvManager(int64_t num_blocks, int block_size, bool enable_prefix_caching, int64_t host_slots = 0,
+            int64_t save_ahead_blocks = 0);
 
   const BlockPool& pool() const { return pool_; }
   // The host tier, or null.
@@ -47,27 +56,39 @@ class KvManager {
   // resets the sequence to "nothing computed".
   void free(Sequence& seq);
 
-  // The copies the model must make before the next step reads the pool; clears them and unpins
-  // the host slots they read.
-  struct Transfers {
-    std::vector<KvBlockCopy> to_host, to_device;
-    bool empty() const { return to_host.empty() && to_device.empty(); }
-  };
+  // The copies the model must make before the next step runs (with the saves ahead of eviction);
+  // clears them and unpins the host slots they read.
+  using Transfers = KvBlockCopies;
   Transfers take_transfers();
-  // After `transfers` failed: the blocks they were to restore leave the prefix cache.
-  void drop_restored(const Transfers& transfers);
+  // After `transfers` failed: the blocks they were to restore leave the prefix cache, the host
+  // slots they were to fill hold nothing.
+  void drop_failed(const Transfers& transfers);
   uint64_t blocks_to_host() const { return blocks_to_host_; }      // copies handed out so far
   uint64_t blocks_to_device() const { return blocks_to_device_; }
+  uint64_t blocks_saved_ahead() const { return blocks_saved_ahead_; }  // of blocks_to_host()
+  // Steps that waited for copies to the host: blocks evicted without a copy made ahead, or a
+  // batch of saves ahead (KvBlockCopies::wait_for_batch).
+  uint64_t steps_waiting_for_saves() const { return steps_waiting_; }
 
  private:
   // A free pool block; a cached prefix it evicts goes to the host tier first.
   int32_t allocate_block();
+  // Queues a copy of `block` to `slot` in the batch pending_ becomes: one the step waits for, or
+  // (ahead) one it does not.
+  void save(int32_t block, int64_t slot, bool ahead);
+  void save_ahead();
 
   BlockPool pool_;
   bool prefix_caching_;
   std::optional<HostKvTier> host_;
+  int64_t save_ahead_blocks_ = 0;
   Transfers pending_;
-  uint64_t blocks_to_host_ = 0, blocks_to_device_ = 0;
+  // Batches are numbered from 1 (batch_ is pending_'s); saved_in_[b] is the batch of block b's
+  // last copy to the host (0: none); every step after the one that waited for batch
+  // waited_batch_ runs after all of that batch's copies and those before it.
+  uint64_t batch_ = 1, waited_batch_ = 0;
+  std::vector<uint64_t> saved_in_;
+  uint64_t blocks_to_host_ = 0, blocks_to_device_ = 0, blocks_saved_ahead_ = 0, steps_waiting_ = 0;
 };
 
 }  // namespace m3

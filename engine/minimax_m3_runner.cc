@@ -56,10 +56,10 @@ int64_t MiniMaxM3Runner::kv_block_bytes() const {
   return bytes;
 }
 
-void MiniMaxM3Runner::copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) {
-  if (!workers_) return ranks_[0]->copy_kv_blocks(to_host, to_device);
+void MiniMaxM3Runner::copy_kv_blocks(const KvBlockCopies& copies) {
+  if (!workers_) return ranks_[0]->copy_kv_blocks(copies);
   // On each rank's thread: its device is current there (CUDA), and the ranks copy side by side.
-  workers_->run([&](int r) { ranks_[r]->copy_kv_blocks(to_host, to_device); });
+  workers_->run([&](int r) { ranks_[r]->copy_kv_blocks(copies); });
 }
 
 KvCopyTimes MiniMaxM3Runner::kv_copy_times() const { return ranks_[0]->kv_copy_times(); }

@@ -41,7 +41,7 @@ class MiniMaxM3Runner final : public ModelRunner {
   // The host tier: every rank's model holds the same slots of its own share of each block.
   int64_t num_host_kv_blocks() const override;
   int64_t kv_block_bytes() const override;
-  void copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) override;
+  void copy_kv_blocks(const KvBlockCopies& copies) override;
   KvCopyTimes kv_copy_times() const override;  // rank 0's (the ranks copy side by side)
 
  private:

@@ -21,9 +21,9 @@ void ModelRunner::forward_sample(const StepBatch& batch, const SampleBatch& samp
   sample_batch_reference(logits.data(), static_cast<int64_t>(rows), vocab, sampling, sampled_ids, ws);
 }
 
-void ModelRunner::copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) {
-  fail("this model runner has no host tier for KV blocks ({} copies to host, {} back asked for)", to_host.size(),
-       to_device.size());
+void ModelRunner::copy_kv_blocks(const KvBlockCopies& copies) {
+  fail("this model runner has no host tier for KV blocks ({} copies to host, {} back asked for)",
+       copies.to_host.size(), copies.to_device.size());
 }
 
 }  // namespace m3

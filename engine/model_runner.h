@@ -42,11 +42,12 @@ class ModelRunner {
   virtual int64_t num_host_kv_blocks() const { return 0; }
   // Bytes one block's copy moves (every rank's share of the block together).
   virtual int64_t kv_block_bytes() const { return 0; }
-  // Before the next step: pool blocks -> host slots (to_host), then host slots -> pool blocks
-  // (to_device), whole blocks (every layer's K, V and index-K with their scales), done before the
-  // next step reads or writes the pool; the caller does not wait for them. Each rank copies its
-  // own bytes. Default: m3::Error (no host tier). Same contract on errors as forward().
-  virtual void copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device);
+  // Before the next step: pool blocks -> host slots (to_host) and host slots -> pool blocks
+  // (to_device), whole blocks (every layer's K, V and index-K with their scales). The next step
+  // waits for the copies back, and for the copies to the host when copies.wait_for_saves (else
+  // they overlap with it: ops/kv_layout.h KvBlockCopies); the caller does not wait. Each rank
+  // copies its own bytes. Default: m3::Error (no host tier). Same contract on errors as forward().
+  virtual void copy_kv_blocks(const KvBlockCopies& copies);
   // Seconds the copies took so far (those known to be done).
   virtual KvCopyTimes kv_copy_times() const { return {}; }
 };

@@ -131,11 +131,11 @@ MiniMaxM3::MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend,
                                                 "the KV host tier (--kv-offloading-size)");
 }
 
-void MiniMaxM3::copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) {
-  if (to_host.empty() && to_device.empty()) return;
+void MiniMaxM3::copy_kv_blocks(const KvBlockCopies& copies) {
+  if (copies.empty()) return;
   M3_CHECK(kv_host_tier_.defined(), "rank {}: KV block copies asked for, but this model has no host tier",
            partition_.shard.rank);
-  backend_.copy_kv_blocks(kv_pool_, kv_host_tier_, layout_.block_bytes, to_host, to_device);
+  backend_.copy_kv_blocks(kv_pool_, kv_host_tier_, layout_.block_bytes, copies);
 }
 
 void MiniMaxM3::validate(const StepBatch& b) const {

@@ -105,10 +105,10 @@ class MiniMaxM3 {
   // The KV pool (U8, kv_pool_bytes(), on the backend's device): for checks that compare caches.
   const Tensor& kv_pool() const { return kv_pool_; }
   int64_t num_host_kv_blocks() const { return options_.num_host_kv_blocks; }
-  // This rank's bytes of the given blocks: pool -> host slots (to_host), then host slots -> pool
-  // (to_device), ordered between the step before and the step after (Backend::copy_kv_blocks).
-  // Every id must be in range (m3::Error otherwise).
-  void copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device);
+  // This rank's bytes of the given blocks: pool -> host slots (to_host) and host slots -> pool
+  // (to_device), after the step before; the step after waits for them as Backend::copy_kv_blocks
+  // says. Every id must be in range (m3::Error otherwise).
+  void copy_kv_blocks(const KvBlockCopies& copies);
   KvCopyTimes kv_copy_times() const { return backend_.kv_copy_times(); }
 
   // One engine step. Throws m3::Error on malformed batches (wrong sizes, block ids out of range).

@@ -20,20 +20,18 @@ Tensor Backend::alloc_kv_host_tier(int64_t bytes, std::string_view what) {
   fail("backend {}: no host tier for KV blocks ({} of {} bytes asked for)", name(), what, bytes);
 }
 
-void Backend::copy_kv_blocks(const Tensor&, const Tensor&, int64_t, std::span<const KvBlockCopy> to_host,
-                             std::span<const KvBlockCopy> to_device) {
-  fail("backend {}: cannot copy KV blocks to or from host memory ({} out, {} in)", name(), to_host.size(),
-       to_device.size());
+void Backend::copy_kv_blocks(const Tensor&, const Tensor&, int64_t, const KvBlockCopies& copies) {
+  fail("backend {}: cannot copy KV blocks to or from host memory ({} out, {} in)", name(),
+       copies.to_host.size() + copies.to_host_ahead.size(), copies.to_device.size());
 }
 
-void check_kv_block_copies(const Tensor& pool, const Tensor& host, int64_t block_bytes,
-                           std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) {
+void check_kv_block_copies(const Tensor& pool, const Tensor& host, int64_t block_bytes, const KvBlockCopies& copies) {
   M3_CHECK(block_bytes > 0, "copy_kv_blocks: block_bytes must be positive, got {}", block_bytes);
   M3_CHECK(pool.defined() && host.defined() && pool.dtype() == DType::kU8 && host.dtype() == DType::kU8,
            "copy_kv_blocks: the pool and the host tier must be U8 tensors");
   const int64_t blocks = static_cast<int64_t>(pool.nbytes()) / block_bytes;
   const int64_t slots = static_cast<int64_t>(host.nbytes()) / block_bytes;
-  for (const auto* list : {&to_host, &to_device}) {
+  for (const auto* list : {&copies.to_host, &copies.to_device, &copies.to_host_ahead}) {
     for (const KvBlockCopy& c : *list) {
       M3_CHECK(c.block >= 0 && c.block < blocks && c.host_slot >= 0 && c.host_slot < slots,
                "copy_kv_blocks: block {} <-> host slot {} outside the pool of {} blocks / the host tier of {} slots",

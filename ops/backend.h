@@ -93,8 +93,7 @@ void check_merge_candidates_args(int tokens, const Tensor& gathered, int cp_size
 
 // The checks of copy_kv_blocks' arguments every backend makes: U8 pool and host of whole blocks,
 // every block and host slot in range. m3::Error names the copy.
-void check_kv_block_copies(const Tensor& pool, const Tensor& host, int64_t block_bytes,
-                           std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device);
+void check_kv_block_copies(const Tensor& pool, const Tensor& host, int64_t block_bytes, const KvBlockCopies& copies);
 
 class Backend {
  public:
@@ -228,13 +227,12 @@ class Backend {
   // and from without staging (CUDA: pinned, cudaHostAlloc). `what` names it in errors.
   // Default: m3::Error (a backend without a host tier).
   virtual Tensor alloc_kv_host_tier(int64_t bytes, std::string_view what);
-  // Copies blocks of `block_bytes` from `pool` to `host` (to_host), then from `host` to `pool`
-  // (to_device), ordered after every op queued before and before every op queued after: the step
-  // that overwrites an offloaded block and the step that reads a restored one see the copies
-  // done. The host does not wait for them (CUDA: a copy stream ordered with events; the CPU
-  // copies at once). Default: m3::Error.
-  virtual void copy_kv_blocks(const Tensor& pool, const Tensor& host, int64_t block_bytes,
-                              std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device);
+  // Copies blocks of `block_bytes` between `pool` and `host` as ops/kv_layout.h KvBlockCopies
+  // says, after every op queued before: ops queued after wait for copies.to_host and to_device
+  // and for every copy of batch copies.wait_for_batch and before, not for copies.to_host_ahead.
+  // The host does not wait for them (CUDA: a copy stream ordered with events; the CPU copies at
+  // once). Default: m3::Error.
+  virtual void copy_kv_blocks(const Tensor& pool, const Tensor& host, int64_t block_bytes, const KvBlockCopies& copies);
   // Seconds spent in block copies so far, to host and to device (those known to have finished;
   // CUDA: timed with events on the copy stream). Default: zeros.
   virtual KvCopyTimes kv_copy_times() const { return {}; }

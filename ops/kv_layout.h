@@ -85,6 +85,21 @@ struct KvBlockCopy {
   int64_t host_slot = 0;
 };
 
+// One step's copies between the pool and the host tier, queued before the step runs and made in
+// this order (each batch after the previous one):
+//   - to_host: blocks evicted now, which this step overwrites: the step waits for them;
+//   - to_device: restored blocks, which this step reads: the step waits for them;
+//   - to_host_ahead: cached blocks saved ahead of their eviction (unreferenced, so nothing writes
+//     them until a later step reuses them): nothing waits, they overlap with the step.
+// wait_for_batch: the step also waits for every copy of that earlier batch (and so of every batch
+// before it): it reuses a block saved ahead there. Batches are numbered from 1 (`batch`).
+struct KvBlockCopies {
+  uint64_t batch = 0;
+  std::vector<KvBlockCopy> to_host, to_device, to_host_ahead;
+  uint64_t wait_for_batch = 0;
+  bool empty() const { return to_host.empty() && to_device.empty() && to_host_ahead.empty() && wait_for_batch == 0; }
+};
+
 // Seconds block copies took so far, each way.
 struct KvCopyTimes {
   double to_host_s = 0, to_device_s = 0;

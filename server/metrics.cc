@@ -194,7 +194,8 @@ std::string ServerMetrics::render(const EngineStats& stats, const CacheConfigInf
   sample(out, "m3:kv_offload_host_blocks_stored", l, static_cast<double>(stats.num_stored_host_kv_blocks));
   const std::string to_host = l + ",direction=\"to_host\"", to_device = l + ",direction=\"to_device\"";
   header(out, "m3:kv_offload_blocks_total", "counter",
-         "KV blocks copied between the KV pool and its host tier (to_host: evicted, to_device: restored).");
+         "KV blocks copied between the KV pool and its host tier (to_host: evicted or saved ahead of eviction, "
+         "to_device: restored).");
   sample(out, "m3:kv_offload_blocks_total", to_host, static_cast<double>(stats.kv_offload_blocks_to_host));
   sample(out, "m3:kv_offload_blocks_total", to_device, static_cast<double>(stats.kv_offload_blocks_to_device));
   header(out, "m3:kv_offload_bytes_total", "counter",
@@ -206,6 +207,14 @@ std::string ServerMetrics::render(const EngineStats& stats, const CacheConfigInf
          "stream).");
   sample(out, "m3:kv_offload_seconds_total", to_host, stats.kv_offload_seconds_to_host);
   sample(out, "m3:kv_offload_seconds_total", to_device, stats.kv_offload_seconds_to_device);
+  header(out, "m3:kv_offload_blocks_saved_ahead_total", "counter",
+         "KV blocks copied to the host tier ahead of their eviction, overlapped with the steps (counted in "
+         "m3:kv_offload_blocks_total too).");
+  sample(out, "m3:kv_offload_blocks_saved_ahead_total", l, static_cast<double>(stats.kv_offload_blocks_saved_ahead));
+  header(out, "m3:kv_offload_steps_waiting_total", "counter",
+         "Engine steps that waited for copies to the host tier (a block evicted before it was saved ahead, or "
+         "reused right after).");
+  sample(out, "m3:kv_offload_steps_waiting_total", l, static_cast<double>(stats.kv_offload_steps_waiting));
   header(out, "vllm:num_preemptions_total", "counter",
          "Cumulative number of preemption from the engine.");
   sample(out, "vllm:num_preemptions_total", l, static_cast<double>(stats.num_preemptions));

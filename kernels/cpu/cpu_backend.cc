@@ -245,14 +245,14 @@ class CpuBackend final : public Backend {
                            ids, sample_ws_);
   }
 
-  // The host tier is plain host memory; a copy is a memcpy per block, done before the call returns.
+  // The host tier is plain host memory; a copy is a memcpy per block, done before the call returns
+  // (so nothing overlaps, and there is no batch to wait for).
   Tensor alloc_kv_host_tier(int64_t bytes, std::string_view what) override {
     M3_CHECK(bytes > 0, "cpu backend: {} of {} bytes", what, bytes);
     return Tensor::zeros({bytes}, DType::kU8);
   }
-  void copy_kv_blocks(const Tensor& pool, const Tensor& host, int64_t block_bytes,
-                      std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) override {
-    check_kv_block_copies(pool, host, block_bytes, to_host, to_device);
+  void copy_kv_blocks(const Tensor& pool, const Tensor& host, int64_t block_bytes, const KvBlockCopies& copies) override {
+    check_kv_block_copies(pool, host, block_bytes, copies);
     uint8_t* p = pool.data_as<uint8_t>();
     uint8_t* h = host.data_as<uint8_t>();
     const auto timed = [](double& total, auto&& body) {
@@ -260,12 +260,14 @@ class CpuBackend final : public Backend {
       body();
       total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
-    timed(copy_times_.to_host_s, [&] {
-      for (const KvBlockCopy& c : to_host) std::memcpy(h + c.host_slot * block_bytes, p + c.block * block_bytes, block_bytes);
-    });
+    const auto save = [&](const std::vector<KvBlockCopy>& list) {
+      for (const KvBlockCopy& c : list) std::memcpy(h + c.host_slot * block_bytes, p + c.block * block_bytes, block_bytes);
+    };
+    timed(copy_times_.to_host_s, [&] { save(copies.to_host); });
     timed(copy_times_.to_device_s, [&] {
-      for (const KvBlockCopy& c : to_device) std::memcpy(p + c.block * block_bytes, h + c.host_slot * block_bytes, block_bytes);
+      for (const KvBlockCopy& c : copies.to_device) std::memcpy(p + c.block * block_bytes, h + c.host_slot * block_bytes, block_bytes);
     });
+    timed(copy_times_.to_host_s, [&] { save(copies.to_host_ahead); });
   }
   KvCopyTimes kv_copy_times() const override { return copy_times_; }
 

@@ -50,6 +50,19 @@ TEST(HostKvTier, PinnedSlotsAreNotOverwrittenUntilUnpinned) {
   EXPECT_EQ(tier.lookup(7, tokens_from(0, 2)), -1);
 }
 
+TEST(HostKvTier, AForgottenSlotHoldsNothingAndIsReusedFirst) {
+  HostKvTier tier(2, 2);
+  const int64_t s7 = tier.store(7, tokens_from(0, 2));
+  const int64_t s8 = tier.store(8, tokens_from(5, 2));
+  EXPECT_TRUE(tier.holds(7));
+  tier.forget(s8);  // the copy into it failed
+  EXPECT_FALSE(tier.holds(8));
+  EXPECT_EQ(tier.lookup(8, tokens_from(5, 2)), -1);
+  EXPECT_EQ(tier.num_stored(), 1);
+  EXPECT_EQ(tier.store(9, tokens_from(9, 2)), s8);  // before s7, the least recently used in use
+  EXPECT_EQ(tier.lookup(7, tokens_from(0, 2)), s7);
+}
+
 // Computes and registers `seq` whole, then frees it (its blocks stay cached on the free list).
 void compute_and_free(KvManager& kv, Sequence& seq) {
   kv.update_hashes(seq);
@@ -140,6 +153,60 @@ TEST(KvManager, ARestoreStopsWhenThePoolHasNoFreeBlock) {
   EXPECT_EQ(kv.match_prefix(a2), 0);
   EXPECT_TRUE(kv.take_transfers().empty());
   kv.free(holder);
+}
+
+// Saving ahead: the cached blocks the next allocations would evict are copied while they sit
+// free; evicting them later costs no copy, and the step that reuses them waits only for the
+// batch that saved them.
+TEST(KvManager, CachedFreeBlocksAreSavedAheadOfTheirEviction) {
+  KvManager kv(4, 4, true, 8, 4);  // 4 pool blocks, 8 host slots, save up to 4 ahead
+  Sequence a = make_seq(tokens_from(0, 9));  // blocks 0, 1 full and cached, 2 partial
+  compute_and_free(kv, a);
+  const KvManager::Transfers first = kv.take_transfers();
+  EXPECT_EQ(first.batch, 1u);
+  EXPECT_TRUE(first.to_host.empty());
+  ASSERT_EQ(first.to_host_ahead.size(), 2u);  // the two cached blocks, not the partial one
+  EXPECT_EQ(first.wait_for_batch, 0u);
+  EXPECT_EQ(kv.blocks_saved_ahead(), 2u);
+  EXPECT_TRUE(kv.take_transfers().empty());  // saved once
+
+  Sequence b = make_seq(tokens_from(100, 16));  // all 4 blocks: evicts a's two
+  kv.update_hashes(b);
+  ASSERT_TRUE(kv.allocate(b, 16));
+  const KvManager::Transfers second = kv.take_transfers();
+  EXPECT_TRUE(second.to_host.empty());   // a's prefix is on the host already
+  EXPECT_EQ(second.wait_for_batch, 1u);  // but b overwrites blocks batch 1 was reading
+  EXPECT_EQ(kv.steps_waiting_for_saves(), 1u);
+  b.num_computed_tokens = 16;
+  kv.commit_computed(b);
+  kv.free(b);
+  kv.take_transfers();  // saves b's blocks ahead
+
+  Sequence a2 = make_seq(tokens_from(0, 9));
+  kv.update_hashes(a2);
+  EXPECT_EQ(kv.match_prefix(a2), 8);
+  const KvManager::Transfers third = kv.take_transfers();
+  ASSERT_EQ(third.to_device.size(), 2u);
+  for (const KvBlockCopy& in : third.to_device) {
+    EXPECT_TRUE(in.host_slot == first.to_host_ahead[0].host_slot || in.host_slot == first.to_host_ahead[1].host_slot);
+  }
+  EXPECT_TRUE(third.to_host.empty());  // b's evicted blocks were saved ahead too
+  EXPECT_EQ(third.wait_for_batch, 3u);
+  kv.free(a2);
+  kv.pool().check_invariants();
+}
+
+TEST(KvManager, AFailedCopyLeavesNothingBehind) {
+  KvManager kv(2, 4, true, 4, 2);
+  Sequence a = make_seq(tokens_from(0, 8));
+  compute_and_free(kv, a);
+  const KvManager::Transfers saves = kv.take_transfers();
+  ASSERT_EQ(saves.to_host_ahead.size(), 2u);
+  kv.drop_failed(saves);  // the copies never arrived
+  EXPECT_EQ(kv.host_tier()->num_stored(), 0);
+  Sequence b = make_seq(tokens_from(50, 8));
+  compute_and_free(kv, b);  // evicts a's blocks: saved now, as nothing holds them
+  EXPECT_EQ(kv.take_transfers().to_host.size(), 2u);
 }
 
 }  // namespace

@@ -55,9 +55,7 @@ class SmallPoolRunner final : public ModelRunner {
   void forward(const StepBatch& b, float* logits) override { inner_.forward(b, logits); }
   int64_t num_host_kv_blocks() const override { return host_blocks_; }
   int64_t kv_block_bytes() const override { return inner_.kv_block_bytes(); }
-  void copy_kv_blocks(std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) override {
-    inner_.copy_kv_blocks(to_host, to_device);
-  }
+  void copy_kv_blocks(const KvBlockCopies& copies) override { inner_.copy_kv_blocks(copies); }
   KvCopyTimes kv_copy_times() const override { return inner_.kv_copy_times(); }
   // The engine sees only the first `blocks` of the model's host slots (0: no host tier).
   SmallPoolRunner& with_host_blocks(int64_t blocks) {
@@ -323,14 +321,18 @@ TEST(MiniMaxM3Engine, CopyKvBlocksMovesWholeBlocksBitwise) {
   const uint8_t* pool = m.model->kv_pool().data_as<const uint8_t>();
   const std::vector<uint8_t> block0(pool, pool + bb), block1(pool + bb, pool + 2 * bb);
   ASSERT_NE(block0, std::vector<uint8_t>(bb, 0));
-  const std::vector<KvBlockCopy> out = {{0, 2}, {1, 0}}, in = {{6, 2}, {7, 0}};
-  runner.copy_kv_blocks(out, {});
-  runner.copy_kv_blocks({}, in);
+  KvBlockCopies out, in;
+  out.to_host = {{0, 2}, {1, 0}};
+  in.to_device = {{6, 2}, {7, 0}};
+  runner.copy_kv_blocks(out);
+  runner.copy_kv_blocks(in);
   EXPECT_EQ(std::vector<uint8_t>(pool + 6 * bb, pool + 7 * bb), block0);
   EXPECT_EQ(std::vector<uint8_t>(pool + 7 * bb, pool + 8 * bb), block1);
-  const std::vector<KvBlockCopy> bad_block = {{8, 0}}, bad_slot = {{0, 3}};
-  EXPECT_THROW(runner.copy_kv_blocks(bad_block, {}), Error);  // block outside the pool
-  EXPECT_THROW(runner.copy_kv_blocks({}, bad_slot), Error);   // slot outside the tier
+  KvBlockCopies bad_block, bad_slot;
+  bad_block.to_host = {{8, 0}};
+  bad_slot.to_device = {{0, 3}};
+  EXPECT_THROW(runner.copy_kv_blocks(bad_block), Error);  // block outside the pool
+  EXPECT_THROW(runner.copy_kv_blocks(bad_slot), Error);   // slot outside the tier
 }
 
 TEST(MiniMaxM3Engine, EngineCoreServesTheBundledModelWithFullBlockPrefixHits) {

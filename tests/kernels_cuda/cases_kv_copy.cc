@@ -1,8 +1,9 @@
 // Op case: copy_kv_blocks (the host tier of the prefix cache) on CUDA (a copy stream into pinned
 // memory) against the CPU's memcpy, over a real block layout (NVFP4 K, V and index-K with their
-// scale rows, index-K on some layers only): blocks out to host slots, then back into blocks, one
-// of them a block saved in the same batch (its old bytes must reach the host before the new ones
-// overwrite it), every host slot written.
+// scale rows, index-K on some layers only): three batches of blocks out to host slots (evicted
+// now and saved ahead of eviction) and back into blocks, one of them a block saved in the same
+// batch (its old bytes must reach the host before the new ones overwrite it), every host slot
+// written.
 #include <cstring>
 
 #include <fmt/core.h>
@@ -33,9 +34,13 @@ class KvCopyCase : public OpCase {
     Tensor tier = backend.alloc_kv_host_tier(kSlots * layout_.block_bytes, "KV host tier");
     const int64_t bb = layout_.block_bytes;
     return {[&backend, pool, tier, bb] {
-              const std::vector<KvBlockCopy> out = {{3, 0}, {5, 1}, {0, 2}, {11, 3}};
-              const std::vector<KvBlockCopy> in = {{5, 0}, {7, 2}, {1, 1}};  // block 5: saved, then refilled
-              backend.copy_kv_blocks(pool, tier, bb, out, in);
+              // Batch 1 saves blocks evicted now and ahead; batch 2 restores from both kinds of
+              // slots while saving another ahead; batch 3 saves block 7 and refills it at once.
+              KvBlockCopies b1, b2, b3;
+              b1.batch = 1, b1.to_host = {{3, 0}, {5, 1}}, b1.to_host_ahead = {{0, 2}, {11, 3}};
+              b2.batch = 2, b2.to_device = {{5, 0}, {7, 2}}, b2.to_host_ahead = {{1, 1}}, b2.wait_for_batch = 1;
+              b3.batch = 3, b3.to_host = {{7, 3}}, b3.to_device = {{7, 1}};
+              for (const KvBlockCopies* b : {&b1, &b2, &b3}) backend.copy_kv_blocks(pool, tier, bb, *b);
             },
             [pool, tier] {
               // Reading a device pool synchronises the device (the copy stream too), so the host
@@ -48,7 +53,7 @@ class KvCopyCase : public OpCase {
   std::vector<Check> checks() const override {
     return {bytes_differing("pool", 0, 0), bytes_differing("host tier", 1, 0)};
   }
-  double bytes() const override { return 7.0 * layout_.block_bytes; }
+  double bytes() const override { return 11.0 * layout_.block_bytes; }
 
  private:
   static constexpr int64_t kBlocks = 12, kSlots = 4;

@@ -199,10 +199,9 @@ class CudaBackend final : public Backend {
   Tensor alloc_kv_host_tier(int64_t bytes, std::string_view what) override {
     return cuda::KvBlockCopier::alloc_host(bytes, what);
   }
-  void copy_kv_blocks(const Tensor& pool, const Tensor& host, int64_t block_bytes,
-                      std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device) override {
+  void copy_kv_blocks(const Tensor& pool, const Tensor& host, int64_t block_bytes, const KvBlockCopies& copies) override {
     if (!kv_copier_) kv_copier_ = std::make_unique<cuda::KvBlockCopier>();
-    kv_copier_->copy(pool, host, block_bytes, to_host, to_device, stream_);
+    kv_copier_->copy(pool, host, block_bytes, copies, stream_);
   }
   KvCopyTimes kv_copy_times() const override { return kv_copier_ ? kv_copier_->times() : KvCopyTimes{}; }
 

@@ -9,6 +9,7 @@ namespace m3::cuda {
 KvBlockCopier::KvBlockCopier() {
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "KV copy stream");
   check_cuda(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming), "KV copy event");
+
 }
 
 KvBlockCopier::~KvBlockCopier() {
@@ -17,10 +18,9 @@ KvBlockCopier::~KvBlockCopier() {
     cudaStreamDestroy(stream_);
   }
   if (compute_ready_) cudaEventDestroy(compute_ready_);
+
   for (const Batch& b : pending_) {
-    cudaEventDestroy(b.start);
-    cudaEventDestroy(b.mid);
-    cudaEventDestroy(b.end);
+    for (cudaEvent_t e : {b.start, b.saved, b.needed, b.end}) cudaEventDestroy(e);
   }
   for (cudaEvent_t e : spare_) cudaEventDestroy(e);
 }
@@ -46,31 +46,42 @@ cudaEvent_t KvBlockCopier::timing_event() {
   return e;
 }
 
-void KvBlockCopier::copy(const Tensor& pool, const Tensor& host, int64_t block_bytes,
-                         std::span<const KvBlockCopy> to_host, std::span<const KvBlockCopy> to_device,
+void KvBlockCopier::copy(const Tensor& pool, const Tensor& host, int64_t block_bytes, const KvBlockCopies& copies,
                          cudaStream_t compute) {
-  check_kv_block_copies(pool, host, block_bytes, to_host, to_device);
+  check_kv_block_copies(pool, host, block_bytes, copies);
   M3_CHECK(pool.device() == Device::kCuda && host.device() == Device::kCpu,
            "cuda backend: copy_kv_blocks between a device pool and a host tier");
   collect_finished();
-  if (to_host.empty() && to_device.empty()) return;
+  if (copies.wait_for_batch > 0) {
+    for (const Batch& b : pending_) {
+      if (b.number == copies.wait_for_batch)
+        check_cuda(cudaStreamWaitEvent(compute, b.end, 0), "KV copy: compute waits for an earlier batch");
+    }
+  }
+  if (copies.to_host.empty() && copies.to_device.empty() && copies.to_host_ahead.empty()) return;
   uint8_t* p = pool.data_as<uint8_t>();
   uint8_t* h = host.data_as<uint8_t>();
+  const auto save = [&](const std::vector<KvBlockCopy>& list) {
+    for (const KvBlockCopy& c : list)
+      check_cuda(cudaMemcpyAsync(h + c.host_slot * block_bytes, p + c.block * block_bytes, block_bytes,
+                                 cudaMemcpyDeviceToHost, stream_),
+                 "KV copy: block to host");
+  };
   check_cuda(cudaEventRecord(compute_ready_, compute), "KV copy: compute stream event");
   check_cuda(cudaStreamWaitEvent(stream_, compute_ready_, 0), "KV copy: wait for the compute stream");
-  Batch b{timing_event(), timing_event(), timing_event()};
+  const Batch b{copies.batch, timing_event(), timing_event(), timing_event(), timing_event()};
   check_cuda(cudaEventRecord(b.start, stream_), "KV copy: start event");
-  for (const KvBlockCopy& c : to_host)
-    check_cuda(cudaMemcpyAsync(h + c.host_slot * block_bytes, p + c.block * block_bytes, block_bytes,
-                               cudaMemcpyDeviceToHost, stream_),
-               "KV copy: block to host");
-  check_cuda(cudaEventRecord(b.mid, stream_), "KV copy: event");
-  for (const KvBlockCopy& c : to_device)
+  save(copies.to_host);
+  check_cuda(cudaEventRecord(b.saved, stream_), "KV copy: event");
+  for (const KvBlockCopy& c : copies.to_device)
     check_cuda(cudaMemcpyAsync(p + c.block * block_bytes, h + c.host_slot * block_bytes, block_bytes,
                                cudaMemcpyHostToDevice, stream_),
                "KV copy: block to device");
+  check_cuda(cudaEventRecord(b.needed, stream_), "KV copy: event");
+  if (!copies.to_host.empty() || !copies.to_device.empty())
+    check_cuda(cudaStreamWaitEvent(compute, b.needed, 0), "KV copy: compute waits for the copies");
+  save(copies.to_host_ahead);
   check_cuda(cudaEventRecord(b.end, stream_), "KV copy: end event");
-  check_cuda(cudaStreamWaitEvent(compute, b.end, 0), "KV copy: compute waits for the copies");
   pending_.push_back(b);
 }
 
@@ -80,12 +91,13 @@ void KvBlockCopier::collect_finished() const {
     const cudaError_t done = cudaEventQuery(b.end);
     if (done == cudaErrorNotReady) return;
     check_cuda(done, "KV copy: batch");
-    float out_ms = 0, in_ms = 0;
-    check_cuda(cudaEventElapsedTime(&out_ms, b.start, b.mid), "KV copy: time to host");
-    check_cuda(cudaEventElapsedTime(&in_ms, b.mid, b.end), "KV copy: time to device");
-    times_.to_host_s += out_ms * 1e-3;
-    times_.to_device_s += in_ms * 1e-3;
-    spare_.insert(spare_.end(), {b.start, b.mid, b.end});
+    float saved_ms = 0, restored_ms = 0, ahead_ms = 0;
+    check_cuda(cudaEventElapsedTime(&saved_ms, b.start, b.saved), "KV copy: time to host");
+    check_cuda(cudaEventElapsedTime(&restored_ms, b.saved, b.needed), "KV copy: time to device");
+    check_cuda(cudaEventElapsedTime(&ahead_ms, b.needed, b.end), "KV copy: time to host ahead");
+    times_.to_host_s += (saved_ms + ahead_ms) * 1e-3;
+    times_.to_device_s += restored_ms * 1e-3;
+    spare_.insert(spare_.end(), {b.start, b.saved, b.needed, b.end});
     pending_.pop_front();
   }
 }
