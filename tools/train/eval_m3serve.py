@@ -95,15 +95,21 @@ def main():
                     ppl = math.exp(nll / (len(windows) * (int(size) - 1)))
                     ref = data["torch_ppl"][f"{attention}/{kv}/{size}"]
                     rel = ppl / ref - 1
-                    ok = abs(rel) <= TOLERANCE or args.device == "cuda"
+                    ok = abs(rel) <= TOLERANCE
                     rows[key] = {"device": args.device, "m3serve_ppl": ppl, "torch_ppl": ref, "rel_diff": rel, "ok": ok,
                                  "windows": len(windows), "seconds": round(seconds, 1)}
+                    verdict = "ok" if ok else ("over" if args.device == "cuda" else "FAIL")
                     print(f"{key:22s} m3serve {ppl:9.4f}  torch {ref:9.4f}  diff {100 * rel:+.3f}%  "
-                          f"{'ok' if ok else 'FAIL'}  ({len(windows)} windows, {seconds:.1f} s)", flush=True)
+                          f"{verdict}  ({len(windows)} windows, {seconds:.1f} s)", flush=True)
                     save()
                     if not ok:
                         failed.append(key)
     save()
+    if failed and args.device == "cuda":
+        # bf16 activations on the GPU against PyTorch's fp32 emulation: reported, not gated.
+        print(f"{len(rows) - len(failed)} of {len(rows)} settings within {100 * TOLERANCE}% (cuda, bf16 activations; "
+              f"not gated); over: {', '.join(failed)}")
+        return 0
     if failed:
         print(f"m3serve and PyTorch differ by more than {100 * TOLERANCE}% on: {', '.join(failed)}")
         return 1
