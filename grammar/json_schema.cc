@@ -27,8 +27,9 @@ const std::set<std::string, std::less<>> kAnnotations = {
     "readOnly", "writeOnly", "$defs", "definitions", "strict", "name"};
 
 // JSON string body characters of a code-point set: plain where JSON allows them, escaped for '"',
-// '\' and control characters (one spelling each: \n \t \r \b \f, else \u00XX).
-int32_t json_chars(Grammar& g, const CodePointRanges& ranges, bool markup_safe) {
+// '\' and control characters (one spelling each: \n \t \r \b \f, else \u00XX); `excluded` (0:
+// none) left out.
+int32_t json_chars(Grammar& g, const CodePointRanges& ranges, uint32_t excluded) {
   CodePointRanges plain;
   std::vector<int32_t> options;
   for (auto [lo, hi] : ranges) {
@@ -42,16 +43,17 @@ int32_t json_chars(Grammar& g, const CodePointRanges& ranges, bool markup_safe) 
     }
     if (hi >= 0x20) plain.emplace_back(std::max<uint32_t>(lo, 0x20), hi);
   }
+  std::vector<uint32_t> specials = {0x22, 0x5C};  // the quote and the backslash, escaped
+  if (excluded >= 0x20 && excluded != 0x22 && excluded != 0x5C) specials.push_back(excluded);
+  std::sort(specials.begin(), specials.end());
   CodePointRanges kept;
   for (auto [lo, hi] : plain) {
-    // Carve out '"' (0x22), '\' (0x5C) and, when markup-safe, ']' (0x5D).
     uint32_t from = lo;
-    for (uint32_t special : {0x22u, 0x5Cu, 0x5Du}) {
+    for (uint32_t special : specials) {
       if (special < from || special > hi) continue;
       if (special > from) kept.emplace_back(from, special - 1);
       if (special == 0x22) options.push_back(g.byte_string("\\\""));
       if (special == 0x5C) options.push_back(g.byte_string("\\\\"));
-      if (special == 0x5D && !markup_safe) kept.emplace_back(0x5D, 0x5D);
       from = special + 1;
     }
     if (from <= hi) kept.emplace_back(from, hi);
@@ -60,13 +62,15 @@ int32_t json_chars(Grammar& g, const CodePointRanges& ranges, bool markup_safe) 
   return g.alt(std::move(options));
 }
 
-int32_t raw_chars(Grammar& g, const CodePointRanges& ranges, bool markup_safe) {
-  if (!markup_safe) return g.chars(ranges);
+// The characters of a code-point set as such (raw strings of tool-call markup), `excluded` (0:
+// none) left out.
+int32_t raw_chars(Grammar& g, const CodePointRanges& ranges, uint32_t excluded) {
+  if (excluded == 0) return g.chars(ranges);
   CodePointRanges kept;
   for (auto [lo, hi] : ranges) {
-    if (lo <= 0x5D && hi >= 0x5D) {
-      if (lo < 0x5D) kept.emplace_back(lo, 0x5C);
-      if (hi > 0x5D) kept.emplace_back(0x5E, hi);
+    if (lo <= excluded && hi >= excluded) {
+      if (lo < excluded) kept.emplace_back(lo, excluded - 1);
+      if (hi > excluded) kept.emplace_back(excluded + 1, hi);
     } else {
       kept.emplace_back(lo, hi);
     }
@@ -119,7 +123,7 @@ struct JsonSchemaCompiler::Impl {
   int32_t digits(int min, int max) { return g.repeat(g.chars({{'0', '9'}}), min, max); }
 
   int32_t string_body_chars() {
-    return g.alt({json_chars(g, {{0, kMaxCodePoint}}, o.markup_safe_strings),
+    return g.alt({json_chars(g, {{0, kMaxCodePoint}}, o.excluded_char),
                   // \uXXXX escapes outside the surrogates (Python counts a pair as one character).
                   g.seq({lit("\\u"),
                          g.alt({g.seq({g.chars({{'0', '9'}, {'a', 'c'}, {'A', 'C'}, {'e', 'f'}, {'E', 'F'}}),
@@ -258,7 +262,7 @@ struct JsonSchemaCompiler::Impl {
     if (has_pattern && has_format) unsupported(path + ".format", "format together with pattern is not supported");
     RegexOptions ro;
     ro.chars = [this, raw](Grammar& gr, const CodePointRanges& r) {
-      return raw ? raw_chars(gr, r, o.markup_safe_strings) : json_chars(gr, r, o.markup_safe_strings);
+      return raw ? raw_chars(gr, r, o.excluded_char) : json_chars(gr, r, o.excluded_char);
     };
     if (has_pattern) {
       const Json& p = s["pattern"];
@@ -274,7 +278,7 @@ struct JsonSchemaCompiler::Impl {
       ro.what = path + ".format";
       return parse_regex(g, re, ro);
     }
-    const int32_t ch = raw ? raw_chars(g, {{0, kMaxCodePoint}}, o.markup_safe_strings) : string_body_chars();
+    const int32_t ch = raw ? raw_chars(g, {{0, kMaxCodePoint}}, o.excluded_char) : string_body_chars();
     const int64_t lo = min_len.value_or(0);
     const int64_t hi = max_len ? *max_len : -1;
     if (hi >= 0 && hi < lo) unsupported(path + ".maxLength", "is below minLength");
@@ -656,7 +660,7 @@ struct JsonSchemaCompiler::Impl {
   }
   int32_t raw_literal(const std::string& text) {
     std::vector<int32_t> parts;
-    for (uint32_t cp : decode_utf8(text, "enum")) parts.push_back(raw_chars(g, {{cp, cp}}, o.markup_safe_strings));
+    for (uint32_t cp : decode_utf8(text, "enum")) parts.push_back(raw_chars(g, {{cp, cp}}, o.excluded_char));
     return g.seq(std::move(parts));
   }
 

@@ -28,8 +28,10 @@ namespace m3::grammar {
 
 struct JsonSchemaOptions {
   std::string what = "json_schema";  // the prefix of keyword paths in errors
-  // Strings never contain ']' (tool-call markup: a value must not spell the namespace marker).
-  bool markup_safe_strings = false;
+  // A code point strings never hold as such (0: none): in tool-call markup a value must not spell
+  // markup, so M3 keeps out ']' (its namespace marker) and M2 '<' (its tags). A JSON string may
+  // still spell it as a \u escape.
+  uint32_t excluded_char = 0;
 };
 
 // Adds the rules for values of `schema` to `g` and returns the node of a value.

@@ -88,19 +88,39 @@ Json without_strings(const Json& root, const Json& schema) {
   return s;
 }
 
-bool valid_key(const std::string& k) {
-  if (k.empty() || k.size() > 128 || k == "invoke" || k == "tool_call" || k[0] == '/' || k[0] == ' ' || k[0] == '\t') return false;
+// Whether the parser reads `k` back as a parameter name: an M3 tag name, an M2 quoted attribute.
+bool valid_key(const std::string& k, ToolCallMarkup markup) {
+  if (k.empty() || k.size() > 128) return false;
   for (char c : k)
-    if (c == '<' || c == '>' || c == '\r' || c == '\n') return false;
-  return true;
+    if (c == '<' || c == '>' || c == '\r' || c == '\n' || (markup == ToolCallMarkup::kMiniMaxM2 && c == '"')) return false;
+  if (markup == ToolCallMarkup::kMiniMaxM2) return true;
+  return k != "invoke" && k != "tool_call" && k[0] != '/' && k[0] != ' ' && k[0] != '\t';
+}
+
+// The literal texts of one markup.
+struct Markup {
+  std::string block_open, block_close, invoke_open, invoke_name_end, invoke_close;
+  std::string param_open, param_name_end, param_close;  // M3: the key follows param_open; the closer names it
+  bool closer_names_key;
+  uint32_t excluded_char;
+  const char* name;
+};
+
+Markup markup_of(const ToolCallGrammarOptions& o) {
+  if (o.markup == ToolCallMarkup::kMiniMaxM2)
+    return {"<minimax:tool_call>\n", "</minimax:tool_call>", "<invoke name=\"", "\">\n", "</invoke>\n",
+            "<parameter name=\"", "\">", "</parameter>\n", false, '<', "minimax_m2"};
+  const std::string& ns = o.namespace_marker;
+  return {ns + "<tool_call>\n", ns + "</tool_call>", ns + "<invoke name=\"", "\">", ns + "</invoke>\n",
+          ns + "<", ">", ns + "</", true, ']', "minimax_m3"};
 }
 
 }  // namespace
 
-Grammar m3_tool_call_grammar(const Json& tools, const std::string& only, const ToolCallGrammarOptions& options) {
+Grammar tool_call_grammar(const Json& tools, const std::string& only, const ToolCallGrammarOptions& options) {
   Grammar g;
   const int32_t start = g.add_rule("tool_calls");
-  const std::string& ns = options.namespace_marker;
+  const Markup m = markup_of(options);
   std::vector<int32_t> invokes;
   if (!tools.is_array()) throw GrammarError("tools", "tools: must be an array");
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -111,25 +131,25 @@ Grammar m3_tool_call_grammar(const Json& tools, const std::string& only, const T
     const std::string name = fn["name"].get<std::string>();
     if (!only.empty() && name != only) continue;
     if (name.find('"') != std::string::npos || name.find('>') != std::string::npos)
-      throw GrammarError(base + ".name", fmt::format("{}.name: '{}' cannot be written in minimax_m3 markup", base, name));
+      throw GrammarError(base + ".name", fmt::format("{}.name: '{}' cannot be written in {} markup", base, name, m.name));
     static const Json kEmpty = Json::object();
     const Json& params = fn.contains("parameters") && fn["parameters"].is_object() ? fn["parameters"] : kEmpty;
     JsonSchemaOptions jo;
     jo.what = base + ".parameters";
-    jo.markup_safe_strings = true;
+    jo.excluded_char = m.excluded_char;
     JsonSchemaCompiler compiler(g, params, jo);
     std::set<std::string> required;
     if (params.contains("required") && params["required"].is_array())
       for (const Json& r : params["required"])
         if (r.is_string()) required.insert(r.get<std::string>());
-    std::vector<int32_t> parts = {g.byte_string(ns + "<invoke name=\"" + name + "\">")};
+    std::vector<int32_t> parts = {g.byte_string(m.invoke_open + name + m.invoke_name_end)};
     if (params.contains("properties") && params["properties"].is_object()) {
       for (auto it = params["properties"].begin(); it != params["properties"].end(); ++it) {
         const std::string& key = it.key();
         const std::string ppath = jo.what + ".properties." + key;
-        if (!valid_key(key)) {
+        if (!valid_key(key, options.markup)) {
           if (required.count(key))
-            throw GrammarError(ppath, fmt::format("{}: the name cannot be written in minimax_m3 markup", ppath));
+            throw GrammarError(ppath, fmt::format("{}: the name cannot be written in {} markup", ppath, m.name));
           continue;
         }
         const std::set<std::string> types = allowed_types(params, it.value());
@@ -145,17 +165,18 @@ Grammar m3_tool_call_grammar(const Json& tools, const std::string& only, const T
         } else {
           value = compiler.value(it.value(), ppath);
         }
-        const int32_t param = g.seq({g.byte_string(ns + "<" + key + ">"), value, g.byte_string(ns + "</" + key + ">")});
+        const std::string closer = m.closer_names_key ? m.param_close + key + ">" : m.param_close;
+        const int32_t param = g.seq({g.byte_string(m.param_open + key + m.param_name_end), value, g.byte_string(closer)});
         parts.push_back(required.count(key) ? param : g.optional(param));
       }
     }
-    parts.push_back(g.byte_string(ns + "</invoke>\n"));
+    parts.push_back(g.byte_string(m.invoke_close));
     invokes.push_back(g.seq(std::move(parts)));
   }
   if (invokes.empty()) throw GrammarError("tool_choice", fmt::format("tool_choice: no tool named '{}'", only));
   const int32_t invoke = g.alt(std::move(invokes));
-  g.set_body(start, g.seq({g.byte_string(ns + "<tool_call>\n"), options.parallel ? g.repeat(invoke, 1, -1) : invoke,
-                           g.byte_string(ns + "</tool_call>")}));
+  g.set_body(start, g.seq({g.byte_string(m.block_open), options.parallel ? g.repeat(invoke, 1, -1) : invoke,
+                           g.byte_string(m.block_close)}));
   g.set_start(start);
   return g;
 }

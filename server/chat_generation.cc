@@ -7,7 +7,6 @@
 #include "server/constraint_compiler.h"
 #include "server/route_common.h"
 #include "text/reasoning_parser.h"
-#include "text/tool_parser.h"
 
 namespace m3::server {
 namespace {
@@ -65,9 +64,8 @@ std::string constraint_start(const ServeOptions& options, const std::string& pro
 }
 
 // tool_choice "required" / a named function (the output is tool calls to the declared functions,
-// arguments valid against their schemas: a grammar of the minimax_m3 markup), or the request's
-// response_format / structured outputs. With the minimax_m2 parser a required or named choice
-// only forces the call's opening text (no grammar for its markup yet).
+// arguments valid against their schemas: a grammar of the parser's markup, minimax_m3 or
+// minimax_m2), or the request's response_format / structured outputs.
 void constrain_output(const ServeOptions& options, const ChatRequest& r, const std::string& prompt_text,
                       const ModelContext& model, const ChoiceTextOptions& text, SamplingParams& sampling) {
   ConstraintCompiler::Target target;
@@ -81,21 +79,9 @@ void constrain_output(const ServeOptions& options, const ChatRequest& r, const s
     if (r.common.structured) sampling.constraint = model.constraints->for_spec(*r.common.structured, target);
     return;
   }
-  if (options.tool_call_parser == "minimax_m3") {
-    sampling.constraint = model.constraints->for_tool_calls(
-        r.tools, r.tool_choice == ToolChoice::kNamed ? r.tool_choice_name : std::string(),
-        r.parallel_tool_calls && r.tool_choice == ToolChoice::kRequired, target);
-    return;
-  }
-  std::optional<std::string_view> name;
-  if (r.tool_choice == ToolChoice::kNamed) {
-    name = r.tool_choice_name;
-  } else if (r.tools.is_array() && r.tools.size() == 1) {
-    name = r.tools[0]["function"]["name"].get_ref<const std::string&>();
-  }
-  const std::string opener = text::ToolCallParser::call_opener(options.tool_call_parser, name);
-  sampling.forced_tokens = model.tokenizer.encode(opener, false);
-  if (!target.start_after.empty()) sampling.forced_after = model.tokenizer.encode(target.start_after, false);
+  sampling.constraint = model.constraints->for_tool_calls(
+      options.tool_call_parser, r.tools, r.tool_choice == ToolChoice::kNamed ? r.tool_choice_name : std::string(),
+      r.parallel_tool_calls && r.tool_choice == ToolChoice::kRequired, target);
 }
 
 }  // namespace

@@ -71,15 +71,18 @@ std::shared_ptr<const TokenConstraintSpec> ConstraintCompiler::for_spec(const gr
   return std::make_shared<grammar::GrammarConstraintSpec>(g, vocab(target).texts, target.start_after);
 }
 
-std::shared_ptr<const TokenConstraintSpec> ConstraintCompiler::for_tool_calls(const nlohmann::ordered_json& tools,
+std::shared_ptr<const TokenConstraintSpec> ConstraintCompiler::for_tool_calls(std::string_view parser,
+                                                                              const nlohmann::ordered_json& tools,
                                                                               const std::string& only, bool parallel,
                                                                               const Target& target) {
   std::lock_guard lock(mu_);
-  const std::string key = fmt::format("tools|{}|{}|{}", only, parallel ? 1 : 0, tools.dump());
+  M3_CHECK(parser == "minimax_m3" || parser == "minimax_m2", "no tool-call grammar for the parser '{}'", parser);
+  const std::string key = fmt::format("tools|{}|{}|{}|{}", parser, only, parallel ? 1 : 0, tools.dump());
   grammar::ToolCallGrammarOptions o;
+  o.markup = parser == "minimax_m2" ? grammar::ToolCallMarkup::kMiniMaxM2 : grammar::ToolCallMarkup::kMiniMaxM3;
   o.namespace_marker = std::string(text::tool_calls::kM3Namespace);
   o.parallel = parallel;
-  auto g = compiled(key, [&] { return grammar::m3_tool_call_grammar(tools, only, o); }, target, "tools");
+  auto g = compiled(key, [&] { return grammar::tool_call_grammar(tools, only, o); }, target, "tools");
   return std::make_shared<grammar::GrammarConstraintSpec>(g, vocab(target).texts, target.start_after);
 }
 

@@ -38,9 +38,10 @@ class ConstraintCompiler {
 
   // response_format / structured_outputs / guided_*.
   std::shared_ptr<const TokenConstraintSpec> for_spec(const grammar::StructuredOutputSpec& spec, const Target& target);
-  // tool_choice "required" (only empty) or a named function: minimax_m3 tool-call markup.
-  std::shared_ptr<const TokenConstraintSpec> for_tool_calls(const nlohmann::ordered_json& tools, const std::string& only,
-                                                            bool parallel, const Target& target);
+  // tool_choice "required" (only empty) or a named function, in the markup of `parser`
+  // ("minimax_m3" or "minimax_m2", the --tool-call-parser names).
+  std::shared_ptr<const TokenConstraintSpec> for_tool_calls(std::string_view parser, const nlohmann::ordered_json& tools,
+                                                            const std::string& only, bool parallel, const Target& target);
 
  private:
   struct Vocab {

@@ -501,17 +501,6 @@ ToolCallParser::~ToolCallParser() = default;
 ToolCallParser::ToolCallParser(ToolCallParser&&) noexcept = default;
 ToolCallParser& ToolCallParser::operator=(ToolCallParser&&) noexcept = default;
 
-std::string ToolCallParser::call_opener(std::string_view parser_name,
-                                        std::optional<std::string_view> function_name) {
-  const Dialect dialect = dialect_by_name(parser_name);
-  std::string text = dialect == Dialect::kMiniMaxM3
-                         ? std::string(tool_calls::kM3Namespace) + "<tool_call>\n" +
-                               std::string(tool_calls::kM3Namespace) + "<invoke name=\""
-                         : std::string("<minimax:tool_call>\n<invoke name=\"");
-  if (function_name) text += std::string(*function_name) + "\">";
-  return text;
-}
-
 std::vector<std::string> ToolCallParser::names() {
   std::vector<std::string> names;
   for (const auto& [name, dialect] : kParsers) names.emplace_back(name);

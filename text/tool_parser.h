@@ -124,12 +124,6 @@ class ToolCallParser {
 
   static std::vector<std::string> names();
 
-  // The text that opens a tool call in this parser's format, for a server that must make the
-  // model call a tool (tool_choice "required" or a named function): the block opener and the
-  // invoke header of `function_name`, or, without a name, the header up to the opening quote
-  // of the name, which the model then completes. Throws m3::Error for an unknown parser.
-  static std::string call_opener(std::string_view parser_name, std::optional<std::string_view> function_name);
-
   // Consumes the next piece of content text.
   ToolStreamDelta feed(std::string_view content_delta);
   // End of the stream: flushes held-back text and closes an unfinished call.

@@ -3,7 +3,8 @@
 // stdin (kind: json_schema | json_object | regex | choice | grammar | tools), walks the
 // vocabulary of the tokenizer in argv[1] from each seed, and prints one JSON line per spec:
 // {"texts": [text or null per seed], "error": message, "keyword": keyword} (error when the spec
-// did not compile). "tools" specs are {"tools": [...], "only": name, "parallel": bool}.
+// did not compile). "tools" specs are {"tools": [...], "only": name, "parallel": bool, "markup":
+// "minimax_m3" (default) or "minimax_m2"}.
 #include <iostream>
 #include <random>
 #include <string>
@@ -27,9 +28,11 @@ m3::grammar::Grammar grammar_of(const Json& line) {
   const Json& spec = line.at("spec");
   if (kind == "tools") {
     m3::grammar::ToolCallGrammarOptions o;
+    o.markup = spec.value("markup", std::string("minimax_m3")) == "minimax_m2" ? m3::grammar::ToolCallMarkup::kMiniMaxM2
+                                                                                 : m3::grammar::ToolCallMarkup::kMiniMaxM3;
     o.namespace_marker = "]<]minimax[>[";
     o.parallel = spec.value("parallel", true);
-    return m3::grammar::m3_tool_call_grammar(spec.at("tools"), spec.value("only", std::string()), o);
+    return m3::grammar::tool_call_grammar(spec.at("tools"), spec.value("only", std::string()), o);
   }
   StructuredOutputSpec s;
   s.field = kind;

@@ -233,10 +233,12 @@ def main():
         add("choice", c, lambda t, c=c: t in c, seeds=12)
     for g, kind in GRAMMARS:
         add("grammar", g, lambda t, k=kind: bool(check_grammar(k, t)), seeds=16, budget=400)
-    for only in ["", "get_weather", "search", "noop"]:
-        for parallel in [True, False]:
-            add("tools", {"tools": TOOLS, "only": only, "parallel": parallel},
-                lambda t, only=only, parallel=parallel: check_tool_calls(t, only, parallel), seeds=8, budget=400)
+    for markup in ["minimax_m3", "minimax_m2"]:
+        for only in ["", "get_weather", "search", "noop"]:
+            for parallel in [True, False]:
+                add("tools", {"tools": TOOLS, "only": only, "parallel": parallel, "markup": markup},
+                    lambda t, only=only, parallel=parallel, m=markup: check_tool_calls(t, only, parallel, m),
+                    seeds=8, budget=400)
     bad_start = len(lines)
     for s, keyword in UNSUPPORTED:
         add("json_schema", s, keyword)
@@ -285,19 +287,31 @@ def main():
     return 1 if failures else 0
 
 
-def check_tool_calls(text, only, parallel):
+def check_tool_calls(text, only, parallel, markup):
     """Reads the markup back the way text/tool_parser.h does for these schemas and validates."""
-    assert text.startswith(NS + "<tool_call>\n") and text.endswith(NS + "</tool_call>"), text
-    body = text[len(NS + "<tool_call>\n"):-len(NS + "</tool_call>")]
-    calls = re.findall(re.escape(NS) + r'<invoke name="([^"]+)">(.*?)' + re.escape(NS) + r"</invoke>\n", body, re.S)
-    assert calls and "".join(f'{NS}<invoke name="{n}">{b}{NS}</invoke>\n' for n, b in calls) == body, text
+    if markup == "minimax_m2":
+        opener, closer = "<minimax:tool_call>\n", "</minimax:tool_call>"
+        invoke_re, invoke_fmt = r'<invoke name="([^"]+)">\n(.*?)</invoke>\n', '<invoke name="{}">\n{}</invoke>\n'
+        param_re, param_fmt = r'<parameter name="([^"]+)">([^<]*)</parameter>\n', '<parameter name="{}">{}</parameter>\n'
+    else:
+        opener, closer = NS + "<tool_call>\n", NS + "</tool_call>"
+        invoke_re = re.escape(NS) + r'<invoke name="([^"]+)">(.*?)' + re.escape(NS) + r"</invoke>\n"
+        invoke_fmt = NS + '<invoke name="{}">{}' + NS + "</invoke>\n"
+        param_re = re.escape(NS) + r"<([^<>]+)>(.*?)" + re.escape(NS) + r"</\1>"
+        param_fmt = NS + "<{0}>{1}" + NS + "</{0}>"
+    assert text.startswith(opener) and text.endswith(closer), text
+    body = text[len(opener):-len(closer)]
+    calls = re.findall(invoke_re, body, re.S)
+    assert calls and "".join(invoke_fmt.format(n, b) for n, b in calls) == body, text
     assert parallel or len(calls) == 1, text
     tools = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
     for name, params_text in calls:
         assert name in tools and (not only or name == only), name
         schema = tools[name]
         args = {}
-        for key, value in re.findall(re.escape(NS) + r"<([^<>]+)>(.*?)" + re.escape(NS) + r"</\1>", params_text, re.S):
+        params = re.findall(param_re, params_text, re.S)
+        assert "".join(param_fmt.format(k, v) for k, v in params) == params_text, params_text
+        for key, value in params:
             prop = schema["properties"][key]
             types = prop.get("type")
             if types == "string" or ("enum" in prop and all(isinstance(e, str) for e in prop["enum"])):

@@ -47,12 +47,12 @@ def setUpModule():
                          "--tool-call-parser", "minimax_m3", "--enable-auto-tool-choice", "--disable-log-stats"])
 
 
-def backend_is_batch_invariant():
+def backend_is_batch_invariant(server):
     """The CPU reference gives a request the same tokens whatever runs beside it and whatever the
     prefix cache holds, so a seeded sampled request streams what it returns whole. The CUDA
     backend's kernels follow the batch and prefill shapes (the second request's prompt is a prefix
     cache hit), so there a sampled token near a tie may differ, and only validity is compared."""
-    return "on the cuda backend" not in "".join(SERVER.log)
+    return "on the cuda backend" not in "".join(server.log)
 
 
 def tearDownModule():
@@ -166,7 +166,7 @@ class Chat(unittest.TestCase):
         events, done, _ = SERVER.stream("/v1/chat/completions", body)
         self.assertTrue(done)
         streamed = stream_field(events, "content")
-        if backend_is_batch_invariant():
+        if backend_is_batch_invariant(SERVER):
             self.assertEqual([streamed[i] for i in range(2)], [c["message"]["content"] for c in r["choices"]])
         else:
             self.assertEqual(sorted(streamed), [0, 1])
@@ -182,45 +182,73 @@ class Chat(unittest.TestCase):
         self.assertEqual(c["finish_reason"], "stop")
         self.assertIsInstance(json.loads(c["message"]["content"]), dict)
 
-    def check_calls(self, calls, allowed, one):
-        self.assertTrue(calls)
-        if one:
-            self.assertEqual(len(calls), 1)
-        tools = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, SEARCH)}
-        for call in calls:
-            self.assertIn(call["function"]["name"], allowed)
-            self.assertEqual(call["type"], "function")
-            jsonschema.validate(json.loads(call["function"]["arguments"]), tools[call["function"]["name"]])
+    def test_tool_choice_required_and_named(self):
+        check_tool_choice(self, SERVER)
+
+
+def check_calls(test, calls, allowed, one):
+    test.assertTrue(calls)
+    if one:
+        test.assertEqual(len(calls), 1)
+    tools = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, SEARCH)}
+    for call in calls:
+        test.assertIn(call["function"]["name"], allowed)
+        test.assertEqual(call["type"], "function")
+        jsonschema.validate(json.loads(call["function"]["arguments"]), tools[call["function"]["name"]])
+
+
+def check_tool_choice(test, server):
+    """tool_choice required (one call or several) and named, whole and streamed: only calls to the
+    declared functions, with valid arguments, and finish_reason tool_calls."""
+    cases = [("required", ["get_weather", "search"], False, True),
+             ("required", ["get_weather", "search"], True, False),
+             ({"type": "function", "function": {"name": "search"}}, ["search"], True, True)]
+    for tool_choice, allowed, one, parallel in cases:
+        for seed in range(3):
+            body = chat("Weather in Paris, and search the news.", tools=[WEATHER, SEARCH], tool_choice=tool_choice,
+                        parallel_tool_calls=parallel, temperature=1.0, seed=seed, max_tokens=400)
+            r = server.post("/v1/chat/completions", body)
+            c = r["choices"][0]
+            test.assertEqual(c["finish_reason"], "tool_calls", (tool_choice, c))
+            test.assertFalse(c["message"]["content"], c)
+            check_calls(test, c["message"]["tool_calls"], allowed, one)
+            events, done, _ = server.stream("/v1/chat/completions", body)
+            test.assertTrue(done)
+            calls, finish = {}, None
+            for e in events:
+                for ch in e.get("choices", []):
+                    finish = ch.get("finish_reason") or finish
+                    for tc in (ch.get("delta") or {}).get("tool_calls") or []:
+                        entry = calls.setdefault(tc["index"], {"type": "function",
+                                                               "function": {"name": "", "arguments": ""}})
+                        entry["function"]["name"] += tc["function"].get("name") or ""
+                        entry["function"]["arguments"] += tc["function"].get("arguments") or ""
+            test.assertEqual(finish, "tool_calls")
+            streamed = [calls[i] for i in sorted(calls)]
+            if backend_is_batch_invariant(server):
+                test.assertEqual(streamed, [{"type": "function", "function": {"name": x["function"]["name"],
+                                                                              "arguments": x["function"]["arguments"]}}
+                                            for x in c["message"]["tool_calls"]])
+            else:
+                check_calls(test, streamed, allowed, one)
+
+
+class ChatMiniMaxM2(unittest.TestCase):
+    """The same tool choices with --tool-call-parser minimax_m2: the grammar writes M2's markup
+    (<minimax:tool_call>, <parameter name="...">), which its parser reads back."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name", "tiny",
+                                 "--max-model-len", "2048", "--kv-cache-memory", "32MiB", "--tool-call-parser", "minimax_m2",
+                                 "--enable-auto-tool-choice", "--disable-log-stats"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
 
     def test_tool_choice_required_and_named(self):
-        cases = [("required", ["get_weather", "search"], False, True),
-                 ("required", ["get_weather", "search"], True, False),
-                 ({"type": "function", "function": {"name": "search"}}, ["search"], True, True)]
-        for tool_choice, allowed, one, parallel in cases:
-            for seed in range(3):
-                body = chat("Weather in Paris, and search the news.", tools=[WEATHER, SEARCH], tool_choice=tool_choice,
-                            parallel_tool_calls=parallel, temperature=1.0, seed=seed, max_tokens=400)
-                r = SERVER.post("/v1/chat/completions", body)
-                c = r["choices"][0]
-                self.assertEqual(c["finish_reason"], "tool_calls", (tool_choice, c))
-                self.assertFalse(c["message"]["content"], c)
-                self.check_calls(c["message"]["tool_calls"], allowed, one)
-                events, done, _ = SERVER.stream("/v1/chat/completions", body)
-                self.assertTrue(done)
-                calls, finish = {}, None
-                for e in events:
-                    for ch in e.get("choices", []):
-                        finish = ch.get("finish_reason") or finish
-                        for tc in (ch.get("delta") or {}).get("tool_calls") or []:
-                            entry = calls.setdefault(tc["index"], {"type": "function",
-                                                                   "function": {"name": "", "arguments": ""}})
-                            entry["function"]["name"] += tc["function"].get("name") or ""
-                            entry["function"]["arguments"] += tc["function"].get("arguments") or ""
-                self.assertEqual(finish, "tool_calls")
-                self.assertEqual([calls[i] for i in sorted(calls)],
-                                 [{"type": "function", "function": {"name": x["function"]["name"],
-                                                                    "arguments": x["function"]["arguments"]}}
-                                  for x in c["message"]["tool_calls"]])
+        check_tool_choice(self, self.server)
 
 
 class BadInput(unittest.TestCase):
