@@ -211,6 +211,7 @@ void run_bench_agentic(const BenchAgenticOptions& o) {
                  {"traces", o.traces},
                  {"num_sessions", sessions.size()},
                  {"num_gpus", o.num_gpus},
+                 {"corpus_theoretical_hit_rate", loadgen::corpus_hit_rate(sessions)},
                  {"token_counts", "server usage (stream_options.include_usage)"},
                  {"prompt_words", o.tokenizer.empty() ? "builtin" : "tokenizer:" + o.tokenizer},
                  {"options",

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "loadgen/chat_stream.h"
+#include "loadgen/report.h"
 
 namespace m3::loadgen {
 
@@ -159,9 +160,7 @@ class Replayer {
       }
       {
         std::lock_guard lock(replay.seen_mu);
-        for (const Block& b : blocks) {
-          if (!replay.seen.insert(b.id).second) r.theoretical_hit_tokens += b.tokens;
-        }
+        r.theoretical_hit_tokens = infinite_cache_hits(blocks, replay.seen);
       }
       send(messages, q, r);
       record(std::move(r));

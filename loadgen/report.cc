@@ -102,6 +102,31 @@ RunSummary summarize_run(const RunResult& run, const ServerCounters& before, con
   return s;
 }
 
+int64_t infinite_cache_hits(const std::vector<Block>& blocks, std::unordered_set<int64_t>& seen) {
+  int64_t hits = 0;
+  for (const Block& b : blocks) {
+    if (!seen.insert(b.id).second) hits += b.tokens;
+  }
+  return hits;
+}
+
+double corpus_hit_rate(const std::vector<Session>& sessions) {
+  int64_t hits = 0, total = 0;
+  for (const Session& s : sessions) {
+    std::vector<const TraceRequest*> requests = all_requests(s.main);
+    std::stable_sort(requests.begin(), requests.end(),
+                     [](const TraceRequest* a, const TraceRequest* b) { return a->t < b->t; });
+    std::unordered_set<int64_t> seen;
+    int64_t unique = 0;
+    for (const TraceRequest* q : requests) {
+      hits += infinite_cache_hits(request_blocks(*q, s.block_size, unique), seen);
+      unique += 1 << 20;
+      total += q->in;
+    }
+  }
+  return total > 0 ? static_cast<double>(hits) / total : 0.0;
+}
+
 namespace {
 
 json ms(const Distribution& d) {

@@ -5,10 +5,12 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "loadgen/prompt_text.h"
 #include "loadgen/replay.h"
 
 namespace m3::loadgen {
@@ -51,6 +53,12 @@ struct RunSummary {
 
 RunSummary summarize_run(const RunResult& run, const ServerCounters& before, const ServerCounters& after,
                          int num_gpus, double idle_cap_s);
+
+// Tokens of `blocks` an infinite cache holding `seen` would hit; adds the blocks to `seen`.
+int64_t infinite_cache_hits(const std::vector<Block>& blocks, std::unordered_set<int64_t>& seen);
+// The corpus's own infinite-cache hit rate: each session's requests (sub-agents' too) in time
+// order against one seen-set per session, hit tokens over input tokens.
+double corpus_hit_rate(const std::vector<Session>& sessions);
 
 nlohmann::json to_json(const RunSummary& s);
 // The per-request and per-replay records (for --output's "requests" / "replays").
