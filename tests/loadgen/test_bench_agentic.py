@@ -1,0 +1,220 @@
+"""`m3serve bench agentic` end to end against `m3serve serve` on the random tiny model.
+
+A small seeded synthetic corpus (sub-agents, heavy-tailed think times), replayed with 1 and 2
+lanes and think times scaled down: request accounting, the idle cap bounding every wait, one
+cache-bust marker per replay, a prefix hit rate from /metrics above 0, the server's usage token
+counts, requests over --max-context-length skipped and counted, the JSON fields, and the SVG and
+PNG plots (signature, IHDR, every chunk's CRC, the image data inflating to its size).
+
+Run: M3SERVE_BIN=build/bin/m3serve python3 tests/loadgen/test_bench_agentic.py (from the repo root).
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+import zlib
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+from live_server import LiveServer  # noqa: E402
+
+BIN = os.environ.get("M3SERVE_BIN", "build/bin/m3serve")
+MODEL = os.environ.get("M3SERVE_MODEL", "models/minimax-m3-tiny")
+IDLE_CAP = 0.3
+GENERATE = ["--num-sessions", "3", "--seed", "11", "--gen-median-turns", "3", "--gen-system-tokens", "200",
+            "--gen-tool-tokens", "100", "--gen-new-tokens", "60", "--gen-output-tokens", "6",
+            "--gen-subagent-probability", "0.5", "--gen-max-context", "1200"]
+
+
+def read(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
+
+
+def m3serve(*args, check=True):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=240)
+    if check and p.returncode != 0:
+        raise AssertionError("m3serve %s -> %d\n%s" % (" ".join(args), p.returncode, p.stderr[-3000:]))
+    return p
+
+
+def trace_requests(steps):
+    for s in steps:
+        if s["type"] == "subagent":
+            yield from trace_requests(s["requests"])
+        else:
+            yield s
+
+
+def png_chunks(data):
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "no PNG signature"
+    at, chunks = 8, []
+    while at < len(data):
+        length, = struct.unpack(">I", data[at:at + 4])
+        kind, body = data[at + 4:at + 8], data[at + 8:at + 8 + length]
+        crc, = struct.unpack(">I", data[at + 8 + length:at + 12 + length])
+        assert crc == zlib.crc32(kind + body), "bad CRC in %r" % kind
+        chunks.append((kind, body))
+        at += 12 + length
+    return chunks
+
+
+class BenchAgentic(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="bench_agentic_")
+        cls.traces = os.path.join(cls.dir, "traces.jsonl")
+        m3serve("bench", "agentic", "--generate-traces", cls.traces, *GENERATE)
+        cls.sessions = [json.loads(line) for line in read(cls.traces).splitlines()]
+        sizes = sorted(r["in"] + r["out"] for s in cls.sessions for r in trace_requests(s["requests"]))
+        # Some requests of the corpus lie above the limit, most below.
+        cls.max_context = sizes[int(len(sizes) * 0.85)]
+        cls.server = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0",
+                                 "--enable-prompt-tokens-details", "--disable-log-stats", "--max-model-len", "2048"])
+        cls.out = os.path.join(cls.dir, "result.json")
+        cls.svg, cls.png = os.path.join(cls.dir, "p.svg"), os.path.join(cls.dir, "p.png")
+        try:
+            p = m3serve("bench", "agentic", "--traces", cls.traces, "--base-url", "http://127.0.0.1:%d" % cls.server.port,
+                        "--concurrency", "1,2", "--max-replays", "4", "--think-time-scale", "0.2",
+                        "--idle-cap-seconds", str(IDLE_CAP), "--warmup-requests", "1", "--tokenizer", MODEL,
+                        "--max-context-length", str(cls.max_context), "--num-gpus", "2", "--detailed",
+                        "--label", "tiny cpu", "--output", cls.out, "--plot", cls.svg, "--plot-png", cls.png,
+                        "--json")
+        finally:
+            cls.server.kill()
+        cls.stdout_report = json.loads(p.stdout)
+        cls.report = json.loads(read(cls.out))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_generator_is_seeded(self):
+        again = os.path.join(self.dir, "again.jsonl")
+        m3serve("bench", "agentic", "--generate-traces", again, *GENERATE)
+        self.assertEqual(read(again), read(self.traces))
+        self.assertTrue(any(r["type"] == "subagent" for s in self.sessions for r in s["requests"]))
+
+    def test_json_fields(self):
+        self.assertEqual(self.report, self.stdout_report)
+        for key in ("label", "model", "endpoint", "num_gpus", "corpus_theoretical_hit_rate", "runs"):
+            self.assertIn(key, self.report)
+        self.assertEqual([r["concurrency"] for r in self.report["runs"]], [1, 2])
+        for run in self.report["runs"]:
+            for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2el_ms"):
+                self.assertEqual(set(run[key]), {"count", "mean", "p50", "p90", "p95", "p99"})
+            self.assertGreater(run["interactivity_tok_s_user"], 0)
+            t = run["throughput"]
+            self.assertGreater(t["total_tok_s"], 0)
+            self.assertAlmostEqual(t["total_tok_s_per_gpu"] * 2, t["total_tok_s"], places=6)
+            self.assertAlmostEqual(t["total_tok_s"], t["input_tok_s"] + t["output_tok_s"], places=6)
+
+    def test_request_accounting(self):
+        for run in self.report["runs"]:
+            req, records = run["requests"], run["request_records"]
+            self.assertEqual(req["sent"], req["completed"] + req["failed"])
+            self.assertEqual(req["failed"], 0, run["errors"])
+            self.assertEqual(req["sent"] + req["skipped_over_context"], len(records))
+            self.assertEqual(req["replays"], 4)
+            self.assertEqual(req["warmup"], run["concurrency"])  # one per lane
+            self.assertEqual(req["measured"], req["completed"] - req["warmup"])
+            self.assertTrue(any(r["agent"] != "main" for r in records), "no sub-agent request was sent")
+
+    def test_requests_over_the_context_limit_are_skipped(self):
+        for run in self.report["runs"]:
+            self.assertGreater(run["requests"]["skipped_over_context"], 0)
+            for r in run["request_records"]:
+                over = r["trace_in"] + r["trace_out"] > self.max_context
+                self.assertEqual(r["status"] == "skipped", over, r)
+
+    def test_idle_cap_bounds_every_wait(self):
+        for run in self.report["runs"]:
+            self.assertGreater(run["think"]["capped_waits"], 0)
+            self.assertLessEqual(run["think"]["max_wait_s"], IDLE_CAP + 1e-9)
+            for r in run["request_records"]:
+                self.assertLessEqual(r["wait_s"], IDLE_CAP + 1e-9)
+                self.assertAlmostEqual(r["wait_s"], min(r["recorded_wait_s"] * 0.2, IDLE_CAP), places=9)
+            # Between one agent's requests the client waits no longer than the cap (plus slack).
+            by_agent = {}
+            for r in run["request_records"]:
+                if r["status"] == "ok":
+                    by_agent.setdefault((r["replay"], r["agent"]), []).append(r)
+            for rs in by_agent.values():
+                rs.sort(key=lambda r: r["start_s"])
+                for a, b in zip(rs, rs[1:]):
+                    if a["agent"] == "main":
+                        continue  # the main agent also waits for its sub-agents
+                    self.assertLess(b["start_s"] - (a["start_s"] + a["e2e_s"]), IDLE_CAP + 0.5)
+
+    def test_one_cache_bust_marker_per_replay(self):
+        markers = [p["marker"] for run in self.report["runs"] for p in run["replays"]]
+        self.assertEqual(len(markers), 8)
+        self.assertEqual(len(set(markers)), len(markers))
+        # The recycled session (replay 3 = session 0 again) has its own marker.
+        run = self.report["runs"][0]
+        by_replay = {p["replay"]: p for p in run["replays"]}
+        self.assertEqual(by_replay[0]["session"], by_replay[3]["session"])
+        self.assertNotEqual(by_replay[0]["marker"], by_replay[3]["marker"])
+
+    def test_prefix_hits_from_the_server(self):
+        for run in self.report["runs"]:
+            pc = run["prefix_cache"]
+            self.assertGreater(pc["server_queries"], 0)
+            self.assertGreater(pc["server_hit_rate"], 0)
+            self.assertGreater(pc["usage_cached_rate"], 0)
+            self.assertGreater(pc["theoretical_hit_rate"], 0)
+
+    def test_server_token_counts_are_used(self):
+        for run in self.report["runs"]:
+            self.assertEqual(run["requests"]["with_server_usage"], run["requests"]["measured"])
+            ok = [r for r in run["request_records"] if r["status"] == "ok"]
+            measured = [r for r in ok if not r["warmup"]]
+            self.assertEqual(run["tokens"]["input"], sum(r["prompt_tokens"] for r in measured))
+            self.assertEqual(run["tokens"]["output"], sum(r["completion_tokens"] for r in measured))
+            for r in ok:
+                self.assertTrue(r["server_usage"])
+                self.assertEqual(r["completion_tokens"], max(r["trace_out"], 1))  # max_tokens, ignore_eos
+                # One token per word: the prompt is the trace's input plus the chat template and marker.
+                self.assertGreaterEqual(r["prompt_tokens"], r["trace_in"])
+            overheads = {r["prompt_tokens"] - r["trace_in"] for r in ok}
+            self.assertLess(max(overheads) - min(overheads), 64, overheads)
+
+    def test_plots_are_written(self):
+        svg = read(self.svg)
+        self.assertTrue(svg.startswith("<svg"))
+        self.assertIn("tiny cpu", svg)
+        self.check_png(self.png)
+
+    def check_png(self, path):
+        chunks = png_chunks(read(path, "rb"))
+        self.assertEqual([k for k, _ in chunks], [b"IHDR", b"IDAT", b"IEND"])
+        width, height, depth, color = struct.unpack(">IIBB", chunks[0][1][:10])
+        self.assertEqual((depth, color), (8, 2))
+        raw = zlib.decompress(b"".join(body for kind, body in chunks if kind == b"IDAT"))
+        self.assertEqual(len(raw), height * (1 + 3 * width))
+
+    def test_plot_of_several_result_files(self):
+        svg, png = os.path.join(self.dir, "two.svg"), os.path.join(self.dir, "two.png")
+        m3serve("bench", "agentic", "--plot", svg, "--plot-png", png, self.out, self.out,
+                "--labels", "fp8 KV,host tier on")
+        text = read(svg)
+        self.assertIn("fp8 KV", text)
+        self.assertIn("host tier on", text)
+        self.check_png(png)
+
+    def test_a_bad_trace_line_is_named(self):
+        bad = os.path.join(self.dir, "bad.jsonl")
+        with open(bad, "w") as f:
+            f.write(read(self.traces).splitlines()[0] + "\n")
+            f.write('{"id":"x","requests":[{"t":0,"type":"n","in":10,"out":1,"hash_ids":[1,2]}]}\n')
+        p = m3serve("bench", "agentic", "--traces", bad, "--base-url", "http://127.0.0.1:9", "--model", "m",
+                    check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(bad + ":2: requests[0].hash_ids: 2 ids for in=10 tokens", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
