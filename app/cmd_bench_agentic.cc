@@ -45,6 +45,7 @@ struct BenchAgenticOptions {
   double think_time_scale = 1.0;
   double idle_cap_s = 10.0;
   int warmup_requests = 0;
+  double trajectory_start_min = 0, trajectory_start_max = 0;
   int64_t max_context_length = 0;
   int num_gpus = 1;
   int request_timeout_s = 600;
@@ -199,6 +200,12 @@ void run_bench_agentic(const BenchAgenticOptions& o) {
   replay.think_time_scale = o.think_time_scale;
   replay.idle_cap_s = o.idle_cap_s;
   replay.warmup_requests = o.warmup_requests;
+  M3_CHECK(o.trajectory_start_min >= 0 && o.trajectory_start_min <= o.trajectory_start_max &&
+               o.trajectory_start_max <= 1,
+           "--trajectory-start-min/max-ratio: expected 0 <= min <= max <= 1, got {} and {}", o.trajectory_start_min,
+           o.trajectory_start_max);
+  replay.trajectory_start_min = o.trajectory_start_min;
+  replay.trajectory_start_max = o.trajectory_start_max;
   replay.max_context_length = o.max_context_length;
   replay.request_timeout = std::chrono::seconds(o.request_timeout_s);
   const loadgen::WordPool words = o.tokenizer.empty() ? loadgen::WordPool::builtin() : tokenizer_words(o.tokenizer);
@@ -217,7 +224,8 @@ void run_bench_agentic(const BenchAgenticOptions& o) {
                  {"options",
                   {{"duration_s", o.duration_s}, {"max_replays", replay.max_replays},
                    {"think_time_scale", o.think_time_scale}, {"idle_cap_s", o.idle_cap_s},
-                   {"warmup_requests_per_lane", o.warmup_requests}, {"max_context_length", o.max_context_length}}},
+                   {"warmup_requests_per_lane", o.warmup_requests},
+                   {"trajectory_start_ratio", {o.trajectory_start_min, o.trajectory_start_max}}, {"max_context_length", o.max_context_length}}},
                  {"runs", json::array()}};
   std::vector<int> levels;
   for (const std::string& item : split(o.concurrency, ',')) levels.push_back(std::stoi(item));
@@ -294,6 +302,11 @@ void register_bench_agentic(CLI::App& app) {
   cmd->add_option("--idle-cap-seconds", o->idle_cap_s, "longest wait before a request (negative: no cap)")
       ->capture_default_str();
   cmd->add_option("--warmup-requests", o->warmup_requests, "per lane: first requests sent but not measured")
+      ->capture_default_str();
+  cmd->add_option("--trajectory-start-min-ratio", o->trajectory_start_min,
+                  "each replay starts at a main-agent request drawn from [min, max] x its requests")
+      ->capture_default_str();
+  cmd->add_option("--trajectory-start-max-ratio", o->trajectory_start_max, "see --trajectory-start-min-ratio")
       ->capture_default_str();
   cmd->add_option("--max-context-length", o->max_context_length,
                   "skip (and count) requests whose in + out exceed this (0: none)")

@@ -108,20 +108,45 @@ class Replayer {
       SessionReplay replay(session, lane, index, cache_bust_marker(o_.run_nonce, index),
                            PromptBuilder(words_, scope_of(session)), lane_requests);
       ReplayRecord record{lane, index, session.id, replay.marker, seconds_since_start(), 0};
-      run_agent(replay, session.main);
+      run_agent(replay, session.main, start_turn(session, index));
       record.end_s = seconds_since_start();
       std::lock_guard lock(mu_);
       replays_.push_back(std::move(record));
     }
   }
 
-  void run_agent(SessionReplay& replay, const Agent& agent) {
+  // The main-agent request a replay starts at: a fraction of its requests drawn from
+  // [trajectory_start_min, trajectory_start_max] (0 and 0: the first), fixed by the run's nonce.
+  int start_turn(const Session& session, int index) const {
+    if (o_.trajectory_start_max <= 0) return 0;
+    int requests = 0;
+    for (const AgentStep& s : session.main.steps) requests += s.request ? 1 : 0;
+    uint64_t x = (o_.run_nonce ^ 0xA5A5A5A5ull) * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(index);
+    x = (x ^ (x >> 29)) * 0xBF58476D1CE4E5B9ull;
+    const double u = ((x ^ (x >> 32)) >> 11) * 0x1.0p-53;
+    const double ratio = o_.trajectory_start_min + (o_.trajectory_start_max - o_.trajectory_start_min) * u;
+    return std::clamp(static_cast<int>(ratio * requests), 0, std::max(requests - 1, 0));
+  }
+
+  // Runs the agent's steps; with `skip` > 0 its first `skip` requests (and the sub-agents among
+  // them) are passed over and the first one sent carries the whole context so far (a prefill
+  // that primes the cache, sent without a wait).
+  void run_agent(SessionReplay& replay, const Agent& agent, int skip = 0) {
     ConversationState conversation;
     std::vector<std::thread> waited, background;
     int64_t last_out = 0;
     double last_end_t = agent.t;
     int turn = 0;
+    const int first_turn = skip;
     for (const AgentStep& step : agent.steps) {
+      if (skip > 0 && step.subagent) continue;
+      if (skip > 0) {
+        --skip;
+        ++turn;
+        last_out = step.request->out;
+        last_end_t = step.request->t + step.request->api_time.value_or(0.0);
+        continue;
+      }
       if (step.subagent) {
         if (stopper_.stopped()) continue;
         const Agent& sub = *step.subagent;
@@ -134,7 +159,7 @@ class Replayer {
       const TraceRequest& q = *step.request;
       RequestRecord r;
       r.recorded_wait_s = q.think_time ? *q.think_time : std::max(0.0, q.t - last_end_t);
-      r.wait_s = r.recorded_wait_s * o_.think_time_scale;
+      r.wait_s = first_turn > 0 && turn == first_turn ? 0.0 : r.recorded_wait_s * o_.think_time_scale;
       if (o_.idle_cap_s >= 0) r.wait_s = std::min(r.wait_s, o_.idle_cap_s);
       if (!stopper_.wait_for(r.wait_s)) break;
       r.lane = replay.lane;

@@ -30,12 +30,16 @@ struct ReplayOptions {
   int warmup_requests = 0;          // per lane: its first requests are sent but not measured
   int64_t max_context_length = 0;   // requests with in + out above it are skipped (0: no limit)
   std::chrono::seconds request_timeout{600};
+  // Each replay starts at a main-agent request drawn from this fraction range of its requests
+  // (AgentX's trajectory start, 0.25-0.75 there); 0 and 0: at the first request.
+  double trajectory_start_min = 0, trajectory_start_max = 0;
   uint64_t run_nonce = 0;           // makes the markers of this run differ from other runs'
 };
 
 struct RequestRecord {
   enum class Status { ok, failed, skipped };
-  int lane = 0, replay = 0, turn = 0;
+  int lane = 0, replay = 0;
+  int turn = 0;  // the request's index among its agent's requests in the trace
   std::string session, agent;
   bool warmup = false;
   Status status = Status::ok;

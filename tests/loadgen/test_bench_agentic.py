@@ -205,6 +205,24 @@ class BenchAgentic(unittest.TestCase):
         self.assertIn("host tier on", text)
         self.check_png(png)
 
+    def test_trajectory_start_skips_the_first_turns(self):
+        out = os.path.join(self.dir, "trajectory.json")
+        server = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--disable-log-stats",
+                             "--max-model-len", "2048"])
+        try:
+            m3serve("bench", "agentic", "--traces", self.traces, "--base-url", "http://127.0.0.1:%d" % server.port,
+                    "--max-replays", "3", "--think-time-scale", "0", "--trajectory-start-min-ratio", "0.5",
+                    "--trajectory-start-max-ratio", "0.5", "--detailed", "--output", out)
+        finally:
+            server.kill()
+        run = json.loads(read(out))["runs"][0]
+        self.assertEqual(run["requests"]["failed"], 0, run["errors"])
+        for p in run["replays"]:
+            session = next(s for s in self.sessions if s["id"] == p["session"])
+            main_requests = sum(1 for r in session["requests"] if r["type"] != "subagent")
+            turns = [r["turn"] for r in run["request_records"] if r["replay"] == p["replay"] and r["agent"] == "main"]
+            self.assertEqual(min(turns), main_requests // 2, (p, turns))
+
     def test_a_bad_trace_line_is_named(self):
         bad = os.path.join(self.dir, "bad.jsonl")
         with open(bad, "w") as f:
