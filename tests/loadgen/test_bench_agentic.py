@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import zlib
 
@@ -205,16 +206,28 @@ class BenchAgentic(unittest.TestCase):
         self.assertIn("host tier on", text)
         self.check_png(png)
 
-    def test_trajectory_start_skips_the_first_turns(self):
-        out = os.path.join(self.dir, "trajectory.json")
+    def test_trajectory_start_and_duration(self):
+        out, timed = os.path.join(self.dir, "trajectory.json"), os.path.join(self.dir, "timed.json")
         server = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--disable-log-stats",
                              "--max-model-len", "2048"])
+        url = "http://127.0.0.1:%d" % server.port
         try:
-            m3serve("bench", "agentic", "--traces", self.traces, "--base-url", "http://127.0.0.1:%d" % server.port,
+            m3serve("bench", "agentic", "--traces", self.traces, "--base-url", url,
                     "--max-replays", "3", "--think-time-scale", "0", "--trajectory-start-min-ratio", "0.5",
                     "--trajectory-start-max-ratio", "0.5", "--detailed", "--output", out)
+            # Recorded think times (up to the 10 s cap) and a 1.5 s limit: the waits in progress end
+            # at the limit, lanes recycle nothing after it.
+            start = time.monotonic()
+            m3serve("bench", "agentic", "--traces", self.traces, "--base-url", url, "--concurrency", "2",
+                    "--duration", "1.5", "--output", timed)
+            elapsed = time.monotonic() - start
         finally:
             server.kill()
+        level = json.loads(read(timed))["runs"][0]
+        self.assertGreater(level["requests"]["sent"], 0)
+        self.assertEqual(level["requests"]["failed"], 0, level["errors"])
+        self.assertLess(level["wall_s"], 5.0)
+        self.assertLess(elapsed, 8.0)
         run = json.loads(read(out))["runs"][0]
         self.assertEqual(run["requests"]["failed"], 0, run["errors"])
         for p in run["replays"]:
