@@ -14,16 +14,20 @@ ProgressLine::ProgressLine(const LiveCounters& live, std::string label, bool ena
   thread_ = std::thread([this] {
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
-    auto last = start;
-    int64_t last_tokens = 0;
-    while (!stop_) {
+    // The rate over the last 4 redraws (2 s): steady enough to read, recent enough to be live.
+    constexpr int kWindow = 4;
+    Clock::time_point times[kWindow + 1];
+    int64_t counts[kWindow + 1] = {};
+    for (auto& t : times) t = start;
+    for (int tick = 1; !stop_; ++tick) {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       const auto now = Clock::now();
       const int64_t tokens = live_.output_tokens;
-      const double dt = std::chrono::duration<double>(now - last).count();
-      const double rate = dt > 0 ? (tokens - last_tokens) / dt : 0.0;
-      last = now;
-      last_tokens = tokens;
+      times[tick % (kWindow + 1)] = now;
+      counts[tick % (kWindow + 1)] = tokens;
+      const int oldest = tick < kWindow ? 0 : (tick + 1) % (kWindow + 1);
+      const double dt = std::chrono::duration<double>(now - times[oldest]).count();
+      const double rate = dt > 0 ? (tokens - counts[oldest]) / dt : 0.0;
       std::fprintf(stderr, "\r\033[K%s  done %lld  failed %lld  in flight %lld  %.0f out tok/s  %.0f s",
                    label_.c_str(), static_cast<long long>(live_.finished.load()),
                    static_cast<long long>(live_.failed.load()), static_cast<long long>(live_.in_flight.load()),
