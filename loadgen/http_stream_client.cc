@@ -92,7 +92,9 @@ HttpResult http_request(const Endpoint& endpoint, const std::string& target, con
     parser.get().body().data = piece.data();
     parser.get().body().size = piece.size();
     stream.expires_after(timeout);
-    ec = wait(io, [&](auto handler) { http::async_read(stream, buffer, parser, handler); });
+    // read_some, not read: read waits until the piece is full, which would bunch a stream's
+    // chunks together and hide their arrival times.
+    ec = wait(io, [&](auto handler) { http::async_read_some(stream, buffer, parser, handler); });
     if (ec == http::error::need_buffer) ec = {};
     const size_t n = piece.size() - parser.get().body().size;
     if (n > 0) {

@@ -42,56 +42,71 @@ std::vector<Block> request_blocks(const TraceRequest& q, int64_t block_size, int
   return blocks;
 }
 
-std::string PromptBuilder::block_text(const Block& b) const {
+const std::string& PromptBuilder::word(int64_t block_id, int64_t position) const {
   M3_CHECK(!pool_.words.empty(), "the word pool is empty");
+  const uint64_t base = mix(scope_ ^ mix(static_cast<uint64_t>(block_id)));
+  return pool_.words[mix(base + static_cast<uint64_t>(position)) % pool_.words.size()];
+}
+
+std::string PromptBuilder::block_text(const Block& b) const {
   std::string out;
-  const uint64_t base = mix(scope_ ^ mix(static_cast<uint64_t>(b.id)));
-  for (int64_t i = 0; i < b.tokens; ++i) out += pool_.words[mix(base + static_cast<uint64_t>(i)) % pool_.words.size()];
+  for (int64_t i = 0; i < b.tokens; ++i) out += word(b.id, i);
   return out;
 }
 
 const std::vector<Message>& ConversationState::next(const std::vector<Block>& blocks, int64_t block_size,
                                                     int64_t prefix_tokens, int64_t last_out,
                                                     const std::string& marker, const PromptBuilder& text) {
-  // Keep the messages whose blocks are this request's next blocks.
-  size_t pos = 0, kept = 0;
-  for (; kept < messages_.size(); ++kept) {
-    const std::vector<Block>& m = messages_[kept].blocks;
-    if (pos + m.size() > blocks.size() || !std::equal(m.begin(), m.end(), blocks.begin() + pos)) break;
-    pos += m.size();
+  int64_t total = 0;
+  for (const Block& b : blocks) total += b.tokens;
+  // How far the context sent so far agrees with this request.
+  int64_t agree = 0;
+  for (size_t j = 0; j < ids_.size() && j < blocks.size(); ++j) {
+    const int64_t block_start = static_cast<int64_t>(j) * block_size;
+    const int64_t sent_in_block = std::min(block_size, sent_ - block_start);
+    if (sent_in_block <= 0) break;
+    if (ids_[j] == blocks[j].id) {
+      agree = block_start + std::min(sent_in_block, blocks[j].tokens);
+      if (blocks[j].tokens < sent_in_block) break;
+      continue;
+    }
+    // The partial last block filled up (its id changed): the words sent stay, it goes on from there.
+    const bool grown_tail = j + 1 == ids_.size() && sent_in_block < block_size && blocks[j].tokens >= sent_in_block;
+    agree = grown_tail ? sent_ : block_start;
+    break;
   }
-  if (kept < messages_.size()) {
+  if (agree < sent_) {
     ++resets_;
-    messages_.resize(kept);
+    while (!messages_.empty() && messages_.back().end > agree) messages_.pop_back();
+    sent_ = messages_.empty() ? 0 : messages_.back().end;
   }
-  if (pos == blocks.size() && !messages_.empty()) return messages_;  // nothing new: the same prompt again
+  ids_.clear();
+  for (const Block& b : blocks) ids_.push_back(b.id);
+  if (total == sent_ && !messages_.empty()) return messages_;  // nothing new: the same prompt again
   const bool has_marker = std::any_of(messages_.begin(), messages_.end(), [&](const Message& m) {
     return !marker.empty() && m.role == "user" && m.text.rfind(marker, 0) == 0;
   });
-  auto push = [&](const std::string& role, size_t count, bool with_marker) {
+  auto push = [&](const std::string& role, int64_t count, bool with_marker) {
     Message m;
     m.role = role;
-    m.blocks.assign(blocks.begin() + pos, blocks.begin() + pos + count);
+    m.start = sent_;
+    m.end = sent_ + count;
     if (with_marker) m.text = marker;
-    for (const Block& b : m.blocks) m.text += text.block_text(b);
-    pos += count;
+    for (int64_t p = m.start; p < m.end; ++p) m.text += text.word(blocks[p / block_size].id, p % block_size);
+    sent_ = m.end;
     messages_.push_back(std::move(m));
   };
-  const size_t rest = blocks.size() - pos;
+  const int64_t rest = total - sent_;
   if (rest > 1) {
     if (messages_.empty()) {
-      // Turn 0: the system + tools prefix is the system message.
-      const size_t system = std::min<size_t>(static_cast<size_t>(prefix_tokens / block_size), rest - 1);
+      const int64_t system = std::min(prefix_tokens, rest - 1);  // turn 0: system + tools
       if (system > 0) push("system", system, false);
     } else {
-      // Later turns: the previous answer's share of the new blocks is the assistant's message,
-      // the rest arrives as the user's (a tool result).
-      const size_t answer =
-          std::min<size_t>(static_cast<size_t>((last_out + block_size / 2) / block_size), rest - 1);
+      const int64_t answer = std::min(last_out, rest - 1);  // the previous answer, then the tool result
       if (answer > 0) push("assistant", answer, false);
     }
   }
-  push("user", blocks.size() - pos, !has_marker);
+  push("user", total - sent_, !has_marker);
   return messages_;
 }
 

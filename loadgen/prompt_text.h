@@ -1,12 +1,14 @@
-// Synthetic prompt text from block hash ids. Each token of a block is one word from a pool of
-// words that the server's tokenizer encodes as one token each (" the", " return", ...), chosen by
-// a hash of (scope, block id, position): requests that share a block id share its text exactly,
-// so the server sees the trace's block-level prefix sharing; a block's first n words are the
-// same whatever n, so a partial last block is a prefix of the full one.
+// Synthetic prompt text from block hash ids. Each token is one word from a pool of words that
+// the server's tokenizer encodes as one token each (" the", " return", ...), chosen by a hash of
+// (scope, block id, position in the block): requests that share a block id share its text
+// exactly, so the server sees the trace's block-level prefix sharing; a block's first n words are
+// the same whatever n, so a partial last block is a prefix of the full one.
 //
-// ConversationState keeps one agent's message array: what was sent stays as it was (append
-// only), so each turn's prompt extends the last one's; a request whose blocks leave the array's
-// path (a compaction, a context edit) cuts the array back to the shared messages.
+// ConversationState keeps one agent's message array, as spans of token positions: what was sent
+// stays as it was (append only), so each turn's prompt extends the last one's. The partial last
+// block of a request gets a new id in the next one once it fills up (it is a hash of its tokens);
+// its words already sent stay and the block goes on from there. A request whose blocks leave the
+// array's path (a compaction, a context edit) cuts the array back to the messages it still shares.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -32,7 +34,7 @@ struct Block {
 
 struct Message {
   std::string role;  // system | user | assistant
-  std::vector<Block> blocks;
+  int64_t start = 0, end = 0;  // the token positions it holds
   std::string text;
 };
 
@@ -43,6 +45,7 @@ std::vector<Block> request_blocks(const TraceRequest& q, int64_t block_size, int
 class PromptBuilder {
  public:
   PromptBuilder(const WordPool& pool, uint64_t scope) : pool_(pool), scope_(scope) {}
+  const std::string& word(int64_t block_id, int64_t position) const;
   std::string block_text(const Block& b) const;
 
  private:
@@ -54,15 +57,17 @@ class ConversationState {
  public:
   // The messages to send for a request with these blocks; `prefix_tokens` is the agent's
   // system + tools size (turn 0's system message), `last_out` the previous request's output
-  // (the assistant message's share of the new blocks), `marker` the cache-bust text put at the
-  // start of the first user message.
+  // (the assistant message's share of the new tokens; the rest is the user's, a tool result),
+  // `marker` the cache-bust text put at the start of the first user message.
   const std::vector<Message>& next(const std::vector<Block>& blocks, int64_t block_size, int64_t prefix_tokens,
                                    int64_t last_out, const std::string& marker, const PromptBuilder& text);
-  // Messages dropped so far because a request left the array's path.
+  // Times a request left the array's path (messages were dropped).
   int resets() const { return resets_; }
 
  private:
   std::vector<Message> messages_;
+  std::vector<int64_t> ids_;  // the block ids of the last request
+  int64_t sent_ = 0;          // token positions the messages hold
   int resets_ = 0;
 };
 

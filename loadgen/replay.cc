@@ -89,6 +89,7 @@ class Replayer {
     RunResult r;
     r.concurrency = o_.concurrency;
     r.wall_s = seconds_since_start();
+    r.context_resets = context_resets_;
     r.requests = std::move(requests_);
     r.replays = std::move(replays_);
     std::sort(r.requests.begin(), r.requests.end(),
@@ -192,6 +193,7 @@ class Replayer {
     }
     for (std::thread& t : waited) t.join();
     for (std::thread& t : background) t.join();
+    context_resets_ += conversation.resets();
   }
 
   void send(const std::vector<Message>& messages, const TraceRequest& q, RequestRecord& r) {
@@ -274,6 +276,7 @@ class Replayer {
   Stopper stopper_;
   Clock::time_point start_;
   std::atomic<int> next_replay_{0};
+  std::atomic<int64_t> context_resets_{0};
   std::mutex mu_;
   std::vector<RequestRecord> requests_;
   std::vector<ReplayRecord> replays_;

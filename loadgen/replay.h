@@ -64,6 +64,7 @@ struct ReplayRecord {
 struct RunResult {
   int concurrency = 0;
   double wall_s = 0;
+  int64_t context_resets = 0;  // requests that left their agent's message array (compactions)
   std::vector<RequestRecord> requests;
   std::vector<ReplayRecord> replays;
 };

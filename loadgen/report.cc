@@ -37,6 +37,7 @@ RunSummary summarize_run(const RunResult& run, const ServerCounters& before, con
   s.num_gpus = std::max(num_gpus, 1);
   s.wall_s = run.wall_s;
   s.replays = static_cast<int64_t>(run.replays.size());
+  s.context_resets = run.context_resets;
   std::vector<double> ttft, itl, tpot, e2el, e2e_per_token;
   double first_start = 1e300, last_end = 0;
   int64_t usage_prompt = 0, usage_cached = 0, trace_in = 0, hit_tokens = 0;
@@ -155,7 +156,7 @@ json to_json(const RunSummary& s) {
       {"requests",
        {{"sent", s.sent}, {"completed", s.completed}, {"failed", s.failed}, {"skipped_over_context", s.skipped},
         {"warmup", s.warmup}, {"measured", s.measured}, {"with_server_usage", s.with_server_usage},
-        {"replays", s.replays}}},
+        {"replays", s.replays}, {"context_resets", s.context_resets}}},
       {"ttft_ms", ms(s.ttft_s)},
       {"itl_ms", ms(s.itl_s)},
       {"tpot_ms", ms(s.tpot_s)},

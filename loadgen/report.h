@@ -38,6 +38,7 @@ struct RunSummary {
   // sent; warm-up requests are sent and counted here but left out of every number below.
   int64_t sent = 0, completed = 0, failed = 0, skipped = 0, warmup = 0, measured = 0, replays = 0;
   int64_t with_server_usage = 0;
+  int64_t context_resets = 0;
   Distribution ttft_s, itl_s, tpot_s, e2el_s;
   double interactivity = 0;  // 1 / p90(E2EL_i / OSL_i), tokens/s/user
   int64_t input_tokens = 0, output_tokens = 0, cached_tokens = 0;

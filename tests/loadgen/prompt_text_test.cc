@@ -41,31 +41,41 @@ TEST(PromptText, ConversationGrowsAppendOnlyAndCutsBack) {
   const PromptBuilder text(pool, 3);
   ConversationState c;
   const std::vector<Block> turn0 = {{1, 64}, {2, 64}, {3, 30}};
-  std::vector<Message> m0 = c.next(turn0, 64, 128, 0, "[rid:x]", text);
+  std::vector<Message> m0 = c.next(turn0, 64, 100, 0, "[rid:x]", text);
   ASSERT_EQ(m0.size(), 2u);
   EXPECT_EQ(m0[0].role, "system");
+  EXPECT_EQ(m0[0].end, 100);
   EXPECT_EQ(m0[1].role, "user");
   EXPECT_EQ(m0[1].text.rfind("[rid:x]", 0), 0u);  // the marker opens the first user message
   EXPECT_EQ(words(m0[0].text) + words(m0[1].text), 64 + 64 + 30);
+  EXPECT_EQ(m0[0].text + m0[1].text.substr(7), text.block_text({1, 64}) + text.block_text({2, 64}) +
+                                                    text.block_text({3, 30}));
 
-  const std::vector<Block> turn1 = {{1, 64}, {2, 64}, {3, 30}, {4, 64}, {5, 64}, {6, 10}};
-  std::vector<Message> m1 = c.next(turn1, 64, 128, 64, "[rid:x]", text);
+  // The partial block 3 filled up as block 7: its 30 words stay, then 20 answer words, then the rest.
+  const std::vector<Block> turn1 = {{1, 64}, {2, 64}, {7, 64}, {5, 64}, {6, 10}};
+  std::vector<Message> m1 = c.next(turn1, 64, 100, 20, "[rid:x]", text);
   ASSERT_EQ(m1.size(), 4u);
   EXPECT_EQ(m1[0].text, m0[0].text);
   EXPECT_EQ(m1[1].text, m0[1].text);
   EXPECT_EQ(m1[2].role, "assistant");
-  EXPECT_EQ(m1[2].blocks.size(), 1u);
+  EXPECT_EQ(words(m1[2].text), 20);
+  EXPECT_EQ(m1[2].text, text.block_text({7, 50}).substr(text.block_text({7, 30}).size()));
   EXPECT_EQ(m1[3].role, "user");
+  EXPECT_EQ(m1[3].end, 64 * 4 + 10);
   EXPECT_EQ(c.resets(), 0);
 
   // A compaction: the context keeps the system blocks only.
   const std::vector<Block> turn2 = {{1, 64}, {2, 64}, {9, 40}};
-  std::vector<Message> m2 = c.next(turn2, 64, 128, 5, "[rid:x]", text);
+  std::vector<Message> m2 = c.next(turn2, 64, 100, 5, "[rid:x]", text);
   EXPECT_EQ(c.resets(), 1);
-  ASSERT_EQ(m2.size(), 2u);
+  ASSERT_EQ(m2.size(), 3u);
   EXPECT_EQ(m2[0].text, m0[0].text);
-  EXPECT_EQ(m2[1].text.rfind("[rid:x]", 0), 0u);  // the marker comes back with the new user turn
-  EXPECT_EQ(flatten(m2), m2[0].text + m2[1].text);
+  EXPECT_EQ(m2[1].role, "assistant");
+  EXPECT_EQ(m2[2].text.rfind("[rid:x]", 0), 0u);  // the marker comes back with the new user turn
+  EXPECT_EQ(flatten(m2), m2[0].text + m2[1].text + m2[2].text);
+  int total = 0;
+  for (const Message& m : m2) total += words(m.text);
+  EXPECT_EQ(total, 64 + 64 + 40);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ PNG plots (signature, IHDR, every chunk's CRC, the image data inflating to its s
 
 Run: M3SERVE_BIN=build/bin/m3serve python3 tests/loadgen/test_bench_agentic.py (from the repo root).
 """
+import http.server
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import zlib
@@ -120,6 +122,7 @@ class BenchAgentic(unittest.TestCase):
             self.assertEqual(req["failed"], 0, run["errors"])
             self.assertEqual(req["sent"] + req["skipped_over_context"], len(records))
             self.assertEqual(req["replays"], 4)
+            self.assertEqual(req["context_resets"], 0)  # every turn extends its agent's array
             self.assertEqual(req["warmup"], run["concurrency"])  # one per lane
             self.assertEqual(req["measured"], req["completed"] - req["warmup"])
             self.assertTrue(any(r["agent"] != "main" for r in records), "no sub-agent request was sent")
@@ -245,6 +248,79 @@ class BenchAgentic(unittest.TestCase):
                     check=False)
         self.assertEqual(p.returncode, 1)
         self.assertIn(bad + ":2: requests[0].hash_ids: 2 ids for in=10 tokens", p.stderr)
+
+
+class ScriptedOpenAI(http.server.BaseHTTPRequestHandler):
+    """A stand-in OpenAI server: each streamed completion sends 5 text chunks 80 ms apart, then
+    usage, over chunked transfer encoding; no /metrics. Keeps every request body it got."""
+    protocol_version = "HTTP/1.1"
+    bodies = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        body = b'{"data":[{"id":"scripted"}]}' if self.path == "/v1/models" else b"not here"
+        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        ScriptedOpenAI.bodies.append(request)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def event(obj):
+            data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        for _ in range(5):
+            time.sleep(0.08)
+            event({"choices": [{"index": 0, "delta": {"content": "x"}}]})
+        event({"choices": [], "usage": {"prompt_tokens": 1000, "completion_tokens": 5}})
+        event(b"[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
+
+class AgainstAnotherServer(unittest.TestCase):
+    def test_chunk_times_and_usage_of_a_scripted_server(self):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ScriptedOpenAI)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        work = tempfile.mkdtemp(prefix="bench_agentic_scripted_")
+        try:
+            traces = os.path.join(work, "t.jsonl")
+            with open(traces, "w") as f:
+                f.write(json.dumps({"id": "one", "requests": [
+                    {"t": 0, "type": "n", "in": 100, "out": 5, "hash_ids": [1, 2]},
+                    {"t": 9, "type": "n", "in": 150, "out": 5, "hash_ids": [1, 3, 4], "think_time": 0.05}]}) + "\n")
+            p = m3serve("bench", "agentic", "--traces", traces, "--base-url",
+                        "http://127.0.0.1:%d" % server.server_address[1], "--json")
+        finally:
+            server.shutdown()
+            shutil.rmtree(work, ignore_errors=True)
+        run = json.loads(p.stdout)["runs"][0]
+        self.assertEqual(run["requests"]["completed"], 2)
+        # Each chunk is seen when it arrives: 80 ms apart, the first after 80 ms.
+        self.assertEqual(run["itl_ms"]["count"], 8)
+        self.assertGreater(run["itl_ms"]["p50"], 60)
+        self.assertLess(run["itl_ms"]["p50"], 200)
+        self.assertGreater(run["ttft_ms"]["p50"], 60)
+        self.assertEqual(run["tokens"]["input"], 2000)  # the server's count, not the trace's
+        self.assertEqual(run["prefix_cache"]["server_hit_rate"], -1)  # no /metrics there
+        self.assertAlmostEqual(run["prefix_cache"]["theoretical_hit_rate"], 64 / 250)
+        first, second = ScriptedOpenAI.bodies[-2:]
+        self.assertEqual(first["model"], "scripted")
+        self.assertEqual((first["max_tokens"], first["ignore_eos"], first["stream"]), (5, True, True))
+        self.assertEqual(first["stream_options"], {"include_usage": True})
+        # The whole array again, grown: the first turn's messages unchanged at its start.
+        self.assertEqual(second["messages"][:len(first["messages"])], first["messages"])
+        self.assertGreater(len(second["messages"]), len(first["messages"]))
+        self.assertTrue(first["messages"][-1]["content"].startswith("[rid:"))
 
 
 if __name__ == "__main__":
