@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -209,6 +210,14 @@ void run_bench_agentic(const BenchAgenticOptions& o) {
   replay.max_context_length = o.max_context_length;
   replay.request_timeout = std::chrono::seconds(o.request_timeout_s);
   const loadgen::WordPool words = o.tokenizer.empty() ? loadgen::WordPool::builtin() : tokenizer_words(o.tokenizer);
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  if (!o.tokenizer.empty()) {
+    // With the server's tokenizer the marker's tokens are known: it replaces as many words.
+    tokenizer = std::make_shared<const text::Tokenizer>(text::Tokenizer::load(o.tokenizer));
+    replay.marker_tokens = [tokenizer](const std::string& marker) {
+      return static_cast<int64_t>(tokenizer->encode(marker, false).size());
+    };
+  }
   const uint64_t nonce = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
 
   json report = {{"label", o.label.empty() ? replay.model : o.label},

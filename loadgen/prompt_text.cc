@@ -56,7 +56,8 @@ std::string PromptBuilder::block_text(const Block& b) const {
 
 const std::vector<Message>& ConversationState::next(const std::vector<Block>& blocks, int64_t block_size,
                                                     int64_t prefix_tokens, int64_t last_out,
-                                                    const std::string& marker, const PromptBuilder& text) {
+                                                    const std::string& marker, int64_t marker_tokens,
+                                                    const PromptBuilder& text) {
   int64_t total = 0;
   for (const Block& b : blocks) total += b.tokens;
   // How far the context sent so far agrees with this request.
@@ -91,15 +92,20 @@ const std::vector<Message>& ConversationState::next(const std::vector<Block>& bl
     m.role = role;
     m.start = sent_;
     m.end = sent_ + count;
-    if (with_marker) m.text = marker;
-    for (int64_t p = m.start; p < m.end; ++p) m.text += text.word(blocks[p / block_size].id, p % block_size);
+    int64_t first = m.start;
+    if (with_marker) {
+      m.text = marker;
+      first += std::clamp<int64_t>(marker_tokens, 0, count - 1);
+    }
+    for (int64_t p = first; p < m.end; ++p) m.text += text.word(blocks[p / block_size].id, p % block_size);
     sent_ = m.end;
     messages_.push_back(std::move(m));
   };
   const int64_t rest = total - sent_;
   if (rest > 1) {
     if (messages_.empty()) {
-      const int64_t system = std::min(prefix_tokens, rest - 1);  // turn 0: system + tools
+      // Turn 0: system + tools, leaving the user message room for the marker's tokens.
+      const int64_t system = std::min(prefix_tokens, rest - 1 - std::max<int64_t>(marker_tokens, 0));
       if (system > 0) push("system", system, false);
     } else {
       const int64_t answer = std::min(last_out, rest - 1);  // the previous answer, then the tool result

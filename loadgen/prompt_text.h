@@ -58,9 +58,11 @@ class ConversationState {
   // The messages to send for a request with these blocks; `prefix_tokens` is the agent's
   // system + tools size (turn 0's system message), `last_out` the previous request's output
   // (the assistant message's share of the new tokens; the rest is the user's, a tool result),
-  // `marker` the cache-bust text put at the start of the first user message.
+  // `marker` the cache-bust text put at the start of the first user message, in place of its
+  // first `marker_tokens` words (so the prompt keeps its token count; 0 when unknown).
   const std::vector<Message>& next(const std::vector<Block>& blocks, int64_t block_size, int64_t prefix_tokens,
-                                   int64_t last_out, const std::string& marker, const PromptBuilder& text);
+                                   int64_t last_out, const std::string& marker, int64_t marker_tokens,
+                                   const PromptBuilder& text);
   // Times a request left the array's path (messages were dropped).
   int resets() const { return resets_; }
 

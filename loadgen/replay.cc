@@ -53,6 +53,7 @@ struct SessionReplay {
   SessionReplay(const Session& s, int lane_index, int replay_index, std::string m, PromptBuilder t,
                 std::atomic<int>& requests)
       : session(s), lane(lane_index), replay(replay_index), marker(std::move(m)), text(t), lane_requests(requests) {}
+  int64_t marker_tokens = 0;
   const Session& session;
   int lane, replay;
   std::string marker;
@@ -108,6 +109,7 @@ class Replayer {
       const Session& session = sessions_[static_cast<size_t>(index) % sessions_.size()];
       SessionReplay replay(session, lane, index, cache_bust_marker(o_.run_nonce, index),
                            PromptBuilder(words_, scope_of(session)), lane_requests);
+      if (o_.marker_tokens) replay.marker_tokens = o_.marker_tokens(replay.marker);
       ReplayRecord record{lane, index, session.id, replay.marker, seconds_since_start(), 0};
       run_agent(replay, session.main, start_turn(session, index));
       record.end_s = seconds_since_start();
@@ -176,7 +178,7 @@ class Replayer {
           request_blocks(q, replay.session.block_size, replay.unique_ids.fetch_add(1 << 20));
       const std::vector<Message>& messages =
           conversation.next(blocks, replay.session.block_size, agent.system_tokens + agent.tool_tokens, last_out,
-                            replay.marker, replay.text);
+                            replay.marker, replay.marker_tokens, replay.text);
       last_out = q.out;
       if (o_.max_context_length > 0 && q.in + q.out > o_.max_context_length) {
         r.status = RequestRecord::Status::skipped;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct ReplayOptions {
   // (AgentX's trajectory start, 0.25-0.75 there); 0 and 0: at the first request.
   double trajectory_start_min = 0, trajectory_start_max = 0;
   uint64_t run_nonce = 0;           // makes the markers of this run differ from other runs'
+  // The server's token count of a marker (the marker then replaces that many prompt words, so
+  // the prompt keeps the trace's count); empty: unknown, the marker's tokens come on top.
+  std::function<int64_t(const std::string&)> marker_tokens;
 };
 
 struct RequestRecord {

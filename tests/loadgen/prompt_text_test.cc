@@ -36,12 +36,24 @@ TEST(PromptText, RequestBlocksCoverTheInput) {
   EXPECT_NE(request_blocks(q, 64, 0)[0].id, request_blocks(q, 64, 1 << 20)[0].id);
 }
 
+TEST(PromptText, MarkerTakesThePlaceOfItsTokens) {
+  const WordPool pool = WordPool::builtin();
+  const PromptBuilder text(pool, 3);
+  ConversationState c;
+  const std::vector<Message>& m = c.next({{1, 64}, {2, 20}}, 64, 0, 0, "[rid:y]", 5, text);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].text.rfind("[rid:y]", 0), 0u);
+  EXPECT_EQ(words(m[0].text), 84 - 5);  // 5 words gave way to the marker
+  EXPECT_EQ(m[0].text.substr(7), text.block_text({1, 64}).substr(text.block_text({1, 5}).size()) +
+                                     text.block_text({2, 20}));
+}
+
 TEST(PromptText, ConversationGrowsAppendOnlyAndCutsBack) {
   const WordPool pool = WordPool::builtin();
   const PromptBuilder text(pool, 3);
   ConversationState c;
   const std::vector<Block> turn0 = {{1, 64}, {2, 64}, {3, 30}};
-  std::vector<Message> m0 = c.next(turn0, 64, 100, 0, "[rid:x]", text);
+  std::vector<Message> m0 = c.next(turn0, 64, 100, 0, "[rid:x]", 0, text);
   ASSERT_EQ(m0.size(), 2u);
   EXPECT_EQ(m0[0].role, "system");
   EXPECT_EQ(m0[0].end, 100);
@@ -53,7 +65,7 @@ TEST(PromptText, ConversationGrowsAppendOnlyAndCutsBack) {
 
   // The partial block 3 filled up as block 7: its 30 words stay, then 20 answer words, then the rest.
   const std::vector<Block> turn1 = {{1, 64}, {2, 64}, {7, 64}, {5, 64}, {6, 10}};
-  std::vector<Message> m1 = c.next(turn1, 64, 100, 20, "[rid:x]", text);
+  std::vector<Message> m1 = c.next(turn1, 64, 100, 20, "[rid:x]", 0, text);
   ASSERT_EQ(m1.size(), 4u);
   EXPECT_EQ(m1[0].text, m0[0].text);
   EXPECT_EQ(m1[1].text, m0[1].text);
@@ -66,7 +78,7 @@ TEST(PromptText, ConversationGrowsAppendOnlyAndCutsBack) {
 
   // A compaction: the context keeps the system blocks only.
   const std::vector<Block> turn2 = {{1, 64}, {2, 64}, {9, 40}};
-  std::vector<Message> m2 = c.next(turn2, 64, 100, 5, "[rid:x]", text);
+  std::vector<Message> m2 = c.next(turn2, 64, 100, 5, "[rid:x]", 0, text);
   EXPECT_EQ(c.resets(), 1);
   ASSERT_EQ(m2.size(), 3u);
   EXPECT_EQ(m2[0].text, m0[0].text);

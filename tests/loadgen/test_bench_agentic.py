@@ -209,7 +209,7 @@ class BenchAgentic(unittest.TestCase):
         self.assertIn("host tier on", text)
         self.check_png(png)
 
-    def test_trajectory_start_and_duration(self):
+    def test_trajectory_start_exact_counts_and_duration(self):
         out, timed = os.path.join(self.dir, "trajectory.json"), os.path.join(self.dir, "timed.json")
         server = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--disable-log-stats",
                              "--max-model-len", "2048"])
@@ -220,12 +220,23 @@ class BenchAgentic(unittest.TestCase):
                     "--trajectory-start-max-ratio", "0.5", "--detailed", "--output", out)
             # Recorded think times (up to the 10 s cap) and a 1.5 s limit: the waits in progress end
             # at the limit, lanes recycle nothing after it.
+            # /v1/completions with the server's tokenizer: the prompt is exactly the trace's `in`
+            # (one token per word, the marker in place of as many words).
+            exact = os.path.join(self.dir, "exact.json")
+            m3serve("bench", "agentic", "--traces", self.traces, "--base-url", url, "--endpoint", "completions",
+                    "--max-replays", "2", "--think-time-scale", "0", "--tokenizer", MODEL, "--detailed",
+                    "--output", exact)
             start = time.monotonic()
             m3serve("bench", "agentic", "--traces", self.traces, "--base-url", url, "--concurrency", "2",
                     "--duration", "1.5", "--output", timed)
             elapsed = time.monotonic() - start
         finally:
             server.kill()
+        records = json.loads(read(exact))["runs"][0]["request_records"]
+        self.assertGreater(len(records), 3)
+        for r in records:
+            self.assertEqual(r["status"], "ok", r)
+            self.assertEqual(r["prompt_tokens"], r["trace_in"], r)
         level = json.loads(read(timed))["runs"][0]
         self.assertGreater(level["requests"]["sent"], 0)
         self.assertEqual(level["requests"]["failed"], 0, level["errors"])
