@@ -151,7 +151,7 @@ class BenchAgentic(unittest.TestCase):
                 for a, b in zip(rs, rs[1:]):
                     if a["agent"] == "main":
                         continue  # the main agent also waits for its sub-agents
-                    self.assertLess(b["start_s"] - (a["start_s"] + a["e2e_s"]), IDLE_CAP + 0.5)
+                    self.assertLess(b["start_s"] - (a["start_s"] + a["e2e_s"]), IDLE_CAP + 1.0)
 
     def test_one_cache_bust_marker_per_replay(self):
         markers = [p["marker"] for run in self.report["runs"] for p in run["replays"]]
@@ -240,8 +240,9 @@ class BenchAgentic(unittest.TestCase):
         level = json.loads(read(timed))["runs"][0]
         self.assertGreater(level["requests"]["sent"], 0)
         self.assertEqual(level["requests"]["failed"], 0, level["errors"])
-        self.assertLess(level["wall_s"], 5.0)
-        self.assertLess(elapsed, 8.0)
+        # Without the stop the lanes would sit out 10 s waits (the corpus's second turns).
+        self.assertLess(level["wall_s"], 9.0)
+        self.assertLess(elapsed, 15.0)
         run = json.loads(read(out))["runs"][0]
         self.assertEqual(run["requests"]["failed"], 0, run["errors"])
         for p in run["replays"]:
