@@ -45,6 +45,7 @@ struct BenchAgenticOptions {
   int max_replays = 0;
   double think_time_scale = 1.0;
   double idle_cap_s = 10.0;
+  std::string idle_cap_mode = "system";
   int warmup_requests = 0;
   double trajectory_start_min = 0, trajectory_start_max = 0;
   int64_t max_context_length = 0;
@@ -200,6 +201,9 @@ void run_bench_agentic(const BenchAgenticOptions& o) {
   replay.max_replays = o.max_replays > 0 || o.duration_s > 0 ? o.max_replays : static_cast<int>(sessions.size());
   replay.think_time_scale = o.think_time_scale;
   replay.idle_cap_s = o.idle_cap_s;
+  M3_CHECK(o.idle_cap_mode == "system" || o.idle_cap_mode == "wait",
+           "--idle-cap-mode: expected system or wait, got '{}'", o.idle_cap_mode);
+  replay.whole_system_idle_cap = o.idle_cap_mode == "system";
   replay.warmup_requests = o.warmup_requests;
   M3_CHECK(o.trajectory_start_min >= 0 && o.trajectory_start_min <= o.trajectory_start_max &&
                o.trajectory_start_max <= 1,
@@ -233,6 +237,7 @@ void run_bench_agentic(const BenchAgenticOptions& o) {
                  {"options",
                   {{"duration_s", o.duration_s}, {"max_replays", replay.max_replays},
                    {"think_time_scale", o.think_time_scale}, {"idle_cap_s", o.idle_cap_s},
+                   {"idle_cap_mode", o.idle_cap_mode},
                    {"warmup_requests_per_lane", o.warmup_requests},
                    {"trajectory_start_ratio", {o.trajectory_start_min, o.trajectory_start_max}}, {"max_context_length", o.max_context_length}}},
                  {"runs", json::array()}};
@@ -308,7 +313,11 @@ void register_bench_agentic(CLI::App& app) {
                   "session replays per level (0: unlimited with --duration, else the corpus once)")
       ->capture_default_str();
   cmd->add_option("--think-time-scale", o->think_time_scale, "multiplies recorded think times")->capture_default_str();
-  cmd->add_option("--idle-cap-seconds", o->idle_cap_s, "longest wait before a request (negative: no cap)")
+  cmd->add_option("--idle-cap-seconds", o->idle_cap_s, "the idle cap, seconds (negative: none)")
+      ->capture_default_str();
+  cmd->add_option("--idle-cap-mode", o->idle_cap_mode,
+                  "system: idle time with no request in flight past the cap is skipped (AgentX); "
+                  "wait: no single wait is longer than the cap")
       ->capture_default_str();
   cmd->add_option("--warmup-requests", o->warmup_requests, "per lane: first requests sent but not measured")
       ->capture_default_str();

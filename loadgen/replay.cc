@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "loadgen/chat_stream.h"
+#include "loadgen/replay_clock.h"
 #include "loadgen/report.h"
 
 namespace m3::loadgen {
@@ -16,37 +17,6 @@ namespace m3::loadgen {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The run's stop flag, and waits that end early when it is raised.
-class Stopper {
- public:
-  // Waits `seconds`; false when the run stopped meanwhile (or had stopped already).
-  bool wait_for(double seconds) {
-    std::unique_lock lock(mu_);
-    if (seconds > 0) cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return stopped_; });
-    return !stopped_;
-  }
-  void wait() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return stopped_; });
-  }
-  void stop() {
-    {
-      std::lock_guard lock(mu_);
-      stopped_ = true;
-    }
-    cv_.notify_all();
-  }
-  bool stopped() {
-    std::lock_guard lock(mu_);
-    return stopped_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopped_ = false;
-};
 
 // One replay of one session tree, shared by its agents' threads.
 struct SessionReplay {
@@ -76,21 +46,18 @@ class Replayer {
     for (int lane = 0; lane < o_.concurrency; ++lane) {
       lanes.emplace_back([this, lane, &running] {
         run_lane(lane);
-        if (--running == 0) stopper_.stop();
+        if (--running == 0) clock_.stop();
       });
     }
     // The time limit: no request starts after it; those in flight finish.
-    if (o_.duration_s > 0) {
-      stopper_.wait_for(o_.duration_s);
-    } else {
-      stopper_.wait();
-    }
-    stopper_.stop();
+    clock_.wait_for_stop(o_.duration_s);
+    clock_.stop();
     for (std::thread& t : lanes) t.join();
     RunResult r;
     r.concurrency = o_.concurrency;
     r.wall_s = seconds_since_start();
     r.context_resets = context_resets_;
+    r.skipped_idle_s = clock_.skipped_s();
     r.requests = std::move(requests_);
     r.replays = std::move(replays_);
     std::sort(r.requests.begin(), r.requests.end(),
@@ -103,7 +70,7 @@ class Replayer {
 
   void run_lane(int lane) {
     std::atomic<int> lane_requests{0};
-    while (!stopper_.stopped()) {
+    while (!clock_.stopped()) {
       const int index = next_replay_++;
       if (o_.max_replays > 0 && index >= o_.max_replays) break;
       const Session& session = sessions_[static_cast<size_t>(index) % sessions_.size()];
@@ -151,7 +118,7 @@ class Replayer {
         continue;
       }
       if (step.subagent) {
-        if (stopper_.stopped()) continue;
+        if (clock_.stopped()) continue;
         const Agent& sub = *step.subagent;
         (sub.background ? background : waited).emplace_back([this, &replay, &sub] { run_agent(replay, sub); });
         continue;
@@ -163,8 +130,8 @@ class Replayer {
       RequestRecord r;
       r.recorded_wait_s = q.think_time ? *q.think_time : std::max(0.0, q.t - last_end_t);
       r.wait_s = first_turn > 0 && turn == first_turn ? 0.0 : r.recorded_wait_s * o_.think_time_scale;
-      if (o_.idle_cap_s >= 0) r.wait_s = std::min(r.wait_s, o_.idle_cap_s);
-      if (!stopper_.wait_for(r.wait_s)) break;
+      if (!o_.whole_system_idle_cap && o_.idle_cap_s >= 0) r.wait_s = std::min(r.wait_s, o_.idle_cap_s);
+      if (!clock_.wait(r.wait_s)) break;
       r.lane = replay.lane;
       r.replay = replay.replay;
       r.turn = turn++;
@@ -213,6 +180,7 @@ class Replayer {
     }
     const std::string payload = body.dump();
     ++live_.in_flight;
+    clock_.request_started();
     const auto start = Clock::now();
     r.start_s = seconds_since_start();
     double last_text_s = -1;
@@ -244,6 +212,7 @@ class Replayer {
                                          [&](const char* data, size_t size) { sse.feed(data, size); });
     r.e2e_s = std::chrono::duration<double>(Clock::now() - start).count();
     --live_.in_flight;
+    clock_.request_finished();
     if (http.status != 200) {
       r.status = RequestRecord::Status::failed;
       r.error = http.status == 0 ? http.error : fmt::format("HTTP {}: {}", http.status, http.error.substr(0, 500));
@@ -275,7 +244,8 @@ class Replayer {
   const WordPool& words_;
   const ReplayOptions& o_;
   LiveCounters& live_;
-  Stopper stopper_;
+  // Whole-system mode: the clock skips idle time past the cap; per-wait mode: waits are cut.
+  ReplayClock clock_{o_.whole_system_idle_cap ? o_.idle_cap_s : -1.0};
   Clock::time_point start_;
   std::atomic<int> next_replay_{0};
   std::atomic<int64_t> context_resets_{0};

@@ -27,7 +27,10 @@ struct ReplayOptions {
   double duration_s = 0;            // 0: no time limit (then max_replays bounds the run)
   int max_replays = 0;              // session replays started in all (0: no limit)
   double think_time_scale = 1.0;
-  double idle_cap_s = 10.0;         // longest wait before a request (< 0: no cap)
+  double idle_cap_s = 10.0;         // < 0: no cap
+  // false: no wait before a request is longer than the cap; true: AgentX's whole-system cap,
+  // idle time (no request in flight) past the cap is skipped (loadgen/replay_clock.h).
+  bool whole_system_idle_cap = false;
   int warmup_requests = 0;          // per lane: its first requests are sent but not measured
   int64_t max_context_length = 0;   // requests with in + out above it are skipped (0: no limit)
   std::chrono::seconds request_timeout{600};
@@ -69,6 +72,7 @@ struct RunResult {
   int concurrency = 0;
   double wall_s = 0;
   int64_t context_resets = 0;  // requests that left their agent's message array (compactions)
+  double skipped_idle_s = 0;   // whole-system idle time skipped by the cap
   std::vector<RequestRecord> requests;
   std::vector<ReplayRecord> replays;
 };

@@ -38,6 +38,7 @@ RunSummary summarize_run(const RunResult& run, const ServerCounters& before, con
   s.wall_s = run.wall_s;
   s.replays = static_cast<int64_t>(run.replays.size());
   s.context_resets = run.context_resets;
+  s.skipped_idle_s = run.skipped_idle_s;
   std::vector<double> ttft, itl, tpot, e2el, e2e_per_token;
   double first_start = 1e300, last_end = 0;
   int64_t usage_prompt = 0, usage_cached = 0, trace_in = 0, hit_tokens = 0;
@@ -172,7 +173,7 @@ json to_json(const RunSummary& s) {
         {"usage_cached_rate", s.usage_cached_rate}, {"theoretical_hit_rate", s.theoretical_hit_rate}}},
       {"think",
        {{"max_wait_s", s.max_wait_s}, {"max_recorded_wait_s", s.max_recorded_wait_s},
-        {"capped_waits", s.capped_waits}}},
+        {"capped_waits", s.capped_waits}, {"skipped_idle_s", s.skipped_idle_s}}},
       {"errors", s.errors},
   };
 }

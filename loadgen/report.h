@@ -49,6 +49,7 @@ struct RunSummary {
   double server_hits = 0, server_queries = 0;
   double max_wait_s = 0, max_recorded_wait_s = 0;
   int64_t capped_waits = 0;
+  double skipped_idle_s = 0;
   std::vector<std::string> errors;  // the first few
 };
 

@@ -82,7 +82,7 @@ class BenchAgentic(unittest.TestCase):
         try:
             p = m3serve("bench", "agentic", "--traces", cls.traces, "--base-url", "http://127.0.0.1:%d" % cls.server.port,
                         "--concurrency", "1,2", "--max-replays", "4", "--think-time-scale", "0.2",
-                        "--idle-cap-seconds", str(IDLE_CAP), "--warmup-requests", "1", "--tokenizer", MODEL,
+                        "--idle-cap-seconds", str(IDLE_CAP), "--idle-cap-mode", "wait", "--warmup-requests", "1", "--tokenizer", MODEL,
                         "--max-context-length", str(cls.max_context), "--num-gpus", "2", "--detailed",
                         "--label", "tiny cpu", "--output", cls.out, "--plot", cls.svg, "--plot-png", cls.png,
                         "--json")
