@@ -11,7 +11,7 @@ namespace m3::loadgen {
 namespace {
 
 constexpr int kWidth = 900, kHeight = 600;
-constexpr int kLeft = 90, kRight = 220, kTop = 50, kBottom = 70;  // margins: the legend sits right
+constexpr int kLeft = 90, kRight = 220, kTop = 56, kBottom = 70;  // margins: the legend sits right
 
 const Rgb kColors[] = {{31, 119, 180}, {214, 39, 40}, {44, 160, 44}, {255, 127, 14},
                        {148, 103, 189}, {140, 86, 75}, {227, 119, 194}, {23, 190, 207}};
@@ -121,8 +121,8 @@ void draw(Surface& s, const std::vector<PlotSeries>& series, const std::string& 
   s.line(kLeft, kTop, kLeft, kTop + plot_h, kInk, 2);
   s.line(kLeft, kTop + plot_h, kLeft + plot_w, kTop + plot_h, kInk, 2);
   s.text(kLeft + plot_w / 2, kTop + plot_h + 42, "interactivity: 1/p90(E2EL/OSL)  tok/s/user", kInk, 1, false);
-  s.text(12, kTop - 22, "total tok/s per GPU", kInk, 0, false);
-  s.text(kWidth / 2.0, 18, title, kInk, 1, true);
+  s.text(12, kTop - 12, "total tok/s per GPU", kInk, 0, false);
+  s.text(kWidth / 2.0, 16, title, kInk, 1, true);
 
   for (size_t i = 0; i < series.size(); ++i) {
     const Rgb color = kColors[i % (sizeof kColors / sizeof kColors[0])];
