@@ -334,6 +334,48 @@ class AgainstAnotherServer(unittest.TestCase):
         self.assertGreater(len(second["messages"]), len(first["messages"]))
         self.assertTrue(first["messages"][-1]["content"].startswith("[rid:"))
 
+    def test_subagents_join_before_the_parents_next_turn(self):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ScriptedOpenAI)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        work = tempfile.mkdtemp(prefix="bench_agentic_subagents_")
+
+        def req(t, hash_ids):
+            return {"t": t, "type": "s", "in": 64 * len(hash_ids), "out": 5, "hash_ids": hash_ids, "think_time": 0}
+
+        def sub(agent_id, status, requests):
+            return {"t": 1, "type": "subagent", "agent_id": agent_id, "subagent_type": "Explore", "status": status,
+                    "requests": requests}
+
+        session = {"id": "tree", "requests": [
+            req(0, [1]),
+            sub("a", "completed", [req(1, [1, 10]), req(2, [1, 10, 11])]),
+            sub("b", "completed", [req(1, [1, 20])]),
+            sub("bg", "async_launched", [req(1, [1, 30]), req(2, [1, 30, 31]), req(3, [1, 30, 31, 32])]),
+            req(5, [1, 2]),
+        ]}
+        try:
+            traces = os.path.join(work, "t.jsonl")
+            with open(traces, "w") as f:
+                f.write(json.dumps(session) + "\n")
+            p = m3serve("bench", "agentic", "--traces", traces, "--base-url",
+                        "http://127.0.0.1:%d" % server.server_address[1], "--detailed", "--json")
+        finally:
+            server.shutdown()
+            shutil.rmtree(work, ignore_errors=True)
+        run = json.loads(p.stdout)["runs"][0]
+        self.assertEqual(run["requests"]["completed"], 8)
+        records = run["request_records"]
+        end = {}
+        for r in records:
+            end.setdefault(r["agent"], []).append((r["start_s"], r["start_s"] + r["e2e_s"]))
+        main_second = sorted(end["main"])[1][0]
+        # The parent's next turn starts after both waited-for sub-agents ended, not after "bg".
+        self.assertGreaterEqual(main_second, max(e for _, e in end["a"]))
+        self.assertGreaterEqual(main_second, max(e for _, e in end["b"]))
+        self.assertLess(main_second, max(e for _, e in end["bg"]))
+        # a and b ran side by side.
+        self.assertLess(min(s for s, _ in end["b"]), max(e for _, e in end["a"]))
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
