@@ -255,7 +255,9 @@ void run_bench_agentic(const BenchAgenticOptions& o) {
       run = loadgen::run_replay(sessions, words, replay, live);
     }
     const loadgen::ServerCounters after = scrape(replay.endpoint, o.api_key);
-    const loadgen::RunSummary summary = loadgen::summarize_run(run, before, after, o.num_gpus, o.idle_cap_s);
+    // capped_waits counts the per-wait cap's cuts; the whole-system cap reports skipped_idle_s.
+    const loadgen::RunSummary summary = loadgen::summarize_run(
+        run, before, after, o.num_gpus, replay.whole_system_idle_cap ? -1.0 : o.idle_cap_s);
     print_level(summary);
     json level = loadgen::to_json(summary);
     json records = loadgen::records_to_json(run);
