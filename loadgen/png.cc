@@ -129,33 +129,104 @@ uint32_t adler32(const uint8_t* data, size_t size) {
   return (b << 16) | a;
 }
 
+namespace {
+
+// Deflate with the fixed Huffman codes and one kind of match, a run of the byte before
+// (distance 1): enough for a plot, whose rows are mostly equal to the row above (filter Up makes
+// them zeros). Bits go out least significant first; Huffman codes most significant first.
+class FixedDeflate {
+ public:
+  std::string out;
+
+  void literal(uint8_t byte) {
+    if (byte < 144) {
+      code(0x30 + byte, 8);
+    } else {
+      code(0x190 + (byte - 144), 9);
+    }
+  }
+
+  void run(int length) {  // 3..258 copies of the byte before
+    static const int kBase[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,  15,  17,  19,  23, 27,
+                                  31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
+    static const int kExtra[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
+    int k = 28;
+    while (kBase[k] > length) --k;
+    symbol(257 + k);
+    bits(static_cast<uint32_t>(length - kBase[k]), kExtra[k]);
+    code(0, 5);  // distance code 0: distance 1
+  }
+
+  void begin() { bits(1, 1), bits(1, 2); }  // the last block, fixed codes
+  void end() {
+    symbol(256);
+    if (used_ > 0) out.push_back(static_cast<char>(pending_));
+  }
+
+ private:
+  void symbol(int s) {  // a length symbol or the end of the block
+    if (s < 280) {
+      code(static_cast<uint32_t>(s - 256), 7);
+    } else {
+      code(static_cast<uint32_t>(0xC0 + (s - 280)), 8);
+    }
+  }
+  void code(uint32_t value, int n) {  // most significant bit first
+    for (int i = n - 1; i >= 0; --i) bits((value >> i) & 1, 1);
+  }
+  void bits(uint32_t value, int n) {  // least significant bit first
+    for (int i = 0; i < n; ++i) {
+      pending_ |= ((value >> i) & 1) << used_;
+      if (++used_ == 8) {
+        out.push_back(static_cast<char>(pending_));
+        pending_ = 0;
+        used_ = 0;
+      }
+    }
+  }
+  uint32_t pending_ = 0;
+  int used_ = 0;
+};
+
+std::string deflate_runs(const std::string& raw) {
+  FixedDeflate d;
+  d.begin();
+  for (size_t i = 0; i < raw.size();) {
+    size_t n = 0;
+    if (i > 0) {
+      while (n < 258 && i + n < raw.size() && raw[i + n] == raw[i - 1]) ++n;
+    }
+    if (n >= 3) {
+      d.run(static_cast<int>(n));
+      i += n;
+    } else {
+      d.literal(static_cast<uint8_t>(raw[i]));
+      ++i;
+    }
+  }
+  d.end();
+  return d.out;
+}
+
+}  // namespace
+
 std::string encode_png(const Canvas& canvas) {
-  // The raw image: each row is a filter byte (0: none) and its RGB bytes.
+  // Each row: filter 2 (Up: each byte minus the one above it), then its RGB bytes.
   std::string raw;
   raw.reserve(static_cast<size_t>(canvas.height()) * (1 + 3 * canvas.width()));
   for (int y = 0; y < canvas.height(); ++y) {
-    raw.push_back(0);
+    raw.push_back(2);
     for (int x = 0; x < canvas.width(); ++x) {
       const Rgb p = canvas.at(x, y);
-      raw.push_back(static_cast<char>(p.r));
-      raw.push_back(static_cast<char>(p.g));
-      raw.push_back(static_cast<char>(p.b));
+      const Rgb above = y > 0 ? canvas.at(x, y - 1) : Rgb{0, 0, 0};
+      raw.push_back(static_cast<char>(static_cast<uint8_t>(p.r - above.r)));
+      raw.push_back(static_cast<char>(static_cast<uint8_t>(p.g - above.g)));
+      raw.push_back(static_cast<char>(static_cast<uint8_t>(p.b - above.b)));
     }
   }
-  // zlib: header (deflate, 32K window, no dictionary), stored blocks of up to 65535 bytes, Adler-32.
+  // zlib: header (deflate, 32K window, no dictionary), the deflate stream, Adler-32 of the raw bytes.
   std::string z = {0x78, 0x01};
-  for (size_t pos = 0;;) {
-    const size_t n = std::min<size_t>(65535, raw.size() - pos);
-    const bool last = pos + n == raw.size();
-    z.push_back(last ? 1 : 0);
-    z.push_back(static_cast<char>(n & 0xFF));
-    z.push_back(static_cast<char>(n >> 8));
-    z.push_back(static_cast<char>(~n & 0xFF));
-    z.push_back(static_cast<char>((~n >> 8) & 0xFF));
-    z.append(raw, pos, n);
-    pos += n;
-    if (last) break;
-  }
+  z += deflate_runs(raw);
   put_u32(z, adler32(reinterpret_cast<const uint8_t*>(raw.data()), raw.size()));
 
   std::string png = "\x89PNG\r\n\x1a\n";

@@ -1,6 +1,7 @@
 // A tiny RGB raster (lines, discs, rectangles, text in a built-in 5x7 bitmap font) and its PNG
-// encoding: zlib's stored (uncompressed) deflate blocks, CRC-32 and Adler-32 written out here, so
-// the plot needs no image library.
+// encoding: rows filtered Up, deflated with the fixed Huffman codes and runs of the byte before
+// (a plot is mostly rows equal to the one above), CRC-32 and Adler-32 written out here, so the
+// plot needs no image library.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -36,7 +37,7 @@ class Canvas {
 
 uint32_t crc32(const uint8_t* data, size_t size, uint32_t crc = 0);
 uint32_t adler32(const uint8_t* data, size_t size);
-// The canvas as a PNG file (8-bit RGB, filter 0 on every row).
+// The canvas as a PNG file (8-bit RGB, filter Up on every row).
 std::string encode_png(const Canvas& canvas);
 
 }  // namespace m3::loadgen
