@@ -1,7 +1,10 @@
 #include "loadgen/trace.h"
 
 #include <cmath>
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -196,14 +199,50 @@ Session parse_session(const std::string& line, const std::string& where) {
   return s;
 }
 
-std::vector<Session> read_traces(const std::string& path) {
+namespace {
+
+void read_jsonl(const std::string& path, std::vector<Session>& sessions) {
   std::ifstream in(path);
   M3_CHECK(in.good(), "cannot open trace file '{}'", path);
-  std::vector<Session> sessions;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     sessions.push_back(parse_session(line, fmt::format("{}:{}", path, number)));
+  }
+}
+
+// A kv-cache-tester trace file: one session, the whole file (it may span many lines).
+void read_json(const std::string& path, std::vector<Session>& sessions) {
+  std::ifstream in(path);
+  M3_CHECK(in.good(), "cannot open trace file '{}'", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  sessions.push_back(parse_session(text.str(), path));
+}
+
+}  // namespace
+
+std::vector<Session> read_traces(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<Session> sessions;
+  if (fs::is_directory(path)) {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(path)) {
+      const std::string ext = entry.path().extension().string();
+      if (entry.is_regular_file() && (ext == ".json" || ext == ".jsonl")) files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const fs::path& f : files) {
+      if (f.extension() == ".json") {
+        read_json(f.string(), sessions);
+      } else {
+        read_jsonl(f.string(), sessions);
+      }
+    }
+  } else if (fs::path(path).extension() == ".json") {
+    read_json(path, sessions);
+  } else {
+    read_jsonl(path, sessions);
   }
   M3_CHECK(!sessions.empty(), "trace file '{}' holds no session", path);
   return sessions;

@@ -57,7 +57,9 @@ struct Session {
 // Parses one JSONL line. Throws m3::Error naming `where` (FILE:LINE) and the field path
 // (requests[3].hash_ids[2]) of the first problem.
 Session parse_session(const std::string& line, const std::string& where);
-// Every non-empty line of the file; throws on the first bad one, or when there are none.
+// A .jsonl file (every non-empty line a session), a .json file (one session, kv-cache-tester's
+// one file per trace), or a directory of both (sorted by name). Throws on the first bad session
+// (naming FILE:LINE, or FILE for .json), or when there is none.
 std::vector<Session> read_traces(const std::string& path);
 
 nlohmann::json session_to_json(const Session& session);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -92,6 +93,26 @@ TEST(Trace, FileErrorsNameTheLine) {
     EXPECT_EQ(std::string(e.what()), path + ":3: requests[0].out: missing");
   }
   std::remove(path.c_str());
+}
+
+TEST(Trace, ReadsJsonFilesAndDirectories) {
+  const std::string dir = ::testing::TempDir() + "/loadgen_trace_dir";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir + "/b.jsonl") << kSession << "\n" << kSession << "\n";
+    // One session spread over several lines, as kv-cache-tester writes them.
+    std::ofstream(dir + "/a.json") << "{\n  \"id\": \"pretty\",\n  \"requests\": [{\"t\": 0, \"type\": \"n\", "
+                                      "\"in\": 3, \"out\": 1}]\n}\n";
+    std::ofstream(dir + "/notes.txt") << "ignored";
+  }
+  const std::vector<Session> all = read_traces(dir);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].id, "pretty");
+  EXPECT_EQ(all[0].source, dir + "/a.json");
+  EXPECT_EQ(all[2].source, dir + "/b.jsonl:2");
+  EXPECT_EQ(read_traces(dir + "/a.json").size(), 1u);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
