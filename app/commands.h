@@ -22,6 +22,7 @@ void register_bench_serve(CLI::App& app);
 void register_bench_latency(CLI::App& app);
 void register_bench_throughput(CLI::App& app);
 void register_bench_http(CLI::App& app);
+void register_bench_agentic(CLI::App& app);
 
 // Rewrites vLLM's multi-letter short options (-tp) that CLI11 cannot parse into their long form,
 // in place, so `vllm serve` command lines work unchanged with `m3serve serve` (and `m3serve plan`).

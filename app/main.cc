@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   m3::app::register_bench_latency(app);
   m3::app::register_bench_throughput(app);
   m3::app::register_bench_http(app);
+  m3::app::register_bench_agentic(app);
   m3::app::expand_vllm_short_options(argc, argv);
   try {
     app.parse(argc, argv);

@@ -3,7 +3,7 @@
 
 The layers (docs/architecture.md, "Layers"): dependencies point one way,
     core <- formats <- ops <- kernels        ops <- model <- engine <- server <- app
-    text and hub beside (core only), grammar beside (core and ops: it implements ops/token_constraint.h),
+    text, hub and loadgen beside (core only), grammar beside (core and ops: it implements ops/token_constraint.h),
     parallel beside kernels (ops and below; model and above may use it);
 a folder may include its own headers and those of the layers below it. tests/, bench/ and tools/
 may include anything. Prints each offending include as file:line and exits 1; 0 when clean."""
@@ -22,6 +22,7 @@ ALLOWED = {
     "text": {"core", "text"},
     "grammar": {"core", "ops", "grammar"},
     "hub": {"core", "hub"},
+    "loadgen": {"core", "loadgen"},
     "server": {"core", "formats", "ops", "engine", "text", "grammar", "server"},
     "app": None,  # the top: anything
 }
