@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   bytes.push_back(std::nullopt);  // eos
   const int32_t eos = static_cast<int32_t>(bytes.size() - 1);
   auto vocab = std::make_shared<const m3::grammar::Vocabulary>(bytes, std::vector<int32_t>{eos});
-  std::printf("vocabulary: %zu tokens, %zu trie nodes, built in %.0f ms\n", bytes.size(), vocab->nodes().size(),
+  std::printf("vocabulary: %zu tokens, %zu trie nodes, built in %.0f ms\n", bytes.size(), vocab->trie().nodes().size(),
               std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   std::printf("%-18s %8s %10s %10s %10s %10s %10s\n", "spec", "tokens", "cold p50", "cold p99", "warm p50", "warm p99",
               "warm max");

@@ -16,6 +16,15 @@ size_t Automaton::KeyHash::operator()(const std::vector<int32_t>& k) const {
 }
 
 Automaton::Automaton(std::shared_ptr<const Nfa> nfa) : nfa_(std::move(nfa)) {
+  std::array<bool, 257> cut{};
+  for (const NfaState& st : nfa_->states) {
+    for (const ByteEdge& e : st.bytes) cut[e.lo] = cut[e.hi + 1] = true;
+  }
+  uint8_t cls = 0;
+  for (int b = 0; b < 256; ++b) {
+    if (b > 0 && cut[static_cast<size_t>(b)]) ++cls;
+    byte_class_[static_cast<size_t>(b)] = cls;
+  }
   std::vector<std::vector<int32_t>> configs;
   bool accepting = false;
   close({nfa_->rule_start[nfa_->start_rule]}, configs, &accepting);
@@ -75,7 +84,9 @@ int32_t Automaton::intern(std::vector<std::vector<int32_t>> configs, bool accept
   std::vector<int32_t> key;
   key.push_back(accepting ? 1 : 0);
   int32_t to_accept = accepting ? 0 : Nfa::kUnreachable;
+  int32_t stack_depth = 1;
   for (const auto& c : configs) {
+    stack_depth = std::max(stack_depth, static_cast<int32_t>(c.size()));
     key.push_back(static_cast<int32_t>(c.size()));
     key.insert(key.end(), c.begin(), c.end());
     int32_t d = 0;
@@ -92,12 +103,22 @@ int32_t Automaton::intern(std::vector<std::vector<int32_t>> configs, bool accept
   st.accepting = accepting;
   st.can_continue = !configs.empty();
   st.to_accept = to_accept;
+  st.stack_depth = stack_depth;
   st.next = std::make_unique<int32_t[]>(256);
   std::fill(st.next.get(), st.next.get() + 256, kUnknown);
   const auto id = static_cast<int32_t>(states_.size());
   states_.push_back(std::move(st));
   index_.emplace(std::move(key), id);
   return id;
+}
+
+int32_t Automaton::fill_next(int32_t state, uint8_t byte) {
+  const int32_t to = compute_next(state, byte);
+  int32_t* next = states_[static_cast<size_t>(state)].next.get();  // after compute_next: states_ may have moved
+  const uint8_t cls = byte_class_[byte];
+  for (int b = 0; b < 256; ++b)
+    if (byte_class_[static_cast<size_t>(b)] == cls) next[b] = to;
+  return to;
 }
 
 int32_t Automaton::compute_next(int32_t state, uint8_t byte) {
