@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <deque>
 
 #include <fmt/format.h>
 
@@ -23,13 +22,38 @@ bool subset(const TokenTrie::ByteSet& a, const TokenTrie::ByteSet& b) {
 }  // namespace
 
 CompiledGrammar::CompiledGrammar(const Grammar& g, std::shared_ptr<const Vocabulary> vocab, const std::string& what,
-                                 std::chrono::milliseconds precompute_time)
+                                 PrecomputeLimits precompute)
     : vocab_(std::move(vocab)), automaton_(build_nfa(g, what)), start_(automaton_.start()) {
-  precompute(precompute_time);
+  Frontier frontier;
+  frontier.queue.push_back(start_);
+  frontier.seen.assign(static_cast<size_t>(start_) + 1, 0);
+  frontier.seen[static_cast<size_t>(start_)] = 1;
+  const auto deadline = std::chrono::steady_clock::now() + precompute.at_construction;
+  bool more = true;
+  while (more && std::chrono::steady_clock::now() < deadline) more = precompute_one(frontier);
+  if (more && precompute.in_background.count() > 0) {
+    precompute_thread_ = std::jthread([this, f = std::move(frontier), limit = precompute.in_background](std::stop_token stop) mutable {
+      precompute_in_background(std::move(f), limit, stop);
+    });
+  }
+}
+
+CompiledGrammar::~CompiledGrammar() = default;
+
+std::unique_lock<std::mutex> CompiledGrammar::lock_for_sequence() {
+  sequences_waiting_.fetch_add(1, std::memory_order_relaxed);
+  std::unique_lock lock(mu_);
+  sequences_waiting_.fetch_sub(1, std::memory_order_relaxed);
+  return lock;
+}
+
+void CompiledGrammar::wait_precomputed() {
+  std::lock_guard lock(thread_mu_);
+  if (precompute_thread_.joinable()) precompute_thread_.join();
 }
 
 int32_t CompiledGrammar::advance(int32_t state, std::string_view bytes) {
-  std::lock_guard lock(mu_);
+  auto lock = lock_for_sequence();
   for (char c : bytes) {
     if (state == Automaton::kDead) break;
     state = automaton_.next(state, static_cast<uint8_t>(c));
@@ -38,23 +62,28 @@ int32_t CompiledGrammar::advance(int32_t state, std::string_view bytes) {
 }
 
 bool CompiledGrammar::accepting(int32_t state) {
-  std::lock_guard lock(mu_);
+  auto lock = lock_for_sequence();
   return automaton_.accepting(state);
 }
 
 int32_t CompiledGrammar::bytes_to_accept(int32_t state) {
-  std::lock_guard lock(mu_);
+  auto lock = lock_for_sequence();
   return automaton_.bytes_to_accept(state);
 }
 
 bool CompiledGrammar::can_continue(int32_t state) {
-  std::lock_guard lock(mu_);
+  auto lock = lock_for_sequence();
   return automaton_.can_continue(state);
 }
 
 size_t CompiledGrammar::cached_masks() {
-  std::lock_guard lock(mu_);
+  auto lock = lock_for_sequence();
   return masks_.size();
+}
+
+size_t CompiledGrammar::cached_mask_bytes() {
+  auto lock = lock_for_sequence();
+  return mask_bytes_;
 }
 
 const TokenTrie::ByteSet& CompiledGrammar::loop_bytes(int32_t state) {
@@ -72,7 +101,15 @@ const TokenTrie::ByteSet& CompiledGrammar::loop_bytes(int32_t state) {
   return *loops_[i];
 }
 
-void CompiledGrammar::walk(const TokenTrie& trie, int32_t state, int32_t budget, Mask& m, std::vector<int32_t>* ends) {
+void CompiledGrammar::add_end(Mask& m, int32_t state) {
+  const auto i = static_cast<size_t>(state);
+  if (end_marks_.size() <= i) end_marks_.resize(std::max(i + 1, end_marks_.size() * 2), 0);
+  if (end_marks_[i] == mask_number_) return;
+  end_marks_[i] = mask_number_;
+  m.ends.push_back(state);
+}
+
+void CompiledGrammar::walk(const TokenTrie& trie, int32_t state, int32_t budget, Mask& m) {
   const auto& nodes = trie.nodes();
   const auto& edges = trie.edges();
   const auto& node_tokens = trie.node_tokens();
@@ -81,14 +118,16 @@ void CompiledGrammar::walk(const TokenTrie& trie, int32_t state, int32_t budget,
     ++m.count;
   };
   auto reached = [&](int32_t s) {
-    if (ends && (ends->empty() || ends->back() != s)) ends->push_back(s);
+    if (budget < 0) add_end(m, s);
   };
-  const int32_t deep_above = automaton_.bytes_to_accept(state) + kDeepMargin;
-  bool deep_overflow = false;
-  auto note_deep = [&](int32_t id, int32_t to_accept) {
-    if (budget >= 0 || to_accept <= deep_above || deep_overflow) return;
-    if (m.deep.size() < kMaxDeepTokens) m.deep.emplace_back(id, to_accept);
-    else deep_overflow = true;
+  const int32_t here = automaton_.bytes_to_accept(state);
+  auto note = [&](int32_t id, int32_t to_accept) {
+    if (budget >= 0 || to_accept == here) return;
+    auto& list = to_accept > here ? m.further : m.nearer;
+    bool& listed = to_accept > here ? m.further_listed : m.nearer_listed;
+    if (!listed) return;
+    if (list.size() < kMaxListedTokens) list.emplace_back(id, to_accept);
+    else listed = false, list.clear(), list.shrink_to_fit();
   };
   struct Item {
     int32_t node, state;
@@ -121,7 +160,7 @@ void CompiledGrammar::walk(const TokenTrie& trie, int32_t state, int32_t budget,
         for (int32_t k = child.first_token; k < end; ++k) {
           const int32_t id = node_tokens[static_cast<size_t>(k)];
           allow(id);
-          note_deep(id, to_accept);
+          note(id, to_accept);
         }
         continue;
       }
@@ -133,41 +172,48 @@ void CompiledGrammar::walk(const TokenTrie& trie, int32_t state, int32_t budget,
           for (int32_t k = 0; k < child.num_tokens; ++k) {
             const int32_t id = node_tokens[static_cast<size_t>(child.first_token + k)];
             allow(id);
-            note_deep(id, to_accept);
+            note(id, to_accept);
           }
         }
       }
       if (child.num_edges > 0) stack.push_back({edge.child, next});
     }
   }
-  if (deep_overflow) m.deep.clear(), m.deep.shrink_to_fit(), m.worst_to_accept = Nfa::kUnreachable;
 }
 
-CompiledGrammar::Mask CompiledGrammar::compute_mask(int32_t state, int32_t budget, std::vector<int32_t>* ends) {
+CompiledGrammar::Mask CompiledGrammar::compute_mask(int32_t state, int32_t budget) {
+  if (++mask_number_ == 0) std::fill(end_marks_.begin(), end_marks_.end(), 0u), mask_number_ = 1;
   const Vocabulary& v = *vocab_;
   Mask m;
-  // A class's tokens go in bulk when none of them could be one the budget (or the deep list)
-  // must single out: their ends are at most `worst` from complete.
-  const int32_t limit = budget >= 0 ? budget : automaton_.bytes_to_accept(state) + kDeepMargin;
+  // A class's tokens go in bulk (for a budget: when all of them complete within it); the
+  // lists of tokens that move away from or toward completion cannot name them, so a budget
+  // that would need them walks instead.
+  const int32_t here = automaton_.bytes_to_accept(state);
   for (int32_t c = 0; c < kNumTextClasses; ++c) {
     const auto cls = static_cast<TextClass>(c);
     const TextRuns::Run& run = runs_[static_cast<size_t>(c)].run(state);
     if (!run.uniform) continue;
-    int32_t worst = -1;
-    for (int32_t k = 1; k <= run.chars; ++k)
-      if (v.class_count_upto(cls, k) > v.class_count_upto(cls, k - 1)) worst = std::max(worst, run.max_to_accept[static_cast<size_t>(k - 1)]);
-    if (worst > limit) continue;
+    int32_t worst = -1, nearest = Nfa::kUnreachable;
+    for (int32_t k = 1; k <= run.chars; ++k) {
+      if (v.class_count_upto(cls, k) == v.class_count_upto(cls, k - 1)) continue;  // no token this long
+      worst = std::max(worst, run.max_to_accept[static_cast<size_t>(k - 1)]);
+      nearest = std::min(nearest, run.min_to_accept[static_cast<size_t>(k - 1)]);
+    }
+    if (budget >= 0 && worst > budget) continue;
     const auto bulk = v.class_upto(cls, run.chars);
     m.words.assign(bulk.begin(), bulk.end());
     m.count = v.class_count_upto(cls, run.chars);
     m.worst_to_accept = std::max(0, worst);
-    if (ends) ends->insert(ends->end(), run.ends.begin(), run.ends.end());
-    walk(v.outside(cls), state, budget, m, ends);
+    if (worst > here) m.further_listed = false;
+    if (nearest < here && worst >= 0) m.nearer_listed = false;
+    if (budget < 0)
+      for (int32_t e : run.ends) add_end(m, e);
+    walk(v.outside(cls), state, budget, m);
     break;
   }
   if (m.words.empty()) {
     m.words.assign(static_cast<size_t>((v.size() + 31) / 32), 0u);
-    walk(v.trie(), state, budget, m, ends);
+    walk(v.trie(), state, budget, m);
   }
   if (automaton_.accepting(state)) {
     for (int32_t id : v.eos_ids()) {
@@ -180,71 +226,114 @@ CompiledGrammar::Mask CompiledGrammar::compute_mask(int32_t state, int32_t budge
 }
 
 const CompiledGrammar::Mask& CompiledGrammar::cache(int32_t state, Mask m) {
-  const size_t bytes = m.words.size() * sizeof(uint32_t);
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (uint32_t w : m.words) hash = (hash ^ w) * 0x100000001b3ull;
+  size_t bytes = (m.further.size() + m.nearer.size()) * sizeof(std::pair<int32_t, int32_t>) + m.ends.size() * sizeof(int32_t);
+  auto same = distinct_words_.find(hash);
+  const bool shared = same != distinct_words_.end() && *same->second == m.words;
+  if (!shared) bytes += m.words.size() * sizeof(uint32_t);
   if (mask_bytes_ + bytes > kMaskCacheBytes) {
     masks_.clear();
+    distinct_words_.clear();
     mask_bytes_ = 0;
+    same = distinct_words_.end();
   }
   mask_bytes_ += bytes;
+  if (shared && same != distinct_words_.end()) {
+    m.cached_words = same->second;
+  } else {
+    m.cached_words = std::make_shared<const std::vector<uint32_t>>(std::move(m.words));
+    distinct_words_.insert_or_assign(hash, m.cached_words);
+  }
+  m.words = {};
   return masks_.insert_or_assign(state, std::move(m)).first->second;
 }
 
-void CompiledGrammar::precompute(std::chrono::milliseconds limit) {
-  if (limit.count() <= 0) return;
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  std::deque<int32_t> queue = {start_};
-  std::vector<char> queued;
-  auto mark = [&](int32_t s) {
-    if (queued.size() <= static_cast<size_t>(s)) queued.resize(static_cast<size_t>(s) + 1, 0);
-    const bool first = !queued[static_cast<size_t>(s)];
-    queued[static_cast<size_t>(s)] = 1;
-    return first;
-  };
-  mark(start_);
-  std::vector<int32_t> ends;
-  try {
-    while (!queue.empty() && std::chrono::steady_clock::now() < deadline &&
-           mask_bytes_ < kMaskCacheBytes / 2 && automaton_.num_states() < static_cast<size_t>(kMaxAutomatonStates) / 4) {
-      const int32_t s = queue.front();
-      queue.pop_front();
-      ends.clear();
-      cache(s, compute_mask(s, -1, &ends));
-      for (int32_t e : ends)
-        if (automaton_.stack_depth(e) <= kPrecomputeStackDepth && mark(e)) queue.push_back(e);
+bool CompiledGrammar::precompute_one(Frontier& frontier) {
+  // Far from the limits only: what is computed ahead must not be what makes a sequence fail.
+  if (frontier.queue.empty() || mask_bytes_ >= kMaskCacheBytes / 2 ||
+      automaton_.num_states() >= static_cast<size_t>(kMaxAutomatonStates) / 4) {
+    return false;
+  }
+  const int32_t s = frontier.queue.front();
+  frontier.queue.pop_front();
+  auto it = masks_.find(s);
+  if (it == masks_.end()) {
+    try {
+      cache(s, compute_mask(s, -1));
+    } catch (const GrammarError&) {
+      return false;  // a limit met ahead of time: a sequence that goes there meets it again and fails with it
     }
-  } catch (const GrammarError&) {
-    // A limit met ahead of time: a sequence that goes there meets it again and fails with it.
+    it = masks_.find(s);
+    if (it == masks_.end()) return false;  // the cache was dropped to make room
+  }
+  const std::vector<int32_t> ends = it->second.ends;
+  for (int32_t e : ends) {
+    if (automaton_.stack_depth(e) > kPrecomputeStackDepth) continue;
+    if (frontier.seen.size() <= static_cast<size_t>(e)) frontier.seen.resize(static_cast<size_t>(e) + 1, 0);
+    if (frontier.seen[static_cast<size_t>(e)]) continue;
+    frontier.seen[static_cast<size_t>(e)] = 1;
+    frontier.queue.push_back(e);
+  }
+  return true;
+}
+
+void CompiledGrammar::precompute_in_background(Frontier frontier, std::chrono::milliseconds limit, std::stop_token stop) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!stop.stop_requested() && std::chrono::steady_clock::now() < deadline) {
+    // A sequence waiting for the lock goes first: one mask ahead is worth less than its step.
+    while (sequences_waiting_.load(std::memory_order_relaxed) > 0 && !stop.stop_requested()) std::this_thread::yield();
+    std::lock_guard lock(mu_);
+    if (!precompute_one(frontier)) return;
   }
 }
 
 int64_t CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> words, int remaining_tokens) {
-  std::lock_guard lock(mu_);
+  auto lock = lock_for_sequence();
   auto it = masks_.find(state);
-  const Mask& cached = it != masks_.end() ? it->second : cache(state, compute_mask(state, -1, nullptr));
-  const size_t n = std::min(words.size(), cached.words.size());
+  const Mask& cached = it != masks_.end() ? it->second : cache(state, compute_mask(state, -1));
+  const std::vector<uint32_t>& all = *cached.cached_words;
+  const size_t n = std::min(words.size(), all.size());
   // After this token, remaining_tokens - 1 tokens of at least one byte each must complete it.
   const int32_t budget = remaining_tokens - 1;
+  const int32_t here = automaton_.bytes_to_accept(state);
   if (cached.worst_to_accept <= budget || remaining_tokens <= 0) {
-    std::memcpy(words.data(), cached.words.data(), n * sizeof(uint32_t));
+    std::memcpy(words.data(), all.data(), n * sizeof(uint32_t));
     return cached.count;
   }
-  if (budget >= automaton_.bytes_to_accept(state) + kDeepMargin && cached.worst_to_accept < Nfa::kUnreachable) {
-    // Only structure-opening tokens can overrun the budget: take those out of the cached mask.
-    std::memcpy(words.data(), cached.words.data(), n * sizeof(uint32_t));
+  if (budget >= here && cached.further_listed) {
+    // Only tokens that open structures can overrun the budget: take those out.
+    std::memcpy(words.data(), all.data(), n * sizeof(uint32_t));
     int64_t count = cached.count;
-    for (auto [id, to_accept] : cached.deep) {
+    for (auto [id, to_accept] : cached.further) {
       if (to_accept <= budget) continue;
       words[static_cast<size_t>(id) >> 5] &= ~(1u << (id & 31));
       --count;
     }
     if (count > 0) return count;
-    std::memcpy(words.data(), cached.words.data(), n * sizeof(uint32_t));
+    std::memcpy(words.data(), all.data(), n * sizeof(uint32_t));  // nothing completes in time: let it run out
     return cached.count;
   }
-  Mask within = compute_mask(state, budget, nullptr);
-  const Mask& use = within.count > 0 ? within : cached;  // nothing completes in time: let it run out
-  std::memcpy(words.data(), use.words.data(), n * sizeof(uint32_t));
-  return use.count;
+  if (budget < here && cached.nearer_listed) {
+    // Only tokens that close structures can complete in time.
+    std::fill(words.begin(), words.begin() + static_cast<std::ptrdiff_t>(n), 0u);
+    int64_t count = 0;
+    for (auto [id, to_accept] : cached.nearer) {
+      if (to_accept > budget) continue;
+      words[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+      ++count;
+    }
+    if (count > 0) return count;
+    std::memcpy(words.data(), all.data(), n * sizeof(uint32_t));
+    return cached.count;
+  }
+  Mask within = compute_mask(state, budget);
+  if (within.count == 0) {
+    std::memcpy(words.data(), all.data(), n * sizeof(uint32_t));
+    return cached.count;
+  }
+  std::memcpy(words.data(), within.words.data(), n * sizeof(uint32_t));
+  return within.count;
 }
 
 }  // namespace m3::grammar

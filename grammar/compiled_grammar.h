@@ -12,17 +12,22 @@
 //  - any other state walks the trie of every token, a subtree dropped as soon as its prefix is
 //    dead and taken whole when all its bytes loop on the state.
 // Masks are cached per state; the cache is bounded (kMaskCacheBytes) and dropped whole when full.
-// At construction the masks of the states the first tokens can reach are computed ahead (breadth
-// first from the start, within a time limit), so a new spec's first sequence finds them cached.
+// The masks of the states the tokens can reach are computed ahead, breadth first from the start:
+// at construction for a short time, then on the grammar's own thread, one mask at a time under
+// the lock and giving way to sequences that wait for it, so a new spec's first sequence finds
+// most of its masks cached and the following ones find all.
 #pragma once
 #include <array>
+#include <atomic>
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -35,17 +40,24 @@ namespace m3::grammar {
 
 inline constexpr size_t kMaskCacheBytes = size_t(256) << 20;
 inline constexpr std::chrono::milliseconds kMaxMaskTime{2000};  // one mask, else the request fails
-// Masks computed at construction: at most this long, and only for states whose stack (nesting
-// below the start) is this shallow, since a recursive grammar has no end of states.
-inline constexpr std::chrono::milliseconds kPrecomputeTime{150};
+// Masks computed ahead only for states whose stack (nesting below the start) is this shallow,
+// since a recursive grammar has no end of states.
 inline constexpr int32_t kPrecomputeStackDepth = 4;
+
+struct PrecomputeLimits {
+  std::chrono::milliseconds at_construction{50};
+  std::chrono::milliseconds in_background{10000};
+};
+inline constexpr PrecomputeLimits kNoPrecompute{std::chrono::milliseconds(0), std::chrono::milliseconds(0)};
 
 class CompiledGrammar {
  public:
-  // Throws GrammarError when the grammar cannot be compiled (naming `what`). `precompute_time`:
-  // how long construction may spend computing masks ahead (zero: none, all lazily).
+  // Throws GrammarError when the grammar cannot be compiled (naming `what`).
   CompiledGrammar(const Grammar& g, std::shared_ptr<const Vocabulary> vocab, const std::string& what,
-                  std::chrono::milliseconds precompute_time = kPrecomputeTime);
+                  PrecomputeLimits precompute = {});
+  ~CompiledGrammar();
+  CompiledGrammar(const CompiledGrammar&) = delete;
+  CompiledGrammar& operator=(const CompiledGrammar&) = delete;
 
   const Vocabulary& vocabulary() const { return *vocab_; }
   int32_t start_state() const { return start_; }
@@ -60,29 +72,50 @@ class CompiledGrammar {
   // which the shortest completion still fits are kept (each further token adds at least a byte).
   // Returns the number of allowed tokens.
   int64_t fill_mask(int32_t state, std::span<uint32_t> words, int remaining_tokens);
-  // How many states' masks are cached (the precomputed ones, right after construction).
+  // How many states' masks are cached, and their bytes (equal bitsets counted once).
   size_t cached_masks();
+  size_t cached_mask_bytes();
+  // Blocks until the masks computed ahead are done (benchmarks, tests).
+  void wait_precomputed();
 
  private:
   struct Mask {
-    std::vector<uint32_t> words;
+    std::vector<uint32_t> words;  // while it is built
+    std::shared_ptr<const std::vector<uint32_t>> cached_words;  // once cached: equal masks share it
     int64_t count = 0;
     int32_t worst_to_accept = 0;  // the largest bytes_to_accept after an allowed token
-    // Allowed tokens after which the text is further from complete than from this state plus
-    // kDeepMargin bytes (those that open structures), with that distance: a budget of at least
-    // bytes_to_accept(state) + kDeepMargin needs only these taken out, not a new walk.
-    std::vector<std::pair<int32_t, int32_t>> deep;
+    // The allowed tokens after which the text is further from complete than from this state
+    // (they open structures), and those after which it is nearer (they close them), each with
+    // that distance; "listed" false when they were too many to list. With both lists, a mask
+    // for any budget of tokens left is the cached one with some tokens taken out, or only the
+    // nearer ones, not a new walk.
+    std::vector<std::pair<int32_t, int32_t>> further, nearer;
+    bool further_listed = true, nearer_listed = true;
+    // The states the allowed tokens lead to (some more, never fewer): where the masks computed
+    // ahead go next.
+    std::vector<int32_t> ends;
   };
-  static constexpr int32_t kDeepMargin = 8;
-  static constexpr size_t kMaxDeepTokens = 4096;  // beyond: the budgeted mask is walked afresh
+  static constexpr size_t kMaxListedTokens = 2048;
 
-  // The mask of `state`; with budget >= 0 only tokens after which the text completes within it.
-  // `ends`, when given, receives the states the allowed tokens lead to (some more, never fewer).
-  Mask compute_mask(int32_t state, int32_t budget, std::vector<int32_t>* ends);
+  // The mask of `state`; with budget >= 0 only tokens after which the text completes within it
+  // (and no ends).
+  Mask compute_mask(int32_t state, int32_t budget);
   // Adds the tokens of `trie` allowed from `state` to `m`.
-  void walk(const TokenTrie& trie, int32_t state, int32_t budget, Mask& m, std::vector<int32_t>* ends);
+  void walk(const TokenTrie& trie, int32_t state, int32_t budget, Mask& m);
+  // Adds `state` to m.ends once per mask (end_marks_ by state, the mask's number in mask_number_).
+  void add_end(Mask& m, int32_t state);
   const Mask& cache(int32_t state, Mask m);
-  void precompute(std::chrono::milliseconds limit);
+  // The states whose masks are to be computed ahead, and those seen so far.
+  struct Frontier {
+    std::deque<int32_t> queue;
+    std::vector<char> seen;  // by state
+  };
+  // Computes the next mask of the frontier (the lock held); false when there is none left or
+  // a size limit is near.
+  bool precompute_one(Frontier& frontier);
+  void precompute_in_background(Frontier frontier, std::chrono::milliseconds limit, std::stop_token stop);
+  // The lock, taken by a sequence: the background work gives way while one waits.
+  std::unique_lock<std::mutex> lock_for_sequence();
   // The bytes that lead from a state back to itself (string bodies, repeats): a trie subtree
   // whose bytes all loop is allowed whole, without a walk through it.
   const TokenTrie::ByteSet& loop_bytes(int32_t state);
@@ -96,7 +129,15 @@ class CompiledGrammar {
                                                TextRuns(automaton_, TextClass::kDigits)};
   std::vector<std::unique_ptr<TokenTrie::ByteSet>> loops_;  // by state
   std::unordered_map<int32_t, Mask> masks_;
+  // The distinct cached bitsets by a hash of their words (string positions far from their limit
+  // share one), and their bytes with the lists'.
+  std::unordered_map<uint64_t, std::shared_ptr<const std::vector<uint32_t>>> distinct_words_;
   size_t mask_bytes_ = 0;
+  std::vector<uint32_t> end_marks_;
+  uint32_t mask_number_ = 0;
+  std::atomic<int> sequences_waiting_{0};
+  std::mutex thread_mu_;  // guards the join of precompute_thread_
+  std::jthread precompute_thread_;  // last: stopped and joined before the rest goes
 };
 
 }  // namespace m3::grammar

@@ -79,15 +79,17 @@ const TextRuns::Run& TextRuns::run(int32_t state) {
       break;
     }
     if (!all_alive || next.size() > kMaxStatesPerLevel) break;  // not uniform
-    int32_t worst = 0;
+    int32_t worst = 0, nearest = Nfa::kUnreachable;
     for (int32_t v : next) {
       worst = std::max(worst, automaton_.bytes_to_accept(v));
+      nearest = std::min(nearest, automaton_.bytes_to_accept(v));
       r->ends.push_back(v);
     }
     r->max_to_accept.push_back(worst);
+    r->min_to_accept.push_back(nearest);
     level.swap(next);
   }
-  if (!r->uniform) r->max_to_accept.clear(), r->ends.clear();
+  if (!r->uniform) r->max_to_accept.clear(), r->min_to_accept.clear(), r->ends.clear();
   std::sort(r->ends.begin(), r->ends.end());
   r->ends.erase(std::unique(r->ends.begin(), r->ends.end()), r->ends.end());
   runs_[i] = std::move(r);

@@ -28,6 +28,7 @@ class TextRuns {
     int32_t chars = 0;  // n above, at most kMaxClassChars (then longer texts are not judged)
     // [k - 1]: the largest bytes_to_accept over the states that k characters lead to.
     std::vector<int32_t> max_to_accept;
+    std::vector<int32_t> min_to_accept;  // [k - 1]: the smallest
     std::vector<int32_t> ends;  // every state 1..chars characters lead to
   };
   const Run& run(int32_t state);

@@ -168,7 +168,7 @@ TEST(MaskReference, RandomSpecsOverARandomVocabulary) {
     try {
       // Half with every mask computed on demand, half with masks computed ahead.
       g = std::make_unique<CompiledGrammar>(structured_output_grammar(spec), vocab, spec.field,
-                                            spec_index % 2 ? kPrecomputeTime : std::chrono::milliseconds(0));
+                                            spec_index % 2 ? PrecomputeLimits{} : kNoPrecompute);
     } catch (const GrammarError&) {
       continue;  // a random schema may use what the compiler refuses
     }
