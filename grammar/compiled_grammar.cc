@@ -24,16 +24,16 @@ bool subset(const TokenTrie::ByteSet& a, const TokenTrie::ByteSet& b) {
 CompiledGrammar::CompiledGrammar(const Grammar& g, std::shared_ptr<const Vocabulary> vocab, const std::string& what,
                                  PrecomputeLimits precompute)
     : vocab_(std::move(vocab)), automaton_(build_nfa(g, what)), start_(automaton_.start()) {
-  Frontier frontier;
-  frontier.queue.push_back(start_);
-  frontier.seen.assign(static_cast<size_t>(start_) + 1, 0);
-  frontier.seen[static_cast<size_t>(start_)] = 1;
+  ahead_.queue.push_back(start_);
+  ahead_.seen.assign(static_cast<size_t>(start_) + 1, 0);
+  ahead_.seen[static_cast<size_t>(start_)] = 1;
   const auto deadline = std::chrono::steady_clock::now() + precompute.at_construction;
   bool more = true;
-  while (more && std::chrono::steady_clock::now() < deadline) more = precompute_one(frontier);
+  while (more && std::chrono::steady_clock::now() < deadline) more = precompute_one();
   if (more && precompute.in_background.count() > 0) {
-    precompute_thread_ = std::jthread([this, f = std::move(frontier), limit = precompute.in_background](std::stop_token stop) mutable {
-      precompute_in_background(std::move(f), limit, stop);
+    ahead_.running = true;
+    precompute_thread_ = std::jthread([this, limit = precompute.in_background](std::stop_token stop) {
+      precompute_in_background(limit, stop);
     });
   }
 }
@@ -230,16 +230,16 @@ const CompiledGrammar::Mask& CompiledGrammar::cache(int32_t state, Mask m) {
   for (uint32_t w : m.words) hash = (hash ^ w) * 0x100000001b3ull;
   size_t bytes = (m.further.size() + m.nearer.size()) * sizeof(std::pair<int32_t, int32_t>) + m.ends.size() * sizeof(int32_t);
   auto same = distinct_words_.find(hash);
-  const bool shared = same != distinct_words_.end() && *same->second == m.words;
-  if (!shared) bytes += m.words.size() * sizeof(uint32_t);
-  if (mask_bytes_ + bytes > kMaskCacheBytes) {
+  bool shared = same != distinct_words_.end() && *same->second == m.words;
+  const size_t word_bytes = m.words.size() * sizeof(uint32_t);
+  if (mask_bytes_ + bytes + (shared ? 0 : word_bytes) > kMaskCacheBytes) {
     masks_.clear();
     distinct_words_.clear();
     mask_bytes_ = 0;
-    same = distinct_words_.end();
+    shared = false;
   }
-  mask_bytes_ += bytes;
-  if (shared && same != distinct_words_.end()) {
+  mask_bytes_ += bytes + (shared ? 0 : word_bytes);
+  if (shared) {
     m.cached_words = same->second;
   } else {
     m.cached_words = std::make_shared<const std::vector<uint32_t>>(std::move(m.words));
@@ -249,14 +249,22 @@ const CompiledGrammar::Mask& CompiledGrammar::cache(int32_t state, Mask m) {
   return masks_.insert_or_assign(state, std::move(m)).first->second;
 }
 
-bool CompiledGrammar::precompute_one(Frontier& frontier) {
+bool CompiledGrammar::precompute_one() {
   // Far from the limits only: what is computed ahead must not be what makes a sequence fail.
-  if (frontier.queue.empty() || mask_bytes_ >= kMaskCacheBytes / 2 ||
-      automaton_.num_states() >= static_cast<size_t>(kMaxAutomatonStates) / 4) {
+  if (mask_bytes_ >= kMaskCacheBytes / 2 || automaton_.num_states() >= static_cast<size_t>(kMaxAutomatonStates) / 4) {
     return false;
   }
-  const int32_t s = frontier.queue.front();
-  frontier.queue.pop_front();
+  int32_t s = Automaton::kDead;
+  while (s == Automaton::kDead && !ahead_.next_of_sequences.empty()) {
+    const int32_t e = ahead_.next_of_sequences.back();
+    ahead_.next_of_sequences.pop_back();
+    if (!masks_.count(e)) s = e;
+  }
+  if (s == Automaton::kDead) {
+    if (ahead_.queue.empty()) return false;
+    s = ahead_.queue.front();
+    ahead_.queue.pop_front();
+  }
   auto it = masks_.find(s);
   if (it == masks_.end()) {
     try {
@@ -270,28 +278,39 @@ bool CompiledGrammar::precompute_one(Frontier& frontier) {
   const std::vector<int32_t> ends = it->second.ends;
   for (int32_t e : ends) {
     if (automaton_.stack_depth(e) > kPrecomputeStackDepth) continue;
-    if (frontier.seen.size() <= static_cast<size_t>(e)) frontier.seen.resize(static_cast<size_t>(e) + 1, 0);
-    if (frontier.seen[static_cast<size_t>(e)]) continue;
-    frontier.seen[static_cast<size_t>(e)] = 1;
-    frontier.queue.push_back(e);
+    if (ahead_.seen.size() <= static_cast<size_t>(e)) ahead_.seen.resize(static_cast<size_t>(e) + 1, 0);
+    if (ahead_.seen[static_cast<size_t>(e)]) continue;
+    ahead_.seen[static_cast<size_t>(e)] = 1;
+    ahead_.queue.push_back(e);
   }
   return true;
 }
 
-void CompiledGrammar::precompute_in_background(Frontier frontier, std::chrono::milliseconds limit, std::stop_token stop) {
+void CompiledGrammar::precompute_in_background(std::chrono::milliseconds limit, std::stop_token stop) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (!stop.stop_requested() && std::chrono::steady_clock::now() < deadline) {
     // A sequence waiting for the lock goes first: one mask ahead is worth less than its step.
     while (sequences_waiting_.load(std::memory_order_relaxed) > 0 && !stop.stop_requested()) std::this_thread::yield();
     std::lock_guard lock(mu_);
-    if (!precompute_one(frontier)) return;
+    if (!precompute_one()) break;
   }
+  std::lock_guard lock(mu_);
+  ahead_.running = false;
+  ahead_.next_of_sequences = {};
+}
+
+void CompiledGrammar::ask_ahead(const Mask& m) {
+  if (!ahead_.running) return;
+  if (ahead_.next_of_sequences.size() + m.ends.size() > kMaxNextOfSequences) ahead_.next_of_sequences.clear();
+  for (int32_t e : m.ends)
+    if (automaton_.stack_depth(e) <= kPrecomputeStackDepth && !masks_.count(e)) ahead_.next_of_sequences.push_back(e);
 }
 
 int64_t CompiledGrammar::fill_mask(int32_t state, std::span<uint32_t> words, int remaining_tokens) {
   auto lock = lock_for_sequence();
   auto it = masks_.find(state);
   const Mask& cached = it != masks_.end() ? it->second : cache(state, compute_mask(state, -1));
+  ask_ahead(cached);
   const std::vector<uint32_t>& all = *cached.cached_words;
   const size_t n = std::min(words.size(), all.size());
   // After this token, remaining_tokens - 1 tokens of at least one byte each must complete it.

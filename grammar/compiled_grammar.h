@@ -105,15 +105,22 @@ class CompiledGrammar {
   // Adds `state` to m.ends once per mask (end_marks_ by state, the mask's number in mask_number_).
   void add_end(Mask& m, int32_t state);
   const Mask& cache(int32_t state, Mask m);
-  // The states whose masks are to be computed ahead, and those seen so far.
-  struct Frontier {
+  // The states whose masks are to be computed ahead: breadth first from the start (`queue`,
+  // `seen` by state), and before those the states the sequences can reach with their next
+  // token (`next_of_sequences`, newest last), while the work ahead runs (`running`).
+  struct Ahead {
     std::deque<int32_t> queue;
-    std::vector<char> seen;  // by state
+    std::vector<char> seen;
+    std::vector<int32_t> next_of_sequences;
+    bool running = false;
   };
-  // Computes the next mask of the frontier (the lock held); false when there is none left or
-  // a size limit is near.
-  bool precompute_one(Frontier& frontier);
-  void precompute_in_background(Frontier frontier, std::chrono::milliseconds limit, std::stop_token stop);
+  static constexpr size_t kMaxNextOfSequences = 4096;
+  // Computes the next mask ahead (the lock held); false when there is none left or a size limit
+  // is near.
+  bool precompute_one();
+  void precompute_in_background(std::chrono::milliseconds limit, std::stop_token stop);
+  // While the work ahead runs: the states `m` leads to go first.
+  void ask_ahead(const Mask& m);
   // The lock, taken by a sequence: the background work gives way while one waits.
   std::unique_lock<std::mutex> lock_for_sequence();
   // The bytes that lead from a state back to itself (string bodies, repeats): a trie subtree
@@ -133,6 +140,7 @@ class CompiledGrammar {
   // share one), and their bytes with the lists'.
   std::unordered_map<uint64_t, std::shared_ptr<const std::vector<uint32_t>>> distinct_words_;
   size_t mask_bytes_ = 0;
+  Ahead ahead_;
   std::vector<uint32_t> end_marks_;
   uint32_t mask_number_ = 0;
   std::atomic<int> sequences_waiting_{0};
