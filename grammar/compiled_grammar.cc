@@ -251,7 +251,7 @@ const CompiledGrammar::Mask& CompiledGrammar::cache(int32_t state, Mask m) {
 
 bool CompiledGrammar::precompute_one() {
   // Far from the limits only: what is computed ahead must not be what makes a sequence fail.
-  if (mask_bytes_ >= kMaskCacheBytes / 2 || automaton_.num_states() >= static_cast<size_t>(kMaxAutomatonStates) / 4) {
+  if (mask_bytes_ >= kPrecomputeBytes || automaton_.num_states() >= static_cast<size_t>(kMaxAutomatonStates) / 4) {
     return false;
   }
   int32_t s = Automaton::kDead;

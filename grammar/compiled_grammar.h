@@ -43,6 +43,8 @@ inline constexpr std::chrono::milliseconds kMaxMaskTime{2000};  // one mask, els
 // Masks computed ahead only for states whose stack (nesting below the start) is this shallow,
 // since a recursive grammar has no end of states.
 inline constexpr int32_t kPrecomputeStackDepth = 4;
+// ... and only while the grammar's cached masks take less than this.
+inline constexpr size_t kPrecomputeBytes = size_t(32) << 20;
 
 struct PrecomputeLimits {
   std::chrono::milliseconds at_construction{50};
