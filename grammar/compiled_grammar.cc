@@ -86,19 +86,17 @@ size_t CompiledGrammar::cached_mask_bytes() {
   return mask_bytes_;
 }
 
-const TokenTrie::ByteSet& CompiledGrammar::loop_bytes(int32_t state) {
-  const auto i = static_cast<size_t>(state);
-  if (loops_.size() <= i) loops_.resize(i + 1);
-  if (loops_[i]) return *loops_[i];
-  auto loops = std::make_unique<TokenTrie::ByteSet>();
-  // Most subtrees hold letters: a state that does not loop on one gains nothing from the other
-  // transitions (and counted repeats would build states for them all).
-  if (automaton_.next(state, 'e') == state || automaton_.next(state, '0') == state) {
-    for (int b = 0; b < 256; ++b)
-      if (automaton_.next(state, static_cast<uint8_t>(b)) == state) (*loops)[b >> 6] |= uint64_t(1) << (b & 63);
+const ByteChains::Chain* CompiledGrammar::whole_subtree(const TokenTrie& trie, int32_t child, int32_t state) {
+  if (trie.tokens_before(trie.subtree_end(child)) - trie.nodes()[static_cast<size_t>(child)].first_token < kMinChainTokens) {
+    return nullptr;
   }
-  loops_[i] = std::move(loops);
-  return *loops_[i];
+  const int32_t height = trie.subtree_height(child);
+  for (size_t lead = 0; lead < ByteChains::kLeadBytes.size(); ++lead) {
+    const ByteChains::Chain& c = chains_.chain(state, lead);
+    if (c.length == 0 || (height > c.length && !c.endless)) continue;
+    if (subset(trie.subtree_bytes(child), c.bytes[static_cast<size_t>(std::min(height, c.length) - 1)])) return &c;
+  }
+  return nullptr;
 }
 
 void CompiledGrammar::add_end(Mask& m, int32_t state) {
@@ -150,12 +148,15 @@ void CompiledGrammar::walk(const TokenTrie& trie, int32_t state, int32_t budget,
       const int32_t next = automaton_.next(it.state, edge.byte);
       if (next == Automaton::kDead) continue;
       const TokenTrie::Node& child = nodes[static_cast<size_t>(edge.child)];
-      if (child.num_edges > 0 && subset(trie.subtree_bytes(edge.child), loop_bytes(next))) {
-        // Every token of the subtree ends in `next`.
+      const ByteChains::Chain* along = child.num_edges > 0 ? whole_subtree(trie, edge.child, next) : nullptr;
+      if (along) {
+        // Every token of the subtree ends on the chain, as far from complete as `next` is.
         const int32_t to_accept = automaton_.bytes_to_accept(next);
         if (budget >= 0 && to_accept > budget) continue;
         m.worst_to_accept = std::max(m.worst_to_accept, to_accept);
         reached(next);
+        for (int32_t j = 0, h = std::min(trie.subtree_height(edge.child), along->length); j < h; ++j)
+          reached(along->states[static_cast<size_t>(j)]);
         const int32_t end = trie.tokens_before(trie.subtree_end(edge.child));
         for (int32_t k = child.first_token; k < end; ++k) {
           const int32_t id = node_tokens[static_cast<size_t>(k)];

@@ -10,7 +10,7 @@
 //    text, letters and digits, numbers, structural states where no plain text fits) takes the class's tokens of the
 //    lengths that fit as one precomputed bitset and walks only the trie of the other tokens;
 //  - any other state walks the trie of every token, a subtree dropped as soon as its prefix is
-//    dead and taken whole when all its bytes loop on the state.
+//    dead and taken whole when all its bytes follow one byte chain (grammar/byte_chains.h).
 // Masks are cached per state; the cache is bounded (kMaskCacheBytes) and dropped whole when full.
 // The masks of the states the tokens can reach are computed ahead, breadth first from the start:
 // at construction for a short time, then on the grammar's own thread, one mask at a time under
@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "grammar/automaton.h"
+#include "grammar/byte_chains.h"
 #include "grammar/grammar.h"
 #include "grammar/text_runs.h"
 #include "grammar/vocabulary.h"
@@ -125,9 +126,10 @@ class CompiledGrammar {
   void ask_ahead(const Mask& m);
   // The lock, taken by a sequence: the background work gives way while one waits.
   std::unique_lock<std::mutex> lock_for_sequence();
-  // The bytes that lead from a state back to itself (string bodies, repeats): a trie subtree
-  // whose bytes all loop is allowed whole, without a walk through it.
-  const TokenTrie::ByteSet& loop_bytes(int32_t state);
+  // When all of the subtree below `child` (reached in `state`) is allowed along a byte chain
+  // (grammar/byte_chains.h): the chain, else nullptr.
+  const ByteChains::Chain* whole_subtree(const TokenTrie& trie, int32_t child, int32_t state);
+  static constexpr int32_t kMinChainTokens = 32;  // smaller subtrees are walked
 
   std::shared_ptr<const Vocabulary> vocab_;
   std::mutex mu_;
@@ -136,7 +138,7 @@ class CompiledGrammar {
   std::array<TextRuns, kNumTextClasses> runs_{TextRuns(automaton_, TextClass::kPlain),
                                                TextRuns(automaton_, TextClass::kAlnum),
                                                TextRuns(automaton_, TextClass::kDigits)};
-  std::vector<std::unique_ptr<TokenTrie::ByteSet>> loops_;  // by state
+  ByteChains chains_{automaton_};
   std::unordered_map<int32_t, Mask> masks_;
   // The distinct cached bitsets by a hash of their words (string positions far from their limit
   // share one), and their bytes with the lists'.

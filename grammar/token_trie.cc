@@ -44,16 +44,20 @@ TokenTrie::TokenTrie(const std::vector<std::optional<std::string>>& tokens, std:
   // subtree's end and byte set.
   subtree_end_.assign(nodes_.size(), 0);
   subtree_bytes_.assign(nodes_.size(), ByteSet{});
+  subtree_height_.assign(nodes_.size(), 0);
   for (size_t n = nodes_.size(); n-- > 0;) {
     int32_t end = static_cast<int32_t>(n) + 1;
+    int32_t height = 0;
     ByteSet& bytes = subtree_bytes_[n];
     for (int32_t e = nodes_[n].first_edge; e < nodes_[n].first_edge + nodes_[n].num_edges; ++e) {
       const Edge& edge = edges_[static_cast<size_t>(e)];
       bytes[edge.byte >> 6] |= uint64_t(1) << (edge.byte & 63);
       for (int k = 0; k < 4; ++k) bytes[k] |= subtree_bytes_[static_cast<size_t>(edge.child)][k];
       end = std::max(end, subtree_end_[static_cast<size_t>(edge.child)]);
+      height = std::max(height, 1 + subtree_height_[static_cast<size_t>(edge.child)]);
     }
     subtree_end_[n] = end;
+    subtree_height_[n] = static_cast<uint8_t>(std::min(height, 255));
   }
 }
 

@@ -39,6 +39,8 @@ class TokenTrie {
   // The bytes on the edges of the subtree below node n (a 256-bit set).
   using ByteSet = std::array<uint64_t, 4>;
   const ByteSet& subtree_bytes(int32_t node) const { return subtree_bytes_[static_cast<size_t>(node)]; }
+  // How many bytes the longest token below node n has past n (0 at a leaf; at most 255).
+  int32_t subtree_height(int32_t node) const { return subtree_height_[static_cast<size_t>(node)]; }
 
  private:
   std::vector<Node> nodes_{Node{}};
@@ -46,6 +48,7 @@ class TokenTrie {
   std::vector<int32_t> node_tokens_;
   std::vector<int32_t> subtree_end_{1};
   std::vector<ByteSet> subtree_bytes_{ByteSet{}};
+  std::vector<uint8_t> subtree_height_{0};
 };
 
 }  // namespace m3::grammar
