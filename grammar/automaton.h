@@ -60,6 +60,13 @@ class Automaton {
 
   // Adds the closure of `config` to `out`; sets *accepting when a bottom-level accept is reached.
   void close(std::vector<int32_t> config, std::vector<std::vector<int32_t>>& out, bool* accepting) const;
+  // The closure of the configuration {nfa_state} (no call pending: most configurations of most
+  // grammars), computed once.
+  struct Closure {
+    std::vector<std::vector<int32_t>> configs;
+    bool accepting = false;
+  };
+  const Closure& bottom_closure(int32_t nfa_state);
   int32_t intern(std::vector<std::vector<int32_t>> configs, bool accepting);
   int32_t compute_next(int32_t state, uint8_t byte);
   // Computes next(state, byte) and sets it for every byte of the same class.
@@ -69,10 +76,12 @@ class Automaton {
   std::shared_ptr<const Nfa> nfa_;
   std::vector<State> states_;
   std::unordered_map<std::vector<int32_t>, int32_t, KeyHash> index_;
+  std::vector<std::unique_ptr<Closure>> bottom_closures_;  // by NFA state
   int32_t start_ = kDead;
   // Bytes no NFA edge tells apart (the edges' ranges cut 0-255 into classes) lead from every
   // state to the same state: one transition is computed per class.
   std::array<uint8_t, 256> byte_class_{};
+  std::vector<std::vector<uint8_t>> class_bytes_;  // by class
 };
 
 }  // namespace m3::grammar
