@@ -6,9 +6,10 @@
 // A state's mask: each token whose bytes, read from that state, keep the automaton alive, plus
 // the eos ids where the text is complete. Byte-level tokens that straddle the end of one grammar
 // element and the start of the next are therefore judged exactly. Two ways to the same set:
-//  - a state uniform over a text class (grammar/text_runs.h: string bodies, counted or not, free
-//    text, letters and digits, numbers, structural states where no plain text fits) takes the class's tokens of the
-//    lengths that fit as one precomputed bitset and walks only the trie of the other tokens;
+//  - a state uniform over a text class (grammar/text_runs.h: string bodies, counted or not,
+//    free text, letters and digits, numbers, structural states where no plain text fits) takes
+//    the class's tokens of the lengths that fit as one precomputed bitset and walks only the
+//    trie of the other tokens;
 //  - any other state walks the trie of every token, a subtree dropped as soon as its prefix is
 //    dead and taken whole when all its bytes follow one byte chain (grammar/byte_chains.h).
 // Masks are cached per state; the cache is bounded (kMaskCacheBytes) and dropped whole when full.
@@ -20,8 +21,8 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
