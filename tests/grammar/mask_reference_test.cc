@@ -5,6 +5,7 @@
 
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "grammar/compiled_grammar.h"
@@ -199,6 +200,48 @@ TEST(MaskReference, RandomSpecsOverARandomVocabulary) {
   }
   EXPECT_GE(compiled, 25);
   EXPECT_GE(compared, 1000);
+}
+
+// Sequences on several threads while the masks ahead are computed in the background (none at
+// construction): the same masks as the reference, whichever computes a state first.
+TEST(MaskReference, SequencesRaceTheMasksAhead) {
+  const auto vocab = random_vocabulary(13, 2500);
+  StructuredOutputSpec spec;
+  spec.kind = Kind::kJsonSchema;
+  spec.schema = Json::parse(R"({"type":"object","properties":{"name":{"type":"string","maxLength":30},
+      "tags":{"type":"array","items":{"type":"string","format":"email"},"maxItems":3},"n":{"type":"integer"},
+      "any":{}},"required":["name","n"],"additionalProperties":false})");
+  spec.field = "json_schema";
+  auto g = std::make_shared<CompiledGrammar>(structured_output_grammar(spec), vocab, spec.field,
+                                             PrecomputeLimits{std::chrono::milliseconds(0), std::chrono::milliseconds(10000)});
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(3, 0);
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(100 + static_cast<uint64_t>(t));
+      std::vector<uint32_t> words(static_cast<size_t>((vocab->size() + 31) / 32));
+      for (int walk = 0; walk < 4; ++walk) {
+        int32_t state = g->start_state();
+        for (int step = 0; step < 25; ++step) {
+          const int remaining = step % 2 ? 1000 : 1 + static_cast<int>(rng() % 8);
+          g->fill_mask(state, words, remaining);
+          if (words != testing::reference_mask(*g, state, remaining)) ++mismatches[static_cast<size_t>(t)];
+          std::vector<int32_t> ids;
+          for (int32_t id = 0; id < vocab->size(); ++id)
+            if ((words[static_cast<size_t>(id) >> 5] >> (id & 31)) & 1u) ids.push_back(id);
+          if (ids.empty()) break;
+          const int32_t pick = ids[rng() % ids.size()];
+          if (!vocab->bytes(pick)) break;
+          state = g->advance(state, *vocab->bytes(pick));
+          if (state == Automaton::kDead) break;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<int>(3, 0));
+  g->wait_precomputed();
+  EXPECT_GT(g->cached_masks(), 10u);
 }
 
 }  // namespace
