@@ -31,6 +31,7 @@
 #include "grammar/compiled_grammar.h"
 #include "grammar/grammar_constraint.h"
 #include "grammar/structured_output.h"
+#include "grammar/tool_call_grammar.h"
 
 namespace {
 
@@ -91,7 +92,13 @@ std::vector<std::optional<std::string>> synthetic_vocab(size_t size) {
 struct Case {
   std::string name;
   m3::grammar::StructuredOutputSpec spec;
+  Json tools;  // not null: the M3 tool-call markup for these tools instead of `spec`
 };
+
+m3::grammar::Grammar grammar_of(const Case& c) {
+  if (c.tools.is_null()) return m3::grammar::structured_output_grammar(c.spec);
+  return m3::grammar::m3_tool_call_grammar(c.tools, "", {"]<]minimax[>[", true});
+}
 
 std::vector<Case> cases() {
   using Kind = m3::grammar::StructuredOutputSpec::Kind;
@@ -133,6 +140,13 @@ std::vector<Case> cases() {
   choice.spec.choices = {"positive", "negative", "neutral", "mixed feelings"};
   choice.spec.field = "choice";
   out.push_back(choice);
+  Case call{"tool-call markup", {}, Json::parse(R"([{"type":"function","function":{"name":"search_flights",
+      "parameters":{"type":"object","properties":{"origin":{"type":"string"},"destination":{"type":"string"},
+      "date":{"type":"string","format":"date"},"passengers":{"type":"integer","minimum":1,"maximum":9},
+      "cabin":{"enum":["economy","business","first"]}},"required":["origin","destination","date"]}}},
+      {"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{
+      "city":{"type":"string"},"unit":{"enum":["celsius","fahrenheit"]}},"required":["city"]}}}])")};
+  out.push_back(call);
   return out;
 }
 
@@ -175,9 +189,13 @@ int main(int argc, char** argv) {
               "ahead", "masks", "MB", "warm p50", "warm p99", "warm max", "cpu p99");
   auto texts = std::make_shared<std::vector<std::string>>();
   std::vector<uint32_t> words(static_cast<size_t>(m3::token_mask_words(vocab->size())));
+  // The pick's list, kept across sequences: growing it anew each time would map and unmap
+  // memory beside the timed calls.
+  std::vector<int32_t> allowed;
+  allowed.reserve(static_cast<size_t>(vocab->size()));
   for (const Case& c : cases()) {
     const auto built = Clock::now();
-    auto g = std::make_shared<m3::grammar::CompiledGrammar>(m3::grammar::structured_output_grammar(c.spec), vocab, c.name,
+    auto g = std::make_shared<m3::grammar::CompiledGrammar>(grammar_of(c), vocab, c.name,
                                                             lazy ? m3::grammar::kNoPrecompute : m3::grammar::PrecomputeLimits{});
     const double compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - built).count();
     std::vector<double> cold, warm, warm_cpu;
@@ -190,7 +208,6 @@ int main(int argc, char** argv) {
       }
       m3::grammar::GrammarConstraint con(g, texts, "");
       std::mt19937_64 rng(static_cast<uint64_t>(s) + 1);
-      std::vector<int32_t> allowed;
       for (int t = 0; t < tokens && !con.terminated(); ++t) {
         const double cpu0 = thread_cpu_us();
         const auto a = Clock::now();
