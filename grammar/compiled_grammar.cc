@@ -107,7 +107,8 @@ void CompiledGrammar::add_end(Mask& m, int32_t state) {
   m.ends.push_back(state);
 }
 
-void CompiledGrammar::walk(const TokenTrie& trie, int32_t state, int32_t budget, Mask& m) {
+void CompiledGrammar::walk(const TokenTrie& trie, int32_t state, int32_t budget, Mask& m,
+                           std::chrono::milliseconds limit) {
   const auto& nodes = trie.nodes();
   const auto& edges = trie.edges();
   const auto& node_tokens = trie.node_tokens();
@@ -135,10 +136,10 @@ void CompiledGrammar::walk(const TokenTrie& trie, int32_t state, int32_t budget,
   uint64_t visited = 0;
   while (!stack.empty()) {
     // A spec whose automaton is costly to explore must not hold a step for long.
-    if ((++visited & 4095) == 0 && std::chrono::steady_clock::now() - start > kMaxMaskTime) {
+    if ((++visited & 4095) == 0 && std::chrono::steady_clock::now() - start > limit) {
       throw GrammarError("grammar", fmt::format("computing one token mask took more than {} ms; the constraint is too "
                                                 "complex",
-                                                std::chrono::duration_cast<std::chrono::milliseconds>(kMaxMaskTime).count()));
+                                                limit.count()));
     }
     const Item it = stack.back();
     stack.pop_back();
@@ -182,7 +183,7 @@ void CompiledGrammar::walk(const TokenTrie& trie, int32_t state, int32_t budget,
   }
 }
 
-CompiledGrammar::Mask CompiledGrammar::compute_mask(int32_t state, int32_t budget) {
+CompiledGrammar::Mask CompiledGrammar::compute_mask(int32_t state, int32_t budget, std::chrono::milliseconds limit) {
   if (++mask_number_ == 0) std::fill(end_marks_.begin(), end_marks_.end(), 0u), mask_number_ = 1;
   const Vocabulary& v = *vocab_;
   Mask m;
@@ -209,12 +210,12 @@ CompiledGrammar::Mask CompiledGrammar::compute_mask(int32_t state, int32_t budge
     if (nearest < here && worst >= 0) m.nearer_listed = false;
     if (budget < 0)
       for (int32_t e : run.ends) add_end(m, e);
-    walk(v.outside(cls), state, budget, m);
+    walk(v.outside(cls), state, budget, m, limit);
     break;
   }
   if (m.words.empty()) {
     m.words.assign(static_cast<size_t>((v.size() + 31) / 32), 0u);
-    walk(v.trie(), state, budget, m);
+    walk(v.trie(), state, budget, m, limit);
   }
   if (automaton_.accepting(state)) {
     for (int32_t id : v.eos_ids()) {
@@ -252,7 +253,7 @@ const CompiledGrammar::Mask& CompiledGrammar::cache(int32_t state, Mask m) {
 
 bool CompiledGrammar::precompute_one() {
   // Far from the limits only: what is computed ahead must not be what makes a sequence fail.
-  if (mask_bytes_ >= kPrecomputeBytes || automaton_.num_states() >= static_cast<size_t>(kMaxAutomatonStates) / 4) {
+  if (mask_bytes_ >= kPrecomputeBytes || automaton_.num_states() >= static_cast<size_t>(kMaxAutomatonStates) / 8) {
     return false;
   }
   int32_t s = Automaton::kDead;
@@ -269,7 +270,7 @@ bool CompiledGrammar::precompute_one() {
   auto it = masks_.find(s);
   if (it == masks_.end()) {
     try {
-      cache(s, compute_mask(s, -1));
+      cache(s, compute_mask(s, -1, kMaxMaskTimeAhead));
     } catch (const GrammarError&) {
       return false;  // a limit met ahead of time: a sequence that goes there meets it again and fails with it
     }

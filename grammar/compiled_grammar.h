@@ -42,6 +42,9 @@ namespace m3::grammar {
 
 inline constexpr size_t kMaskCacheBytes = size_t(256) << 20;
 inline constexpr std::chrono::milliseconds kMaxMaskTime{2000};  // one mask, else the request fails
+// One mask computed ahead, else the work ahead stops: it must not hold a compile or the lock for
+// long (a sequence that needs that mask computes it under kMaxMaskTime).
+inline constexpr std::chrono::milliseconds kMaxMaskTimeAhead{100};
 // Masks computed ahead only for states whose stack (nesting below the start) is this shallow,
 // since a recursive grammar has no end of states.
 inline constexpr int32_t kPrecomputeStackDepth = 4;
@@ -103,9 +106,10 @@ class CompiledGrammar {
 
   // The mask of `state`; with budget >= 0 only tokens after which the text completes within it
   // (and no ends).
-  Mask compute_mask(int32_t state, int32_t budget);
+  // Throws GrammarError past `limit`.
+  Mask compute_mask(int32_t state, int32_t budget, std::chrono::milliseconds limit = kMaxMaskTime);
   // Adds the tokens of `trie` allowed from `state` to `m`.
-  void walk(const TokenTrie& trie, int32_t state, int32_t budget, Mask& m);
+  void walk(const TokenTrie& trie, int32_t state, int32_t budget, Mask& m, std::chrono::milliseconds limit);
   // Adds `state` to m.ends once per mask (end_marks_ by state, the mask's number in mask_number_).
   void add_end(Mask& m, int32_t state);
   const Mask& cache(int32_t state, Mask m);
