@@ -1,5 +1,7 @@
 #include "grammar/vocabulary.h"
 
+#include <future>
+
 namespace m3::grammar {
 
 Vocabulary::Vocabulary(const std::vector<std::optional<std::string>>& tokens, std::vector<int32_t> eos_ids)
@@ -12,17 +14,16 @@ Vocabulary::Vocabulary(const std::vector<std::optional<std::string>>& tokens, st
   std::vector<int32_t> with_bytes;
   for (int32_t i = 0; i < size_; ++i)
     if (tokens_[static_cast<size_t>(i)] && !tokens_[static_cast<size_t>(i)]->empty()) with_bytes.push_back(i);
-  trie_ = TokenTrie(tokens_, with_bytes);
+  std::array<std::vector<int32_t>, kNumTextClasses> outside;
   for (int32_t c = 0; c < kNumTextClasses; ++c) {
     const auto cls = static_cast<TextClass>(c);
     ClassTokens& out = classes_[static_cast<size_t>(c)];
     out.upto.assign(static_cast<size_t>(kMaxClassChars + 1) * words_, 0u);
     out.count_upto.assign(static_cast<size_t>(kMaxClassChars + 1), 0);
-    std::vector<int32_t> outside;
     for (int32_t id : with_bytes) {
       const int32_t chars = class_chars(cls, *tokens_[static_cast<size_t>(id)]);
       if (chars < 1 || chars > kMaxClassChars) {
-        outside.push_back(id);
+        outside[static_cast<size_t>(c)].push_back(id);
         continue;
       }
       for (int32_t k = chars; k <= kMaxClassChars; ++k) {
@@ -30,8 +31,13 @@ Vocabulary::Vocabulary(const std::vector<std::optional<std::string>>& tokens, st
         ++out.count_upto[static_cast<size_t>(k)];
       }
     }
-    out.outside = TokenTrie(tokens_, std::move(outside));
   }
+  // The tries are independent reads of the tokens: built side by side, the largest here.
+  std::array<std::future<TokenTrie>, kNumTextClasses> tries;
+  for (size_t c = 0; c < tries.size(); ++c)
+    tries[c] = std::async(std::launch::async, [this, ids = std::move(outside[c])]() mutable { return TokenTrie(tokens_, std::move(ids)); });
+  trie_ = TokenTrie(tokens_, std::move(with_bytes));
+  for (size_t c = 0; c < tries.size(); ++c) classes_[c].outside = tries[c].get();
 }
 
 }  // namespace m3::grammar
