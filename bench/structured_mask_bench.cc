@@ -3,15 +3,27 @@
 // with and without a leading space, digit groups, JSON punctuation runs, whitespace runs, UTF-8
 // characters and their fragments), for common specs. Each sequence picks random tokens within the
 // masks (a model's choices, minus the model); the time of fill_allowed + accept is measured per
-// token. "cold" is the first sequence of a spec (every state's mask computed for the first time),
-// "warm" the following ones (the server keeps compiled grammars, so repeated schemas are warm).
-//   structured_mask_bench [--vocab 200000] [--sequences 20] [--tokens 200]
+// token. Per spec:
+//   compile: building the CompiledGrammar, the masks it computes at construction included;
+//   cold:    the first sequence, started right after (the masks computed ahead in the background
+//            are then still being computed: it takes what is there and computes the rest);
+//   ahead:   how long the background took to finish computing masks ahead, from construction;
+//   warm:    the following sequences (the server keeps compiled grammars, so repeated schemas
+//            are warm), once the masks ahead are done; "cpu p99" is their p99 of the thread's
+//            CPU time (fill_allowed and accept), without the time the thread was not
+//            running (a loaded machine's preemptions).
+//   structured_mask_bench [--vocab 200000] [--sequences 20] [--tokens 200] [--lazy] [--cold-step-ms 0]
+// --lazy computes no mask ahead (every mask on first use). --cold-step-ms: the first sequence
+// waits this long after each token, as it would for the model's forward pass (the masks ahead
+// use that time; the default, no wait, is the worst case).
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -19,6 +31,7 @@
 #include "grammar/compiled_grammar.h"
 #include "grammar/grammar_constraint.h"
 #include "grammar/structured_output.h"
+#include "grammar/tool_call_grammar.h"
 
 namespace {
 
@@ -79,7 +92,13 @@ std::vector<std::optional<std::string>> synthetic_vocab(size_t size) {
 struct Case {
   std::string name;
   m3::grammar::StructuredOutputSpec spec;
+  Json tools;  // not null: the M3 tool-call markup for these tools instead of `spec`
 };
+
+m3::grammar::Grammar grammar_of(const Case& c) {
+  if (c.tools.is_null()) return m3::grammar::structured_output_grammar(c.spec);
+  return m3::grammar::m3_tool_call_grammar(c.tools, "", {"]<]minimax[>[", true});
+}
 
 std::vector<Case> cases() {
   using Kind = m3::grammar::StructuredOutputSpec::Kind;
@@ -106,12 +125,35 @@ std::vector<Case> cases() {
   obj.spec.kind = Kind::kJsonObject;
   obj.spec.field = "json_object";
   out.push_back(obj);
-  Case re{"regex date", {}};
-  re.spec.kind = Kind::kRegex;
-  re.spec.text = R"(\d{4}-\d{2}-\d{2}( [0-2]\d:[0-5]\d)?)";
-  re.spec.field = "regex";
-  out.push_back(re);
+  schema("enum", R"({"enum":["pending","in_progress","completed","cancelled","failed"]})");
+  auto regex = [&](std::string name, const char* text) {
+    Case c{std::move(name), {}};
+    c.spec.kind = Kind::kRegex;
+    c.spec.text = text;
+    c.spec.field = "regex";
+    out.push_back(std::move(c));
+  };
+  regex("regex date", R"(\d{4}-\d{2}-\d{2}( [0-2]\d:[0-5]\d)?)");
+  regex("regex email", R"([a-z0-9._]{1,20}@[a-z0-9]{1,20}\.(com|org|net))");
+  Case choice{"choice", {}};
+  choice.spec.kind = Kind::kChoice;
+  choice.spec.choices = {"positive", "negative", "neutral", "mixed feelings"};
+  choice.spec.field = "choice";
+  out.push_back(choice);
+  Case call{"tool-call markup", {}, Json::parse(R"([{"type":"function","function":{"name":"search_flights",
+      "parameters":{"type":"object","properties":{"origin":{"type":"string"},"destination":{"type":"string"},
+      "date":{"type":"string","format":"date"},"passengers":{"type":"integer","minimum":1,"maximum":9},
+      "cabin":{"enum":["economy","business","first"]}},"required":["origin","destination","date"]}}},
+      {"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{
+      "city":{"type":"string"},"unit":{"enum":["celsius","fahrenheit"]}},"required":["city"]}}}])")};
+  out.push_back(call);
   return out;
+}
+
+double thread_cpu_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -125,39 +167,58 @@ double percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   size_t vocab_size = 200000;
   int sequences = 20, tokens = 200;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool lazy = false;
+  int cold_step_ms = 0;
+  for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--vocab") vocab_size = std::stoul(argv[i + 1]);
-    else if (a == "--sequences") sequences = std::stoi(argv[i + 1]);
-    else if (a == "--tokens") tokens = std::stoi(argv[i + 1]);
+    if (a == "--lazy") lazy = true;
+    else if (i + 1 >= argc) break;
+    else if (a == "--vocab") vocab_size = std::stoul(argv[++i]);
+    else if (a == "--sequences") sequences = std::stoi(argv[++i]);
+    else if (a == "--tokens") tokens = std::stoi(argv[++i]);
+    else if (a == "--cold-step-ms") cold_step_ms = std::stoi(argv[++i]);
   }
   auto t0 = Clock::now();
   auto bytes = synthetic_vocab(vocab_size);
   bytes.push_back(std::nullopt);  // eos
   const int32_t eos = static_cast<int32_t>(bytes.size() - 1);
   auto vocab = std::make_shared<const m3::grammar::Vocabulary>(bytes, std::vector<int32_t>{eos});
-  std::printf("vocabulary: %zu tokens, %zu trie nodes, built in %.0f ms\n", bytes.size(), vocab->nodes().size(),
+  std::printf("vocabulary: %zu tokens, %zu trie nodes, built in %.0f ms\n", bytes.size(), vocab->trie().nodes().size(),
               std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  std::printf("%-18s %8s %10s %10s %10s %10s %10s\n", "spec", "tokens", "cold p50", "cold p99", "warm p50", "warm p99",
-              "warm max");
+  std::printf("%-16s %7s %9s %9s %9s %9s %7s %6s %9s %9s %9s %9s\n", "spec", "tokens", "compile", "cold p50", "cold p99",
+              "ahead", "masks", "MB", "warm p50", "warm p99", "warm max", "cpu p99");
   auto texts = std::make_shared<std::vector<std::string>>();
   std::vector<uint32_t> words(static_cast<size_t>(m3::token_mask_words(vocab->size())));
+  // The pick's list, kept across sequences: growing it anew each time would map and unmap
+  // memory beside the timed calls.
+  std::vector<int32_t> allowed;
+  allowed.reserve(static_cast<size_t>(vocab->size()));
   for (const Case& c : cases()) {
-    auto g = std::make_shared<m3::grammar::CompiledGrammar>(m3::grammar::structured_output_grammar(c.spec), vocab, c.name);
-    std::vector<double> cold, warm;
+    const auto built = Clock::now();
+    auto g = std::make_shared<m3::grammar::CompiledGrammar>(grammar_of(c), vocab, c.name,
+                                                            lazy ? m3::grammar::kNoPrecompute : m3::grammar::PrecomputeLimits{});
+    const double compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - built).count();
+    std::vector<double> cold, warm, warm_cpu;
     size_t total = 0;
+    double ahead_ms = 0.0;
     for (int s = 0; s < sequences; ++s) {
+      if (s == 1) {
+        g->wait_precomputed();
+        ahead_ms = std::chrono::duration<double, std::milli>(Clock::now() - built).count();
+      }
       m3::grammar::GrammarConstraint con(g, texts, "");
       std::mt19937_64 rng(static_cast<uint64_t>(s) + 1);
-      std::vector<int32_t> allowed;
       for (int t = 0; t < tokens && !con.terminated(); ++t) {
+        const double cpu0 = thread_cpu_us();
         const auto a = Clock::now();
         con.fill_allowed(words, tokens - t);
         const auto b = Clock::now();
+        const double cpu1 = thread_cpu_us();
         allowed.clear();  // the pick stands in for the sampler: not timed
         for (size_t w = 0; w < words.size(); ++w)
           for (uint32_t bits = words[w]; bits; bits &= bits - 1) allowed.push_back(static_cast<int32_t>(w * 32 + __builtin_ctz(bits)));
         const int32_t pick = allowed[rng() % allowed.size()];
+        const double cpu2 = thread_cpu_us();
         const auto c0 = Clock::now();
         if (!con.accept(pick)) {
           std::printf("refused an allowed token\n");
@@ -166,12 +227,17 @@ int main(int argc, char** argv) {
         const auto d = Clock::now();
         const double us = std::chrono::duration<double, std::micro>((b - a) + (d - c0)).count();
         (s == 0 ? cold : warm).push_back(us);
+        if (s > 0) warm_cpu.push_back((cpu1 - cpu0) + (thread_cpu_us() - cpu2));
         ++total;
         if (pick == eos) break;
+        if (s == 0 && cold_step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(cold_step_ms));
       }
     }
-    std::printf("%-18s %8zu %8.1fus %8.1fus %8.1fus %8.1fus %8.1fus\n", c.name.c_str(), total, percentile(cold, 0.5),
-                percentile(cold, 0.99), percentile(warm, 0.5), percentile(warm, 0.99), percentile(warm, 1.0));
+    std::printf("%-16s %7zu %7.1fms %7.1fus %7.1fus %7.0fms %7zu %6.1f %7.1fus %7.1fus %7.1fus %7.1fus\n", c.name.c_str(), total,
+                compile_ms, percentile(cold, 0.5), percentile(cold, 0.99), ahead_ms, g->cached_masks(),
+                static_cast<double>(g->cached_mask_bytes()) / (1 << 20), percentile(warm, 0.5),
+                percentile(warm, 0.99), percentile(warm, 1.0), percentile(warm_cpu, 0.99));
+    std::fflush(stdout);
   }
   return 0;
 }

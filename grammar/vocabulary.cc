@@ -1,68 +1,43 @@
 #include "grammar/vocabulary.h"
 
-#include <algorithm>
-#include <numeric>
+#include <future>
 
 namespace m3::grammar {
 
 Vocabulary::Vocabulary(const std::vector<std::optional<std::string>>& tokens, std::vector<int32_t> eos_ids)
-    : size_(static_cast<int32_t>(tokens.size())), tokens_(tokens), eos_ids_(std::move(eos_ids)) {
+    : size_(static_cast<int32_t>(tokens.size())),
+      words_(static_cast<size_t>((size_ + 31) / 32)),
+      tokens_(tokens),
+      eos_ids_(std::move(eos_ids)) {
   for (int32_t id : eos_ids_)
     if (id >= 0 && id < size_) tokens_[static_cast<size_t>(id)].reset();  // eos adds no text
-  // Tokens sorted by their bytes: a trie built in that order visits each node's children in
-  // ascending byte order and can be laid out depth first as it is built.
-  std::vector<int32_t> order;
+  std::vector<int32_t> with_bytes;
   for (int32_t i = 0; i < size_; ++i)
-    if (tokens_[static_cast<size_t>(i)] && !tokens_[static_cast<size_t>(i)]->empty()) order.push_back(i);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return *tokens_[static_cast<size_t>(a)] < *tokens_[static_cast<size_t>(b)]; });
-  // Temporary tree with child lists, then the flat layout.
-  struct Tmp {
-    std::vector<std::pair<uint8_t, int32_t>> kids;
-    std::vector<int32_t> ids;
-  };
-  std::vector<Tmp> tmp(1);
-  for (int32_t id : order) {
-    int32_t node = 0;
-    for (char ch : *tokens_[static_cast<size_t>(id)]) {
-      const auto b = static_cast<uint8_t>(ch);
-      auto& kids = tmp[static_cast<size_t>(node)].kids;
-      if (!kids.empty() && kids.back().first == b) {
-        node = kids.back().second;
-      } else {
-        const auto child = static_cast<int32_t>(tmp.size());
-        kids.emplace_back(b, child);
-        tmp.emplace_back();
-        node = child;
+    if (tokens_[static_cast<size_t>(i)] && !tokens_[static_cast<size_t>(i)]->empty()) with_bytes.push_back(i);
+  std::array<std::vector<int32_t>, kNumTextClasses> outside;
+  for (int32_t c = 0; c < kNumTextClasses; ++c) {
+    const auto cls = static_cast<TextClass>(c);
+    ClassTokens& out = classes_[static_cast<size_t>(c)];
+    out.upto.assign(static_cast<size_t>(kMaxClassChars + 1) * words_, 0u);
+    out.count_upto.assign(static_cast<size_t>(kMaxClassChars + 1), 0);
+    for (int32_t id : with_bytes) {
+      const int32_t chars = class_chars(cls, *tokens_[static_cast<size_t>(id)]);
+      if (chars < 1 || chars > kMaxClassChars) {
+        outside[static_cast<size_t>(c)].push_back(id);
+        continue;
+      }
+      for (int32_t k = chars; k <= kMaxClassChars; ++k) {
+        out.upto[static_cast<size_t>(k) * words_ + static_cast<size_t>(id >> 5)] |= 1u << (id & 31);
+        ++out.count_upto[static_cast<size_t>(k)];
       }
     }
-    tmp[static_cast<size_t>(node)].ids.push_back(id);
   }
-  nodes_.resize(tmp.size());
-  for (size_t n = 0; n < tmp.size(); ++n) {
-    TrieNode& out = nodes_[n];
-    out.first_edge = static_cast<int32_t>(edges_.size());
-    out.num_edges = static_cast<int32_t>(tmp[n].kids.size());
-    for (auto [b, child] : tmp[n].kids) edges_.push_back({b, child});
-    out.first_token = static_cast<int32_t>(node_tokens_.size());
-    out.num_tokens = static_cast<int32_t>(tmp[n].ids.size());
-    node_tokens_.insert(node_tokens_.end(), tmp[n].ids.begin(), tmp[n].ids.end());
-  }
-  // Children are numbered after their parent (insertion in sorted order is a preorder walk), so
-  // one pass from the last node up gives every subtree's end and byte set.
-  subtree_end_.resize(nodes_.size());
-  subtree_bytes_.assign(nodes_.size(), ByteSet{});
-  for (size_t n = nodes_.size(); n-- > 0;) {
-    int32_t end = static_cast<int32_t>(n) + 1;
-    ByteSet& bytes = subtree_bytes_[n];
-    for (int32_t e = nodes_[n].first_edge; e < nodes_[n].first_edge + nodes_[n].num_edges; ++e) {
-      const TrieEdge& edge = edges_[static_cast<size_t>(e)];
-      bytes[edge.byte >> 6] |= uint64_t(1) << (edge.byte & 63);
-      for (int k = 0; k < 4; ++k) bytes[k] |= subtree_bytes_[static_cast<size_t>(edge.child)][k];
-      end = std::max(end, subtree_end_[static_cast<size_t>(edge.child)]);
-    }
-    subtree_end_[n] = end;
-  }
+  // The tries are independent reads of the tokens: built side by side, the largest here.
+  std::array<std::future<TokenTrie>, kNumTextClasses> tries;
+  for (size_t c = 0; c < tries.size(); ++c)
+    tries[c] = std::async(std::launch::async, [this, ids = std::move(outside[c])]() mutable { return TokenTrie(tokens_, std::move(ids)); });
+  trie_ = TokenTrie(tokens_, std::move(with_bytes));
+  for (size_t c = 0; c < tries.size(); ++c) classes_[c].outside = tries[c].get();
 }
 
 }  // namespace m3::grammar
