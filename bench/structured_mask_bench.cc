@@ -97,7 +97,9 @@ struct Case {
 
 m3::grammar::Grammar grammar_of(const Case& c) {
   if (c.tools.is_null()) return m3::grammar::structured_output_grammar(c.spec);
-  return m3::grammar::m3_tool_call_grammar(c.tools, "", {"]<]minimax[>[", true});
+  m3::grammar::ToolCallGrammarOptions o;
+  o.namespace_marker = "]<]minimax[>[";
+  return m3::grammar::tool_call_grammar(c.tools, "", o);
 }
 
 std::vector<Case> cases() {
