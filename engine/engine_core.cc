@@ -402,6 +402,8 @@ EngineStats EngineCore::stats() const {
     sum.kv_offload_bytes_to_device += s.kv_offload_bytes_to_device;
     sum.kv_offload_seconds_to_host += s.kv_offload_seconds_to_host;
     sum.kv_offload_seconds_to_device += s.kv_offload_seconds_to_device;
+    sum.kv_offload_blocks_saved_ahead += s.kv_offload_blocks_saved_ahead;
+    sum.kv_offload_steps_waiting += s.kv_offload_steps_waiting;
     sum.finished_stop += s.finished_stop;
     sum.finished_length += s.finished_length;
     sum.finished_abort += s.finished_abort;

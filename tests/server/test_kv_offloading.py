@@ -75,6 +75,8 @@ class KvOffloading(unittest.TestCase):
             bytes_back = tiered.metric("m3:kv_offload_bytes_total", direction="to_device")
             seconds = tiered.metric("m3:kv_offload_seconds_total")
             stored = tiered.metric("m3:kv_offload_host_blocks_stored")
+            saved_ahead = tiered.metric("m3:kv_offload_blocks_saved_ahead_total")
+            waiting = tiered.metric("m3:kv_offload_steps_waiting_total")
         finally:
             self.assertEqual(tiered.stop(), 0)
         self.assertEqual({k: v[0] for k, v in with_tier.items()}, {k: v[0] for k, v in without.items()})
@@ -92,6 +94,11 @@ class KvOffloading(unittest.TestCase):
         self.assertEqual(bytes_back % to_device, 0)  # whole blocks
         self.assertGreater(seconds, 0)
         self.assertGreater(stored, 0)
+        # Cached blocks at the head of the free list were saved before they were evicted; the steps
+        # that reused them waited for the batch that saved them.
+        self.assertGreater(saved_ahead, 0)
+        self.assertLessEqual(saved_ahead, to_host)
+        self.assertGreater(waiting, 0)
 
     def test_bad_sizes_are_clear_errors(self):
         def refused(args, words):
