@@ -57,7 +57,7 @@ for run in $RUNS; do
   args=(serve "$MODEL" $MODEL_ARGS --device "$DEVICE" --tokenizer "$TOKENIZER" --host 127.0.0.1 --port "$PORT"
         --served-model-name m3 --kv-cache-dtype "$kv" --attention-config "{\"indexer_kv_dtype\": \"$kv\"}"
         --kv-cache-memory "${KV_GIB}GiB" --max-model-len "$MAX_MODEL_LEN" --max-num-batched-tokens "$BATCHED_TOKENS"
-        --max-num-seqs 64 --disable-log-stats)
+        --max-num-seqs 64 --enable-prompt-tokens-details --disable-log-stats)
   label="$kv KV"
   if [[ "$run" == *+tier ]]; then
     args+=(--kv-offloading-size "$TIER_GIB")
