@@ -52,6 +52,11 @@ void CompiledGrammar::wait_precomputed() {
   if (precompute_thread_.joinable()) precompute_thread_.join();
 }
 
+bool CompiledGrammar::wait_precomputed_for(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  return ahead_done_.wait_for(lock, timeout, [&] { return !ahead_.running; });
+}
+
 int32_t CompiledGrammar::advance(int32_t state, std::string_view bytes) {
   auto lock = lock_for_sequence();
   for (char c : bytes) {
@@ -299,6 +304,7 @@ void CompiledGrammar::precompute_in_background(std::chrono::milliseconds limit, 
   std::lock_guard lock(mu_);
   ahead_.running = false;
   ahead_.next_of_sequences = {};
+  ahead_done_.notify_all();
 }
 
 void CompiledGrammar::ask_ahead(const Mask& m) {

@@ -21,6 +21,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -84,6 +85,10 @@ class CompiledGrammar {
   size_t cached_mask_bytes();
   // Blocks until the masks computed ahead are done (benchmarks, tests).
   void wait_precomputed();
+  // Blocks until the masks computed ahead are done or `timeout` has passed; true when done. The
+  // server waits so for a new spec before its first sequence, whose tokens then cost what a
+  // warm spec's do (the wait is that request's time to first token, not a step's).
+  bool wait_precomputed_for(std::chrono::milliseconds timeout);
 
  private:
   struct Mask {
@@ -153,6 +158,7 @@ class CompiledGrammar {
   std::vector<uint32_t> end_marks_;
   uint32_t mask_number_ = 0;
   std::atomic<int> sequences_waiting_{0};
+  std::condition_variable ahead_done_;  // with mu_: ahead_.running went false
   std::mutex thread_mu_;  // guards the join of precompute_thread_
   std::jthread precompute_thread_;  // last: stopped and joined before the rest goes
 };

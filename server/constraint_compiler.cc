@@ -60,7 +60,7 @@ std::shared_ptr<grammar::CompiledGrammar> ConstraintCompiler::compiled(const std
 
 std::shared_ptr<const TokenConstraintSpec> ConstraintCompiler::for_spec(const grammar::StructuredOutputSpec& spec,
                                                                         const Target& target) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   std::string key = fmt::format("spec|{}|{}", static_cast<int>(spec.kind), spec.field);
   switch (spec.kind) {
     case grammar::StructuredOutputSpec::Kind::kJsonSchema: key += spec.schema.dump(); break;
@@ -68,14 +68,17 @@ std::shared_ptr<const TokenConstraintSpec> ConstraintCompiler::for_spec(const gr
     default: key += spec.text;
   }
   auto g = compiled(key, [&] { return grammar::structured_output_grammar(spec); }, target, spec.field);
-  return std::make_shared<grammar::GrammarConstraintSpec>(g, vocab(target).texts, target.start_after);
+  auto out = std::make_shared<grammar::GrammarConstraintSpec>(g, vocab(target).texts, target.start_after);
+  lock.unlock();  // other requests compile meanwhile
+  g->wait_precomputed_for(kFirstUseWait);
+  return out;
 }
 
 std::shared_ptr<const TokenConstraintSpec> ConstraintCompiler::for_tool_calls(std::string_view parser,
                                                                               const nlohmann::ordered_json& tools,
                                                                               const std::string& only, bool parallel,
                                                                               const Target& target) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   M3_CHECK(parser == "minimax_m3" || parser == "minimax_m2", "no tool-call grammar for the parser '{}'", parser);
   const std::string key = fmt::format("tools|{}|{}|{}|{}", parser, only, parallel ? 1 : 0, tools.dump());
   grammar::ToolCallGrammarOptions o;
@@ -83,7 +86,10 @@ std::shared_ptr<const TokenConstraintSpec> ConstraintCompiler::for_tool_calls(st
   o.namespace_marker = std::string(text::tool_calls::kM3Namespace);
   o.parallel = parallel;
   auto g = compiled(key, [&] { return grammar::tool_call_grammar(tools, only, o); }, target, "tools");
-  return std::make_shared<grammar::GrammarConstraintSpec>(g, vocab(target).texts, target.start_after);
+  auto out = std::make_shared<grammar::GrammarConstraintSpec>(g, vocab(target).texts, target.start_after);
+  lock.unlock();
+  g->wait_precomputed_for(kFirstUseWait);
+  return out;
 }
 
 }  // namespace m3::server

@@ -8,8 +8,13 @@
 //    grammar must not count on them).
 //  - Compiled grammars are cached by their spec (kMaxCachedGrammars, least recently used out), so
 //    a schema used again starts with its masks already computed.
+//  - A new spec's request waits for the masks computed ahead (at most kFirstUseWait, outside the
+//    compiler's lock), so that its first tokens do not meet masks still to compute: a large
+//    schema pays up to about a second once, in its first request's time to first token, instead
+//    of milliseconds per token in its first sequence (docs/structured-outputs.md, "Cost").
 //  - A spec the grammar engine cannot enforce is a 400 naming the keyword or field.
 #pragma once
+#include <chrono>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -25,6 +30,7 @@
 namespace m3::server {
 
 inline constexpr size_t kMaxCachedGrammars = 64;
+inline constexpr std::chrono::milliseconds kFirstUseWait{2000};
 
 class ConstraintCompiler {
  public:
