@@ -27,6 +27,12 @@ Exactly what it does, so that the same machine image rebuilds the same corpus:
      The same hash sets the thinking mode (enabled / disabled / adaptive) and whether the
      assistant turn carries reasoning (always when enabled, never when disabled), so the
      reasoning and tool parsers see the markup the model writes.
+     With --extra DIR (the unpacked archive of tools/train/debian_sources.py: <package>/<path>),
+     the files there that pass the rules of step 2 and are not duplicates of a file above join the
+     train split only (root "debian"; their document path is the part after dist-packages/), so
+     the held-out split, the code prompts and their definitions check are exactly those of the
+     machine's own files. An extra file is dropped when it could leak the held-out split: its
+     document path equals a held-out file's, or it holds the definition line of a code prompt.
   8. code prompts (held-out split only, for tools/train/eval_code.py): top-level functions
      and small classes with a docstring, as a file prefix ending after the docstring, plus chat
      requests made like the code requests above; picked by sha1, PROMPT_COUNTS of each kind.
@@ -144,6 +150,46 @@ def cap(files, limit):
         kept.append(f)
         total += f["bytes"]
     return sorted(kept, key=lambda f: (f["root"], f["path"]))
+
+
+def collect_extra(extra_dir, seen_sha1):
+    """Files of --extra DIR (<package>/<path>) by the rules of step 2, minus exact duplicates."""
+    out, rejected = [], 0
+    for path in walk_root(extra_dir, set()):
+        data = Path(path).read_bytes()
+        text = accept(data)
+        if text is None:
+            rejected += 1
+            continue
+        sha = hashlib.sha1(data).hexdigest()
+        if sha in seen_sha1:
+            continue
+        seen_sha1.add(sha)
+        rel = os.path.relpath(path, extra_dir)
+        inner = rel.split("dist-packages/", 1)[1] if "dist-packages/" in rel else rel.split("/", 1)[1]
+        out.append({"sha1": sha, "bytes": len(data), "root": "debian", "path": inner, "package": rel.split("/")[0],
+                    "text": text})
+    return sorted(out, key=lambda f: (f["package"], f["path"])), rejected
+
+
+def leak_free(extra, held, prompts):
+    """The extra files that cannot leak the held-out split (see step 7)."""
+    held_paths = {f["path"] for f in held}
+    prompt_lines = set()
+    for p in prompts:
+        text = p["prompt"]
+        for line in text.split("\n"):
+            if line.startswith(("def ", "async def ", "class ")):
+                prompt_lines.add(line.rstrip())
+    kept = []
+    for f in extra:
+        if f["path"] in held_paths:
+            continue
+        if any(line.rstrip() in prompt_lines for line in f["text"].split("\n")
+               if line.startswith(("def ", "async def ", "class "))):
+            continue
+        kept.append(f)
+    return kept
 
 
 def document(f):
@@ -390,6 +436,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--train-mb", type=float, default=1024.0)
     ap.add_argument("--heldout-mb", type=float, default=3.0)
+    ap.add_argument("--extra", help="unpacked tools/train/debian_sources.py archive: more train files")
     args = ap.parse_args()
     t0 = time.time()
     os.makedirs(args.out, exist_ok=True)
@@ -399,10 +446,20 @@ def main():
     train = [f for f in files if int(f["sha1"][:8], 16) % 100 >= HELDOUT_PERCENT]
     train = cap(sorted(train, key=lambda f: (f["root"], f["path"])), int(args.train_mb * 2**20))
     held = cap(sorted(held, key=lambda f: (f["root"], f["path"])), int(args.heldout_mb * 2**20))
+    render = chat_renderer()
+    # The prompts come from the machine's own split alone, so --extra leaves them unchanged.
+    prompts = code_prompts(held, render, definition_lines(train))
+    extra_info = None
+    if args.extra:
+        extra, extra_rejected = collect_extra(os.path.realpath(args.extra), {f["sha1"] for f in files})
+        kept = leak_free(extra, held, prompts)
+        extra_info = {"dir": args.extra, "files": len(extra), "rejected": extra_rejected,
+                      "dropped_for_leaks": len(extra) - len(kept), "kept_files": len(kept),
+                      "kept_bytes": sum(f["bytes"] for f in kept)}
+        train = train + kept
     train_docs = [document(f) for f in train]
     train_bytes = sum(len(d) for d in train_docs)
 
-    render = chat_renderer()
     chats, chat_bytes = [], 0
     for text in chat_documents(train, render):
         if chat_bytes + len(text) > CHAT_FRACTION * train_bytes:
@@ -419,13 +476,12 @@ def main():
                      "chat_fraction": CHAT_FRACTION, "template": str(TEMPLATE.relative_to(REPO))},
         "files_seen_unique": len(files), "files_rejected": rejected,
         "train_files": len(train), "heldout_files": len(held), "train_bytes": train_bytes,
-        "heldout_bytes": sum(f["bytes"] for f in held), "chat_documents": len(chats), "chat_bytes": chat_bytes,
+        "heldout_bytes": sum(f["bytes"] for f in held), "extra": extra_info, "chat_documents": len(chats), "chat_bytes": chat_bytes,
         "packages": sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()
                            if d.metadata["Name"]),
     }
     info["train_jsonl_sha256"] = write_jsonl(os.path.join(args.out, "train.jsonl"), docs)
     info["heldout_jsonl_sha256"] = write_jsonl(os.path.join(args.out, "heldout.jsonl"), [document(f) for f in held])
-    prompts = code_prompts(held, render, definition_lines(train))
     info["code_prompts"] = {k: sum(p["kind"] == k for p in prompts) for k in PROMPT_COUNTS}
     with open(os.path.join(args.out, "code_prompts.json"), "w", encoding="utf-8") as fh:
         json.dump({"about": "held-out code prompts of tools/train/corpus.py (step 8), for tools/train/eval_code.py",

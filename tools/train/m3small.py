@@ -28,7 +28,7 @@ import torch.nn.functional as F
 class SmallConfig:
     vocab_size: int = 8192
     hidden_size: int = 384
-    num_hidden_layers: int = 6
+    num_hidden_layers: int = 8
     num_attention_heads: int = 6
     num_key_value_heads: int = 2
     head_dim: int = 64
@@ -38,7 +38,7 @@ class SmallConfig:
     dense_intermediate_size: int = 1024
     intermediate_size: int = 256
     shared_intermediate_size: int = 256
-    num_local_experts: int = 8
+    num_local_experts: int = 12
     num_experts_per_tok: int = 2
     routed_scaling_factor: float = 2.0
     swiglu_alpha: float = 1.702

@@ -6,6 +6,7 @@
 #
 #   OUT=/tmp/out bash tools/train/run_device.sh        # TIME_A/TIME_B/TIME_C: stage seconds
 #   SKIP_SMOKE=1 RESUME=ckpt.pt STAGES=c ...           # continue from a stage checkpoint
+#   EXTRA=build/debian-py.tar.xz ...                   # more train files (tools/train/debian_sources.py)
 #
 # Chunks: the script stops training CHUNK seconds after it started (default: no limit), leaving
 # $W/train/state.pt, and packs the logs only. The same command run again on the same machine
@@ -70,7 +71,13 @@ fi
 
 if [ "${PREPARED:-0}" != 1 ]; then
 stamp corpus
-python3 $T/corpus.py --out $W/corpus
+EXTRA_ARGS=()
+if [ -n "${EXTRA:-}" ]; then
+  rm -rf "$W/extra" && mkdir -p "$W/extra" && tar -xJf "$EXTRA" -C "$W/extra"
+  [ -f "$EXTRA.json" ] && cp -f "$EXTRA.json" "$W/stage/tools/train/results/debian_sources.json"
+  EXTRA_ARGS=(--extra "$W/extra")
+fi
+python3 $T/corpus.py --out $W/corpus "${EXTRA_ARGS[@]}"
 fi
 
 if [ "${SKIP_SMOKE:-0}" != 1 ]; then
