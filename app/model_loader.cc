@@ -113,8 +113,8 @@ void log_plan(const ModelPlan& plan, int64_t pool_blocks, const EngineOptions& e
               layout.config.world_size(), layout.config.world_size() == 1 ? "" : "s",
               layout.config.tensor_parallel_size,
               layout.attention_data_parallel() ? fmt::format(" x DEP {}", layout.config.data_parallel_size) : "",
-              layout.config.enable_expert_parallel ? ", expert parallel" : "", weights.total() / 1e9, token.kv, token.index_k, token.total, reserve, pool_blocks / per_sequence,
-              plan.max_model_len);
+              layout.config.enable_expert_parallel ? ", expert parallel" : "", weights.total() / 1e9, token.kv,
+              token.index_k, token.total, reserve, pool_blocks / per_sequence, plan.max_model_len);
 }
 
 // Before any weight is read: each rank's slice of the weights (model/weight_footprint.h, from

@@ -65,7 +65,8 @@ TEST(ParallelCommands, DummyWeightsBuiltPerRankGiveOneRanksTokens) {
   const std::string prompt = "9,8,7,6,5,4,3,2,1";
   const std::vector<int> one = generate_ids("--load-format dummy --seed 3", prompt);
   ASSERT_EQ(one.size(), 24u);
-  for (const std::string layout : {"-tp 2", "-tp 4 --enable-expert-parallel", "--data-parallel-size 2 --enable-expert-parallel",
+  for (const std::string layout : {"-tp 2", "-tp 4 --enable-expert-parallel",
+                                   "--data-parallel-size 2 --enable-expert-parallel",
                                    "-tp 2 --data-parallel-size 2 --enable-expert-parallel"})
     EXPECT_EQ(generate_ids("--load-format dummy --seed 3 " + layout, prompt), one) << layout;
 }
