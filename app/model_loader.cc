@@ -108,12 +108,13 @@ void log_plan(const ModelPlan& plan, int64_t pool_blocks, const EngineOptions& e
                         gpu_activation_reserve_bytes(c, engine.batched_tokens(plan.max_model_len), engine.max_num_seqs) /
                             1e9)
           : "";
-  M3_LOG_INFO("plan ({} rank{}, -tp {}{}): weights {:.2f} GB per rank, KV {} B + index-K {} B = {} B per token per "
+  M3_LOG_INFO("plan ({} rank{}, -tp {}{}{}): weights {:.2f} GB per rank, KV {} B + index-K {} B = {} B per token per "
               "rank{}; the pool holds {} sequences of {} tokens",
               layout.config.world_size(), layout.config.world_size() == 1 ? "" : "s",
-              layout.config.tensor_parallel_size, layout.config.enable_expert_parallel ? ", expert parallel" : "",
-              weights.total() / 1e9, token.kv, token.index_k, token.total, reserve, pool_blocks / per_sequence,
-              plan.max_model_len);
+              layout.config.tensor_parallel_size,
+              layout.attention_data_parallel() ? fmt::format(" x DEP {}", layout.config.data_parallel_size) : "",
+              layout.config.enable_expert_parallel ? ", expert parallel" : "", weights.total() / 1e9, token.kv,
+              token.index_k, token.total, reserve, pool_blocks / per_sequence, plan.max_model_len);
 }
 
 // Before any weight is read: each rank's slice of the weights (model/weight_footprint.h, from
@@ -208,16 +209,13 @@ void check_model_options(const ModelOptions& o) {
            "--gpu-memory-utilization applies to GPU memory and --device cpu runs on the CPU backend; size the KV "
            "cache with --kv-cache-memory or --num-kv-blocks");
   check_parallel_config(o.parallel);
-  // Data-parallel copies run as DEP: each copy schedules its own requests over whole attention
-  // weights, the routed experts shared out over all ranks.
+  // Data-parallel copies run as DEP: each copy (of -tp ranks) schedules its own requests over its
+  // attention weights, the routed experts shared out over all ranks.
   if (o.parallel.data_parallel_size > 1) {
     M3_CHECK(o.parallel.enable_expert_parallel,
              "--data-parallel-size {}: data-parallel copies run as DEP (data-parallel attention, experts shared out "
              "over every rank); add --enable-expert-parallel (independent whole-model copies are separate servers)",
              o.parallel.data_parallel_size);
-    M3_CHECK(o.parallel.tensor_parallel_size == 1,
-             "--data-parallel-size {} with -tp {}: DEP with tensor-parallel copies is not implemented yet; use -tp 1",
-             o.parallel.data_parallel_size, o.parallel.tensor_parallel_size);
   }
   M3_CHECK(o.nnodes >= 1, "--nnodes must be >= 1, got {}", o.nnodes);
   M3_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank {} outside [0, --nnodes {})", o.node_rank,
@@ -306,8 +304,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
                  "threads on the CPU")
       ->capture_default_str();
   cmd.add_option("--data-parallel-size", o.parallel.data_parallel_size,
-                 "model copies, each scheduling its own requests (data-parallel attention, with "
-                 "--enable-expert-parallel: DEP; -tp 1 for now)")
+                 "model copies of -tp ranks each, each copy scheduling its own requests (data-parallel attention, "
+                 "with --enable-expert-parallel: DEP; one host)")
       ->capture_default_str();
   cmd.add_flag("--enable-expert-parallel", o.parallel.enable_expert_parallel,
                "spread the routed experts whole over the ranks instead of splitting each expert's width");
@@ -562,25 +560,41 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   // Ranks run on their own threads (a GPU each) when there are several.
   const auto t1 = std::chrono::steady_clock::now();
   GlooRendezvous gloo = nodes.store ? GlooRendezvous::tcp(nodes.store) : GlooRendezvous::in_process();
+  const bool dep = plan.layout.attention_data_parallel();
+  const int tp = plan.layout.config.tensor_parallel_size, dp = plan.layout.config.data_parallel_size;
 #if M3SERVE_WITH_NCCL
-  const NcclUniqueId nccl_id =
-      plan.device == "cuda" && world > 1 ? shared_nccl_id(nodes.store.get(), o.node_rank) : NcclUniqueId{};
+  const bool nccl = plan.device == "cuda" && world > 1;
+  const NcclUniqueId nccl_id = nccl && !dep ? shared_nccl_id(nodes.store.get(), o.node_rank) : NcclUniqueId{};
+  // DEP (one host): an id per copy's tp group and one per tp rank's expert group.
+  std::vector<NcclUniqueId> copy_ids, expert_ids;
+  if (nccl && dep) {
+    for (int d = 0; d < dp && tp > 1; ++d) copy_ids.push_back(make_nccl_unique_id());
+    for (int j = 0; j < tp; ++j) expert_ids.push_back(make_nccl_unique_id());
+  }
 #endif
   const auto set_up_rank = [&](int r) {
     const int g = first_rank + r;  // the global rank
     RankModel& rank = m.ranks[r];
     rank.backend = make_device_backend(plan.device, o.enforce_eager);
-    if (plan.layout.attention_data_parallel()) {
-      // The experts' exchange on the device's engine; the per-step token count over host memory.
-      // One host only (check_model_options), so local and global ranks agree.
-      rank.ep_host = connect_gloo(gloo, g, world, "ep-host");
+    if (dep) {
+      // One host only (check_model_options), so local and global ranks agree. The copy's -tp
+      // group (tp.<copy>), and the experts' exchange over the ranks with this tp rank in every
+      // copy (ep.<tp rank>, by copy) on the device's engine, its per-step token count over host
+      // memory (ep-host.<tp rank>). Every rank joins them in this order and the groups of each
+      // kind are disjoint, so no group waits for a rank still joining another.
+      const RankShard& shard = plan.layout.ranks[g];
+      const std::string copy = fmt::format("tp.{}", shard.dp_rank), experts = fmt::format("ep.{}", shard.tp_rank);
+      rank.ep_host = connect_gloo(gloo, shard.dp_rank, dp, fmt::format("ep-host.{}", shard.tp_rank));
       if (plan.device == "cpu") {
-        rank.ep = connect_gloo(gloo, g, world, "ep");
+        if (tp > 1) rank.tp = connect_gloo(gloo, shard.tp_rank, tp, copy);
+        rank.ep = connect_gloo(gloo, shard.dp_rank, dp, experts);
       } else {
 #if M3SERVE_WITH_NCCL
-        rank.ep = connect_nccl(nccl_id, g, world, r, cuda_backend_stream(*rank.backend), "ep");
+        void* stream = cuda_backend_stream(*rank.backend);
+        if (tp > 1) rank.tp = connect_nccl(copy_ids[shard.dp_rank], shard.tp_rank, tp, r, stream, copy);
+        rank.ep = connect_nccl(expert_ids[shard.tp_rank], shard.dp_rank, dp, r, stream, experts);
 #else
-        fail("--data-parallel-size {} on the GPU needs NCCL, and this build has none", world);
+        fail("--data-parallel-size {} on the GPU needs NCCL, and this build has none", dp);
 #endif
       }
     } else if (world > 1) {
@@ -664,6 +678,16 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   };
   if (world == 1) build_rank(0);
   else m.workers->run(build_rank);
+  if (dep && tp > 1) {
+    // Each copy's lane drives its ranks on threads of its own, bound as the loading threads were.
+    const int threads_per_rank = std::max(1, omp_get_max_threads() / num_ranks);
+    const bool gpu = plan.device == "cuda";
+    for (int d = 0; d < dp; ++d)
+      m.copy_workers.push_back(std::make_unique<RankWorkers>(tp, [d, tp, gpu, threads_per_rank](int j) {
+        if (gpu) use_device(d * tp + j);
+        else omp_set_num_threads(threads_per_rank);
+      }));
+  }
   if (nodes.control) {
     // Every node has loaded and left the store: from here node 0 only sends steps (and heartbeats
     // while idle), and the followers only wait for them.
@@ -719,13 +743,27 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
       static_cast<int>(options.max_model_len > 0 ? loaded.max_model_len : std::min(loaded.max_model_len, capacity));
   std::unique_ptr<EngineCore> core;
   if (loaded.layout.attention_data_parallel()) {
-    // One engine lane per data-parallel rank; the lane's thread is the rank's.
+    // One engine lane per data-parallel copy. With -tp 1 the lane's thread is the rank's; with
+    // -tp > 1 the lane's runner drives the copy's ranks on their threads (copy_workers), as a
+    // tensor-parallel runner does.
+    const int tp = loaded.layout.config.tensor_parallel_size;
     std::vector<std::unique_ptr<ModelRunner>> lanes;
-    for (const RankModel& r : loaded.ranks) lanes.push_back(std::make_unique<MiniMaxM3Runner>(*r.model));
+    if (tp == 1) {
+      for (const RankModel& r : loaded.ranks) lanes.push_back(std::make_unique<MiniMaxM3Runner>(*r.model));
+    } else {
+      M3_CHECK(loaded.copy_workers.size() * tp == loaded.ranks.size(),
+               "{} copies of -tp {} for {} ranks: the loader made no threads for the copies' ranks",
+               loaded.copy_workers.size(), tp, loaded.ranks.size());
+      for (size_t d = 0; d < loaded.copy_workers.size(); ++d) {
+        std::vector<MiniMaxM3*> copy;
+        for (int j = 0; j < tp; ++j) copy.push_back(loaded.ranks[d * tp + j].model.get());
+        lanes.push_back(std::make_unique<MiniMaxM3Runner>(std::move(copy), *loaded.copy_workers[d]));
+      }
+    }
     const int threads_per_lane = std::max(1, omp_get_max_threads() / static_cast<int>(lanes.size()));
     const bool gpu = loaded.device == "cuda";
-    core = std::make_unique<EngineCore>(std::move(lanes), config, [threads_per_lane, gpu](int lane) {
-      if (gpu) use_device(lane);  // a lane's thread drives its rank's GPU
+    core = std::make_unique<EngineCore>(std::move(lanes), config, [threads_per_lane, gpu, tp](int lane) {
+      if (gpu) use_device(lane * tp);  // a lane's thread drives its rank's GPU (with -tp > 1: its first rank's)
       else omp_set_num_threads(threads_per_lane);
     });
   } else {

@@ -66,7 +66,8 @@ struct ModelOptions {
   std::string device = "auto";          // auto (cuda when a usable GPU is present), cpu, cuda
   bool enforce_eager = false;           // cuda: no CUDA graphs for decode steps
   ParallelConfig parallel;              // -tp, --data-parallel-size, --enable-expert-parallel
-  // --data-parallel-size N (with --enable-expert-parallel, -tp 1, one host): DEP, N engine lanes.
+  // --data-parallel-size N (with --enable-expert-parallel, one host): DEP, N engine lanes, each a
+  // copy of -tp ranks.
   // Several hosts (--nnodes N --node-rank R --master-addr A --master-port P): the -tp ranks are
   // shared out, tp / N consecutive ranks per host (global rank = R * tp / N + local index); node 0
   // runs the command, the other nodes follow its steps (app/node_follower.h).
@@ -139,15 +140,20 @@ struct RankModel {
   std::unique_ptr<Backend> backend;  // the device backend
   // A wrapper the model runs on instead of `backend` (bench latency's per-op timing), or null.
   std::unique_ptr<Backend> wrapper;
-  std::unique_ptr<Communicator> tp;  // null on one rank
-  std::unique_ptr<Communicator> ep;  // data-parallel attention: every rank (null otherwise)
-  std::unique_ptr<Communicator> ep_host;  // the same ranks over host memory (Gloo)
+  std::unique_ptr<Communicator> tp;  // null on one rank; under DEP the ranks of this rank's copy
+  // Data-parallel attention: the ranks with this rank's tp rank in every copy (every rank with
+  // -tp 1), null otherwise; and the same ranks over host memory (Gloo).
+  std::unique_ptr<Communicator> ep;
+  std::unique_ptr<Communicator> ep_host;
   std::unique_ptr<MiniMaxM3> model;
 };
 
 struct LoadedModel {
   std::vector<RankModel> ranks;          // this process's ranks, by rank; one without -tp
   std::unique_ptr<RankWorkers> workers;  // a thread per rank when the layout has several
+  // DEP with -tp > 1: a thread per rank of each copy (copy_workers[d] runs ranks d * tp ..), so
+  // each engine lane drives its copy's ranks while the other lanes drive theirs.
+  std::vector<std::unique_ptr<RankWorkers>> copy_workers;
   std::string device;
   int64_t max_model_len = 0;  // the plan's
   ParallelLayout layout;      // of every rank, on every node

@@ -65,9 +65,11 @@ void MiniMaxM3Runner::copy_kv_blocks(const KvBlockCopies& copies) {
 KvCopyTimes MiniMaxM3Runner::kv_copy_times() const { return ranks_[0]->kv_copy_times(); }
 
 void MiniMaxM3Runner::idle_step() {
-  M3_CHECK(ranks_.size() == 1 && ranks_[0]->attention_data_parallel(),
-           "idle_step: only a data-parallel-attention rank joins its peers' steps");
-  ranks_[0]->idle_step();
+  for (const MiniMaxM3* r : ranks_)
+    M3_CHECK(r->attention_data_parallel(), "idle_step: only data-parallel-attention ranks join their peers' steps");
+  if (!workers_) return ranks_[0]->idle_step();
+  // A copy of several ranks (DEP with -tp > 1): each joins the exchanges of its expert group.
+  workers_->run([&](int r) { ranks_[r]->idle_step(); });
 }
 
 }  // namespace m3

@@ -8,6 +8,9 @@
 // on its partition of the model; the collectives inside the step keep them in lockstep and leave
 // every rank with the same full logits, so rank 0 alone copies logits rows out and samples.
 //
+// Under data-parallel attention (DEP) a runner drives one copy, an engine lane: its one rank, or
+// with -tp > 1 its tp ranks on workers of their own, exactly as a tensor-parallel runner does.
+//
 // On several hosts (--nnodes) the runner of node 0 holds its local ranks and the control group
 // (parallel/control_group.h): it announces each step to the other nodes' processes, which run it
 // on their ranks, before running it on its own.
@@ -36,7 +39,8 @@ class MiniMaxM3Runner final : public ModelRunner {
   // Samples on the model's backend (the CUDA backend: on the GPU, only ids and host_rows copied).
   void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
                       const std::vector<int32_t>& host_rows, float* host_logits) override;
-  // A data-parallel-attention rank's part of its peers' step (MiniMaxM3::idle_step).
+  // A data-parallel-attention copy's part of its peers' step (MiniMaxM3::idle_step on each of its
+  // ranks).
   void idle_step() override;
   // The host tier: every rank's model holds the same slots of its own share of each block.
   int64_t num_host_kv_blocks() const override;

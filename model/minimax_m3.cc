@@ -116,8 +116,9 @@ MiniMaxM3::MiniMaxM3(ModelConfig config, ModelWeights weights, Backend& backend,
   M3_CHECK(weights_.embed.dim(0) == shard.vocab.size,
            "rank {}: the embedding holds {} rows, its vocabulary slice {} (cut the weights with shard_weights)",
            shard.rank, weights_.embed.dim(0), shard.vocab.size);
-  M3_CHECK(!partition_.ep || (tp_size == 1 && partition_.ep_host && partition_.ep_host->size() == partition_.ep->size()),
-           "data-parallel attention needs -tp 1 and a host-memory group of its ranks (this rank: -tp {})", tp_size);
+  M3_CHECK(!partition_.ep || (partition_.ep_host && partition_.ep_host->size() == partition_.ep->size()),
+           "rank {}: data-parallel attention needs a host-memory group of its expert-exchange ranks ({} ranks), got {}",
+           shard.rank, partition_.ep ? partition_.ep->size() : 0, partition_.ep_host ? partition_.ep_host->size() : 0);
   M3_CHECK(!partition_.indexer_decode_cp || (tp_size > 1 && config_.has_sparse_layers()),
            "indexer decode context parallelism splits the index cache of sparse layers over the -tp ranks; this "
            "model has {} sparse layers and {} rank(s)",
@@ -295,9 +296,6 @@ void MiniMaxM3::ensure_dep_buffers(int64_t max_tokens) {
   ++act_.generation;
 }
 
-// Every rank sends max-tokens rows of h (its own tokens first; the rows past them are whatever the
-// buffer holds: the MoE is row-independent, so they cost work and are dropped), runs its experts
-// over all ranks' rows, and gets back the sum over ranks of its own rows.
 MoeParams MiniMaxM3::moe_params() const {
   const ModelConfig& c = config_;
   MoeParams p;
@@ -310,6 +308,9 @@ MoeParams MiniMaxM3::moe_params() const {
   return p;
 }
 
+// Every rank sends max-tokens rows of h (its copy's tokens first; the rows past them are whatever
+// the buffer holds: the MoE is row-independent, so they cost work and are dropped), runs its
+// experts over every copy's rows, and gets back the sum over the `ep` group of its copy's rows.
 void MiniMaxM3::dep_routed_experts(int layer, Tensor routed_out) {
   Communicator& ep = *partition_.ep;
   const int64_t m = dep_max_tokens_, ranks = ep.size();
@@ -327,6 +328,8 @@ void MiniMaxM3::idle_step() {
   if (dep_max_tokens_ == 0) return;  // nobody had tokens (every rank called idle_step)
   ensure_activations(dep_max_tokens_, 0);
   ensure_dep_buffers(dep_max_tokens_);
+  // The rows that come back are the padding this copy sent: nothing reads them, so the copy's
+  // all-reduce that would add them up (-tp > 1) is left out too, by every rank of the copy alike.
   for (int l = 0; l < config_.num_layers; ++l)
     if (config_.mlp_kinds[l] == MlpKind::kMoe) dep_routed_experts(l, act_.dep_mine);
 }
@@ -347,10 +350,17 @@ void MiniMaxM3::mlp_block(int layer, Activations& a) {
     return;
   }
   if (partition_.ep) {
-    // This rank's tokens: the shared expert here, the routed experts over every rank.
+    // This copy's tokens: the shared expert here (this rank's slice of its width with -tp > 1),
+    // the routed experts over every copy. Rank (copy d, tp rank j) holds experts E(d, j); after
+    // the attention's all-reduce every rank of a copy holds the same rows, so the group of tp
+    // rank j (one rank per copy) sees every copy's rows, and its reduce-scatter leaves rank
+    // (d, j) with sum over copies d' of E(d', j) on copy d's rows. The copy's all-reduce below
+    // then sums over j: all experts, plus the shared expert's slices (added once each, as in
+    // -tp). One all-reduce, the one -tp has after its MoE anyway; with -tp 1 it is nothing.
     backend_.swiglu_mlp(h, w.gate, w.up, w.down, c.swiglu_alpha, c.swiglu_limit, out);
     dep_routed_experts(layer, a.dep_mine);
     backend_.add_inplace(out, a.dep_mine.rows(0, t));
+    reduce_tp(out);
     return;
   }
   backend_.moe(h, w, moe_params(), out);

@@ -52,14 +52,16 @@ struct ModelPartition {
   // the index heads (docs/reference.md, the indexer): each scores its blocks for every head, the
   // candidates are all-gathered and merged into the exact selection one rank makes.
   bool indexer_decode_cp = false;
-  // Data-parallel attention (DEP): this rank runs its own requests through whole attention, dense
-  // and shared-expert weights, and `ep` (every rank) shares the routed experts: each MoE layer
-  // all-gathers the ranks' tokens, runs the experts this rank holds over all of them, and
-  // reduce-scatters the sums back to their ranks. Every rank takes part in every step
-  // (idle_step() when it has no tokens).
+  // Data-parallel attention (DEP): this rank's copy (its `tp` group, or this rank alone with -tp 1)
+  // runs its own requests through the attention, dense and shared-expert weights, and `ep` shares
+  // the routed experts: the ranks with this rank's tp rank in every copy (one rank per copy, so
+  // every rank with -tp 1). Each MoE layer all-gathers the copies' tokens over `ep`, runs the
+  // experts this rank holds over all of them, reduce-scatters the sums back to their copies, and
+  // (-tp > 1) the copy's all-reduce after the MoE adds up its ranks' experts (mlp_block says why
+  // that is exact). Every rank takes part in every step (idle_step() when its copy has no tokens).
   Communicator* ep = nullptr;
   // The same ranks over host memory (Gloo), for the one number they agree on before each step
-  // (the most tokens any rank has), so that a GPU rank needs no device-to-host wait for it. On the
+  // (the most tokens any copy has), so that a GPU rank needs no device-to-host wait for it. On the
   // CPU it may be `ep` itself.
   Communicator* ep_host = nullptr;
 };
@@ -120,8 +122,9 @@ class MiniMaxM3 {
   // Only those rows and the ids leave the device.
   void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
                       const std::vector<int32_t>& host_rows, float* host_logits);
-  // Data-parallel attention: this rank's part of a step its peers run while it has no tokens of
-  // its own (the MoE layers' exchanges and its experts' work on the peers' tokens).
+  // Data-parallel attention: this rank's part of a step its peers run while its copy has no tokens
+  // of its own (the MoE layers' exchanges and its experts' work on the peers' tokens). Every rank
+  // of the copy calls it for the same step (the copy's runner drives them together).
   void idle_step();
   bool attention_data_parallel() const { return partition_.ep != nullptr; }
 
@@ -140,9 +143,9 @@ class MiniMaxM3 {
   void reduce_tp(Tensor x);
   // The MoE constants of this rank (its first held expert included).
   MoeParams moe_params() const;
-  // Data-parallel attention: the most tokens any rank has this step (every rank calls it once per
-  // step), and the routed experts over every rank's tokens, this rank's rows summed into
-  // routed_out.
+  // Data-parallel attention: the most tokens any copy has this step (every rank calls it once per
+  // step), and this rank's routed experts over every copy's tokens, summed over the `ep` group
+  // into routed_out for this copy's rows.
   int64_t dep_step_tokens(int64_t t);
   void dep_routed_experts(int layer, Tensor routed_out);
   void ensure_dep_buffers(int64_t max_tokens);

@@ -1,5 +1,9 @@
 #include "parallel/layout.h"
 
+#include <string>
+
+#include <fmt/core.h>
+
 #include "core/error.h"
 
 namespace m3 {
@@ -17,10 +21,19 @@ Slice even_part(int64_t total, int parts, int index) {
   return {size * index, size};
 }
 
+// "-tp 3", or under DEP "-tp 3 (the ranks of each of the --data-parallel-size 2 copies)": the
+// option a size that does not divide names, and which ranks split it.
+std::string tp_option(const ParallelConfig& c) {
+  if (c.data_parallel_size == 1) return fmt::format("-tp {}", c.tensor_parallel_size);
+  return fmt::format("-tp {} (the ranks of each of the --data-parallel-size {} copies)", c.tensor_parallel_size,
+                     c.data_parallel_size);
+}
+
 // A dimension split over the tp ranks of a copy must divide evenly: an uneven split would give
 // ranks different GEMM shapes and different collective sizes for no gain.
-void check_tp_divides(int tp, int64_t size, const char* field) {
-  M3_CHECK(size % tp == 0, "-tp {}: {} {} is not a multiple of {}", tp, field, size, tp);
+void check_tp_divides(const ParallelConfig& c, int64_t size, const char* field) {
+  const int tp = c.tensor_parallel_size;
+  M3_CHECK(size % tp == 0, "{}: {} {} is not a multiple of {}", tp_option(c), field, size, tp);
 }
 
 void check_geometry(const ModelGeometry& g) {
@@ -43,27 +56,27 @@ ParallelLayout make_parallel_layout(const ParallelConfig& config, const ModelGeo
   layout.config = config;
   layout.geometry = g;
 
-  check_tp_divides(tp, g.num_heads, "num_attention_heads");
+  check_tp_divides(config, g.num_heads, "num_attention_heads");
   if (tp <= g.num_kv_heads) {
-    check_tp_divides(tp, g.num_kv_heads, "num_key_value_heads");
+    check_tp_divides(config, g.num_kv_heads, "num_key_value_heads");
   } else {
     // More ranks than KV heads: vLLM replicates each KV head over tp / num_kv_heads ranks (the
     // query heads of one group then span several ranks). That needs whole replicas.
     M3_CHECK(tp % g.num_kv_heads == 0,
-             "-tp {}: more ranks than num_key_value_heads {}, so each KV head is replicated, and {} is not a "
+             "{}: more ranks than num_key_value_heads {}, so each KV head is replicated, and {} is not a "
              "multiple of {}",
-             tp, g.num_kv_heads, tp, g.num_kv_heads);
+             tp_option(config), g.num_kv_heads, tp, g.num_kv_heads);
     layout.kv_head_replicas = tp / g.num_kv_heads;
   }
   // Index head j of KV group g picks the blocks for that group's query heads (docs/reference.md
   // D2), so a rank holding a KV head must hold its index heads: a whole number per group.
   M3_CHECK(tp == 1 || g.index_heads % g.num_kv_heads == 0,
-           "-tp {}: index_n_heads {} is not a multiple of num_key_value_heads {}, so the index heads cannot follow "
+           "{}: index_n_heads {} is not a multiple of num_key_value_heads {}, so the index heads cannot follow "
            "their KV groups onto the ranks",
-           tp, g.index_heads, g.num_kv_heads);
-  if (g.dense_intermediate_size > 0) check_tp_divides(tp, g.dense_intermediate_size, "dense_intermediate_size");
+           tp_option(config), g.index_heads, g.num_kv_heads);
+  if (g.dense_intermediate_size > 0) check_tp_divides(config, g.dense_intermediate_size, "dense_intermediate_size");
   if (g.num_experts > 0 && g.shared_intermediate_size > 0)
-    check_tp_divides(tp, g.shared_intermediate_size, "shared_intermediate_size");
+    check_tp_divides(config, g.shared_intermediate_size, "shared_intermediate_size");
 
   if (config.enable_expert_parallel) {
     layout.expert_parallel_size = config.world_size();
@@ -78,7 +91,7 @@ ParallelLayout make_parallel_layout(const ParallelConfig& config, const ModelGeo
              "--data-parallel-size {})",
              g.num_experts, ep, tp, dp);
   } else if (g.num_experts > 0) {
-    check_tp_divides(tp, g.moe_intermediate_size, "intermediate_size (one routed expert)");
+    check_tp_divides(config, g.moe_intermediate_size, "intermediate_size (one routed expert)");
   }
 
   // Any vocabulary splits: pad it up to the next multiple of tp (vLLM pads too) rather than

@@ -13,8 +13,9 @@
 //    num_experts / EP whole experts; without, every copy holds all experts with the intermediate
 //    split over its tp ranks.
 //  - DEP (--data-parallel-size N --enable-expert-parallel): attention is data-parallel, each copy
-//    holds whole attention weights (tp = 1) and the whole KV of the requests it schedules, while
-//    the experts are shared out across all ranks.
+//    of tp ranks holds the attention, dense and shared-expert weights split over its tp ranks as
+//    above (whole with -tp 1) and the KV of the requests it schedules (its KV heads split over its
+//    tp ranks), while the routed experts are shared out across all tp x N ranks (by global rank).
 // Sizes that do not divide fail here, at plan time, naming the option, the dimension and both values.
 #pragma once
 #include <cstdint>

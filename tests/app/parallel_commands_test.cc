@@ -1,6 +1,6 @@
 // The parallel options as a user gives them, end to end through the m3serve binary on the CPU:
-// `generate` on the tiny model with -tp 2 / 4, expert parallel, indexer decode CP and DEP 2 / 4
-// gives one rank's greedy ids, and
+// `generate` on the tiny model with -tp 2 / 4, expert parallel, indexer decode CP, DEP 2 / 4 and
+// DEP 2 x -tp 2 gives one rank's greedy ids, and
 // layouts that cannot run give an error naming what is wrong (before any weight is read).
 #include <gtest/gtest.h>
 
@@ -53,7 +53,8 @@ TEST(ParallelCommands, GenerateGivesOneRanksTokensUnderEveryLayout) {
                                      "--tensor-parallel-size 4 --enable-expert-parallel",
                                      "-tp 2 --attention-config '{\"indexer_decode_cp\": true}'",
                                      "--data-parallel-size 2 --enable-expert-parallel",
-                                     "--data-parallel-size 4 --enable-expert-parallel"})
+                                     "--data-parallel-size 4 --enable-expert-parallel",
+                                     "-tp 2 --data-parallel-size 2 --enable-expert-parallel"})
       EXPECT_EQ(generate_ids(layout, prompt), one) << layout << " on prompt " << prompt;
   }
 }
@@ -64,7 +65,9 @@ TEST(ParallelCommands, DummyWeightsBuiltPerRankGiveOneRanksTokens) {
   const std::string prompt = "9,8,7,6,5,4,3,2,1";
   const std::vector<int> one = generate_ids("--load-format dummy --seed 3", prompt);
   ASSERT_EQ(one.size(), 24u);
-  for (const std::string layout : {"-tp 2", "-tp 4 --enable-expert-parallel", "--data-parallel-size 2 --enable-expert-parallel"})
+  for (const std::string layout : {"-tp 2", "-tp 4 --enable-expert-parallel",
+                                   "--data-parallel-size 2 --enable-expert-parallel",
+                                   "-tp 2 --data-parallel-size 2 --enable-expert-parallel"})
     EXPECT_EQ(generate_ids("--load-format dummy --seed 3 " + layout, prompt), one) << layout;
 }
 
@@ -82,8 +85,11 @@ TEST(ParallelCommands, LayoutsThatCannotRunAreRefusedNamingTheProblem) {
   expect_refused(gen + "--nnodes 2", "give --master-addr");
   expect_refused(gen + "--nnodes 2 --node-rank 2 --master-addr 10.0.0.1", "--node-rank 2 outside [0, --nnodes 2)");
   expect_refused(gen + "--data-parallel-size 2", "data-parallel copies run as DEP");
-  expect_refused(gen + "-tp 2 --data-parallel-size 2 --enable-expert-parallel",
-                 "DEP with tensor-parallel copies is not implemented yet");
+  expect_refused(gen + "-tp 3 --data-parallel-size 2 --enable-expert-parallel",
+                 "-tp 3 (the ranks of each of the --data-parallel-size 2 copies): num_attention_heads 4 is not a "
+                 "multiple of 3");
+  expect_refused(gen + "-tp 2 --data-parallel-size 8 --enable-expert-parallel",
+                 "EP size 16 (-tp 2 x --data-parallel-size 8) is more ranks than num_local_experts 8");
   expect_refused(fmt::format("bench latency --model {} --device cpu --data-parallel-size 2 --enable-expert-parallel "
                              "--batch-sizes 1 --context-lens 16",
                              kTiny),

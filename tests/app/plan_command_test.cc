@@ -140,6 +140,33 @@ TEST(PlanCommand, Tp4OnH200SplitsHeadsAndVocab) {
   EXPECT_EQ(p.at("weights_per_rank").at("embedding"), 1229217792);
 }
 
+TEST(PlanCommand, Dep2OfTp4CopiesSplitsAttentionPerCopyAndExpertsOverEveryRank) {
+  // DEP 2 x -tp 4 on 8 x H200: a rank holds what a -tp 4 rank holds of the attention, dense MLPs,
+  // shared experts and vocabulary, and 128 / 8 = 16 whole routed experts; each copy's KV heads are
+  // split over its 4 ranks, and the two copies' sequences add up.
+  const std::string common =
+      "bench/configs/minimax-m3.1 --gpu-memory-gb 141 --kv-cache-dtype nvfp4 --attention-config "
+      "'{\"indexer_kv_dtype\": \"nvfp4\"}' --max-model-len 131072 --enable-expert-parallel -tp 4";
+  const json dep = plan_json(common + " --num-gpus 8 --data-parallel-size 2");
+  const json tp4 = plan_json(common + " --num-gpus 4");
+  EXPECT_EQ(dep.at("expert_parallel_size"), 8);
+  EXPECT_EQ(dep.at("attention_data_parallel"), true);
+  EXPECT_EQ(dep.at("rank0").at("q_heads"), 16);
+  EXPECT_EQ(dep.at("rank0").at("kv_heads"), 1);
+  EXPECT_EQ(dep.at("rank0").at("experts"), 16);
+  EXPECT_EQ(dep.at("rank0").at("vocab_rows"), 50016);
+  // K+V 60 x 1 x 2 x 72 = 8,640 + index-K 4,320, as -tp 4.
+  EXPECT_EQ(dep.at("kv_total_bytes_per_token"), 12960);
+  for (const char* part : {"embedding", "attention", "dense_mlp", "shared_expert_and_router"})
+    EXPECT_EQ(dep.at("weights_per_rank").at(part), tp4.at("weights_per_rank").at(part)) << part;
+  // nvfp4 experts of 31,850,496 B: 16 x 57 layers, half of EP 4's 32.
+  EXPECT_EQ(dep.at("weights_per_rank").at("routed_experts"), int64_t{16} * 57 * 31850496);
+  EXPECT_EQ(tp4.at("weights_per_rank").at("routed_experts"), int64_t{32} * 57 * 31850496);
+  EXPECT_EQ(dep.at("max_concurrent_sequences"), 2 * dep.at("sequences_per_data_parallel_rank").get<int64_t>());
+  EXPECT_GT(dep.at("sequences_per_data_parallel_rank").get<int64_t>(),
+            tp4.at("sequences_per_data_parallel_rank").get<int64_t>());  // lighter experts leave more room
+}
+
 TEST(PlanCommand, VocabularyPadsToAMultipleOfTheRanks) {
   // The tiny model (4 query heads, 2 KV heads, experts of width 32) with an odd vocabulary of 8191:
   // -tp 4 pads it to 8192 = 4 x 2048 rows per rank and replicates each KV head on 2 ranks.

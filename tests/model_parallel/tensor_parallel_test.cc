@@ -2,7 +2,8 @@
 // rank: tensor parallel (query / KV heads, KV head replication past the KV head count, index heads,
 // dense and shared-expert widths, vocab-parallel embedding and head over a vocabulary the ranks do
 // not divide) and expert parallel, on fresh configs whose counts divide only some sizes and on
-// the bundled tiny checkpoint.
+// the bundled tiny checkpoint; and data-parallel attention (DEP), copies of one or several tp ranks
+// with their own tokens (one copy idle), the experts shared out over every rank.
 //  - logits of a mixed prefill step and of decode steps: within kLogitTolerance (float32; the
 //    ranks' partial sums are added in another order than one rank's dot products);
 //  - greedy generation through the engine over many prompts: identical tokens.
@@ -232,92 +233,133 @@ TEST(TensorParallel, TinyCheckpointMatchesOneRank) {
   expect_same_as_one_rank(config, full, {{2, false}, {4, false}, {2, true}, {2, false, true}, {4, false, true}});
 }
 
-// Data-parallel attention (DEP): each rank runs its own sequences through whole attention, the
-// experts shared out over the ranks.
+// Data-parallel attention (DEP): each copy of tp ranks runs its own sequences through the attention
+// (split over its ranks as in -tp), the routed experts shared out over all ranks. Groups as the
+// loader makes them: the copy's tp group, and per tp rank the expert group across the copies.
 struct DepModel {
   ParallelLayout layout;
-  std::unique_ptr<RankWorkers> workers;
+  int tp = 1;
+  std::unique_ptr<RankWorkers> workers;  // every rank: the logits checks drive each model directly
+  std::vector<std::unique_ptr<RankWorkers>> copy_workers;  // -tp > 1: each copy's ranks, for its lane
   std::vector<std::unique_ptr<Backend>> backends;
-  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<std::unique_ptr<Communicator>> tp_comms, ep_comms;
   std::vector<std::unique_ptr<MiniMaxM3>> models;
+
+  // One runner per copy, as make_engine gives each engine lane.
+  std::vector<std::unique_ptr<ModelRunner>> lanes() {
+    std::vector<std::unique_ptr<ModelRunner>> out;
+    if (tp == 1) {
+      for (auto& m : models) out.push_back(std::make_unique<MiniMaxM3Runner>(*m));
+      return out;
+    }
+    for (size_t d = 0; d < copy_workers.size(); ++d) {
+      std::vector<MiniMaxM3*> copy;
+      for (int j = 0; j < tp; ++j) copy.push_back(models[d * tp + j].get());
+      out.push_back(std::make_unique<MiniMaxM3Runner>(std::move(copy), *copy_workers[d]));
+    }
+    return out;
+  }
 };
 
-std::unique_ptr<DepModel> dep_split(const ModelConfig& config, const ModelWeights& full, int ranks) {
+std::unique_ptr<DepModel> dep_split(const ModelConfig& config, const ModelWeights& full, int dp, int tp = 1) {
   auto s = std::make_unique<DepModel>();
   ParallelConfig p;
-  p.data_parallel_size = ranks;
+  p.data_parallel_size = dp;
+  p.tensor_parallel_size = tp;
   p.enable_expert_parallel = true;
   s->layout = make_parallel_layout(p, model_geometry(config));
-  s->workers = std::make_unique<RankWorkers>(ranks);
-  s->backends.resize(ranks);
-  s->comms.resize(ranks);
-  s->models.resize(ranks);
+  s->tp = tp;
+  const int world = dp * tp;
+  s->workers = std::make_unique<RankWorkers>(world);
+  if (tp > 1)
+    for (int d = 0; d < dp; ++d) s->copy_workers.push_back(std::make_unique<RankWorkers>(tp));
+  s->backends.resize(world);
+  s->tp_comms.resize(world);
+  s->ep_comms.resize(world);
+  s->models.resize(world);
   GlooRendezvous rendezvous = GlooRendezvous::in_process();
   s->workers->run([&](int r) {
+    const RankShard& shard = s->layout.ranks[r];
     s->backends[r] = make_cpu_backend();
-    s->comms[r] = connect_gloo(rendezvous, r, ranks, "ep");
-    ModelPartition partition{s->layout.ranks[r], s->layout.padded_vocab_size, nullptr, false, s->comms[r].get(),
-                             s->comms[r].get()};
-    s->models[r] = std::make_unique<MiniMaxM3>(config, shard_weights(full, config, s->layout.ranks[r]),
-                                               *s->backends[r], f32_options(), partition);
+    if (tp > 1) s->tp_comms[r] = connect_gloo(rendezvous, shard.tp_rank, tp, fmt::format("tp.{}", shard.dp_rank));
+    s->ep_comms[r] = connect_gloo(rendezvous, shard.dp_rank, dp, fmt::format("ep.{}", shard.tp_rank));
+    ModelPartition partition{shard, s->layout.padded_vocab_size, s->tp_comms[r].get(), false, s->ep_comms[r].get(),
+                             s->ep_comms[r].get()};
+    s->models[r] = std::make_unique<MiniMaxM3>(config, shard_weights(full, config, shard), *s->backends[r],
+                                               f32_options(), partition);
   });
   return s;
 }
 
-// Rank r prefills its own prompts (rank 1 of 3 has none and idles) while the others run theirs; each
-// rank's logits match one rank's on the same prompts.
-void expect_dep_logits_match(const ModelConfig& config, const ModelWeights& full, int ranks) {
+// Copy d prefills its own prompts (copy `idle` has none and idles) while the others run theirs;
+// every rank's logits match one rank's on its copy's prompts.
+void expect_dep_logits_match(const ModelConfig& config, const ModelWeights& full, int dp, int tp, int idle) {
+  SCOPED_TRACE(fmt::format("DEP {} x -tp {}, copy {} idle", dp, tp, idle));
   auto one_backend = make_cpu_backend();
   MiniMaxM3 one(config, full, *one_backend, f32_options());
-  auto dep = dep_split(config, full, ranks);
-  const auto ps = prompts(config.vocab_size, 2 * ranks, 21);
-  auto batch_of = [&](int r, SimpleKvAllocator& kv) {
+  auto dep = dep_split(config, full, dp, tp);
+  const auto ps = prompts(config.vocab_size, 2 * dp, 21);
+  auto batch_of = [&](int copy, SimpleKvAllocator& kv) {
     std::vector<StepChunk> chunks;
-    for (int i = r; i < 2 * ranks; i += ranks) chunks.push_back({kv.add_sequence(), ps[i], true});
+    for (int i = copy; i < 2 * dp; i += dp) chunks.push_back({kv.add_sequence(), ps[i], true});
     return kv.build_step(chunks);
   };
-  const int idle = ranks == 3 ? 1 : -1;
-  std::vector<std::vector<float>> got(ranks);
+  std::vector<std::vector<float>> got(dp * tp);
   dep->workers->run([&](int r) {
-    if (r == idle) return dep->models[r]->idle_step();
+    const int copy = r / tp;
+    if (copy == idle) return dep->models[r]->idle_step();
     SimpleKvAllocator kv(kBlocks, dep->models[r]->block_size());
-    const StepBatch b = batch_of(r, kv);
+    const StepBatch b = batch_of(copy, kv);
     got[r].resize(b.logits_rows.size() * size_t(config.vocab_size));
     dep->models[r]->forward(b, got[r].data());
   });
-  for (int r = 0; r < ranks; ++r) {
-    if (r == idle) continue;
+  for (int r = 0; r < dp * tp; ++r) {
+    const int copy = r / tp;
+    if (copy == idle) continue;
     SimpleKvAllocator kv(kBlocks, one.block_size());
-    const StepBatch b = batch_of(r, kv);
+    const StepBatch b = batch_of(copy, kv);
     std::vector<float> want(b.logits_rows.size() * size_t(config.vocab_size));
     one.forward(b, want.data());
+    ASSERT_EQ(got[r].size(), want.size()) << "rank " << r;
     double scale = 0, diff = 0;
     for (size_t i = 0; i < want.size(); ++i) {
       scale = std::max(scale, double(std::fabs(want[i])));
       diff = std::max(diff, double(std::fabs(got[r][i] - want[i])));
     }
-    EXPECT_LE(diff, kLogitTolerance * scale) << "DEP " << ranks << ", rank " << r;
+    EXPECT_LE(diff, kLogitTolerance * scale) << "rank " << r << " (copy " << copy << ")";
   }
 }
 
-// Greedy completions through an engine with one lane per DEP rank equal one rank's.
-void expect_dep_greedy_match(const ModelConfig& config, const ModelWeights& full, int ranks) {
+// Greedy completions through an engine with one lane per DEP copy equal one rank's.
+void expect_dep_greedy_match(const ModelConfig& config, const ModelWeights& full, int dp, int tp = 1) {
   auto one_backend = make_cpu_backend();
   MiniMaxM3 one(config, full, *one_backend, f32_options());
   const auto ps = prompts(config.vocab_size, 12, 5);
   const auto want = greedy(std::make_unique<MiniMaxM3Runner>(one), ps, 12);
-  auto dep = dep_split(config, full, ranks);
-  std::vector<std::unique_ptr<ModelRunner>> lanes;
-  for (auto& m : dep->models) lanes.push_back(std::make_unique<MiniMaxM3Runner>(*m));
-  EXPECT_EQ(greedy(std::move(lanes), ps, 12, /*max_num_seqs=*/4), want) << "DEP " << ranks;
+  auto dep = dep_split(config, full, dp, tp);
+  EXPECT_EQ(greedy(dep->lanes(), ps, 12, /*max_num_seqs=*/4), want) << "DEP " << dp << " x -tp " << tp;
 }
 
 TEST(DataParallelAttention, RanksWithTheirOwnTokensMatchOneRank) {
   const ModelConfig config = make_config(8, 2, 4, 1001, 32);
   const ModelWeights full = make_dummy_weights(config, 7);
-  for (int ranks : {2, 4}) expect_dep_logits_match(config, full, ranks);
+  for (int ranks : {2, 4}) expect_dep_logits_match(config, full, ranks, 1, -1);
   const ModelConfig six = make_config(6, 3, 6, 500, 48);
-  expect_dep_logits_match(six, make_dummy_weights(six, 9), 3);  // rank 1 idles
+  expect_dep_logits_match(six, make_dummy_weights(six, 9), 3, 1, 1);  // rank 1 idles
+}
+
+// DEP with tensor-parallel copies: 2 x 2 (a KV head per rank, an expert per rank), with both
+// copies busy and with one idle; 2 x 3 over 6 heads / 3 KV heads / 6 experts; 3 x 2 (copy 1 idle)
+// over 6 experts.
+TEST(DataParallelAttention, TensorParallelCopiesMatchOneRank) {
+  const ModelConfig config = make_config(8, 2, 4, 1001, 32);
+  const ModelWeights full = make_dummy_weights(config, 7);
+  expect_dep_logits_match(config, full, 2, 2, -1);
+  expect_dep_logits_match(config, full, 2, 2, 0);
+  const ModelConfig six = make_config(6, 3, 6, 500, 48);
+  expect_dep_logits_match(six, make_dummy_weights(six, 9), 2, 3, -1);
+  const ModelConfig six_experts = make_config(8, 2, 6, 1001, 32);
+  expect_dep_logits_match(six_experts, make_dummy_weights(six_experts, 13), 3, 2, 1);
 }
 
 TEST(DataParallelAttention, EngineLanesGiveOneRanksGreedyTokens) {
@@ -328,6 +370,53 @@ TEST(DataParallelAttention, EngineLanesGiveOneRanksGreedyTokens) {
   const std::filesystem::path dir = "models/minimax-m3-tiny";
   const ModelConfig tiny = load_model_config(dir);
   expect_dep_greedy_match(tiny, load_weights(tiny, dir), 2);
+}
+
+// Each lane drives its copy's tp ranks on their own threads while the other lanes drive theirs.
+TEST(DataParallelAttention, TensorParallelCopiesGiveOneRanksGreedyTokens) {
+  const ModelConfig config = make_config(8, 2, 4, 1001, 32);
+  expect_dep_greedy_match(config, make_dummy_weights(config, 7), 2, 2);
+  const std::filesystem::path dir = "models/minimax-m3-tiny";
+  const ModelConfig tiny = load_model_config(dir);
+  expect_dep_greedy_match(tiny, load_weights(tiny, dir), 2, 2);
+}
+
+// Layouts DEP cannot split: -tp not dividing the heads of each copy, more ranks than experts.
+TEST(DataParallelAttention, LayoutsThatDoNotSplitAreRefused) {
+  const ModelGeometry g = model_geometry(make_config(8, 2, 4, 1001, 32));
+  const auto refusal = [&](int dp, int tp) {
+    ParallelConfig p;
+    p.data_parallel_size = dp;
+    p.tensor_parallel_size = tp;
+    p.enable_expert_parallel = true;
+    try {
+      make_parallel_layout(p, g);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(refusal(2, 3),
+            "-tp 3 (the ranks of each of the --data-parallel-size 2 copies): num_attention_heads 8 is not a multiple "
+            "of 3");
+  EXPECT_EQ(refusal(4, 2),
+            "--enable-expert-parallel: EP size 8 (-tp 2 x --data-parallel-size 4) is more ranks than "
+            "num_local_experts 4; a rank would hold no expert");
+  EXPECT_EQ(refusal(3, 1), "--enable-expert-parallel: num_local_experts 4 is not a multiple of the EP size 3 (-tp 1 "
+                           "x --data-parallel-size 3)");
+  // A copy of 4 ranks over 2 KV heads replicates each, as -tp 4 does; the model splits.
+  const ParallelLayout ok = make_parallel_layout(ParallelConfig{4, 1, true}, g);
+  EXPECT_EQ(ok.kv_head_replicas, 2);
+  const ParallelLayout two_by_two = make_parallel_layout(ParallelConfig{2, 2, true}, g);
+  ASSERT_EQ(two_by_two.ranks.size(), 4u);
+  for (const RankShard& r : two_by_two.ranks) {
+    EXPECT_EQ(r.dp_rank, r.rank / 2);
+    EXPECT_EQ(r.tp_rank, r.rank % 2);
+    EXPECT_EQ(r.q_heads, (Slice{4 * r.tp_rank, 4}));
+    EXPECT_EQ(r.kv_heads, (Slice{r.tp_rank, 1}));
+    EXPECT_EQ(r.experts, (Slice{r.rank, 1}));  // by global rank: every rank holds its own expert
+    EXPECT_EQ(r.vocab, (Slice{501 * r.tp_rank, 501}));
+  }
 }
 
 TEST(TensorParallel, ShardWithoutItsGroupIsRefused) {

@@ -154,6 +154,38 @@ TEST(ParallelLayout, Dep2HoldsWholeAttentionAndHalfTheExperts) {
   }
 }
 
+// DEP with tensor-parallel copies: every copy splits its attention, dense and shared-expert
+// weights and vocabulary as -tp alone does (by tp rank), the experts go by global rank.
+TEST(ParallelLayout, DepCopiesOfSeveralRanksSplitAsTpAndShareTheExperts) {
+  const ParallelLayout l = make_parallel_layout(config(3, 2, true), geometry_b());
+  ASSERT_EQ(l.ranks.size(), 6u);
+  EXPECT_TRUE(l.attention_data_parallel());
+  EXPECT_EQ(l.expert_parallel_size, 6);
+  EXPECT_EQ(l.padded_vocab_size, 1002);
+  for (int r = 0; r < 6; ++r) {
+    const RankShard& s = l.ranks[r];
+    EXPECT_EQ(s.dp_rank, r / 3);
+    EXPECT_EQ(s.tp_rank, r % 3);
+    EXPECT_EQ(s.ep_rank, r);
+    EXPECT_EQ(s.q_heads, (Slice{2 * (r % 3), 2}));
+    EXPECT_EQ(s.kv_heads, (Slice{r % 3, 1}));
+    EXPECT_EQ(s.index_heads, (Slice{r % 3, 1}));
+    EXPECT_EQ(s.shared_intermediate, (Slice{16 * (r % 3), 16}));
+    EXPECT_EQ(s.dense_intermediate, (Slice{32 * (r % 3), 32}));
+    EXPECT_EQ(s.vocab, (Slice{334 * (r % 3), 334}));
+    EXPECT_EQ(s.experts, (Slice{r, 1}));
+    EXPECT_EQ(s.expert_intermediate, (Slice{0, 96}));
+  }
+  // Copies of 4 ranks over 2 KV heads replicate each over two ranks of the copy, as -tp 4 does.
+  const ParallelLayout wide = make_parallel_layout(config(4, 2, true), geometry_a());
+  EXPECT_EQ(wide.kv_head_replicas, 2);
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(wide.ranks[r].kv_heads, (Slice{(r % 4) / 2, 1}));
+    EXPECT_EQ(wide.ranks[r].q_heads, (Slice{3 * (r % 4), 3}));
+    EXPECT_EQ(wide.ranks[r].experts, (Slice{r, 1}));
+  }
+}
+
 TEST(ParallelLayout, DataParallelWithoutExpertParallelCopiesEverything) {
   const ParallelLayout l = make_parallel_layout(config(1, 2, false), geometry_a());
   EXPECT_EQ(l.ranks[1].experts, (Slice{0, 8}));
@@ -213,6 +245,16 @@ TEST(ParallelLayout, BadLayoutsNameTheOptionAndTheDimension) {
   EXPECT_EQ(error_of([] { make_parallel_layout(config(1, 4, true), geometry_b()); }),
             "--enable-expert-parallel: num_local_experts 6 is not a multiple of the EP size 4 (-tp 1 x "
             "--data-parallel-size 4)");
+  // Under DEP the message says the -tp ranks are each copy's.
+  EXPECT_EQ(error_of([] { make_parallel_layout(config(2, 3, true), geometry_b()); }),
+            "-tp 2 (the ranks of each of the --data-parallel-size 3 copies): num_key_value_heads 3 is not a multiple "
+            "of 2");
+  EXPECT_EQ(error_of([] { make_parallel_layout(config(5, 2, true), geometry_a()); }),
+            "-tp 5 (the ranks of each of the --data-parallel-size 2 copies): num_attention_heads 12 is not a "
+            "multiple of 5");
+  EXPECT_EQ(error_of([] { make_parallel_layout(config(3, 4, true), geometry_b()); }),
+            "--enable-expert-parallel: EP size 12 (-tp 3 x --data-parallel-size 4) is more ranks than "
+            "num_local_experts 6; a rank would hold no expert");
   EXPECT_EQ(error_of([] { make_parallel_layout(config(0), geometry_a()); }),
             "-tp/--tensor-parallel-size must be >= 1, got 0");
   EXPECT_EQ(error_of([] { make_parallel_layout(config(1, 0), geometry_a()); }),
