@@ -624,14 +624,20 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
     if (gpu_budget_sizes_pool) gpu_budget[r] = gpu_kv_budget_blocks(utilization, layout.block_bytes, reserve);
   };
+  // Threads for `count` local ranks from `first`: each bound to its rank's GPU, or on the CPU given
+  // its share of the cores (the CPU backend's loops share them between ranks).
+  const int threads_per_rank = std::max(1, omp_get_max_threads() / num_ranks);
+  const bool gpu = plan.device == "cuda";
+  const auto rank_threads = [gpu, threads_per_rank](int count, int first) {
+    return std::make_unique<RankWorkers>(count, [gpu, threads_per_rank, first](int i) {
+      if (gpu) use_device(first + i);
+      else omp_set_num_threads(threads_per_rank);
+    });
+  };
   if (world == 1) {
     set_up_rank(0);
   } else {
-    const int threads_per_rank = std::max(1, omp_get_max_threads() / num_ranks);
-    m.workers = std::make_unique<RankWorkers>(num_ranks, [&](int r) {
-      if (plan.device == "cuda") use_device(r);
-      else omp_set_num_threads(threads_per_rank);  // the CPU backend's loops share the cores between ranks
-    });
+    m.workers = rank_threads(num_ranks, 0);
     m.workers->run(set_up_rank);
     weights = ModelWeights{};  // the ranks hold their slices (views into it stay alive through keep_alive)
     if (dummy_shards) load_s += *std::max_element(shard_build_s.begin(), shard_build_s.end());
@@ -680,13 +686,7 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   else m.workers->run(build_rank);
   if (dep && tp > 1) {
     // Each copy's lane drives its ranks on threads of its own, bound as the loading threads were.
-    const int threads_per_rank = std::max(1, omp_get_max_threads() / num_ranks);
-    const bool gpu = plan.device == "cuda";
-    for (int d = 0; d < dp; ++d)
-      m.copy_workers.push_back(std::make_unique<RankWorkers>(tp, [d, tp, gpu, threads_per_rank](int j) {
-        if (gpu) use_device(d * tp + j);
-        else omp_set_num_threads(threads_per_rank);
-      }));
+    for (int d = 0; d < dp; ++d) m.copy_workers.push_back(rank_threads(tp, d * tp));
   }
   if (nodes.control) {
     // Every node has loaded and left the store: from here node 0 only sends steps (and heartbeats

@@ -116,6 +116,23 @@ def accept(data):
     return text
 
 
+def read_source(path, seen_sha1):
+    """(sha1, bytes, text) of a file that passes the rules of step 2 and is not a duplicate,
+    "rejected" when it fails them, None when it is a duplicate or unreadable."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    text = accept(data)
+    if text is None:
+        return "rejected"
+    sha = hashlib.sha1(data).hexdigest()
+    if sha in seen_sha1:
+        return None
+    seen_sha1.add(sha)
+    return sha, len(data), text
+
+
 def collect(roots):
     seen, files = set(), []
     rejected = 0
@@ -123,20 +140,13 @@ def collect(roots):
         label = "stdlib" if root == os.path.realpath(sysconfig.get_paths()["stdlib"]) else "site"
         others = set(roots) - {root}
         for path in walk_root(root, others):
-            try:
-                data = Path(path).read_bytes()
-            except OSError:
-                continue
-            text = accept(data)
-            if text is None:
+            got = read_source(path, seen)
+            if got == "rejected":
                 rejected += 1
-                continue
-            sha = hashlib.sha1(data).hexdigest()
-            if sha in seen:
-                continue
-            seen.add(sha)
-            files.append({"sha1": sha, "bytes": len(data), "root": label,
-                          "path": os.path.relpath(path, root), "text": text})
+            elif got is not None:
+                sha, size, text = got
+                files.append({"sha1": sha, "bytes": size, "root": label,
+                              "path": os.path.relpath(path, root), "text": text})
     return files, rejected
 
 
@@ -156,40 +166,23 @@ def collect_extra(extra_dir, seen_sha1):
     """Files of --extra DIR (<package>/<path>) by the rules of step 2, minus exact duplicates."""
     out, rejected = [], 0
     for path in walk_root(extra_dir, set()):
-        data = Path(path).read_bytes()
-        text = accept(data)
-        if text is None:
+        got = read_source(path, seen_sha1)
+        if got == "rejected":
             rejected += 1
-            continue
-        sha = hashlib.sha1(data).hexdigest()
-        if sha in seen_sha1:
-            continue
-        seen_sha1.add(sha)
-        rel = os.path.relpath(path, extra_dir)
-        inner = rel.split("dist-packages/", 1)[1] if "dist-packages/" in rel else rel.split("/", 1)[1]
-        out.append({"sha1": sha, "bytes": len(data), "root": "debian", "path": inner, "package": rel.split("/")[0],
-                    "text": text})
+        elif got is not None:
+            sha, size, text = got
+            rel = os.path.relpath(path, extra_dir)
+            inner = rel.split("dist-packages/", 1)[1] if "dist-packages/" in rel else rel.split("/", 1)[1]
+            out.append({"sha1": sha, "bytes": size, "root": "debian", "path": inner,
+                        "package": rel.split("/")[0], "text": text})
     return sorted(out, key=lambda f: (f["package"], f["path"])), rejected
 
 
 def leak_free(extra, held, prompts):
     """The extra files that cannot leak the held-out split (see step 7)."""
     held_paths = {f["path"] for f in held}
-    prompt_lines = set()
-    for p in prompts:
-        text = p["prompt"]
-        for line in text.split("\n"):
-            if line.startswith(("def ", "async def ", "class ")):
-                prompt_lines.add(line.rstrip())
-    kept = []
-    for f in extra:
-        if f["path"] in held_paths:
-            continue
-        if any(line.rstrip() in prompt_lines for line in f["text"].split("\n")
-               if line.startswith(("def ", "async def ", "class "))):
-            continue
-        kept.append(f)
-    return kept
+    prompt_lines = definition_lines({"text": p["prompt"]} for p in prompts)
+    return [f for f in extra if f["path"] not in held_paths and not definition_lines([f]) & prompt_lines]
 
 
 def document(f):
