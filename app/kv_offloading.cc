@@ -45,7 +45,9 @@ int64_t host_available_bytes() {
   return -1;
 }
 
-int64_t kv_offload_slots(const std::string& size_text, int64_t block_bytes, int ranks) {
+int64_t kv_offload_slots(const std::string& size_text, int64_t block_bytes, int ranks, int local_ranks) {
+  M3_CHECK(local_ranks >= 1 && local_ranks <= ranks, "kv_offload_slots: {} of {} ranks on this host", local_ranks,
+           ranks);
   const int64_t bytes = parse_kv_offloading_size(size_text);
   const int64_t per_slot = block_bytes * ranks;
   const int64_t slots = bytes / per_slot;
@@ -53,10 +55,11 @@ int64_t kv_offload_slots(const std::string& size_text, int64_t block_bytes, int 
            "--kv-offloading-size {} GiB holds no KV block: one block is {} bytes on each of {} rank(s), {:.3f} GiB",
            size_text, block_bytes, ranks, per_slot / kGiB);
   const int64_t available = host_available_bytes();
-  M3_CHECK(available < 0 || slots * per_slot <= available,
-           "--kv-offloading-size {} GiB is more than this host has available ({:.2f} GiB free of host memory); "
-           "lower it",
-           size_text, available / kGiB);
+  const int64_t here = slots * block_bytes * local_ranks;
+  M3_CHECK(available < 0 || here <= available,
+           "--kv-offloading-size {} GiB is more than this host has available ({:.2f} GiB of it on this host's {} "
+           "rank(s), {:.2f} GiB free of host memory); lower it",
+           size_text, here / kGiB, local_ranks, available / kGiB);
   return slots;
 }
 

@@ -16,8 +16,8 @@ void check_kv_offloading_backend(const std::string& name);
 // Memory this host can still give (MemAvailable of /proc/meminfo), or -1 when unknown.
 int64_t host_available_bytes();
 // Host slots per rank for a tier of `bytes` over `ranks` ranks that each hold `block_bytes` of a
-// block; throws m3::Error naming the option when that is not one block, or when the tier is more
-// than the host has available.
-int64_t kv_offload_slots(const std::string& size_text, int64_t block_bytes, int ranks);
+// block; throws m3::Error naming the option when that is not one block, or when this host's part
+// (its `local_ranks` ranks' slots) is more than it has available.
+int64_t kv_offload_slots(const std::string& size_text, int64_t block_bytes, int ranks, int local_ranks);
 
 }  // namespace m3::app

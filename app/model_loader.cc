@@ -238,10 +238,6 @@ void check_model_options(const ModelOptions& o) {
   check_kv_offloading_backend(o.kv_offloading_backend);
   if (!o.kv_offloading_size.empty()) {
     parse_kv_offloading_size(o.kv_offloading_size);
-    M3_CHECK(o.nnodes == 1,
-             "--kv-offloading-size with --nnodes {}: a host tier over several hosts is not implemented (node 0 "
-             "announces steps only, so the other nodes' ranks would never copy their shares of the blocks)",
-             o.nnodes);
   }
   const AttentionConfig attention = parse_attention_config(o.attention_config);
   M3_CHECK(!attention.indexer_decode_cp || o.parallel.tensor_parallel_size > 1,
@@ -516,11 +512,22 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
     // The size is every rank's together: under -tp each rank holds its share of every slot, under
     // DEP each rank (a lane) holds whole blocks in slots of its own; either way slots x ranks x a
     // rank's block bytes.
-    plan.runtime.num_host_kv_blocks = kv_offload_slots(o.kv_offloading_size, layout.block_bytes, world);
+    plan.runtime.num_host_kv_blocks = kv_offload_slots(o.kv_offloading_size, layout.block_bytes, world, num_ranks);
   }
   // Several hosts: meet the other nodes first (the control group), so a node that cannot join
   // fails before anyone reads weights.
   NodeRendezvous nodes = o.several_nodes() ? meet_nodes(o) : NodeRendezvous{};
+  if (nodes.control) {
+    // The engine's host slots index every node's tier (node 0 announces the copies): the nodes
+    // must have been given the same tier.
+    const int64_t slots = plan.runtime.num_host_kv_blocks;
+    const int64_t fewest = nodes.control->min_over_nodes(slots);
+    const int64_t most = -nodes.control->min_over_nodes(-slots);
+    M3_CHECK(fewest == most,
+             "node {}: the nodes' KV host tiers differ ({} to {} slots per rank; this node's --kv-offloading-size "
+             "'{}' gives {}): start every node with the same --kv-offloading-size",
+             o.node_rank, fewest, most, o.kv_offloading_size, slots);
+  }
 
   const auto t0 = std::chrono::steady_clock::now();
   // Dummy weights over several ranks: each rank builds its own slices on its thread (the same

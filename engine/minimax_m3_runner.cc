@@ -22,9 +22,6 @@ MiniMaxM3Runner::MiniMaxM3Runner(std::vector<MiniMaxM3*> ranks, RankWorkers& wor
     M3_CHECK(r->num_host_kv_blocks() == ranks_[0]->num_host_kv_blocks(),
              "the ranks' KV host tiers differ ({} vs {} blocks): the engine's host slots index every rank's tier",
              r->num_host_kv_blocks(), ranks_[0]->num_host_kv_blocks());
-  // Node 0 announces only steps: the other nodes' ranks would never copy their shares.
-  M3_CHECK(!control_ || ranks_[0]->num_host_kv_blocks() == 0,
-           "a KV host tier over several hosts is not implemented (each node's ranks would need the copies announced)");
 }
 
 int MiniMaxM3Runner::block_size() const { return ranks_[0]->block_size(); }
@@ -58,6 +55,8 @@ int64_t MiniMaxM3Runner::kv_block_bytes() const {
 
 void MiniMaxM3Runner::copy_kv_blocks(const KvBlockCopies& copies) {
   if (!workers_) return ranks_[0]->copy_kv_blocks(copies);
+  // Every node's ranks hold their shares of the same blocks: the followers copy theirs too.
+  if (control_) control_->announce_kv_copies(copies);
   // On each rank's thread: its device is current there (CUDA), and the ranks copy side by side.
   workers_->run([&](int r) { ranks_[r]->copy_kv_blocks(copies); });
 }

@@ -13,7 +13,7 @@
 //
 // On several hosts (--nnodes) the runner of node 0 holds its local ranks and the control group
 // (parallel/control_group.h): it announces each step to the other nodes' processes, which run it
-// on their ranks, before running it on its own.
+// on their ranks, before running it on its own; and so the KV block copies of the host tier.
 #pragma once
 #include <vector>
 

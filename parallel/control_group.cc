@@ -60,6 +60,14 @@ void ControlGroup::announce(StepKind kind, const StepBatch& batch) {
   send_locked(message);
 }
 
+void ControlGroup::announce_kv_copies(const KvBlockCopies& copies) {
+  M3_CHECK(leader(), "control group: only node 0 announces KV copies");
+  const StepMessage message = encode_kv_copies(copies);
+  std::lock_guard lock(mutex_);
+  M3_CHECK(!stopped_, "control group: KV copies after stop (the followers have left)");
+  send_locked(message);
+}
+
 void ControlGroup::heartbeat_loop() {
   const auto interval = std::max(timeout_ / 4, std::chrono::milliseconds(10));
   std::unique_lock lock(mutex_);
@@ -97,7 +105,7 @@ void ControlGroup::stop() noexcept {
   if (heartbeat_.joinable()) heartbeat_.join();
 }
 
-std::optional<StepBatch> ControlGroup::next_step() {
+std::optional<NodeCommand> ControlGroup::next_command() {
   M3_CHECK(!leader(), "control group: node 0 sends the steps, it does not wait for them");
   for (;;) {
     StepMessage message;
@@ -120,8 +128,10 @@ std::optional<StepBatch> ControlGroup::next_step() {
         return std::nullopt;
       case StepKind::kHeartbeat:
         continue;
+      case StepKind::kCopyKvBlocks:
+        return NodeCommand{StepKind::kCopyKvBlocks, {}, decode_kv_copies(message)};
       default:
-        return decode_step(message);
+        return NodeCommand{message.kind(), decode_step(message), {}};
     }
   }
 }

@@ -2,7 +2,9 @@
 // R is rank R), over which node 0, which runs the command and its engine, tells the other nodes'
 // processes (the followers) every step before it runs it, so their ranks join the step's
 // collectives; and `stop` at the end. A follower never samples (global rank 0, on node 0, does):
-// it runs each step's forward on its ranks and waits for the next message.
+// it runs each step's forward on its ranks and waits for the next message. With the prefix
+// cache's host tier, node 0 also sends each step's KV block copies before the step, so every
+// node's ranks copy their shares of the same blocks.
 //
 // Liveness: while node 0 is idle (a server without requests) it sends a heartbeat every quarter
 // of the timeout, so a follower's wait for the next message is bounded by the timeout whatever
@@ -23,6 +25,14 @@
 #include "parallel/step_message.h"
 
 namespace m3 {
+
+// What node 0 asks of the followers next: a step (kForward, kForwardSample) or the KV block
+// copies queued before one (kCopyKvBlocks).
+struct NodeCommand {
+  StepKind kind = StepKind::kForward;
+  StepBatch step;
+  KvBlockCopies copies;
+};
 
 class ControlGroup {
  public:
@@ -47,14 +57,16 @@ class ControlGroup {
   // Node 0: the step it is about to run (kForward or kForwardSample). Throws m3::Error when a
   // follower is gone.
   void announce(StepKind kind, const StepBatch& batch);
+  // Node 0: the KV block copies it is about to make (before the step that needs them).
+  void announce_kv_copies(const KvBlockCopies& copies);
   // Node 0: ends the followers' loop (when start_heartbeat has put them in it); once, later calls
   // do nothing. Never throws (a follower that is gone is logged).
   void stop() noexcept;
 
-  // A follower: the next step node 0 runs, or nullopt once node 0 said stop. Throws m3::Error
-  // naming node 0 and the control group when nothing came within the timeout or the connection
-  // broke (node 0 lost).
-  std::optional<StepBatch> next_step();
+  // A follower: the next step or copies node 0 runs, or nullopt once node 0 said stop. Throws
+  // m3::Error naming node 0 and the control group when nothing came within the timeout or the
+  // connection broke (node 0 lost).
+  std::optional<NodeCommand> next_command();
 
  private:
   void send_locked(const StepMessage& message);  // mutex_ held

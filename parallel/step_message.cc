@@ -11,6 +11,34 @@ constexpr std::array<std::vector<int32_t> StepBatch::*, 8> kVectors = {
     &StepBatch::seq_lens,    &StepBatch::page_table,   &StepBatch::slot_mapping, &StepBatch::logits_rows};
 static_assert(kStepHeaderWords == 2 + kVectors.size() + 1);
 
+// A copies message's header: kind, batch, wait_for_batch, the three lists' lengths (pairs), the
+// unused words zero, payload size (two words a copy).
+constexpr std::array<std::vector<KvBlockCopy> KvBlockCopies::*, 3> kCopyLists = {
+    &KvBlockCopies::to_host, &KvBlockCopies::to_device, &KvBlockCopies::to_host_ahead};
+constexpr int kFirstListWord = 3;
+constexpr const char* kCopyListNames[] = {"to_host", "to_device", "to_host_ahead"};
+
+int32_t narrow_id(int64_t value, const char* what, int list) {
+  M3_CHECK(value >= 0 && value <= INT32_MAX, "step message: KV copy {} {} of {} does not fit in int32", what, value,
+           kCopyListNames[list]);
+  return static_cast<int32_t>(value);
+}
+
+void check_copies_header(const std::array<int64_t, kStepHeaderWords>& header) {
+  M3_CHECK(header[1] >= 0 && header[2] >= 0 && header[2] <= header[1],
+           "step message: KV copies of batch {} waiting for batch {}", header[1], header[2]);
+  int64_t total = 0;
+  for (size_t i = 0; i < kCopyLists.size(); ++i) {
+    const int64_t n = header[kFirstListWord + i];
+    M3_CHECK(n >= 0 && n < (int64_t{1} << 30), "step message: {} KV copies {}", n, kCopyListNames[i]);
+    total += 2 * n;
+  }
+  for (int w = kFirstListWord + static_cast<int>(kCopyLists.size()); w < kStepHeaderWords - 1; ++w)
+    M3_CHECK(header[w] == 0, "step message: word {} of a KV copies header is {}, not 0", w, header[w]);
+  M3_CHECK(total == header[kStepHeaderWords - 1], "step message: {} KV copies need {} payload words, the header says {}",
+           total / 2, total, header[kStepHeaderWords - 1]);
+}
+
 }  // namespace
 
 StepMessage encode_step(StepKind kind, const StepBatch& batch) {
@@ -32,9 +60,34 @@ StepMessage encode_step(StepKind kind, const StepBatch& batch) {
   return m;
 }
 
+StepMessage encode_kv_copies(const KvBlockCopies& copies) {
+  StepMessage m;
+  m.header[0] = static_cast<int64_t>(StepKind::kCopyKvBlocks);
+  M3_CHECK(copies.batch <= static_cast<uint64_t>(INT64_MAX) && copies.wait_for_batch <= copies.batch,
+           "step message: KV copies of batch {} waiting for batch {}", copies.batch, copies.wait_for_batch);
+  m.header[1] = static_cast<int64_t>(copies.batch);
+  m.header[2] = static_cast<int64_t>(copies.wait_for_batch);
+  int64_t total = 0;
+  for (size_t i = 0; i < kCopyLists.size(); ++i) {
+    const auto& list = copies.*kCopyLists[i];
+    m.header[kFirstListWord + i] = static_cast<int64_t>(list.size());
+    total += 2 * static_cast<int64_t>(list.size());
+  }
+  m.header[kStepHeaderWords - 1] = total;
+  m.payload.reserve(total);
+  for (size_t i = 0; i < kCopyLists.size(); ++i) {
+    for (const KvBlockCopy& c : copies.*kCopyLists[i]) {
+      m.payload.push_back(narrow_id(c.block, "block", static_cast<int>(i)));
+      m.payload.push_back(narrow_id(c.host_slot, "host slot", static_cast<int>(i)));
+    }
+  }
+  return m;
+}
+
 void check_step_header(const std::array<int64_t, kStepHeaderWords>& header) {
-  M3_CHECK(header[0] >= 0 && header[0] <= static_cast<int64_t>(StepKind::kHeartbeat),
+  M3_CHECK(header[0] >= 0 && header[0] <= static_cast<int64_t>(StepKind::kCopyKvBlocks),
            "step message: unknown kind {} (node 0 and this process run different m3serve builds?)", header[0]);
+  if (header[0] == static_cast<int64_t>(StepKind::kCopyKvBlocks)) return check_copies_header(header);
   M3_CHECK(header[1] >= 0, "step message: pages_per_seq {}", header[1]);
   int64_t total = 0;
   for (size_t i = 0; i < kVectors.size(); ++i) {
@@ -48,6 +101,7 @@ void check_step_header(const std::array<int64_t, kStepHeaderWords>& header) {
 
 StepBatch decode_step(const StepMessage& m) {
   check_step_header(m.header);
+  M3_CHECK(m.kind() != StepKind::kCopyKvBlocks, "step message: KV copies are not a step (decode_kv_copies)");
   M3_CHECK(static_cast<int64_t>(m.payload.size()) == m.payload_size(),
            "step message: {} payload words, the header says {}", m.payload.size(), m.payload_size());
   StepBatch batch;
@@ -59,6 +113,30 @@ StepBatch decode_step(const StepMessage& m) {
     at += n;
   }
   return batch;
+}
+
+KvBlockCopies decode_kv_copies(const StepMessage& m) {
+  check_step_header(m.header);
+  M3_CHECK(m.kind() == StepKind::kCopyKvBlocks, "step message: kind {} holds no KV copies",
+           static_cast<int64_t>(m.kind()));
+  M3_CHECK(static_cast<int64_t>(m.payload.size()) == m.payload_size(),
+           "step message: {} payload words, the header says {}", m.payload.size(), m.payload_size());
+  KvBlockCopies copies;
+  copies.batch = static_cast<uint64_t>(m.header[1]);
+  copies.wait_for_batch = static_cast<uint64_t>(m.header[2]);
+  size_t at = 0;
+  for (size_t i = 0; i < kCopyLists.size(); ++i) {
+    auto& list = copies.*kCopyLists[i];
+    list.resize(static_cast<size_t>(m.header[kFirstListWord + i]));
+    for (KvBlockCopy& c : list) {
+      M3_CHECK(m.payload[at] >= 0 && m.payload[at + 1] >= 0, "step message: KV copy ({}, {}) of {} is negative",
+               m.payload[at], m.payload[at + 1], kCopyListNames[i]);
+      c.block = m.payload[at];
+      c.host_slot = m.payload[at + 1];
+      at += 2;
+    }
+  }
+  return copies;
 }
 
 }  // namespace m3

@@ -2,7 +2,9 @@
 // `generate` under -tp 2 / 4 (one and two ranks per node), expert parallel and indexer decode CP
 // gives the one-process -tp 1 ids while the follower prints nothing and exits 0 once node 0 is
 // done; a follower whose node 0 is killed mid-run, or never comes, exits non-zero naming node 0
-// within a bounded time (--node-timeout); and the layouts refused across hosts.
+// within a bounded time (--node-timeout); nodes given different KV host tiers are refused; and
+// the layouts refused across hosts. (The host tier across nodes itself runs in
+// server_kv_offloading_nnodes2.)
 //
 // Ports: each run takes a port the kernel just handed out (bind to port 0) and retries with a new
 // one when node 0 finds it taken meanwhile, so parallel ctest runs cannot collide.
@@ -182,6 +184,25 @@ TEST(MultiNodeCommands, AFollowerWhoseNodeZeroNeverComesFailsNamingTheAddress) {
   EXPECT_EQ(node1.wait(30s), 1) << node1.err();
   EXPECT_NE(node1.err().find(fmt::format("rendezvous store at 127.0.0.1:{}", port)), std::string::npos)
       << node1.err();
+}
+
+TEST(MultiNodeCommands, NodesGivenDifferentKvHostTiersAreRefusedOnEveryNode) {
+  // The engine's host slots index every node's tier, so they must agree (node 0 announces the
+  // copies, each node's ranks make their shares).
+  for (int attempt = 0;; ++attempt) {
+    const int port = free_port();
+    Process node0(generate_args("-tp 2 --kv-offloading-size 0.05", 2) + " " + node_args(0, port), "tier0");
+    Process node1(generate_args("-tp 2 --kv-offloading-size 0.1", 2) + " " + node_args(1, port), "tier1");
+    const int status0 = node0.wait(120s);
+    if (status0 != 0 && node0.err().find("cannot listen on") != std::string::npos && attempt < 3) continue;
+    EXPECT_EQ(status0, 1) << node0.err();
+    EXPECT_EQ(node1.wait(60s), 1) << node1.err();
+    for (const std::string& err : {node0.err(), node1.err()}) {
+      EXPECT_NE(err.find("the nodes' KV host tiers differ"), std::string::npos) << err;
+      EXPECT_NE(err.find("start every node with the same --kv-offloading-size"), std::string::npos) << err;
+    }
+    break;
+  }
 }
 
 TEST(MultiNodeCommands, LayoutsThatCannotRunAcrossHostsAreRefused) {

@@ -1,6 +1,7 @@
 // The control group (parallel/control_group.h) with in-process Gloo ranks standing in for the
 // nodes' processes: node 0's steps reach every follower in order and stop ends their loop (from
-// the destructor), heartbeats keep an idle node 0 alive past the timeout, a silent node 0 is
+// the destructor), the host tier's KV copies arrive between the steps they were sent between,
+// heartbeats keep an idle node 0 alive past the timeout, a silent node 0 is
 // reported lost within a bounded time, and min_over_nodes.
 #include <gtest/gtest.h>
 
@@ -50,6 +51,8 @@ TEST(ControlGroup, FollowersRunNodeZerosStepsInOrderUntilStop) {
   EXPECT_TRUE(groups[0]->leader());
   EXPECT_FALSE(groups[1]->leader());
   std::vector<std::vector<StepBatch>> seen(3);
+  std::vector<std::vector<KvBlockCopies>> copies_seen(3);
+  std::vector<size_t> copies_before_step(3);
   nodes.run([&](int r) {
     EXPECT_EQ(groups[r]->min_over_nodes(100 - 10 * r), 80);
     groups[r]->barrier();
@@ -57,13 +60,31 @@ TEST(ControlGroup, FollowersRunNodeZerosStepsInOrderUntilStop) {
       groups[0]->start_heartbeat();
       for (int i = 0; i < 5; ++i) groups[0]->announce(i % 2 ? StepKind::kForwardSample : StepKind::kForward, step(i));
       groups[0]->announce(StepKind::kForward, StepBatch{});  // an empty step is a step too
+      KvBlockCopies copies;
+      copies.batch = 1;
+      copies.to_device = {{4, 2}};
+      groups[0]->announce_kv_copies(copies);
+      groups[0]->announce(StepKind::kForwardSample, step(7));
       groups[0].reset();  // the destructor says stop
     } else {
-      while (std::optional<StepBatch> s = groups[r]->next_step()) seen[r].push_back(*s);
+      while (std::optional<NodeCommand> c = groups[r]->next_command()) {
+        if (c->kind == StepKind::kCopyKvBlocks) {
+          copies_seen[r].push_back(c->copies);
+          copies_before_step[r] = seen[r].size();
+        } else {
+          seen[r].push_back(c->step);
+        }
+      }
     }
   });
   for (int r = 1; r < 3; ++r) {
-    ASSERT_EQ(seen[r].size(), 6u) << "node " << r;
+    ASSERT_EQ(seen[r].size(), 7u) << "node " << r;
+    ASSERT_EQ(copies_seen[r].size(), 1u) << "node " << r;
+    EXPECT_EQ(copies_before_step[r], 6u) << "the copies arrive between the steps they were sent between";
+    ASSERT_EQ(copies_seen[r][0].to_device.size(), 1u);
+    EXPECT_EQ(copies_seen[r][0].to_device[0].block, 4);
+    EXPECT_EQ(copies_seen[r][0].to_device[0].host_slot, 2);
+    EXPECT_EQ(seen[r][6].token_ids, step(7).token_ids);
     for (int i = 0; i < 5; ++i) {
       EXPECT_EQ(seen[r][i].token_ids, step(i).token_ids);
       EXPECT_EQ(seen[r][i].slot_mapping, step(i).slot_mapping);
@@ -85,7 +106,7 @@ TEST(ControlGroup, HeartbeatsKeepAnIdleNodeZeroAlivePastTheTimeout) {
       groups[0]->stop();
       groups[0]->stop();  // once
     } else {
-      while (groups[1]->next_step()) ++steps;
+      while (groups[1]->next_command()) ++steps;
     }
   });
   EXPECT_EQ(steps, 1);
@@ -102,7 +123,7 @@ TEST(ControlGroup, ASilentNodeZeroIsReportedLost) {
       return;
     }
     try {
-      groups[1]->next_step();
+      groups[1]->next_command();
     } catch (const Error& e) {
       error = e.what();
     }
@@ -117,8 +138,9 @@ TEST(ControlGroup, OnlyNodeZeroAnnouncesAndOnlyFollowersWait) {
   RankWorkers nodes(2);
   auto groups = connect_nodes(nodes, milliseconds(2000));
   EXPECT_THROW(groups[1]->announce(StepKind::kForward, step(0)), Error);
-  EXPECT_THROW(groups[0]->next_step(), Error);
+  EXPECT_THROW(groups[0]->next_command(), Error);
   EXPECT_THROW(groups[0]->announce(StepKind::kStop, step(0)), Error);
+  EXPECT_THROW(groups[1]->announce_kv_copies(KvBlockCopies{}), Error);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // The step as the control group carries it (parallel/step_message.h): every StepBatch field
-// survives the round trip, empty steps and the control kinds included, and corrupt headers are
-// refused rather than run.
+// survives the round trip, empty steps and the control kinds included, and so do the host tier's
+// KV block copies; corrupt headers are refused rather than run.
 #include <gtest/gtest.h>
+
+#include <utility>
 
 #include "core/error.h"
 #include "parallel/step_message.h"
@@ -70,6 +72,60 @@ TEST(StepMessage, CorruptHeadersAreRefused) {
   StepMessage short_payload = m;
   short_payload.payload.pop_back();
   EXPECT_THROW(decode_step(short_payload), Error);
+}
+
+TEST(StepMessage, KvCopiesSurviveTheRoundTrip) {
+  KvBlockCopies c;
+  c.batch = 9;
+  c.wait_for_batch = 4;
+  c.to_host = {{3, 0}, {5, 17}};
+  c.to_device = {{1, 17}};
+  c.to_host_ahead = {{2, 6}, {7, 8}, {0, 2}};
+  const StepMessage m = encode_kv_copies(c);
+  EXPECT_EQ(m.kind(), StepKind::kCopyKvBlocks);
+  EXPECT_EQ(m.payload_size(), 2 * 6);
+  const KvBlockCopies back = decode_kv_copies(m);
+  EXPECT_EQ(back.batch, 9u);
+  EXPECT_EQ(back.wait_for_batch, 4u);
+  const auto pairs = [](const std::vector<KvBlockCopy>& v) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (const KvBlockCopy& x : v) out.emplace_back(x.block, x.host_slot);
+    return out;
+  };
+  EXPECT_EQ(pairs(back.to_host), pairs(c.to_host));
+  EXPECT_EQ(pairs(back.to_device), pairs(c.to_device));
+  EXPECT_EQ(pairs(back.to_host_ahead), pairs(c.to_host_ahead));
+  // An empty batch (nothing to copy, nothing to wait for) is a message too.
+  const KvBlockCopies none = decode_kv_copies(encode_kv_copies(KvBlockCopies{}));
+  EXPECT_TRUE(none.empty());
+  // Copies are not a step, and a step holds no copies.
+  EXPECT_THROW(decode_step(m), Error);
+  EXPECT_THROW(decode_kv_copies(encode_step(StepKind::kForward, example())), Error);
+}
+
+TEST(StepMessage, CorruptKvCopiesAreRefused) {
+  KvBlockCopies c;
+  c.batch = 2;
+  c.to_device = {{1, 3}, {2, 4}};
+  const StepMessage m = encode_kv_copies(c);
+  StepMessage bad_count = m;
+  bad_count.header[4] += 1;  // more copies than the payload holds
+  EXPECT_THROW(check_step_header(bad_count.header), Error);
+  StepMessage stray = m;
+  stray.header[7] = 5;  // a word a copies header leaves zero
+  EXPECT_THROW(check_step_header(stray.header), Error);
+  StepMessage later_wait = m;
+  later_wait.header[2] = 3;  // waits for a batch after its own
+  EXPECT_THROW(check_step_header(later_wait.header), Error);
+  StepMessage negative = m;
+  negative.payload[1] = -4;
+  EXPECT_THROW(decode_kv_copies(negative), Error);
+  StepMessage short_payload = m;
+  short_payload.payload.pop_back();
+  EXPECT_THROW(decode_kv_copies(short_payload), Error);
+  KvBlockCopies huge;
+  huge.to_host = {{int64_t{1} << 32, 0}};
+  EXPECT_THROW(encode_kv_copies(huge), Error);
 }
 
 }  // namespace

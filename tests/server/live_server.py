@@ -133,6 +133,66 @@ class LiveServer:
         self.proc.stderr.close()
 
 
+def free_port():
+    """A TCP port the kernel just handed out on loopback (free unless someone takes it meanwhile)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MultiNodeServer(LiveServer):
+    """`argv` (an m3serve serve command line) over `nnodes` processes on this host, as several
+    hosts run it (--nnodes, --master-addr 127.0.0.1): node 0 is the server the harness talks to,
+    the others follow its steps. stop() stops node 0 and returns its status once every follower
+    has exited 0 (a follower that fails or lingers is an AssertionError with its log)."""
+
+    def __init__(self, argv, nnodes, ready_timeout=180.0, **kwargs):
+        self.master_port = free_port()
+        nodes = ["--nnodes", str(nnodes), "--master-addr", "127.0.0.1", "--master-port", str(self.master_port)]
+        self.followers = []
+        for rank in range(1, nnodes):
+            proc = subprocess.Popen(list(argv) + nodes + ["--node-rank", str(rank)], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+            log = []
+            drainer = threading.Thread(target=lambda p=proc, l=log: l.extend(p.stderr), daemon=True)
+            drainer.start()
+            self.followers.append((proc, log, drainer))
+        try:
+            super().__init__(list(argv) + nodes + ["--node-rank", "0"], ready_timeout=ready_timeout, **kwargs)
+        except Exception:
+            self._kill_followers()
+            raise
+
+    def follower_logs(self):
+        return "\n".join("--- node %d:\n%s" % (i + 1, "".join(log[-100:])) for i, (_, log, _) in enumerate(self.followers))
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        status = super().stop(sig, timeout)
+        for i, (proc, log, drainer) in enumerate(self.followers):
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._kill_followers()
+                raise AssertionError("node %d did not exit after node 0 stopped:\n%s" % (i + 1, self.follower_logs()))
+            drainer.join(5)
+            out = proc.stdout.read()
+            proc.stdout.close()
+            if proc.returncode != 0 or out:
+                raise AssertionError("node %d exited %s (stdout %r):\n%s" % (i + 1, proc.returncode, out[:200],
+                                                                             self.follower_logs()))
+        return status
+
+    def kill(self):
+        super().kill()
+        self._kill_followers()
+
+    def _kill_followers(self):
+        for proc, _, _ in self.followers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def post_all(server, path, bodies):
     """POSTs every body at the same instant (one thread each, released together); returns the
     parsed responses in order, raising AssertionError with every client error if any failed."""

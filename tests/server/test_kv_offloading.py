@@ -6,7 +6,8 @@ and the copies. Bad sizes are refused at start naming the option.
 
 Run: M3SERVE_BIN=build/bin/m3serve python3 tests/server/test_kv_offloading.py (from the repo root).
 M3SERVE_EXTRA_ARGS adds serve options (CTest runs it once more with -tp 2: each rank copies its
-own share of every block).
+own share of every block). M3SERVE_NODES=N serves over N processes as N hosts would (--nnodes,
+on 127.0.0.1): node 0 announces each step's copies, so every node's ranks copy their shares.
 """
 import os
 import shlex
@@ -15,11 +16,12 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from live_server import LiveServer  # noqa: E402
+from live_server import LiveServer, MultiNodeServer  # noqa: E402
 
 BIN = os.environ.get("M3SERVE_BIN", "build/bin/m3serve")
 MODEL = os.environ.get("M3SERVE_MODEL", "models/minimax-m3-tiny")
 EXTRA = shlex.split(os.environ.get("M3SERVE_EXTRA_ARGS", ""))
+NODES = int(os.environ.get("M3SERVE_NODES", "1"))
 # The tiny model's blocks are 128 tokens; 6 blocks hold two of the requests below at most.
 POOL = ["--num-kv-blocks", "6", "--max-model-len", "512"]
 
@@ -41,8 +43,9 @@ def traffic():
 
 def serve(*args):
     # No --device: the CPU here, the GPU where one is (M3SERVE_EXTRA_ARGS may name it).
-    return LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0",
-                       "--enable-prompt-tokens-details", "--disable-log-stats"] + POOL + list(args) + EXTRA)
+    argv = [BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--enable-prompt-tokens-details",
+            "--disable-log-stats"] + POOL + list(args) + EXTRA
+    return MultiNodeServer(argv, NODES) if NODES > 1 else LiveServer(argv)
 
 
 def run_traffic(server):
