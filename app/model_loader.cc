@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/minimax_m3_runner.h"
+#include "engine/remote_copy_runner.h"
 #include "kernels/cpu/cpu_backend.h"
 #if M3SERVE_WITH_CUDA
 #include "kernels/cuda/backend/cuda_backend.h"
@@ -151,14 +152,6 @@ int cuda_device_count() {
 #endif
 }
 
-// Binds the calling thread (a rank's) to GPU `device`.
-void use_device(int device) {
-#if M3SERVE_WITH_CUDA
-  use_cuda_device(device);
-#else
-  fail("GPU {}: this build has no CUDA backend", device);
-#endif
-}
 
 std::unique_ptr<Backend> make_device_backend(const std::string& device, bool enforce_eager) {
   if (device == "cpu") return make_cpu_backend();
@@ -194,6 +187,14 @@ void check_quantization_method(const std::string& method, const QuantConfig& qua
 
 }  // namespace
 
+void use_device(int device) {
+#if M3SERVE_WITH_CUDA
+  use_cuda_device(device);
+#else
+  fail("GPU {}: this build has no CUDA backend", device);
+#endif
+}
+
 void check_model_options(const ModelOptions& o) {
   M3_CHECK(!o.model_dir.empty(), "no model given (--model DIR)");
   M3_CHECK(o.device == "auto" || o.device == "cpu" || o.device == "cuda", "--device '{}' (expected auto, cpu or cuda)",
@@ -227,13 +228,18 @@ void check_model_options(const ModelOptions& o) {
              "--nnodes {}: the hosts meet at --master-addr (the address of node 0) and --master-port; give "
              "--master-addr",
              o.nnodes);
-    M3_CHECK(o.parallel.data_parallel_size == 1,
-             "--nnodes {} with --data-parallel-size {}: data-parallel attention (DEP) across hosts is not "
-             "implemented; use -tp (with --enable-expert-parallel) over the hosts, or DEP on one host",
-             o.nnodes, o.parallel.data_parallel_size);
-    M3_CHECK(o.parallel.tensor_parallel_size % o.nnodes == 0,
-             "-tp {} is not a multiple of --nnodes {}: every host runs the same number of ranks (-tp / --nnodes)",
-             o.parallel.tensor_parallel_size, o.nnodes);
+    const int dp = o.parallel.data_parallel_size, tp = o.parallel.tensor_parallel_size;
+    if (dp > 1) {
+      // DEP over hosts: each host holds whole copies (node 0 drives the others' over channels).
+      M3_CHECK(dp % o.nnodes == 0,
+               "--data-parallel-size {} is not a multiple of --nnodes {}: under DEP over several hosts every host "
+               "holds the same number of whole copies (--data-parallel-size / --nnodes, each of -tp {} ranks)",
+               dp, o.nnodes, tp);
+    } else {
+      M3_CHECK(tp % o.nnodes == 0,
+               "-tp {} is not a multiple of --nnodes {}: every host runs the same number of ranks (-tp / --nnodes)", tp,
+               o.nnodes);
+    }
   }
   check_kv_offloading_backend(o.kv_offloading_backend);
   if (!o.kv_offloading_size.empty()) {
@@ -467,11 +473,11 @@ NodeRendezvous meet_nodes(const ModelOptions& o) {
 }
 
 #if M3SERVE_WITH_NCCL
-// The tp group's NCCL id: made here on one host; across hosts made by node 0 and read from the
-// store by the others (its 128 bytes).
-NcclUniqueId shared_nccl_id(TcpStore* store, int node_rank) {
+// A group's NCCL id: made here on one host; across hosts made by node 0 and read from the store
+// by the others (its 128 bytes, under nccl/<group>).
+NcclUniqueId shared_nccl_id(TcpStore* store, int node_rank, const std::string& group) {
   if (store == nullptr) return make_nccl_unique_id();
-  const std::string key = "nccl/tp";
+  const std::string key = "nccl/" + group;
   NcclUniqueId id;
   if (node_rank == 0) {
     id = make_nccl_unique_id();
@@ -571,12 +577,14 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   const int tp = plan.layout.config.tensor_parallel_size, dp = plan.layout.config.data_parallel_size;
 #if M3SERVE_WITH_NCCL
   const bool nccl = plan.device == "cuda" && world > 1;
-  const NcclUniqueId nccl_id = nccl && !dep ? shared_nccl_id(nodes.store.get(), o.node_rank) : NcclUniqueId{};
-  // DEP (one host): an id per copy's tp group and one per tp rank's expert group.
+  const NcclUniqueId nccl_id = nccl && !dep ? shared_nccl_id(nodes.store.get(), o.node_rank, "tp") : NcclUniqueId{};
+  // DEP: an id per copy's tp group and one per tp rank's expert group (node 0's, over hosts).
   std::vector<NcclUniqueId> copy_ids, expert_ids;
   if (nccl && dep) {
-    for (int d = 0; d < dp && tp > 1; ++d) copy_ids.push_back(make_nccl_unique_id());
-    for (int j = 0; j < tp; ++j) expert_ids.push_back(make_nccl_unique_id());
+    for (int d = 0; d < dp && tp > 1; ++d)
+      copy_ids.push_back(shared_nccl_id(nodes.store.get(), o.node_rank, fmt::format("tp.{}", d)));
+    for (int j = 0; j < tp; ++j)
+      expert_ids.push_back(shared_nccl_id(nodes.store.get(), o.node_rank, fmt::format("ep.{}", j)));
   }
 #endif
   const auto set_up_rank = [&](int r) {
@@ -584,17 +592,17 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
     RankModel& rank = m.ranks[r];
     rank.backend = make_device_backend(plan.device, o.enforce_eager);
     if (dep) {
-      // One host only (check_model_options), so local and global ranks agree. The copy's -tp
-      // group (tp.<copy>), and the experts' exchange over the ranks with this tp rank in every
-      // copy (ep.<tp rank>, by copy) on the device's engine, its per-step token count over host
-      // memory (ep-host.<tp rank>). Every rank joins them in this order and the groups of each
-      // kind are disjoint, so no group waits for a rank still joining another.
+      // The copy's -tp group (tp.<copy>, on this host: hosts hold whole copies), and the experts'
+      // exchange over the ranks with this tp rank in every copy (ep.<tp rank>, by copy, over
+      // every host) on the device's engine, its per-step token count over host memory
+      // (ep-host.<tp rank>). Every rank joins them in this order and the groups of each kind are
+      // disjoint, so no group waits for a rank still joining another.
       const RankShard& shard = plan.layout.ranks[g];
       const std::string copy = fmt::format("tp.{}", shard.dp_rank), experts = fmt::format("ep.{}", shard.tp_rank);
-      rank.ep_host = connect_gloo(gloo, shard.dp_rank, dp, fmt::format("ep-host.{}", shard.tp_rank));
+      rank.ep_host = connect_gloo(gloo, shard.dp_rank, dp, fmt::format("ep-host.{}", shard.tp_rank), nodes.gloo);
       if (plan.device == "cpu") {
-        if (tp > 1) rank.tp = connect_gloo(gloo, shard.tp_rank, tp, copy);
-        rank.ep = connect_gloo(gloo, shard.dp_rank, dp, experts);
+        if (tp > 1) rank.tp = connect_gloo(gloo, shard.tp_rank, tp, copy, nodes.gloo);
+        rank.ep = connect_gloo(gloo, shard.dp_rank, dp, experts, nodes.gloo);
       } else {
 #if M3SERVE_WITH_NCCL
         void* stream = cuda_backend_stream(*rank.backend);
@@ -692,14 +700,34 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   if (world == 1) build_rank(0);
   else m.workers->run(build_rank);
   if (dep && tp > 1) {
-    // Each copy's lane drives its ranks on threads of its own, bound as the loading threads were.
-    for (int d = 0; d < dp; ++d) m.copy_workers.push_back(rank_threads(tp, d * tp));
+    // Each local copy's lane drives its ranks on threads of its own, bound as the loading threads
+    // were.
+    for (int c = 0; c < num_ranks / tp; ++c) m.copy_workers.push_back(rank_threads(tp, c * tp));
+  }
+  if (nodes.control && dep) {
+    // DEP over hosts: node 0 drives each copy another node holds over a channel of its own (the
+    // two nodes, copy.<d>), made in copy order on every node.
+    const int copies_per_node = dp / o.nnodes;
+    m.copy_channels.resize(dp);
+    for (int d = copies_per_node; d < dp; ++d) {
+      const int holder = d / copies_per_node;
+      if (o.node_rank != 0 && o.node_rank != holder) continue;
+      m.copy_channels[d] = std::make_unique<ControlGroup>(
+          connect_gloo(gloo, o.node_rank == 0 ? 0 : 1, 2, fmt::format("copy.{}", d), nodes.gloo), nodes.gloo.timeout);
+    }
   }
   if (nodes.control) {
     // Every node has loaded and left the store: from here node 0 only sends steps (and heartbeats
-    // while idle), and the followers only wait for them.
+    // while idle), and the followers only wait for them; under DEP over the copies' channels.
     nodes.control->barrier();
-    if (nodes.control->leader()) nodes.control->start_heartbeat();
+    if (nodes.control->leader()) {
+      if (dep) {
+        for (const auto& channel : m.copy_channels)
+          if (channel) channel->start_heartbeat();
+      } else {
+        nodes.control->start_heartbeat();
+      }
+    }
     M3_LOG_INFO("node {} of {}: ranks {}..{} of {} loaded{}", o.node_rank, o.nnodes, first_rank,
                 first_rank + num_ranks - 1, world, o.node_rank == 0 ? "" : "; following node 0's steps");
     m.control = std::move(nodes.control);
@@ -734,6 +762,25 @@ std::unique_ptr<ModelRunner> LoadedModel::make_runner() const {
   return std::make_unique<MiniMaxM3Runner>(std::move(models), *workers, follower() ? nullptr : control.get());
 }
 
+std::vector<std::unique_ptr<ModelRunner>> LoadedModel::make_copy_runners() const {
+  M3_CHECK(layout.attention_data_parallel(), "make_copy_runners: the layout has no data-parallel copies");
+  const int tp = layout.config.tensor_parallel_size;
+  std::vector<std::unique_ptr<ModelRunner>> copies;
+  if (tp == 1) {
+    for (const RankModel& r : ranks) copies.push_back(std::make_unique<MiniMaxM3Runner>(*r.model));
+    return copies;
+  }
+  M3_CHECK(copy_workers.size() * tp == ranks.size(),
+           "{} copies of -tp {} for {} ranks: the loader made no threads for the copies' ranks", copy_workers.size(),
+           tp, ranks.size());
+  for (size_t c = 0; c < copy_workers.size(); ++c) {
+    std::vector<MiniMaxM3*> copy;
+    for (int j = 0; j < tp; ++j) copy.push_back(ranks[c * tp + j].model.get());
+    copies.push_back(std::make_unique<MiniMaxM3Runner>(std::move(copy), *copy_workers[c]));
+  }
+  return copies;
+}
+
 std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions& options, const EngineOptions& engine) {
   check_engine_options(engine);
   M3_CHECK(!loaded.follower(), "node {}: a follower node runs node 0's steps (follow_node_zero), not an engine",
@@ -750,26 +797,30 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
       static_cast<int>(options.max_model_len > 0 ? loaded.max_model_len : std::min(loaded.max_model_len, capacity));
   std::unique_ptr<EngineCore> core;
   if (loaded.layout.attention_data_parallel()) {
-    // One engine lane per data-parallel copy. With -tp 1 the lane's thread is the rank's; with
-    // -tp > 1 the lane's runner drives the copy's ranks on their threads (copy_workers), as a
-    // tensor-parallel runner does.
+    // One engine lane per data-parallel copy: those of this host run here (with -tp 1 the lane's
+    // thread is the rank's; with -tp > 1 the lane's runner drives the copy's ranks on their
+    // threads, copy_workers, as a tensor-parallel runner does), those of other hosts there.
     const int tp = loaded.layout.config.tensor_parallel_size;
-    std::vector<std::unique_ptr<ModelRunner>> lanes;
-    if (tp == 1) {
-      for (const RankModel& r : loaded.ranks) lanes.push_back(std::make_unique<MiniMaxM3Runner>(*r.model));
-    } else {
-      M3_CHECK(loaded.copy_workers.size() * tp == loaded.ranks.size(),
-               "{} copies of -tp {} for {} ranks: the loader made no threads for the copies' ranks",
-               loaded.copy_workers.size(), tp, loaded.ranks.size());
-      for (size_t d = 0; d < loaded.copy_workers.size(); ++d) {
-        std::vector<MiniMaxM3*> copy;
-        for (int j = 0; j < tp; ++j) copy.push_back(loaded.ranks[d * tp + j].model.get());
-        lanes.push_back(std::make_unique<MiniMaxM3Runner>(std::move(copy), *loaded.copy_workers[d]));
-      }
+    std::vector<std::unique_ptr<ModelRunner>> lanes = loaded.make_copy_runners();
+    const int local = static_cast<int>(lanes.size());
+    for (int d = local; d < loaded.layout.config.data_parallel_size; ++d) {
+      M3_CHECK(d < static_cast<int>(loaded.copy_channels.size()) && loaded.copy_channels[d],
+               "copy {}: held by another node, and node 0 has no channel to it", d);
+      RemoteCopyGeometry g;
+      g.block_size = model.block_size();
+      g.num_kv_blocks = model.num_kv_blocks();
+      g.vocab_size = model.config().vocab_size;
+      g.max_position_embeddings = model.config().max_position_embeddings;
+      g.num_host_kv_blocks = model.num_host_kv_blocks();
+      g.kv_block_bytes = lanes.front()->kv_block_bytes();  // every copy's ranks hold the same shares
+      g.copy = d;
+      g.node = d / local;
+      lanes.push_back(std::make_unique<RemoteCopyRunner>(*loaded.copy_channels[d], g));
     }
-    const int threads_per_lane = std::max(1, omp_get_max_threads() / static_cast<int>(lanes.size()));
+    const int threads_per_lane = std::max(1, omp_get_max_threads() / local);
     const bool gpu = loaded.device == "cuda";
-    core = std::make_unique<EngineCore>(std::move(lanes), config, [threads_per_lane, gpu, tp](int lane) {
+    core = std::make_unique<EngineCore>(std::move(lanes), config, [threads_per_lane, gpu, tp, local](int lane) {
+      if (lane >= local) return;  // a remote copy's lane only waits for its node's replies
       if (gpu) use_device(lane * tp);  // a lane's thread drives its rank's GPU (with -tp > 1: its first rank's)
       else omp_set_num_threads(threads_per_lane);
     });

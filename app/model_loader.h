@@ -158,6 +158,10 @@ struct LoadedModel {
   int64_t max_model_len = 0;  // the plan's
   ParallelLayout layout;      // of every rank, on every node
   int first_rank = 0;         // global rank of ranks[0] (node_rank * ranks per node)
+  // DEP over several hosts, by copy: on node 0 the channel to each copy another node holds, on
+  // that node the channel of each of its copies; null elsewhere (declared after the ranks, so
+  // node 0's stop goes out before they are torn down).
+  std::vector<std::unique_ptr<ControlGroup>> copy_channels;
   // Several hosts: the group node 0 relays its steps over (declared last, so node 0's stop goes
   // out before its ranks are torn down). Null on one host.
   std::unique_ptr<ControlGroup> control;
@@ -169,6 +173,10 @@ struct LoadedModel {
   // The runner over every rank (engine/minimax_m3_runner.h); this LoadedModel must outlive it.
   // Data-parallel copies have no single runner (make_engine gives each its engine lane).
   std::unique_ptr<ModelRunner> make_runner() const;
+  // DEP: a runner per copy this process holds (its one rank, or its -tp ranks on copy_workers),
+  // in copy order; they are data-parallel ranks first_copy() ...
+  std::vector<std::unique_ptr<ModelRunner>> make_copy_runners() const;
+  int first_copy() const { return first_rank / layout.config.tensor_parallel_size; }
 };
 
 // Loads config and weights (a progress bar on a terminal), cuts them into the ranks' slices
@@ -188,6 +196,9 @@ LoadedModel load_model(const ModelOptions& options, const EngineOptions& engine,
 // was given (the constructor then rejects a pool too small for it), else capped at what the KV
 // pool holds.
 std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions& options, const EngineOptions& engine);
+
+// Binds the calling thread (a rank's, a lane's) to GPU `device`; m3::Error in a build without CUDA.
+void use_device(int device);
 
 // --device: "cpu" or "cuda" as given; "auto" is cuda when this build has the CUDA backend, a
 // usable Hopper GPU is present and the activations are bfloat16 (the GPU's only activation

@@ -1,13 +1,56 @@
 #include "app/node_follower.h"
 
+#include <omp.h>
+
+#include <exception>
+#include <thread>
+
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/remote_copy_runner.h"
 
 namespace m3::app {
+namespace {
+
+// DEP over several hosts: a thread per copy this node holds, each bound as an engine lane is.
+void follow_copies(LoadedModel& loaded) {
+  std::vector<std::unique_ptr<ModelRunner>> runners = loaded.make_copy_runners();
+  const int tp = loaded.layout.config.tensor_parallel_size;
+  const int threads_per_copy = std::max(1, omp_get_max_threads() / static_cast<int>(runners.size()));
+  const bool gpu = loaded.device == "cuda";
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(runners.size());
+  for (size_t c = 0; c < runners.size(); ++c) {
+    const int copy = loaded.first_copy() + static_cast<int>(c);
+    M3_CHECK(copy < static_cast<int>(loaded.copy_channels.size()) && loaded.copy_channels[copy],
+             "node {}: no channel from node 0 for copy {}", loaded.control->node_rank(), copy);
+    threads.emplace_back([&, c, copy] {
+      try {
+        if (gpu) use_device(static_cast<int>(c) * tp);
+        else omp_set_num_threads(threads_per_copy);
+        const RemoteCopyCounts n = serve_remote_copy(*loaded.copy_channels[copy], *runners[c], copy);
+        M3_LOG_INFO("copy {}: node 0 said stop after {} steps, {} of them with requests here", copy, n.steps,
+                    n.sampled);
+      } catch (...) {
+        errors[c] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace
 
 void follow_node_zero(LoadedModel& loaded) {
   M3_CHECK(loaded.follower(), "follow_node_zero: node 0 runs the command itself");
   ControlGroup& control = *loaded.control;
+  if (loaded.layout.attention_data_parallel()) {
+    follow_copies(loaded);
+    M3_LOG_INFO("node {}: node 0 said stop to every copy here", control.node_rank());
+    return;
+  }
   const std::unique_ptr<ModelRunner> runner = loaded.make_runner();  // this node's ranks only
   int64_t steps = 0;
   while (std::optional<NodeCommand> command = control.next_command()) {

@@ -1,5 +1,7 @@
 #include "parallel/control_group.h"
 
+#include <bit>
+#include <cstring>
 #include <exception>
 
 #include "core/error.h"
@@ -52,8 +54,8 @@ void ControlGroup::send_locked(const StepMessage& message) {
 
 void ControlGroup::announce(StepKind kind, const StepBatch& batch) {
   M3_CHECK(leader(), "control group: only node 0 announces steps");
-  M3_CHECK(kind == StepKind::kForward || kind == StepKind::kForwardSample, "control group: {} is not a step",
-           static_cast<int64_t>(kind));
+  M3_CHECK(kind == StepKind::kForward || kind == StepKind::kForwardSample || kind == StepKind::kIdleStep,
+           "control group: {} is not a step", static_cast<int64_t>(kind));
   const StepMessage message = encode_step(kind, batch);
   std::lock_guard lock(mutex_);
   M3_CHECK(!stopped_, "control group: a step after stop (the followers have left)");
@@ -66,6 +68,69 @@ void ControlGroup::announce_kv_copies(const KvBlockCopies& copies) {
   std::lock_guard lock(mutex_);
   M3_CHECK(!stopped_, "control group: KV copies after stop (the followers have left)");
   send_locked(message);
+}
+
+namespace {
+
+// A reply's header: error bytes, sampled ids, logits floats, then the copy times' bits.
+constexpr int kReplyHeaderWords = 5;
+
+template <typename T>
+void broadcast_vector(Communicator& comm, std::vector<T>& v, DType dtype, int root) {
+  if (v.empty()) return;
+  Tensor t = Tensor::wrap(v.data(), {static_cast<int64_t>(v.size())}, dtype, Device::kCpu);
+  comm.broadcast(t, root);
+}
+
+}  // namespace
+
+SampleReply ControlGroup::run_remote_sample(const StepBatch& batch, const SampleBatch& sampling,
+                                            const std::vector<int32_t>& host_rows) {
+  M3_CHECK(leader() && num_nodes() == 2, "control group: a remote step goes from node 0 over a copy's channel");
+  sampling.wait_masks();
+  const StepMessage step = encode_step(StepKind::kRemoteSample, batch);
+  SampleMessage sample = encode_sampling(sampling, host_rows);
+  std::lock_guard lock(mutex_);  // the heartbeat must not come between the step and its reply
+  M3_CHECK(!stopped_, "control group: a step after stop (the followers have left)");
+  send_locked(step);
+  Tensor header = Tensor::wrap(sample.header.data(), {kSampleHeaderWords}, DType::kI64, Device::kCpu);
+  comm_->broadcast(header, 0);
+  broadcast_vector(*comm_, sample.payload, DType::kI32, 0);
+  std::array<int64_t, kReplyHeaderWords> words{};
+  Tensor reply_header = Tensor::wrap(words.data(), {kReplyHeaderWords}, DType::kI64, Device::kCpu);
+  comm_->broadcast(reply_header, 1);
+  M3_CHECK(words[0] >= 0 && words[0] < (1 << 20) && words[1] >= 0 && words[1] < (int64_t{1} << 31) && words[2] >= 0 &&
+               words[2] < (int64_t{1} << 40),
+           "control group: a corrupt reply header ({}, {}, {})", words[0], words[1], words[2]);
+  SampleReply reply;
+  std::vector<int32_t> error((words[0] + 3) / 4);
+  reply.sampled_ids.resize(words[1]);
+  reply.host_logits.resize(words[2]);
+  broadcast_vector(*comm_, reply.sampled_ids, DType::kI32, 1);
+  broadcast_vector(*comm_, reply.host_logits, DType::kF32, 1);
+  broadcast_vector(*comm_, error, DType::kI32, 1);
+  reply.error.assign(reinterpret_cast<const char*>(error.data()), words[0]);
+  reply.kv_copy_times = {std::bit_cast<double>(words[3]), std::bit_cast<double>(words[4])};
+  last_sent_ = std::chrono::steady_clock::now();
+  return reply;
+}
+
+void ControlGroup::reply(const SampleReply& reply) {
+  M3_CHECK(!leader(), "control group: node 0 asks for replies, it sends none");
+  std::array<int64_t, kReplyHeaderWords> words = {
+      static_cast<int64_t>(reply.error.size()), static_cast<int64_t>(reply.sampled_ids.size()),
+      static_cast<int64_t>(reply.host_logits.size()), std::bit_cast<int64_t>(reply.kv_copy_times.to_host_s),
+      std::bit_cast<int64_t>(reply.kv_copy_times.to_device_s)};
+  std::vector<int32_t> ids = reply.sampled_ids;
+  std::vector<float> logits = reply.host_logits;
+  std::vector<int32_t> error((reply.error.size() + 3) / 4, 0);
+  if (!reply.error.empty()) std::memcpy(error.data(), reply.error.data(), reply.error.size());
+  std::lock_guard lock(mutex_);
+  Tensor header = Tensor::wrap(words.data(), {kReplyHeaderWords}, DType::kI64, Device::kCpu);
+  comm_->broadcast(header, 1);
+  broadcast_vector(*comm_, ids, DType::kI32, 1);
+  broadcast_vector(*comm_, logits, DType::kF32, 1);
+  broadcast_vector(*comm_, error, DType::kI32, 1);
 }
 
 void ControlGroup::heartbeat_loop() {
@@ -105,6 +170,20 @@ void ControlGroup::stop() noexcept {
   if (heartbeat_.joinable()) heartbeat_.join();
 }
 
+void ControlGroup::receive_sampling(NodeCommand& command) {
+  SampleMessage m;
+  try {
+    Tensor header = Tensor::wrap(m.header.data(), {kSampleHeaderWords}, DType::kI64, Device::kCpu);
+    comm_->broadcast(header, 0);
+    check_sample_header(m.header);
+    m.payload.resize(m.payload_size());
+    broadcast_vector(*comm_, m.payload, DType::kI32, 0);
+  } catch (const Error& e) {
+    fail("node {}: lost node 0 while it sent a step's sampling: {}", node_rank(), e.what());
+  }
+  decode_sampling(m, command.sampling, command.host_rows);
+}
+
 std::optional<NodeCommand> ControlGroup::next_command() {
   M3_CHECK(!leader(), "control group: node 0 sends the steps, it does not wait for them");
   for (;;) {
@@ -128,10 +207,19 @@ std::optional<NodeCommand> ControlGroup::next_command() {
         return std::nullopt;
       case StepKind::kHeartbeat:
         continue;
-      case StepKind::kCopyKvBlocks:
-        return NodeCommand{StepKind::kCopyKvBlocks, {}, decode_kv_copies(message)};
-      default:
-        return NodeCommand{message.kind(), decode_step(message), {}};
+      case StepKind::kCopyKvBlocks: {
+        NodeCommand c;
+        c.kind = StepKind::kCopyKvBlocks;
+        c.copies = decode_kv_copies(message);
+        return c;
+      }
+      default: {
+        NodeCommand c;
+        c.kind = message.kind();
+        c.step = decode_step(message);
+        if (c.kind == StepKind::kRemoteSample) receive_sampling(c);
+        return c;
+      }
     }
   }
 }

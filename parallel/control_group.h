@@ -26,12 +26,15 @@
 
 namespace m3 {
 
-// What node 0 asks of the followers next: a step (kForward, kForwardSample) or the KV block
-// copies queued before one (kCopyKvBlocks).
+// What node 0 asks of the followers next: a step (kForward, kForwardSample, kIdleStep), the KV
+// block copies queued before one (kCopyKvBlocks), or on a copy's channel a step to sample
+// (kRemoteSample, with its sampling and the logits rows wanted back; answer with reply()).
 struct NodeCommand {
   StepKind kind = StepKind::kForward;
   StepBatch step;
   KvBlockCopies copies;
+  SampleBatch sampling;
+  std::vector<int32_t> host_rows;
 };
 
 class ControlGroup {
@@ -59,6 +62,11 @@ class ControlGroup {
   void announce(StepKind kind, const StepBatch& batch);
   // Node 0: the KV block copies it is about to make (before the step that needs them).
   void announce_kv_copies(const KvBlockCopies& copies);
+  // Node 0, on the channel of a DEP copy another node holds (a group of two): that node runs
+  // the step and samples; returns its reply (whose error, when set, says why the step failed
+  // there). The masks of `sampling` are waited for first. Throws m3::Error when the node is gone.
+  SampleReply run_remote_sample(const StepBatch& batch, const SampleBatch& sampling,
+                                const std::vector<int32_t>& host_rows);
   // Node 0: ends the followers' loop (when start_heartbeat has put them in it); once, later calls
   // do nothing. Never throws (a follower that is gone is logged).
   void stop() noexcept;
@@ -67,9 +75,12 @@ class ControlGroup {
   // m3::Error naming node 0 and the control group when nothing came within the timeout or the
   // connection broke (node 0 lost).
   std::optional<NodeCommand> next_command();
+  // A follower, after a kRemoteSample command: its answer.
+  void reply(const SampleReply& reply);
 
  private:
   void send_locked(const StepMessage& message);  // mutex_ held
+  void receive_sampling(NodeCommand& command);    // a follower, after a kRemoteSample step
   void heartbeat_loop();
 
   std::unique_ptr<Communicator> comm_;

@@ -1,5 +1,8 @@
 #include "parallel/step_message.h"
 
+#include <cstring>
+#include <type_traits>
+
 #include "core/error.h"
 
 namespace m3 {
@@ -85,7 +88,7 @@ StepMessage encode_kv_copies(const KvBlockCopies& copies) {
 }
 
 void check_step_header(const std::array<int64_t, kStepHeaderWords>& header) {
-  M3_CHECK(header[0] >= 0 && header[0] <= static_cast<int64_t>(StepKind::kCopyKvBlocks),
+  M3_CHECK(header[0] >= 0 && header[0] <= static_cast<int64_t>(StepKind::kIdleStep),
            "step message: unknown kind {} (node 0 and this process run different m3serve builds?)", header[0]);
   if (header[0] == static_cast<int64_t>(StepKind::kCopyKvBlocks)) return check_copies_header(header);
   M3_CHECK(header[1] >= 0, "step message: pages_per_seq {}", header[1]);
@@ -137,6 +140,74 @@ KvBlockCopies decode_kv_copies(const StepMessage& m) {
     }
   }
   return copies;
+}
+
+namespace {
+
+static_assert(std::is_trivially_copyable_v<SampleRow> && sizeof(SampleRow) % sizeof(int32_t) == 0,
+              "SampleRow travels as its bytes");
+constexpr int64_t kRowWords = sizeof(SampleRow) / sizeof(int32_t);
+
+}  // namespace
+
+SampleMessage encode_sampling(const SampleBatch& sampling, const std::vector<int32_t>& host_rows) {
+  SampleMessage m;
+  const int64_t rows = static_cast<int64_t>(sampling.rows.size());
+  m.header = {rows,
+              static_cast<int64_t>(sampling.ids.size()),
+              static_cast<int64_t>(sampling.counts.size()),
+              static_cast<int64_t>(sampling.allowed.size()),
+              sampling.allowed_words,
+              static_cast<int64_t>(host_rows.size()),
+              0};
+  const int64_t total = rows * kRowWords + m.header[1] + m.header[2] + m.header[3] + m.header[5];
+  m.header[kSampleHeaderWords - 1] = total;
+  m.payload.resize(total);
+  int32_t* at = m.payload.data();
+  if (rows > 0) std::memcpy(at, sampling.rows.data(), rows * sizeof(SampleRow));
+  at += rows * kRowWords;
+  at = std::copy(sampling.ids.begin(), sampling.ids.end(), at);
+  at = std::copy(sampling.counts.begin(), sampling.counts.end(), at);
+  for (uint32_t w : sampling.allowed) *at++ = static_cast<int32_t>(w);
+  std::copy(host_rows.begin(), host_rows.end(), at);
+  return m;
+}
+
+void check_sample_header(const std::array<int64_t, kSampleHeaderWords>& h) {
+  for (int i = 0; i < kSampleHeaderWords; ++i)
+    M3_CHECK(h[i] >= 0 && h[i] < (int64_t{1} << 31), "sample message: word {} is {}", i, h[i]);
+  M3_CHECK(h[1] == h[2], "sample message: {} list ids but {} counts", h[1], h[2]);
+  M3_CHECK(h[4] == 0 ? h[3] == 0 : h[3] % h[4] == 0, "sample message: {} bitmask words in rows of {}", h[3], h[4]);
+  const int64_t total = h[0] * kRowWords + h[1] + h[2] + h[3] + h[5];
+  M3_CHECK(total == h[kSampleHeaderWords - 1], "sample message: the parts add up to {} words, the header says {}",
+           total, h[kSampleHeaderWords - 1]);
+}
+
+void decode_sampling(const SampleMessage& m, SampleBatch& sampling, std::vector<int32_t>& host_rows) {
+  check_sample_header(m.header);
+  M3_CHECK(static_cast<int64_t>(m.payload.size()) == m.payload_size(),
+           "sample message: {} payload words, the header says {}", m.payload.size(), m.payload_size());
+  sampling.clear();
+  const int32_t* at = m.payload.data();
+  sampling.rows.resize(m.header[0]);
+  if (m.header[0] > 0) std::memcpy(sampling.rows.data(), at, m.header[0] * sizeof(SampleRow));
+  at += m.header[0] * kRowWords;
+  sampling.ids.assign(at, at + m.header[1]);
+  at += m.header[1];
+  sampling.counts.assign(at, at + m.header[2]);
+  at += m.header[2];
+  sampling.allowed.resize(m.header[3]);
+  for (uint32_t& w : sampling.allowed) w = static_cast<uint32_t>(*at++);
+  sampling.allowed_words = static_cast<int32_t>(m.header[4]);
+  host_rows.assign(at, at + m.header[5]);
+  // The rows index the lists and bitmasks that came with them: a corrupt row must not read past them.
+  const int64_t mask_rows = m.header[4] == 0 ? 0 : m.header[3] / m.header[4];
+  for (const SampleRow& r : sampling.rows) {
+    const auto within = [&](int64_t begin, int64_t n) { return begin >= 0 && n >= 0 && begin + n <= m.header[1]; };
+    M3_CHECK(within(r.prompt_begin, r.num_prompt) && within(r.output_begin, r.num_output) &&
+                 within(r.masked_begin, r.num_masked) && r.allowed_row >= -1 && r.allowed_row < mask_rows,
+             "sample message: a row's lists or bitmask lie outside the message");
+  }
 }
 
 }  // namespace m3

@@ -5,12 +5,18 @@
 // The KV block copies of the prefix cache's host tier travel the same way, ahead of the step
 // they belong to: the header holds the batch numbers and the three lists' lengths, the payload
 // the (block, host slot) pairs.
+//
+// Under DEP over several hosts, node 0 drives each copy held by another host over a channel of
+// its own (a control group of two): a kRemoteSample step is followed by its sampling (a
+// SampleMessage), and the copy's node answers with the sampled ids and logits rows (SampleReply).
 #pragma once
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ops/kv_layout.h"
+#include "ops/sampling.h"
 #include "ops/step_batch.h"
 
 namespace m3 {
@@ -21,6 +27,8 @@ enum class StepKind : int64_t {
   kForwardSample = 2,  // forward_sample (rank 0 samples; to the followers' ranks a forward)
   kHeartbeat = 3,      // no step: node 0 is alive and idle (keeps the followers' wait bounded)
   kCopyKvBlocks = 4,   // ModelRunner::copy_kv_blocks, before the step that needs them
+  kRemoteSample = 5,   // forward_sample on the copy's node: a SampleMessage follows, a reply goes back
+  kIdleStep = 6,       // ModelRunner::idle_step (a DEP copy joins its peers' step)
 };
 
 inline constexpr int kStepHeaderWords = 11;  // kind, pages_per_seq, 8 vector sizes, payload size
@@ -41,5 +49,28 @@ StepMessage encode_kv_copies(const KvBlockCopies& copies);
 void check_step_header(const std::array<int64_t, kStepHeaderWords>& header);
 StepBatch decode_step(const StepMessage& message);          // any kind but kCopyKvBlocks
 KvBlockCopies decode_kv_copies(const StepMessage& message);  // kCopyKvBlocks
+
+// The sampling of a kRemoteSample step: SampleBatch's rows (their bytes: both ends run the same
+// build, so the same layout), lists and bitmasks, and the logits rows to send back.
+inline constexpr int kSampleHeaderWords = 7;  // rows, ids, counts, allowed, allowed_words, host rows, payload
+
+struct SampleMessage {
+  std::array<int64_t, kSampleHeaderWords> header{};
+  std::vector<int32_t> payload;
+  int64_t payload_size() const { return header[kSampleHeaderWords - 1]; }
+};
+
+// The bitmasks must be filled (wait_masks() first).
+SampleMessage encode_sampling(const SampleBatch& sampling, const std::vector<int32_t>& host_rows);
+void check_sample_header(const std::array<int64_t, kSampleHeaderWords>& header);
+void decode_sampling(const SampleMessage& message, SampleBatch& sampling, std::vector<int32_t>& host_rows);
+
+// The copy's node's answer to a kRemoteSample step.
+struct SampleReply {
+  std::string error;  // empty: the step ran; else why it failed there
+  std::vector<int32_t> sampled_ids;
+  std::vector<float> host_logits;
+  KvCopyTimes kv_copy_times;  // the copy's so far
+};
 
 }  // namespace m3

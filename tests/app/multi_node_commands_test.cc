@@ -1,6 +1,6 @@
 // Several hosts (--nnodes) as two m3serve processes on this host, end to end on the CPU: node 0's
-// `generate` under -tp 2 / 4 (one and two ranks per node), expert parallel and indexer decode CP
-// gives the one-process -tp 1 ids while the follower prints nothing and exits 0 once node 0 is
+// `generate` under -tp 2 / 4 (one and two ranks per node), expert parallel, indexer decode CP and
+// DEP (copies of one and two ranks, one and two per node) gives the one-process -tp 1 ids while the follower prints nothing and exits 0 once node 0 is
 // done; a follower whose node 0 is killed mid-run, or never comes, exits non-zero naming node 0
 // within a bounded time (--node-timeout); nodes given different KV host tiers are refused; and
 // the layouts refused across hosts. (The host tier across nodes itself runs in
@@ -139,7 +139,11 @@ TEST(MultiNodeCommands, TwoNodesGiveOneRanksTokensAndTheFollowerExitsCleanly) {
   const std::vector<int> one = one_process_ids();
   ASSERT_EQ(one.size(), 24u);
   for (const std::string layout : {"-tp 2", "-tp 4", "-tp 2 --enable-expert-parallel",
-                                   "-tp 4 --enable-expert-parallel --attention-config '{\"indexer_decode_cp\": true}'"}) {
+                                   "-tp 4 --enable-expert-parallel --attention-config '{\"indexer_decode_cp\": true}'",
+                                   // DEP: one copy per host, two per host, and copies of -tp 2.
+                                   "--data-parallel-size 2 --enable-expert-parallel",
+                                   "--data-parallel-size 4 --enable-expert-parallel",
+                                   "--data-parallel-size 2 -tp 2 --enable-expert-parallel"}) {
     for (int attempt = 0;; ++attempt) {
       const int port = free_port();
       Process node0(generate_args(layout, 24) + " " + node_args(0, port), "node0");
@@ -150,7 +154,10 @@ TEST(MultiNodeCommands, TwoNodesGiveOneRanksTokensAndTheFollowerExitsCleanly) {
       EXPECT_EQ(output_ids(node0.out(), layout), one) << layout;
       EXPECT_EQ(node1.wait(30s), 0) << layout << "\n" << node1.err();
       EXPECT_EQ(node1.out(), "") << layout << ": a follower prints nothing on stdout";
-      EXPECT_NE(node1.err().find("node 0 said stop after"), std::string::npos) << node1.err();
+      EXPECT_NE(node1.err().find(layout.starts_with("--data") ? "node 0 said stop to every copy here"
+                                                                : "node 0 said stop after"),
+                std::string::npos)
+          << node1.err();
       break;
     }
   }
@@ -212,8 +219,8 @@ TEST(MultiNodeCommands, LayoutsThatCannotRunAcrossHostsAreRefused) {
     EXPECT_NE(p.err().find(message), std::string::npos) << args << "\n" << p.err();
   };
   refused("-tp 3 --nnodes 2 --master-addr 127.0.0.1", "-tp 3 is not a multiple of --nnodes 2");
-  refused("--data-parallel-size 2 --enable-expert-parallel --nnodes 2 --master-addr 127.0.0.1",
-          "data-parallel attention (DEP) across hosts is not implemented");
+  refused("--data-parallel-size 3 --enable-expert-parallel --nnodes 2 --master-addr 127.0.0.1",
+          "--data-parallel-size 3 is not a multiple of --nnodes 2");
   refused("-tp 2 --nnodes 2", "give --master-addr");
   refused("-tp 2 --nnodes 2 --node-rank 2 --master-addr 127.0.0.1", "--node-rank 2 outside [0, --nnodes 2)");
   refused("-tp 2 --nnodes 2 --master-addr 127.0.0.1 --node-timeout 0", "--node-timeout must be > 0");

@@ -1,0 +1,160 @@
+// A DEP copy on another host (engine/remote_copy_runner.h): node 0's RemoteCopyRunner against
+// serve_remote_copy on the copy's node, two in-process Gloo ranks standing in for the two
+// processes and a recording fake for the copy's own runner. Steps, their sampling (rows, lists,
+// bitmasks) and the logits rows wanted arrive intact; the sampled ids, logits rows and copy times
+// come back; idle steps and KV copies run there in order; a step that fails there is an m3::Error
+// on node 0 naming the copy, and the channel keeps serving; stop ends the copy's loop.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "core/error.h"
+#include "engine/remote_copy_runner.h"
+#include "parallel/control_group.h"
+#include "parallel/gloo_communicator.h"
+#include "parallel/rank_workers.h"
+
+namespace m3 {
+namespace {
+
+constexpr int kVocab = 7;
+
+// The copy's own runner: samples id = 100 * token + row's seed, logits row i = token ids + i.
+class RecordingRunner final : public ModelRunner {
+ public:
+  int block_size() const override { return 16; }
+  int64_t num_kv_blocks() const override { return 8; }
+  int vocab_size() const override { return kVocab; }
+  int64_t max_position_embeddings() const override { return 1024; }
+  void forward(const StepBatch&, float*) override { FAIL() << "the engine's lanes only call forward_sample"; }
+  void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
+                      const std::vector<int32_t>& host_rows, float* host_logits) override {
+    if (batch.token_ids.front() < 0) fail("a rank of the copy failed on token {}", batch.token_ids.front());
+    steps.push_back(batch);
+    samplings.push_back(sampling);
+    for (size_t i = 0; i < sampling.rows.size(); ++i) {
+      const int row = sampling.rows[i].logits_row;
+      sampled_ids[i] = 100 * batch.token_ids[batch.logits_rows[row]] + static_cast<int32_t>(sampling.rows[i].seed);
+    }
+    for (size_t i = 0; i < host_rows.size(); ++i)
+      for (int v = 0; v < kVocab; ++v) host_logits[i * kVocab + v] = batch.token_ids[host_rows[i]] + 0.5f * v;
+  }
+  void idle_step() override { log += "idle;"; }
+  void copy_kv_blocks(const KvBlockCopies& c) override { log += "copy " + std::to_string(c.batch) + ";"; }
+  KvCopyTimes kv_copy_times() const override { return {0.25, 1.5}; }
+
+  std::vector<StepBatch> steps;
+  std::vector<SampleBatch> samplings;
+  std::string log;
+};
+
+StepBatch step_of(std::vector<int32_t> tokens) {
+  StepBatch b;
+  const auto n = static_cast<int32_t>(tokens.size());
+  b.token_ids = tokens;
+  for (int32_t i = 0; i < n; ++i) {
+    b.positions.push_back(i);
+    b.token_seq.push_back(0);
+    b.slot_mapping.push_back(i);
+    b.logits_rows.push_back(i);
+  }
+  b.query_start = {0, n};
+  b.seq_lens = {n};
+  b.pages_per_seq = 1;
+  b.page_table = {3};
+  return b;
+}
+
+TEST(RemoteCopy, StepsSamplingAndRepliesCrossTheChannelIntact) {
+  RankWorkers nodes(2);
+  GlooRendezvous rendezvous = GlooRendezvous::in_process();
+  std::vector<std::unique_ptr<ControlGroup>> channel(2);
+  nodes.run([&](int r) {
+    channel[r] = std::make_unique<ControlGroup>(connect_gloo(rendezvous, r, 2, "copy.1"), std::chrono::seconds(20));
+  });
+  RecordingRunner copy;
+  RemoteCopyCounts counts;
+  std::string failure;
+  nodes.run([&](int r) {
+    if (r == 1) {
+      counts = serve_remote_copy(*channel[1], copy, 1);
+      return;
+    }
+    channel[0]->start_heartbeat();
+    RemoteCopyGeometry g{16, 8, kVocab, 1024, 0, 0, 1, 1};
+    RemoteCopyRunner runner(*channel[0], g);
+    EXPECT_EQ(runner.vocab_size(), kVocab);
+
+    SampleBatch sampling;
+    SampleRow a;
+    a.logits_row = 2;
+    a.temperature = 0.7f;
+    a.top_k = 5;
+    a.seed = 7;
+    const int32_t prompt[] = {4, 9}, output[] = {11}, counts_of[] = {3};
+    sampling.add(a, prompt, 2, output, counts_of, 1, nullptr, 0);
+    SampleRow b;
+    b.logits_row = 0;
+    b.seed = 3;
+    b.allowed_row = sampling.add_allowed_row(1);
+    sampling.allowed[0] = 0x5u;
+    sampling.add(b, nullptr, 0, nullptr, nullptr, 0, nullptr, 0);
+    int32_t ids[2] = {-1, -1};
+    std::vector<float> logits(2 * kVocab, -1.0f);
+    KvBlockCopies kv;
+    kv.batch = 4;
+    runner.copy_kv_blocks(kv);
+    runner.forward_sample(step_of({10, 20, 30}), sampling, ids, {1, 2}, logits.data());
+    EXPECT_EQ(ids[0], 100 * 30 + 7);
+    EXPECT_EQ(ids[1], 100 * 10 + 3);
+    EXPECT_EQ(logits[0], 20.0f);
+    EXPECT_EQ(logits[kVocab + 3], 31.5f);
+    EXPECT_EQ(runner.kv_copy_times().to_device_s, 1.5);
+    runner.idle_step();
+    try {
+      runner.forward_sample(step_of({-5}), SampleBatch{}, nullptr, {}, nullptr);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+    // The channel serves on after a failed step; forward() returns every logits row.
+    std::vector<float> all(2 * kVocab);
+    runner.forward(step_of({40, 50}), all.data());
+    EXPECT_EQ(all[kVocab], 50.0f);
+    channel[0]->stop();
+  });
+  EXPECT_NE(failure.find("copy 1 (data-parallel rank 1 on node 1): its step failed there"), std::string::npos)
+      << failure;
+  EXPECT_NE(failure.find("a rank of the copy failed on token -5"), std::string::npos) << failure;
+  EXPECT_EQ(copy.log, "copy 4;idle;");
+  EXPECT_EQ(counts.steps, 4);
+  EXPECT_EQ(counts.sampled, 3);
+  ASSERT_EQ(copy.steps.size(), 2u);
+  EXPECT_EQ(copy.steps[0].token_ids, (std::vector<int32_t>{10, 20, 30}));
+  EXPECT_EQ(copy.steps[0].page_table, (std::vector<int32_t>{3}));
+  const SampleBatch& got = copy.samplings[0];
+  ASSERT_EQ(got.rows.size(), 2u);
+  EXPECT_EQ(got.rows[0].temperature, 0.7f);
+  EXPECT_EQ(got.rows[0].top_k, 5);
+  EXPECT_EQ(got.rows[0].num_prompt, 2);
+  EXPECT_EQ(got.ids, (std::vector<int32_t>{4, 9, 11}));
+  EXPECT_EQ(got.counts, (std::vector<int32_t>{0, 0, 3}));
+  EXPECT_EQ(got.allowed_words, 1);
+  ASSERT_NE(got.allowed_mask(got.rows[1]), nullptr);
+  EXPECT_EQ(got.allowed_mask(got.rows[1])[0], 0x5u);
+  EXPECT_EQ(copy.samplings[1].rows.size(), 0u);
+}
+
+TEST(RemoteCopy, TheRunnerNeedsNodeZerosEndOfAChannelOfTwo) {
+  RankWorkers nodes(3);
+  GlooRendezvous rendezvous = GlooRendezvous::in_process();
+  std::vector<std::unique_ptr<ControlGroup>> groups(3);
+  nodes.run([&](int r) {
+    groups[r] = std::make_unique<ControlGroup>(connect_gloo(rendezvous, r, 3, "wide"), std::chrono::seconds(5));
+  });
+  EXPECT_THROW(RemoteCopyRunner(*groups[0], RemoteCopyGeometry{}), Error);
+  EXPECT_THROW(RemoteCopyRunner(*groups[1], RemoteCopyGeometry{}), Error);
+}
+
+}  // namespace
+}  // namespace m3
