@@ -224,13 +224,24 @@ void run_serve(ServeArgs& a) {
 
   EngineStats last = engine->stats();
   auto last_time = std::chrono::steady_clock::now();
-  while (signals.wait_for(1, std::chrono::seconds(10)) == 0) {
-    if (a.disable_log_stats) continue;
-    EngineStats now = engine->stats();
+  std::optional<std::string> lost;
+  // Stats every 10 s; a lost node (several hosts) is looked for every half second.
+  while (signals.wait_for(1, std::chrono::milliseconds(500)) == 0) {
+    if ((lost = loaded.lost_node())) break;
     auto now_time = std::chrono::steady_clock::now();
+    if (a.disable_log_stats || now_time - last_time < std::chrono::seconds(10)) continue;
+    EngineStats now = engine->stats();
     log_stats(now, last, std::chrono::duration<double>(now_time - last_time).count());
     last = now;
     last_time = now_time;
+  }
+  if (lost) {
+    // The lost node's ranks held part of every step: nothing can be served any more. Stop now,
+    // failing what is in flight, and exit non-zero so a supervisor restarts the deployment.
+    M3_LOG_ERROR("a node of the deployment is lost ({}): stopping the server", *lost);
+    server.drain_and_stop(std::chrono::seconds(0), [&] { engine->shutdown(false); });
+    engine->shutdown(false);
+    fail("a node of the deployment is lost, so the server stopped: {}", *lost);
   }
   M3_LOG_INFO(
       "{}: draining (new requests get 503; in-flight requests may finish for up to {} s; "

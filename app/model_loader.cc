@@ -762,6 +762,16 @@ std::unique_ptr<ModelRunner> LoadedModel::make_runner() const {
   return std::make_unique<MiniMaxM3Runner>(std::move(models), *workers, follower() ? nullptr : control.get());
 }
 
+std::optional<std::string> LoadedModel::lost_node() const {
+  if (!control || !control->leader()) return std::nullopt;
+  if (auto why = control->lost()) return fmt::format("the control group of {} nodes: {}", control->num_nodes(), *why);
+  for (size_t d = 0; d < copy_channels.size(); ++d) {
+    if (!copy_channels[d]) continue;
+    if (auto why = copy_channels[d]->lost()) return fmt::format("the channel to copy {}: {}", d, *why);
+  }
+  return std::nullopt;
+}
+
 std::vector<std::unique_ptr<ModelRunner>> LoadedModel::make_copy_runners() const {
   M3_CHECK(layout.attention_data_parallel(), "make_copy_runners: the layout has no data-parallel copies");
   const int tp = layout.config.tensor_parallel_size;

@@ -166,6 +166,9 @@ struct LoadedModel {
   // out before its ranks are torn down). Null on one host.
   std::unique_ptr<ControlGroup> control;
 
+  // Node 0 of several hosts: why the deployment is broken, once a message to another node failed
+  // (its control group or a copy's channel; parallel/control_group.h lost()); else nullopt.
+  std::optional<std::string> lost_node() const;
   // A process of node R > 0: it runs node 0's steps (follow_node_zero) instead of the command.
   bool follower() const { return control && !control->leader(); }
   // This process's first rank's model: the config, KV geometry and options every rank shares.

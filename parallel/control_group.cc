@@ -40,7 +40,26 @@ void ControlGroup::start_heartbeat() {
   heartbeat_ = std::thread([this] { heartbeat_loop(); });
 }
 
+void ControlGroup::mark_lost(const std::string& what) {
+  std::lock_guard lock(lost_mutex_);
+  if (!lost_) lost_ = what;
+}
+
+std::optional<std::string> ControlGroup::lost() const {
+  std::lock_guard lock(lost_mutex_);
+  return lost_;
+}
+
 void ControlGroup::send_locked(const StepMessage& message) {
+  try {
+    send_message_locked(message);
+  } catch (const Error& e) {
+    if (leader()) mark_lost(e.what());
+    throw;
+  }
+}
+
+void ControlGroup::send_message_locked(const StepMessage& message) {
   Tensor header = Tensor::wrap(const_cast<int64_t*>(message.header.data()), {kStepHeaderWords}, DType::kI64,
                                Device::kCpu);
   comm_->broadcast(header, 0);
@@ -92,7 +111,16 @@ SampleReply ControlGroup::run_remote_sample(const StepBatch& batch, const Sample
   SampleMessage sample = encode_sampling(sampling, host_rows);
   std::lock_guard lock(mutex_);  // the heartbeat must not come between the step and its reply
   M3_CHECK(!stopped_, "control group: a step after stop (the followers have left)");
-  send_locked(step);
+  try {
+    return exchange_locked(step, sample);
+  } catch (const Error& e) {
+    mark_lost(e.what());
+    throw;
+  }
+}
+
+SampleReply ControlGroup::exchange_locked(const StepMessage& step, SampleMessage& sample) {
+  send_message_locked(step);
   Tensor header = Tensor::wrap(sample.header.data(), {kSampleHeaderWords}, DType::kI64, Device::kCpu);
   comm_->broadcast(header, 0);
   broadcast_vector(*comm_, sample.payload, DType::kI32, 0);

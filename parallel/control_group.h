@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "ops/step_batch.h"
@@ -71,6 +72,11 @@ class ControlGroup {
   // do nothing. Never throws (a follower that is gone is logged).
   void stop() noexcept;
 
+  // Node 0: why a message to the other nodes failed (a node lost, or its connection broken), once
+  // one did; nullopt while none has. The ranks' groups of a lost node cannot be mended, so the
+  // deployment is broken from then on (serve stops on it).
+  std::optional<std::string> lost() const;
+
   // A follower: the next step or copies node 0 runs, or nullopt once node 0 said stop. Throws
   // m3::Error naming node 0 and the control group when nothing came within the timeout or the
   // connection broke (node 0 lost).
@@ -80,6 +86,9 @@ class ControlGroup {
 
  private:
   void send_locked(const StepMessage& message);  // mutex_ held
+  void send_message_locked(const StepMessage& message);  // send_locked without the bookkeeping
+  SampleReply exchange_locked(const StepMessage& step, SampleMessage& sample);  // run_remote_sample's
+  void mark_lost(const std::string& what);
   void receive_sampling(NodeCommand& command);    // a follower, after a kRemoteSample step
   void heartbeat_loop();
 
@@ -90,6 +99,8 @@ class ControlGroup {
   std::chrono::steady_clock::time_point last_sent_;
   bool stopped_ = false;
   std::thread heartbeat_;
+  mutable std::mutex lost_mutex_;  // not mutex_: a remote step holds that while it waits
+  std::optional<std::string> lost_;
 };
 
 }  // namespace m3

@@ -2,7 +2,8 @@
 // `generate` under -tp 2 / 4 (one and two ranks per node), expert parallel, indexer decode CP and
 // DEP (copies of one and two ranks, one and two per node) gives the one-process -tp 1 ids while the follower prints nothing and exits 0 once node 0 is
 // done; a follower whose node 0 is killed mid-run, or never comes, exits non-zero naming node 0
-// within a bounded time (--node-timeout); nodes given different KV host tiers are refused; and
+// within a bounded time (--node-timeout); a server whose follower is killed stops and exits
+// non-zero naming the lost node; nodes given different KV host tiers are refused; and
 // the layouts refused across hosts. (The host tier across nodes itself runs in
 // server_kv_offloading_nnodes2.)
 //
@@ -99,6 +100,15 @@ class Process {
     }
     return status_;
   }
+  // Whether it is still running (without waiting; its status is kept once it exited).
+  bool running() {
+    int status = 0;
+    if (!done_ && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+      done_ = true;
+      status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    return !done_;
+  }
   void kill_now() { ::kill(pid_, SIGKILL); }
   std::string out() const { return read_file(out_); }
   std::string err() const { return read_file(err_); }
@@ -183,6 +193,35 @@ TEST(MultiNodeCommands, AFollowerWhoseNodeZeroIsKilledMidRunExitsNamingNodeZero)
   EXPECT_GT(status, 0) << "the follower must exit with an error of its own, not hang\n" << node1.err();
   EXPECT_NE(node1.err().find("node 0"), std::string::npos) << node1.err();
   EXPECT_NE(node1.err().find("error: node 1:"), std::string::npos) << node1.err();
+}
+
+TEST(MultiNodeCommands, AServerWhoseFollowerIsKilledStopsNamingTheLostNode) {
+  // The lost node's ranks held part of every step: node 0 stops serving and exits non-zero
+  // (found by its heartbeats while idle, within a fraction of --node-timeout), under -tp and DEP.
+  for (const std::string layout : {"-tp 2", "--data-parallel-size 2 --enable-expert-parallel"}) {
+    for (int attempt = 0;; ++attempt) {
+      const int port = free_port();
+      const std::string args = fmt::format("serve {} --device cpu --host 127.0.0.1 --port 0 --max-model-len 512 {} ",
+                                           kTiny, layout);
+      Process node0(args + node_args(0, port, "--node-timeout 4"), "lost0");
+      Process node1(args + node_args(1, port, "--node-timeout 4"), "lost1");
+      const auto ready_by = std::chrono::steady_clock::now() + 120s;
+      while (node0.err().find("ready: serving") == std::string::npos) {
+        if (!node0.running()) break;  // exited early (a port taken meanwhile?)
+        ASSERT_LT(std::chrono::steady_clock::now(), ready_by) << node0.err();
+        std::this_thread::sleep_for(50ms);
+      }
+      if (node0.err().find("cannot listen on") != std::string::npos && attempt < 3) continue;
+      ASSERT_NE(node0.err().find("ready: serving"), std::string::npos) << layout << "\n" << node0.err();
+      node1.kill_now();
+      const auto t0 = std::chrono::steady_clock::now();
+      EXPECT_EQ(node0.wait(30s), 1) << layout << "\n" << node0.err();
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s) << layout;
+      EXPECT_NE(node0.err().find("a node of the deployment is lost, so the server stopped"), std::string::npos)
+          << layout << "\n" << node0.err();
+      break;
+    }
+  }
 }
 
 TEST(MultiNodeCommands, AFollowerWhoseNodeZeroNeverComesFailsNamingTheAddress) {
