@@ -22,6 +22,7 @@
 //   + per full layer 4 Hq D (p + 1) + per sparse layer 2 Hi Di (p + 1)
 //   + 4 Hq D min(p + 1, topk_blocks x block_size)] + 2 x lm_head params (one row).
 #include <CLI/CLI.hpp>
+#include <omp.h>
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -33,6 +34,7 @@
 #include <sstream>
 
 #include "app/bench_timing_backend.h"
+#include "app/host_bandwidth.h"
 #include "app/commands.h"
 #include "app/model_loader.h"
 #include "app/model_source.h"
@@ -374,6 +376,9 @@ void print_text(const nlohmann::json& out) {
               out["device"].get<std::string>().c_str(), out["kv_cache_dtype"].get<std::string>().c_str(),
               out["weights"]["always_bytes"].get<double>() / 1e6, out["weights"]["moe_layers"].get<int>(),
               out["weights"]["expert_bytes"].get<double>() / 1e6, out["weights"]["lm_head_bytes"].get<double>() / 1e6);
+  if (out["bandwidth_bytes_per_s"].get<double>() > 0)
+    std::printf("decode floor at %.1f GB/s (%s)\n", out["bandwidth_bytes_per_s"].get<double>() / 1e9,
+                out["bandwidth_source"].get<std::string>().c_str());
   std::printf("\ndecode %7s %6s %10s %10s %10s %11s %11s %9s %9s\n", "context", "batch", "step_ms", "layer_us", "tok/s",
               "floor_MB", "GB/s", "floor_ms", "x_floor");
   for (const auto& r : out["decode"]) {
@@ -442,7 +447,17 @@ void run(BenchLatencyOptions o) {
   for (const PrefillCase& c : prefill)
     M3_CHECK(c.len <= config.max_position_embeddings, "--prefill-lens {} exceeds max_position_embeddings {}", c.len,
              config.max_position_embeddings);
-  const double bandwidth = o.bandwidth >= 0 ? o.bandwidth : (m.device == "cuda" ? 4.2e12 : 0.0);
+  // The floor's rate: as given, else the H200's measured copy rate on cuda, else this machine's
+  // copy rate measured now with the CPU backend's threads.
+  std::string bandwidth_source = "--bandwidth";
+  double bandwidth = o.bandwidth;
+  if (bandwidth < 0 && m.device == "cuda") {
+    bandwidth = 4.2e12;
+    bandwidth_source = "H200 copy rate";
+  } else if (bandwidth < 0) {
+    bandwidth = measure_host_copy_bandwidth();
+    bandwidth_source = fmt::format("measured copy rate of this machine ({} threads)", omp_get_max_threads());
+  }
   const double flops_peak = o.flops >= 0 ? o.flops : (m.device == "cuda" ? 7.6e14 : 0.0);
 
   nlohmann::json out = {
@@ -457,6 +472,7 @@ void run(BenchLatencyOptions o) {
       {"index_dtype", std::string(kv_dtype_name(m.model->options().index_dtype))},
       {"kv_pool_blocks", m.model->num_kv_blocks()},
       {"bandwidth_bytes_per_s", bandwidth},
+      {"bandwidth_source", bandwidth_source},
       {"peak_flops_per_s", flops_peak},
       {"weights",
        {{"always_bytes", m.weights.always}, {"expert_bytes", m.weights.expert}, {"moe_layers", m.weights.moe_layers},
@@ -500,7 +516,8 @@ void register_bench_latency(CLI::App& app) {
   cmd->add_option("--iters", o->iters, "timed steps per decode case (median reported; prefill: iters / 2 runs)")
       ->capture_default_str();
   cmd->add_option("--bandwidth", o->bandwidth,
-                  "bytes/s of the decode floor (default 4.2e12 on cuda: H200 copy rate; none on cpu)");
+                  "bytes/s of the decode floor (default 4.2e12 on cuda: H200 copy rate; on cpu this machine's copy "
+                  "rate, measured at start)");
   cmd->add_option("--flops", o->flops, "FLOP/s of the prefill floor (default 7.6e14 on cuda: H200 bf16; none on cpu)");
   cmd->add_flag("--op-breakdown,!--no-op-breakdown", o->op_breakdown,
                 "decode: one more pass of iters steps, synchronised after every op, timed per op")

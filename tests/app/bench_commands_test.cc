@@ -112,7 +112,13 @@ TEST(BenchLatency, DummyOneDenseLayerTouchesTheSameWeightsAtEveryBatch) {
   expect_timed_decode(b1);
   expect_timed_decode(b4);
   EXPECT_FALSE(b1.contains("ops_ms"));
-  EXPECT_FALSE(b1.contains("floor_ratio"));  // no --bandwidth on the CPU: achieved bytes/s only
+  // No --bandwidth on the CPU: the floor is at this machine's copy rate, measured at start.
+  EXPECT_GT(r.at("bandwidth_bytes_per_s").get<double>(), 1e8);
+  EXPECT_NE(r.at("bandwidth_source").get<std::string>().find("measured copy rate of this machine"), std::string::npos);
+  EXPECT_NEAR(b1.at("floor_ratio").get<double>(),
+              b1.at("step_ms").get<double>() /
+                  (b1.at("floor_bytes").get<double>() / r.at("bandwidth_bytes_per_s").get<double>() * 1e3),
+              1e-9);
   // No MoE: only the embedding rows differ.
   EXPECT_DOUBLE_EQ(b4.at("weight_bytes").get<double>() - b1.at("weight_bytes").get<double>(),
                    3 * w.at("embed_row_bytes").get<double>());
