@@ -1,5 +1,6 @@
 // m3serve: one binary, subcommands in app/cmd_*.cc.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 
@@ -8,6 +9,10 @@
 #include "core/error.h"
 
 int main(int argc, char** argv) {
+  // A write to a connection whose peer is gone (an HTTP client, or another node's process under
+  // --nnodes) must come back as an error the caller reports (EPIPE), not end the process
+  // silently: Gloo's transport does not ask for MSG_NOSIGNAL on every write.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"m3serve: an inference server for the MiniMax-M3 model family"};
   app.require_subcommand(1);
   app.set_version_flag("--version", M3SERVE_VERSION);

@@ -192,7 +192,7 @@ TEST(MultiNodeCommands, AFollowerWhoseNodeZeroIsKilledMidRunExitsNamingNodeZero)
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
   EXPECT_GT(status, 0) << "the follower must exit with an error of its own, not hang\n" << node1.err();
   EXPECT_NE(node1.err().find("node 0"), std::string::npos) << node1.err();
-  EXPECT_NE(node1.err().find("error: node 1:"), std::string::npos) << node1.err();
+  EXPECT_NE(node1.err().find("error: node 1:"), std::string::npos) << "status " << status << "\n" << node1.err();
 }
 
 TEST(MultiNodeCommands, AServerWhoseFollowerIsKilledStopsNamingTheLostNode) {
