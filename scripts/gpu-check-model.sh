@@ -11,8 +11,9 @@
 # PREBUILT=dir uses dir/tests/kernels_cuda/{backend_ops,backend_check}, dir/tests/parallel/nccl_communicator_check
 # and dir/bin/m3serve built elsewhere (same CUDA 13.0), with the shared libraries they need beyond the GPU machine's
 # in dir/device-libs (NCCL not among them: the GPU machine's wheel, scripts/nccl-env.sh)
-# (`PREBUILT=dir scripts/gpu-check-model.sh prepare`, run here, gathers them and packs all three
-# into dir/device-pack.txz: carry that and unpack it there). Without PREBUILT it builds in $BUILD and needs .deps
+# (`PREBUILT=dir scripts/gpu-check-model.sh prepare`, run here, gathers them and packs them into
+# dir/device-pack-bin.txz and dir/device-pack-tests.txz: carry those, one per call, and unpack them
+# there; scripts/gpu-session-check.sh does). Without PREBUILT it builds in $BUILD and needs .deps
 # (scripts/device-deps-extra.sh). STEP_TIMEOUT, OPS_TIMEOUT, LATENCY_TIMEOUT and SANITIZE_TIMEOUT bound the
 # steps (seconds; MODEL_TIMEOUT each checkpoint of the model steps), TIME_BUDGET the whole script (the summary always prints). The model
 # steps run one process per checkpoint (logs model-<dir>.log); the ops steps one backend_ops (ops.log;
@@ -28,11 +29,15 @@ has() { [[ " ${STEPS[*]} " == *" $1 "* ]]; }
 
 if has prepare; then
   # On the build machine: the libraries backend_check and m3serve link that the GPU machine may
-  # lack (everything but glibc, libstdc++/libgcc and CUDA's) in $PREBUILT/device-libs, and one
-  # stripped, xz-compressed archive of binaries and libraries, $PREBUILT/device-pack.txz (~11 MB,
-  # so the tree plus the carry stays under the 64 MiB limit; libnccl, 200 MB, stays behind: the GPU
-  # machine has its own, scripts/nccl-env.sh). Carry it and unpack it there into
-  # $PREBUILT (python3 -c "import tarfile; tarfile.open('$PREBUILT/device-pack.txz').extractall('$PREBUILT')").
+  # lack (everything but glibc, libstdc++/libgcc and CUDA's) in $PREBUILT/device-libs, and
+  # stripped, xz-compressed archives of binaries and libraries (libnccl, 200 MB, stays behind: the
+  # GPU machine has its own, scripts/nccl-env.sh): $PREBUILT/device-pack-bin.txz (m3serve and
+  # the libraries) and $PREBUILT/device-pack-tests.txz (the check binaries). The device tool takes
+  # the tracked tree plus the carry within 64 MiB; with the tree near 58 MiB the two do not fit in
+  # one call, so the first call carries device-pack-bin.txz and unpacks it, and the next (within
+  # the machine's 30 s of idle warmth, so the unpacked files are still there) carries the other
+  # and runs scripts/gpu-session-check.sh, which unpacks every device-pack-*.txz it finds
+  # (docs/gpu-backend-notes.md "Session 10").
   dir=${PREBUILT:?prepare needs PREBUILT=build-dir}
   rm -rf "$dir/device-libs" "$dir/device-pack"; mkdir -p "$dir/device-libs"
   nccl_check=$dir/tests/parallel/nccl_communicator_check
@@ -42,6 +47,7 @@ if has prepare; then
     grep -vE '/libc\.so|/libm\.so|/libdl\.so|/libpthread\.so|/librt\.so|/libstdc\+\+|/libgcc_s|/libcuda|/libcublas|/libnccl' |
     xargs -r -I{} cp -L {} "$dir/device-libs/"
   pack=$dir/device-pack
+  rm -f "$dir"/device-pack*.txz
   mkdir -p "$pack/bin" "$pack/tests/kernels_cuda" "$pack/tests/parallel"
   cp "$dir/tests/kernels_cuda/backend_ops" "$dir/tests/kernels_cuda/backend_check" "$pack/tests/kernels_cuda/"
   [[ -x "$dir/tests/kernels_cuda/weight_decode_check" ]] && cp "$dir/tests/kernels_cuda/weight_decode_check" "$pack/tests/kernels_cuda/"
@@ -49,9 +55,12 @@ if has prepare; then
   cp "$dir/bin/m3serve" "$pack/bin/"
   cp -r "$dir/device-libs" "$pack/"
   strip "$pack/bin/m3serve" "$pack"/tests/kernels_cuda/* "$pack"/device-libs/* $(ls "$pack"/tests/parallel/* 2>/dev/null)
-  tar cJf "$dir/device-pack.txz" -C "$pack" .
+  XZ_OPT=-9e tar cJf "$dir/device-pack-bin.txz" -C "$pack" bin device-libs
+  XZ_OPT=-9e tar cJf "$dir/device-pack-tests.txz" -C "$pack" tests
   rm -rf "$pack"
-  ls -la "$dir/device-libs" "$dir/device-pack.txz"
+  ls -la "$dir/device-libs" "$dir"/device-pack-*.txz
+  tree_mib=$(git ls-files -z | xargs -0 cat | wc -c | awk '{printf "%.1f", $1 / 1048576}')
+  echo "tracked tree: $tree_mib MiB; each call may carry 64 MiB minus that"
   exit 0
 fi
 

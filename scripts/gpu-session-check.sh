@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device call that checks and measures a prebuilt tree: unpacks $PREBUILT/device-pack.txz
-# (scripts/gpu-check-model.sh prepare), runs the checks (ops: the op harness backend_ops in full
+# One device call that checks and measures a prebuilt tree: unpacks every $PREBUILT/device-pack-*.txz
+# carried (scripts/gpu-check-model.sh prepare; a part unpacked by an earlier call of the same warm
+# machine stays), checks that m3serve and the check binaries are all there, runs the checks (ops: the op harness backend_ops in full
 # mode, model-quick, graphs, decode-exact, serve; nccl: the NCCL Communicator on the GPUs here,
 # tests/parallel/nccl_communicator_check), the HTTP suite on cuda, the 20-layer M3.1 bench
 # latency (8K decode + 8K prefill) and the sanitizers; logs in $OUT/logs.tgz, the bench JSON in
@@ -9,8 +10,17 @@
 # BASELINE=dir (optional): a second m3serve (dir/baseline-pack.txz: bin/m3serve + device-libs, e.g.
 # the commit before a change) runs the same bench latency right after, into
 # $OUT/bench-latency-8192-baseline.json, so that before and after are measured in one run.
-python3 -c "import tarfile; import os; p=os.environ.get('PREBUILT','build-gpu-backend'); tarfile.open(p + '/device-pack.txz').extractall(p)"
 P=${PREBUILT:-build-gpu-backend}
+for pack in "$P"/device-pack*.txz; do
+  [[ -f $pack ]] && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$pack" "$P"
+done
+for f in bin/m3serve tests/kernels_cuda/backend_ops tests/kernels_cuda/backend_check; do
+  if [[ ! -x $P/$f ]]; then
+    echo "missing $P/$f: carry $P/device-pack-bin.txz and $P/device-pack-tests.txz (one per call, back to back:" \
+         "scripts/gpu-check-model.sh prepare)"
+    exit 1
+  fi
+done
 export LD_LIBRARY_PATH=$PWD/$P/device-libs:/usr/local/cuda/lib64
 source scripts/nccl-env.sh  # NCCL_NVLS_ENABLE=0, the wheel's libnccl.so.2
 L=/tmp/logs; mkdir -p $L/c $L/h $L/n $L/s

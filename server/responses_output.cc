@@ -26,12 +26,16 @@ nlohmann::json text_part(std::string text) {
           {"logprobs", nlohmann::json::array()}};
 }
 
+void append_entries(nlohmann::json& to, const nlohmann::json& entries) {
+  for (const nlohmann::json& e : entries) to.push_back(e);
+}
+
 }  // namespace
 
-void ResponseOutputBuilder::add(const ChoiceDelta& delta, Events& events) {
+void ResponseOutputBuilder::add(const ChoiceDelta& delta, Events& events, nlohmann::json logprobs) {
   M3_CHECK(!finished_, "response output: text after the end");
   if (!delta.reasoning.empty()) reasoning(delta.reasoning, events);
-  if (!delta.content.empty()) content(delta.content, events);
+  if (!delta.content.empty()) content(delta.content, std::move(logprobs), events);
   for (const text::ToolCallDelta& c : delta.tool_calls) call(c, events);
 }
 
@@ -47,9 +51,10 @@ void ResponseOutputBuilder::finish(bool incomplete, Events& events) {
       open(Kind::kMessage, {{"id", make_response_id("msg_")}, {"type", "message"}, {"role", "assistant"}},
            events);
     }
-    content(std::exchange(held_, {}), events);
+    content(std::exchange(held_, {}), std::exchange(held_logprobs_, nlohmann::json::array()), events);
   }
   held_.clear();
+  held_logprobs_ = nlohmann::json::array();
   if (open_ != Kind::kNone) close(incomplete ? "incomplete" : "completed", events);
 }
 
@@ -67,24 +72,27 @@ void ResponseOutputBuilder::reasoning(const std::string& text, Events& events) {
                     {"delta", text}});
 }
 
-void ResponseOutputBuilder::content(const std::string& text, Events& events) {
+void ResponseOutputBuilder::content(const std::string& text, nlohmann::json logprobs, Events& events) {
   if (open_ != Kind::kMessage) {
     held_ += text;
+    append_entries(held_logprobs_, logprobs);
     // A message waits for its first non-whitespace text, and for the open call to end.
     if (open_ == Kind::kFunctionCall || !has_text(held_)) return;
     if (open_ != Kind::kNone) close("completed", events);
     open(Kind::kMessage, {{"id", make_response_id("msg_")}, {"type", "message"}, {"role", "assistant"}},
          events);
     std::string all = std::exchange(held_, {});
-    return content(all, events);
+    return content(all, std::exchange(held_logprobs_, nlohmann::json::array()), events);
   }
-  open_item()["content"][0]["text"].get_ref<std::string&>() += text;
+  nlohmann::json& part = open_item()["content"][0];
+  part["text"].get_ref<std::string&>() += text;
+  append_entries(part["logprobs"], logprobs);
   events.push_back({{"type", "response.output_text.delta"},
                     {"item_id", open_item()["id"]},
                     {"output_index", output_index()},
                     {"content_index", 0},
                     {"delta", text},
-                    {"logprobs", nlohmann::json::array()}});
+                    {"logprobs", std::move(logprobs)}});
 }
 
 void ResponseOutputBuilder::call(const text::ToolCallDelta& c, Events& events) {
@@ -95,9 +103,10 @@ void ResponseOutputBuilder::call(const text::ToolCallDelta& c, Events& events) {
       if (open_ != Kind::kNone) close("completed", events);
       open(Kind::kMessage, {{"id", make_response_id("msg_")}, {"type", "message"}, {"role", "assistant"}},
            events);
-      content(std::exchange(held_, {}), events);
+      content(std::exchange(held_, {}), std::exchange(held_logprobs_, nlohmann::json::array()), events);
     }
     held_.clear();
+    held_logprobs_ = nlohmann::json::array();
     if (open_ != Kind::kNone) close("completed", events);
     open(Kind::kFunctionCall,
          {{"id", make_response_id("fc_")},
@@ -156,7 +165,7 @@ void ResponseOutputBuilder::close(const char* status, Events& events) {
                            {"output_index", index},
                            {"content_index", 0},
                            {"text", part["text"]}};
-    if (open_ == Kind::kMessage) done["logprobs"] = nlohmann::json::array();
+    if (open_ == Kind::kMessage) done["logprobs"] = part["logprobs"];
     events.push_back(std::move(done));
     events.push_back({{"type", "response.content_part.done"},
                       {"item_id", id},

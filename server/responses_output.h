@@ -14,6 +14,12 @@
 // argument deltas are never interleaved with another item. Calls past `max_tool_calls` (the
 // request's parallel_tool_calls / max_tool_calls) are left out.
 //
+// Logprobs (include "message.output_text.logprobs"): add() takes the entries of the tokens that
+// made its delta ({token, logprob, bytes, top_logprobs}, as chat's). They belong to the
+// message's text when the delta carries content, and go with it (held with held text, dropped
+// with it), into the output_text part's `logprobs` and its output_text.delta event; the tokens
+// of reasoning or of a call have none there.
+//
 // Events (their sequence_number is the caller's): output_item.added, then per kind
 // content_part.added / reasoning_text.delta... / reasoning_text.done / content_part.done,
 // content_part.added / output_text.delta... / output_text.done / content_part.done, or
@@ -33,8 +39,9 @@ class ResponseOutputBuilder {
   using Events = std::vector<nlohmann::json>;
   explicit ResponseOutputBuilder(int max_tool_calls = -1) : max_tool_calls_(max_tool_calls) {}
 
-  // One step's final text; appends the events it implies.
-  void add(const ChoiceDelta& delta, Events& events);
+  // One step's final text (and its tokens' logprob entries, or none); appends the events it
+  // implies.
+  void add(const ChoiceDelta& delta, Events& events, nlohmann::json logprobs = nlohmann::json::array());
   // The end of the output: closes what is open, as "incomplete" when the output was cut short
   // (max_output_tokens), else "completed".
   void finish(bool incomplete, Events& events);
@@ -50,7 +57,7 @@ class ResponseOutputBuilder {
   void open(Kind kind, nlohmann::json item, Events& events);
   void close(const char* status, Events& events);
   void reasoning(const std::string& text, Events& events);
-  void content(const std::string& text, Events& events);
+  void content(const std::string& text, nlohmann::json logprobs, Events& events);
   void call(const text::ToolCallDelta& call, Events& events);
   nlohmann::json& open_item() { return items_.back(); }
   int output_index() const { return static_cast<int>(items_.size()) - 1; }
@@ -60,6 +67,7 @@ class ResponseOutputBuilder {
   Kind open_ = Kind::kNone;
   int open_call_ = -1;         // the tool-call index of the open function_call item
   std::string held_;           // content not yet in an item (whitespace, or while a call is open)
+  nlohmann::json held_logprobs_ = nlohmann::json::array();  // held_'s tokens' entries
   bool finished_ = false;
 };
 

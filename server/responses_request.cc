@@ -69,9 +69,6 @@ void reject_unknown_and_unsupported(const json& body) {
   if (given("prompt")) bad_field("prompt", "(stored prompt templates) is not supported");
   if (given("context_management")) bad_field("context_management", "is not supported");
   if (given("moderation")) bad_field("moderation", "is not supported");
-  if (auto top = read_int(body, "top_logprobs"); top && *top != 0) {
-    bad_field("top_logprobs", "is not supported by /v1/responses (use /v1/chat/completions)");
-  }
   if (auto truncation = read_string(body, "truncation"); truncation && *truncation != "disabled") {
     bad_field("truncation",
               "'{}' is not supported: only 'disabled' (a conversation longer than the context is "
@@ -89,9 +86,10 @@ void reject_unknown_and_unsupported(const json& body) {
     for (size_t i = 0; i < include->size(); ++i) {
       const std::string path = fmt::format("include[{}]", i);
       const std::string& what = as_string((*include)[i], path);
-      if (what != "reasoning.encrypted_content") {
-        bad_field(path, "'{}' is not supported (only 'reasoning.encrypted_content', which m3serve "
-                  "answers with plain reasoning_text)",
+      if (what != "reasoning.encrypted_content" && what != "message.output_text.logprobs") {
+        bad_field(path,
+                  "'{}' is not supported (only 'message.output_text.logprobs' and "
+                  "'reasoning.encrypted_content', which m3serve answers with plain reasoning_text)",
                   what);
       }
     }
@@ -352,7 +350,7 @@ int ResponsesRequest::tool_call_limit() const {
   return static_cast<int>(limit);
 }
 
-ResponsesRequest parse_responses_request(const json& body) {
+ResponsesRequest parse_responses_request(const json& body, const RequestLimits& limits) {
   if (!body.is_object()) {
     bad_request("the request body must be a JSON object, got {}", json_type_name(body));
   }
@@ -378,6 +376,18 @@ ResponsesRequest parse_responses_request(const json& body) {
     c.max_tokens = r.max_output_tokens;
   }
   c.sampling = parse_sampling(body);
+  if (auto top = read_int(body, "top_logprobs")) {
+    if (*top < 0 || *top > limits.max_logprobs) {
+      bad_field("top_logprobs", "must be in [0, {}], got {}", limits.max_logprobs, *top);
+    }
+    r.top_logprobs = static_cast<int>(*top);
+  }
+  if (const json* include = read_array(body, "include")) {
+    r.output_logprobs = std::find(include->begin(), include->end(), json("message.output_text.logprobs")) !=
+                        include->end();
+  }
+  r.chat.top_logprobs = r.top_logprobs;
+  c.logprobs = r.output_logprobs ? r.top_logprobs : -1;
 
   auto input = body.find("input");
   if (input == body.end() || input->is_null()) bad_field("input", "is required");

@@ -44,13 +44,19 @@ struct ResponsesRequest {
   nlohmann::json reasoning = {{"effort", nullptr}, {"summary", nullptr}};
   nlohmann::json metadata = nlohmann::json::object();
   std::optional<std::string> user;
+  // include "message.output_text.logprobs": each output_text part carries its tokens' logprobs,
+  // with top_logprobs alternatives each (0 by default); the chat pipeline then scores
+  // chat.common.logprobs = top_logprobs.
+  bool output_logprobs = false;
+  int top_logprobs = 0;
 
   // Function calls reported per response: parallel_tool_calls false is 1, max_tool_calls caps
   // it; -1: no limit.
   int tool_call_limit() const;
 };
 
-ResponsesRequest parse_responses_request(const Json& body);
+// `limits`: the server's (the largest top_logprobs).
+ResponsesRequest parse_responses_request(const Json& body, const RequestLimits& limits = {});
 
 // `input` (a string, or message / function_call / function_call_output / reasoning items) as
 // chat messages in the shape parse_chat_request gives them (content strings, tool-call arguments

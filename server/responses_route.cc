@@ -54,17 +54,19 @@ class ResponsesSession final : public ResponseSession {
   }
 
   void stream_event(const ChoiceEvent& event) override {
-    std::optional<ChoiceDelta> delta = track(event);
+    nlohmann::json logprobs;
+    std::optional<ChoiceDelta> delta = track(event, logprobs);
     if (!delta) return;
     ResponseOutputBuilder::Events events;
-    output_.add(*delta, events);
+    output_.add(*delta, events, std::move(logprobs));
     for (nlohmann::json& e : events) send(std::move(e));
   }
 
   void collect_event(const ChoiceEvent& event) override {
-    std::optional<ChoiceDelta> delta = track(event);
+    nlohmann::json logprobs;
+    std::optional<ChoiceDelta> delta = track(event, logprobs);
     ResponseOutputBuilder::Events unused;  // the items are what a whole response needs
-    if (delta) output_.add(*delta, unused);
+    if (delta) output_.add(*delta, unused, std::move(logprobs));
   }
 
   nlohmann::json whole_body() override {
@@ -106,15 +108,26 @@ class ResponsesSession final : public ResponseSession {
   }
 
   // Applies an engine output; counts the tokens that carried reasoning (those that grew the
-  // reasoning text or closed it).
-  std::optional<ChoiceDelta> track(const ChoiceEvent& event) {
+  // reasoning text or closed it). `logprobs`: with output logprobs asked for, the entries of the
+  // tokens whose text this delta's content is (those since the last delta with text: a token
+  // whose text is held back goes with the text that releases it), else an empty array; the
+  // tokens of reasoning, of its end and of tool calls get none.
+  std::optional<ChoiceDelta> track(const ChoiceEvent& event, nlohmann::json& logprobs) {
     ChoiceState& choice = *choices_[event.choice];
     const bool ended_before = choice.text.reasoning_ended();
     const size_t reasoning_before = choice.text.reasoning().size();
     std::optional<ChoiceDelta> delta = apply(event);
-    if (delta && (choice.text.reasoning().size() > reasoning_before ||
-                  (!ended_before && choice.text.reasoning_ended()))) {
-      reasoning_tokens_ += static_cast<int64_t>(event.output.new_token_ids.size());
+    const bool reasoning_step = choice.text.reasoning().size() > reasoning_before ||
+                                (!ended_before && choice.text.reasoning_ended());
+    if (delta && reasoning_step) reasoning_tokens_ += static_cast<int64_t>(event.output.new_token_ids.size());
+    logprobs = nlohmann::json::array();
+    if (!request_.output_logprobs) {
+      choice.logprobs.clear();
+    } else if (delta && !delta->content.empty()) {
+      logprobs = chat_logprob_entries(choice.logprobs, strings_, request_.top_logprobs);
+      choice.logprobs.clear();
+    } else if (!delta || !delta->empty() || reasoning_step) {
+      choice.logprobs.clear();  // reasoning or a call's tokens (or the choice has ended)
     }
     return delta;
   }
@@ -170,6 +183,7 @@ class ResponsesSession final : public ResponseSession {
         {"text", {{"format", r.text_format}}},
         {"tool_choice", r.tool_choice},
         {"tools", r.tools},
+        {"top_logprobs", r.top_logprobs},
         {"top_p", top_p_},
         {"truncation", "disabled"},
         {"usage", status == "in_progress" ? nlohmann::json(nullptr) : usage_json()},
@@ -273,7 +287,7 @@ void handle_responses(ServerContext& context, const HttpRequest& req, HttpRespon
   auto arrival = GenerationJob::Clock::now();
   auto model = context.require_model();
   Json body = parse_json_body(req);
-  ResponsesRequest request = parse_responses_request(body);
+  ResponsesRequest request = parse_responses_request(body, context.options().request_limits);
   check_model_name(context, request.chat.common.model);
 
   Json conversation = Json::array();

@@ -156,15 +156,21 @@ class Grammar:
             t.assertEqual(part["content_index"], 0)
             t.assertEqual(part["part"]["type"], part_type)
             t.assertEqual(part["part"]["text"], "")
-            text = ""
+            text, logprobs = "", []
             while self.peek() == delta_type:
                 delta = own(self.next(delta_type))
                 t.assertEqual(delta["content_index"], 0)
                 text += delta["delta"]
-            t.assertEqual(own(self.next(done_type))["text"], text)
+                logprobs += delta.get("logprobs", [])
+            text_done = own(self.next(done_type))
+            t.assertEqual(text_done["text"], text)
             part_done = own(self.next("response.content_part.done"))
             t.assertEqual(part_done["part"]["text"], text)
             t.assertEqual(part_done["part"]["type"], part_type)
+            if kind == "message":
+                # The deltas' logprobs add up to the part's, and the done event repeats them.
+                t.assertEqual(text_done["logprobs"], logprobs)
+                t.assertEqual(part_done["part"]["logprobs"], logprobs)
         done = self.next("response.output_item.done")
         t.assertEqual(done["output_index"], index)
         final = done["item"]
@@ -266,6 +272,64 @@ class Streams(unittest.TestCase):
             "input": [{"type": "function_call_output", "call_id": call["call_id"], "output": "rain, 7C"}]})
         self.assertEqual(terminal["response"]["output_text"], "It is raining in Oslo, 7C.")
         self.assertEqual(terminal["response"]["previous_response_id"], first["id"])
+
+
+class Logprobs(unittest.TestCase):
+    LOGPROBS = {"include": ["message.output_text.logprobs"], "top_logprobs": 2}
+
+    def message_part(self, response):
+        messages = [i for i in response["output"] if i["type"] == "message"]
+        self.assertEqual(len(messages), 1, response["output"])
+        return messages[0]["content"][0]
+
+    def test_output_text_carries_the_chat_routes_logprobs(self):
+        b = body("Hello", max_output_tokens=8, **self.LOGPROBS)
+        r = SERVER.post("/v1/responses", b)
+        self.assertEqual(r["top_logprobs"], 2)
+        part = self.message_part(r)
+        entries = part["logprobs"]
+        self.assertTrue(entries)
+        for e in entries:
+            self.assertEqual(set(e), {"token", "logprob", "bytes", "top_logprobs"})
+            self.assertEqual(list(e["token"].encode()), e["bytes"])
+            self.assertEqual(len(e["top_logprobs"]), 2)
+            # Greedy: the token drawn is the most likely one.
+            self.assertEqual((e["top_logprobs"][0]["token"], e["top_logprobs"][0]["logprob"]),
+                             (e["token"], e["logprob"]))
+            self.assertGreaterEqual(e["top_logprobs"][0]["logprob"], e["top_logprobs"][1]["logprob"])
+        # Every token of the text, and only those (no reasoning here, the run ends at the budget).
+        self.assertEqual("".join(e["token"] for e in entries), part["text"])
+        # The same tokens and values as /v1/chat/completions gives for the same conversation.
+        chat = SERVER.post("/v1/chat/completions", {
+            "model": "tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8,
+            "temperature": 0, "logprobs": True, "top_logprobs": 2})
+        self.assertEqual(chat["choices"][0]["message"]["content"], part["text"])
+        self.assertEqual(chat["choices"][0]["logprobs"]["content"], entries)
+
+    def test_a_stream_carries_the_same_logprobs(self):
+        b = body("Hello", max_output_tokens=8, **self.LOGPROBS)
+        whole = SERVER.post("/v1/responses", b)
+        status, _, raw = SERVER.request("POST", "/v1/responses", dict(b, stream=True))
+        self.assertEqual(status, 200, raw[:300])
+        events = parse_stream(raw)
+        terminal = Grammar(self, events).check()  # checks the deltas add up to the part's logprobs
+        self.assertEqual(self.message_part(terminal["response"])["logprobs"], self.message_part(whole)["logprobs"])
+        deltas = [e for _, e in events if e["type"] == "response.output_text.delta"]
+        self.assertTrue(all(len(d["logprobs"]) >= 1 for d in deltas if d["delta"]), deltas)
+
+    def test_without_include_there_are_none(self):
+        for extra in ({}, {"top_logprobs": 3}):
+            r = SERVER.post("/v1/responses", body("Hello", max_output_tokens=4, **extra))
+            self.assertEqual(self.message_part(r)["logprobs"], [])
+            self.assertEqual(r["top_logprobs"], extra.get("top_logprobs", 0))
+
+    def test_bad_top_logprobs(self):
+        for top in (-1, 21):
+            err = SERVER.post("/v1/responses", body(top_logprobs=top, include=["message.output_text.logprobs"]),
+                              expect=400)["error"]
+            self.assertEqual(err["param"], "top_logprobs", err)
+        err = SERVER.post("/v1/responses", body(top_logprobs="2"), expect=400)["error"]
+        self.assertEqual(err["param"], "top_logprobs", err)
 
 
 class Lifecycle(unittest.TestCase):
