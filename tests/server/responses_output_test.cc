@@ -52,8 +52,11 @@ json replay(const std::vector<json>& events) {
     } else if (type == "response.output_text.delta" || type == "response.reasoning_text.delta") {
       EXPECT_EQ(item["type"], type == "response.output_text.delta" ? "message" : "reasoning");
       item["content"][0]["text"] = item["content"][0]["text"].get<std::string>() + e["delta"].get<std::string>();
+      if (e.contains("logprobs"))
+        for (const json& entry : e["logprobs"]) item["content"][0]["logprobs"].push_back(entry);
     } else if (type == "response.output_text.done" || type == "response.reasoning_text.done") {
       EXPECT_EQ(item["content"][0]["text"], e["text"]);
+      if (type == "response.output_text.done") EXPECT_EQ(item["content"][0]["logprobs"], e["logprobs"]);
     } else if (type == "response.content_part.done") {
       EXPECT_EQ(item["content"][0], e["part"]);
     } else if (type == "response.function_call_arguments.delta") {
@@ -124,6 +127,33 @@ TEST(ResponseOutput, MessageTextKeepsItsWhitespaceOnceItHasText) {
             json::parse(R"([{"type": "output_text", "text": "\nHello world\n", "annotations": [], "logprobs": []}])"));
   EXPECT_EQ(b.output_text(), "\nHello world\n");
   EXPECT_EQ(replay(events), b.items());
+}
+
+TEST(ResponseOutput, LogprobsGoWithTheTextTheyMade) {
+  const auto entry = [](const std::string& token) { return json{{"token", token}, {"logprob", -1.0}}; };
+  ResponseOutputBuilder b;
+  std::vector<json> events;
+  b.add(reasoning("hmm"), events, json::array());  // reasoning tokens carry none
+  b.add(content("\n"), events, json::array({entry("\n")}));  // held whitespace keeps its entry
+  b.add(content("Hi"), events, json::array({entry("Hi")}));
+  b.add(content(" there"), events, json::array({entry(" "), entry("there")}));
+  b.add(content(" "), events, json::array({entry(" ")}));
+  b.add(calls({call_start(0, "call_a", "f", "{}")}), events);
+  b.add(content("  "), events, json::array({entry("  ")}));  // whitespace before the end: dropped
+  b.finish(false, events);
+  ASSERT_EQ(b.items().size(), 3u);
+  const json& part = b.items()[1]["content"][0];
+  EXPECT_EQ(part["text"], "\nHi there ");
+  EXPECT_EQ(part["logprobs"], json::array({entry("\n"), entry("Hi"), entry(" "), entry("there"), entry(" ")}));
+  EXPECT_EQ(b.items()[0]["content"][0].count("logprobs"), 0u);
+  EXPECT_EQ(replay(events), b.items());
+  // The first text delta carries the held entry with its own.
+  for (const json& e : events) {
+    if (e["type"] != "response.output_text.delta") continue;
+    EXPECT_EQ(e["delta"], "\nHi");
+    EXPECT_EQ(e["logprobs"], json::array({entry("\n"), entry("Hi")}));
+    break;
+  }
 }
 
 TEST(ResponseOutput, ContentDuringACallFollowsTheCall) {

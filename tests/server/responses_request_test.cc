@@ -224,6 +224,25 @@ TEST(ResponsesRequest, ReasoningEffortNoneTurnsThinkingOff) {
   EXPECT_EQ(param_of({{"input", "x"}, {"reasoning", {{"budget", 5}}}}), "reasoning.budget");
 }
 
+TEST(ResponsesRequest, OutputLogprobsOnlyWhenIncluded) {
+  const ResponsesRequest asked = parse_responses_request(
+      {{"input", "x"}, {"top_logprobs", 3}, {"include", {"reasoning.encrypted_content", "message.output_text.logprobs"}}});
+  EXPECT_TRUE(asked.output_logprobs);
+  EXPECT_EQ(asked.top_logprobs, 3);
+  EXPECT_EQ(asked.chat.common.logprobs, 3);
+  EXPECT_EQ(asked.chat.top_logprobs, 3);
+  const ResponsesRequest bare = parse_responses_request({{"input", "x"}, {"include", {"message.output_text.logprobs"}}});
+  EXPECT_TRUE(bare.output_logprobs);
+  EXPECT_EQ(bare.chat.common.logprobs, 0);  // the tokens' own logprobs, no alternatives
+  const ResponsesRequest not_included = parse_responses_request({{"input", "x"}, {"top_logprobs", 3}});
+  EXPECT_FALSE(not_included.output_logprobs);
+  EXPECT_EQ(not_included.top_logprobs, 3);  // echoed
+  EXPECT_EQ(not_included.chat.common.logprobs, -1);
+  RequestLimits limits;
+  limits.max_logprobs = 5;
+  EXPECT_THROW(parse_responses_request({{"input", "x"}, {"top_logprobs", 6}}, limits), ApiError);
+}
+
 TEST(ResponsesRequest, UnsupportedAndBadFieldsAreNamed) {
   EXPECT_EQ(param_of({{"input", "x"}, {"frobnicate", true}}), "frobnicate");
   EXPECT_EQ(param_of({{"input", "x"}, {"messages", json::array()}}), "messages");
@@ -232,8 +251,9 @@ TEST(ResponsesRequest, UnsupportedAndBadFieldsAreNamed) {
   EXPECT_EQ(param_of({{"input", "x"}, {"conversation", "conv_1"}}), "conversation");
   EXPECT_EQ(param_of({{"input", "x"}, {"prompt", {{"id", "p"}}}}), "prompt");
   EXPECT_EQ(param_of({{"input", "x"}, {"truncation", "auto"}}), "truncation");
-  EXPECT_EQ(param_of({{"input", "x"}, {"top_logprobs", 2}}), "top_logprobs");
-  EXPECT_EQ(param_of({{"input", "x"}, {"include", {"message.output_text.logprobs"}}}), "include[0]");
+  EXPECT_EQ(param_of({{"input", "x"}, {"top_logprobs", 21}}), "top_logprobs");
+  EXPECT_EQ(param_of({{"input", "x"}, {"top_logprobs", -1}}), "top_logprobs");
+  EXPECT_EQ(param_of({{"input", "x"}, {"include", {"file_search_call.results"}}}), "include[0]");
   EXPECT_EQ(param_of({{"input", "x"}, {"max_output_tokens", 0}}), "max_output_tokens");
   EXPECT_EQ(param_of({{"input", "x"}, {"temperature", -1}}), "temperature");
   EXPECT_EQ(param_of({{"input", "x"}, {"top_p", 0}}), "top_p");
