@@ -12,7 +12,7 @@
 # and dir/bin/m3serve built elsewhere (same CUDA 13.0), with the shared libraries they need beyond the GPU machine's
 # in dir/device-libs (NCCL not among them: the GPU machine's wheel, scripts/nccl-env.sh)
 # (`PREBUILT=dir scripts/gpu-check-model.sh prepare`, run here, gathers them and packs them into
-# dir/device-pack-bin.txz and dir/device-pack-tests.txz: carry those, one per call, and unpack them
+# dir/device-pack-bin.txz and dir/device-pack-libs.txz: carry those, one per call, and unpack them
 # there; scripts/gpu-session-check.sh does). Without PREBUILT it builds in $BUILD and needs .deps
 # (scripts/device-deps-extra.sh). STEP_TIMEOUT, OPS_TIMEOUT, LATENCY_TIMEOUT and SANITIZE_TIMEOUT bound the
 # steps (seconds; MODEL_TIMEOUT each checkpoint of the model steps), TIME_BUDGET the whole script (the summary always prints). The model
@@ -32,12 +32,12 @@ if has prepare; then
   # lack (everything but glibc, libstdc++/libgcc and CUDA's) in $PREBUILT/device-libs, and
   # stripped, xz-compressed archives of binaries and libraries (libnccl, 200 MB, stays behind: the
   # GPU machine has its own, scripts/nccl-env.sh): $PREBUILT/device-pack-bin.txz (m3serve and
-  # the libraries) and $PREBUILT/device-pack-tests.txz (the check binaries). The device tool takes
-  # the tracked tree plus the carry within 64 MiB; with the tree near 58 MiB the two do not fit in
-  # one call, so the first call carries device-pack-bin.txz and unpacks it, and the next (within
-  # the machine's 30 s of idle warmth, so the unpacked files are still there) carries the other
-  # and runs scripts/gpu-session-check.sh, which unpacks every device-pack-*.txz it finds
-  # (docs/gpu-backend-notes.md "Session 10").
+  # the check binaries, ~3.5 MiB) and $PREBUILT/device-pack-libs.txz (the libraries, ~2.5 MiB).
+  # The device tool takes the tracked tree plus the carry within 64 MiB; with the tree near 58 MiB
+  # the two do not fit in one call, so the first call carries device-pack-libs.txz and unpacks
+  # it, and the next (within the machine's 30 s of idle warmth, so the unpacked files are still
+  # there) carries device-pack-bin.txz and runs scripts/gpu-session-check.sh, which unpacks every
+  # device-pack-*.txz it finds (docs/gpu-backend-notes.md "Session 10").
   dir=${PREBUILT:?prepare needs PREBUILT=build-dir}
   rm -rf "$dir/device-libs" "$dir/device-pack"; mkdir -p "$dir/device-libs"
   nccl_check=$dir/tests/parallel/nccl_communicator_check
@@ -55,8 +55,10 @@ if has prepare; then
   cp "$dir/bin/m3serve" "$pack/bin/"
   cp -r "$dir/device-libs" "$pack/"
   strip "$pack/bin/m3serve" "$pack"/tests/kernels_cuda/* "$pack"/device-libs/* $(ls "$pack"/tests/parallel/* 2>/dev/null)
-  XZ_OPT=-9e tar cJf "$dir/device-pack-bin.txz" -C "$pack" bin device-libs
-  XZ_OPT=-9e tar cJf "$dir/device-pack-tests.txz" -C "$pack" tests
+  # The binaries together (they share the CUDA kernels, which xz then stores about once), the
+  # libraries apart.
+  XZ_OPT=-9e tar cJf "$dir/device-pack-bin.txz" -C "$pack" bin tests
+  XZ_OPT=-9e tar cJf "$dir/device-pack-libs.txz" -C "$pack" device-libs
   rm -rf "$pack"
   ls -la "$dir/device-libs" "$dir"/device-pack-*.txz
   tree_mib=$(git ls-files -z | xargs -0 cat | wc -c | awk '{printf "%.1f", $1 / 1048576}')

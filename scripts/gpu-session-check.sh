@@ -16,11 +16,15 @@ for pack in "$P"/device-pack*.txz; do
 done
 for f in bin/m3serve tests/kernels_cuda/backend_ops tests/kernels_cuda/backend_check; do
   if [[ ! -x $P/$f ]]; then
-    echo "missing $P/$f: carry $P/device-pack-bin.txz and $P/device-pack-tests.txz (one per call, back to back:" \
-         "scripts/gpu-check-model.sh prepare)"
+    echo "missing $P/$f: carry $P/device-pack-bin.txz (scripts/gpu-check-model.sh prepare)"
     exit 1
   fi
 done
+if [[ ! -d $P/device-libs ]]; then
+  echo "missing $P/device-libs: a call just before this one (same warm machine) carries $P/device-pack-libs.txz" \
+       "and unpacks it: python3 -c \"import tarfile; tarfile.open('$P/device-pack-libs.txz').extractall('$P')\""
+  exit 1
+fi
 export LD_LIBRARY_PATH=$PWD/$P/device-libs:/usr/local/cuda/lib64
 source scripts/nccl-env.sh  # NCCL_NVLS_ENABLE=0, the wheel's libnccl.so.2
 L=/tmp/logs; mkdir -p $L/c $L/h $L/n $L/s

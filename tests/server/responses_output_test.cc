@@ -52,11 +52,14 @@ json replay(const std::vector<json>& events) {
     } else if (type == "response.output_text.delta" || type == "response.reasoning_text.delta") {
       EXPECT_EQ(item["type"], type == "response.output_text.delta" ? "message" : "reasoning");
       item["content"][0]["text"] = item["content"][0]["text"].get<std::string>() + e["delta"].get<std::string>();
-      if (e.contains("logprobs"))
+      if (e.contains("logprobs")) {
         for (const json& entry : e["logprobs"]) item["content"][0]["logprobs"].push_back(entry);
+      }
     } else if (type == "response.output_text.done" || type == "response.reasoning_text.done") {
       EXPECT_EQ(item["content"][0]["text"], e["text"]);
-      if (type == "response.output_text.done") EXPECT_EQ(item["content"][0]["logprobs"], e["logprobs"]);
+      if (type == "response.output_text.done") {
+        EXPECT_EQ(item["content"][0]["logprobs"], e["logprobs"]);
+      }
     } else if (type == "response.content_part.done") {
       EXPECT_EQ(item["content"][0], e["part"]);
     } else if (type == "response.function_call_arguments.delta") {
