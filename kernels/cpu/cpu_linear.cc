@@ -118,8 +118,10 @@ void linear(const float* x, int64_t rows, const LinearWeight& w, float* out, boo
   const int64_t num_tiles = (out_features + tile - 1) / tile;
   const int threads = omp_get_max_threads();
   for (int i = 0; i < threads; ++i) scratch.thread_buffer(i, direct ? 1 : tile * in);
-  // Small products (decode of small models) run faster on one thread than through a parallel region.
-  const bool parallel = num_tiles > 1 && rows * in * out_features >= (int64_t(1) << 18);
+  // Products under 64K multiply-adds run faster on one thread than through a parallel region; the
+  // small model's expert projections at batch 1 (98K) already gain from two threads (its decode
+  // step 3.4 -> 2.7 ms at 1K context on the 2-core machine, docs/cpu-backend.md).
+  const bool parallel = num_tiles > 1 && rows * in * out_features >= (int64_t(1) << 16);
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
   for (int64_t i = 0; i < num_tiles; ++i) {
     const int64_t r0 = i * tile, r1 = std::min(out_features, r0 + tile);
