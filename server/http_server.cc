@@ -133,7 +133,7 @@ HttpServer::Impl::Impl(HttpLimits limits, std::vector<std::string> api_keys,
 void HttpServer::Impl::add_route(const std::string& method, const std::string& path,
                                  Handler handler, ErrorFormat errors) {
   M3_CHECK(!started_, "HTTP routes must be registered before start()");
-  Route& route = path.find("/{}") != std::string::npos ? pattern_routes_[path] : routes_[path];
+  Route& route = path.find("/{") != std::string::npos ? pattern_routes_[path] : routes_[path];
   (method == "GET" ? route.get : method == "DELETE" ? route.del : route.post) = std::move(handler);
   if (errors) route.errors = std::move(errors);
 }
@@ -165,11 +165,13 @@ bool HttpServer::Impl::authorized(const HttpRequest& req) const {
 
 namespace {
 
-// Whether `path` matches `pattern` segment by segment, "{}" standing for any non-empty one.
+// Whether `path` matches `pattern` segment by segment, "{}" standing for any non-empty one and a
+// final "{...}" for the non-empty rest of the path, slashes included.
 bool matches(std::string_view pattern, std::string_view path) {
   for (;;) {
     const size_t p = pattern.find('/'), q = path.find('/');
     const std::string_view want = pattern.substr(0, p), got = path.substr(0, q);
+    if (want == "{...}" && p == std::string_view::npos) return !path.empty();
     if (want == "{}" ? got.empty() : want != got) return false;
     if (p == std::string_view::npos || q == std::string_view::npos) {
       return p == std::string_view::npos && q == std::string_view::npos;

@@ -150,8 +150,9 @@ class HttpServer {
   // DELETE handlers run on an I/O thread, as GET ones: they must be quick.
   void del(const std::string& path, Handler handler);
   // A "{}" segment of a path matches any one non-empty segment ("/v1/responses/{}" matches
-  // "/v1/responses/resp_1", "/v1/responses/{}/input_items" its input items); the handler reads
-  // the segment from HttpRequest::path. Exact paths are tried first.
+  // "/v1/responses/resp_1", "/v1/responses/{}/input_items" its input items), and a final "{...}"
+  // the non-empty rest ("/v1/models/{...}" matches "/v1/models/org/name"); the handler reads the
+  // segments from HttpRequest::path. Exact paths are tried first.
 
   // Binds (port 0: any free port) and starts serving on background threads. Returns the port.
   // Throws m3::Error when the address cannot be bound or the TLS files cannot be loaded.

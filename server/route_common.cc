@@ -73,17 +73,17 @@ int hex_digit(char c) {
   return -1;
 }
 
-std::string percent_decoded(std::string_view text, std::string_view what) {
+std::string percent_decoded(std::string_view text, std::string_view what, bool plus_is_space = true) {
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '+') {
+    if (text[i] == '+' && plus_is_space) {
       out += ' ';
     } else if (text[i] != '%') {
       out += text[i];
     } else {
       const int hi = i + 2 < text.size() ? hex_digit(text[i + 1]) : -1;
       const int lo = hi >= 0 ? hex_digit(text[i + 2]) : -1;
-      if (lo < 0) bad_field(what, "has a malformed percent escape in the query string");
+      if (lo < 0) bad_field(what, "has a malformed percent escape");
       out += static_cast<char>(hi * 16 + lo);
       i += 2;
     }
@@ -92,6 +92,10 @@ std::string percent_decoded(std::string_view text, std::string_view what) {
 }
 
 }  // namespace
+
+std::string path_segments_decoded(std::string_view segments, std::string_view what) {
+  return percent_decoded(segments, what, /*plus_is_space=*/false);
+}
 
 std::vector<std::pair<std::string, std::string>> query_parameters(std::string_view target) {
   std::vector<std::pair<std::string, std::string>> out;

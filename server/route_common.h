@@ -40,6 +40,9 @@ int resolve_max_tokens(const CommonRequest& request, const ModelContext& model, 
 // The query parameters of a request target ("/p?a=1&b=x%20y"), percent-decoded ('+' is a space),
 // in order. A malformed escape is a 400 naming the parameter.
 std::vector<std::pair<std::string, std::string>> query_parameters(std::string_view target);
+// Path segments as the client meant them ("a%2Fb" -> "a/b"; '+' stays '+'). A malformed escape is
+// a 400 naming `what`.
+std::string path_segments_decoded(std::string_view segments, std::string_view what);
 
 // Engine requests for n samples of one prompt; a seeded request's sample j uses seed + j (vLLM).
 std::vector<EngineRequest> make_engine_requests(const std::string& id_prefix,

@@ -1,7 +1,13 @@
 // Service routes: health and readiness, version, the model list, Prometheus metrics.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string_view>
+
 #include "server/api_error.h"
 #include "server/http_server.h"
 #include "server/openai_response.h"
+#include "server/route_common.h"
 #include "server/routes.h"
 #include "server/server_context.h"
 
@@ -18,6 +24,21 @@ void health(ServerContext& context, HttpResponse& res) {
   }
 }
 
+constexpr std::string_view kModelsPath = "/v1/models";
+
+// A served name as /v1/models lists it (vLLM's fields).
+nlohmann::json model_card(ServerContext& context, const std::string& name) {
+  auto model = context.model();
+  return {{"id", name},
+          {"object", "model"},
+          {"created", context.start_time()},
+          {"owned_by", "m3serve"},
+          {"root", context.options().model_path},
+          {"parent", nullptr},
+          {"max_model_len", model ? nlohmann::json(model->max_model_len) : nlohmann::json(nullptr)},
+          {"permission", nlohmann::json::array()}};
+}
+
 }  // namespace
 
 void register_basic_routes(HttpServer& http, ServerContext& context) {
@@ -32,20 +53,19 @@ void register_basic_routes(HttpServer& http, ServerContext& context) {
   });
 
   http.get("/v1/models", [&](const HttpRequest&, HttpResponse& res) {
-    auto model = context.model();
     nlohmann::json data = nlohmann::json::array();
-    for (const std::string& name : context.options().served_model_names) {
-      data.push_back({{"id", name},
-                      {"object", "model"},
-                      {"created", context.start_time()},
-                      {"owned_by", "m3serve"},
-                      {"root", context.options().model_path},
-                      {"parent", nullptr},
-                      {"max_model_len",
-                       model ? nlohmann::json(model->max_model_len) : nlohmann::json(nullptr)},
-                      {"permission", nlohmann::json::array()}});
-    }
+    for (const std::string& name : context.options().served_model_names) data.push_back(model_card(context, name));
     send_json(res, dump_json({{"object", "list"}, {"data", std::move(data)}}));
+  });
+  // OpenAI's "retrieve model" (the SDKs' models.retrieve); a served name may hold slashes, sent
+  // as they are or as %2F.
+  http.get(std::string(kModelsPath) + "/{...}", [&](const HttpRequest& req, HttpResponse& res) {
+    const std::string name = path_segments_decoded(std::string_view(req.path).substr(kModelsPath.size() + 1), "model");
+    const auto& names = context.options().served_model_names;
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      throw ApiError(404, fmt::format("The model `{}` does not exist.", name), "model");
+    }
+    send_json(res, dump_json(model_card(context, name)));
   });
 
   http.get("/metrics", [&](const HttpRequest&, HttpResponse& res) {

@@ -30,7 +30,7 @@ SERVER = None
 
 def setUpModule():
     global SERVER
-    argv = [BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name", NAME, "m3-alias",
+    argv = [BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name", NAME, "m3-alias", "org/m3-tiny",
             "--max-model-len", "1024", "--kv-cache-memory", "64MiB", "--reasoning-parser", "minimax_m3",
             "--tool-call-parser", "minimax_m3", "--enable-auto-tool-choice", "--enable-prompt-tokens-details",
             "--disable-log-stats"] + EXTRA
@@ -82,9 +82,20 @@ class ServiceRoutes(unittest.TestCase):
         status, _, body = SERVER.request("GET", "/v1/models")
         models = json.loads(body)
         self.assertEqual(models["object"], "list")
-        self.assertEqual([m["id"] for m in models["data"]], [NAME, "m3-alias"])
+        self.assertEqual([m["id"] for m in models["data"]], [NAME, "m3-alias", "org/m3-tiny"])
         self.assertEqual(models["data"][0]["object"], "model")
         self.assertEqual(models["data"][0]["max_model_len"], 1024)
+        # Retrieve one (the SDKs' models.retrieve): the list's entry; a slash as it is or as %2F.
+        for path, name in (("/v1/models/" + NAME, NAME), ("/v1/models/org/m3-tiny", "org/m3-tiny"),
+                           ("/v1/models/org%2Fm3-tiny", "org/m3-tiny")):
+            status, _, body = SERVER.request("GET", path)
+            self.assertEqual(status, 200, (path, body))
+            self.assertEqual(json.loads(body), [m for m in models["data"] if m["id"] == name][0])
+        status, _, body = SERVER.request("GET", "/v1/models/nope")
+        self.assertEqual(status, 404, body)
+        self.assertEqual(json.loads(body)["error"]["param"], "model")
+        self.assertIn("`nope` does not exist", json.loads(body)["error"]["message"])
+        self.assertEqual(SERVER.request("GET", "/v1/models/bad%zz")[0], 400)
         # A known path with the wrong method: 405 with Allow, in the OpenAI error shape.
         status, headers, body = SERVER.request("GET", "/v1/chat/completions")
         self.assertEqual(status, 405, body)
@@ -465,7 +476,7 @@ class ServeFlags(unittest.TestCase):
         for name in (NAME, "m3-alias"):
             self.assertEqual(SERVER.post("/v1/completions", completion_body(model=name, max_tokens=1))["model"], NAME)
         models = json.loads(SERVER.request("GET", "/v1/models")[2])
-        self.assertEqual([m["id"] for m in models["data"]], [NAME, "m3-alias"])
+        self.assertEqual([m["id"] for m in models["data"]], [NAME, "m3-alias", "org/m3-tiny"])
         self.assertEqual(SERVER.request("POST", "/v1/completions", completion_body(model="other"))[0], 404)
 
 

@@ -27,10 +27,13 @@ const weatherTools = [{
 const tests = [];
 function test(name, fn) { tests.push({ name, fn }); }
 
-test('models.list', async () => {
+test('models.list and models.retrieve', async () => {
   const page = await real.models.list();
   assert.equal(page.data[0].id, MODEL);
   assert.equal(page.data[0].object, 'model');
+  const one = await real.models.retrieve(MODEL);
+  assert.deepEqual(one, page.data[0]);
+  await assert.rejects(real.models.retrieve('no/such-model'), OpenAI.NotFoundError);
 });
 
 test('chat.completions.create', async () => {
