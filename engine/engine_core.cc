@@ -315,6 +315,9 @@ void EngineCore::add_request(EngineRequest request, OutputSink sink) {
     M3_CHECK(id >= 0 && id < vocab, "request {}: prompt token {} at index {} is outside the vocabulary (size {})",
              request.id, id, i, vocab);
   }
+  for (int32_t id : request.sampling.logit_bias_ids) {
+    M3_CHECK(id < vocab, "request {}: logit_bias token {} is outside the vocabulary (size {})", request.id, id, vocab);
+  }
   for (const auto* forced : {&request.sampling.forced_tokens, &request.sampling.reasoning_end}) {
     for (int32_t id : *forced) {
       M3_CHECK(id < vocab, "request {}: forced token {} is outside the vocabulary (size {})", request.id, id, vocab);

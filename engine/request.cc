@@ -32,6 +32,14 @@ void SamplingParams::validate() const {
   for (int32_t id : stop_token_ids) {
     M3_CHECK(id >= 0, "stop_token_ids must be non-negative token ids, got {}", id);
   }
+  M3_CHECK(logit_bias_ids.size() == logit_bias_values.size(), "logit_bias: {} ids but {} values",
+           logit_bias_ids.size(), logit_bias_values.size());
+  for (size_t i = 0; i < logit_bias_ids.size(); ++i) {
+    M3_CHECK(logit_bias_ids[i] >= 0, "logit_bias holds a negative token id {}", logit_bias_ids[i]);
+    M3_CHECK(i == 0 || logit_bias_ids[i - 1] < logit_bias_ids[i], "logit_bias ids must be distinct and sorted");
+    M3_CHECK(std::isfinite(logit_bias_values[i]) && std::abs(logit_bias_values[i]) <= 100.0f,
+             "logit_bias of token {} must be in [-100, 100], got {}", logit_bias_ids[i], logit_bias_values[i]);
+  }
   for (int32_t id : forced_after) M3_CHECK(id >= 0, "forced_after holds a negative token id {}", id);
   for (int32_t id : forced_tokens) M3_CHECK(id >= 0, "forced_tokens holds a negative token id {}", id);
   M3_CHECK(reasoning_budget >= -1, "reasoning_budget must be >= 0 (or -1 for none), got {}", reasoning_budget);

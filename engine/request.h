@@ -32,6 +32,10 @@ struct SamplingParams {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   float repetition_penalty = 1.0f;
+  // OpenAI's logit_bias: each listed id's logit gets its value added, after the masks and before
+  // the penalties (vLLM's order). Distinct ids in the vocabulary, values in [-100, 100].
+  std::vector<int32_t> logit_bias_ids;
+  std::vector<float> logit_bias_values;
   // Seeded requests sample identically whatever else is in the batch, across runs and after
   // preemption (the random draw of output token i depends only on (seed, i)). Unseeded requests
   // get a seed drawn at add_request from the engine's generator (EngineConfig::seed).

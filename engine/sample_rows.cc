@@ -50,8 +50,10 @@ void add_sample_row(SampleBatch& batch, int32_t logits_row, const SamplingState&
   const std::span<const int32_t> masked = masking(state) ? state.min_tokens_masked : std::span<const int32_t>();
   std::vector<int32_t> output_ids, output_counts;
   if (sample_row_penalised(row)) flatten_counts(state, output_ids, output_counts);
+  const SamplingParams& p = *state.params;
   batch.add(row, prompt.data(), static_cast<int32_t>(prompt.size()), output_ids.data(), output_counts.data(),
-            static_cast<int32_t>(output_ids.size()), masked.data(), static_cast<int32_t>(masked.size()));
+            static_cast<int32_t>(output_ids.size()), masked.data(), static_cast<int32_t>(masked.size()),
+            p.logit_bias_ids.data(), p.logit_bias_values.data(), static_cast<int32_t>(p.logit_bias_ids.size()));
 }
 
 int32_t HostSampler::sample(std::span<const float> logits, const SamplingState& state) {

@@ -1,5 +1,5 @@
 // The engine's side of sampling: a request's state -> a SampleRow of the step's SampleBatch
-// (ops/sampling.h defines the semantics: mask -> penalties -> greedy | temperature -> min_p ->
+// (ops/sampling.h defines the semantics: mask -> logit bias -> penalties -> greedy | temperature -> min_p ->
 // top_k -> top_p -> draw; the backend samples the batch), and what the engine computes on the
 // host: logprobs, and one row by the reference (runners without a backend, tests).
 // Logprobs are log_softmax of the raw logits (vLLM's default "raw_logprobs").
@@ -29,7 +29,8 @@ struct SamplingState {
 SampleRow sample_row_params(const SamplingState& state, int32_t logits_row);
 
 // Appends the row of `state` to `batch` with the lists its parameters use (prompt ids only under a
-// repetition penalty, output counts only under a penalty, masked ids only below min_tokens).
+// repetition penalty, output counts only under a penalty, masked ids only below min_tokens, the
+// request's logit bias).
 void add_sample_row(SampleBatch& batch, int32_t logits_row, const SamplingState& state);
 
 class HostSampler {

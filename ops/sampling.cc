@@ -40,17 +40,22 @@ void apply_penalties(std::vector<float>& logits, const SampleRow& p, const int32
 
 void SampleBatch::add(SampleRow row, const int32_t* prompt_ids, int32_t num_prompt, const int32_t* output_ids,
                       const int32_t* output_counts, int32_t num_output, const int32_t* masked_ids,
-                      int32_t num_masked) {
-  auto append = [&](const int32_t* list, const int32_t* list_counts, int32_t n, int32_t& begin, int32_t& num) {
+                      int32_t num_masked, const int32_t* bias_ids, const float* bias_values, int32_t num_bias) {
+  auto append = [&](const int32_t* list, const int32_t* list_counts, const float* list_biases, int32_t n,
+                    int32_t& begin, int32_t& num) {
     begin = static_cast<int32_t>(ids.size());
     num = n;
+    if (n == 0) return;
     ids.insert(ids.end(), list, list + n);
     if (list_counts) counts.insert(counts.end(), list_counts, list_counts + n);
     else counts.insert(counts.end(), static_cast<size_t>(n), 0);
+    if (list_biases) biases.insert(biases.end(), list_biases, list_biases + n);
+    else biases.insert(biases.end(), static_cast<size_t>(n), 0.0f);
   };
-  append(prompt_ids, nullptr, num_prompt, row.prompt_begin, row.num_prompt);
-  append(output_ids, output_counts, num_output, row.output_begin, row.num_output);
-  append(masked_ids, nullptr, num_masked, row.masked_begin, row.num_masked);
+  append(prompt_ids, nullptr, nullptr, num_prompt, row.prompt_begin, row.num_prompt);
+  append(output_ids, output_counts, nullptr, num_output, row.output_begin, row.num_output);
+  append(masked_ids, nullptr, nullptr, num_masked, row.masked_begin, row.num_masked);
+  append(bias_ids, nullptr, bias_values, num_bias, row.bias_begin, row.num_bias);
   rows.push_back(row);
 }
 
@@ -101,14 +106,18 @@ int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& ro
   const uint32_t* allowed = batch.allowed_mask(row);
   M3_CHECK(!allowed || (row.allowed_row + 1) * size_t(batch.allowed_words) <= batch.allowed.size(),
            "sample: a row's allowed mask {} is outside the batch's", row.allowed_row);
+  M3_CHECK(row.num_bias == 0 || batch.biases.size() == batch.ids.size(), "sample: {} ids but {} biases",
+           batch.ids.size(), batch.biases.size());
   return sample_reference(logits, vocab, row, ids + row.prompt_begin, ids + row.output_begin,
-                          batch.counts.data() + row.output_begin, ids + row.masked_begin, allowed, ws, trace);
+                          batch.counts.data() + row.output_begin, ids + row.masked_begin, ids + row.bias_begin,
+                          row.num_bias ? batch.biases.data() + row.bias_begin : nullptr, allowed, ws, trace);
 }
 
 int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& p, const int32_t* prompt_ids,
                          const int32_t* output_ids, const int32_t* output_counts, const int32_t* masked_ids,
-                         const uint32_t* allowed, SampleWorkspace& ws, SampleTrace* trace) {
-  const bool masking = p.num_masked > 0 || allowed;
+                         const int32_t* bias_ids, const float* bias_values, const uint32_t* allowed,
+                         SampleWorkspace& ws, SampleTrace* trace) {
+  const bool masking = p.num_masked > 0 || allowed || sample_row_biased(p);
   const bool penalised = sample_row_penalised(p);
   const bool greedy = sample_row_greedy(p);
   if (greedy && !masking && !penalised) return argmax_reference(logits, vocab);  // the common case: no copy
@@ -122,6 +131,10 @@ int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& p,
   for (int i = 0; i < p.num_masked; ++i) {
     const int32_t id = masked_ids[i];
     if (id >= 0 && id < vocab) work[id] = kNegInf;
+  }
+  for (int i = 0; i < p.num_bias; ++i) {
+    const int32_t id = bias_ids[i];
+    if (id >= 0 && id < vocab) work[id] += bias_values[i];
   }
   if (penalised) apply_penalties(work, p, prompt_ids, output_ids, output_counts);
   if (greedy) return argmax_reference(work.data(), vocab);

@@ -1,7 +1,9 @@
 // Sampling: one logits row -> one token id, with vLLM's semantics and order. The ONE definition
 // of the semantics (engine/sample_rows.h and every backend's sample op follow it):
 //   allowed-token mask (structured outputs: tokens outside the row's bitmask -> -inf) ->
-//   min_tokens mask (listed ids -> -inf) -> repetition, frequency, presence penalties ->
+//   min_tokens mask (listed ids -> -inf) -> logit bias (listed ids += their bias, OpenAI's
+//   logit_bias; vLLM applies it with the masks, before the penalties) ->
+//   repetition, frequency, presence penalties ->
 //   greedy argmax (ties: lowest id)  |  temperature -> min_p -> top_k -> top_p -> draw.
 // The draw is an inverse-CDF walk over the kept tokens in token-id order with one uniform number
 // that depends only on (seed, output index): a seeded request samples the same tokens whatever
@@ -36,11 +38,13 @@ struct SampleRow {
   int32_t prompt_begin = 0, num_prompt = 0;  // sorted unique prompt ids (repetition penalty only)
   int32_t output_begin = 0, num_output = 0;  // distinct output ids with their counts (> 0)
   int32_t masked_begin = 0, num_masked = 0;  // ids set to -inf (empty once min_tokens is reached)
+  int32_t bias_begin = 0, num_bias = 0;      // distinct ids whose logit gets SampleBatch::biases added
   int32_t allowed_row = -1;  // row of SampleBatch::allowed (a structured-output constraint), or -1
 };
 
 M3_HD bool sample_row_greedy(const SampleRow& r) { return r.temperature < 1e-5f; }
 M3_HD bool sample_row_constrained(const SampleRow& r) { return r.allowed_row >= 0; }
+M3_HD bool sample_row_biased(const SampleRow& r) { return r.num_bias > 0; }
 M3_HD bool sample_row_penalised(const SampleRow& r) {
   return r.repetition_penalty != 1.0f || r.frequency_penalty != 0.0f || r.presence_penalty != 0.0f;
 }
@@ -49,6 +53,7 @@ struct SampleBatch {
   std::vector<SampleRow> rows;
   std::vector<int32_t> ids;     // the rows' lists, back to back
   std::vector<int32_t> counts;  // parallel to ids: the count of an output-list id, else 0
+  std::vector<float> biases;    // parallel to ids: the logit bias of a bias-list id, else 0
   // Allowed-token bitmasks of the constrained rows, allowed_words words each (bit i % 32 of word
   // i / 32: token i may be sampled). They may be filled on another thread while the forward pass
   // runs: every reader calls wait_masks() before it reads them.
@@ -60,6 +65,7 @@ struct SampleBatch {
     rows.clear();
     ids.clear();
     counts.clear();
+    biases.clear();
     allowed.clear();
     allowed_words = 0;
     masks_ready = nullptr;
@@ -72,9 +78,11 @@ struct SampleBatch {
   const uint32_t* allowed_mask(const SampleRow& row) const {
     return row.allowed_row < 0 ? nullptr : allowed.data() + static_cast<size_t>(row.allowed_row) * allowed_words;
   }
-  // Appends `row` (its list fields are overwritten) with copies of the lists.
+  // Appends `row` (its list fields are overwritten) with copies of the lists. The bias ids must
+  // be distinct.
   void add(SampleRow row, const int32_t* prompt_ids, int32_t num_prompt, const int32_t* output_ids,
-           const int32_t* output_counts, int32_t num_output, const int32_t* masked_ids, int32_t num_masked);
+           const int32_t* output_counts, int32_t num_output, const int32_t* masked_ids, int32_t num_masked,
+           const int32_t* bias_ids = nullptr, const float* bias_values = nullptr, int32_t num_bias = 0);
 };
 
 // splitmix64 finaliser.
@@ -114,7 +122,8 @@ int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& ro
 // `allowed`: the row's bitmask (ceil(vocab / 32) words), or null for none.
 int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& row, const int32_t* prompt_ids,
                          const int32_t* output_ids, const int32_t* output_counts, const int32_t* masked_ids,
-                         const uint32_t* allowed, SampleWorkspace& ws, SampleTrace* trace = nullptr);
+                         const int32_t* bias_ids, const float* bias_values, const uint32_t* allowed,
+                         SampleWorkspace& ws, SampleTrace* trace = nullptr);
 
 // Every row of `batch` by the reference from host logits [num_rows, vocab]: ids[i] for
 // batch.rows[i]. The one host path: Backend::sample's default, the CPU backend, runners without a

@@ -1,5 +1,6 @@
 #include "parallel/step_message.h"
 
+#include <bit>
 #include <cstring>
 #include <type_traits>
 
@@ -156,11 +157,12 @@ SampleMessage encode_sampling(const SampleBatch& sampling, const std::vector<int
   m.header = {rows,
               static_cast<int64_t>(sampling.ids.size()),
               static_cast<int64_t>(sampling.counts.size()),
+              static_cast<int64_t>(sampling.biases.size()),
               static_cast<int64_t>(sampling.allowed.size()),
               sampling.allowed_words,
               static_cast<int64_t>(host_rows.size()),
               0};
-  const int64_t total = rows * kRowWords + m.header[1] + m.header[2] + m.header[3] + m.header[5];
+  const int64_t total = rows * kRowWords + m.header[1] + m.header[2] + m.header[3] + m.header[4] + m.header[6];
   m.header[kSampleHeaderWords - 1] = total;
   m.payload.resize(total);
   int32_t* at = m.payload.data();
@@ -168,6 +170,7 @@ SampleMessage encode_sampling(const SampleBatch& sampling, const std::vector<int
   at += rows * kRowWords;
   at = std::copy(sampling.ids.begin(), sampling.ids.end(), at);
   at = std::copy(sampling.counts.begin(), sampling.counts.end(), at);
+  for (float b : sampling.biases) *at++ = std::bit_cast<int32_t>(b);
   for (uint32_t w : sampling.allowed) *at++ = static_cast<int32_t>(w);
   std::copy(host_rows.begin(), host_rows.end(), at);
   return m;
@@ -177,8 +180,9 @@ void check_sample_header(const std::array<int64_t, kSampleHeaderWords>& h) {
   for (int i = 0; i < kSampleHeaderWords; ++i)
     M3_CHECK(h[i] >= 0 && h[i] < (int64_t{1} << 31), "sample message: word {} is {}", i, h[i]);
   M3_CHECK(h[1] == h[2], "sample message: {} list ids but {} counts", h[1], h[2]);
-  M3_CHECK(h[4] == 0 ? h[3] == 0 : h[3] % h[4] == 0, "sample message: {} bitmask words in rows of {}", h[3], h[4]);
-  const int64_t total = h[0] * kRowWords + h[1] + h[2] + h[3] + h[5];
+  M3_CHECK(h[3] == 0 || h[3] == h[1], "sample message: {} list ids but {} biases", h[1], h[3]);
+  M3_CHECK(h[5] == 0 ? h[4] == 0 : h[4] % h[5] == 0, "sample message: {} bitmask words in rows of {}", h[4], h[5]);
+  const int64_t total = h[0] * kRowWords + h[1] + h[2] + h[3] + h[4] + h[6];
   M3_CHECK(total == h[kSampleHeaderWords - 1], "sample message: the parts add up to {} words, the header says {}",
            total, h[kSampleHeaderWords - 1]);
 }
@@ -196,16 +200,19 @@ void decode_sampling(const SampleMessage& m, SampleBatch& sampling, std::vector<
   at += m.header[1];
   sampling.counts.assign(at, at + m.header[2]);
   at += m.header[2];
-  sampling.allowed.resize(m.header[3]);
+  sampling.biases.resize(m.header[3]);
+  for (float& b : sampling.biases) b = std::bit_cast<float>(*at++);
+  sampling.allowed.resize(m.header[4]);
   for (uint32_t& w : sampling.allowed) w = static_cast<uint32_t>(*at++);
-  sampling.allowed_words = static_cast<int32_t>(m.header[4]);
-  host_rows.assign(at, at + m.header[5]);
+  sampling.allowed_words = static_cast<int32_t>(m.header[5]);
+  host_rows.assign(at, at + m.header[6]);
   // The rows index the lists and bitmasks that came with them: a corrupt row must not read past them.
-  const int64_t mask_rows = m.header[4] == 0 ? 0 : m.header[3] / m.header[4];
+  const int64_t mask_rows = m.header[5] == 0 ? 0 : m.header[4] / m.header[5];
   for (const SampleRow& r : sampling.rows) {
     const auto within = [&](int64_t begin, int64_t n) { return begin >= 0 && n >= 0 && begin + n <= m.header[1]; };
     M3_CHECK(within(r.prompt_begin, r.num_prompt) && within(r.output_begin, r.num_output) &&
-                 within(r.masked_begin, r.num_masked) && r.allowed_row >= -1 && r.allowed_row < mask_rows,
+                 within(r.masked_begin, r.num_masked) && within(r.bias_begin, r.num_bias) &&
+                 (r.num_bias == 0 || m.header[3] == m.header[1]) && r.allowed_row >= -1 && r.allowed_row < mask_rows,
              "sample message: a row's lists or bitmask lie outside the message");
   }
 }

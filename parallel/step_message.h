@@ -51,8 +51,9 @@ StepBatch decode_step(const StepMessage& message);          // any kind but kCop
 KvBlockCopies decode_kv_copies(const StepMessage& message);  // kCopyKvBlocks
 
 // The sampling of a kRemoteSample step: SampleBatch's rows (their bytes: both ends run the same
-// build, so the same layout), lists and bitmasks, and the logits rows to send back.
-inline constexpr int kSampleHeaderWords = 7;  // rows, ids, counts, allowed, allowed_words, host rows, payload
+// build, so the same layout), lists (ids, counts, biases as their bits) and bitmasks, and the
+// logits rows to send back.
+inline constexpr int kSampleHeaderWords = 8;  // rows, ids, counts, biases, allowed, allowed_words, host rows, payload
 
 struct SampleMessage {
   std::array<int64_t, kSampleHeaderWords> header{};

@@ -95,7 +95,7 @@ ChatGeneration prepare_chat_generation(const ServeOptions& options, const ModelC
   g.max_tokens = resolve_max_tokens(request.common, model,
                                     static_cast<int>(g.prompt.token_ids.size()), fields.prompt,
                                     fields.max_tokens);
-  g.sampling = make_sampling_params(request.common, model.defaults, g.max_tokens);
+  g.sampling = make_sampling_params(request.common, model.defaults, g.max_tokens, model.vocab_size);
   g.text = text_options(options, request, g.prompt.text);
   constrain_output(options, request, g.prompt.text, model, g.text, g.sampling);
   g.reasoning_split = !g.text.reasoning_parser.empty();

@@ -143,7 +143,7 @@ void handle_completions(ServerContext& context, const HttpRequest& req, HttpResp
                                    : model->tokenizer.encode(prompt.text, r.add_special_tokens);
     check_prompt_ids(ids, model->vocab_size, field);
     int max_tokens = resolve_max_tokens(r.common, *model, static_cast<int>(ids.size()), field);
-    SamplingParams sampling = make_sampling_params(r.common, model->defaults, max_tokens);
+    SamplingParams sampling = make_sampling_params(r.common, model->defaults, max_tokens, model->vocab_size);
     if (r.common.structured) {
       ConstraintCompiler::Target target;
       target.tokenizer = &model->tokenizer;

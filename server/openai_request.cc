@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -39,9 +41,6 @@ void reject_unsupported(const json& body) {
     if (it != body.end() && !it->is_null()) {
       throw ApiError(400, fmt::format("'{}': {}", field, why), field);
     }
-  }
-  if (const json* bias = read_object(body, "logit_bias"); bias && !bias->empty()) {
-    throw ApiError(400, "'logit_bias' is not supported", "logit_bias");
   }
   if (const json* modalities = read_array(body, "modalities")) {
     for (size_t i = 0; i < modalities->size(); ++i) {
@@ -93,6 +92,26 @@ SamplingRequest parse_sampling(const json& body) {
       bad_field("top_k", "is too large: {}", *s.top_k);
   }
   if (auto seed = read_int(body, "seed")) s.seed = static_cast<uint64_t>(*seed);
+  if (const json* bias = read_object(body, "logit_bias")) {
+    for (const auto& [key, value] : bias->items()) {
+      const std::string path = "logit_bias." + key;
+      int64_t id = -1;
+      const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (error != std::errc() || end != key.data() + key.size() || key.empty() || id < 0 ||
+          id > std::numeric_limits<int32_t>::max()) {
+        bad_field(path, "must be keyed by a token id (a non-negative integer as a string), got '{}'", key);
+      }
+      if (!value.is_number()) bad_field(path, "must be a number in [-100, 100], got {}", json_type_name(value));
+      check_range(path, value.get<double>(), -100.0, 100.0, false);
+      s.logit_bias.emplace_back(static_cast<int32_t>(id), value.get<double>());
+    }
+    std::sort(s.logit_bias.begin(), s.logit_bias.end());
+    for (size_t i = 1; i < s.logit_bias.size(); ++i) {
+      if (s.logit_bias[i].first == s.logit_bias[i - 1].first) {
+        bad_field(fmt::format("logit_bias.{}", s.logit_bias[i].first), "names the same token twice");
+      }
+    }
+  }
   return s;
 }
 

@@ -23,6 +23,9 @@ struct SamplingRequest {
   std::optional<double> presence_penalty, frequency_penalty, repetition_penalty;
   std::optional<int64_t> top_k;
   std::optional<uint64_t> seed;
+  // logit_bias {"<token id>": bias}: sorted by id; the ids are checked against the vocabulary
+  // where it is known (make_sampling_params).
+  std::vector<std::pair<int32_t, double>> logit_bias;
 };
 
 // Fields shared by /v1/completions and /v1/chat/completions.

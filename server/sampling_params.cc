@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "server/api_error.h"
 
 namespace m3::server {
 namespace {
@@ -63,7 +64,7 @@ GenerationDefaults load_generation_defaults(const std::string& setting,
 }
 
 SamplingParams make_sampling_params(const CommonRequest& request,
-                                    const GenerationDefaults& defaults, int max_tokens) {
+                                    const GenerationDefaults& defaults, int max_tokens, int vocab_size) {
   const SamplingRequest& s = request.sampling;
   SamplingParams p;
   if (auto t = s.temperature ? s.temperature : defaults.temperature)
@@ -83,6 +84,14 @@ SamplingParams make_sampling_params(const CommonRequest& request,
   p.ignore_eos = request.ignore_eos;
   p.logprobs = request.logprobs;
   p.prompt_logprobs = request.prompt_logprobs;
+  for (const auto& [id, bias] : s.logit_bias) {
+    if (id >= vocab_size) {
+      bad_field(fmt::format("logit_bias.{}", id), "is not a token id of this model (its vocabulary has {})",
+                vocab_size);
+    }
+    p.logit_bias_ids.push_back(id);
+    p.logit_bias_values.push_back(static_cast<float>(bias));
+  }
   return p;
 }
 

@@ -27,8 +27,9 @@ struct GenerationDefaults {
 GenerationDefaults load_generation_defaults(const std::string& setting,
                                             const std::filesystem::path& model_dir);
 
-// `max_tokens` is already resolved (client value or the room left in the context).
-SamplingParams make_sampling_params(const CommonRequest& request,
-                                    const GenerationDefaults& defaults, int max_tokens);
+// `max_tokens` is already resolved (client value or the room left in the context);
+// `vocab_size` bounds the logit_bias ids (a 400 naming the one outside).
+SamplingParams make_sampling_params(const CommonRequest& request, const GenerationDefaults& defaults, int max_tokens,
+                                    int vocab_size);
 
 }  // namespace m3::server

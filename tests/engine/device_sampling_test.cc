@@ -40,7 +40,8 @@ class DeviceSamplingModel final : public ModelRunner {
       const int32_t* ids = sampling.ids.data();
       SampleBatch one;
       one.add(r, ids + r.prompt_begin, r.num_prompt, ids + r.output_begin, sampling.counts.data() + r.output_begin,
-              r.num_output, ids + r.masked_begin, r.num_masked);
+              r.num_output, ids + r.masked_begin, r.num_masked, ids + r.bias_begin,
+              r.num_bias ? sampling.biases.data() + r.bias_begin : nullptr, r.num_bias);
       sampled_ids[i] = sample_reference(device_.data() + size_t(r.logits_row) * kVocab, kVocab, one.rows[0], one, ws_);
     }
     for (size_t i = 0; i < host_rows.size(); ++i)
@@ -123,6 +124,10 @@ std::vector<EngineRequest> parameter_mix() {
   add([](SamplingParams& p) { p.prompt_logprobs = 2, p.temperature = 0.0f; });
   add([](SamplingParams& p) { p.forced_tokens = {5, 6}, p.logprobs = 1; });
   add([](SamplingParams& p) { p.max_tokens = 0, p.prompt_logprobs = 0; });
+  add([](SamplingParams& p) { p.logit_bias_ids = {3, 8, 40}, p.logit_bias_values = {4.0f, -100.0f, 2.5f}; });
+  add([](SamplingParams& p) {
+    p.temperature = 0.0f, p.repetition_penalty = 1.5f, p.logit_bias_ids = {1, 2}, p.logit_bias_values = {-3.0f, 6.0f};
+  });
   return reqs;
 }
 
@@ -195,6 +200,12 @@ TEST(SampleBatchRows, ListsMeanWhatTheSamplingStateMeans) {
     p.frequency_penalty = trial % 3 == 1 ? 0.8f : 0.0f;
     p.presence_penalty = trial % 5 == 2 ? -0.6f : 0.0f;
     p.min_tokens = trial % 4 == 1 ? 5 : 0;
+    if (trial % 3 == 2) {
+      for (int32_t id = int32_t(rng() % 7); id < kVocab; id += 1 + int32_t(rng() % 9)) {
+        p.logit_bias_ids.push_back(id);
+        p.logit_bias_values.push_back(logit(rng));
+      }
+    }
     std::vector<float> logits(kVocab);
     for (float& x : logits) x = logit(rng);
     std::vector<int32_t> prompt_set = prompt_of(20, trial);
@@ -218,6 +229,12 @@ TEST(SampleBatchRows, ListsMeanWhatTheSamplingStateMeans) {
     EXPECT_EQ(sample_reference(logits.data(), kVocab, batch.rows[1], batch, ws), want) << "trial " << trial;
     EXPECT_EQ(batch.rows[1].num_masked, state.output_index < p.min_tokens ? 2 : 0);
     EXPECT_EQ(batch.rows[1].num_prompt, p.repetition_penalty != 1.0f ? int(prompt_set.size()) : 0);
+    ASSERT_EQ(batch.rows[1].num_bias, int(p.logit_bias_ids.size()));
+    for (int i = 0; i < batch.rows[1].num_bias; ++i) {
+      EXPECT_EQ(batch.ids[batch.rows[1].bias_begin + i], p.logit_bias_ids[i]);
+      EXPECT_EQ(batch.biases[batch.rows[1].bias_begin + i], p.logit_bias_values[i]);
+    }
+    EXPECT_EQ(batch.biases.size(), batch.ids.size());
   }
 }
 

@@ -93,7 +93,9 @@ TEST(RemoteCopy, StepsSamplingAndRepliesCrossTheChannelIntact) {
     a.top_k = 5;
     a.seed = 7;
     const int32_t prompt[] = {4, 9}, output[] = {11}, counts_of[] = {3};
-    sampling.add(a, prompt, 2, output, counts_of, 1, nullptr, 0);
+    const int32_t bias_ids[] = {1, 5};
+    const float bias_values[] = {-2.5f, 100.0f};
+    sampling.add(a, prompt, 2, output, counts_of, 1, nullptr, 0, bias_ids, bias_values, 2);
     SampleRow b;
     b.logits_row = 0;
     b.seed = 3;
@@ -137,8 +139,10 @@ TEST(RemoteCopy, StepsSamplingAndRepliesCrossTheChannelIntact) {
   EXPECT_EQ(got.rows[0].temperature, 0.7f);
   EXPECT_EQ(got.rows[0].top_k, 5);
   EXPECT_EQ(got.rows[0].num_prompt, 2);
-  EXPECT_EQ(got.ids, (std::vector<int32_t>{4, 9, 11}));
-  EXPECT_EQ(got.counts, (std::vector<int32_t>{0, 0, 3}));
+  EXPECT_EQ(got.ids, (std::vector<int32_t>{4, 9, 11, 1, 5}));
+  EXPECT_EQ(got.counts, (std::vector<int32_t>{0, 0, 3, 0, 0}));
+  EXPECT_EQ(got.biases, (std::vector<float>{0, 0, 0, -2.5f, 100.0f}));
+  EXPECT_EQ(got.rows[0].num_bias, 2);
   EXPECT_EQ(got.allowed_words, 1);
   ASSERT_NE(got.allowed_mask(got.rows[1]), nullptr);
   EXPECT_EQ(got.allowed_mask(got.rows[1])[0], 0x5u);

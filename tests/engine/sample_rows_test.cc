@@ -182,6 +182,57 @@ TEST(HostSampler, MinTokensMasksStopTokens) {
   EXPECT_EQ(sampler.sample(logits, s), 1);
 }
 
+TEST(HostSampler, LogitBiasIsAddedBeforeThePenalties) {
+  HostSampler sampler;
+  SamplingParams p;
+  p.temperature = 0.0f;
+  const std::vector<float> logits = {0.0f, 5.0f, 1.0f, 2.0f};
+  SamplingState s = greedy_state(p);
+  EXPECT_EQ(sampler.sample(logits, s), 1);
+  p.logit_bias_ids = {0};
+  p.logit_bias_values = {100.0f};
+  EXPECT_EQ(sampler.sample(logits, s), 0);  // +100 makes a token win
+  p.logit_bias_ids = {1};
+  p.logit_bias_values = {-100.0f};
+  EXPECT_EQ(sampler.sample(logits, s), 3);  // -100 bans the argmax
+  // A masked token stays masked whatever its bias.
+  p.min_tokens = 1;
+  const std::vector<int32_t> masked = {0};
+  s.min_tokens_masked = masked;
+  p.logit_bias_ids = {0, 1};
+  p.logit_bias_values = {100.0f, -100.0f};
+  EXPECT_EQ(sampler.sample(logits, s), 3);
+
+  // Sampled: exactly the draws of the biased logits without a bias, penalties included (the
+  // bias comes first, so the penalty sees the biased logit).
+  std::vector<float> wide(40);
+  for (int i = 0; i < 40; ++i) wide[i] = static_cast<float>(std::cos(i * 0.9));
+  SamplingParams biased;
+  biased.temperature = 0.9f;
+  biased.top_p = 0.95f;
+  biased.repetition_penalty = 1.4f;
+  biased.logit_bias_ids = {2, 7, 30};
+  biased.logit_bias_values = {3.0f, -2.5f, 1.25f};
+  SamplingParams plain = biased;
+  plain.logit_bias_ids.clear();
+  plain.logit_bias_values.clear();
+  std::vector<float> shifted = wide;
+  for (size_t i = 0; i < biased.logit_bias_ids.size(); ++i) shifted[biased.logit_bias_ids[i]] += biased.logit_bias_values[i];
+  const std::vector<int32_t> prompt = {2, 5, 30};
+  SamplingState a, b;
+  a.params = &biased;
+  b.params = &plain;
+  a.prompt_token_set = b.prompt_token_set = prompt;
+  int differs_from_unbiased = 0;
+  for (int i = 0; i < 300; ++i) {
+    a.seed = b.seed = 7 + i;
+    const int32_t got = sampler.sample(wide, a);
+    EXPECT_EQ(got, sampler.sample(shifted, b)) << "draw " << i;
+    differs_from_unbiased += got != sampler.sample(wide, b);
+  }
+  EXPECT_GT(differs_from_unbiased, 0);
+}
+
 TEST(HostSampler, SeededDrawsDependOnlyOnSeedAndIndex) {
   HostSampler a, b;
   SamplingParams p;
@@ -238,6 +289,12 @@ TEST(SamplingParams, ValidateNamesTheField) {
   EXPECT_NE(message([](SamplingParams& p) { p.top_p = 0; }).find("top_p"), std::string::npos);
   EXPECT_NE(message([](SamplingParams& p) { p.top_k = -2; }).find("top_k"), std::string::npos);
   EXPECT_NE(message([](SamplingParams& p) { p.min_p = 1.5f; }).find("min_p"), std::string::npos);
+  EXPECT_NE(message([](SamplingParams& p) { p.logit_bias_ids = {3}, p.logit_bias_values = {101.0f}; }).find("logit_bias"),
+            std::string::npos);
+  EXPECT_NE(message([](SamplingParams& p) { p.logit_bias_ids = {3, 3}, p.logit_bias_values = {1.0f, 2.0f}; })
+                .find("distinct"),
+            std::string::npos);
+  EXPECT_NE(message([](SamplingParams& p) { p.logit_bias_ids = {3}; }).find("logit_bias"), std::string::npos);
   EXPECT_NE(message([](SamplingParams& p) { p.presence_penalty = 3; }).find("presence_penalty"), std::string::npos);
   EXPECT_NE(message([](SamplingParams& p) { p.frequency_penalty = -3; }).find("frequency_penalty"), std::string::npos);
   EXPECT_NE(message([](SamplingParams& p) { p.repetition_penalty = 0; }).find("repetition_penalty"), std::string::npos);

@@ -96,9 +96,11 @@ std::vector<ParamSet> param_sets(bool quick) {
 }
 
 // Appends `row` with random lists (prompt set sorted unique, distinct outputs with counts, masked
-// ids overlapping the outputs, a few out of range).
+// ids overlapping the outputs, a few out of range, a logit bias on distinct ids: some masked, one
+// of +-100).
 void add_row(SampleBatch& batch, SampleRow row, bool lists, int vocab, std::mt19937_64& rng) {
-  std::vector<int32_t> prompt, out_ids, out_counts, masked;
+  std::vector<int32_t> prompt, out_ids, out_counts, masked, bias_ids;
+  std::vector<float> bias_values;
   if (lists) {
     const int n_prompt = 1 + int(rng() % std::min(3000, vocab));
     for (int i = 0; i < n_prompt; ++i) prompt.push_back(int32_t(rng() % vocab));
@@ -112,6 +114,15 @@ void add_row(SampleBatch& batch, SampleRow row, bool lists, int vocab, std::mt19
     std::shuffle(out_ids.begin(), out_ids.end(), rng);
     for (size_t i = 0; i < out_ids.size(); ++i) out_counts.push_back(1 + int32_t(rng() % 5));
     masked = {out_ids[0], out_ids[0], int32_t(rng() % vocab), vocab + 3};
+    const int n_bias = 1 + int(rng() % 40);
+    for (int i = 0; i < n_bias; ++i) bias_ids.push_back(int32_t(rng() % vocab));
+    bias_ids.push_back(out_ids[0]);  // masked too
+    bias_ids.push_back(vocab + 7);   // outside: ignored
+    std::sort(bias_ids.begin(), bias_ids.end());
+    bias_ids.erase(std::unique(bias_ids.begin(), bias_ids.end()), bias_ids.end());
+    std::uniform_real_distribution<float> bias(-5.0f, 5.0f);
+    for (size_t i = 0; i < bias_ids.size(); ++i) bias_values.push_back(bias(rng));
+    bias_values[rng() % bias_values.size()] = rng() % 2 ? 100.0f : -100.0f;
   }
   row.seed = rng();
   row.output_index = int32_t(rng() % 1000);
@@ -124,7 +135,7 @@ void add_row(SampleBatch& batch, SampleRow row, bool lists, int vocab, std::mt19
     mask[0] |= 1u;  // never empty
   }
   batch.add(row, prompt.data(), int32_t(prompt.size()), out_ids.data(), out_counts.data(), int32_t(out_ids.size()),
-            masked.data(), int32_t(masked.size()));
+            masked.data(), int32_t(masked.size()), bias_ids.data(), bias_values.data(), int32_t(bias_ids.size()));
 }
 
 // The geometry of the backends (sampling reads none of it).

@@ -85,7 +85,12 @@ TEST(CompletionRequest, ValidatesSamplingRanges) {
       {{{"prompt", "x"}, {"stream", true}, {"stream_options", {{"include_usage", 1}}}},
        "stream_options.include_usage"},
       {{{"prompt", "x"}, {"suffix", "tail"}}, "suffix"},
-      {{{"prompt", "x"}, {"logit_bias", {{"5", 10}}}}, "logit_bias"},
+      {{{"prompt", "x"}, {"logit_bias", {{"5", 101}}}}, "logit_bias.5"},
+      {{{"prompt", "x"}, {"logit_bias", {{"5", "high"}}}}, "logit_bias.5"},
+      {{{"prompt", "x"}, {"logit_bias", {{"five", 1}}}}, "logit_bias.five"},
+      {{{"prompt", "x"}, {"logit_bias", {{"-1", 1}}}}, "logit_bias.-1"},
+      {{{"prompt", "x"}, {"logit_bias", {{"1e3", 1}}}}, "logit_bias.1e3"},
+      {{{"prompt", "x"}, {"logit_bias", {5, 1}}}, "logit_bias"},
       {{{"prompt", "x"}, {"best_of", 3}}, "best_of"},
       {{{"prompt", "x"}, {"min_tokens", 20}, {"max_tokens", 10}}, "min_tokens"},
   };
@@ -111,8 +116,11 @@ TEST(CompletionRequest, AcceptsNullsAsAbsentAndReadsOptions) {
                {"top_k", -1},
                {"ignore_eos", true},
                {"prompt_logprobs", 2},
-               {"stop_token_ids", {9}}};
+               {"stop_token_ids", {9}},
+               {"logit_bias", {{"7", 10}, {"3", -5.5}, {"12", -100}}}};
   auto r = parse_completion_request(body, kLimits);
+  EXPECT_EQ(r.common.sampling.logit_bias,
+            (std::vector<std::pair<int32_t, double>>{{3, -5.5}, {7, 10.0}, {12, -100.0}}));  // by id
   EXPECT_FALSE(r.common.sampling.temperature);
   EXPECT_EQ(r.common.max_tokens, 5);
   EXPECT_EQ(r.common.stop, std::vector<std::string>{"\n"});

@@ -289,6 +289,32 @@ class Completions(unittest.TestCase):
         self.assertEqual(n["choices"][0]["text"], a)  # sample j uses seed + j
 
 
+    def test_logit_bias(self):
+        # +100 makes one token win at every step; -100 bans the greedy choice.
+        the = SERVER.post("/tokenize", {"prompt": " the", "add_special_tokens": False})["tokens"]
+        self.assertEqual(len(the), 1)
+        body = completion_body(max_tokens=3, temperature=0, ignore_eos=True)
+        forced = SERVER.post("/v1/completions", dict(body, logit_bias={str(the[0]): 100}))
+        self.assertEqual(forced["choices"][0]["text"], " the" * 3)
+        first = SERVER.post("/v1/completions", dict(body, max_tokens=1))["choices"][0]["text"]
+        first_ids = SERVER.post("/tokenize", {"prompt": first, "add_special_tokens": False})["tokens"]
+        self.assertEqual(len(first_ids), 1, first)
+        banned = SERVER.post("/v1/completions", dict(body, max_tokens=1, logit_bias={str(first_ids[0]): -100}))
+        self.assertNotEqual(banned["choices"][0]["text"], first)
+        # The chat route takes it too, and a bias of 0 changes nothing.
+        chat = {"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0,
+                "ignore_eos": True}
+        self.assertEqual(SERVER.post("/v1/chat/completions", dict(chat, logit_bias={str(the[0]): 100}))
+                         ["choices"][0]["message"]["content"], " the" * 3)
+        self.assertEqual(SERVER.post("/v1/completions", dict(body, logit_bias={str(the[0]): 0}))["choices"][0]["text"],
+                         SERVER.post("/v1/completions", body)["choices"][0]["text"])
+        # Ids outside the vocabulary, and values outside [-100, 100], are 400s naming the entry.
+        for bias, param in (({"999999": 1}, "logit_bias.999999"), ({"5": 150}, "logit_bias.5"),
+                            ({"x": 1}, "logit_bias.x")):
+            err = SERVER.post("/v1/completions", dict(body, logit_bias=bias), expect=400)["error"]
+            self.assertEqual(err["param"], param, err)
+
+
 class ChatCompletions(unittest.TestCase):
     def test_shape(self):
         r = SERVER.post("/v1/chat/completions", chat_body(max_completion_tokens=6))

@@ -222,7 +222,8 @@ struct SampleArgs {
   int num_rows = 0;
   const int32_t* ids = nullptr;        // SampleBatch::ids
   const int32_t* counts = nullptr;     // SampleBatch::counts
-  const int32_t* work_slot = nullptr;  // [num_rows] row of `work` for rows with a mask, penalties or allowed mask, else -1
+  const float* biases = nullptr;       // SampleBatch::biases (null when no row has a logit bias)
+  const int32_t* work_slot = nullptr;  // [num_rows] row of `work` for rows with a mask, bias, penalties or allowed mask, else -1
   float* work = nullptr;               // [slots, vocab] fp32 copies of those rows
   const uint32_t* allowed = nullptr;   // SampleBatch::allowed: [mask rows, allowed_words] bitmasks
   int allowed_words = 0;

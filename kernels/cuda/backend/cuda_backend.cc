@@ -452,26 +452,32 @@ class CudaBackend final : public Backend {
              "sample: allowed masks of {} words cannot cover a vocabulary of {}", batch.allowed_words, vocab);
     sample_slots_.assign(n, -1);
     int num_slots = 0;
+    bool biased = false;
     for (int i = 0; i < n; ++i) {
       const SampleRow& r = batch.rows[i];
       M3_CHECK(r.logits_row >= 0 && r.logits_row < logits.dim(0), "sample: row {} reads logits row {} of {}", i,
                r.logits_row, logits.dim(0));
       M3_CHECK(list_ok(r.prompt_begin, r.num_prompt) && list_ok(r.output_begin, r.num_output) &&
-                   list_ok(r.masked_begin, r.num_masked),
+                   list_ok(r.masked_begin, r.num_masked) && list_ok(r.bias_begin, r.num_bias),
                "sample: row {} has id lists outside the batch's {} ids", i, list_size);
+      M3_CHECK(r.num_bias == 0 || batch.biases.size() == batch.ids.size(), "sample: row {} has a logit bias, and the "
+               "batch {} biases for {} ids", i, batch.biases.size(), batch.ids.size());
       M3_CHECK(sample_row_greedy(r) || (r.temperature > 0.0f && r.top_p > 0.0f),
                "sample: row {} has temperature {} / top_p {}", i, r.temperature, r.top_p);
       M3_CHECK(r.allowed_row < mask_rows, "sample: row {} reads allowed mask {} of {}", i, r.allowed_row, mask_rows);
-      if (r.num_masked > 0 || sample_row_penalised(r) || sample_row_constrained(r)) sample_slots_[i] = num_slots++;
+      if (r.num_masked > 0 || sample_row_biased(r) || sample_row_penalised(r) || sample_row_constrained(r))
+        sample_slots_[i] = num_slots++;
+      biased = biased || sample_row_biased(r);
     }
-    // One blob: rows | ids | counts | work slots | allowed masks, 256-aligned.
-    constexpr int kParts = 5;
+    // One blob: rows | ids | counts | work slots | allowed masks | biases, 256-aligned.
+    constexpr int kParts = 6;
     const std::pair<const void*, size_t> parts[kParts] = {
         {batch.rows.data(), n * sizeof(SampleRow)},
         {batch.ids.data(), batch.ids.size() * sizeof(int32_t)},
         {batch.counts.data(), batch.counts.size() * sizeof(int32_t)},
         {sample_slots_.data(), n * sizeof(int32_t)},
-        {batch.allowed.data(), batch.allowed.size() * sizeof(uint32_t)}};
+        {batch.allowed.data(), batch.allowed.size() * sizeof(uint32_t)},
+        {batch.biases.data(), biased ? batch.biases.size() * sizeof(float) : 0}};
     size_t offsets[kParts], bytes = 0;
     for (int i = 0; i < kParts; ++i) {
       offsets[i] = bytes;
@@ -496,6 +502,7 @@ class CudaBackend final : public Backend {
     a.counts = reinterpret_cast<const int32_t*>(meta + offsets[2]);
     a.work_slot = reinterpret_cast<const int32_t*>(meta + offsets[3]);
     a.allowed = reinterpret_cast<const uint32_t*>(meta + offsets[4]);
+    a.biases = biased ? reinterpret_cast<const float*>(meta + offsets[5]) : nullptr;
     a.allowed_words = batch.allowed_words;
     a.work = sample_work_.as<float>();
     a.out = sample_ids_.as<int32_t>();

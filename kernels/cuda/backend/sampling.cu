@@ -239,6 +239,12 @@ __device__ void mask_and_penalise(const SampleArgs& a, const SampleRow& r, float
     if (id >= 0 && id < vocab) w[id] = -INFINITY;
   }
   __syncthreads();
+  // The bias ids are distinct (SampleBatch::add), so no two threads add to one logit.
+  for (int i = threadIdx.x; i < r.num_bias; i += kThreads) {
+    const int32_t id = a.ids[r.bias_begin + i];
+    if (id >= 0 && id < vocab) w[id] = __fadd_rn(w[id], a.biases[r.bias_begin + i]);
+  }
+  __syncthreads();
   const int32_t* prompt = a.ids + r.prompt_begin;
   if (r.repetition_penalty != 1.0f) {
     for (int i = threadIdx.x; i < r.num_prompt; i += kThreads) penalise(w, prompt[i], vocab, r.repetition_penalty);
