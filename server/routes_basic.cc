@@ -1,7 +1,9 @@
 // Service routes: health and readiness, version, the model list, Prometheus metrics.
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <ctime>
 #include <string_view>
 
 #include "server/api_error.h"
@@ -26,9 +28,11 @@ void health(ServerContext& context, HttpResponse& res) {
 
 constexpr std::string_view kModelsPath = "/v1/models";
 
-// A served name as /v1/models lists it (vLLM's fields).
+// A served name as /v1/models lists it: vLLM's fields, and Anthropic's (type, display_name,
+// created_at), so both SDKs' models.list and models.retrieve read it.
 nlohmann::json model_card(ServerContext& context, const std::string& name) {
   auto model = context.model();
+  const std::time_t created = static_cast<std::time_t>(context.start_time());
   return {{"id", name},
           {"object", "model"},
           {"created", context.start_time()},
@@ -36,7 +40,10 @@ nlohmann::json model_card(ServerContext& context, const std::string& name) {
           {"root", context.options().model_path},
           {"parent", nullptr},
           {"max_model_len", model ? nlohmann::json(model->max_model_len) : nlohmann::json(nullptr)},
-          {"permission", nlohmann::json::array()}};
+          {"permission", nlohmann::json::array()},
+          {"type", "model"},
+          {"display_name", name},
+          {"created_at", fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(created))}};
 }
 
 }  // namespace
@@ -55,7 +62,13 @@ void register_basic_routes(HttpServer& http, ServerContext& context) {
   http.get("/v1/models", [&](const HttpRequest&, HttpResponse& res) {
     nlohmann::json data = nlohmann::json::array();
     for (const std::string& name : context.options().served_model_names) data.push_back(model_card(context, name));
-    send_json(res, dump_json({{"object", "list"}, {"data", std::move(data)}}));
+    // Anthropic's page fields too: every served name fits one page.
+    const auto& names = context.options().served_model_names;
+    send_json(res, dump_json({{"object", "list"},
+                              {"data", std::move(data)},
+                              {"has_more", false},
+                              {"first_id", names.empty() ? nlohmann::json(nullptr) : nlohmann::json(names.front())},
+                              {"last_id", names.empty() ? nlohmann::json(nullptr) : nlohmann::json(names.back())}}));
   });
   // OpenAI's "retrieve model" (the SDKs' models.retrieve); a served name may hold slashes, sent
   // as they are or as %2F.

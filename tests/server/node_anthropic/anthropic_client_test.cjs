@@ -159,6 +159,21 @@ for (const s of servers) {
   });
 }
 
+test('tiny: models.list and models.retrieve', async () => {
+  const c = servers[0].client;
+  const ids = [];
+  for await (const m of c.models.list()) {
+    assert.equal(m.type, 'model');
+    assert.match(m.created_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+    ids.push(m.id);
+  }
+  assert.deepEqual(ids, ['tiny']);
+  const one = await c.models.retrieve('tiny');
+  assert.equal(one.id, 'tiny');
+  assert.equal(one.display_name, 'tiny');
+  await assert.rejects(c.models.retrieve('nope'), Anthropic.NotFoundError);
+});
+
 test('tiny: a wrong API key is an authentication_error', async () => {
   const wrong = client(process.env.TINY_URL, 'sk-wrong');
   await assert.rejects(wrong.messages.create({ model: 'tiny', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }),
