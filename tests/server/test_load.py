@@ -1,20 +1,26 @@
 """Load: 64 concurrent streaming clients with mixed lengths, some hanging up midway. Zero server
 errors, every completed stream identical to its sequential run, and afterwards no request left
 running, the KV cache empty and the server's memory back near its baseline.
+
+M3SERVE_EXTRA_ARGS adds serve options; M3SERVE_NODES=N serves over N processes as N hosts would
+(CTest runs it once more with DEP 2 over two: the other node's copy takes half of the clients).
 """
 import json
 import os
+import shlex
 import sys
 import threading
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from live_server import LiveServer, open_stream, parse_sse  # noqa: E402
+from live_server import LiveServer, MultiNodeServer, open_stream, parse_sse  # noqa: E402
 
 BIN = os.environ.get("M3SERVE_BIN", "build/bin/m3serve")
 MODEL = os.environ.get("M3SERVE_MODEL", "models/minimax-m3-tiny")
 CLIENTS = 64
+EXTRA = shlex.split(os.environ.get("M3SERVE_EXTRA_ARGS", ""))
+NODES = int(os.environ.get("M3SERVE_NODES", "1"))
 
 
 def spec(i):
@@ -111,9 +117,9 @@ class Load(unittest.TestCase):
         time.sleep(0.5)
 
     def test_64_streaming_clients(self):
-        server = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--max-model-len", "1024",
-                             "--num-kv-blocks", "48", "--max-num-seqs", "64",
-                             "--disable-log-stats"])
+        argv = [BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--max-model-len", "1024",
+                "--num-kv-blocks", "48", "--max-num-seqs", "64", "--disable-log-stats"] + EXTRA
+        server = MultiNodeServer(argv, NODES) if NODES > 1 else LiveServer(argv)
         try:
             specs = [spec(i) for i in range(CLIENTS)]
             # Sequential references (and allocator warm-up before the memory baseline).
