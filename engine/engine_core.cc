@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine_loop.h"
+#include "engine/lane_router.h"
 #include "engine/step_group.h"
 
 namespace m3 {
@@ -126,6 +127,9 @@ struct EngineCore::State {
   std::mutex join_mu;  // joins of the lanes' threads (set once under mu in start_locked)
 
   std::mt19937_64 unseeded_draws;  // seeds of requests without one (mu), from EngineConfig::seed
+  // Several lanes with prefix caching: which lane takes a request (mu).
+  std::unique_ptr<LaneRouter> router;
+  std::vector<int> live_counts;  // scratch of add_request (mu)
 
   mutable std::mutex stats_mu;
   std::vector<EngineStats> stats;  // per lane
@@ -150,6 +154,12 @@ struct EngineCore::State {
     for (size_t i = 0; i < runners.size(); ++i)
       lanes.push_back(std::make_unique<Lane>(std::move(runners[i]), group.get(), static_cast<int>(i), config));
     for (const auto& l : lanes) stats.push_back(l->loop.stats());
+    if (lanes.size() > 1 && config.enable_prefix_caching) {
+      const ModelRunner& m = *lanes.front()->model;
+      // Every lane's pool and host tier, in blocks: the prefixes the lanes can hold together.
+      const int64_t blocks = (m.num_kv_blocks() + m.num_host_kv_blocks()) * static_cast<int64_t>(lanes.size());
+      router = std::make_unique<LaneRouter>(static_cast<int>(lanes.size()), m.block_size(), blocks);
+    }
   }
 
   void start_locked() {
@@ -341,9 +351,17 @@ void EngineCore::add_request(EngineRequest request, OutputSink sink) {
              c.request.id);
     // Drawn only for accepted requests, so the sequence of draws is the sequence of requests.
     c.seed = c.request.sampling.seed ? *c.request.sampling.seed : s->unseeded_draws();
-    int lane = 0;  // the lane with the fewest requests in flight
-    for (int i = 1; i < static_cast<int>(s->lanes.size()); ++i)
-      if (s->lanes[i]->live < s->lanes[lane]->live) lane = i;
+    int lane = 0;
+    if (s->lanes.size() > 1) {
+      s->live_counts.resize(s->lanes.size());
+      for (size_t i = 0; i < s->lanes.size(); ++i) s->live_counts[i] = s->lanes[i]->live;
+      if (s->router) {
+        lane = s->router->choose(c.request.prompt_token_ids, s->live_counts);
+      } else {  // no prefix cache to find: the fewest in flight
+        for (int i = 1; i < static_cast<int>(s->lanes.size()); ++i)
+          if (s->live_counts[i] < s->live_counts[lane]) lane = i;
+      }
+    }
     s->live_ids.emplace(c.request.id, lane);
     ++s->lanes[lane]->live;
     // The id leaves the in-flight set before the final output is delivered (so the sink may reuse

@@ -375,6 +375,51 @@ TEST(EngineCore, ReasoningBudgetForcesTheCloserOnce) {
             std::string::npos);
 }
 
+TEST(EngineCore, DataParallelLanesSendAConversationBackToItsPrefix) {
+  // Two lanes of one step group (fake models, 16-token blocks). Turn 1 runs on lane 0; a long
+  // request then keeps lane 0 busy; turn 2 (turn 1's prompt and answer, then more) still goes to
+  // lane 0, where its prefix is cached, although lane 1 is idle.
+  std::vector<std::unique_ptr<ModelRunner>> lanes;
+  for (int i = 0; i < 2; ++i) lanes.push_back(std::make_unique<test::FakeModel>(16, 64, kVocab));
+  EngineConfig config;
+  config.max_model_len = 512;
+  EngineCore engine(std::move(lanes), config);
+  engine.start();
+  struct Turn {
+    Stream stream;
+    int cached = -1;
+  };
+  const auto run = [&](Turn& t, const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
+    engine.add_request(request(id, std::move(prompt), max_tokens), [&t, sink = t.stream.sink()](const RequestOutput& o) {
+      if (t.cached < 0 && o.num_prompt_tokens > 0) t.cached = o.num_cached_prompt_tokens;
+      sink(o);
+    });
+  };
+  const std::vector<int32_t> first = prompt_of(64, 1);
+  Turn one;
+  run(one, "turn-1", first, 4);
+  one.stream.wait();
+  EXPECT_EQ(one.cached, 0);
+  Turn blocker;
+  run(blocker, "blocker", prompt_of(20, 2), 400);
+  std::vector<int32_t> second = first;
+  second.insert(second.end(), one.stream.tokens.begin(), one.stream.tokens.end());
+  const std::vector<int32_t> more = prompt_of(20, 3);
+  second.insert(second.end(), more.begin(), more.end());
+  Turn two;
+  run(two, "turn-2", second, 4);
+  two.stream.wait();
+  EXPECT_EQ(two.cached, 64) << "turn 2 did not find turn 1's blocks: it ran on the other lane";
+  // An unrelated prompt meanwhile balances onto the idle lane: nothing cached there.
+  Turn other;
+  run(other, "other", prompt_of(64, 4), 4);
+  other.stream.wait();
+  EXPECT_EQ(other.cached, 0);
+  engine.abort("blocker");
+  blocker.stream.wait();
+  engine.shutdown(true);
+}
+
 TEST(EngineCore, SinkMayAbortAndIdsAreReusableAfterFinishing) {
   EngineCore engine(std::make_unique<test::FakeModel>(8, 64, kVocab), {});
   engine.start();
