@@ -232,15 +232,8 @@ std::string ServerMetrics::render(const EngineStats& stats, const CacheConfigInf
            static_cast<double>(finished_[i].load()));
   }
 
-  // Speculative decoding is not running (DSpark is not implemented yet): the counters exist at
-  // zero so dashboards that divide accepted by drafted show "no data" rather than break.
-  header(out, "vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.");
-  sample(out, "vllm:spec_decode_num_drafts_total", l, 0);
-  header(out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.");
-  sample(out, "vllm:spec_decode_num_draft_tokens_total", l, 0);
-  header(out, "vllm:spec_decode_num_accepted_tokens_total", "counter",
-         "Number of accepted tokens.");
-  sample(out, "vllm:spec_decode_num_accepted_tokens_total", l, 0);
+  // vLLM's vllm:spec_decode_* counters appear with speculative decoding only, and m3serve has none
+  // yet (--speculative-config is refused): no counter that could only ever read 0.
 
   header(out, "vllm:time_to_first_token_seconds", "histogram",
          "Histogram of time to first token in seconds.");

@@ -44,8 +44,7 @@ TEST(Metrics, RendersVllmNamesWithLabels) {
       contains(text, "vllm:request_success_total{" + l + ",finished_reason=\"length\"} 1.0\n"));
   EXPECT_TRUE(
       contains(text, "vllm:request_success_total{" + l + ",finished_reason=\"abort\"} 0.0\n"));
-  EXPECT_TRUE(contains(text, "vllm:spec_decode_num_drafts_total{" + l + "} 0.0\n"));
-  EXPECT_TRUE(contains(text, "vllm:spec_decode_num_accepted_tokens_total{" + l + "} 0.0\n"));
+  EXPECT_FALSE(contains(text, "vllm:spec_decode"));  // no speculative decoding, no counters
   // Cumulative buckets: 0.03 falls in le=0.04, 3.0 in le=5.0.
   EXPECT_TRUE(
       contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"0.02\"} 0.0\n"));
