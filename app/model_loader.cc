@@ -152,7 +152,6 @@ int cuda_device_count() {
 #endif
 }
 
-
 std::unique_ptr<Backend> make_device_backend(const std::string& device, bool enforce_eager) {
   if (device == "cpu") return make_cpu_backend();
 #if M3SERVE_WITH_CUDA
