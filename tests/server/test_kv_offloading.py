@@ -8,11 +8,17 @@ Run: M3SERVE_BIN=build/bin/m3serve python3 tests/server/test_kv_offloading.py (f
 M3SERVE_EXTRA_ARGS adds serve options (CTest runs it once more with -tp 2: each rank copies its
 own share of every block). M3SERVE_NODES=N serves over N processes as N hosts would (--nnodes,
 on 127.0.0.1): node 0 announces each step's copies, so every node's ranks copy their shares.
+M3SERVE_BUSY_FIRST_LANE=1 (with DEP) keeps lane 0 busy with a long request while the traffic
+runs, so the lane router sends the sessions to lane 1 (and their turns stay there): over two
+processes that is the other node's copy, whose tier copies go over its channel.
 """
 import os
+import re
 import shlex
 import subprocess
 import sys
+import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -22,6 +28,7 @@ BIN = os.environ.get("M3SERVE_BIN", "build/bin/m3serve")
 MODEL = os.environ.get("M3SERVE_MODEL", "models/minimax-m3-tiny")
 EXTRA = shlex.split(os.environ.get("M3SERVE_EXTRA_ARGS", ""))
 NODES = int(os.environ.get("M3SERVE_NODES", "1"))
+BUSY_FIRST_LANE = os.environ.get("M3SERVE_BUSY_FIRST_LANE") == "1"
 # The tiny model's blocks are 128 tokens; 6 blocks hold two of the requests below at most.
 POOL = ["--num-kv-blocks", "6", "--max-model-len", "512"]
 
@@ -49,11 +56,22 @@ def serve(*args):
 
 
 def run_traffic(server):
+    blocker = None
+    if BUSY_FIRST_LANE:
+        # In flight on lane 0 (both lanes idle: the lowest index) before any session arrives.
+        blocker = threading.Thread(target=server.post, args=("/v1/completions", {
+            "model": MODEL, "prompt": ids(9000, 8), "max_tokens": 480, "temperature": 0, "ignore_eos": True}))
+        blocker.start()
+        deadline = time.time() + 30
+        while server.metric("vllm:num_requests_running") < 1 and time.time() < deadline:
+            time.sleep(0.01)
     out = {}
     for name, prompt in traffic():
         r = server.post("/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 8, "temperature": 0,
                                             "ignore_eos": True})
         out[name] = (r["choices"][0]["text"], r["usage"]["prompt_tokens_details"]["cached_tokens"])
+    if blocker:
+        blocker.join()
     return out
 
 
@@ -82,6 +100,11 @@ class KvOffloading(unittest.TestCase):
             waiting = tiered.metric("m3:kv_offload_steps_waiting_total")
         finally:
             self.assertEqual(tiered.stop(), 0)
+        if BUSY_FIRST_LANE and NODES > 1:
+            # The sessions ran on the other node's copy: its log counts the steps it served.
+            served = [int(n) for n in re.findall(r"copy 1: node 0 said stop after \d+ steps, (\d+) of them",
+                                                 tiered.follower_logs())]
+            self.assertTrue(served and served[0] >= len(traffic()), tiered.follower_logs())
         self.assertEqual({k: v[0] for k, v in with_tier.items()}, {k: v[0] for k, v in without.items()})
         # Every session's second round found its two prefix blocks in host memory; without the
         # tier they had left the pool and were recomputed.
