@@ -63,6 +63,10 @@ void OpenAIServer::drain_and_stop(std::chrono::milliseconds grace,
   stop();
 }
 
-void OpenAIServer::stop() { http_.stop(); }
+void OpenAIServer::stop() {
+  http_.stop();
+  // While the engine still exists: a background response still there aborts its job as it goes.
+  context_.background_tasks().stop();
+}
 
 }  // namespace m3::server

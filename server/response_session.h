@@ -35,6 +35,9 @@ class ResponseSession : public std::enable_shared_from_this<ResponseSession> {
 
   // Fills in `res` (X-Request-Id, content type, the body producer) for a submitted job.
   void respond(const HttpRequest& req, HttpResponse& res);
+  // Instead of respond(): produces the response into `writer` with no client (a background
+  // response). Call on the thread `writer` posts to.
+  void start_detached(std::shared_ptr<StreamWriter> writer) { start(std::move(writer)); }
 
   const std::string& id() const { return id_; }
   GenerationJob& job() { return job_; }

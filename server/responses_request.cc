@@ -58,9 +58,6 @@ void reject_unknown_and_unsupported(const json& body) {
     auto it = body.find(key);
     return it != body.end() && !it->is_null();
   };
-  if (read_bool(body, "background").value_or(false)) {
-    bad_field("background", "is not supported: responses run in the foreground (background: false)");
-  }
   if (given("conversation")) {
     bad_field("conversation",
               "is not supported: m3serve has no conversations API; chain responses with "
@@ -402,6 +399,13 @@ ResponsesRequest parse_responses_request(const json& body, const RequestLimits& 
     bad_field("previous_response_id", "must not be empty");
   }
   r.store = read_bool(body, "store").value_or(true);
+  r.background = read_bool(body, "background").value_or(false);
+  if (r.background && !r.store) {
+    bad_field("background", "needs store: true (a background response is read back with GET /v1/responses/{{id}})");
+  }
+  if (r.background && c.stream) {
+    bad_field("stream", "with background: true is not supported: poll GET /v1/responses/{{id}} instead");
+  }
   r.parallel_tool_calls = read_bool(body, "parallel_tool_calls").value_or(true);
   if ((r.max_tool_calls = read_int(body, "max_tool_calls")) && *r.max_tool_calls < 1) {
     bad_field("max_tool_calls", "must be >= 1, got {}", *r.max_tool_calls);

@@ -34,6 +34,9 @@ struct ResponsesRequest {
   std::optional<std::string> instructions;
   std::optional<std::string> previous_response_id;
   bool store = true;
+  // Runs without the client: the POST answers at once with the queued response, GET reads it
+  // back, POST .../cancel ends it. Needs store; not with stream.
+  bool background = false;
   bool parallel_tool_calls = true;
   std::optional<int64_t> max_tool_calls;
   std::optional<int64_t> max_output_tokens;

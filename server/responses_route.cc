@@ -15,9 +15,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "core/log.h"
 #include "server/api_error.h"
+#include "server/background_tasks.h"
 #include "server/chat_generation.h"
 #include "server/http_server.h"
 #include "server/response_session.h"
@@ -43,6 +45,25 @@ class ResponsesSession final : public ResponseSession {
         temperature_(sampling.temperature),
         top_p_(sampling.top_p),
         output_(request_.tool_call_limit()) {}
+  ~ResponsesSession() override {
+    if (request_.background) context_.remove_background(id());
+  }
+
+  bool background() const { return request_.background; }
+  // A background response before its first output, as the POST answers and GET first reads it.
+  nlohmann::json queued_json() const { return response_json("queued"); }
+  // Stores the queued response (its conversation is only continued once it has finished).
+  void keep_queued() { keep(queued_json()); }
+
+  // Background: on the tasks' thread. Ends the response as "cancelled" with what it produced so
+  // far (stored), then closes its writer, which aborts the job as a client hang-up does.
+  void cancel(DetachedWriter& writer) {
+    if (final_stored_) return;
+    ResponseOutputBuilder::Events unused;
+    output_.finish(/*incomplete=*/true, unused);
+    keep(response_json("cancelled"));
+    writer.close();
+  }
 
  private:
   const CommonRequest& common() const override { return request_.chat.common; }
@@ -63,6 +84,10 @@ class ResponsesSession final : public ResponseSession {
   }
 
   void collect_event(const ChoiceEvent& event) override {
+    if (request_.background && !progress_stored_) {  // GET now says it runs
+      progress_stored_ = true;
+      keep(response_json("in_progress"));
+    }
     nlohmann::json logprobs;
     std::optional<ChoiceDelta> delta = track(event, logprobs);
     ResponseOutputBuilder::Events unused;  // the items are what a whole response needs
@@ -70,7 +95,11 @@ class ResponsesSession final : public ResponseSession {
   }
 
   nlohmann::json whole_body() override {
-    if (aborted()) return failed_json(std::string(kAborted));
+    if (aborted()) {
+      nlohmann::json failed = failed_json(std::string(kAborted));
+      if (request_.background) keep(failed);  // a background response is only read back
+      return failed;
+    }
     ResponseOutputBuilder::Events unused;
     output_.finish(incomplete(), unused);
     nlohmann::json response = response_json(incomplete() ? "incomplete" : "completed");
@@ -101,7 +130,11 @@ class ResponsesSession final : public ResponseSession {
   // response was produced (streaming: an error event). The Responses API reports these as a
   // failed response or a server_error event, whatever the HTTP status would have been.
   std::string error_bytes(int /*status*/, const std::string& message) override {
-    if (!common().stream) return dump_json(failed_json(message));
+    if (!common().stream) {
+      nlohmann::json failed = failed_json(message);
+      if (request_.background) keep(failed);
+      return dump_json(failed);
+    }
     nlohmann::json event = {{"type", "error"}, {"code", "server_error"}, {"message", message},
                             {"param", nullptr}, {"sequence_number", sequence_++}};
     return "event: error\ndata: " + dump_json(event) + "\n\n";
@@ -165,7 +198,7 @@ class ResponsesSession final : public ResponseSession {
         {"object", "response"},
         {"created_at", created()},
         {"status", status},
-        {"background", false},
+        {"background", r.background},
         {"error", nullptr},
         {"incomplete_details", nullptr},
         {"instructions", optional(r.instructions)},
@@ -203,9 +236,12 @@ class ResponsesSession final : public ResponseSession {
     return out;
   }
 
-  // Stores a finished response for previous_response_id and GET, unless store is false.
+  // Stores a finished response for previous_response_id and GET, unless store is false. A
+  // background response is stored queued first, in_progress at its first output, then once more
+  // when it ends (completed, incomplete, failed or cancelled), and never again after that.
   void keep(const nlohmann::json& response) {
-    if (!request_.store) return;
+    if (!request_.store || final_stored_) return;
+    final_stored_ = response["status"] != "queued" && response["status"] != "in_progress";
     StoredResponse entry;
     entry.id = id();
     entry.conversation = conversation_;
@@ -224,6 +260,8 @@ class ResponsesSession final : public ResponseSession {
   ResponseOutputBuilder output_;
   int64_t sequence_ = 0;
   int64_t reasoning_tokens_ = 0;
+  bool final_stored_ = false;     // keep() has stored the response's end
+  bool progress_stored_ = false;  // background: stored as in_progress at its first output
 };
 
 // The {id} of /v1/responses/{id} and /v1/responses/{id}/input_items.
@@ -301,6 +339,14 @@ void handle_responses(ServerContext& context, const HttpRequest& req, HttpRespon
                                  *request.previous_response_id),
                      "previous_response_id");
     }
+    const std::string status = previous->response.value("status", "");
+    if (status == "queued" || status == "in_progress") {
+      throw ApiError(400,
+                     fmt::format("Previous response with id '{}' is still running (background): poll GET "
+                                 "/v1/responses/{} until it has finished.",
+                                 *request.previous_response_id, *request.previous_response_id),
+                     "previous_response_id");
+    }
     conversation = previous->conversation;
   }
   for (Json& message : input_messages(request.input, conversation)) {
@@ -318,7 +364,38 @@ void handle_responses(ServerContext& context, const HttpRequest& req, HttpRespon
   s->job().submit(make_engine_requests(s->id(), g.prompt.token_ids, g.sampling, 1, *model));
   M3_LOG_DEBUG("responses {}: {} prompt tokens, max_output_tokens={}", s->id(),
                g.prompt.token_ids.size(), g.max_tokens);
-  s->respond(req, res);
+  if (!s->background()) return s->respond(req, res);
+  // Background: stored queued and answered at once; the response runs on the background tasks'
+  // thread with no client, and a cancel reaches it through the context.
+  s->keep_queued();
+  auto writer = std::make_shared<DetachedWriter>(context.background_tasks());
+  // Weak references: the registry must not keep a finished response (or its writer) alive.
+  context.add_background(s->id(), [session = std::weak_ptr<ResponsesSession>(s),
+                                   weak_writer = std::weak_ptr<DetachedWriter>(writer)] {
+    auto w = weak_writer.lock();
+    if (!w) return;
+    w->post([session, weak_writer] {
+      auto live = session.lock();
+      auto w = weak_writer.lock();
+      if (live && w) live->cancel(*w);
+    });
+  });
+  res.set_header("X-Request-Id", s->id());
+  send_json(res, dump_json(s->queued_json()));
+  context.background_tasks().post([s, writer] { s->start_detached(writer); });
+}
+
+// A running background response's end, once its cancel (or its own end) has been stored: what
+// POST .../cancel and DELETE wait for (bounded).
+std::shared_ptr<const StoredResponse> wait_until_ended(ServerContext& context, const std::string& id) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    auto stored = context.responses().get(id);
+    const std::string status = stored ? stored->response.value("status", "") : "";
+    if (!stored || (status != "queued" && status != "in_progress") || std::chrono::steady_clock::now() > deadline)
+      return stored;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 void register_responses_routes(HttpServer& http, ServerContext& context) {
@@ -332,8 +409,29 @@ void register_responses_routes(HttpServer& http, ServerContext& context) {
     if (!stored) no_such_response(id);
     send_json(res, dump_json(stored->response));
   });
+  // Cancel a background response: "cancelled" with its output so far; one that has ended is
+  // returned as it is (OpenAI's); only background responses can be cancelled.
+  http.post(by_id + "/cancel", [&context](const HttpRequest& req, HttpResponse& res) {
+    const std::string id = response_id_of(req);
+    auto stored = context.responses().get(id);
+    if (!stored) no_such_response(id);
+    if (!stored->response.value("background", false)) {
+      throw ApiError(400, fmt::format("Response '{}' was not created with background: true; only those can be "
+                                      "cancelled.", id), "response_id");
+    }
+    if (auto cancel = context.background_cancel(id)) {
+      cancel();
+      stored = wait_until_ended(context, id);
+      if (!stored) no_such_response(id);
+    }
+    send_json(res, dump_json(stored->response));
+  });
   http.del(by_id, [&context](const HttpRequest& req, HttpResponse& res) {
     const std::string id = response_id_of(req);
+    if (auto cancel = context.background_cancel(id)) {  // it would be stored again when it ends
+      cancel();
+      wait_until_ended(context, id);
+    }
     if (!context.responses().erase(id)) no_such_response(id);
     send_json(res, dump_json({{"id", id}, {"object", "response"}, {"deleted", true}}));
   });

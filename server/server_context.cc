@@ -32,6 +32,22 @@ std::shared_ptr<const ModelContext> ServerContext::model() const {
   return model_;
 }
 
+void ServerContext::add_background(const std::string& id, std::function<void()> cancel) {
+  std::lock_guard lock(background_mutex_);
+  background_[id] = std::move(cancel);
+}
+
+void ServerContext::remove_background(const std::string& id) {
+  std::lock_guard lock(background_mutex_);
+  background_.erase(id);
+}
+
+std::function<void()> ServerContext::background_cancel(const std::string& id) const {
+  std::lock_guard lock(background_mutex_);
+  auto it = background_.find(id);
+  return it == background_.end() ? std::function<void()>() : it->second;
+}
+
 std::shared_ptr<const ModelContext> ServerContext::require_model() const {
   if (draining_) throw ApiError(503, "the server is shutting down");
   auto model = this->model();

@@ -7,10 +7,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <functional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/engine_core.h"
+#include "server/background_tasks.h"
 #include "server/constraint_compiler.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -73,6 +76,14 @@ class ServerContext {
   bool draining() const { return draining_; }
   bool ready() const { return model() && !draining_; }
 
+  // Background responses (the Responses API's background: true): the thread they run on, and
+  // how to cancel each one still running, by response id (the function only posts the cancel).
+  BackgroundTasks& background_tasks() { return background_tasks_; }
+  void add_background(const std::string& id, std::function<void()> cancel);
+  void remove_background(const std::string& id);
+  // The running response's cancel, or an empty function when it is not running (any more).
+  std::function<void()> background_cancel(const std::string& id) const;
+
   // Requests that are generating (for draining).
   int in_flight() const { return in_flight_; }
   class InFlight {
@@ -95,6 +106,10 @@ class ServerContext {
   std::shared_ptr<const ModelContext> model_;
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
+  mutable std::mutex background_mutex_;
+  std::unordered_map<std::string, std::function<void()>> background_;
+  // Last: its thread stops (and drops what it had queued) before the members above go.
+  BackgroundTasks background_tasks_;
 };
 
 }  // namespace m3::server

@@ -247,7 +247,9 @@ TEST(ResponsesRequest, UnsupportedAndBadFieldsAreNamed) {
   EXPECT_EQ(param_of({{"input", "x"}, {"frobnicate", true}}), "frobnicate");
   EXPECT_EQ(param_of({{"input", "x"}, {"messages", json::array()}}), "messages");
   EXPECT_EQ(param_of({{"input", "x"}, {"stop", "x"}}), "stop");
-  EXPECT_EQ(param_of({{"input", "x"}, {"background", true}}), "background");
+  EXPECT_EQ(param_of({{"input", "x"}, {"background", true}, {"store", false}}), "background");
+  EXPECT_EQ(param_of({{"input", "x"}, {"background", true}, {"stream", true}}), "stream");
+  EXPECT_TRUE(parse_responses_request({{"input", "x"}, {"background", true}}).background);
   EXPECT_EQ(param_of({{"input", "x"}, {"conversation", "conv_1"}}), "conversation");
   EXPECT_EQ(param_of({{"input", "x"}, {"prompt", {{"id", "p"}}}}), "prompt");
   EXPECT_EQ(param_of({{"input", "x"}, {"truncation", "auto"}}), "truncation");

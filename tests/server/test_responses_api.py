@@ -332,6 +332,79 @@ class Logprobs(unittest.TestCase):
         self.assertEqual(err["param"], "top_logprobs", err)
 
 
+class Background(unittest.TestCase):
+    def poll(self, rid, timeout=60):
+        """GET until the response has ended; returns (statuses seen, the final response)."""
+        seen, deadline = [], time.monotonic() + timeout
+        while True:
+            r = SERVER.request("GET", "/v1/responses/" + rid)
+            self.assertEqual(r[0], 200, r[2][:300])
+            response = json.loads(r[2])
+            if not seen or seen[-1] != response["status"]:
+                seen.append(response["status"])
+            if response["status"] not in ("queued", "in_progress"):
+                return seen, response
+            self.assertLess(time.monotonic(), deadline, "the background response did not end")
+            time.sleep(0.02)
+
+    def wait_idle(self):
+        deadline = time.monotonic() + 10
+        while SERVER.metric("vllm:num_requests_running") != 0:
+            self.assertLess(time.monotonic(), deadline, "a request is still running")
+            time.sleep(0.05)
+
+    def test_a_background_response_runs_without_the_client(self):
+        b = body("Hello", max_output_tokens=12)
+        queued = SERVER.post("/v1/responses", dict(b, background=True))
+        self.assertEqual((queued["status"], queued["background"], queued["output"]), ("queued", True, []))
+        self.assertTrue(queued["id"].startswith("resp_"))
+        seen, final = self.poll(queued["id"])
+        self.assertIn(seen[-1], ("completed", "incomplete"))
+        self.assertTrue(set(seen[:-1]) <= {"queued", "in_progress"}, seen)
+        self.assertTrue(final["background"])
+        foreground = SERVER.post("/v1/responses", b)  # greedy: the same output
+        self.assertEqual(final["output_text"], foreground["output_text"])
+        self.assertEqual(final["usage"]["output_tokens"], foreground["usage"]["output_tokens"])
+        # Once it has ended it continues a conversation, and cancel returns it as it is.
+        follow = SERVER.post("/v1/responses", body("And then?", previous_response_id=queued["id"], max_output_tokens=2))
+        self.assertEqual(follow["previous_response_id"], queued["id"])
+        self.assertEqual(SERVER.post("/v1/responses/%s/cancel" % queued["id"], {})["status"], final["status"])
+
+    def test_cancel_ends_it_with_its_output_so_far(self):
+        queued = SERVER.post("/v1/responses", body("Tell me a long story", max_output_tokens=700, background=True))
+        # Still running: it cannot be continued yet.
+        err = SERVER.post("/v1/responses", body("more", previous_response_id=queued["id"]), expect=None)
+        if "error" in err:  # (it may already have ended on a fast machine)
+            self.assertEqual(err["error"]["param"], "previous_response_id")
+        cancelled = SERVER.post("/v1/responses/%s/cancel" % queued["id"], {})
+        self.assertEqual(cancelled["status"], "cancelled")
+        self.assertLess(cancelled["usage"]["output_tokens"], 700)
+        self.assertEqual(self.poll(queued["id"])[1]["status"], "cancelled")
+        self.assertEqual(SERVER.post("/v1/responses/%s/cancel" % queued["id"], {})["status"], "cancelled")
+        self.wait_idle()  # its engine request was aborted
+
+    def test_delete_cancels_a_running_one(self):
+        queued = SERVER.post("/v1/responses", body("Tell me a long story", max_output_tokens=700, background=True))
+        deleted = SERVER.request("DELETE", "/v1/responses/" + queued["id"])
+        self.assertEqual(deleted[0], 200, deleted[2])
+        self.assertEqual(SERVER.request("GET", "/v1/responses/" + queued["id"])[0], 404)
+        self.wait_idle()
+        time.sleep(0.2)  # nothing stores it again afterwards
+        self.assertEqual(SERVER.request("GET", "/v1/responses/" + queued["id"])[0], 404)
+
+    def test_what_background_needs(self):
+        err = SERVER.post("/v1/responses", body(background=True, store=False), expect=400)["error"]
+        self.assertEqual(err["param"], "background")
+        err = SERVER.post("/v1/responses", body(background=True, stream=True), expect=400)["error"]
+        self.assertEqual(err["param"], "stream")
+        fg = SERVER.post("/v1/responses", body(max_output_tokens=1))
+        self.assertFalse(fg["background"])
+        err = SERVER.post("/v1/responses/%s/cancel" % fg["id"], {}, expect=400)["error"]
+        self.assertIn("background", err["message"])
+        self.assertEqual(SERVER.post("/v1/responses/resp_nope/cancel", {}, expect=404)["error"]["param"],
+                         "response_id")
+
+
 class Lifecycle(unittest.TestCase):
     def test_a_client_that_hangs_up_aborts_its_response(self):
         b = body("hang up", max_output_tokens=400)
@@ -455,7 +528,6 @@ class BadInput(unittest.TestCase):
             ({"tools": [{"type": "mcp", "server_label": "x"}]}, "tools[0].type", "mcp"),
             ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice.type", "web_search_preview"),
             ({"frobnicate": 1}, "frobnicate", "frobnicate"),
-            ({"background": True}, "background", "background"),
             ({"truncation": "auto"}, "truncation", "auto"),
             ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
              "input[0].content[0]", "input_image"),

@@ -252,6 +252,27 @@ test('scripted: reasoning item and message', async () => {
   assert.deepEqual(r.reasoning, { effort: 'high', summary: 'auto' });
 });
 
+test('background: create, retrieve until done, cancel', async () => {
+  const api = models[0].api;
+  const queued = await api.responses.create({ model: 'tiny', input: 'Hello', max_output_tokens: 8, temperature: 0,
+                                              background: true });
+  assert.equal(queued.status, 'queued');
+  assert.equal(queued.background, true);
+  let r = queued;
+  for (let i = 0; i < 600 && (r.status === 'queued' || r.status === 'in_progress'); ++i) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    r = await api.responses.retrieve(queued.id);
+  }
+  assert.ok(['completed', 'incomplete'].includes(r.status), r.status);
+  const fg = await api.responses.create({ model: 'tiny', input: 'Hello', max_output_tokens: 8, temperature: 0 });
+  assert.equal(r.output_text, fg.output_text);
+  const long = await api.responses.create({ model: 'tiny', input: 'A long story', max_output_tokens: 700,
+                                            temperature: 0, background: true });
+  const cancelled = await api.responses.cancel(long.id);
+  assert.equal(cancelled.status, 'cancelled');
+  assert.equal((await api.responses.retrieve(long.id)).status, 'cancelled');
+});
+
 test('errors name the field', async () => {
   const api = models[0].api;
   await assert.rejects(
@@ -261,7 +282,7 @@ test('errors name the field', async () => {
     api.responses.create({ model: 'tiny', input: 'x', tools: [{ type: 'code_interpreter', container: { type: 'auto' } }] }),
     (e) => e instanceof OpenAI.BadRequestError && /code_interpreter/.test(e.message));
   await assert.rejects(
-    api.responses.create({ model: 'tiny', input: 'x', background: true }),
+    api.responses.create({ model: 'tiny', input: 'x', background: true, store: false }),
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'background');
   await assert.rejects(
     api.responses.create({ model: 'no-such-model', input: 'x' }),
