@@ -127,7 +127,7 @@ struct EngineCore::State {
   std::mutex join_mu;  // joins of the lanes' threads (set once under mu in start_locked)
 
   std::mt19937_64 unseeded_draws;  // seeds of requests without one (mu), from EngineConfig::seed
-  // Several lanes with prefix caching: which lane takes a request (mu).
+  // Several lanes with prefix caching: which lane takes a request (its table under mu).
   std::unique_ptr<LaneRouter> router;
   std::vector<int> live_counts;  // scratch of add_request (mu)
 
@@ -342,6 +342,10 @@ void EngineCore::add_request(EngineRequest request, OutputSink sink) {
            "in the prompt, {} for the completion). Please reduce the prompt or max_tokens.",
            request.id, max_len, prompt_len + request.sampling.max_tokens, prompt_len, request.sampling.max_tokens);
 
+  // Hashed before the lock (a long prompt's chain takes a while); the router is set at
+  // construction, so reading the pointer needs no lock.
+  const std::vector<uint64_t> hashes =
+      state_->router ? state_->router->block_hashes(request.prompt_token_ids) : std::vector<uint64_t>();
   Command c{Command::Kind::kAdd, std::move(request), nullptr, 0, Clock::now()};
   {
     std::lock_guard lock(state_->mu);
@@ -356,7 +360,7 @@ void EngineCore::add_request(EngineRequest request, OutputSink sink) {
       s->live_counts.resize(s->lanes.size());
       for (size_t i = 0; i < s->lanes.size(); ++i) s->live_counts[i] = s->lanes[i]->live;
       if (s->router) {
-        lane = s->router->choose(c.request.prompt_token_ids, s->live_counts);
+        lane = s->router->choose(std::span<const uint64_t>(hashes), s->live_counts);
       } else {  // no prefix cache to find: the fewest in flight
         for (int i = 1; i < static_cast<int>(s->lanes.size()); ++i)
           if (s->live_counts[i] < s->live_counts[lane]) lane = i;

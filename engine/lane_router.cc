@@ -13,23 +13,28 @@ LaneRouter::LaneRouter(int num_lanes, int block_size, int64_t capacity)
   M3_CHECK(num_lanes >= 1 && block_size >= 1, "lane router: {} lanes of blocks of {} tokens", num_lanes, block_size);
 }
 
-int LaneRouter::choose(std::span<const int32_t> prompt, std::span<const int> live) {
+std::vector<uint64_t> LaneRouter::block_hashes(std::span<const int32_t> prompt) const {
+  std::vector<uint64_t> hashes;
+  hashes.reserve(prompt.size() / block_size_);
+  uint64_t parent = 0;
+  for (size_t begin = 0; begin + block_size_ <= prompt.size(); begin += block_size_) {
+    parent = XXH3_64bits_withSeed(prompt.data() + begin, sizeof(int32_t) * block_size_, parent);
+    hashes.push_back(parent);
+  }
+  return hashes;
+}
+
+int LaneRouter::choose(std::span<const uint64_t> hashes, std::span<const int> live) {
   M3_CHECK(static_cast<int>(live.size()) == num_lanes_, "lane router: {} in-flight counts for {} lanes", live.size(),
            num_lanes_);
   int least = 0;
   for (int i = 1; i < num_lanes_; ++i)
     if (live[i] < live[least]) least = i;
 
-  hashes_.clear();
-  uint64_t parent = 0;
-  for (size_t begin = 0; begin + block_size_ <= prompt.size(); begin += block_size_) {
-    parent = XXH3_64bits_withSeed(prompt.data() + begin, sizeof(int32_t) * block_size_, parent);
-    hashes_.push_back(parent);
-  }
   // The deepest block a lane took last (the chain makes a match there a match of the whole prefix).
   int matched = -1;
-  for (size_t i = hashes_.size(); i-- > 0;) {
-    if (auto it = lanes_.find(hashes_[i]); it != lanes_.end()) {
+  for (size_t i = hashes.size(); i-- > 0;) {
+    if (auto it = lanes_.find(hashes[i]); it != lanes_.end()) {
       matched = it->second.lane;
       break;
     }
@@ -37,7 +42,7 @@ int LaneRouter::choose(std::span<const int32_t> prompt, std::span<const int> liv
   const int slack = 2 + live[least] / 4;
   const int lane = matched >= 0 && live[matched] <= live[least] + slack ? matched : least;
 
-  for (uint64_t h : hashes_) {
+  for (uint64_t h : hashes) {
     auto it = lanes_.find(h);
     if (it != lanes_.end()) {
       it->second.lane = lane;

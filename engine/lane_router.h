@@ -24,9 +24,15 @@ class LaneRouter {
   // size: more names prefixes no lane still holds).
   LaneRouter(int num_lanes, int block_size, int64_t capacity);
 
-  // The lane for a prompt, given each lane's requests in flight; records the prompt's blocks as
-  // that lane's.
-  int choose(std::span<const int32_t> prompt, std::span<const int> live);
+  // The chain of the prompt's full blocks (no lock needed: callers hash before they take theirs).
+  std::vector<uint64_t> block_hashes(std::span<const int32_t> prompt) const;
+  // The lane for a prompt's block chain, given each lane's requests in flight; records the
+  // blocks as that lane's.
+  int choose(std::span<const uint64_t> hashes, std::span<const int> live);
+  int choose(std::span<const int32_t> prompt, std::span<const int> live) {
+    const std::vector<uint64_t> hashes = block_hashes(prompt);
+    return choose(std::span<const uint64_t>(hashes), live);
+  }
 
   int64_t size() const { return static_cast<int64_t>(lru_.size()); }
 
@@ -40,7 +46,6 @@ class LaneRouter {
   int64_t capacity_;
   std::unordered_map<uint64_t, Entry> lanes_;  // block hash -> lane
   std::list<uint64_t> lru_;                    // most recently used first
-  std::vector<uint64_t> hashes_;               // scratch: the prompt's chain
 };
 
 }  // namespace m3
