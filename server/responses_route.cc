@@ -367,11 +367,10 @@ void handle_responses(ServerContext& context, const HttpRequest& req, HttpRespon
   if (!s->background()) return s->respond(req, res);
   // Background: stored queued and answered at once; the response runs on the background tasks'
   // thread with no client, and a cancel reaches it through the context.
-  s->keep_queued();
   auto writer = std::make_shared<DetachedWriter>(context.background_tasks());
   // Weak references: the registry must not keep a finished response (or its writer) alive.
-  context.add_background(s->id(), [session = std::weak_ptr<ResponsesSession>(s),
-                                   weak_writer = std::weak_ptr<DetachedWriter>(writer)] {
+  const bool admitted = context.add_background(s->id(), [session = std::weak_ptr<ResponsesSession>(s),
+                                                         weak_writer = std::weak_ptr<DetachedWriter>(writer)] {
     auto w = weak_writer.lock();
     if (!w) return;
     w->post([session, weak_writer] {
@@ -380,6 +379,14 @@ void handle_responses(ServerContext& context, const HttpRequest& req, HttpRespon
       if (live && w) live->cancel(*w);
     });
   });
+  if (!admitted) {  // `s` goes now, and its job with it
+    throw ApiError(429,
+                   fmt::format("{} background responses are running, as many as the response store holds "
+                               "(--max-stored-responses); wait for some to finish or cancel them",
+                               context.options().response_store.max_entries),
+                   "background");
+  }
+  s->keep_queued();
   res.set_header("X-Request-Id", s->id());
   send_json(res, dump_json(s->queued_json()));
   context.background_tasks().post([s, writer] { s->start_detached(writer); });
@@ -392,8 +399,9 @@ std::shared_ptr<const StoredResponse> wait_until_ended(ServerContext& context, c
   for (;;) {
     auto stored = context.responses().get(id);
     const std::string status = stored ? stored->response.value("status", "") : "";
-    if (!stored || (status != "queued" && status != "in_progress") || std::chrono::steady_clock::now() > deadline)
-      return stored;
+    // Not stored while still running: the store let it go, and its end stores it again.
+    const bool running = stored ? status == "queued" || status == "in_progress" : bool(context.background_cancel(id));
+    if (!running || std::chrono::steady_clock::now() > deadline) return stored;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
@@ -413,16 +421,18 @@ void register_responses_routes(HttpServer& http, ServerContext& context) {
   // returned as it is (OpenAI's); only background responses can be cancelled.
   http.post(by_id + "/cancel", [&context](const HttpRequest& req, HttpResponse& res) {
     const std::string id = response_id_of(req);
-    auto stored = context.responses().get(id);
-    if (!stored) no_such_response(id);
-    if (!stored->response.value("background", false)) {
-      throw ApiError(400, fmt::format("Response '{}' was not created with background: true; only those can be "
-                                      "cancelled.", id), "response_id");
-    }
-    if (auto cancel = context.background_cancel(id)) {
+    std::shared_ptr<const StoredResponse> stored;
+    if (auto cancel = context.background_cancel(id)) {  // running (even if the store let it go)
       cancel();
       stored = wait_until_ended(context, id);
       if (!stored) no_such_response(id);
+    } else {
+      stored = context.responses().get(id);
+      if (!stored) no_such_response(id);
+      if (!stored->response.value("background", false)) {
+        throw ApiError(400, fmt::format("Response '{}' was not created with background: true; only those can be "
+                                        "cancelled.", id), "response_id");
+      }
     }
     send_json(res, dump_json(stored->response));
   });

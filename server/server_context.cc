@@ -32,9 +32,11 @@ std::shared_ptr<const ModelContext> ServerContext::model() const {
   return model_;
 }
 
-void ServerContext::add_background(const std::string& id, std::function<void()> cancel) {
+bool ServerContext::add_background(const std::string& id, std::function<void()> cancel) {
   std::lock_guard lock(background_mutex_);
+  if (background_.size() >= options_.response_store.max_entries) return false;
   background_[id] = std::move(cancel);
+  return true;
 }
 
 void ServerContext::remove_background(const std::string& id) {

@@ -79,7 +79,9 @@ class ServerContext {
   // Background responses (the Responses API's background: true): the thread they run on, and
   // how to cancel each one still running, by response id (the function only posts the cancel).
   BackgroundTasks& background_tasks() { return background_tasks_; }
-  void add_background(const std::string& id, std::function<void()> cancel);
+  // False (nothing added) when as many background responses as the response store holds are
+  // running already: each must be stored, and a client must not queue unbounded work this way.
+  bool add_background(const std::string& id, std::function<void()> cancel);
   void remove_background(const std::string& id);
   // The running response's cancel, or an empty function when it is not running (any more).
   std::function<void()> background_cancel(const std::string& id) const;

@@ -512,6 +512,17 @@ class StoredResponses(unittest.TestCase):
             self.assertEqual([server.request("GET", "/v1/responses/" + i)[0] for i in ids], [200, 404, 200])
             err = server.post("/v1/responses", body(previous_response_id=ids[1]), expect=404)
             self.assertIn("evicted", err["error"]["message"])
+            # Background responses running are bounded by the store too: a client cannot queue
+            # unbounded work with them.
+            long_ones = [server.post("/v1/responses", body("story %d" % k, max_output_tokens=700, background=True))
+                         for k in range(2)]
+            err = server.post("/v1/responses", body("one more", background=True), expect=429)["error"]
+            self.assertEqual(err["param"], "background")
+            self.assertIn("--max-stored-responses", err["message"])
+            server.post("/v1/responses/%s/cancel" % long_ones[0]["id"], {})
+            self.assertEqual(server.post("/v1/responses", body("now", background=True, max_output_tokens=1))["status"],
+                             "queued")
+            server.post("/v1/responses/%s/cancel" % long_ones[1]["id"], {})
         finally:
             self.assertEqual(server.stop(), 0)
 
