@@ -94,10 +94,19 @@ namespace {
 // A reply's header: error bytes, sampled ids, logits floats, then the copy times' bits.
 constexpr int kReplyHeaderWords = 5;
 
+// A receiver's side (v sized by the header that came first).
 template <typename T>
 void broadcast_vector(Communicator& comm, std::vector<T>& v, DType dtype, int root) {
   if (v.empty()) return;
   Tensor t = Tensor::wrap(v.data(), {static_cast<int64_t>(v.size())}, dtype, Device::kCpu);
+  comm.broadcast(t, root);
+}
+
+// The root's side: its data is only read (as send_locked's header and payload).
+template <typename T>
+void send_vector(Communicator& comm, const std::vector<T>& v, DType dtype, int root) {
+  if (v.empty()) return;
+  Tensor t = Tensor::wrap(const_cast<T*>(v.data()), {static_cast<int64_t>(v.size())}, dtype, Device::kCpu);
   comm.broadcast(t, root);
 }
 
@@ -123,7 +132,7 @@ SampleReply ControlGroup::exchange_locked(const StepMessage& step, SampleMessage
   send_message_locked(step);
   Tensor header = Tensor::wrap(sample.header.data(), {kSampleHeaderWords}, DType::kI64, Device::kCpu);
   comm_->broadcast(header, 0);
-  broadcast_vector(*comm_, sample.payload, DType::kI32, 0);
+  send_vector(*comm_, sample.payload, DType::kI32, 0);
   std::array<int64_t, kReplyHeaderWords> words{};
   Tensor reply_header = Tensor::wrap(words.data(), {kReplyHeaderWords}, DType::kI64, Device::kCpu);
   comm_->broadcast(reply_header, 1);
@@ -149,16 +158,14 @@ void ControlGroup::reply(const SampleReply& reply) {
       static_cast<int64_t>(reply.error.size()), static_cast<int64_t>(reply.sampled_ids.size()),
       static_cast<int64_t>(reply.host_logits.size()), std::bit_cast<int64_t>(reply.kv_copy_times.to_host_s),
       std::bit_cast<int64_t>(reply.kv_copy_times.to_device_s)};
-  std::vector<int32_t> ids = reply.sampled_ids;
-  std::vector<float> logits = reply.host_logits;
   std::vector<int32_t> error((reply.error.size() + 3) / 4, 0);
   if (!reply.error.empty()) std::memcpy(error.data(), reply.error.data(), reply.error.size());
   std::lock_guard lock(mutex_);
   Tensor header = Tensor::wrap(words.data(), {kReplyHeaderWords}, DType::kI64, Device::kCpu);
   comm_->broadcast(header, 1);
-  broadcast_vector(*comm_, ids, DType::kI32, 1);
-  broadcast_vector(*comm_, logits, DType::kF32, 1);
-  broadcast_vector(*comm_, error, DType::kI32, 1);
+  send_vector(*comm_, reply.sampled_ids, DType::kI32, 1);
+  send_vector(*comm_, reply.host_logits, DType::kF32, 1);
+  send_vector(*comm_, error, DType::kI32, 1);
 }
 
 void ControlGroup::heartbeat_loop() {

@@ -66,13 +66,20 @@ StepBatch step_of(std::vector<int32_t> tokens) {
   return b;
 }
 
+// A control group over `nodes` (one thread each standing in for a node's process).
+std::vector<std::unique_ptr<ControlGroup>> connect(RankWorkers& nodes, const std::string& name,
+                                                   std::chrono::seconds timeout) {
+  GlooRendezvous rendezvous = GlooRendezvous::in_process();
+  std::vector<std::unique_ptr<ControlGroup>> groups(nodes.size());
+  nodes.run([&](int r) {
+    groups[r] = std::make_unique<ControlGroup>(connect_gloo(rendezvous, r, nodes.size(), name), timeout);
+  });
+  return groups;
+}
+
 TEST(RemoteCopy, StepsSamplingAndRepliesCrossTheChannelIntact) {
   RankWorkers nodes(2);
-  GlooRendezvous rendezvous = GlooRendezvous::in_process();
-  std::vector<std::unique_ptr<ControlGroup>> channel(2);
-  nodes.run([&](int r) {
-    channel[r] = std::make_unique<ControlGroup>(connect_gloo(rendezvous, r, 2, "copy.1"), std::chrono::seconds(20));
-  });
+  std::vector<std::unique_ptr<ControlGroup>> channel = connect(nodes, "copy.1", std::chrono::seconds(20));
   RecordingRunner copy;
   RemoteCopyCounts counts;
   std::string failure;
@@ -151,11 +158,7 @@ TEST(RemoteCopy, StepsSamplingAndRepliesCrossTheChannelIntact) {
 
 TEST(RemoteCopy, TheRunnerNeedsNodeZerosEndOfAChannelOfTwo) {
   RankWorkers nodes(3);
-  GlooRendezvous rendezvous = GlooRendezvous::in_process();
-  std::vector<std::unique_ptr<ControlGroup>> groups(3);
-  nodes.run([&](int r) {
-    groups[r] = std::make_unique<ControlGroup>(connect_gloo(rendezvous, r, 3, "wide"), std::chrono::seconds(5));
-  });
+  std::vector<std::unique_ptr<ControlGroup>> groups = connect(nodes, "wide", std::chrono::seconds(5));
   EXPECT_THROW(RemoteCopyRunner(*groups[0], RemoteCopyGeometry{}), Error);
   EXPECT_THROW(RemoteCopyRunner(*groups[1], RemoteCopyGeometry{}), Error);
 }
