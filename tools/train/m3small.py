@@ -472,13 +472,20 @@ def moe(m, x, c, aux):
     return (out * c.routed_scaling_factor + shared).reshape(shape)
 
 
-def attention_block(a, h, cos, sin, c, o, aux):
+def project_qkv(a, h, cos, sin, c):
+    """q [B, Hq, S, D], k, v [B, G, S, D] after the q/k norms and partial RoPE."""
     b, s, _ = h.shape
-    hq, g, d, di = c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.index_head_dim
+    hq, g, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim
     q = rms_norm(a.q_proj(h).view(b, s, hq, d), a.q_norm.weight, c.rms_norm_eps).transpose(1, 2)
     k = rms_norm(a.k_proj(h).view(b, s, g, d), a.k_norm.weight, c.rms_norm_eps).transpose(1, 2)
     v = a.v_proj(h).view(b, s, g, d).transpose(1, 2)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def attention_block(a, h, cos, sin, c, o, aux):
+    b, s, _ = h.shape
+    hq, g, d, di = c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.index_head_dim
+    q, k, v = project_qkv(a, h, cos, sin, c)
 
     need_index = o.attention == "sparse" or o.indexer_kl
     keep = None
@@ -545,3 +552,72 @@ def sequence_nll(model, ids, o: ForwardOptions):
     logits, _ = forward(model, ids[:, :-1], o)
     nll = F.cross_entropy(logits[0].float(), ids[0, 1:], reduction="sum")
     return float(nll), ids.shape[1] - 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Greedy continuation (the unlikelihood stage of train.py)
+
+def cached_attention(a, h, cos, sin, c, o, cache):
+    """Attention of S new positions over `cache` (a dict holding k, v [B, G, T, D] of the earlier
+    positions, extended here) and themselves, causal. Dense: exact for MSA only while every visible
+    block is selected, which generate_greedy checks."""
+    b, s, _ = h.shape
+    hq, g = c.num_attention_heads, c.num_key_value_heads
+    q, k, v = project_qkv(a, h, cos, sin, c)
+    if o.qat:
+        q, k, v = fake_quant(q, e4m3_round), fake_quant(k, nvfp4_kv_round), fake_quant(v, nvfp4_kv_round)
+    if "k" in cache:
+        k, v = torch.cat([cache["k"], k], 2), torch.cat([cache["v"], v], 2)
+    cache["k"], cache["v"] = k, v
+    t = k.shape[2]
+    mask = torch.ones(s, t, dtype=torch.bool, device=h.device).tril(t - s)
+    hg = hq // g
+    out = sdpa(q, k.repeat_interleave(hg, dim=1), v.repeat_interleave(hg, dim=1), attn_mask=mask)
+    return a.o_proj(out.transpose(1, 2).reshape(b, s, -1))
+
+
+@torch.no_grad()
+def generate_greedy(model, prefix, new_tokens, o: ForwardOptions):
+    """prefix [B, P] -> the model's greedy continuation [B, new_tokens], with a KV cache. With
+    o.attention == "sparse" the length must stay within index_topk_blocks blocks, where MSA selects
+    every visible block and dense attention is the same computation."""
+    c = model.config
+    total = prefix.shape[1] + new_tokens
+    if o.attention == "sparse" and total > c.index_topk_blocks * c.index_block_size:
+        raise ValueError(f"{total} positions exceed the {c.index_topk_blocks} x {c.index_block_size} "
+                         "that sparse attention selects whole")
+    cos, sin = rope_tables(c, total, prefix.device)
+    caches = [{} for _ in model.model.layers]
+    ids, pos, out = prefix, 0, []
+    for _ in range(new_tokens):
+        s = ids.shape[1]
+        cs, sn = cos[pos:pos + s], sin[pos:pos + s]
+        x = model.model.embed_tokens(ids)
+        for layer, cache in zip(model.model.layers, caches):
+            h = rms_norm(x, layer.input_layernorm.weight, c.rms_norm_eps)
+            x = x + cached_attention(layer.self_attn, h, cs, sn, c, o, cache)
+            h = rms_norm(x, layer.post_attention_layernorm.weight, c.rms_norm_eps)
+            x = x + (dense_mlp(layer.mlp, h, c) if isinstance(layer.mlp, DenseMlp) else moe(layer.mlp, h, c, {}))
+        x = rms_norm(x[:, -1:], model.model.norm.weight, c.rms_norm_eps)
+        ids = model.lm_head(x).argmax(-1)
+        out.append(ids)
+        pos += s
+    return torch.cat(out, 1)
+
+
+def repeated_ngrams(cont, n, stop_id=None):
+    """[B, G] bool: the tokens of each row that lie in an n-gram occurring earlier in the same row
+    (the later occurrences, as sequence-level unlikelihood training penalizes them), up to the
+    first stop_id."""
+    rows = cont.tolist()
+    mask = torch.zeros(cont.shape, dtype=torch.bool)
+    for r, row in enumerate(rows):
+        if stop_id is not None and stop_id in row:
+            row = row[:row.index(stop_id)]
+        seen = set()
+        for t in range(n - 1, len(row)):
+            gram = tuple(row[t - n + 1:t + 1])
+            if gram in seen:
+                mask[r, t - n + 1:t + 1] = True
+            seen.add(gram)
+    return mask.to(cont.device)

@@ -6,6 +6,9 @@
 #
 #   OUT=/tmp/out bash tools/train/run_device.sh        # TIME_A/TIME_B/TIME_C: stage seconds
 #   SKIP_SMOKE=1 RESUME=ckpt.pt STAGES=c ...           # continue from a stage checkpoint
+#   SKIP_SMOKE=1 RESUME_RELEASE=models/minimax-m3-small STAGES=d TIME_D=360 ...
+#                                                      # stage d on the committed model
+#   RUN=name ...                                       # training, model and eval under $W/name-*
 #   EXTRA=build/debian-py.tar.xz ...                   # more train files (tools/train/debian_sources.py)
 #
 # Chunks: the script stops training CHUNK seconds after it started (default: no limit), leaving
@@ -20,12 +23,17 @@ T=tools/train
 TIME_A=${TIME_A:-95}
 TIME_B=${TIME_B:-15}
 TIME_C=${TIME_C:-25}
+TIME_D=${TIME_D:-30}
 STAGES=${STAGES:-a,b,c}
 CHUNK=${CHUNK:-0}
 BATCH_TOKENS=${BATCH_TOKENS:-32768}
 # The tokenizer of the committed model: a retrained model keeps its ids (train_tokenizer.py).
 TOKENIZER_FROM=${TOKENIZER_FROM-models/minimax-m3-small}
 PAUSED=0
+# One work directory per training run: a second run on the same machine reuses corpus and tokens.
+TR=$W/${RUN:+$RUN-}train
+MD=$W/${RUN:+$RUN-}model
+EV=$W/${RUN:+$RUN-}eval
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true
 mkdir -p "$OUT" "$W/stage/tools/train/results" "$W/stage/tools/train/eval" "$W/stage/tests/model_small"
 exec > >(tee -a "$OUT/run.log") 2>&1
@@ -37,20 +45,20 @@ pack() {
   set +e
   stamp "pack (exit $rc)"
   local R=$W/stage/tools/train/results
-  cp -f "$W/corpus/corpus.json" "$W/tokens/tokens.json" "$W/train/summary.json" "$W/train/train_log.jsonl" \
-     "$W/eval/eval_torch.json" "$R/" 2>/dev/null || true
+  cp -f "$W/corpus/corpus.json" "$W/tokens/tokens.json" "$TR/summary.json" "$TR/train_log.jsonl" \
+     "$EV/eval_torch.json" "$R/" 2>/dev/null || true
   [ -f "$W/corpus/code_prompts.json" ] && cp -f "$W/corpus/code_prompts.json" "$W/stage/tests/model_small/"
   [ -f "$W/corpus/manifest.tsv" ] && gzip -9 -n -c "$W/corpus/manifest.tsv" > "$R/corpus_manifest.tsv.gz"
-  [ -f "$W/eval/engine_windows.json" ] && cp -f "$W/eval/engine_windows.json" "$W/stage/tools/train/eval/"
-  [ -f "$W/eval/heldout_sample.json" ] && cp -f "$W/eval/heldout_sample.json" "$W/stage/tests/model_small/"
+  [ -f "$EV/engine_windows.json" ] && cp -f "$EV/engine_windows.json" "$W/stage/tools/train/eval/"
+  [ -f "$EV/heldout_sample.json" ] && cp -f "$EV/heldout_sample.json" "$W/stage/tests/model_small/"
   if [ "$PAUSED" = 1 ]; then
-    echo "paused: the training state stays in $W/train/state.pt; run the same command again"
-  elif [ -f "$W/model/model.safetensors" ]; then
-    mkdir -p "$W/stage/models" && rm -rf "$W/stage/models/minimax-m3-small" && cp -r "$W/model" "$W/stage/models/minimax-m3-small"
+    echo "paused: the training state stays in $TR/state.pt; run the same command again"
+  elif [ -f "$MD/model.safetensors" ]; then
+    mkdir -p "$W/stage/models" && rm -rf "$W/stage/models/minimax-m3-small" && cp -r "$MD" "$W/stage/models/minimax-m3-small"
   else
     # No export: keep the newest stage checkpoint (bf16) to resume from.
     local ck
-    ck=$(ls -t "$W"/train/ckpt_*.pt 2>/dev/null | head -1 || true)
+    ck=$(ls -t "$TR"/ckpt_*.pt 2>/dev/null | head -1 || true)
     [ -n "$ck" ] && python3 -c "import torch,sys; c=torch.load(sys.argv[1]); c['state_dict']={k:v.bfloat16() for k,v in c['state_dict'].items()}; torch.save(c, sys.argv[2])" "$ck" "$W/stage/resume.pt" || true
   fi
   tar -C "$W/stage" -czf - . | split -b 15m -d - "$OUT/results.tgz.part-"
@@ -64,9 +72,16 @@ trap pack EXIT TERM INT
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 python3 -c "import torch, transformers, tokenizers, safetensors; print('torch', torch.__version__, 'transformers', transformers.__version__, 'tokenizers', tokenizers.__version__)"
 
-if [ -f "$W/tokens/tokens.json" ] && [ -f "$W/train/state.pt" ]; then
-  stamp "continuing: corpus and tokens of the last call, training from $W/train/state.pt"
+if [ -f "$W/tokens/tokens.json" ] && [ -f "$TR/state.pt" ]; then
+  stamp "continuing: corpus and tokens of the last call, training from $TR/state.pt"
   SKIP_SMOKE=1 PREPARED=1
+elif [ -f "$W/tokens/tokens.json" ] && [ -n "${RUN:-}" ]; then
+  stamp "run $RUN: corpus and tokens of an earlier call"
+  SKIP_SMOKE=1 PREPARED=1
+fi
+if [ -n "${RESUME_RELEASE:-}" ] && [ ! -f "$TR/summary.json" ]; then
+  # Stage d on a committed model: its log continues the one that built it.
+  mkdir -p "$TR" && cp -f $T/results/summary.json $T/results/train_log.jsonl "$TR/"
 fi
 
 if [ "${PREPARED:-0}" != 1 ]; then
@@ -88,12 +103,13 @@ if [ "${SKIP_SMOKE:-0}" != 1 ]; then
   # Pause and continue once, as the chunked run does.
   smoke_train() {
     python3 $T/train.py --tokens $S/tokens --out $S/train --size smoke --time-a 4 --time-b 2 --time-c 3 --seq 512 \
-      --long-seq 1024 --batch-tokens 4096 --eval-seq 1024 --eval-windows 2 --log-every 5 "$@"
+      --long-seq 1024 --batch-tokens 4096 --eval-seq 1024 --eval-windows 2 --log-every 5 --stages a,b,c,d \
+      --time-d 3 --tokenizer $S/tokenizer --ul-batch 8 --ul-prefix 96 --ul-new 32 "$@"
   }
   rc=0; smoke_train --stop-after 3 || rc=$?
   [ "$rc" = 75 ] || { echo "smoke: expected a pause (75), got $rc"; exit 1; }
   smoke_train
-  python3 $T/export.py --ckpt $S/train/ckpt_c.pt --tokenizer $S/tokenizer --out $S/model
+  python3 $T/export.py --ckpt $S/train/ckpt_d.pt --tokenizer $S/tokenizer --out $S/model
   python3 $T/eval_torch.py --model $S/model --tokens $S/tokens --out $S/eval --engine-out $S/eval \
     --fixture-out $S/eval --short 512 --long 2048 --windows-long 2
   stamp smoke passed
@@ -111,8 +127,10 @@ if [ "$CHUNK" -gt 0 ]; then
   STOP=(--stop-after $((CHUNK - SECONDS - 25)))
 fi
 rc=0
-python3 $T/train.py --tokens $W/tokens --out $W/train --stages "$STAGES" ${RESUME:+--resume "$RESUME"} \
-  --time-a "$TIME_A" --time-b "$TIME_B" --time-c "$TIME_C" --batch-tokens "$BATCH_TOKENS" "${STOP[@]}" ${TRAIN_ARGS:-} || rc=$?
+python3 $T/train.py --tokens $W/tokens --out "$TR" --stages "$STAGES" ${RESUME:+--resume "$RESUME"} \
+  ${RESUME_RELEASE:+--resume-release "$RESUME_RELEASE"} --tokenizer $W/tokenizer \
+  --time-a "$TIME_A" --time-b "$TIME_B" --time-c "$TIME_C" --time-d "$TIME_D" --batch-tokens "$BATCH_TOKENS" \
+  "${STOP[@]}" ${TRAIN_ARGS:-} || rc=$?
 if [ "$rc" = 75 ]; then
   PAUSED=1
   stamp "paused (call again to continue)"
@@ -120,7 +138,7 @@ if [ "$rc" = 75 ]; then
 fi
 [ "$rc" = 0 ] || exit "$rc"
 stamp export
-python3 $T/export.py --ckpt "$W/train/ckpt_${STAGES##*,}.pt" --tokenizer $W/tokenizer --out $W/model
+python3 $T/export.py --ckpt "$TR/ckpt_${STAGES##*,}.pt" --tokenizer $W/tokenizer --out "$MD"
 stamp eval
-python3 $T/eval_torch.py --model $W/model --tokens $W/tokens --out $W/eval --engine-out $W/eval --fixture-out $W/eval
+python3 $T/eval_torch.py --model "$MD" --tokens $W/tokens --out "$EV" --engine-out "$EV" --fixture-out "$EV"
 stamp done

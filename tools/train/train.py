@@ -10,6 +10,13 @@
      block forced) and q / index-q fake-quantized to E4M3 and K / V / index-K to NVFP4
      (straight-through), so that the model is native to `--kv-cache-dtype nvfp4`; the indexer keeps
      its KL loss on detached inputs.
+  d  stage c's fine-tune plus sequence-level unlikelihood (Welleck et al. 2019, "Neural text
+     generation with unlikelihood training"): each step the model continues --ul-batch prefixes
+     of train text (ending at a line break) greedily, and every continuation token that lies in an
+     n-gram the continuation already holds gets the loss -log(1 - p(token)). Greedy decoding of
+     a model this small falls into loops (one line or argument repeated until max_tokens), and
+     a loop inside a definition never closes it; this teaches the model not to put mass on the
+     repetition it has just started. Usually run from a finished model (--resume-release).
 
 Every stage runs for a wall-clock budget: the cosine learning-rate schedule follows elapsed time,
 so a faster or slower machine changes the token count, never the duration. Expert balance uses the
@@ -25,7 +32,8 @@ the pause), so a long run fits in calls of a few minutes each. Stages already in
 not run again.
 
 Usage: python3 tools/train/train.py --tokens DIR --out DIR [--size small|smoke] [--stages a,b,c]
-           [--time-a S --time-b S --time-c S] [--resume CKPT] [--stop-after S]
+           [--time-a S --time-b S --time-c S --time-d S] [--resume CKPT | --resume-release DIR]
+           [--tokenizer DIR (stage d)] [--stop-after S]
 """
 import argparse
 import json
@@ -52,11 +60,35 @@ class Stream:
         self.device = device
         self.gen = torch.Generator(device=device).manual_seed(seed)
 
-    def batch(self, batch, seq):
-        n = self.tokens.numel() - seq - 1
+    def windows(self, batch, length):
+        n = self.tokens.numel() - length
         off = torch.randint(0, n, (batch,), generator=self.gen, device=self.device)
-        w = self.tokens[off[:, None] + torch.arange(seq + 1, device=self.device)].long()
+        return self.tokens[off[:, None] + torch.arange(length, device=self.device)].long()
+
+    def batch(self, batch, seq):
+        w = self.windows(batch, seq + 1)
         return w[:, :-1], w[:, 1:]
+
+
+def newline_ids(tokenizer_dir, vocab_size, device):
+    """[V] bool: the ids whose text holds a line break (byte-level BPE writes it as U+010A)."""
+    vocab = json.load(open(os.path.join(tokenizer_dir, "tokenizer.json")))["model"]["vocab"]
+    lut = torch.zeros(vocab_size, dtype=torch.bool)
+    for piece, i in vocab.items():
+        if "\u010a" in piece and i < vocab_size:
+            lut[i] = True
+    assert lut.any(), f"{tokenizer_dir}: no token holds a line break"
+    return lut.to(device)
+
+
+def line_prefixes(windows, length, nl):
+    """Prefixes of `length` ids cut from windows [B, length + X] so that each ends with the first
+    line-break id at or after position length - 1 (the window's end when there is none)."""
+    tail = nl[windows[:, length - 1:]]
+    first = torch.where(tail.any(1), tail.float().argmax(1), torch.full_like(tail[:, 0], tail.shape[1] - 1,
+                                                                             dtype=torch.long))
+    start = first[:, None] + torch.arange(length, device=windows.device)
+    return windows.gather(1, start)
 
 
 class Logger:
@@ -96,6 +128,47 @@ def finetune_loss(kl_weight):
     return fn
 
 
+def unlikelihood_step(stream, nl, args, eos):
+    """Stage d's extra term: greedy continuations of line-aligned train prefixes, and
+    -log(1 - p) on their tokens inside repeated n-grams, averaged over all continuation tokens."""
+    gen = M.ForwardOptions(attention="sparse", qat=True)
+    # Prefix + continuation stay within top-k blocks, where MSA selects everything: the dense
+    # path computes the same and is faster.
+    train_opts = M.ForwardOptions(attention="dense", qat=True)
+    p = args.ul_prefix
+
+    def fn(model):
+        prefix = line_prefixes(stream.windows(args.ul_batch, p + 64), p, nl)
+        device = prefix.device
+        with autocast(device):
+            cont = M.generate_greedy(model, prefix, args.ul_new, gen)
+        rep = M.repeated_ngrams(cont, args.ul_ngram, eos)
+        ids = torch.cat([prefix, cont], 1)
+        with autocast(device):
+            logits, _ = M.forward(model, ids[:, :-1], train_opts)
+        logp = torch.log_softmax(logits[:, p - 1:].float(), -1).gather(-1, cont[..., None])[..., 0]
+        one_minus = torch.log1p(-logp.exp().clamp(max=1 - 1e-5))
+        ul = -(one_minus * rep).sum() / rep.numel()
+        (args.ul_weight * ul).backward()
+        return {"ul": ul.detach(), "rep": rep.float().mean()}
+    return fn
+
+
+@torch.no_grad()
+def heldout_repetition(model, held, nl, args, eos, rows=128):
+    """Greedy continuations of `rows` line-aligned held-out prefixes spread over the stream:
+    the share of their tokens inside repeated n-grams, and of rows more than a quarter so."""
+    p, n = args.ul_prefix, args.ul_new
+    span = p + 64
+    off = torch.linspace(0, held.numel() - span - 1, rows, device=held.device).long()
+    windows = held[off[:, None] + torch.arange(span, device=held.device)]
+    prefix = line_prefixes(windows, p, nl)
+    with autocast(held.device):
+        cont = M.generate_greedy(model, prefix, n, M.ForwardOptions(attention="sparse", qat=True))
+    rep = M.repeated_ngrams(cont, args.ul_ngram, eos).float()
+    return {"repeated_tokens": round(float(rep.mean()), 4), "looping_rows": round(float((rep.mean(1) > 0.25).float().mean()), 4)}
+
+
 def is_oom(e):
     return "out of memory" in str(e).lower()
 
@@ -112,9 +185,10 @@ class Pause(Exception):
 
 
 def run_stage(name, model, params, opts, loss_fn, stream, args, log, budget_s, lr_peak, phases,
-              update_bias=True, warmup=30, min_lr_frac=0.1, deadline=None, resume=None):
+              update_bias=True, warmup=30, min_lr_frac=0.1, deadline=None, resume=None, extra=None):
     """phases: [(start fraction of the budget, seq, batch)]. Returns the stage record; raises
-    Pause past `deadline` (time.time()); `resume` is the state of a Pause of this stage."""
+    Pause past `deadline` (time.time()); `resume` is the state of a Pause of this stage. `extra`
+    (model -> dict of detached terms) adds gradients of its own (its backward) to every step."""
     device = next(model.parameters()).device
     decay = [p for p in params if p.ndim >= 2]
     other = [p for p in params if p.ndim < 2]
@@ -154,6 +228,8 @@ def run_stage(name, model, params, opts, loss_fn, stream, args, log, budget_s, l
                     parts[k] = parts.get(k, 0.0) + v.detach() / accum
                 if update_bias:
                     M.update_router_bias(model, aux, args.bias_rate / accum)
+            if extra is not None:
+                parts.update(extra(model))
         except RuntimeError as e:
             if not is_oom(e) or accum >= batch:
                 raise
@@ -232,10 +308,13 @@ def main():
     ap.add_argument("--size", choices=["small", "smoke"], default="small")
     ap.add_argument("--stages", default="a,b,c")
     ap.add_argument("--resume", help="start from a stage checkpoint (ckpt_<stage>.pt)")
+    ap.add_argument("--resume-release", help="start from a release directory (export.py's layout), dequantized")
+    ap.add_argument("--tokenizer", help="tokenizer directory (stage d: which ids hold a line break)")
     ap.add_argument("--stop-after", type=float, help="pause after this many seconds (state.pt, exit 75)")
     ap.add_argument("--time-a", type=float, default=130.0)
     ap.add_argument("--time-b", type=float, default=20.0)
     ap.add_argument("--time-c", type=float, default=35.0)
+    ap.add_argument("--time-d", type=float, default=30.0)
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--long-seq", type=int, default=8192)
     ap.add_argument("--long-frac", type=float, default=0.2)
@@ -243,6 +322,12 @@ def main():
     ap.add_argument("--lr-a", type=float, default=2e-3)
     ap.add_argument("--lr-b", type=float, default=2e-3)
     ap.add_argument("--lr-c", type=float, default=3e-4)
+    ap.add_argument("--lr-d", type=float, default=2e-4)
+    ap.add_argument("--ul-weight", type=float, default=1.0, help="stage d: weight of the unlikelihood term")
+    ap.add_argument("--ul-batch", type=int, default=128, help="stage d: continuations per step")
+    ap.add_argument("--ul-prefix", type=int, default=256, help="stage d: prefix length (ids)")
+    ap.add_argument("--ul-new", type=int, default=128, help="stage d: continuation length (ids)")
+    ap.add_argument("--ul-ngram", type=int, default=8, help="stage d: n of the repeated n-grams")
     ap.add_argument("--kl-weight", type=float, default=1.0)
     ap.add_argument("--bias-rate", type=float, default=1e-3)
     ap.add_argument("--eval-seq", type=int, default=4096)
@@ -269,6 +354,10 @@ def main():
     elif args.resume:
         ck = torch.load(args.resume, map_location="cpu")
         cfg = M.SmallConfig(**ck["config"])
+    elif args.resume_release:
+        import export
+        cfg, sd = export.load_release(args.resume_release)
+        ck = {"state_dict": sd}
     else:
         base = {} if args.size == "small" else M.SMOKE
         cfg = M.SmallConfig(**base, bos_token_id=sp["bos_token"], eos_token_id=sp["eos_token"],
@@ -277,7 +366,7 @@ def main():
     assert cfg.index_local_blocks == 1, "the training selection forces exactly one local block"
     torch.manual_seed(args.seed)
     model = M.SmallM3(cfg)
-    if paused is not None or args.resume:
+    if paused is not None or args.resume or args.resume_release:
         model.load_state_dict(ck["state_dict"])
     else:
         model.init_weights(args.seed)
@@ -328,7 +417,7 @@ def main():
 
 
 def stage_budget(args, stage):
-    return {"a": args.time_a, "b": args.time_b, "c": args.time_c}[stage]
+    return {"a": args.time_a, "b": args.time_b, "c": args.time_c, "d": args.time_d}[stage]
 
 
 def run_one_stage(stage, model, train, held, args, log, device, phases, chunk):
@@ -358,8 +447,26 @@ def run_one_stage(stage, model, train, held, args, log, device, phases, chunk):
             **chunk)
         rec["heldout_ppl"] = evaluate(model, held, args, device, [("dense", dense), ("sparse", sparse),
                                                                   ("sparse_fake_nvfp4", sparse_q)])
+    elif stage == "d":
+        if not args.tokenizer:
+            raise SystemExit("stage d needs --tokenizer (which ids hold a line break)")
+        nl = newline_ids(args.tokenizer, model.config.vocab_size, device)
+        eos = model.config.eos_token_id
+        before = None
+        if chunk["resume"] is None:
+            before = heldout_repetition(model, held, nl, args, eos)
+            log(stage="d", event="repetition_before", **before)
+        rec = run_stage("d", model, list(model.parameters()), M.ForwardOptions(
+            attention="sparse", qat=True, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
+            args.time_d, args.lr_d, [(0.0, args.long_seq, max(1, args.batch_tokens // args.long_seq))], warmup=10,
+            extra=unlikelihood_step(train, nl, args, eos), **chunk)
+        rec["heldout_ppl"] = evaluate(model, held, args, device, [("dense", dense), ("sparse", sparse),
+                                                                  ("sparse_fake_nvfp4", sparse_q)])
+        rec["repetition"] = heldout_repetition(model, held, nl, args, eos)
+        if before is not None:
+            rec["repetition_before"] = before
     else:
-        raise SystemExit(f"unknown stage {stage!r} (a, b, c)")
+        raise SystemExit(f"unknown stage {stage!r} (a, b, c, d)")
     return rec
 
 
