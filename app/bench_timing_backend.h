@@ -70,7 +70,13 @@ class TimingBackend final : public Backend {
     const std::size_t dot = weight.name.rfind('.');
     const std::string key = "linear " + (dot == std::string::npos ? weight.name : weight.name.substr(dot + 1));
     timed(key, [&] { inner_.linear(x, weight, out); });
+  }  // Named after the first weight ("linears q_proj": the attention projections in one op).
+  void linears(const Tensor& x, std::span<const LinearOutput> outputs) override {
+    const std::string name = outputs.empty() ? std::string() : outputs[0].weight->name;
+    const size_t dot = name.rfind('.');
+    timed("linears " + (dot == std::string::npos ? name : name.substr(dot + 1)), [&] { inner_.linears(x, outputs); });
   }
+
   void head_norm_rope(Tensor x, int num_heads, int head_dim, const Tensor& norm, float eps,
                       int rope_dims) override {
     timed("head_norm_rope", [&] { inner_.head_norm_rope(x, num_heads, head_dim, norm, eps, rope_dims); });

@@ -227,17 +227,15 @@ void MiniMaxM3::attention_block(int layer, Activations& a) {
   const KvLayerView cache = layout_.layer_view(kv_pool_.data_as<uint8_t>(), layer);
   Tensor h = a.h.rows(0, t), q = a.q.rows(0, t), k = a.k.rows(0, t), v = a.v.rows(0, t);
 
-  backend_.linear(h, w.q, q);
-  backend_.linear(h, w.k, k);
-  backend_.linear(h, w.v, v);
   const bool sparse = c.attention_kinds[layer] == AttentionKind::kSparse;
   Tensor iq, ik;
   if (sparse) {
     iq = a.index_q.rows(0, t);
     ik = a.index_k.rows(0, t);
-    backend_.linear(h, w.index_q, iq);
-    backend_.linear(h, w.index_k, ik);
   }
+  // One op for all projections of h (one launch at decode on the GPU).
+  const LinearOutput projections[] = {{&w.q, q}, {&w.k, k}, {&w.v, v}, {&w.index_q, iq}, {&w.index_k, ik}};
+  backend_.linears(h, std::span(projections, sparse ? 5 : 3));
   // The indexer reuses the main cos/sin truncated to index_head_dim channels.
   const int index_rope = sparse ? std::min(c.rope.rotary_dim, c.index_head_dim) : 0;
   // q/k (and index-K) norms + RoPE and the cache write in one op (one kernel on the GPU).

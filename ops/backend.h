@@ -36,6 +36,12 @@ namespace m3 {
 
 // What a backend is configured with before any op: the attention geometry of the model it will
 // run (to pre-size scratch and pick kernels), its RoPE table and the activation numerics.
+// One output of Backend::linears: out = x weight^T.
+struct LinearOutput {
+  const LinearWeight* weight = nullptr;
+  Tensor out;
+};
+
 struct BackendConfig {
   DType activation_dtype = DType::kF32;  // kF32 or kBF16
   int num_q_heads = 0;
@@ -146,6 +152,13 @@ class Backend {
   virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor out) = 0;
   // out [rows, out_features] = x [rows, in_features] W^T, any WeightFormat, dequantized exactly.
   virtual void linear(const Tensor& x, const LinearWeight& weight, Tensor out) = 0;
+  // Several linear layers over one input (the attention projections): outputs[i].out =
+  // x outputs[i].weight^T, each within linear()'s tolerance of linear() (the fp32 summation order
+  // may differ). A backend may run them as one launch (the CUDA backend does for decode-sized
+  // steps whose weights share a quantized format); the default runs them one by one.
+  virtual void linears(const Tensor& x, std::span<const LinearOutput> outputs) {
+    for (const LinearOutput& o : outputs) linear(x, *o.weight, o.out);
+  }
   // In place on x [T, num_heads * head_dim]: per head, Gemma RMSNorm over head_dim with `norm`
   // (F32 [head_dim]), then rotate-half RoPE over the first `rope_dims` channels (pairs c and
   // c + rope_dims/2) with the planned cos/sin truncated to rope_dims channels (the indexer's

@@ -118,6 +118,39 @@ void run_bench(const std::string& only) {
     }
   }
 
+  // The attention projections of M3.1 (q, k, v, index q, index k; mxfp8): five linear() calls
+  // against one linears() (one launch up to 256 rows).
+  if (want("linear")) {
+    const int64_t ns[] = {8192, 512, 512, 512, 128};
+    std::vector<LinearWeight> ws;
+    double wbytes = 0;
+    for (int64_t n : ns) {
+      ws.push_back(random_device_linear(rng, n, 6144, WeightFormat::kMxfp8));
+      wbytes += double(ws.back().nbytes());
+    }
+    std::printf("\n%-24s %6s %12s %12s %10s\n", "q/k/v/index projections", "rows", "separate us", "linears us",
+                "GB/s");
+    for (int rows : {1, 8, 32, 64, 128}) {
+      Tensor x = backend->alloc({rows, 6144}, DType::kBF16);
+      std::vector<LinearOutput> outs;
+      for (size_t i = 0; i < ws.size(); ++i) outs.push_back({&ws[i], backend->alloc({rows, ns[i]}, DType::kBF16)});
+      auto time_us = [&](const std::function<void()>& f) {
+        f();
+        cuda::check_cuda(cudaDeviceSynchronize(), "projections warmup");
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 20; ++i) f();
+        cuda::check_cuda(cudaDeviceSynchronize(), "projections");
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20;
+      };
+      const double separate = time_us([&] {
+        for (const LinearOutput& o : outs) backend->linear(x, *o.weight, o.out);
+      });
+      const double fused = time_us([&] { backend->linears(x, outs); });
+      std::printf("%-24s %6d %12.1f %12.1f %10.1f\n", "mxfp8 9856x6144", rows, separate, fused,
+                  (wbytes + 2.0 * rows * (6144 + 9856)) / fused / 1e3);
+    }
+  }
+
   // The fused attention input path against the separate ops (q/k/index-K norm + RoPE, insert),
   // M3 shape, nvfp4 caches: one prefill chunk of T tokens.
   if (!want("attention")) return;

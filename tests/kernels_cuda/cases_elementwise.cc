@@ -195,6 +195,15 @@ void add_elementwise_cases(CaseList& cases, bool) {
     cases.push_back(std::make_unique<HeadNormRopeCase>(g, g.heads, g.head_dim, g.rotary_dim));
     cases.push_back(std::make_unique<HeadNormRopeCase>(g, g.index_heads, g.index_dim, std::min(g.rotary_dim, g.index_dim)));
   }
+  // Row widths for the norms' kernels: M3.1's 6144 (one 16-byte chunk per thread), 16392 (three
+  // chunks per thread of 1024) and 100 (not whole chunks: the strided kernels).
+  for (const auto& [name, hidden] : {std::pair{"m3-6144", 6144}, std::pair{"m3-16392", 16392}, std::pair{"m3-100", 100}}) {
+    Geometry g = m3_geometry();
+    g.name = name;
+    g.hidden = hidden;
+    for (Op op : {Op::kGather, Op::kRmsNorm, Op::kAddRmsNorm, Op::kAddRmsNormSplit})
+      cases.push_back(std::make_unique<RowOpCase>(g, op));
+  }
 }
 
 }  // namespace m3::test

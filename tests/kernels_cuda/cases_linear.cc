@@ -2,6 +2,10 @@
 // swiglu_mlp, moe (all experts, expert-parallel subsets, routed only).
 #include <fmt/core.h>
 
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "tests/kernels_cuda/op_case_inputs.h"
 #include "tests/kernels_cuda/op_harness.h"
 
@@ -56,6 +60,65 @@ class LinearCase : public OpCase {
   FormatCase f_;
   int n_, k_, rows_;
   LinearWeight w_;
+  std::vector<float> x_;
+};
+
+// Backend::linears: several weights over one input (the attention projections), fused into one
+// launch on the GPU when they share a quantized format; a mixed group takes linear() each.
+class LinearsCase : public OpCase {
+ public:
+  LinearsCase(std::vector<FormatCase> formats, std::vector<int> ns, int k, int rows)
+      : formats_(std::move(formats)), ns_(std::move(ns)), k_(k), rows_(rows) {}
+  std::string name() const override {
+    std::string fs, shape;
+    for (size_t i = 0; i < ns_.size(); ++i) {
+      const char* f = formats_[i % formats_.size()].name;
+      if (fs.find(f) == std::string::npos) fs += (fs.empty() ? "" : "+") + std::string(f);
+      shape += (i ? "," : "") + std::to_string(ns_[i]);
+    }
+    return fmt::format("linears {} ({})x{} rows {}", fs, shape, k_, rows_);
+  }
+  Geometry geometry() const override { return mlp_geometry("linear", 256); }
+  void build(std::mt19937_64& rng) override {
+    for (size_t i = 0; i < ns_.size(); ++i)
+      w_.push_back(random_weight(rng, "w", ns_[i], k_, formats_[i % formats_.size()]));
+    x_ = random_values(rng, size_t(rows_) * k_, 1.0f);
+  }
+  BoundCase bind(Backend& b) const override {
+    const Tensor x = act_on_backend(b, x_, rows_, k_);
+    auto weights = std::make_shared<std::vector<LinearWeight>>();
+    std::vector<LinearOutput> outs;
+    for (size_t i = 0; i < ns_.size(); ++i) weights->push_back(on_backend(b, w_[i]));
+    for (size_t i = 0; i < ns_.size(); ++i) {
+      Tensor out = b.alloc({rows_, ns_[i]}, b.activation_storage_dtype());
+      poison(out, 0x7e);  // an element the op leaves unwritten fails the check
+      outs.push_back({&(*weights)[i], out});
+    }
+    Backend* be = &b;
+    // The weights live as long as the closures (outs points into them).
+    return {[x, outs, be, weights] { be->linears(x, outs); },
+            [outs, be] {
+              Outputs o;
+              for (const LinearOutput& l : outs) o.push_back(read_act(*be, l.out));
+              return o;
+            }};
+  }
+  std::vector<Check> checks() const override {
+    std::vector<Check> c;
+    for (size_t i = 0; i < ns_.size(); ++i) c.push_back(relative_error(fmt::format("out {}", i), i, kTolGemm));
+    return c;
+  }
+  double bytes() const override {
+    double b = 2.0 * rows_ * k_;
+    for (size_t i = 0; i < ns_.size(); ++i) b += double(w_[i].nbytes()) + 2.0 * rows_ * ns_[i];
+    return b;
+  }
+
+ private:
+  std::vector<FormatCase> formats_;
+  std::vector<int> ns_;
+  int k_, rows_;
+  std::vector<LinearWeight> w_;
   std::vector<float> x_;
 };
 
@@ -183,6 +246,13 @@ void add_linear_cases(CaseList& cases, bool quick) {
       // A prefill-sized problem: 16 row tiles of the wgmma kernel, several K steps.
       if (!quick && n == 256) cases.push_back(std::make_unique<LinearCase>(f, n, k, 2048));
     }
+  // The attention projections' shapes in small: q, k, v, index q, index k (one 40-feature weight
+  // ends inside a 16-feature slice), per format; then a mixed group (no fusion).
+  const std::vector<int> projections = {256, 32, 40, 48, 16};
+  for (int rows : quick ? std::vector<int>{1, 20, 300} : std::vector<int>{1, 3, 16, 20, 64, 150, 300}) {
+    for (int f : {3, 5, 6, 7, 0}) cases.push_back(std::make_unique<LinearsCase>(std::vector{kFormats[f]}, projections, 256, rows));
+    cases.push_back(std::make_unique<LinearsCase>(std::vector{kFormats[5], kFormats[7]}, projections, 256, rows));
+  }
   for (const FormatCase& f : kFormats) {
     if (quick && f.format == WeightFormat::kFp8Block) continue;
     // 600 rows: above the skinny kernel's 256-row dense limit, the wgmma kernel's fused SwiGLU.

@@ -52,6 +52,17 @@ enum class Epilogue : uint8_t {
 // [i * item_rows, ...) of `rows` rows and weight w[0] (w[1]: the up projection of kSwiglu).
 // Grouped (MoE): items[0 .. *num_items) from the device, weights table[j][item.expert], at most
 // max_items items. src(r) = x_rows ? x_rows[r] : r.
+// One weight of a multi-output linear launch (LinearArgs::seg): its 16-feature slices follow the
+// previous segment's in blockIdx.y, from slice_begin on.
+struct LinearSegment {
+  WeightView w;
+  uint16_t* out = nullptr;
+  int64_t out_stride = 0;
+  int n = 0;  // output features
+  int slice_begin = 0;
+};
+inline constexpr int kMaxLinearSegments = 6;
+
 struct LinearArgs {
   const uint16_t* x = nullptr;
   int64_t x_stride = 0;  // elements
@@ -70,6 +81,11 @@ struct LinearArgs {
   Epilogue epilogue = Epilogue::kStore;
   float swiglu_alpha = 1.702f;
   float swiglu_limit = 7.0f;
+  // num_segments > 0: several weights of one kind over the same x in one launch (dense, kStore,
+  // item_rows <= 64; Backend::linears). w[0], n and out are then taken per segment; w[0] here
+  // names the shared kind for the dispatch.
+  LinearSegment seg[kMaxLinearSegments];
+  int num_segments = 0;
 };
 
 // True when the tensor-core kernels take this weight (exact bf16 expansion, aligned rows);

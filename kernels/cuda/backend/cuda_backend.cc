@@ -277,6 +277,12 @@ class CudaBackend final : public Backend {
   }
 
   void linear(const Tensor& x, const LinearWeight& weight, Tensor out) override { linear_on(x, weight, out, stream_); }
+  // One skinny launch for decode-sized steps (<= 256 rows) when every weight has the same
+  // quantized kind and the tensor-core path: the small projections (k, v, index q/k: 8-32
+  // CTAs each) fill the GPU beside q_proj instead of running alone. Otherwise one by one.
+  void linears(const Tensor& x, std::span<const LinearOutput> outputs) override {
+    if (!fused_linears(x, outputs)) Backend::linears(x, outputs);
+  }
 
   void head_norm_rope(Tensor x, int num_heads, int head_dim, const Tensor& norm, float eps, int rope_dims) override {
     check_act(x, step_.num_tokens, int64_t(num_heads) * head_dim, "head_norm_rope input");
@@ -538,6 +544,43 @@ class CudaBackend final : public Backend {
     a.out = bf16_ptr_mut(out);
     a.out_stride = out.dim(1);
     check_cuda(detail::launch_linear(a, stream), weight.name.c_str());
+  }
+  bool fused_linears(const Tensor& x, std::span<const LinearOutput> outputs) {
+    if (outputs.size() < 2 || outputs.size() > size_t(detail::kMaxLinearSegments)) return false;
+    const int64_t rows = x.dim(0);
+    const LinearWeight& first = *outputs[0].weight;
+    const detail::WeightView w0 = weight_view(first);
+    const int k = static_cast<int>(first.in_features);
+    if (w0.kind == detail::WeightKind::kBF16 || x.dim(1) % 8 != 0) return false;  // bf16: cuBLAS
+    const int item_rows = detail::linear_item_rows(w0, k, static_cast<int>(rows));
+    if (item_rows > 64) return false;
+    detail::LinearArgs a;
+    int slices = 0;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const LinearWeight& weight = *outputs[i].weight;
+      check_act(x, rows, weight.in_features, "input of " + weight.name);
+      check_act(outputs[i].out, rows, weight.out_features, "output of " + weight.name);
+      const detail::WeightView w = weight_view(weight);
+      if (w.kind != w0.kind || weight.in_features != first.in_features || !detail::linear_has_mma_path(w, k))
+        return false;
+      detail::LinearSegment& seg = a.seg[i];
+      seg.w = w;
+      seg.out = bf16_ptr_mut(outputs[i].out);
+      seg.out_stride = outputs[i].out.dim(1);
+      seg.n = static_cast<int>(weight.out_features);
+      seg.slice_begin = slices;
+      slices += (seg.n + 15) / 16;
+    }
+    a.num_segments = static_cast<int>(outputs.size());
+    a.x = bf16_ptr(x);
+    a.x_stride = x.dim(1);
+    a.rows = static_cast<int>(rows);
+    a.n = a.seg[0].n;
+    a.k = k;
+    a.w[0] = w0;
+    a.item_rows = item_rows;
+    check_cuda(detail::launch_linear(a, stream_), ("linears from " + first.name).c_str());
+    return true;
   }
   // act [rows, inter] = SwiGLU-OAI(x gate^T, x up^T), fused into one GEMM's epilogue.
   void gate_up_swiglu(const uint16_t* x, int64_t x_stride, int rows, const LinearWeight& gate, const LinearWeight& up,

@@ -74,11 +74,23 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
   if (!info.valid) return;
   const LinearItem item = info.item;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const int n0 = blockIdx.y * 8 * NT;
   const int splits = gridDim.z;  // CTAs of one cluster splitting K (1: no cluster)
   WeightView w[NW];
 #pragma unroll
   for (int j = 0; j < NW; ++j) w[j] = weight_of(a, j, item.expert);
+  int slice = blockIdx.y, n_limit = a.n;
+  uint16_t* out = a.out;
+  int64_t out_stride = a.out_stride;
+  if (a.num_segments > 0) {  // several weights in one launch: find this slice's
+    int s = 0;
+    while (s + 1 < a.num_segments && slice >= a.seg[s + 1].slice_begin) ++s;
+    slice -= a.seg[s].slice_begin;
+    n_limit = a.seg[s].n;
+    out = a.seg[s].out;
+    out_stride = a.seg[s].out_stride;
+    w[0] = a.seg[s].w;
+  }
+  const int n0 = slice * 8 * NT;
 
   const uint16_t* xrow[MT][2];
 #pragma unroll
@@ -95,8 +107,8 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const int n = n0 + nt * 8 + g;
-      wrow[j][nt] = n < a.n ? w[j].data + int64_t(n) * w[j].row_bytes : nullptr;
-      srow[j][nt] = n < a.n && w[j].scale != nullptr ? w[j].scale + int64_t(n) * w[j].scale_stride : nullptr;
+      wrow[j][nt] = n < n_limit ? w[j].data + int64_t(n) * w[j].row_bytes : nullptr;
+      srow[j][nt] = n < n_limit && w[j].scale != nullptr ? w[j].scale + int64_t(n) * w[j].scale_stride : nullptr;
     }
 
   float acc[AS][NW][NT][MT][4];
@@ -249,7 +261,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
         const int ln = e & 31, c = (e >> 5) & 3, nt = e >> 7;
         const int row = mt * 16 + (ln >> 2) + (c >= 2 ? 8 : 0);
         const int col = n0 + nt * 8 + 2 * (ln & 3) + (c & 1);
-        if (row >= item.row_count || col >= a.n) continue;
+        if (row >= item.row_count || col >= n_limit) continue;
         float v[NW];
 #pragma unroll
         for (int j = 0; j < NW; ++j) {
@@ -259,7 +271,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
           v[j] = sum;
         }
         const float y = epilogue_value<kSwiglu>(a, w, v);
-        a.out[int64_t(item.row_begin + row) * a.out_stride + col] = f32_to_bf16_bits(y);
+        out[int64_t(item.row_begin + row) * out_stride + col] = f32_to_bf16_bits(y);
       }
     }
     // No CTA leaves (or overwrites part) while rank 0 may still read its shared memory.
@@ -347,7 +359,8 @@ int skinny_splits(int slices, int num_chunks, int u, int ctas_per_sm, int max_sp
 template <WeightKind F, int MT, bool kSwiglu>
 cudaError_t launch_skinny(const LinearArgs& a, int items, cudaStream_t stream) {
   constexpr int U = skinny_chunks_per_batch<MT, kSwiglu ? 2 : 1>();
-  const int slices = (a.n + 15) / 16;
+  const LinearSegment* last = a.num_segments > 0 ? &a.seg[a.num_segments - 1] : nullptr;
+  const int slices = last != nullptr ? last->slice_begin + (last->n + 15) / 16 : (a.n + 15) / 16;
   const int num_chunks = (a.k + 4 * WeightFmt<F>::kElems - 1) / (4 * WeightFmt<F>::kElems);
   // Grouped (MoE) problems have max_items x slices CTAs already; only dense ones split. Measured
   // (docs/gpu-backend-notes.md, round 2): 2 splits help 64-row tiles (k_proj at 128 rows 19.1 ->
@@ -442,6 +455,14 @@ cudaError_t init_linear_kernels() { return init_linear_wgmma_kernels(); }
 
 cudaError_t launch_linear(const LinearArgs& a, cudaStream_t stream) {
   const int items = a.items != nullptr ? a.max_items : (a.rows + a.item_rows - 1) / a.item_rows;
+  if (a.num_segments > 0) {
+    // Only the skinny kernel walks segments; the caller checked the weights (linear_segments_ok).
+    if (a.num_segments > kMaxLinearSegments || a.items != nullptr || a.item_rows > 64 ||
+        a.epilogue != Epilogue::kStore || a.x_stride % 8 != 0)
+      return cudaErrorInvalidValue;
+    if (items <= 0) return cudaSuccess;
+    return launch_kind<false>(a, items, stream);
+  }
   if (items <= 0 || a.n <= 0) return cudaSuccess;
   const bool swiglu = a.epilogue == Epilogue::kSwiglu;
   bool mma = linear_has_mma_path(a.w[0], a.k) && (!swiglu || a.w[1].kind == a.w[0].kind);
