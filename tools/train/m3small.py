@@ -557,6 +557,23 @@ def sequence_nll(model, ids, o: ForwardOptions):
 # ----------------------------------------------------------------------------------------------
 # Greedy continuation (the unlikelihood stage of train.py)
 
+def moe_all_experts(m, x, c):
+    """moe() for a few tokens, with no host sync: every expert runs on every token (batched
+    matmuls) and the router's weights, zero off the top-k, combine them. moe()'s per-expert loop
+    reads the expert counts on the host once per layer, which dominated a generated token."""
+    shape = x.shape
+    x = x.reshape(-1, shape[-1])
+    shared = dense_mlp(m.shared_experts, x, c)
+    probs = torch.sigmoid(F.linear(x.to(m.gate.weight.dtype), m.gate.weight).float())
+    _, top_i = torch.topk(probs + m.gate.e_score_correction_bias, c.num_experts_per_tok, dim=-1)
+    top_w = probs.gather(1, top_i)
+    weights = torch.zeros_like(probs).scatter_(1, top_i, top_w / top_w.sum(-1, keepdim=True))  # [T, E]
+    h = swiglu_oai(torch.einsum("th,eih->eti", x, m.experts.gate_up_proj.to(x.dtype)), c)
+    y = torch.einsum("eti,ehi->eth", h, m.experts.down_proj.to(h.dtype))  # [E, T, H]
+    out = torch.einsum("eth,te->th", y.float(), weights).to(shared.dtype)
+    return (out * c.routed_scaling_factor + shared).reshape(shape)
+
+
 def cached_attention(a, h, cos, sin, c, o, cache):
     """Attention of S new positions over `cache` (a dict holding k, v [B, G, T, D] of the earlier
     positions, extended here) and themselves, causal. Dense: exact for MSA only while every visible
@@ -597,7 +614,12 @@ def generate_greedy(model, prefix, new_tokens, o: ForwardOptions):
             h = rms_norm(x, layer.input_layernorm.weight, c.rms_norm_eps)
             x = x + cached_attention(layer.self_attn, h, cs, sn, c, o, cache)
             h = rms_norm(x, layer.post_attention_layernorm.weight, c.rms_norm_eps)
-            x = x + (dense_mlp(layer.mlp, h, c) if isinstance(layer.mlp, DenseMlp) else moe(layer.mlp, h, c, {}))
+            if isinstance(layer.mlp, DenseMlp):
+                x = x + dense_mlp(layer.mlp, h, c)
+            elif s == 1:
+                x = x + moe_all_experts(layer.mlp, h, c)
+            else:  # the prefix: enough tokens that the per-expert loop is the cheaper one
+                x = x + moe(layer.mlp, h, c, {})
         x = rms_norm(x[:, -1:], model.model.norm.weight, c.rms_norm_eps)
         ids = model.lm_head(x).argmax(-1)
         out.append(ids)
