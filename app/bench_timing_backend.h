@@ -67,16 +67,13 @@ class TimingBackend final : public Backend {
     timed("rms_norm", [&] { inner_.rms_norm(x, weight, eps, out); });
   }
   void linear(const Tensor& x, const LinearWeight& weight, Tensor out) override {
-    const std::size_t dot = weight.name.rfind('.');
-    const std::string key = "linear " + (dot == std::string::npos ? weight.name : weight.name.substr(dot + 1));
-    timed(key, [&] { inner_.linear(x, weight, out); });
-  }  // Named after the first weight ("linears q_proj": the attention projections in one op).
-  void linears(const Tensor& x, std::span<const LinearOutput> outputs) override {
-    const std::string name = outputs.empty() ? std::string() : outputs[0].weight->name;
-    const size_t dot = name.rfind('.');
-    timed("linears " + (dot == std::string::npos ? name : name.substr(dot + 1)), [&] { inner_.linears(x, outputs); });
+    timed("linear " + last_part(weight.name), [&] { inner_.linear(x, weight, out); });
   }
-
+  // Named after the first weight ("linears q_proj": the attention projections in one op).
+  void linears(const Tensor& x, std::span<const LinearOutput> outputs) override {
+    const std::string name = outputs.empty() ? std::string() : last_part(outputs[0].weight->name);
+    timed("linears " + name, [&] { inner_.linears(x, outputs); });
+  }
   void head_norm_rope(Tensor x, int num_heads, int head_dim, const Tensor& norm, float eps,
                       int rope_dims) override {
     timed("head_norm_rope", [&] { inner_.head_norm_rope(x, num_heads, head_dim, norm, eps, rope_dims); });
@@ -126,6 +123,11 @@ class TimingBackend final : public Backend {
   }
 
  private:
+  // "model.layers.3.self_attn.q_proj" -> "q_proj": one key per kind of weight over the layers.
+  static std::string last_part(const std::string& name) {
+    const std::size_t dot = name.rfind('.');
+    return dot == std::string::npos ? name : name.substr(dot + 1);
+  }
   template <class Op>
   void timed(const std::string& key, Op&& op) {
     if (!timing_) {

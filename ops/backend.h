@@ -34,14 +34,14 @@
 
 namespace m3 {
 
-// What a backend is configured with before any op: the attention geometry of the model it will
-// run (to pre-size scratch and pick kernels), its RoPE table and the activation numerics.
 // One output of Backend::linears: out = x weight^T.
 struct LinearOutput {
   const LinearWeight* weight = nullptr;
   Tensor out;
 };
 
+// What a backend is configured with before any op: the attention geometry of the model it will
+// run (to pre-size scratch and pick kernels), its RoPE table and the activation numerics.
 struct BackendConfig {
   DType activation_dtype = DType::kF32;  // kF32 or kBF16
   int num_q_heads = 0;

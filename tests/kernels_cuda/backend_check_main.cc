@@ -78,6 +78,16 @@ LinearWeight random_device_linear(std::mt19937_64& rng, int64_t out, int64_t in,
   return w;
 }
 
+// Mean microseconds of f over `iters` runs after one warm-up run, the device synchronised around.
+double time_us(const std::function<void()>& f, int iters, const char* what) {
+  f();
+  cuda::check_cuda(cudaDeviceSynchronize(), what);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) f();
+  cuda::check_cuda(cudaDeviceSynchronize(), what);
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
 // Decode- and prefill-shaped linear layers of M3.1 (hidden 6144): weight bytes read once per call.
 // only: the sections whose name contains it (linear, attention, moe; empty: all).
 void run_bench(const std::string& only) {
@@ -105,13 +115,7 @@ void run_bench(const std::string& only) {
     const LinearWeight w = random_device_linear(rng, s.n, s.k, s.format);
     for (int rows : {1, 8, 32, 64, 128, 2048}) {
       Tensor x = backend->alloc({rows, s.k}, DType::kBF16), y = backend->alloc({rows, s.n}, DType::kBF16);
-      backend->linear(x, w, y);
-      cuda::check_cuda(cudaDeviceSynchronize(), "bench warmup");
-      const int iters = rows >= 1024 ? 5 : 20;
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) backend->linear(x, w, y);
-      cuda::check_cuda(cudaDeviceSynchronize(), "bench");
-      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+      const double us = time_us([&] { backend->linear(x, w, y); }, rows >= 1024 ? 5 : 20, "linear bench");
       const double bytes = double(w.nbytes()) + 2.0 * rows * (s.k + s.n);
       std::printf("%-18s %6d %10.1f %10.1f %9.1f\n", s.name, rows, us, bytes / us / 1e3,
                   2.0 * rows * s.n * s.k / us / 1e6);
@@ -134,18 +138,12 @@ void run_bench(const std::string& only) {
       Tensor x = backend->alloc({rows, 6144}, DType::kBF16);
       std::vector<LinearOutput> outs;
       for (size_t i = 0; i < ws.size(); ++i) outs.push_back({&ws[i], backend->alloc({rows, ns[i]}, DType::kBF16)});
-      auto time_us = [&](const std::function<void()>& f) {
-        f();
-        cuda::check_cuda(cudaDeviceSynchronize(), "projections warmup");
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < 20; ++i) f();
-        cuda::check_cuda(cudaDeviceSynchronize(), "projections");
-        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20;
-      };
-      const double separate = time_us([&] {
-        for (const LinearOutput& o : outs) backend->linear(x, *o.weight, o.out);
-      });
-      const double fused = time_us([&] { backend->linears(x, outs); });
+      const double separate = time_us(
+          [&] {
+            for (const LinearOutput& o : outs) backend->linear(x, *o.weight, o.out);
+          },
+          20, "projections bench");
+      const double fused = time_us([&] { backend->linears(x, outs); }, 20, "projections bench");
       std::printf("%-24s %6d %12.1f %12.1f %10.1f\n", "mxfp8 9856x6144", rows, separate, fused,
                   (wbytes + 2.0 * rows * (6144 + 9856)) / fused / 1e3);
     }
@@ -164,23 +162,17 @@ void run_bench(const std::string& only) {
     Tensor q = backend->alloc({tokens, 64 * 128}, DType::kBF16), k = backend->alloc({tokens, 512}, DType::kBF16);
     Tensor v = backend->alloc({tokens, 512}, DType::kBF16), ik = backend->alloc({tokens, 128}, DType::kBF16);
     Tensor norm = backend->alloc({128}, DType::kF32);
-    auto time_us = [&](const std::function<void()>& f) {
-      f();
-      cuda::check_cuda(cudaDeviceSynchronize(), "attention input warmup");
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < 10; ++i) f();
-      cuda::check_cuda(cudaDeviceSynchronize(), "attention input");
-      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 10;
-    };
-    const double fused = time_us([&] {
-      backend->attention_input(cache, q, 64, k, v, norm, norm, ik, norm, 1e-6f, 64, 64);
-    });
-    const double unfused = time_us([&] {
-      backend->head_norm_rope(q, 64, 128, norm, 1e-6f, 64);
-      backend->head_norm_rope(k, 4, 128, norm, 1e-6f, 64);
-      backend->head_norm_rope(ik, 1, 128, norm, 1e-6f, 64);
-      backend->kv_insert(cache, k, v, ik);
-    });
+    const double fused = time_us(
+        [&] { backend->attention_input(cache, q, 64, k, v, norm, norm, ik, norm, 1e-6f, 64, 64); }, 10,
+        "attention input bench");
+    const double unfused = time_us(
+        [&] {
+          backend->head_norm_rope(q, 64, 128, norm, 1e-6f, 64);
+          backend->head_norm_rope(k, 4, 128, norm, 1e-6f, 64);
+          backend->head_norm_rope(ik, 1, 128, norm, 1e-6f, 64);
+          backend->kv_insert(cache, k, v, ik);
+        },
+        10, "attention input bench");
     std::printf("%-28s %6d %10.1f %10.1f %8.2f\n", "norm+rope+insert (nvfp4)", tokens, fused, unfused, unfused / fused);
   }
 }

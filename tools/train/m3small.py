@@ -444,15 +444,20 @@ def dense_mlp(m, x, c):
     return m.down_proj(swiglu_oai(m.gate_up_proj(x), c))
 
 
+def route(m, x, c):
+    """M3's router on x [T, H]: the top-k experts by sigmoid score + selection bias, and their
+    scores normalised over the k (the bias only selects)."""
+    probs = torch.sigmoid(F.linear(x.to(m.gate.weight.dtype), m.gate.weight).float())
+    _, top_i = torch.topk(probs + m.gate.e_score_correction_bias, c.num_experts_per_tok, dim=-1)
+    top_w = probs.gather(1, top_i)
+    return top_i, top_w / top_w.sum(-1, keepdim=True)
+
+
 def moe(m, x, c, aux):
     shape = x.shape
     x = x.reshape(-1, shape[-1])
     shared = dense_mlp(m.shared_experts, x, c)
-    logits = F.linear(x.to(m.gate.weight.dtype), m.gate.weight)
-    probs = torch.sigmoid(logits.float())
-    _, top_i = torch.topk(probs + m.gate.e_score_correction_bias, c.num_experts_per_tok, dim=-1)
-    top_w = probs.gather(1, top_i)
-    top_w = top_w / top_w.sum(-1, keepdim=True)
+    top_i, top_w = route(m, x, c)
     out = torch.zeros_like(x, dtype=shared.dtype)
     flat = top_i.reshape(-1)
     order = torch.argsort(flat)
@@ -564,10 +569,8 @@ def moe_all_experts(m, x, c):
     shape = x.shape
     x = x.reshape(-1, shape[-1])
     shared = dense_mlp(m.shared_experts, x, c)
-    probs = torch.sigmoid(F.linear(x.to(m.gate.weight.dtype), m.gate.weight).float())
-    _, top_i = torch.topk(probs + m.gate.e_score_correction_bias, c.num_experts_per_tok, dim=-1)
-    top_w = probs.gather(1, top_i)
-    weights = torch.zeros_like(probs).scatter_(1, top_i, top_w / top_w.sum(-1, keepdim=True))  # [T, E]
+    top_i, top_w = route(m, x, c)
+    weights = torch.zeros(x.shape[0], c.num_local_experts, device=x.device).scatter_(1, top_i, top_w)  # [T, E]
     h = swiglu_oai(torch.einsum("th,eih->eti", x, m.experts.gate_up_proj.to(x.dtype)), c)
     y = torch.einsum("eti,ehi->eth", h, m.experts.down_proj.to(h.dtype))  # [E, T, H]
     out = torch.einsum("eth,te->th", y.float(), weights).to(shared.dtype)

@@ -48,10 +48,6 @@ enum class Epilogue : uint8_t {
   kSwiglu,  // out = SwiGLU-OAI(bf16(x Wg^T), bf16(x Wu^T)) with the reference's bf16 roundings
 };
 
-// out[r] = epilogue(x[src(r)] . W^T) for the rows of every item. Dense: items are the row tiles
-// [i * item_rows, ...) of `rows` rows and weight w[0] (w[1]: the up projection of kSwiglu).
-// Grouped (MoE): items[0 .. *num_items) from the device, weights table[j][item.expert], at most
-// max_items items. src(r) = x_rows ? x_rows[r] : r.
 // One weight of a multi-output linear launch (LinearArgs::seg): its 16-feature slices follow the
 // previous segment's in blockIdx.y, from slice_begin on.
 struct LinearSegment {
@@ -63,6 +59,10 @@ struct LinearSegment {
 };
 inline constexpr int kMaxLinearSegments = 6;
 
+// out[r] = epilogue(x[src(r)] . W^T) for the rows of every item. Dense: items are the row tiles
+// [i * item_rows, ...) of `rows` rows and weight w[0] (w[1]: the up projection of kSwiglu).
+// Grouped (MoE): items[0 .. *num_items) from the device, weights table[j][item.expert], at most
+// max_items items. src(r) = x_rows ? x_rows[r] : r.
 struct LinearArgs {
   const uint16_t* x = nullptr;
   int64_t x_stride = 0;  // elements

@@ -266,8 +266,8 @@ cudaError_t launch_gather_rows(const uint16_t* x, const int32_t* rows, int n, in
 cudaError_t launch_rms_norm(const uint16_t* x, const float* w, int rows, int cols, float eps, uint16_t* out,
                             cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  // The vector kernel reads x through its (then unused) add input too: pass x as y.
-  if (!launch_rms_norm_vec<false>(const_cast<uint16_t*>(x), x, w, rows, cols, eps, out, stream))
+  // Without the add the vector kernel neither reads y nor writes x.
+  if (!launch_rms_norm_vec<false>(const_cast<uint16_t*>(x), nullptr, w, rows, cols, eps, out, stream))
     rms_norm_kernel<<<rows, 256, 0, stream>>>(x, w, cols, eps, out);
   return cudaGetLastError();
 }

@@ -456,7 +456,8 @@ cudaError_t init_linear_kernels() { return init_linear_wgmma_kernels(); }
 cudaError_t launch_linear(const LinearArgs& a, cudaStream_t stream) {
   const int items = a.items != nullptr ? a.max_items : (a.rows + a.item_rows - 1) / a.item_rows;
   if (a.num_segments > 0) {
-    // Only the skinny kernel walks segments; the caller checked the weights (linear_segments_ok).
+    // Only the skinny kernel walks segments; the caller (CudaBackend::fused_linears) checked that
+    // every weight shares w[0]'s kind and has the tensor-core path.
     if (a.num_segments > kMaxLinearSegments || a.items != nullptr || a.item_rows > 64 ||
         a.epilogue != Epilogue::kStore || a.x_stride % 8 != 0)
       return cudaErrorInvalidValue;
