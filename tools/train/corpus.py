@@ -36,7 +36,11 @@ Exactly what it does, so that the same machine image rebuilds the same corpus:
   8. code prompts (held-out split only, for tools/train/eval_code.py): top-level functions
      and small classes with a docstring, as a file prefix ending after the docstring, plus chat
      requests made like the code requests above; picked by sha1, PROMPT_COUNTS of each kind.
-Outputs in --out: train.jsonl, heldout.jsonl (one JSON string per document), code_prompts.json,
+  9. definition documents (train split only): the functions and classes of the sizes step 8
+     uses, each as "# file: <path>\n" + its source, files in sha1 order up to DEFS_MB, interleaved
+     with the chat documents of step 7 (defs.jsonl; a second stream that train.py --defs-frac
+     mixes into fine-tunes).
+Outputs in --out: train.jsonl, defs.jsonl, heldout.jsonl (one JSON string per document), code_prompts.json,
 manifest.tsv (split, sha1, bytes, root, path of every kept file), corpus.json (settings, roots,
 interpreter and package versions, counts, sha256 of the outputs).
 
@@ -60,6 +64,7 @@ TEMPLATE = REPO / "text" / "templates" / "minimax_m3.jinja"
 HELDOUT_PERCENT = 2
 MIN_BYTES, MAX_BYTES, MAX_LINE = 200, 1_000_000, 1000
 CHAT_FRACTION = 0.10
+DEFS_MB = 96
 
 PROMPT_COUNTS = {"function": 40, "class": 30, "chat": 30}
 THINKING_MODES = ("adaptive", "enabled", "disabled")
@@ -350,6 +355,37 @@ def definition_lines(files):
     return out
 
 
+FUNCTION_BYTES = (120, 1200)  # source sizes of the definitions that prompts and definition documents use
+CLASS_BYTES = (150, 1500)
+
+
+def small_classes(tree, lines):
+    """(node, source) of the top-level undecorated classes with a docstring and a statement after
+    it, CLASS_BYTES in size."""
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or not ast.get_docstring(node) or len(node.body) < 2:
+            continue
+        src = "\n".join(lines[node.lineno - 1:node.end_lineno])
+        if CLASS_BYTES[0] <= len(src) <= CLASS_BYTES[1] and not node.decorator_list:
+            yield node, src
+
+
+def definition_documents(files):
+    """Step 9: each small documented top-level function and class of the files as a document of
+    its own, "# file: <path>\n" + its source, files in sha1 order. Whole files teach what follows a
+    definition only as often as definitions end; these teach that a definition's body ends, and
+    then the document does."""
+    for f in sorted(files, key=lambda f: f["sha1"]):
+        tree = parse(f["text"])
+        if tree is None:
+            continue
+        lines = f["text"].split("\n")
+        for _, src, _, _ in documented_functions(f, tree, *FUNCTION_BYTES):
+            yield f"# file: {f['path']}\n{src}\n"
+        for _, src in small_classes(tree, lines):
+            yield f"# file: {f['path']}\n{src.rstrip()}\n"
+
+
 def code_prompts(files, render, seen_lines):
     """Held-out prompts for the ast.parse check: `function` and `class` are a file prefix
     (header line + the definition down to the end of its docstring) that the model continues;
@@ -361,7 +397,7 @@ def code_prompts(files, render, seen_lines):
         if tree is None:
             continue
         lines = f["text"].split("\n")
-        for node, src, summary, sig in documented_functions(f, tree, 120, 1200):
+        for node, src, summary, sig in documented_functions(f, tree, *FUNCTION_BYTES):
             if lines[node.lineno - 1].rstrip() in seen_lines:
                 continue
             h = hashlib.sha1(src.encode()).hexdigest()
@@ -373,11 +409,8 @@ def code_prompts(files, render, seen_lines):
             found["chat"].append((h, {"kind": "chat", "path": f["path"], "request": request,
                                       "prompt": render([{"role": "user", "content": request}],
                                                        add_generation_prompt=True, thinking_mode="disabled")}))
-        for node in tree.body:
-            if not isinstance(node, ast.ClassDef) or not ast.get_docstring(node) or len(node.body) < 2:
-                continue
-            src = "\n".join(lines[node.lineno - 1:node.end_lineno])
-            if not (150 <= len(src) <= 1500) or node.decorator_list or lines[node.lineno - 1].rstrip() in seen_lines:
+        for node, src in small_classes(tree, lines):
+            if lines[node.lineno - 1].rstrip() in seen_lines:
                 continue
             head = "\n".join(lines[node.lineno - 1:node.body[0].end_lineno]) + "\n"
             h = hashlib.sha1(src.encode()).hexdigest()
@@ -466,7 +499,7 @@ def main():
         "python": sys.version, "platform": platform.platform(), "roots": roots,
         "settings": {"heldout_percent": HELDOUT_PERCENT, "min_bytes": MIN_BYTES, "max_bytes": MAX_BYTES,
                      "max_line": MAX_LINE, "train_mb": args.train_mb, "heldout_mb": args.heldout_mb,
-                     "chat_fraction": CHAT_FRACTION, "template": str(TEMPLATE.relative_to(REPO))},
+                     "chat_fraction": CHAT_FRACTION, "defs_mb": DEFS_MB, "template": str(TEMPLATE.relative_to(REPO))},
         "files_seen_unique": len(files), "files_rejected": rejected,
         "train_files": len(train), "heldout_files": len(held), "train_bytes": train_bytes,
         "heldout_bytes": sum(f["bytes"] for f in held), "extra": extra_info, "chat_documents": len(chats), "chat_bytes": chat_bytes,
@@ -475,6 +508,17 @@ def main():
     }
     info["train_jsonl_sha256"] = write_jsonl(os.path.join(args.out, "train.jsonl"), docs)
     info["heldout_jsonl_sha256"] = write_jsonl(os.path.join(args.out, "heldout.jsonl"), [document(f) for f in held])
+    # Step 9: definition documents and the chat documents again, for fine-tunes that weight them
+    # (train.py --defs-frac); train split only, so nothing here is held out.
+    defs, defs_bytes = [], 0
+    for text in definition_documents(train):
+        if defs_bytes + len(text) > DEFS_MB * 2**20:
+            break
+        defs.append(text)
+        defs_bytes += len(text)
+    info["definition_documents"] = len(defs)
+    info["definition_bytes"] = defs_bytes
+    info["defs_jsonl_sha256"] = write_jsonl(os.path.join(args.out, "defs.jsonl"), interleave(defs, chats))
     info["code_prompts"] = {k: sum(p["kind"] == k for p in prompts) for k in PROMPT_COUNTS}
     with open(os.path.join(args.out, "code_prompts.json"), "w", encoding="utf-8") as fh:
         json.dump({"about": "held-out code prompts of tools/train/corpus.py (step 8), for tools/train/eval_code.py",

@@ -630,6 +630,34 @@ def generate_greedy(model, prefix, new_tokens, o: ForwardOptions):
     return torch.cat(out, 1)
 
 
+def repeated_lines(cont, nl, ident, stop_id=None, min_tokens=4, near_after=2):
+    """[B, G] bool: the tokens of each row's lines that repeat an earlier line of the row exactly, or
+    that have the shape of `near_after` earlier lines (the same ids with every identifier id
+    masked, so `elif isinstance(a, str):` after `elif isinstance(b, str):`). A line is the ids
+    after a line-break id (nl [V] bool) up to the next one; lines of fewer than min_tokens ids
+    are ignored. ident [V] bool marks the identifier-like ids. Two or three lines of one shape are
+    ordinary code (a chain of elif, a run of assignments); more than near_after is the loop that
+    never ends a definition."""
+    rows, nls, ids_ = cont.tolist(), nl.tolist(), ident.tolist()
+    mask = torch.zeros(cont.shape, dtype=torch.bool)
+    for r, row in enumerate(rows):
+        if stop_id is not None and stop_id in row:
+            row = row[:row.index(stop_id)]
+        exact, shapes, start = set(), {}, 0
+        for t in range(len(row) + 1):
+            if t < len(row) and not nls[row[t]]:
+                continue
+            line = row[start:t]
+            if len(line) >= min_tokens:
+                key, shape = tuple(line), tuple(-1 if ids_[i] else i for i in line)
+                if key in exact or shapes.get(shape, 0) >= near_after:
+                    mask[r, start:t] = True
+                exact.add(key)
+                shapes[shape] = shapes.get(shape, 0) + 1
+            start = t + 1
+    return mask.to(cont.device)
+
+
 def repeated_ngrams(cont, n, stop_id=None):
     """[B, G] bool: the tokens of each row that lie in an n-gram occurring earlier in the same row
     (the later occurrences, as sequence-level unlikelihood training penalizes them), up to the

@@ -10,6 +10,8 @@
 #                                                      # stage d on the committed model
 #   RUN=name ...                                       # training, model and eval under $W/name-*
 #   EXTRA=build/debian-py.tar.xz ...                   # more train files (tools/train/debian_sources.py)
+#   PREP_ONLY=1 ...                                    # corpus and tokens only; then several RUN=
+#                                                      # trainings may share the GPU (OUT apart)
 #
 # Chunks: the script stops training CHUNK seconds after it started (default: no limit), leaving
 # $W/train/state.pt, and packs the logs only. The same command run again on the same machine
@@ -34,8 +36,9 @@ PAUSED=0
 TR=$W/${RUN:+$RUN-}train
 MD=$W/${RUN:+$RUN-}model
 EV=$W/${RUN:+$RUN-}eval
+ST=$W/${RUN:+$RUN-}stage
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true
-mkdir -p "$OUT" "$W/stage/tools/train/results" "$W/stage/tools/train/eval" "$W/stage/tests/model_small"
+mkdir -p "$OUT" "$ST/tools/train/results" "$ST/tools/train/eval" "$ST/tests/model_small"
 exec > >(tee -a "$OUT/run.log") 2>&1
 stamp() { echo "=== $(date +%T) +${SECONDS}s $*"; }
 
@@ -44,24 +47,24 @@ pack() {
   trap - EXIT TERM INT
   set +e
   stamp "pack (exit $rc)"
-  local R=$W/stage/tools/train/results
+  local R=$ST/tools/train/results
   cp -f "$W/corpus/corpus.json" "$W/tokens/tokens.json" "$TR/summary.json" "$TR/train_log.jsonl" \
      "$EV/eval_torch.json" "$R/" 2>/dev/null || true
-  [ -f "$W/corpus/code_prompts.json" ] && cp -f "$W/corpus/code_prompts.json" "$W/stage/tests/model_small/"
+  [ -f "$W/corpus/code_prompts.json" ] && cp -f "$W/corpus/code_prompts.json" "$ST/tests/model_small/"
   [ -f "$W/corpus/manifest.tsv" ] && gzip -9 -n -c "$W/corpus/manifest.tsv" > "$R/corpus_manifest.tsv.gz"
-  [ -f "$EV/engine_windows.json" ] && cp -f "$EV/engine_windows.json" "$W/stage/tools/train/eval/"
-  [ -f "$EV/heldout_sample.json" ] && cp -f "$EV/heldout_sample.json" "$W/stage/tests/model_small/"
+  [ -f "$EV/engine_windows.json" ] && cp -f "$EV/engine_windows.json" "$ST/tools/train/eval/"
+  [ -f "$EV/heldout_sample.json" ] && cp -f "$EV/heldout_sample.json" "$ST/tests/model_small/"
   if [ "$PAUSED" = 1 ]; then
     echo "paused: the training state stays in $TR/state.pt; run the same command again"
   elif [ -f "$MD/model.safetensors" ]; then
-    mkdir -p "$W/stage/models" && rm -rf "$W/stage/models/minimax-m3-small" && cp -r "$MD" "$W/stage/models/minimax-m3-small"
+    mkdir -p "$ST/models" && rm -rf "$ST/models/minimax-m3-small" && cp -r "$MD" "$ST/models/minimax-m3-small"
   else
     # No export: keep the newest stage checkpoint (bf16) to resume from.
     local ck
     ck=$(ls -t "$TR"/ckpt_*.pt 2>/dev/null | head -1 || true)
-    [ -n "$ck" ] && python3 -c "import torch,sys; c=torch.load(sys.argv[1]); c['state_dict']={k:v.bfloat16() for k,v in c['state_dict'].items()}; torch.save(c, sys.argv[2])" "$ck" "$W/stage/resume.pt" || true
+    [ -n "$ck" ] && python3 -c "import torch,sys; c=torch.load(sys.argv[1]); c['state_dict']={k:v.bfloat16() for k,v in c['state_dict'].items()}; torch.save(c, sys.argv[2])" "$ck" "$ST/resume.pt" || true
   fi
-  tar -C "$W/stage" -czf - . | split -b 15m -d - "$OUT/results.tgz.part-"
+  tar -C "$ST" -czf - . | split -b 15m -d - "$OUT/results.tgz.part-"
   [ -d "$W/smoke" ] && tar -C "$W/smoke" -czf "$OUT/smoke.tgz" --exclude='*.pt' --exclude='*.npy' --exclude='*.safetensors' --exclude='*.jsonl' . 2>/dev/null || true
   [ -d "$W/smoke/train" ] && cp -f "$W/smoke/train/train_log.jsonl" "$OUT/smoke_train_log.jsonl" 2>/dev/null || true
   ls -la "$OUT"
@@ -89,7 +92,7 @@ stamp corpus
 EXTRA_ARGS=()
 if [ -n "${EXTRA:-}" ]; then
   rm -rf "$W/extra" && mkdir -p "$W/extra" && tar -xJf "$EXTRA" -C "$W/extra"
-  [ -f "$EXTRA.json" ] && cp -f "$EXTRA.json" "$W/stage/tools/train/results/debian_sources.json"
+  [ -f "$EXTRA.json" ] && cp -f "$EXTRA.json" "$ST/tools/train/results/debian_sources.json"
   EXTRA_ARGS=(--extra "$W/extra")
 fi
 python3 $T/corpus.py --out $W/corpus "${EXTRA_ARGS[@]}"
@@ -119,6 +122,10 @@ if [ "${PREPARED:-0}" != 1 ]; then
 stamp tokenizer
 python3 $T/train_tokenizer.py --corpus $W/corpus --out $W/tokenizer --tokens-out $W/tokens \
   ${TOKENIZER_FROM:+--tokenizer-from "$TOKENIZER_FROM"}
+fi
+if [ "${PREP_ONLY:-0}" = 1 ]; then
+  stamp "prepared (PREP_ONLY): corpus and tokens in $W"
+  exit 0
 fi
 stamp train
 STOP=()

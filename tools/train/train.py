@@ -16,7 +16,13 @@
      n-gram the continuation already holds gets the loss -log(1 - p(token)). Greedy decoding of
      a model this small falls into loops (one line or argument repeated until max_tokens), and
      a loop inside a definition never closes it; this teaches the model not to put mass on the
-     repetition it has just started. Usually run from a finished model (--resume-release).
+     repetition it has just started. With --ul-lines a token also counts as repeated inside a
+     line that repeats an earlier line, or has the shape of two earlier ones (identifiers aside),
+     which n-grams miss when the copies differ by a name. --defs-frac mixes that share of each
+     batch's rows from the definition documents (corpus.py step 9: each small documented function
+     and class alone, so its body ends and the document does), and --ul-source defs continues
+     those instead of train windows. --ul-weight 0 runs the fine-tune alone (a control). Usually
+     run from a finished model (--resume-release), at a fine-tune's learning rate.
 
 Every stage runs for a wall-clock budget: the cosine learning-rate schedule follows elapsed time,
 so a faster or slower machine changes the token count, never the duration. Expert balance uses the
@@ -69,6 +75,34 @@ class Stream:
         w = self.windows(batch, seq + 1)
         return w[:, :-1], w[:, 1:]
 
+    def state(self):
+        return {"main": self.gen.get_state()}
+
+    def set_state(self, state):
+        # Runs paused before the definition stream existed saved the bare generator state.
+        self.gen.set_state(state["main"] if isinstance(state, dict) else state)
+
+
+class MixedStream:
+    """Batches whose last round(frac * batch) rows come from a second stream (the definition
+    documents of corpus.py step 9)."""
+
+    def __init__(self, main, other, frac):
+        self.main, self.other, self.frac = main, other, frac
+
+    def batch(self, batch, seq):
+        k = min(batch, round(self.frac * batch))
+        parts = [s.batch(n, seq) for s, n in ((self.main, batch - k), (self.other, k)) if n > 0]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+    def state(self):
+        return {"main": self.main.gen.get_state(), "other": self.other.gen.get_state()}
+
+    def set_state(self, state):
+        self.main.set_state(state)
+        if isinstance(state, dict) and "other" in state:
+            self.other.gen.set_state(state["other"])
+
 
 def newline_ids(tokenizer_dir, vocab_size, device):
     """[V] bool: the ids whose text holds a line break (byte-level BPE writes it as U+010A)."""
@@ -78,6 +112,17 @@ def newline_ids(tokenizer_dir, vocab_size, device):
         if "\u010a" in piece and i < vocab_size:
             lut[i] = True
     assert lut.any(), f"{tokenizer_dir}: no token holds a line break"
+    return lut.to(device)
+
+
+def identifier_ids(tokenizer_dir, vocab_size, device):
+    """[V] bool: the ids whose text (a leading space aside) is letters, digits and underscores."""
+    vocab = json.load(open(os.path.join(tokenizer_dir, "tokenizer.json")))["model"]["vocab"]
+    lut = torch.zeros(vocab_size, dtype=torch.bool)
+    for piece, i in vocab.items():
+        word = piece.lstrip("\u0120")
+        if word and i < vocab_size and all(ch.isascii() and (ch.isalnum() or ch == "_") for ch in word):
+            lut[i] = True
     return lut.to(device)
 
 
@@ -128,9 +173,19 @@ def finetune_loss(kl_weight):
     return fn
 
 
-def unlikelihood_step(stream, nl, args, eos):
-    """Stage d's extra term: greedy continuations of line-aligned train prefixes, and
-    -log(1 - p) on their tokens inside repeated n-grams, averaged over all continuation tokens."""
+def repeats(cont, nl, ident, args, eos):
+    """[B, G] bool: the continuation tokens stage d penalizes: inside an n-gram the row already
+    holds, and with --ul-lines inside a line that repeats an earlier one or its shape."""
+    rep = M.repeated_ngrams(cont, args.ul_ngram, eos)
+    if args.ul_lines:
+        rep = rep | M.repeated_lines(cont, nl, ident, eos)
+    return rep
+
+
+def unlikelihood_step(stream, nl, ident, args, eos):
+    """Stage d's extra term: greedy continuations of line-aligned prefixes (of the train stream or,
+    with --ul-source defs, the definition documents), and -log(1 - p) on their repeated tokens
+    (repeats()), averaged over all continuation tokens."""
     gen = M.ForwardOptions(attention="sparse", qat=True)
     # Prefix + continuation stay within top-k blocks, where MSA selects everything: the dense
     # path computes the same and is faster.
@@ -142,7 +197,7 @@ def unlikelihood_step(stream, nl, args, eos):
         device = prefix.device
         with autocast(device):
             cont = M.generate_greedy(model, prefix, args.ul_new, gen)
-        rep = M.repeated_ngrams(cont, args.ul_ngram, eos)
+        rep = repeats(cont, nl, ident, args, eos)
         ids = torch.cat([prefix, cont], 1)
         with autocast(device):
             logits, _ = M.forward(model, ids[:, :-1], train_opts)
@@ -155,9 +210,10 @@ def unlikelihood_step(stream, nl, args, eos):
 
 
 @torch.no_grad()
-def heldout_repetition(model, held, nl, args, eos, rows=128):
+def heldout_repetition(model, held, nl, ident, args, eos, rows=128):
     """Greedy continuations of `rows` line-aligned held-out prefixes spread over the stream:
-    the share of their tokens inside repeated n-grams, and of rows more than a quarter so."""
+    the share of their tokens inside repeated n-grams, of rows more than a quarter so, and of
+    tokens in repeated lines (M.repeated_lines)."""
     p, n = args.ul_prefix, args.ul_new
     span = p + 64
     off = torch.linspace(0, held.numel() - span - 1, rows, device=held.device).long()
@@ -166,7 +222,10 @@ def heldout_repetition(model, held, nl, args, eos, rows=128):
     with autocast(held.device):
         cont = M.generate_greedy(model, prefix, n, M.ForwardOptions(attention="sparse", qat=True))
     rep = M.repeated_ngrams(cont, args.ul_ngram, eos).float()
-    return {"repeated_tokens": round(float(rep.mean()), 4), "looping_rows": round(float((rep.mean(1) > 0.25).float().mean()), 4)}
+    lines = M.repeated_lines(cont, nl, ident, eos).float()
+    return {"repeated_tokens": round(float(rep.mean()), 4), "looping_rows": round(float((rep.mean(1) > 0.25).float().mean()), 4),
+            "repeated_line_tokens": round(float(lines.mean()), 4),
+            "line_looping_rows": round(float((lines.mean(1) > 0.25).float().mean()), 4)}
 
 
 def is_oom(e):
@@ -328,6 +387,12 @@ def main():
     ap.add_argument("--ul-prefix", type=int, default=256, help="stage d: prefix length (ids)")
     ap.add_argument("--ul-new", type=int, default=128, help="stage d: continuation length (ids)")
     ap.add_argument("--ul-ngram", type=int, default=8, help="stage d: n of the repeated n-grams")
+    ap.add_argument("--ul-lines", action="store_true",
+                    help="stage d: also penalize repeated lines and lines of a shape seen twice before")
+    ap.add_argument("--ul-source", choices=["train", "defs"], default="train",
+                    help="stage d: where the continued prefixes come from (defs: tokens/defs.npy)")
+    ap.add_argument("--defs-frac", type=float, default=0.0,
+                    help="stage d: share of each batch's rows from the definition documents (tokens/defs.npy)")
     ap.add_argument("--kl-weight", type=float, default=1.0)
     ap.add_argument("--bias-rate", type=float, default=1e-3)
     ap.add_argument("--eval-seq", type=int, default=4096)
@@ -372,14 +437,19 @@ def main():
         model.init_weights(args.seed)
     model.to(device)
     train = Stream(np.load(os.path.join(args.tokens, "train.npy")), device, args.seed)
+    if args.defs_frac > 0 or args.ul_source == "defs":
+        defs_path = os.path.join(args.tokens, "defs.npy")
+        if not os.path.exists(defs_path):
+            raise SystemExit(f"--defs-frac / --ul-source defs need {defs_path} (corpus.py step 9, train_tokenizer.py)")
+        train = MixedStream(train, Stream(np.load(defs_path), device, args.seed + 1), args.defs_frac)
     if paused is not None:
-        train.gen.set_state(paused["generator"])
+        train.set_state(paused["generator"])
     held = torch.from_numpy(np.load(os.path.join(args.tokens, "heldout.npy")).astype(np.int64)).to(device)
     summary_path = os.path.join(args.out, "summary.json")
     summary = json.load(open(summary_path)) if os.path.exists(summary_path) else {}
     summary.update({"config": cfg.to_dict(), "params": param_counts(model), "device": str(
         torch.cuda.get_device_name() if device.type == "cuda" else "cpu"), "torch": torch.__version__,
-        "args": vars(args), "train_tokens_available": int(train.tokens.numel())})
+        "args": vars(args), "train_tokens_available": int(main_stream(train).tokens.numel())})
     summary.setdefault("stages", {})
     log(stage="-", event="start", **{k: v for k, v in summary["params"].items()}, train_tokens=summary[
         "train_tokens_available"], heldout_tokens=int(held.numel()))
@@ -399,7 +469,7 @@ def main():
         except Pause as p:
             sd = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
             torch.save({"config": cfg.to_dict(), "state_dict": sd, "run": p.state,
-                        "generator": train.gen.get_state()}, state_path + ".tmp")
+                        "generator": train.state()}, state_path + ".tmp")
             os.replace(state_path + ".tmp", state_path)
             with open(summary_path, "w") as fh:
                 json.dump(summary, fh, indent=1)
@@ -414,6 +484,10 @@ def main():
             json.dump(summary, fh, indent=1)
     if os.path.exists(state_path):
         os.remove(state_path)
+
+
+def main_stream(stream):
+    return stream.main if isinstance(stream, MixedStream) else stream
 
 
 def stage_budget(args, stage):
@@ -451,20 +525,24 @@ def run_one_stage(stage, model, train, held, args, log, device, phases, chunk):
         if not args.tokenizer:
             raise SystemExit("stage d needs --tokenizer (which ids hold a line break)")
         nl = newline_ids(args.tokenizer, model.config.vocab_size, device)
+        ident = identifier_ids(args.tokenizer, model.config.vocab_size, device)
         eos = model.config.eos_token_id
+        settings = [("dense", dense), ("sparse", sparse), ("sparse_fake_nvfp4", sparse_q)]
         before = None
         if chunk["resume"] is None:
-            before = heldout_repetition(model, held, nl, args, eos)
-            log(stage="d", event="repetition_before", **before)
+            before = {"repetition": heldout_repetition(model, held, nl, ident, args, eos),
+                      "heldout_ppl": evaluate(model, held, args, device, settings)}
+            log(stage="d", event="before", **before["repetition"], **{f"ppl_{k}": v for k, v in before["heldout_ppl"].items()})
+        ul_stream = train.other if args.ul_source == "defs" else main_stream(train)
+        extra = unlikelihood_step(ul_stream, nl, ident, args, eos) if args.ul_weight > 0 else None
         rec = run_stage("d", model, list(model.parameters()), M.ForwardOptions(
             attention="sparse", qat=True, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
             args.time_d, args.lr_d, [(0.0, args.long_seq, max(1, args.batch_tokens // args.long_seq))], warmup=10,
-            extra=unlikelihood_step(train, nl, args, eos), **chunk)
-        rec["heldout_ppl"] = evaluate(model, held, args, device, [("dense", dense), ("sparse", sparse),
-                                                                  ("sparse_fake_nvfp4", sparse_q)])
-        rec["repetition"] = heldout_repetition(model, held, nl, args, eos)
+            extra=extra, **chunk)
+        rec["heldout_ppl"] = evaluate(model, held, args, device, settings)
+        rec["repetition"] = heldout_repetition(model, held, nl, ident, args, eos)
         if before is not None:
-            rec["repetition_before"] = before
+            rec["before"] = before
     else:
         raise SystemExit(f"unknown stage {stage!r} (a, b, c, d)")
     return rec

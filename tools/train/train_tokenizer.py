@@ -8,9 +8,10 @@ every MiniMax-M3 special token and chat marker as a special added token after th
 documents (chat documents included, so the markers' neighbourhoods are learned). The chat template
 of tokenizer_config.json is text/templates/minimax_m3.jinja.
 
-Outputs: --out/tokenizer.json, tokenizer_config.json; --tokens-out/train.npy, heldout.npy (uint16
-ids; every file document is followed by the end-of-turn token `[e~[`, chat documents already end
-with it) and tokens.json (counts, special ids, bytes per token).
+Outputs: --out/tokenizer.json, tokenizer_config.json; --tokens-out/train.npy, heldout.npy and,
+when the corpus has defs.jsonl, defs.npy (uint16 ids; every file document is followed by the
+end-of-turn token `[e~[`, chat documents already end with it) and tokens.json (counts, special
+ids, bytes per token).
 
 With --tokenizer-from DIR the BPE step is skipped and DIR's tokenizer.json is used as it is: a
 retrained model then keeps the ids of the one before it, so held-out perplexities per token compare
@@ -119,9 +120,13 @@ def main():
     held = encode_stream(tok, held_docs, specials["eos_token"])
     np.save(os.path.join(args.tokens_out, "train.npy"), train)
     np.save(os.path.join(args.tokens_out, "heldout.npy"), held)
+    defs_path = os.path.join(args.corpus, "defs.jsonl")
+    defs = encode_stream(tok, read_jsonl(defs_path), specials["eos_token"]) if os.path.exists(defs_path) else None
+    if defs is not None:
+        np.save(os.path.join(args.tokens_out, "defs.npy"), defs)
     train_bytes = sum(len(d.encode("utf-8")) for d in train_docs)
     info = {"vocab_size": vocab, "specials": specials, "train_tokens": int(train.size),
-            "heldout_tokens": int(held.size), "train_bytes_per_token": train_bytes / train.size,
+            "heldout_tokens": int(held.size), "defs_tokens": None if defs is None else int(defs.size), "train_bytes_per_token": train_bytes / train.size,
             "bpe_seconds": round(t1 - t0, 1), "encode_seconds": round(time.time() - t1, 1),
             "sample_mb": args.sample_mb, "tokenizer_from": args.tokenizer_from}
     with open(os.path.join(args.tokens_out, "tokens.json"), "w") as fh:
