@@ -94,6 +94,12 @@ bool linear_has_mma_path(const WeightView& w, int k);
 // Rows per item the kernels prefer for a problem of `rows` rows (dense) or of about `rows` rows
 // per expert (grouped).
 int linear_item_rows(const WeightView& w, int k, int rows, bool grouped = false);
+// Rows per item in batch-invariant mode (CudaBackendOptions::batch_invariant), whatever the row
+// count: the item size picks the skinny kernel's instance, and with it the order in which a row's
+// K chunks are summed (chunks per warp batch, accumulator sets) and whether K is split over a
+// cluster (64-row items only) or the wgmma kernel runs (128). 16-row items: one fixed order per
+// row, no split-K, and the decode shapes run as they do without the mode.
+inline constexpr int kBatchInvariantItemRows = 16;
 cudaError_t init_linear_kernels();
 cudaError_t launch_linear(const LinearArgs& args, cudaStream_t stream);
 // The prefill-shaped kernel (items of 128 rows, Hopper wgmma; linear_wgmma.cu), for weights with
@@ -170,6 +176,10 @@ struct MoeRouteArgs {
   int32_t* num_items = nullptr;      // [1]
   int item_rows = 16;
   int max_items = 0;
+  // Batch-invariant mode: the router logits always take the decode-shaped kernel, whose sum for a
+  // token does not depend on how many tokens the step has (the tiled one, above 256 tokens, sums
+  // in another order).
+  bool batch_invariant = false;
 };
 cudaError_t launch_moe_route(const MoeRouteArgs& args, cudaStream_t stream);
 // out[t] = bf16(bf16(routed_t * scale) + shared[t]) with routed_t the sum over the token's

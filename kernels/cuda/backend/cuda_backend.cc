@@ -99,8 +99,8 @@ bool same_view(const detail::WeightView& a, const detail::WeightView& b) {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(bool cuda_graphs) {
-    if (cuda_graphs)
+  explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {
+    if (options.cuda_graphs)
       graphs_ = std::make_unique<cuda::GraphCache>(cuda::kGraphCacheSize, [this] { return scratch_generation(); });
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
     check_cuda(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming), "event");
@@ -160,9 +160,11 @@ class CudaBackend final : public Backend {
       mc.block_size = config.block_size;
       mc.indexer = config.indexer;
       mc.dense = true;
+      mc.batch_invariant = options_.batch_invariant;
       msa_ = std::make_unique<cuda::MsaPlan>(mc);
     }
-    M3_LOG_DEBUG("cuda backend: attention on the {} kernels", msa_ ? "MSA" : "generic");
+    M3_LOG_DEBUG("cuda backend: attention on the {} kernels{}", msa_ ? "MSA" : "generic",
+                 options_.batch_invariant ? ", batch-invariant" : "");
   }
   DType activation_dtype() const override { return DType::kBF16; }
   DType activation_storage_dtype() const override { return DType::kBF16; }
@@ -527,7 +529,9 @@ class CudaBackend final : public Backend {
     check_act(x, rows, weight.in_features, "input of " + weight.name);
     check_act(out, rows, weight.out_features, "output of " + weight.name);
     const detail::WeightView w = weight_view(weight);
-    if (w.kind == detail::WeightKind::kBF16) {
+    // cuBLASLt picks its algorithm (tiles, split-K) by M, so a row's sum order would depend on the
+    // batch: in batch-invariant mode bf16 weights take the skinny kernel like the quantized ones.
+    if (w.kind == detail::WeightKind::kBF16 && !options_.batch_invariant) {
       gemm_->gemm_bf16(bf16_ptr(x), x.dim(1), static_cast<int>(rows), reinterpret_cast<const uint16_t*>(w.data),
                        static_cast<int>(weight.out_features), static_cast<int>(weight.in_features), bf16_ptr_mut(out),
                        out.dim(1), stream);
@@ -540,7 +544,7 @@ class CudaBackend final : public Backend {
     a.n = static_cast<int>(weight.out_features);
     a.k = static_cast<int>(weight.in_features);
     a.w[0] = w;
-    a.item_rows = detail::linear_item_rows(w, a.k, a.rows);
+    a.item_rows = item_rows(w, a.k, a.rows);
     a.out = bf16_ptr_mut(out);
     a.out_stride = out.dim(1);
     check_cuda(detail::launch_linear(a, stream), weight.name.c_str());
@@ -552,7 +556,7 @@ class CudaBackend final : public Backend {
     const detail::WeightView w0 = weight_view(first);
     const int k = static_cast<int>(first.in_features);
     if (w0.kind == detail::WeightKind::kBF16 || x.dim(1) % 8 != 0) return false;  // bf16: cuBLAS
-    const int item_rows = detail::linear_item_rows(w0, k, static_cast<int>(rows));
+    const int item_rows = this->item_rows(w0, k, static_cast<int>(rows));
     if (item_rows > 64) return false;
     detail::LinearArgs a;
     int slices = 0;
@@ -593,7 +597,7 @@ class CudaBackend final : public Backend {
     a.k = static_cast<int>(gate.in_features);
     a.w[0] = weight_view(gate);
     a.w[1] = weight_view(up);
-    a.item_rows = detail::linear_item_rows(a.w[0], a.k, rows);
+    a.item_rows = item_rows(a.w[0], a.k, rows);
     a.out = act;
     a.out_stride = gate.out_features;
     a.epilogue = detail::Epilogue::kSwiglu;
@@ -601,10 +605,16 @@ class CudaBackend final : public Backend {
     a.swiglu_limit = limit;
     check_cuda(detail::launch_linear(a, stream), gate.name.c_str());
   }
+  // Rows per linear work item: the kernels' choice for the row count, or in batch-invariant mode
+  // the one fixed size whose per-row sum order is the same in every batch (backend_kernels.h).
+  int item_rows(const detail::WeightView& w, int k, int rows, bool grouped = false) const {
+    return options_.batch_invariant ? detail::kBatchInvariantItemRows : detail::linear_item_rows(w, k, rows, grouped);
+  }
   ExpertTables& expert_tables(const MlpWeights& mlp);
   // Changes whenever scratch a recorded graph may point at moves (cuda_graphs.h).
   int64_t scratch_generation() const { return scratch_moves_ + (msa_ ? msa_->generation() : 0); }
 
+  const CudaBackendOptions options_;
   BackendConfig config_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t upload_done_ = nullptr;
@@ -797,8 +807,7 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   ExpertTables& tables = expert_tables(mlp);
   // Rows per expert as the routing spreads them over all experts (the held ones get their share).
   const int per_expert = static_cast<int>((pairs + e_count - 1) / e_count);
-  const int item_rows = detail::linear_item_rows(tables.first[0], static_cast<int>(hidden), per_expert,
-                                                 /*grouped=*/true);
+  const int item_rows = this->item_rows(tables.first[0], static_cast<int>(hidden), per_expert, /*grouped=*/true);
   const int max_items =
       static_cast<int>((held_pairs + item_rows - 1) / item_rows + std::min<int64_t>(held, held_pairs));
 
@@ -852,6 +861,7 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   r.num_items = moe_num_items_.as<int32_t>();
   r.item_rows = item_rows;
   r.max_items = max_items;
+  r.batch_invariant = options_.batch_invariant;
   check_cuda(detail::launch_moe_route(r, stream_), "MoE routing");
 
   // Routed experts over the permuted rows.
@@ -947,13 +957,13 @@ CudaGraphStats cuda_graph_stats(const Backend& backend) {
   return cuda_backend ? cuda_backend->graph_stats() : CudaGraphStats{};
 }
 
-std::unique_ptr<Backend> make_cuda_backend(bool cuda_graphs) {
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
   const CudaDeviceInfo info = cuda_device_info();
   M3_CHECK(info.available, "--device cuda: no usable CUDA device (no GPU, or no driver)");
   M3_CHECK(info.compute_capability == 90,
            "--device cuda: {} has compute capability {}.{}; the CUDA backend is built for Hopper (sm_90a)", info.name,
            info.compute_capability / 10, info.compute_capability % 10);
-  return std::make_unique<CudaBackend>(cuda_graphs);
+  return std::make_unique<CudaBackend>(options);
 }
 
 }  // namespace m3

@@ -1,6 +1,6 @@
 // CudaBackend: ops/backend.h on one NVIDIA GPU (Hopper, sm_90a).
 //
-//   auto backend = make_cuda_backend();
+//   auto backend = make_cuda_backend();  // CudaBackendOptions: graphs, --batch-invariant
 //   ModelWeights w = place_weights(load_weights(config, dir), *backend);  // quantized stays quantized
 //   MiniMaxM3 model(config, std::move(w), *backend, options);             // KV pool on the GPU
 //
@@ -39,10 +39,24 @@ int cuda_device_count();
 // Makes `device` the calling thread's current device (a rank's thread, before its backend exists).
 void use_cuda_device(int device);
 
-// A backend on the current CUDA device. Throws m3::Error when none is usable. cuda_graphs: replay
-// uniform decode steps from CUDA graphs (kernels/cuda/backend/cuda_graphs.h); false: every step
-// launches its kernels one by one (--enforce-eager).
-std::unique_ptr<Backend> make_cuda_backend(bool cuda_graphs = true);
+// How a CUDA backend runs its ops (the command line's --enforce-eager and --batch-invariant).
+struct CudaBackendOptions {
+  // Replay uniform decode steps from CUDA graphs (kernels/cuda/backend/cuda_graphs.h); false:
+  // every step launches its kernels one by one (--enforce-eager).
+  bool cuda_graphs = true;
+  // --batch-invariant (vLLM's name): every reduction of a row (token) runs in an order fixed by
+  // that row's own data and context length, never by the number of rows in the step, so a
+  // request's outputs are bitwise the same alone, in any batch and under chunked prefill, as on
+  // the CPU backend. Linears take fixed 16-row items of the skinny kernel (no split-K, no wgmma
+  // tiles, bf16 weights not through cuBLASLt, whose algorithm depends on M), the MoE router its
+  // decode-shaped kernel, MSA sparse attention the fewest slot splits and dense attention fixed
+  // 256-block chunks (docs/gpu-backend-notes.md "Batch-invariant mode" lists each op and the cost).
+  // One rank only: the loader refuses it with -tp / --data-parallel-size.
+  bool batch_invariant = false;
+};
+
+// A backend on the current CUDA device. Throws m3::Error when none is usable.
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options = {});
 
 // How a CUDA backend ran its replayable steps so far (zeros for any other backend): eagerly
 // (first step of a shape, failed recordings, --enforce-eager excluded), recorded, replayed, and

@@ -253,7 +253,7 @@ cudaError_t launch_moe_route(const MoeRouteArgs& a, cudaStream_t stream) {
   if (a.num_experts > 512 || a.top_k > 16 || a.top_k > a.num_experts) return cudaErrorInvalidValue;
   if (a.first_expert < 0 || a.held_experts < 1 || a.first_expert + a.held_experts > a.num_experts)
     return cudaErrorInvalidValue;
-  if (a.num_tokens <= kSmallMaxTokens) {
+  if (a.num_tokens <= kSmallMaxTokens || a.batch_invariant) {
     router_small_kernel<<<dim3(a.num_experts, (a.num_tokens + kSmallTokens - 1) / kSmallTokens), 256, 0, stream>>>(a);
   } else {
     router_tiled_kernel<<<dim3((a.num_experts + 63) / 64, (a.num_tokens + 31) / 32), 256, 0, stream>>>(a);
