@@ -44,6 +44,13 @@ struct MsaConfig {
   int block_size = 128;
   IndexerParams indexer;  // index_heads, topk_blocks, local_blocks, init_blocks
   bool dense = true;      // also schedule dense (full) attention, selection = null
+  // Batch-invariant mode (CudaBackendOptions::batch_invariant): every split of a row's work is a
+  // function of that row's own context, never of the step's size or the SM count. Sparse
+  // attention takes the fewest slot splits (ceil(topk / kMaxSlotsPerItem)); dense attention
+  // chunks each row's blocks at fixed multiples of kDenseMaxBlocks and never groups rows whose
+  // chunk counts differ. The indexer's block chunks need no such rule: a block's score (a max)
+  // is computed whole inside one item.
+  bool batch_invariant = false;
 };
 
 class MsaPlan {

@@ -3,7 +3,8 @@
 // plan() turns the step's query ranges and positions into work lists (indexer row tiles x block
 // chunks, sparse attention rows x slot splits, dense attention row groups x block chunks), sizes
 // the workspaces, and uploads everything in one async copy from pinned memory. Chunk sizes aim at
-// a few CTAs per multiprocessor so that small batches still fill the GPU.
+// a few CTAs per multiprocessor so that small batches still fill the GPU (batch-invariant mode:
+// splits that depend on each row alone, MsaConfig::batch_invariant).
 #include "kernels/cuda/msa.h"
 
 #include <algorithm>
@@ -240,10 +241,13 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
       for (int b = 0; b < sp.blocks; b += chunk)
         indexer.push_back({sp.seq, sp.row, sp.count, b, std::min(sp.blocks, b + chunk), {0, 0, 0}});
 
-    // Sparse attention: rows x KV heads, slot ranges split while the grid is small.
+    // Sparse attention: rows x KV heads, slot ranges split while the grid is small (not in
+    // batch-invariant mode: the split count, and with it the order in which a row's slots are
+    // merged, would depend on the number of rows in the step).
     const int topk = ip.topk_blocks;
     int splits = ceil_div(topk, detail::kMaxSlotsPerItem);
-    while (int64_t(T) * hkv * splits < 2 * sms && splits * 2 <= std::min(topk, 8)) splits *= 2;
+    while (!cfg.batch_invariant && int64_t(T) * hkv * splits < 2 * sms && splits * 2 <= std::min(topk, 8))
+      splits *= 2;
     const int per_split = ceil_div(topk, splits);
     int next_partial = 0;
     for (int t = 0; t < T; ++t)
@@ -265,18 +269,30 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
   }
 
   if (cfg.dense) {
+    // Batch-invariant mode: chunks of kDenseMaxBlocks blocks whatever the step, and a group of
+    // rows (which shares its chunk boundaries and its pieces' combine) ends where the next row
+    // would need another number of pieces, so that a row's split is a function of its own
+    // position: inside a piece a row walks only the tiles up to its position, in order.
+    const bool fixed = cfg.batch_invariant;
+    auto pieces_at = [&](int pos) { return pos < 0 ? 0 : ceil_div(pos / bs + 1, detail::kDenseMaxBlocks); };
     struct Group { int seq, row, count, blocks; };
     std::vector<Group> groups;
     int64_t total_blocks = 0;
     for (int s = 0; s < S; ++s)
-      for (int r = host.query_start[s]; r < host.query_start[s + 1]; r += 4) {
-        const int count = std::min(4, host.query_start[s + 1] - r);
+      for (int r = host.query_start[s], count = 0; r < host.query_start[s + 1]; r += count) {
+        count = std::min(4, host.query_start[s + 1] - r);
+        if (fixed) {
+          int same = 1;
+          while (same < count && pieces_at(host.positions[r + same]) == pieces_at(host.positions[r])) ++same;
+          count = same;
+        }
         const int last_pos = host.positions[r + count - 1];
         if (last_pos < 0) continue;
         groups.push_back({s, r, count, last_pos / bs + 1});
         total_blocks += int64_t(last_pos / bs + 1) * hkv;
       }
-    const int chunk = std::clamp(ceil_div(total_blocks, 3 * int64_t(sms)), 8, detail::kDenseMaxBlocks);
+    const int chunk = fixed ? detail::kDenseMaxBlocks
+                            : std::clamp(ceil_div(total_blocks, 3 * int64_t(sms)), 8, detail::kDenseMaxBlocks);
     int next_partial = 0;
     for (const Group& gr : groups)
       for (int g = 0; g < hkv; ++g) {

@@ -555,7 +555,8 @@ class CudaBackend final : public Backend {
     const LinearWeight& first = *outputs[0].weight;
     const detail::WeightView w0 = weight_view(first);
     const int k = static_cast<int>(first.in_features);
-    if (w0.kind == detail::WeightKind::kBF16 || x.dim(1) % 8 != 0) return false;  // bf16: cuBLAS
+    // bf16: cuBLAS, except in batch-invariant mode, where bf16 takes the skinny kernel as well.
+    if ((w0.kind == detail::WeightKind::kBF16 && !options_.batch_invariant) || x.dim(1) % 8 != 0) return false;
     const int item_rows = this->item_rows(w0, k, static_cast<int>(rows));
     if (item_rows > 64) return false;
     detail::LinearArgs a;
