@@ -465,6 +465,7 @@ void run(BenchLatencyOptions o) {
       {"load_format", o.model.load_format},
       {"device", m.device},
       {"cuda_graphs", m.device == "cuda" && !o.model.enforce_eager},  // decode steps replayed from graphs
+      {"batch_invariant", o.model.batch_invariant},
       {"num_layers", config.num_layers},
       {"num_sparse_layers", config.num_sparse_layers()},
       {"activation_dtype", std::string(dtype_name(m.model->options().activation_dtype))},

@@ -152,13 +152,17 @@ int cuda_device_count() {
 #endif
 }
 
-std::unique_ptr<Backend> make_device_backend(const std::string& device, bool enforce_eager) {
+// The CPU backend is batch-invariant whatever the options (kernels/cpu/cpu_ops.h).
+std::unique_ptr<Backend> make_device_backend(const std::string& device, const ModelOptions& o) {
   if (device == "cpu") return make_cpu_backend();
 #if M3SERVE_WITH_CUDA
   M3_CHECK(device == "cuda", "unknown device '{}'", device);
-  return make_cuda_backend(!enforce_eager);
+  CudaBackendOptions options;
+  options.cuda_graphs = !o.enforce_eager;
+  options.batch_invariant = o.batch_invariant;
+  return make_cuda_backend(options);
 #else
-  (void)enforce_eager;
+  (void)o;
   fail("device '{}' is not available in this build", device);
 #endif
 }
@@ -209,6 +213,12 @@ void check_model_options(const ModelOptions& o) {
            "--gpu-memory-utilization applies to GPU memory and --device cpu runs on the CPU backend; size the KV "
            "cache with --kv-cache-memory or --num-kv-blocks");
   check_parallel_config(o.parallel);
+  // Several ranks sum their partial results in an all-reduce (and DEP copies exchange expert rows)
+  // whose order the mode does not fix.
+  M3_CHECK(!o.batch_invariant || (o.parallel.tensor_parallel_size == 1 && o.parallel.data_parallel_size == 1),
+           "--batch-invariant runs the model on one rank; it does not go with -tp {} / --data-parallel-size {} (the "
+           "ranks' all-reduce sums in an order the mode does not fix)",
+           o.parallel.tensor_parallel_size, o.parallel.data_parallel_size);
   // Data-parallel copies run as DEP: each copy (of -tp ranks) schedules its own requests over its
   // attention weights, the routed experts shared out over all ranks.
   if (o.parallel.data_parallel_size > 1) {
@@ -300,6 +310,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--device", o.device, "auto (cuda when a GPU is present), cpu or cuda")->capture_default_str();
   cmd.add_flag("--enforce-eager", o.enforce_eager,
                "cuda: launch every decode step's kernels one by one instead of replaying CUDA graphs");
+  cmd.add_flag("--batch-invariant", o.batch_invariant,
+               "cuda: kernels whose per-token sums do not depend on the batch, so that a request's outputs are "
+               "bitwise the same alone, in any batch and under chunked prefill (slower; one rank only: not with -tp "
+               "or --data-parallel-size > 1); cpu: a no-op, the CPU backend always is");
   cmd.add_option("-t,--tensor-parallel-size", o.parallel.tensor_parallel_size,
                  "ranks one model is split over (-tp N is accepted too): GPUs of this host, one per rank, or "
                  "threads on the CPU")
@@ -589,7 +603,7 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   const auto set_up_rank = [&](int r) {
     const int g = first_rank + r;  // the global rank
     RankModel& rank = m.ranks[r];
-    rank.backend = make_device_backend(plan.device, o.enforce_eager);
+    rank.backend = make_device_backend(plan.device, o);
     if (dep) {
       // The copy's -tp group (tp.<copy>, on this host: hosts hold whole copies), and the experts'
       // exchange over the ranks with this tp rank in every copy (ep.<tp rank>, by copy, over

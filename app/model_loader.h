@@ -5,7 +5,7 @@
 //   --model (a directory or a Hugging Face repo id: --revision, --download-dir; app/model_source.h),
 //   --dtype, --kv-cache-dtype, --attention-config, --load-format, --num-layers,
 //   --max-model-len, --num-kv-blocks / --kv-cache-memory / --gpu-memory-utilization, --block-size,
-//   --quantization, --quantization-config.moe, --seed, --device, --enforce-eager,
+//   --quantization, --quantization-config.moe, --seed, --device, --enforce-eager, --batch-invariant,
 //   -tp/--tensor-parallel-size, --data-parallel-size, --enable-expert-parallel,
 //   --nnodes, --node-rank, --master-addr, --master-port (the parallel layout)
 //   --kv-offloading-size, --kv-offloading-backend (the host tier of the prefix cache),
@@ -65,6 +65,10 @@ struct ModelOptions {
   uint64_t seed = 0;
   std::string device = "auto";          // auto (cuda when a usable GPU is present), cpu, cuda
   bool enforce_eager = false;           // cuda: no CUDA graphs for decode steps
+  // --batch-invariant (vLLM's name): a request's outputs bitwise independent of the batch it runs
+  // in and of chunked prefill (CudaBackendOptions::batch_invariant). One rank only; the CPU
+  // backend always is, so there it changes nothing.
+  bool batch_invariant = false;
   ParallelConfig parallel;              // -tp, --data-parallel-size, --enable-expert-parallel
   // --data-parallel-size N (with --enable-expert-parallel, one host): DEP, N engine lanes, each a
   // copy of -tp ranks.
