@@ -47,8 +47,8 @@ Pair build_pair(const ModelConfig& config, const ModelWeights& weights, KvDType 
   o.kv_dtype = kv;
   o.index_dtype = index;
   o.num_kv_blocks = blocks;
-  p.eager_backend = make_cuda_backend(false);
-  p.graph_backend = make_cuda_backend(true);
+  p.eager_backend = make_cuda_backend({.cuda_graphs = false});
+  p.graph_backend = make_cuda_backend({.cuda_graphs = true});
   p.eager = std::make_unique<MiniMaxM3>(config, place_weights(weights, *p.eager_backend), *p.eager_backend, o);
   p.graph = std::make_unique<MiniMaxM3>(config, place_weights(weights, *p.graph_backend), *p.graph_backend, o);
   return p;

@@ -62,6 +62,8 @@ struct Geometry {
   int hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int index_heads = 0, index_dim = 0, block_size = 0, topk = 0, local_blocks = 1, init_blocks = 0;
   int rotary_dim = 0;
+  // The CUDA backend made with CudaBackendOptions::batch_invariant (cases_batch_invariance.cc).
+  bool batch_invariant = false;
 };
 // Backend::configure for g with bf16 activations.
 void configure(Backend& backend, const Geometry& g);

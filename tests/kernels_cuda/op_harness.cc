@@ -62,14 +62,15 @@ class Backends {
  private:
   using Map = std::map<std::string, std::unique_ptr<Backend>>;
   static std::string key(const Geometry& g) {
-    return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {}", g.name, g.hidden, g.heads, g.kv_heads, g.head_dim,
-                       g.index_heads, g.index_dim, g.block_size, g.topk, g.local_blocks, g.init_blocks, g.rotary_dim);
+    return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {}", g.name, g.hidden, g.heads, g.kv_heads, g.head_dim,
+                       g.index_heads, g.index_dim, g.block_size, g.topk, g.local_blocks, g.init_blocks, g.rotary_dim,
+                       g.batch_invariant);
   }
   Backend& get(Map& map, const Geometry& g, bool cpu) {
     std::unique_ptr<Backend>& b = map[key(g)];
     if (!b) {
       // Eager launches: a CUDA graph would record the first bind's tensors.
-      b = cpu ? make_cpu_backend() : make_cuda_backend(/*cuda_graphs=*/false);
+      b = cpu ? make_cpu_backend() : make_cuda_backend({.cuda_graphs = false, .batch_invariant = g.batch_invariant});
       configure(*b, g);
     }
     return *b;
