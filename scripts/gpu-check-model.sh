@@ -6,7 +6,7 @@
 #
 #   scripts/gpu-check-model.sh [STEP...]   steps: build ops ops-quick ops-perf model model-quick graphs decode-exact
 #                                          nccl bench latency profile generate serve sanitize
-#                                          bench-latency bench-throughput http (PREBUILT only)
+#                                          bench-latency bench-throughput http determinism (PREBUILT only)
 #                                          (default: build ops model-quick bench latency sanitize)
 # PREBUILT=dir uses dir/tests/kernels_cuda/{backend_ops,backend_check}, dir/tests/parallel/nccl_communicator_check
 # and dir/bin/m3serve built elsewhere (same CUDA 13.0), with the shared libraries they need beyond the GPU machine's
@@ -266,6 +266,17 @@ if has http && [[ -x "${M3BIN:-}" ]]; then
   rc=$?
   summary+=("http suite on cuda: rc $rc: $(grep -E "^(Ran|OK|FAILED)" "$OUT/http.log" | tr '\n' ' ')"); ((rc)) && status=1
   grep -E "^(FAIL|ERROR):" "$OUT/http.log" | head -20
+fi
+# --batch-invariant on cuda: tests/server/test_determinism.py (a request's greedy text alone vs in a
+# batch of 32 with preemption, chunked prefill and prefix-cache hits; seeded sampling) on the tiny
+# model, both servers given the flag through M3SERVE_EXTRA_ARGS.
+if has determinism && [[ -x "${M3BIN:-}" ]]; then
+  M3SERVE_BIN=$M3BIN M3SERVE_EXTRA_ARGS="--device cuda --batch-invariant" \
+    timeout "$(limit_for "${DETERMINISM_TIMEOUT:-150}")" python3 tests/server/test_determinism.py -v >"$OUT/determinism.log" 2>&1
+  rc=$?
+  summary+=("determinism on cuda --batch-invariant: rc $rc: $(grep -E "^(Ran|OK|FAILED)" "$OUT/determinism.log" | tr '\n' ' ')")
+  ((rc)) && status=1
+  grep -E "^(FAIL|ERROR):|AssertionError" "$OUT/determinism.log" | head -20
 fi
 if has sanitize; then
   # memcheck over every op (quick shapes) and a whole model; racecheck over the linear kernels

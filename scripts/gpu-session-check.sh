@@ -5,7 +5,8 @@
 # mode, model-quick, graphs, decode-exact, serve; nccl: the NCCL Communicator on the GPUs here,
 # tests/parallel/nccl_communicator_check), the HTTP suite on cuda, the 20-layer M3.1 bench
 # latency (8K decode + 8K prefill) and the sanitizers; logs in $OUT/logs.tgz, the bench JSON in
-# $OUT, the summaries last, one line per step (ops: "backend_ops: N checks in M cases, F failed").
+# $OUT, the summaries last, one line per step (ops: "backend_ops: N checks in M cases, F failed";
+# --batch-invariant: its op cases, the determinism suite on cuda and the bench cost ratios).
 #   run: PREBUILT=build-gpu-backend bash scripts/gpu-session-check.sh, carrying the pack
 # BASELINE=dir (optional): a second m3serve (dir/baseline-pack.txz: bin/m3serve + device-libs, e.g.
 # the commit before a change) runs the same bench latency right after, into
@@ -47,6 +48,34 @@ if [[ -n "${BASELINE:-}" ]]; then
     --prefill-lens 8192 --iters 5 --warmup 2 --json > $OUT/bench-latency-8192-baseline.json 2> $L/bench-baseline.log
   echo "baseline bench rc $?" >> $L/b-summary.txt
 fi
+# --batch-invariant: the op cases (a row alone vs in batches, bitwise; counted per check), the
+# determinism suite on cuda with the flag, and its cost: the same bench latency shape with the
+# flag (batches 1 and 64 only, fewer iterations), each case's time against the run above.
+timeout 60 $P/tests/kernels_cuda/backend_ops --filter batch-invariant > $L/bi-ops.log 2>&1
+rc=$?
+echo "batch-invariant ops: $(grep -c '^ok ' $L/bi-ops.log) ok, $(grep -c '^FAIL' $L/bi-ops.log) FAIL (rc $rc)" > $L/bi-summary.txt
+grep '^FAIL' $L/bi-ops.log | head -10 >> $L/bi-summary.txt
+PREBUILT=$P OUT=$L/d TIME_BUDGET=160 DETERMINISM_TIMEOUT=150 scripts/gpu-check-model.sh determinism 2>&1 |
+  grep -E '^determinism|^(FAIL|ERROR):' >> $L/bi-summary.txt
+timeout 110 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 --device cuda \
+  --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,64 --context-lens 8192 \
+  --prefill-lens 8192 --iters 4 --warmup 1 --no-op-breakdown --batch-invariant --json \
+  > $OUT/bench-latency-8192-batch-invariant.json 2> $L/bench-batch-invariant.log
+rc=$?
+python3 - $OUT/bench-latency-8192.json $OUT/bench-latency-8192-batch-invariant.json $rc >> $L/bi-summary.txt <<'PY'
+import json, sys
+try:
+    plain, inv = (json.load(open(f)) for f in sys.argv[1:3])
+except Exception as e:
+    print("batch-invariant cost decode/prefill: no result (bench rc %s: %s)" % (sys.argv[3], e)); sys.exit()
+def times(j):
+    d = {("decode b%d" % c["batch"]): c["step_ms"] for c in j["decode"] if c.get("status") == "ok"}
+    d.update({("prefill %d" % c["prompt_len"]): c["time_ms"] for c in j["prefill"] if c.get("status") == "ok"})
+    return d
+a, b = times(plain), times(inv)
+parts = ["%s %.2f -> %.2f ms (x%.2f)" % (k, a[k], b[k], b[k] / a[k]) for k in b if k in a]
+print("batch-invariant cost decode/prefill (M3.1 20 layers, ctx 8192, nvfp4 KV): " + ("; ".join(parts) or "no common case"))
+PY
 PREBUILT=$P OUT=$L/s TIME_BUDGET=40 SANITIZE_TIMEOUT=35 scripts/gpu-check-model.sh sanitize 2>&1 | grep sanitize > $L/s-summary.txt
 tar czf $OUT/logs.tgz -C /tmp logs
 cat $L/*-summary.txt

@@ -5,8 +5,12 @@ sampling is identical across runs and batch compositions.
 Reference outputs come from a server with prefix caching off, one request at a time. The server
 under test has prefix caching on and a KV pool too small for 32 requests at once, so batches
 force preemption (checked through vllm:num_preemptions_total).
+
+M3SERVE_EXTRA_ARGS (split as a shell would) goes to both servers, e.g. "--device cuda
+--batch-invariant" (the CUDA backend is batch-invariant only with that flag; the CPU backend always is).
 """
 import os
+import shlex
 import sys
 import unittest
 
@@ -14,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from live_server import LiveServer, post_all  # noqa: E402
 
 BIN = os.environ.get("M3SERVE_BIN", "build/bin/m3serve")
+EXTRA_ARGS = shlex.split(os.environ.get("M3SERVE_EXTRA_ARGS", ""))
 MODEL = os.environ.get("M3SERVE_MODEL", "models/minimax-m3-tiny")
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
          "sigma tau upsilon phi chi psi omega").split()
@@ -41,7 +46,7 @@ class Determinism(unittest.TestCase):
     def setUpClass(cls):
         # The default bfloat16 activations: the CPU backend is batch-invariant (kernels/cpu/cpu_ops.h).
         common = ["--host", "127.0.0.1", "--port", "0", "--max-model-len", "1024", "--enable-prompt-tokens-details",
-                  "--disable-log-stats"]
+                  "--disable-log-stats"] + EXTRA_ARGS
         reference = LiveServer([BIN, "serve", MODEL, "--no-enable-prefix-caching", "--num-kv-blocks", "16"] + common)
         try:
             replies = [reference.post("/v1/completions", b) for b in REQUESTS]
