@@ -1,6 +1,6 @@
 // The parallel options as a user gives them, end to end through the m3serve binary on the CPU:
 // `generate` on the tiny model with -tp 2 / 4, expert parallel, indexer decode CP, DEP 2 / 4 and
-// DEP 2 x -tp 2 gives one rank's greedy ids, and
+// DEP 2 x -tp 2 gives one rank's greedy ids (and --batch-invariant changes none on the CPU), and
 // layouts that cannot run give an error naming what is wrong (before any weight is read).
 #include <gtest/gtest.h>
 
@@ -71,6 +71,15 @@ TEST(ParallelCommands, DummyWeightsBuiltPerRankGiveOneRanksTokens) {
     EXPECT_EQ(generate_ids("--load-format dummy --seed 3 " + layout, prompt), one) << layout;
 }
 
+// The CPU backend is batch-invariant whatever the flags: --batch-invariant is accepted and changes
+// nothing there.
+TEST(ParallelCommands, BatchInvariantIsANoOpOnTheCpu) {
+  const std::string prompt = "5,6,7,8,9,10,11,12";
+  const std::vector<int> plain = generate_ids("", prompt);
+  ASSERT_EQ(plain.size(), 24u);
+  EXPECT_EQ(generate_ids("--batch-invariant", prompt), plain);
+}
+
 void expect_refused(const std::string& args, const std::string& message) {
   const Run r = run_m3serve(args);
   EXPECT_NE(r.status, 0) << args;
@@ -95,6 +104,10 @@ TEST(ParallelCommands, LayoutsThatCannotRunAreRefusedNamingTheProblem) {
                              kTiny),
                  "data-parallel copies run through the engine");
   expect_refused(gen + "--attention-config '{\"indexer_decode_cp\": true}'", "and -tp is 1");
+  // --batch-invariant: one rank (the all-reduce's order is not fixed).
+  expect_refused(gen + "-tp 2 --batch-invariant", "--batch-invariant runs the model on one rank");
+  expect_refused(gen + "--data-parallel-size 2 --enable-expert-parallel --batch-invariant",
+                 "--batch-invariant runs the model on one rank; it does not go with -tp 1 / --data-parallel-size 2");
   expect_refused(fmt::format("serve --model {} --device cpu -tp 3", kTiny), "num_attention_heads 4 is not a multiple of 3");
 }
 

@@ -3,15 +3,19 @@
 // at the batch's first, middle and last position (so at different places of the kernels' row
 // tiles and, for the MoE, of its experts' permuted rows). Each case also checks the batch against
 // the CPU reference, so that the mode stays correct, not only repeatable. Ops: linear in every
-// weight format, linears (fused projections), swiglu_mlp, moe.
+// weight format, linears (fused projections), swiglu_mlp, moe; and on the MSA kernels (the M3
+// shape) indexer_topk and sparse and dense paged_attention: rows of a prefill chunk, in a step
+// with other sequences, against each of them alone as a decode step over the same pool.
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "tests/kernels_cuda/attention_case.h"
 #include "tests/kernels_cuda/op_harness.h"
 
 namespace m3::test {
@@ -155,7 +159,10 @@ class LinearsInvariance : public InvarianceCase {
  private:
   static std::string names(const std::vector<Format>& formats) {
     std::string s;
-    for (const Format& f : formats) s += (s.empty() ? "" : "+") + std::string(f.name);
+    for (const Format& f : formats) {
+      if (!s.empty()) s += "+";
+      s += f.name;
+    }
     return s;
   }
   std::vector<Format> formats_;
@@ -227,6 +234,122 @@ class MoeInvariance : public InvarianceCase {
   MlpWeights mlp_;
 };
 
+// The probes: rows of sequence 0's chunk (its first, middle and last), each also run alone as
+// a one-token decode step at its position over the same pages (keys past it exist in the pool
+// but are not visible, as for that row inside the chunk). Outputs: 0 the probes alone, 1 the
+// probes' rows in the step, 2 (attention) the step's whole output against the CPU reference.
+// The indexer has no output 2: its ids may differ from the CPU's on near-ties of block scores
+// (cases_msa.cc judges those); alone vs in the step they may not.
+class AttentionInvariance : public AttentionCase {
+ public:
+  AttentionInvariance(AttentionSetup s, AttentionOp op, double tolerance, std::vector<int> probes)
+      : AttentionCase(fmt::format("batch-invariant {} kv {} seqs {}", attention_op_name(op), kv_name(s.kv_dtype),
+                                  seqs_name(s.seqs)),
+                      with_mode(s), op),
+        tolerance_(tolerance), probes_(std::move(probes)) {}
+  void build(std::mt19937_64& rng) override {
+    AttentionCase::build(rng);
+    const StepBatch& b = step_.batch;
+    alone_.clear();
+    for (int p : probes_) {
+      StepBatch a;
+      a.token_ids = {b.token_ids[p]};
+      a.positions = {b.positions[p]};
+      a.token_seq = {0};
+      a.query_start = {0, 1};
+      a.seq_lens = {b.positions[p] + 1};
+      a.pages_per_seq = b.pages_per_seq;
+      a.page_table.assign(b.page_table.begin(), b.page_table.begin() + b.pages_per_seq);
+      a.slot_mapping = {b.slot_mapping[p]};
+      a.logits_rows = {0};
+      alone_.push_back(std::move(a));
+    }
+  }
+  BoundCase bind(Backend& b) const override {
+    const Geometry& g = s_.geometry;
+    const bool indexer_op = op_ == AttentionOp::kIndexer;
+    const Tensor pool = on_backend(b, pool_);
+    const KvLayerView cache = layout_.layer_view(pool.data_as<uint8_t>(), 0);
+    const int64_t t = tokens();
+    const int64_t q_cols = indexer_op ? int64_t(g.index_heads) * g.index_dim : int64_t(g.heads) * g.head_dim;
+    const int64_t out_cols = indexer_op ? int64_t(g.index_heads) * g.topk : int64_t(g.heads) * g.head_dim;
+    const int64_t sel_cols = int64_t(g.kv_heads) * g.topk;  // sparse attention's selection per token
+    const std::vector<float>& q_host = indexer_op ? index_q_ : q_;
+    auto out_tensor = [&](int64_t rows) {
+      Tensor out = indexer_op ? b.alloc({rows * out_cols}, DType::kI32) : b.alloc({rows, out_cols}, b.activation_storage_dtype());
+      poison(out, indexer_op ? 0x7f : 0xff);
+      return out;
+    };
+    struct Run {
+      const StepBatch* step;
+      Tensor q, sel, out;
+    };
+    std::vector<Run> runs = {{&step_.batch, act_on_backend(b, q_host, t, q_cols),
+                              op_ == AttentionOp::kSparse ? on_backend(b, selection_) : Tensor(), out_tensor(t)}};
+    for (size_t i = 0; i < probes_.size(); ++i) {
+      const int p = probes_[i];
+      const std::vector<float> q(q_host.begin() + p * q_cols, q_host.begin() + (p + 1) * q_cols);
+      Tensor sel;
+      if (op_ == AttentionOp::kSparse) {
+        Tensor host = Tensor::zeros({sel_cols}, DType::kI32);
+        std::copy_n(selection_.data_as<const int32_t>() + p * sel_cols, sel_cols, host.data_as<int32_t>());
+        sel = on_backend(b, host);
+      }
+      runs.push_back({&alone_[i], act_on_backend(b, q, 1, q_cols), sel, out_tensor(1)});
+    }
+    Backend* be = &b;
+    const IndexerParams params = indexer();
+    const float sm_scale = 1.0f / std::sqrt(float(g.head_dim));
+    const AttentionOp op = op_;
+    const std::vector<int> probes = probes_;
+    // Every launch holds the pool: `cache` points into it.
+    return {[=, pool = pool] {
+              for (const Run& r : runs) {
+                be->plan(*r.step);
+                if (op == AttentionOp::kIndexer) be->indexer_topk(cache, r.q, params, r.out);
+                else be->paged_attention(cache, r.q, g.heads, r.sel, g.topk, sm_scale, r.out);
+              }
+            },
+            [=] {
+              Outputs o(indexer_op ? 2 : 3);
+              auto rows_of = [&](const Tensor& out) {  // as floats: bytes of I32 ids compare bitwise too
+                if (!indexer_op) return read_act(*be, out);
+                const std::vector<int32_t> ids = output_ids(Output(read_bytes(out)));
+                return std::vector<float>(ids.begin(), ids.end());
+              };
+              const std::vector<float> all = rows_of(runs[0].out);
+              for (size_t i = 0; i < probes.size(); ++i) {
+                const std::vector<float> alone = rows_of(runs[i + 1].out);
+                o[0].values.insert(o[0].values.end(), alone.begin(), alone.end());
+                o[1].values.insert(o[1].values.end(), all.begin() + probes[i] * out_cols,
+                                   all.begin() + (probes[i] + 1) * out_cols);
+              }
+              if (!indexer_op) o[2].values = all;
+              return o;
+            }};
+  }
+  std::vector<Check> checks() const override {
+    std::vector<Check> c = {self_differing("alone vs in step (bitwise)", 0, 1)};
+    if (op_ != AttentionOp::kIndexer) c.push_back(relative_error("step vs cpu", 2, tolerance_));
+    return c;
+  }
+
+ private:
+  static AttentionSetup with_mode(AttentionSetup s) {  // a copy: the name reads s too
+    s.geometry.batch_invariant = true;
+    return s;
+  }
+  static const char* kv_name(KvDType d) { return d == KvDType::kFP8 ? "fp8" : d == KvDType::kNVFP4 ? "nvfp4" : "bf16"; }
+  static std::string seqs_name(const std::vector<SeqSpec>& seqs) {
+    std::string s;
+    for (const SeqSpec& q : seqs) s += fmt::format("{}{}/{}", s.empty() ? "" : ",", q.q_len, q.seq_len);
+    return s;
+  }
+  double tolerance_;
+  std::vector<int> probes_;
+  std::vector<StepBatch> alone_;
+};
+
 }  // namespace
 
 void add_batch_invariance_cases(CaseList& cases, bool quick) {
@@ -243,6 +366,23 @@ void add_batch_invariance_cases(CaseList& cases, bool quick) {
     cases.push_back(std::make_unique<MoeInvariance>(kNvfp4Modelopt, kBf16, 8, 2, rows));
     cases.push_back(std::make_unique<MoeInvariance>(kNvfp4Ct, kMxfp8, 128, 4, rows));  // the M3.1 routing
   }
+  // Sequence 0: a 38-token chunk at positions 2962..2999 (24 blocks: the top-k of 16 selects) whose
+  // last dense group holds two rows; beside it a decode row and another chunk. Probes: its rows 0,
+  // 17 and 37.
+  const std::vector<SeqSpec> step = {{38, 3000}, {1, 300}, {50, 2500}};
+  for (KvDType kv : {KvDType::kBF16, KvDType::kFP8}) {
+    const double tol = kv == KvDType::kBF16 ? 5e-2 : 1e-1;
+    for (AttentionOp op : {AttentionOp::kIndexer, AttentionOp::kSparse, AttentionOp::kDense})
+      cases.push_back(std::make_unique<AttentionInvariance>(AttentionSetup{m3_geometry(), kv, kv, step}, op, tol,
+                                                            std::vector<int>{0, 17, 37}));
+  }
+  // Dense attention past 256 blocks (32768 tokens): positions 32762..32769, whose second group of
+  // four would straddle the change from one chunk of blocks to two. Probes: 32767 (one chunk) and
+  // 32769 (two).
+  if (!quick)
+    cases.push_back(std::make_unique<AttentionInvariance>(
+        AttentionSetup{m3_geometry(), KvDType::kBF16, KvDType::kBF16, {{8, 32770}, {1, 500}}}, AttentionOp::kDense, 5e-2,
+        std::vector<int>{5, 7}));
 }
 
 }  // namespace m3::test
