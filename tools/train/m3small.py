@@ -601,6 +601,31 @@ def generate_greedy(model, prefix, new_tokens, o: ForwardOptions):
     """prefix [B, P] -> the model's greedy continuation [B, new_tokens], with a KV cache. With
     o.attention == "sparse" the length must stay within index_topk_blocks blocks, where MSA selects
     every visible block and dense attention is the same computation."""
+    return generate(model, prefix, new_tokens, o)
+
+
+def sample_top_p(logits, temperature, top_p, generator):
+    """One id per row of logits [B, V]: argmax where temperature [B] is 0, else a draw from the
+    softmax at that temperature cut to the smallest set of ids holding top_p of the mass."""
+    greedy = logits.argmax(-1)
+    t = temperature.clamp(min=1e-5)[:, None]
+    probs = torch.softmax(logits.float() / t, -1)
+    sorted_p, order = probs.sort(-1, descending=True)
+    drop = sorted_p.cumsum(-1) - sorted_p > top_p  # the most likely id always stays
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    pick = torch.multinomial(sorted_p, 1, generator=generator)
+    drawn = order.gather(1, pick)[:, 0]
+    return torch.where(temperature > 0, drawn, greedy)
+
+
+@torch.no_grad()
+def generate(model, prefix, new_tokens, o: ForwardOptions, temperature=None, top_p=1.0, generator=None,
+             finished=None, check_every=32):
+    """prefix [B, P] -> continuation [B, <= new_tokens] with a KV cache: greedy, or per row at
+    temperature [B] (0: greedy) with top-p. finished(ids [B, G]) -> bool, asked every check_every
+    tokens, ends the loop early once every row is done (the caller cuts the rows). With
+    o.attention == "sparse" the length must stay within index_topk_blocks blocks, where MSA selects
+    every visible block and dense attention is the same computation."""
     c = model.config
     total = prefix.shape[1] + new_tokens
     if o.attention == "sparse" and total > c.index_topk_blocks * c.index_block_size:
@@ -609,7 +634,7 @@ def generate_greedy(model, prefix, new_tokens, o: ForwardOptions):
     cos, sin = rope_tables(c, total, prefix.device)
     caches = [{} for _ in model.model.layers]
     ids, pos, out = prefix, 0, []
-    for _ in range(new_tokens):
+    for step in range(new_tokens):
         s = ids.shape[1]
         cs, sn = cos[pos:pos + s], sin[pos:pos + s]
         x = model.model.embed_tokens(ids)
@@ -624,9 +649,15 @@ def generate_greedy(model, prefix, new_tokens, o: ForwardOptions):
             else:  # the prefix: enough tokens that the per-expert loop is the cheaper one
                 x = x + moe(layer.mlp, h, c, {})
         x = rms_norm(x[:, -1:], model.model.norm.weight, c.rms_norm_eps)
-        ids = model.lm_head(x).argmax(-1)
+        logits = model.lm_head(x)
+        if temperature is None:
+            ids = logits.argmax(-1)
+        else:
+            ids = sample_top_p(logits[:, 0], temperature, top_p, generator)[:, None]
         out.append(ids)
         pos += s
+        if finished is not None and (step + 1) % check_every == 0 and finished(torch.cat(out, 1)):
+            break
     return torch.cat(out, 1)
 
 

@@ -26,6 +26,7 @@ TIME_A=${TIME_A:-95}
 TIME_B=${TIME_B:-15}
 TIME_C=${TIME_C:-25}
 TIME_D=${TIME_D:-30}
+TIME_E=${TIME_E:-30}
 STAGES=${STAGES:-a,b,c}
 CHUNK=${CHUNK:-0}
 BATCH_TOKENS=${BATCH_TOKENS:-32768}
@@ -136,7 +137,8 @@ fi
 rc=0
 python3 $T/train.py --tokens $W/tokens --out "$TR" --stages "$STAGES" ${RESUME:+--resume "$RESUME"} \
   ${RESUME_RELEASE:+--resume-release "$RESUME_RELEASE"} --tokenizer $W/tokenizer \
-  --time-a "$TIME_A" --time-b "$TIME_B" --time-c "$TIME_C" --time-d "$TIME_D" --batch-tokens "$BATCH_TOKENS" \
+  --time-a "$TIME_A" --time-b "$TIME_B" --time-c "$TIME_C" --time-d "$TIME_D" --time-e "$TIME_E" \
+  --defs-text $W/corpus/defs.jsonl --batch-tokens "$BATCH_TOKENS" \
   "${STOP[@]}" ${TRAIN_ARGS:-} || rc=$?
 if [ "$rc" = 75 ]; then
   PAUSED=1

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trains the small MiniMax-M3 in three logged stages, as M3.1 was trained:
+"""Trains the small MiniMax-M3 in logged stages (a-c as M3.1 was trained; d and e fine-tunes):
 
   a  language model with dense causal attention (the last --long-frac of the time at --long-seq);
   b  the lightning indexer alone (the rest frozen): KL between the attention mass per 128-token
@@ -23,6 +23,11 @@
      and class alone, so its body ends and the document does), and --ul-source defs continues
      those instead of train windows. --ul-weight 0 runs the fine-tune alone (a control). Usually
      run from a finished model (--resume-release), at a fine-tune's learning rate.
+  e  stage c's fine-tune plus rejection-sampled self-training (self_train.py): each step the model
+     completes --st-gen prompts made from the train split's definition documents (--defs-text,
+     corpus.py's defs.jsonl), half greedily, half sampled. Those that pass eval_code.py's parse
+     check without a repeated line become supervised targets (a buffer of the most recent), and
+     the repeated tokens of all get stage d's unlikelihood term (--ul-weight).
 
 Every stage runs for a wall-clock budget: the cosine learning-rate schedule follows elapsed time,
 so a faster or slower machine changes the token count, never the duration. Expert balance uses the
@@ -38,8 +43,8 @@ the pause), so a long run fits in calls of a few minutes each. Stages already in
 not run again.
 
 Usage: python3 tools/train/train.py --tokens DIR --out DIR [--size small|smoke] [--stages a,b,c]
-           [--time-a S --time-b S --time-c S --time-d S] [--resume CKPT | --resume-release DIR]
-           [--tokenizer DIR (stage d)] [--stop-after S]
+           [--time-a S --time-b S --time-c S --time-d S --time-e S] [--resume CKPT | --resume-release DIR]
+           [--tokenizer DIR (stages d, e)] [--defs-text defs.jsonl (stage e)] [--stop-after S]
 """
 import argparse
 import json
@@ -259,6 +264,8 @@ def run_stage(name, model, params, opts, loss_fn, stream, args, log, budget_s, l
     if resume is not None:
         opt.load_state_dict(resume["optimizer"])
         step, tokens, accum, offset = resume["step"], resume["tokens"], resume["accum"], resume["elapsed"]
+        if extra is not None and hasattr(extra, "set_state") and "extra" in resume:
+            extra.set_state(resume["extra"])
         log(stage=name, event="resume", step=step, tokens=tokens, elapsed=round(offset, 1))
     start = time.time() - offset
     last_t, last_tokens, recent = time.time(), tokens, {}
@@ -268,8 +275,11 @@ def run_stage(name, model, params, opts, loss_fn, stream, args, log, budget_s, l
             break
         if deadline is not None and time.time() >= deadline:
             log(stage=name, event="pause", step=step, tokens=tokens, elapsed=round(elapsed, 1))
-            raise Pause({"stage": name, "optimizer": opt.state_dict(), "step": step, "tokens": tokens,
-                         "accum": accum, "elapsed": elapsed})
+            state = {"stage": name, "optimizer": opt.state_dict(), "step": step, "tokens": tokens,
+                     "accum": accum, "elapsed": elapsed}
+            if extra is not None and hasattr(extra, "state"):
+                state["extra"] = extra.state()
+            raise Pause(state)
         frac = elapsed / budget_s
         seq, batch = [(s, b) for f, s, b in phases if frac >= f][-1]
         lr = lr_peak * min(1.0, (step + 1) / warmup) * (
@@ -374,6 +384,7 @@ def main():
     ap.add_argument("--time-b", type=float, default=20.0)
     ap.add_argument("--time-c", type=float, default=35.0)
     ap.add_argument("--time-d", type=float, default=30.0)
+    ap.add_argument("--time-e", type=float, default=30.0)
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--long-seq", type=int, default=8192)
     ap.add_argument("--long-frac", type=float, default=0.2)
@@ -382,6 +393,16 @@ def main():
     ap.add_argument("--lr-b", type=float, default=2e-3)
     ap.add_argument("--lr-c", type=float, default=3e-4)
     ap.add_argument("--lr-d", type=float, default=2e-4)
+    ap.add_argument("--lr-e", type=float, default=5e-5)
+    ap.add_argument("--defs-text", help="stage e: defs.jsonl of corpus.py (the prompts' documents)")
+    ap.add_argument("--st-pool", type=int, default=40000, help="stage e: prompts drawn from the definition documents")
+    ap.add_argument("--st-max-prompt", type=int, default=384, help="stage e: longest prompt (ids)")
+    ap.add_argument("--st-gen", type=int, default=256, help="stage e: completions generated per step")
+    ap.add_argument("--st-greedy-frac", type=float, default=0.5, help="stage e: share of them greedy")
+    ap.add_argument("--st-buffer", type=int, default=4096, help="stage e: accepted completions kept")
+    ap.add_argument("--st-rows", type=int, default=96, help="stage e: accepted completions trained on per step")
+    ap.add_argument("--sft-weight", type=float, default=1.0, help="stage e: weight of their loss")
+    ap.add_argument("--ul-rows", type=int, default=64, help="stage e: generated rows with repeats given unlikelihood")
     ap.add_argument("--ul-weight", type=float, default=1.0, help="stage d: weight of the unlikelihood term")
     ap.add_argument("--ul-batch", type=int, default=128, help="stage d: continuations per step")
     ap.add_argument("--ul-prefix", type=int, default=256, help="stage d: prefix length (ids)")
@@ -486,12 +507,53 @@ def main():
         os.remove(state_path)
 
 
+def self_train_stage(model, train, held, args, log, device, chunk):
+    """Stage e (self_train.py): stage c's fine-tune plus supervised targets from the model's own
+    completions of train prompts that parse, and unlikelihood on the ones that loop."""
+    import self_train as ST
+    if not args.tokenizer or not args.defs_text:
+        raise SystemExit("stage e needs --tokenizer and --defs-text (corpus.py's defs.jsonl)")
+    defs_ids = os.path.join(args.tokens, "defs.npy")
+    if not os.path.exists(defs_ids):
+        raise SystemExit(f"stage e needs {defs_ids} (corpus.py step 9, train_tokenizer.py)")
+    c = model.config
+    nl = newline_ids(args.tokenizer, c.vocab_size, device)
+    ident = identifier_ids(args.tokenizer, c.vocab_size, device)
+    codec = ST.Codec(args.tokenizer)
+    pool = ST.prompt_pool(args.defs_text, codec, args.st_pool, args.st_max_prompt, args.seed)
+    kinds = {k: sum(p[0] == k for p in pool) for k in ("function", "class", "chat")}
+    log(stage="e", event="pool", prompts=len(pool), **kinds)
+    step = ST.SelfTrainStep(pool, codec, np.load(defs_ids).astype(np.int64), nl, ident, c.eos_token_id,
+                            c.pad_token_id, args, device, args.seed + 2)
+    dense, sparse = M.ForwardOptions(attention="dense"), M.ForwardOptions(attention="sparse")
+    sparse_q = M.ForwardOptions(attention="sparse", qat=True)
+    settings = [("dense", dense), ("sparse", sparse), ("sparse_fake_nvfp4", sparse_q)]
+    eos = c.eos_token_id
+    before = None
+    if chunk["resume"] is None:
+        before = {"repetition": heldout_repetition(model, held, nl, ident, args, eos),
+                  "heldout_ppl": evaluate(model, held, args, device, settings)}
+        log(stage="e", event="before", **before["repetition"], **{f"ppl_{k}": v for k, v in before["heldout_ppl"].items()})
+    rec = run_stage("e", model, list(model.parameters()), M.ForwardOptions(
+        attention="sparse", qat=True, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
+        args.time_e, args.lr_e, [(0.0, args.long_seq, max(1, args.batch_tokens // args.long_seq))], warmup=10,
+        extra=step, **chunk)
+    rec["heldout_ppl"] = evaluate(model, held, args, device, settings)
+    rec["repetition"] = heldout_repetition(model, held, nl, ident, args, eos)
+    rec["self_train"] = step.summary()
+    rec["pool"] = {"prompts": len(pool), **kinds}
+    if before is not None:
+        rec["before"] = before
+    log(stage="e", event="self_train", **{f"{k}_{m}": v[m] for k, v in rec["self_train"].items() for m in ("parsed", "accepted")})
+    return rec
+
+
 def main_stream(stream):
     return stream.main if isinstance(stream, MixedStream) else stream
 
 
 def stage_budget(args, stage):
-    return {"a": args.time_a, "b": args.time_b, "c": args.time_c, "d": args.time_d}[stage]
+    return {"a": args.time_a, "b": args.time_b, "c": args.time_c, "d": args.time_d, "e": args.time_e}[stage]
 
 
 def run_one_stage(stage, model, train, held, args, log, device, phases, chunk):
@@ -543,8 +605,10 @@ def run_one_stage(stage, model, train, held, args, log, device, phases, chunk):
         rec["repetition"] = heldout_repetition(model, held, nl, ident, args, eos)
         if before is not None:
             rec["before"] = before
+    elif stage == "e":
+        rec = self_train_stage(model, train, held, args, log, device, chunk)
     else:
-        raise SystemExit(f"unknown stage {stage!r} (a, b, c, d)")
+        raise SystemExit(f"unknown stage {stage!r} (a, b, c, d, e)")
     return rec
 
 

@@ -1,0 +1,309 @@
+"""Stage e of train.py: rejection-sampled self-training (expert iteration) on definition prompts
+made from the train split.
+
+Why: what the small model fails at is finishing a definition. Its greedy continuations run into
+a loop (one line or argument repeated to max_tokens) and a loop never closes the definition.
+Teacher-forced text of complete definitions (the definition documents) does not move that,
+because the model never sees its own loops while training on it. Here the model writes
+completions of train prompts itself. The ones that parse and do not loop become supervised
+targets; the repeated lines of all of them get line-level unlikelihood. So the model is taught on
+its own outputs what ends well and what does not.
+
+Prompts (prompt_of_document) come from the definition documents of corpus.py step 9 (defs.jsonl,
+train split only), in the shapes of the held-out code prompts of step 8:
+  function / class  "# file: <path>\\n" + the definition down to the end of its docstring;
+  chat              a code request in the M3 chat format, cut after the assistant marker (and the
+                    closed think tag in thinking-disabled turns).
+Tool-call exchanges are left to the language-model stream.
+
+Each step (SelfTrainStep):
+  1. gen_rows prompts, drawn at random, each left-filled to the batch's longest prompt with the
+     tail of the definition stream up to an end-of-document id. A packed training row looks like
+     this too, so the prompt needs no padding mask. Generation is greedy on gen_greedy_frac of the
+     rows and at temperature 0.8 / top-p 0.95 on the rest, as eval_code.py samples. Each kind
+     keeps eval_code.py's max_tokens, and a row ends at its stop strings, its end-of-turn id, or
+     (function / class) once a line at column 0 follows the definition. Generation uses dense
+     attention with the KV fake-quantized: past 512 positions MSA would select 4 of the blocks,
+     a small difference for a data generator.
+  2. A completion is accepted when it passes eval_code.py's own check (check_definition /
+     check_chat: the same code, imported) and no line of it repeats (m3small.repeated_lines).
+     Accepted completions are re-encoded as they end in a document: the definition, "\\n" and
+     the end-of-document id; the chat answer up to its end-of-turn id. They go into a buffer of
+     the most recent buffer_size.
+  3. Loss: cross-entropy on the completion ids of sft_rows buffer examples (prompt ids masked),
+     times sft_weight; plus, with ul_weight > 0, -log(1 - p) on the repeated-line and n-gram
+     tokens of up to ul_rows generated rows that hold any (the same term as stage d); both through
+     the training path (MSA, fake NVFP4 KV).
+Stage e adds these gradients to stage c's fine-tune step (language model + indexer KL on the train
+stream), which holds the perplexity.
+"""
+import collections
+import json
+import os
+import random
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import corpus  # noqa: E402
+import eval_code  # noqa: E402
+import m3small as M  # noqa: E402
+
+CHAT_START = "]~!b["
+ASSISTANT = "]~b]ai\n"
+THINK_CLOSED = "</mm:think>"
+
+
+def prompt_of_document(doc):
+    """(kind, prompt text) of a definition document, or None when it is not one of the prompt
+    shapes (a tool exchange, a definition without a docstring and a statement after it)."""
+    if doc.startswith(CHAT_START):
+        i = doc.find(ASSISTANT)
+        if i < 0:
+            return None
+        cut = i + len(ASSISTANT)
+        if doc.startswith(THINK_CLOSED, cut):
+            cut += len(THINK_CLOSED)
+        if "```python\n" not in doc[cut:] or "<tool_call>" in doc[cut:]:
+            return None
+        return "chat", doc[:cut]
+    if not doc.startswith("# file: "):
+        return None
+    header, src = doc.split("\n", 1)
+    tree = corpus.parse(src)
+    if tree is None or not tree.body:
+        return None
+    node = tree.body[0]
+    if not isinstance(node, (corpus.ast.FunctionDef, corpus.ast.AsyncFunctionDef, corpus.ast.ClassDef)):
+        return None
+    if corpus.ast.get_docstring(node) is None or len(node.body) < 2:
+        return None
+    lines = src.split("\n")
+    head = "\n".join(lines[node.lineno - 1:node.body[0].end_lineno]) + "\n"
+    kind = "class" if isinstance(node, corpus.ast.ClassDef) else "function"
+    return kind, f"{header}\n{head}"
+
+
+class Codec:
+    """Text <-> ids through the tokenizers library's Tokenizer (special tokens kept)."""
+
+    def __init__(self, tokenizer_dir):
+        from tokenizers import Tokenizer
+        self.tok = Tokenizer.from_file(os.path.join(tokenizer_dir, "tokenizer.json"))
+
+    def encode(self, text):
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts):
+        return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
+
+    def decode_batch(self, rows):
+        return self.tok.decode_batch(rows, skip_special_tokens=False)
+
+
+def prompt_pool(defs_jsonl, codec, size, max_prompt, seed):
+    """Up to `size` prompts (kind, text, ids) of the definition documents, in a seeded random order,
+    of at most max_prompt ids."""
+    with open(defs_jsonl, encoding="utf-8") as fh:
+        docs = [json.loads(line) for line in fh]
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    pool = []
+    for start in range(0, len(order), 4096):
+        found = [p for p in (prompt_of_document(docs[i]) for i in order[start:start + 4096]) if p]
+        for (kind, text), ids in zip(found, codec.encode_batch([t for _, t in found])):
+            if 0 < len(ids) <= max_prompt:
+                pool.append((kind, text, ids))
+        if len(pool) >= size:
+            break
+    if not pool:
+        raise SystemExit(f"{defs_jsonl}: no definition document gives a prompt")
+    return pool[:size]
+
+
+def cut_completion(kind, text):
+    """The completion as m3serve's stop strings would end it (function / class), and whether the
+    row is finished: a stop string, or a column-0 line after the definition, has appeared."""
+    if kind == "chat":
+        return text, False
+    ends = [i for i in (text.find(s) for s in eval_code.STOPS) if i >= 0]
+    if ends:
+        return text[:min(ends)], True
+    return text, False
+
+
+class SelfTrainStep:
+    """The extra gradient term of stage e (the module docstring)."""
+
+    def __init__(self, pool, codec, filler, nl, ident, eos, pad, args, device, seed):
+        self.pool, self.codec, self.filler = pool, codec, filler
+        self.nl, self.ident, self.eos, self.pad = nl, ident, eos, pad
+        self.args, self.device = args, device
+        self.buffer = collections.deque(maxlen=args.st_buffer)
+        self.rng = random.Random(seed)
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.ends = np.flatnonzero(filler == eos)
+        self.gen_opts = M.ForwardOptions(attention="dense", qat=True)
+        self.train_opts = M.ForwardOptions(attention="sparse", qat=True)
+        self.totals = collections.Counter()
+
+    def state(self):
+        return {"buffer": list(self.buffer), "rng": self.rng.getstate(), "gen": self.gen.get_state(),
+                "totals": dict(self.totals)}
+
+    def set_state(self, state):
+        self.buffer.extend(state["buffer"])
+        self.rng.setstate(state["rng"])
+        self.gen.set_state(state["gen"])
+        self.totals.update(state["totals"])
+
+    def fill(self, n):
+        """The last n ids of the definition stream before a random end-of-document id (inclusive)."""
+        if n == 0:
+            return []
+        ends = self.ends[self.ends >= n - 1]
+        e = int(ends[self.rng.randrange(len(ends))])
+        return self.filler[e - n + 1:e + 1].tolist()
+
+    def _texts(self, rows, cont):
+        """Per row: (completion text up to the end-of-turn id, whether that id came)."""
+        out = []
+        ids = cont.tolist()
+        for r, row in enumerate(ids):
+            ended = self.eos in row
+            out.append((row[:row.index(self.eos)] if ended else row, ended))
+        texts = self.codec.decode_batch([x for x, _ in out])
+        return [(t, ended) for t, (_, ended) in zip(texts, out)]
+
+    def _finished(self, rows):
+        limits = [eval_code.MAX_TOKENS[kind] for kind, _, _ in rows]
+
+        def fn(cont):
+            n = cont.shape[1]
+            for (kind, prompt, _), (text, ended), limit in zip(rows, self._texts(rows, cont), limits):
+                if ended or n >= limit:
+                    continue
+                text, stopped = cut_completion(kind, text)
+                if stopped:
+                    continue
+                if kind != "chat":
+                    lines = (prompt.split("\n", 1)[1] + text).split("\n")
+                    if eval_code.definition_end(lines) < len(lines) - 1:
+                        continue
+                return False
+            return True
+        return fn
+
+    def generate(self, model):
+        a = self.args
+        rows = [self.pool[self.rng.randrange(len(self.pool))] for _ in range(a.st_gen)]
+        p = max(len(ids) for _, _, ids in rows)
+        prefix = torch.tensor([self.fill(p - len(ids)) + ids for _, _, ids in rows], device=self.device)
+        n_greedy = round(a.st_greedy_frac * len(rows))
+        temp = torch.tensor([0.0] * n_greedy + [eval_code.SAMPLED["temperature"]] * (len(rows) - n_greedy),
+                            device=self.device)
+        new = max(eval_code.MAX_TOKENS[kind] for kind, _, _ in rows)
+        was_training = model.training
+        model.eval()
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16):
+            cont = M.generate(model, prefix, new, self.gen_opts, temperature=temp,
+                              top_p=eval_code.SAMPLED["top_p"], generator=self.gen, finished=self._finished(rows))
+        model.train(was_training)
+        return rows, prefix, cont, n_greedy
+
+    def judge(self, rows, cont, n_greedy):
+        """Per row: (accepted target ids or None, kept length in cont); counts into self.totals."""
+        keep = torch.zeros(cont.shape, dtype=torch.bool)
+        verdicts = []
+        lines_rep = M.repeated_lines(cont, self.nl, self.ident, self.eos).cpu()
+        for r, ((kind, prompt, ids), (text, ended)) in enumerate(zip(rows, self._texts(rows, cont))):
+            limit = eval_code.MAX_TOKENS[kind]
+            text, _ = cut_completion(kind, text)
+            if kind == "chat":
+                ok, _ = eval_code.check_chat(text)
+            else:
+                ok, parsed = eval_code.check_definition(prompt, text)
+            n_kept = min(limit, cont.shape[1], len(self.codec.encode(text)) + int(ended))
+            keep[r, :n_kept] = True
+            looped = bool(lines_rep[r, :n_kept].any())
+            mode = "greedy" if r < n_greedy else "sampled"
+            self.totals[f"{mode}_{kind}_n"] += 1
+            self.totals[f"{mode}_{kind}_parsed"] += int(ok)
+            target = None
+            if ok and not looped:
+                if kind == "chat":
+                    start = text.find("```python\n")
+                    end = text.find("\n```", start + 10) + 4
+                    body = text if ended else text[:end]
+                    target = self.codec.encode(body) + [self.eos]
+                else:
+                    head = prompt.split("\n", 1)[1]
+                    if parsed.startswith(head) and len(parsed) > len(head):
+                        target = self.codec.encode(parsed[len(head):]) + [self.eos]
+            if target is not None:
+                self.totals[f"{mode}_{kind}_accepted"] += 1
+                self.buffer.append((ids, target))
+            verdicts.append(target)
+        return verdicts, keep.to(cont.device)
+
+    def sft_loss(self, model):
+        a = self.args
+        picks = [self.buffer[self.rng.randrange(len(self.buffer))] for _ in range(min(a.st_rows, len(self.buffer)))]
+        length = max(len(p) + len(t) for p, t in picks)
+        ids = torch.full((len(picks), length), self.pad, dtype=torch.long)
+        labels = torch.full((len(picks), length), -100, dtype=torch.long)
+        for r, (p, t) in enumerate(picks):
+            row = p + t
+            ids[r, :len(row)] = torch.tensor(row)
+            labels[r, len(p):len(row)] = torch.tensor(t)
+        ids, labels = ids.to(self.device), labels.to(self.device)
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16):
+            logits, _ = M.forward(model, ids[:, :-1], self.train_opts)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1))
+
+    def ul_loss(self, model, prefix, cont, keep):
+        a = self.args
+        rep = M.repeated_ngrams(cont, a.ul_ngram, self.eos) | M.repeated_lines(cont, self.nl, self.ident, self.eos)
+        rep = rep & keep
+        rows = torch.nonzero(rep.any(1))[:, 0][:a.ul_rows]
+        if rows.numel() == 0:
+            return None, rep
+        p = prefix.shape[1]
+        ids = torch.cat([prefix[rows], cont[rows]], 1)
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16):
+            logits, _ = M.forward(model, ids[:, :-1], self.train_opts)
+        logp = torch.log_softmax(logits[:, p - 1:].float(), -1).gather(-1, cont[rows][..., None])[..., 0]
+        one_minus = torch.log1p(-logp.exp().clamp(max=1 - 1e-5))
+        return -(one_minus * rep[rows]).sum() / keep[rows].sum().clamp(min=1), rep
+
+    def __call__(self, model):
+        a = self.args
+        rows, prefix, cont, n_greedy = self.generate(model)
+        verdicts, keep = self.judge(rows, cont, n_greedy)
+        out = {"accepted": torch.tensor(sum(v is not None for v in verdicts) / len(verdicts)),
+               "gen_len": torch.tensor(float(cont.shape[1]))}
+        if self.buffer:
+            sft = self.sft_loss(model)
+            (a.sft_weight * sft).backward()
+            out["sft"] = sft.detach()
+        if a.ul_weight > 0:
+            ul, rep = self.ul_loss(model, prefix, cont, keep)
+            if ul is not None:
+                (a.ul_weight * ul).backward()
+                out["ul"] = ul.detach()
+            out["rep"] = (rep.sum() / keep.sum().clamp(min=1)).float().cpu()
+        return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in out.items()}
+
+    def summary(self):
+        """Pass and acceptance rates per mode and kind over the whole stage."""
+        out = {}
+        for mode in ("greedy", "sampled"):
+            for kind in eval_code.MAX_TOKENS:
+                n = self.totals.get(f"{mode}_{kind}_n", 0)
+                if n:
+                    out[f"{mode}_{kind}"] = {"n": n, "parsed": round(self.totals[f"{mode}_{kind}_parsed"] / n, 4),
+                                             "accepted": round(self.totals[f"{mode}_{kind}_accepted"] / n, 4)}
+        return out
