@@ -11,6 +11,12 @@
 # BASELINE=dir (optional): a second m3serve (dir/baseline-pack.txz: bin/m3serve + device-libs, e.g.
 # the commit before a change) runs the same bench latency right after, into
 # $OUT/bench-latency-8192-baseline.json, so that before and after are measured in one run.
+# PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 490 s with
+# every step at its timeout, 590 with BASELINE); batch-invariant = its op cases, the determinism
+# suite and the cost (at most about 430 s). Each part fits one 600 s device call;
+# PARTS="main batch-invariant" runs both in one call when the time allows.
+PARTS=${PARTS:-main}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 P=${PREBUILT:-build-gpu-backend}
 for pack in "$P"/device-pack*.txz; do
   [[ -f $pack ]] && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$pack" "$P"
@@ -29,6 +35,7 @@ fi
 export LD_LIBRARY_PATH=$PWD/$P/device-libs:/usr/local/cuda/lib64
 source scripts/nccl-env.sh  # NCCL_NVLS_ENABLE=0, the wheel's libnccl.so.2
 L=/tmp/logs; mkdir -p $L/c $L/h $L/n $L/s
+if part main; then
 PREBUILT=$P OUT=$L/c TIME_BUDGET=160 STEP_TIMEOUT=40 OPS_TIMEOUT=90 MODEL_TIMEOUT=30 scripts/gpu-check-model.sh ops model-quick graphs decode-exact serve 2>&1 | sed -n '/---- gpu-check-model summary/,$p' > $L/c-summary.txt
 # One line ("nccl: rc 0 in 4 s: nccl_communicator_check: N passed, 0 failed (world sizes ...)"), and
 # each failure; the table in logs.tgz (n/nccl.log).
@@ -47,6 +54,15 @@ if [[ -n "${BASELINE:-}" ]]; then
     --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64,128 --context-lens 8192 \
     --prefill-lens 8192 --iters 5 --warmup 2 --json > $OUT/bench-latency-8192-baseline.json 2> $L/bench-baseline.log
   echo "baseline bench rc $?" >> $L/b-summary.txt
+fi
+fi
+if part batch-invariant; then
+if [[ ! -f $OUT/bench-latency-8192.json ]]; then
+  # The cost needs the same shape without the flag; the main part writes it with more batches.
+  timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 \
+    --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,64 \
+    --context-lens 8192 --prefill-lens 8192 --iters 4 --warmup 1 --no-op-breakdown --json \
+    > $OUT/bench-latency-8192.json 2> $L/bench.log
 fi
 # --batch-invariant: the op cases (a row alone vs in batches, bitwise; counted per check), the
 # determinism suite on cuda with the flag, and its cost: the same bench latency shape with the
@@ -76,6 +92,9 @@ a, b = times(plain), times(inv)
 parts = ["%s %.2f -> %.2f ms (x%.2f)" % (k, a[k], b[k], b[k] / a[k]) for k in b if k in a]
 print("batch-invariant cost decode/prefill (M3.1 20 layers, ctx 8192, nvfp4 KV): " + ("; ".join(parts) or "no common case"))
 PY
+fi
+if part main; then
 PREBUILT=$P OUT=$L/s TIME_BUDGET=40 SANITIZE_TIMEOUT=35 scripts/gpu-check-model.sh sanitize 2>&1 | grep sanitize > $L/s-summary.txt
+fi
 tar czf $OUT/logs.tgz -C /tmp logs
 cat $L/*-summary.txt
