@@ -37,6 +37,7 @@ Each step (SelfTrainStep):
 Stage e adds these gradients to stage c's fine-tune step (language model + indexer KL on the train
 stream), which holds the perplexity.
 """
+import ast
 import collections
 import json
 import os
@@ -77,13 +78,13 @@ def prompt_of_document(doc):
     if tree is None or not tree.body:
         return None
     node = tree.body[0]
-    if not isinstance(node, (corpus.ast.FunctionDef, corpus.ast.AsyncFunctionDef, corpus.ast.ClassDef)):
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return None
-    if corpus.ast.get_docstring(node) is None or len(node.body) < 2:
+    if ast.get_docstring(node) is None or len(node.body) < 2:
         return None
     lines = src.split("\n")
     head = "\n".join(lines[node.lineno - 1:node.body[0].end_lineno]) + "\n"
-    kind = "class" if isinstance(node, corpus.ast.ClassDef) else "function"
+    kind = "class" if isinstance(node, ast.ClassDef) else "function"
     return kind, f"{header}\n{head}"
 
 
@@ -214,11 +215,12 @@ class SelfTrainStep:
         model.train(was_training)
         return rows, prefix, cont, n_greedy
 
-    def judge(self, rows, cont, n_greedy):
-        """Per row: (accepted target ids or None, kept length in cont); counts into self.totals."""
+    def judge(self, rows, cont, n_greedy, lines_rep):
+        """Per row: the accepted target ids or None; and keep [B, G], the ids of cont up to where
+        each row ended. Counts into self.totals. lines_rep: M.repeated_lines of cont."""
         keep = torch.zeros(cont.shape, dtype=torch.bool)
         verdicts = []
-        lines_rep = M.repeated_lines(cont, self.nl, self.ident, self.eos).cpu()
+        lines_rep = lines_rep.cpu()
         for r, ((kind, prompt, ids), (text, ended)) in enumerate(zip(rows, self._texts(rows, cont))):
             limit = eval_code.MAX_TOKENS[kind]
             text, _ = cut_completion(kind, text)
@@ -264,10 +266,9 @@ class SelfTrainStep:
             logits, _ = M.forward(model, ids[:, :-1], self.train_opts)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1))
 
-    def ul_loss(self, model, prefix, cont, keep):
+    def ul_loss(self, model, prefix, cont, keep, lines_rep):
         a = self.args
-        rep = M.repeated_ngrams(cont, a.ul_ngram, self.eos) | M.repeated_lines(cont, self.nl, self.ident, self.eos)
-        rep = rep & keep
+        rep = (M.repeated_ngrams(cont, a.ul_ngram, self.eos) | lines_rep) & keep
         rows = torch.nonzero(rep.any(1))[:, 0][:a.ul_rows]
         if rows.numel() == 0:
             return None, rep
@@ -282,20 +283,21 @@ class SelfTrainStep:
     def __call__(self, model):
         a = self.args
         rows, prefix, cont, n_greedy = self.generate(model)
-        verdicts, keep = self.judge(rows, cont, n_greedy)
-        out = {"accepted": torch.tensor(sum(v is not None for v in verdicts) / len(verdicts)),
-               "gen_len": torch.tensor(float(cont.shape[1]))}
+        lines_rep = M.repeated_lines(cont, self.nl, self.ident, self.eos)
+        verdicts, keep = self.judge(rows, cont, n_greedy, lines_rep)
+        out = {"accepted": torch.tensor(sum(v is not None for v in verdicts) / len(verdicts), device=self.device),
+               "gen_len": torch.tensor(float(cont.shape[1]), device=self.device)}
         if self.buffer:
             sft = self.sft_loss(model)
             (a.sft_weight * sft).backward()
             out["sft"] = sft.detach()
         if a.ul_weight > 0:
-            ul, rep = self.ul_loss(model, prefix, cont, keep)
+            ul, rep = self.ul_loss(model, prefix, cont, keep, lines_rep)
             if ul is not None:
                 (a.ul_weight * ul).backward()
                 out["ul"] = ul.detach()
-            out["rep"] = (rep.sum() / keep.sum().clamp(min=1)).float().cpu()
-        return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in out.items()}
+            out["rep"] = rep.sum().float() / keep.sum().clamp(min=1)
+        return out
 
     def summary(self):
         """Pass and acceptance rates per mode and kind over the whole stage."""

@@ -403,11 +403,11 @@ def main():
     ap.add_argument("--st-rows", type=int, default=96, help="stage e: accepted completions trained on per step")
     ap.add_argument("--sft-weight", type=float, default=1.0, help="stage e: weight of their loss")
     ap.add_argument("--ul-rows", type=int, default=64, help="stage e: generated rows with repeats given unlikelihood")
-    ap.add_argument("--ul-weight", type=float, default=1.0, help="stage d: weight of the unlikelihood term")
+    ap.add_argument("--ul-weight", type=float, default=1.0, help="stages d, e: weight of the unlikelihood term")
     ap.add_argument("--ul-batch", type=int, default=128, help="stage d: continuations per step")
     ap.add_argument("--ul-prefix", type=int, default=256, help="stage d: prefix length (ids)")
     ap.add_argument("--ul-new", type=int, default=128, help="stage d: continuation length (ids)")
-    ap.add_argument("--ul-ngram", type=int, default=8, help="stage d: n of the repeated n-grams")
+    ap.add_argument("--ul-ngram", type=int, default=8, help="stages d, e: n of the repeated n-grams")
     ap.add_argument("--ul-lines", action="store_true",
                     help="stage d: also penalize repeated lines and lines of a shape seen twice before")
     ap.add_argument("--ul-source", choices=["train", "defs"], default="train",
@@ -507,6 +507,15 @@ def main():
         os.remove(state_path)
 
 
+def finetune_measures(model, held, nl, ident, args, device):
+    """What stages d and e record before and after: held-out repetition of greedy continuations
+    and perplexity dense / sparse / sparse with fake NVFP4 KV."""
+    settings = [("dense", M.ForwardOptions(attention="dense")), ("sparse", M.ForwardOptions(attention="sparse")),
+                ("sparse_fake_nvfp4", M.ForwardOptions(attention="sparse", qat=True))]
+    return lambda: {"repetition": heldout_repetition(model, held, nl, ident, args, model.config.eos_token_id),
+                    "heldout_ppl": evaluate(model, held, args, device, settings)}
+
+
 def self_train_stage(model, train, held, args, log, device, chunk):
     """Stage e (self_train.py): stage c's fine-tune plus supervised targets from the model's own
     completions of train prompts that parse, and unlikelihood on the ones that loop."""
@@ -525,21 +534,15 @@ def self_train_stage(model, train, held, args, log, device, chunk):
     log(stage="e", event="pool", prompts=len(pool), **kinds)
     step = ST.SelfTrainStep(pool, codec, np.load(defs_ids).astype(np.int64), nl, ident, c.eos_token_id,
                             c.pad_token_id, args, device, args.seed + 2)
-    dense, sparse = M.ForwardOptions(attention="dense"), M.ForwardOptions(attention="sparse")
-    sparse_q = M.ForwardOptions(attention="sparse", qat=True)
-    settings = [("dense", dense), ("sparse", sparse), ("sparse_fake_nvfp4", sparse_q)]
-    eos = c.eos_token_id
-    before = None
-    if chunk["resume"] is None:
-        before = {"repetition": heldout_repetition(model, held, nl, ident, args, eos),
-                  "heldout_ppl": evaluate(model, held, args, device, settings)}
+    measure = finetune_measures(model, held, nl, ident, args, device)
+    before = None if chunk["resume"] is not None else measure()
+    if before is not None:
         log(stage="e", event="before", **before["repetition"], **{f"ppl_{k}": v for k, v in before["heldout_ppl"].items()})
     rec = run_stage("e", model, list(model.parameters()), M.ForwardOptions(
         attention="sparse", qat=True, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
         args.time_e, args.lr_e, [(0.0, args.long_seq, max(1, args.batch_tokens // args.long_seq))], warmup=10,
         extra=step, **chunk)
-    rec["heldout_ppl"] = evaluate(model, held, args, device, settings)
-    rec["repetition"] = heldout_repetition(model, held, nl, ident, args, eos)
+    rec.update(measure())
     rec["self_train"] = step.summary()
     rec["pool"] = {"prompts": len(pool), **kinds}
     if before is not None:
@@ -589,11 +592,9 @@ def run_one_stage(stage, model, train, held, args, log, device, phases, chunk):
         nl = newline_ids(args.tokenizer, model.config.vocab_size, device)
         ident = identifier_ids(args.tokenizer, model.config.vocab_size, device)
         eos = model.config.eos_token_id
-        settings = [("dense", dense), ("sparse", sparse), ("sparse_fake_nvfp4", sparse_q)]
-        before = None
-        if chunk["resume"] is None:
-            before = {"repetition": heldout_repetition(model, held, nl, ident, args, eos),
-                      "heldout_ppl": evaluate(model, held, args, device, settings)}
+        measure = finetune_measures(model, held, nl, ident, args, device)
+        before = None if chunk["resume"] is not None else measure()
+        if before is not None:
             log(stage="d", event="before", **before["repetition"], **{f"ppl_{k}": v for k, v in before["heldout_ppl"].items()})
         ul_stream = train.other if args.ul_source == "defs" else main_stream(train)
         extra = unlikelihood_step(ul_stream, nl, ident, args, eos) if args.ul_weight > 0 else None
@@ -601,8 +602,7 @@ def run_one_stage(stage, model, train, held, args, log, device, phases, chunk):
             attention="sparse", qat=True, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
             args.time_d, args.lr_d, [(0.0, args.long_seq, max(1, args.batch_tokens // args.long_seq))], warmup=10,
             extra=extra, **chunk)
-        rec["heldout_ppl"] = evaluate(model, held, args, device, settings)
-        rec["repetition"] = heldout_repetition(model, held, nl, ident, args, eos)
+        rec.update(measure())
         if before is not None:
             rec["before"] = before
     elif stage == "e":
