@@ -50,7 +50,9 @@ if has prepare; then
   rm -f "$dir"/device-pack*.txz
   mkdir -p "$pack/bin" "$pack/tests/kernels_cuda" "$pack/tests/parallel"
   cp "$dir/tests/kernels_cuda/backend_ops" "$dir/tests/kernels_cuda/backend_check" "$pack/tests/kernels_cuda/"
-  [[ -x "$dir/tests/kernels_cuda/weight_decode_check" ]] && cp "$dir/tests/kernels_cuda/weight_decode_check" "$pack/tests/kernels_cuda/"
+  for extra in weight_decode_check msa_bench; do
+    [[ -x "$dir/tests/kernels_cuda/$extra" ]] && cp "$dir/tests/kernels_cuda/$extra" "$pack/tests/kernels_cuda/"
+  done
   [[ -n "$nccl_check" ]] && cp "$nccl_check" "$pack/tests/parallel/"
   cp "$dir/bin/m3serve" "$pack/bin/"
   cp -r "$dir/device-libs" "$pack/"

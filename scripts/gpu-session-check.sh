@@ -13,8 +13,10 @@
 # $OUT/bench-latency-8192-baseline.json, so that before and after are measured in one run.
 # PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 490 s with
 # every step at its timeout, 590 with BASELINE); batch-invariant = its op cases, the determinism
-# suite and the cost (at most about 430 s). Each part fits one 600 s device call;
-# PARTS="main batch-invariant" runs both in one call when the time allows.
+# suite and the cost (at most about 430 s); msa = the MSA kernels alone: their op cases, the
+# msa_bench suites of issue 19 item 2 (targets, decode) and an Nsight Compute profile of one
+# targets case per kernel (MSA_NCU_CASES, default "1,64,131072 8,8,131072"; at most about 560 s). Each part fits one 600 s
+# device call; PARTS="main batch-invariant" runs both in one call when the time allows.
 PARTS=${PARTS:-main}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 P=${PREBUILT:-build-gpu-backend}
@@ -55,6 +57,41 @@ if [[ -n "${BASELINE:-}" ]]; then
     --prefill-lens 8192 --iters 5 --warmup 2 --json > $OUT/bench-latency-8192-baseline.json 2> $L/bench-baseline.log
   echo "baseline bench rc $?" >> $L/b-summary.txt
 fi
+fi
+if part msa; then
+  # The MSA kernels: every "msa " op case against the CPU, the benchmark tables, one profile.
+  timeout 100 $P/tests/kernels_cuda/backend_ops --filter "msa " > $L/msa-ops.log 2>&1
+  rc=$?
+  echo "msa ops: $(tail -1 $L/msa-ops.log) (rc $rc)" > $L/m-summary.txt
+  grep '^FAIL' $L/msa-ops.log | head -10 >> $L/m-summary.txt
+  if [[ -x $P/tests/kernels_cuda/msa_bench ]]; then
+    timeout 150 $P/tests/kernels_cuda/msa_bench --suite targets --dtype nvfp4 > $OUT/msa-bench-targets.log 2>&1
+    echo "msa_bench targets rc $?" >> $L/m-summary.txt
+    timeout 70 $P/tests/kernels_cuda/msa_bench --suite decode --quick > $OUT/msa-bench-decode.log 2>&1
+    echo "msa_bench decode --quick rc $?" >> $L/m-summary.txt
+    timeout 60 $P/tests/kernels_cuda/msa_bench --suite prefill --quick > $OUT/msa-bench-prefill.log 2>&1
+    echo "msa_bench prefill --quick rc $?" >> $L/m-summary.txt
+    timeout 30 $P/tests/kernels_cuda/msa_bench --fp8-mma-probe >> $L/m-summary.txt 2>&1
+    # The MSA kernels' machine code, for counting instructions per tile here.
+    command -v cuobjdump > /dev/null &&
+      cuobjdump -sass $P/tests/kernels_cuda/msa_bench 2>/dev/null | gzip > $OUT/msa-sass.txt.gz
+    if command -v ncu > /dev/null; then
+      # One launch of each kernel (the first in the program: the indexer and top-k of the plan's
+      # warm-up call, sparse attention inside its timing graph), per profiled case.
+      for c in ${MSA_NCU_CASES:-1,64,131072 8,8,131072}; do
+        for k in indexer_scores topk_kernel attention_kernel; do
+          timeout 40 ncu --clock-control none --kernel-name regex:$k --launch-count 1 --section SpeedOfLight \
+            --section Occupancy --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
+            --section SchedulerStats $P/tests/kernels_cuda/msa_bench --case $c --dtype nvfp4 \
+            >> $OUT/msa-ncu.log 2>&1
+          echo "ncu $c $k rc $?" >> $L/m-summary.txt
+        done
+      done
+    fi
+    sed -n '/^Issue 19 item 2/,/^$/p' $OUT/msa-bench-targets.log >> $L/m-summary.txt
+  else
+    echo "msa_bench missing from the pack" >> $L/m-summary.txt
+  fi
 fi
 if part batch-invariant; then
 if [[ ! -f $OUT/bench-latency-8192.json ]]; then

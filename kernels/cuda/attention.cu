@@ -3,8 +3,11 @@
 //
 // The M dimension of every MMA is the GQA group: the <= 16 query heads that share one KV head, so
 // each K/V byte a CTA stages serves all of them.
-//   sparse: one CTA per (query token, KV head, slot range); the 4 warps split each 64-token tile
-//           (16 tokens each) and merge their online-softmax states at the end.
+//   sparse, one row: one CTA per (query token, KV head, slot range); the 4 warps split each
+//           64-token tile (16 tokens each) and merge their online-softmax states at the end.
+//   sparse, a group (2-4 rows of one sequence: draft tokens, prefill): one CTA per (group, KV
+//           head, part of the union of the rows' selected blocks); warp w owns row w and walks
+//           the tiles its row selected, so a block several rows selected is read once.
 //   dense:  one CTA per (<= 4 rows of one sequence, KV head, block range); warp w owns row w and
 //           walks every tile, so a tile is staged once for 4 rows.
 // Splits write unnormalised partials (O, running max, normaliser) that combine_kernel merges.
@@ -28,20 +31,54 @@ template <KvDType kFmt, bool kDense>
 struct AttnConfig {
   static constexpr bool kNvfp4 = kFmt == KvDType::kNVFP4;
   static constexpr bool kBf16 = !kNvfp4;
-  static constexpr int kRows = kDense ? 4 : 1;  // query tokens per CTA
+  static constexpr int kRows = 4;  // query tokens per CTA (dense, sparse groups)
   static constexpr int kStages = kFmt == KvDType::kBF16 ? 2 : 3;
   static constexpr int kStageBytes = 2 * staged_tile_bytes(kFmt);  // K then V
   static constexpr int kExpandBytes = kFmt == KvDType::kBF16 ? 0 : 2 * kTileBytes;
   static constexpr int kTableBytes = kNvfp4 ? 256 * 8 : 0;
   static constexpr int kQBytes = kRows * 16 * kTileStride * 2;
-  // sparse: (logical tile, physical block) per tile; dense: physical block per block.
-  static constexpr int kListBytes = kDense ? kDenseMaxBlocks * 4 : 2 * kMaxSlotsPerItem * kMaxTilesPerBlock * 4;
+  // The query tile is read into registers before the first tile is expanded, so it lives in the
+  // expansion area where there is one (fp8, nvfp4).
+  static constexpr bool kQApart = kExpandBytes < kQBytes;
+  // dense: physical block per block. sparse: one row: (logical tile, physical block) per tile; a
+  // group: the candidates (later the union's block ids), the union's physical blocks and row
+  // masks, and the part's tiles (union index << 2 | tile in block).
+  static constexpr int kSparseTiles = kMaxGroupCandidates * kMaxTilesPerBlock;
+  static constexpr int kListBytes = kDense ? kDenseMaxBlocks * 4 : (3 * kMaxGroupCandidates + kSparseTiles) * 4;
   // Merge scratch ([4 warps][16][D] O + [4][16][2] m,l floats) reuses the tile area.
   static constexpr int kScratchBytes = 4 * 16 * kDim * 4 + 4 * 16 * 2 * 4;
   static constexpr int kTileArea = kStages * kStageBytes + kExpandBytes;
-  static constexpr int kSmemBytes = kQBytes + kListBytes + kTableBytes +
+  static constexpr int kSmemBytes = (kQApart ? kQBytes : 0) + kListBytes + kTableBytes +
                                     (kTileArea > kScratchBytes ? kTileArea : kScratchBytes);
 };
+
+// Ascending sort of n (a power of two <= kMaxGroupCandidates) keys in shared memory by the CTA.
+__device__ __forceinline__ void block_bitonic_sort(int* keys, int n) {
+  for (int size = 2; size <= n; size <<= 1)
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      __syncthreads();
+      for (int i = threadIdx.x; i < n / 2; i += kThreads) {
+        const int lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
+        const bool up = (lo & size) == 0;
+        const int a = keys[lo], b = keys[hi];
+        if ((a > b) == up) keys[lo] = b, keys[hi] = a;
+      }
+    }
+  __syncthreads();
+}
+
+// Exclusive prefix sum of v over the 32 lanes of a warp; `total` gets the sum.
+__device__ __forceinline__ int warp_exclusive_scan(int v, int& total) {
+  const int lane = threadIdx.x & 31;
+  int inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += n;
+  }
+  total = __shfl_sync(0xffffffffu, inc, 31);
+  return inc - v;
+}
 
 // One warp's pass over `NT` n-tiles (8 tokens each) of the K/V tiles, rows = its 16 heads.
 // s_max (sparse only): the 4 warps of a row exchange their tile maxima through it, so all of them
@@ -94,19 +131,28 @@ __device__ __forceinline__ void attend_chunk(const uint8_t* kt, const uint8_t* v
       mx[h] = fmaxf(fmaxf(s_max[g + 8 * h], s_max[16 + g + 8 * h]),
                     fmaxf(s_max[32 + g + 8 * h], s_max[48 + g + 8 * h]));
   }
+  // The running state is rescaled only when some row's maximum grew: otherwise alpha is exactly 1
+  // and the 64 multiplies would change nothing.
   float bias[2];
+  const bool grew = mx[0] > m_run[0] || mx[1] > m_run[1];
+  if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_new = fmaxf(m_run[h], mx[h]);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = ex2_approx((m_run[h] - m_use) * c2);
+      m_run[h] = m_new;
+      l_run[h] *= alpha;
+#pragma unroll
+      for (int nt = 0; nt < kDim / 8; ++nt) {
+        o[nt][2 * h] *= alpha;
+        o[nt][2 * h + 1] *= alpha;
+      }
+    }
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float m_new = fmaxf(m_run[h], mx[h]);
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    const float alpha = ex2_approx((m_run[h] - m_use) * c2);
-    m_run[h] = m_new;
-    l_run[h] *= alpha;
-#pragma unroll
-    for (int nt = 0; nt < kDim / 8; ++nt) {
-      o[nt][2 * h] *= alpha;
-      o[nt][2 * h + 1] *= alpha;
-    }
+    const float m_use = m_run[h] == -INFINITY ? 0.0f : m_run[h];
     bias[h] = kNvfp4 ? fmaf(-m_use, c2, kLog2_448) : -m_use * c2;
   }
   uint32_t pa[NT][2];
@@ -134,21 +180,53 @@ __device__ __forceinline__ void attend_chunk(const uint8_t* kt, const uint8_t* v
   }
 }
 
-// kProbe (timing only, sparse nvfp4, wrong outputs): the tiles are not expanded.
+// One sparse row's walk: warp 0 lists the tiles of selection slots [slot_begin, slot_end) of
+// `row` (visible ones only, ascending), 32 slots at a time; returns the tile count on every lane.
+__device__ __forceinline__ int list_row_tiles(const AttentionArgs& a, int row, int kv, int slot_begin, int slot_end,
+                                              const int32_t* pages, int* tile_list, int* tile_phys) {
+  const int lane = threadIdx.x & 31;
+  const int bs = a.cache.block_size, tiles_per_block = bs / kTileTokens;
+  const int pos = a.step.positions[row];
+  int n = 0;
+  for (int j0 = slot_begin; j0 < slot_end; j0 += 32) {
+    const int j = j0 + lane;
+    const int b = j < slot_end ? a.selection[(int64_t(row) * a.cache.num_kv_heads + kv) * a.topk + j] : -1;
+    int count = 0, phys = 0;
+    if (b >= 0 && b * bs <= pos) {
+      count = min(tiles_per_block, (pos - b * bs) / kTileTokens + 1);
+      phys = pages[b];
+    }
+    int total;
+    const int at = n + warp_exclusive_scan(count, total);
+    for (int h = 0; h < count; ++h) {
+      tile_list[at + h] = b * tiles_per_block + h;
+      tile_phys[at + h] = phys;
+    }
+    n += total;
+  }
+  return n;
+}
+
+// kProbe (timing only, sparse nvfp4, wrong outputs): the tiles of one-row walks are not expanded.
 template <KvDType kFmt, bool kDense, bool kProbe = false>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs a) {
   using C = AttnConfig<kFmt, kDense>;
   extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ int s_num_tiles;
+  __shared__ int s_num_tiles, s_shared_walk;
   __shared__ float s_max[4 * 16];
-  uint8_t* q_tile = smem;
-  int* tile_list = reinterpret_cast<int*>(smem + C::kQBytes);
-  int* tile_phys = tile_list + kMaxSlotsPerItem * kMaxTilesPerBlock;  // sparse
-  int* block_phys = tile_list;                                         // dense
-  uint2* table = reinterpret_cast<uint2*>(smem + C::kQBytes + C::kListBytes);
-  uint8_t* area = smem + C::kQBytes + C::kListBytes + C::kTableBytes;
+  uint8_t* lists = smem + (C::kQApart ? C::kQBytes : 0);
+  int* block_phys = reinterpret_cast<int*>(lists);  // dense
+  int* cand = reinterpret_cast<int*>(lists);         // sparse group: keys, then the union's block ids
+  int* union_phys = cand + kMaxGroupCandidates;
+  int* union_mask = union_phys + kMaxGroupCandidates;
+  int* part_tiles = union_mask + kMaxGroupCandidates;
+  int* tile_list = part_tiles;  // sparse, one row: logical tiles, then their physical blocks
+  int* tile_phys = part_tiles + C::kSparseTiles / 2;
+  uint2* table = reinterpret_cast<uint2*>(lists + C::kListBytes);
+  uint8_t* area = lists + C::kListBytes + C::kTableBytes;
   uint8_t* stages = area;
   uint8_t* expanded = area + C::kStages * C::kStageBytes;
+  uint8_t* q_tile = C::kQApart ? smem : expanded;
 
   if (a.device_num_work != nullptr && int(blockIdx.x) >= *a.device_num_work) return;  // graph mode surplus
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -158,180 +236,274 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
   const int bs = a.cache.block_size;
   const int tiles_per_block = bs / kTileTokens;
 
-  // The tiles to walk, with their physical blocks resolved up front (no tile waits on a
-  // dependent global load later).
-  int row0, nrows, kv, partial, num_tiles, tile_base = 0, partial_stride = 1;
+  // The work: rows [row0, row0 + nrows) and how they walk. Dense: one walk over a block range,
+  // warp w owns row w. Sparse, one row: one walk over its slots, the warps split each tile.
+  // Sparse group: one walk over a part of the rows' union (warp w owns row w) when the rows share
+  // blocks; when they share few (a quarter of the candidates or less: the union walk would leave
+  // most warps idle), one walk per row over the same part of its slots instead.
+  int row0, nrows, kv, partial, tile_base = 0, partial_stride = 1, walks = 1;
+  int slot_begin = 0, slot_end = 0;
+  bool shared_walk = kDense;
+  const int32_t* pages = nullptr;
   if constexpr (kDense) {
     const DenseWork w = static_cast<const DenseWork*>(a.work)[blockIdx.x];
     row0 = w.row_begin, nrows = w.row_count, kv = w.kv_head, partial = w.partial;
     partial_stride = w.partial_stride;
     tile_base = w.block_begin * tiles_per_block;
     const int last_pos = a.step.positions[row0 + nrows - 1];
-    num_tiles = min(w.block_end * tiles_per_block, last_pos / kTileTokens + 1) - tile_base;
-    if (num_tiles < 0) num_tiles = 0;
-    const int32_t* pages = a.step.page_table + int64_t(w.seq) * a.step.pages_per_seq;
+    int n = min(w.block_end * tiles_per_block, last_pos / kTileTokens + 1) - tile_base;
+    if (tid == 0) s_num_tiles = n < 0 ? 0 : n;
+    pages = a.step.page_table + int64_t(w.seq) * a.step.pages_per_seq;
     for (int c = tid; c < w.block_end - w.block_begin; c += kThreads) block_phys[c] = pages[w.block_begin + c];
   } else {
     const SparseWork w = static_cast<const SparseWork*>(a.work)[blockIdx.x];
-    row0 = w.row, nrows = 1, kv = w.kv_head, partial = w.partial;
-    if (warp == 0) {  // one lane per selection slot (<= 32), prefix sum of their tile counts
-      const int pos = a.step.positions[row0];
-      const int32_t* pages = a.step.page_table + int64_t(a.step.token_seq[row0]) * a.step.pages_per_seq;
-      const int j = w.slot_begin + lane;
-      const int b = j < w.slot_end ? a.selection[(int64_t(row0) * hkv + kv) * a.topk + j] : -1;
-      int count = 0, phys = 0;
-      if (b >= 0 && b * bs <= pos) {
-        count = min(tiles_per_block, (pos - b * bs) / kTileTokens + 1);
-        phys = pages[b];
+    row0 = w.row, nrows = w.row_count, kv = w.kv_head, partial = w.partial, partial_stride = w.partial_stride;
+    pages = a.step.page_table + int64_t(a.step.token_seq[row0]) * a.step.pages_per_seq;
+    if (nrows == 1) {
+      slot_begin = w.begin, slot_end = w.end;
+    } else {
+      slot_begin = int(int64_t(a.topk) * w.begin / w.end), slot_end = int(int64_t(a.topk) * (w.begin + 1) / w.end);
+      // Candidates (block << 2 | row) of the rows' visible selected blocks, sorted: equal blocks
+      // become runs of at most 4 keys, one per row that selected the block.
+      const int n_cand = nrows * a.topk;
+      int n_sort = 2;
+      while (n_sort < n_cand) n_sort <<= 1;
+      for (int c = tid; c < n_sort; c += kThreads) {
+        int key = 0x7fffffff;
+        if (c < n_cand) {
+          const int r = c / a.topk, j = c % a.topk;
+          const int b = a.selection[(int64_t(row0 + r) * hkv + kv) * a.topk + j];
+          if (b >= 0 && b * bs <= a.step.positions[row0 + r]) key = b << 2 | r;
+        }
+        cand[c] = key;
       }
-      int inc = count;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += v;
+      block_bitonic_sort(cand, n_sort);
+      if (warp == 0) {
+        // The union in ascending block order: run heads keep their block and the OR of the run's
+        // rows; the warp compacts them 32 candidates at a time.
+        int n_union = 0, n_valid = 0;
+        for (int c0 = 0; c0 < n_sort; c0 += 32) {
+          const int c = c0 + lane;
+          const int key = c < n_sort ? cand[c] : 0x7fffffff;
+          const bool head = key != 0x7fffffff && (c == 0 || (cand[c - 1] >> 2) != (key >> 2));
+          int mask = 0;
+          if (head)
+            for (int k = c; k < n_sort && k < c + kSparseGroupRows && (cand[k] >> 2) == (key >> 2); ++k)
+              mask |= 1 << (cand[k] & 3);
+          int total;
+          const int at = n_union + warp_exclusive_scan(head ? 1 : 0, total);
+          n_valid += __popc(__ballot_sync(0xffffffffu, key != 0x7fffffff));
+          if (head) {
+            union_mask[at] = mask;
+            union_phys[at] = key >> 2;  // block id for now
+          }
+          n_union += total;
+        }
+        __syncwarp();
+        const bool shared = 4 * (n_valid - n_union) > n_valid;
+        if (shared) {
+          // This CTA's part of the union, and its tiles: a block's tiles up to the last visible key
+          // of the latest row that selected it.
+          const int u_begin = int(int64_t(n_union) * w.begin / w.end), u_end = int(int64_t(n_union) * (w.begin + 1) / w.end);
+          int n_tiles = 0;
+          for (int u0 = u_begin; u0 < u_end; u0 += 32) {
+            const int u = u0 + lane;
+            int count = 0;
+            if (u < u_end) {
+              const int b = union_phys[u];
+              const int last_row = 31 - __clz(union_mask[u]);
+              count = min(tiles_per_block, (a.step.positions[row0 + last_row] - b * bs) / kTileTokens + 1);
+              cand[u] = b;
+              union_phys[u] = pages[b];
+            }
+            int total;
+            const int at = n_tiles + warp_exclusive_scan(count, total);
+            for (int h = 0; h < count; ++h) part_tiles[at + h] = u << 2 | h;
+            n_tiles += total;
+          }
+          if (lane == 0) s_num_tiles = n_tiles;
+        }
+        if (lane == 0) s_shared_walk = shared;
       }
-      for (int h = 0; h < count; ++h) {
-        tile_list[inc - count + h] = b * tiles_per_block + h;
-        tile_phys[inc - count + h] = phys;
-      }
-      if (lane == 31) s_num_tiles = inc;
+      __syncthreads();
+      shared_walk = s_shared_walk;
+      if (!shared_walk) walks = nrows;
     }
   }
-  __syncthreads();
-  if constexpr (!kDense) num_tiles = s_num_tiles;
-
-  auto issue = [&](int i) {
-    if (i < num_tiles) {
-      const int tile = kDense ? tile_base + i : tile_list[i];
-      const int64_t phys = kDense ? block_phys[tile / tiles_per_block - tile_base / tiles_per_block] : tile_phys[i];
-      const int tok0 = (tile % tiles_per_block) * kTileTokens;
-      uint8_t* dst = stages + (i % C::kStages) * C::kStageBytes;
-      stage_tile<kFmt, kThreads>(dst, a.cache.kv_row(phys, 0, kv, tok0), a.cache.kv_row_scales(phys, 0, kv, tok0),
-                       tid);
-      stage_tile<kFmt, kThreads>(dst + C::kStageBytes / 2, a.cache.kv_row(phys, 1, kv, tok0),
-                       a.cache.kv_row_scales(phys, 1, kv, tok0), tid);
-    }
-    cp_async_commit();
-  };
+  if (!kDense && !shared_walk && warp == 0) {
+    const int n = list_row_tiles(a, row0, kv, slot_begin, slot_end, pages, tile_list, tile_phys);
+    if (lane == 0) s_num_tiles = n;
+  }
   if constexpr (C::kNvfp4) {
     for (int c = tid; c < 128; c += kThreads) cp_async16(table + 2 * c, a.e4m3_table + 2 * c);
   }
-#pragma unroll
-  for (int s = 0; s < C::kStages - 1; ++s) issue(s);
-
-  // Query tile: [row][head][D], heads past the group zero.
-  for (int c = tid; c < C::kRows * 16 * (kDim / 8); c += kThreads) {
-    const int r = c / (16 * (kDim / 8)), h = (c / (kDim / 8)) % 16, d8 = (c % (kDim / 8)) * 8;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (r < nrows && h < group)
-      v = load_act8<C::kBf16, C::kNvfp4>(a.q, a.q_kind,
-                                         ((int64_t(row0) + r) * a.num_q_heads + kv * group + h) * kDim + d8);
-    *reinterpret_cast<uint4*>(q_tile + (r * 16 + h) * (kTileStride * 2) + d8 * 2) = v;
-  }
   __syncthreads();
-  const int my_row = kDense ? warp : 0;
-  const int my_pos = my_row < nrows ? a.step.positions[row0 + my_row] : -1;
-  uint32_t qf[kDim / 16][4];
-#pragma unroll
-  for (int ks = 0; ks < kDim / 16; ++ks)
-    ldmatrix_x4(qf[ks], q_tile + (my_row * 16 + (lane & 15)) * (kTileStride * 2) + (lane >> 4) * 16 + ks * 32);
 
-  const float c2 = a.sm_scale * kLog2e;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-  float o[kDim / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < kDim / 8; ++nt)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) o[nt][c] = 0.0f;
+  for (int walk = 0; walk < walks; ++walk) {
+    // One walk: rows [wrow, wrow + wrows), the shared walk's or one row's.
+    const int wrow = shared_walk ? row0 : row0 + walk, wrows = shared_walk ? nrows : 1;
+    const int wpartial = shared_walk || partial < 0 ? partial : partial + walk * partial_stride;
+    if (walk > 0) {  // the previous walk is done with the lists and the tile area
+      if (warp == 0) {
+        const int n = list_row_tiles(a, wrow, kv, slot_begin, slot_end, pages, tile_list, tile_phys);
+        if (lane == 0) s_num_tiles = n;
+      }
+      __syncthreads();
+    }
+    const int num_tiles = s_num_tiles;
 
-  for (int i = 0; i < num_tiles; ++i) {
-    cp_async_wait<C::kStages - 2>();
+    // Tile i of the walk: its logical tile (block * tiles_per_block + tile in block), its physical
+    // block, and (shared walks of sparse groups) the rows that selected it.
+    auto tile_at = [&](int i, int& tile, int64_t& phys, int& rows_mask) {
+      rows_mask = 0xf;
+      if (kDense) {
+        tile = tile_base + i;
+        phys = block_phys[tile / tiles_per_block - tile_base / tiles_per_block];
+      } else if (!shared_walk) {
+        tile = tile_list[i];
+        phys = tile_phys[i];
+      } else {
+        const int e = part_tiles[i], u = e >> 2;
+        tile = cand[u] * tiles_per_block + (e & 3);
+        phys = union_phys[u];
+        rows_mask = union_mask[u];
+      }
+    };
+    auto issue = [&](int i) {
+      if (i < num_tiles) {
+        int tile, rows_mask;
+        int64_t phys;
+        tile_at(i, tile, phys, rows_mask);
+        const int tok0 = (tile % tiles_per_block) * kTileTokens;
+        uint8_t* dst = stages + (i % C::kStages) * C::kStageBytes;
+        stage_tile<kFmt, kThreads>(dst, a.cache.kv_row(phys, 0, kv, tok0), a.cache.kv_row_scales(phys, 0, kv, tok0),
+                                   tid);
+        stage_tile<kFmt, kThreads>(dst + C::kStageBytes / 2, a.cache.kv_row(phys, 1, kv, tok0),
+                                   a.cache.kv_row_scales(phys, 1, kv, tok0), tid);
+      }
+      cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < C::kStages - 1; ++s) issue(s);
+
+    // Query tile: [row][head][D], heads past the group zero.
+    const int q_rows = shared_walk ? C::kRows : 1;
+    for (int c = tid; c < q_rows * 16 * (kDim / 8); c += kThreads) {
+      const int r = c / (16 * (kDim / 8)), h = (c / (kDim / 8)) % 16, d8 = (c % (kDim / 8)) * 8;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (r < wrows && h < group)
+        v = load_act8<C::kBf16, C::kNvfp4>(a.q, a.q_kind,
+                                           ((int64_t(wrow) + r) * a.num_q_heads + kv * group + h) * kDim + d8);
+      *reinterpret_cast<uint4*>(q_tile + (r * 16 + h) * (kTileStride * 2) + d8 * 2) = v;
+    }
     __syncthreads();
-    issue(i + C::kStages - 1);
-    const uint8_t* kt = stages + (i % C::kStages) * C::kStageBytes;
-    const uint8_t* vt = kt + C::kStageBytes / 2;
-    if constexpr (kFmt != KvDType::kBF16) {
-      if constexpr (kDense) {  // every warp reads the whole tile
-        expand_tile<kFmt, C::kBf16, kThreads>(kt, table, expanded, tid);
-        expand_tile<kFmt, C::kBf16, kThreads>(vt, table, expanded + kTileBytes, tid);
-        __syncthreads();
-      } else if constexpr (!kProbe) {  // each warp expands the 16 rows it reads
-        expand_rows<kFmt, C::kBf16, 16, 32>(kt, table, expanded, warp * 16, lane);
-        expand_rows<kFmt, C::kBf16, 16, 32>(vt, table, expanded + kTileBytes, warp * 16, lane);
-        __syncwarp();
-      }
-      kt = expanded;
-      vt = expanded + kTileBytes;
-    }
-    const int key_pos0 = (kDense ? tile_base + i : tile_list[i]) * kTileTokens;
-    if constexpr (kDense) {
-      if (my_row < nrows && key_pos0 <= my_pos) {
-        attend_chunk<C::kNvfp4, 4>(kt, vt, 0, key_pos0, my_pos, c2, qf, m_run, l_run, o, nullptr);
-        if (key_pos0 + 32 <= my_pos)
-          attend_chunk<C::kNvfp4, 4>(kt, vt, 32, key_pos0, my_pos, c2, qf, m_run, l_run, o, nullptr);
-      }
-    } else {
-      attend_chunk<C::kNvfp4, 2>(kt, vt, warp * 16, key_pos0, my_pos, c2, qf, m_run, l_run, o, s_max);
-    }
-  }
-  cp_async_wait<0>();
-  __syncthreads();
+    const int my_row = shared_walk ? warp : 0;
+    const int my_pos = my_row < wrows ? a.step.positions[wrow + my_row] : -1;
+    uint32_t qf[kDim / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < kDim / 16; ++ks)
+      ldmatrix_x4(qf[ks], q_tile + (my_row * 16 + (lane & 15)) * (kTileStride * 2) + (lane >> 4) * 16 + ks * 32);
 
-  // Each warp's state to shared memory, then merge (sparse: the 4 warps of the row).
-  float* s_o = reinterpret_cast<float*>(area);
-  float* s_ml = s_o + 4 * 16 * kDim;
+    const float c2 = a.sm_scale * kLog2e;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    float o[kDim / 8][4];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) l_run[h] = warp_sum_quad(l_run[h]);
+    for (int nt = 0; nt < kDim / 8; ++nt)
 #pragma unroll
-  for (int nt = 0; nt < kDim / 8; ++nt)
-#pragma unroll
-    for (int c = 0; c < 4; ++c)
-      s_o[(warp * 16 + g + 8 * (c >> 1)) * kDim + nt * 8 + 2 * t + (c & 1)] = o[nt][c];
-  if (t == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      s_ml[(warp * 16 + g + 8 * h) * 2] = m_run[h];
-      s_ml[(warp * 16 + g + 8 * h) * 2 + 1] = l_run[h];
-    }
-  }
-  __syncthreads();
+      for (int c = 0; c < 4; ++c) o[nt][c] = 0.0f;
 
-  const int out_rows = kDense ? nrows : 1;
-  for (int item = tid; item < out_rows * 16 * 8; item += kThreads) {
-    const int fr = item >> 7, r = (item >> 3) & 15, d0 = (item & 7) * 16;
-    const int w_begin = kDense ? fr : 0, w_end = kDense ? fr + 1 : 4;
-    float m = -INFINITY;
-    for (int w = w_begin; w < w_end; ++w) m = fmaxf(m, s_ml[(w * 16 + r) * 2]);
-    float l = 0.0f, acc[16];
-#pragma unroll
-    for (int d = 0; d < 16; ++d) acc[d] = 0.0f;
-    for (int w = w_begin; w < w_end; ++w) {
-      const float mw = s_ml[(w * 16 + r) * 2];
-      const float e = mw == -INFINITY ? 0.0f : ex2_approx((mw - m) * c2);
-      l += e * s_ml[(w * 16 + r) * 2 + 1];
-#pragma unroll
-      for (int d = 0; d < 16; ++d) acc[d] += e * s_o[(w * 16 + r) * kDim + d0 + d];
-    }
-    if (partial >= 0) {
-      const int64_t p = partial + int64_t(fr) * partial_stride;
-#pragma unroll
-      for (int d = 0; d < 16; ++d) a.partial_o[(p * kMaxGroup + r) * kDim + d0 + d] = acc[d];
-      if (d0 == 0) {
-        a.partial_ml[(p * kMaxGroup + r) * 2] = m;
-        a.partial_ml[(p * kMaxGroup + r) * 2 + 1] = l;
+    for (int i = 0; i < num_tiles; ++i) {
+      cp_async_wait<C::kStages - 2>();
+      __syncthreads();  // tile i landed; every warp is done with tile i - 1 (and the query tile)
+      issue(i + C::kStages - 1);
+      const uint8_t* kt = stages + (i % C::kStages) * C::kStageBytes;
+      const uint8_t* vt = kt + C::kStageBytes / 2;
+      if constexpr (kFmt != KvDType::kBF16) {
+        if (shared_walk) {  // every warp reads the whole tile
+          expand_tile<kFmt, C::kBf16, kThreads>(kt, table, expanded, tid);
+          expand_tile<kFmt, C::kBf16, kThreads>(vt, table, expanded + kTileBytes, tid);
+          __syncthreads();
+        } else if (!kProbe) {  // each warp expands the 16 rows it reads
+          expand_rows<kFmt, C::kBf16, 16, 32>(kt, table, expanded, warp * 16, lane);
+          expand_rows<kFmt, C::kBf16, 16, 32>(vt, table, expanded + kTileBytes, warp * 16, lane);
+          __syncwarp();
+        }
+        kt = expanded;
+        vt = expanded + kTileBytes;
       }
-    } else if (r < group) {
-      const int64_t head = int64_t(row0 + fr) * a.num_q_heads + kv * group + r;
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      uint32_t packed[8];
-#pragma unroll
-      for (int d = 0; d < 8; ++d) packed[d] = pack2<true>(acc[2 * d] * inv, acc[2 * d + 1] * inv);
-      uint4* dst = reinterpret_cast<uint4*>(a.out + head * kDim + d0);
-      dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-      dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
-      if (a.lse && d0 == 0)
-        a.lse[head] = l > 0.0f ? m * a.sm_scale + logf(l) - (C::kNvfp4 ? kLn448 : 0.0f) : -INFINITY;
+      int tile, rows_mask;
+      int64_t phys;
+      tile_at(i, tile, phys, rows_mask);
+      const int key_pos0 = tile * kTileTokens;
+      if (shared_walk) {
+        if (my_row < wrows && (rows_mask >> my_row & 1) && key_pos0 <= my_pos) {
+          attend_chunk<C::kNvfp4, 4>(kt, vt, 0, key_pos0, my_pos, c2, qf, m_run, l_run, o, nullptr);
+          if (key_pos0 + 32 <= my_pos)
+            attend_chunk<C::kNvfp4, 4>(kt, vt, 32, key_pos0, my_pos, c2, qf, m_run, l_run, o, nullptr);
+        }
+      } else {
+        attend_chunk<C::kNvfp4, 2>(kt, vt, warp * 16, key_pos0, my_pos, c2, qf, m_run, l_run, o, s_max);
+      }
     }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // Each warp's state to shared memory, then merge (a one-row walk: the 4 warps of the row).
+    float* s_o = reinterpret_cast<float*>(area);
+    float* s_ml = s_o + 4 * 16 * kDim;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l_run[h] = warp_sum_quad(l_run[h]);
+#pragma unroll
+    for (int nt = 0; nt < kDim / 8; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        s_o[(warp * 16 + g + 8 * (c >> 1)) * kDim + nt * 8 + 2 * t + (c & 1)] = o[nt][c];
+    if (t == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        s_ml[(warp * 16 + g + 8 * h) * 2] = m_run[h];
+        s_ml[(warp * 16 + g + 8 * h) * 2 + 1] = l_run[h];
+      }
+    }
+    __syncthreads();
+
+    for (int item = tid; item < wrows * 16 * 8; item += kThreads) {
+      const int fr = item >> 7, r = (item >> 3) & 15, d0 = (item & 7) * 16;
+      const int w_begin = shared_walk ? fr : 0, w_end = shared_walk ? fr + 1 : 4;
+      float m = -INFINITY;
+      for (int w = w_begin; w < w_end; ++w) m = fmaxf(m, s_ml[(w * 16 + r) * 2]);
+      float l = 0.0f, acc[16];
+#pragma unroll
+      for (int d = 0; d < 16; ++d) acc[d] = 0.0f;
+      for (int w = w_begin; w < w_end; ++w) {
+        const float mw = s_ml[(w * 16 + r) * 2];
+        const float e = mw == -INFINITY ? 0.0f : ex2_approx((mw - m) * c2);
+        l += e * s_ml[(w * 16 + r) * 2 + 1];
+#pragma unroll
+        for (int d = 0; d < 16; ++d) acc[d] += e * s_o[(w * 16 + r) * kDim + d0 + d];
+      }
+      if (wpartial >= 0) {
+        const int64_t p = wpartial + int64_t(fr) * partial_stride;
+#pragma unroll
+        for (int d = 0; d < 16; ++d) a.partial_o[(p * kMaxGroup + r) * kDim + d0 + d] = acc[d];
+        if (d0 == 0) {
+          a.partial_ml[(p * kMaxGroup + r) * 2] = m;
+          a.partial_ml[(p * kMaxGroup + r) * 2 + 1] = l;
+        }
+      } else if (r < group) {
+        const int64_t head = int64_t(wrow + fr) * a.num_q_heads + kv * group + r;
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        uint32_t packed[8];
+#pragma unroll
+        for (int d = 0; d < 8; ++d) packed[d] = pack2<true>(acc[2 * d] * inv, acc[2 * d + 1] * inv);
+        uint4* dst = reinterpret_cast<uint4*>(a.out + head * kDim + d0);
+        dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+        if (a.lse && d0 == 0)
+          a.lse[head] = l > 0.0f ? m * a.sm_scale + logf(l) - (C::kNvfp4 ? kLn448 : 0.0f) : -INFINITY;
+      }
+    }
+    __syncthreads();  // the merge scratch is the next walk's tile area
   }
 }
 
@@ -413,6 +585,27 @@ cudaError_t init_attention_kernels() {
                         allow_smem<KvDType::kNVFP4, false, true>()})
     if (e == cudaSuccess) e = r;
   return e;
+}
+
+int sparse_attention_ctas_per_sm(KvDType kv_dtype) {
+  int n = 0;
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (kv_dtype) {
+    case KvDType::kBF16:
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<KvDType::kBF16, false>, kThreads,
+                                                        AttnConfig<KvDType::kBF16, false>::kSmemBytes);
+      break;
+    case KvDType::kFP8:
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<KvDType::kFP8, false>, kThreads,
+                                                        AttnConfig<KvDType::kFP8, false>::kSmemBytes);
+      break;
+    case KvDType::kNVFP4:
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<KvDType::kNVFP4, false>, kThreads,
+                                                        AttnConfig<KvDType::kNVFP4, false>::kSmemBytes);
+      break;
+    default: break;
+  }
+  return e == cudaSuccess && n > 0 ? n : 1;
 }
 
 cudaError_t launch_sparse_attention(const AttentionArgs& a, cudaStream_t stream) {

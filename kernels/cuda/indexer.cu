@@ -1,17 +1,28 @@
 // Indexer block scores on tensor cores, for decode and chunked prefill alike.
 //
 // One CTA takes up to 64 MMA rows (query tokens x index heads of one sequence) and a range of
-// that sequence's logical blocks. Per 64-token tile: stage the index-K bytes with cp.async
-// (3-deep pipeline), S = Q K^T with mma.sync m16n8k16 (fp32 accumulation), mask keys past each
-// row's position, max over the keys; after a block's last tile each row's block score goes to the
-// score workspace. Each warp owns 16 tokens of every tile.
+// that sequence's logical blocks. Per 64-token tile: stage the index-K bytes with cp.async,
+// S = Q K^T on tensor cores (fp32 accumulation), mask keys past each row's position, max over the
+// keys; after a block's last tile each row's block score goes to the score workspace. Each warp
+// owns 16 tokens of every tile.
 //
-// fp8/nvfp4 keys never pass through an expanded copy: each thread builds its MMA B fragments
-// straight from the staged bytes (one 32-bit load = 8 nvfp4 codes or 4 fp8 codes), which is
-// possible because the head dimension of Q and K may be permuted alike: K element (token, dim) is
-// fed at MMA position logical_position(dim), and Q is stored in that logical order. nvfp4 codes
-// become the E4M3 view E4M3(e2m1 * scale) through a per-scale table of the 8 magnitudes (byte
-// permutes), then exact fp16 pairs. bf16 keys are staged as a padded tile and read with ldmatrix.
+// fp8 and nvfp4 caches meet E4M3 index queries (ops/attention.h), so their products are E4M3 x
+// E4M3 and run on Hopper's FP8 tensor cores: wgmma m64nNk32 (the CTA is one warpgroup), the 64
+// keys of a tile as A from registers, the CTA's <= 64 query rows as B from shared memory, fp32
+// accumulation. (mma.sync with E4M3 inputs is no FP8 instruction on sm_90: ptxas converts the
+// operands to fp16 for HMMA, which costs more than fp16 fragments do.) The keys never pass
+// through an expanded copy: each thread builds its A fragments straight from the staged bytes,
+// which is possible because the head dimension of Q and K may be permuted alike: K element
+// (token, dim) is fed at MMA position logical_position(dim), and Q is stored in that logical
+// order. The permutation gives each thread one contiguous run of a token row (nvfp4: 16 bytes,
+// 32 codes; fp8: 32 bytes) and the 8 lanes of a shared-memory phase 128 distinct bytes (unpadded
+// nvfp4 rows of 64 bytes, fp8 rows padded to 144). fp8 bytes are A fragments as they are; nvfp4
+// codes become the E4M3 view E4M3(e2m1 * scale) through a per-scale table of the 8 magnitudes
+// (byte permutes). bf16 caches keep bf16 queries: a padded tile read with ldmatrix, mma.sync.
+//
+// The kernel is bound by the bytes it keeps in flight and the instructions it spends per byte
+// (decode reads the index cache once at ~28 FLOP per byte): nvfp4 tiles are 4.6 KB, so the
+// pipeline is 7 tiles deep (fp8 4) with 4 CTAs per multiprocessor (docs/msa-kernels-notes.md, v5).
 // Bytes: the index cache of the scored blocks, read once per CTA row tile (decode: once).
 #include <cmath>
 
@@ -24,13 +35,19 @@ constexpr int kThreads = 128;
 
 template <KvDType kFmt>
 struct IndexerConfig {
-  static constexpr bool kBf16 = kFmt == KvDType::kBF16;  // bf16 cache: bf16 MMA, else fp16
-  // Staged row strides, padded so that the 8 token rows a quarter warp reads hit distinct banks.
-  static constexpr int kRowBytes = kFmt == KvDType::kNVFP4 ? 80 : kFmt == KvDType::kFP8 ? 144 : kTileStride * 2;
+  static constexpr bool kWgmma = kFmt != KvDType::kBF16;  // E4M3 x E4M3 on wgmma, else bf16 mma.sync
+  static constexpr int kSteps = kWgmma ? kDim / 32 : kDim / 16;  // MMA k-steps per row
+  // Staged row strides: the two token rows of one 16-byte-load phase hit distinct banks (nvfp4:
+  // rows of 64 bytes side by side; fp8: 144 = 128 + 16).
+  static constexpr int kRowBytes = kFmt == KvDType::kNVFP4 ? 64 : kFmt == KvDType::kFP8 ? 144 : kTileStride * 2;
   static constexpr int kScaleOffset = kTileTokens * kRowBytes;  // nvfp4 scale rows follow the data
   static constexpr int kStageBytes = kScaleOffset + (kFmt == KvDType::kNVFP4 ? kTileTokens * kDim / 16 : 0);
-  static constexpr int kStages = kFmt == KvDType::kBF16 ? 2 : 3;
-  static constexpr int kQBytes = kIndexerRows * kTileStride * 2;
+  // Tiles in the pipeline (kStages - 1 in flight): 43 / 46 KB of shared memory per CTA, 4-5 CTAs
+  // per multiprocessor keep ~100 KB of loads in flight.
+  static constexpr int kStages = kFmt == KvDType::kBF16 ? 2 : kFmt == KvDType::kNVFP4 ? 7 : 4;
+  // Query rows: E4M3 bytes in wgmma's K-major core matrices (wgmma_q_offset), or bf16 rows.
+  static constexpr int kQRowBytes = kWgmma ? kDim : kTileStride * 2;
+  static constexpr int kQBytes = kIndexerRows * kQRowBytes;
   static constexpr int kTableBytes = kFmt == KvDType::kNVFP4 ? 256 * 8 : 0;
   static constexpr int kRedBytes = 4 * kIndexerRows * 4;
   static constexpr int kRowInfoBytes = 2 * kIndexerRows * 4;  // position, score base per row
@@ -39,84 +56,279 @@ struct IndexerConfig {
       kQBytes + kStages * kStageBytes + kTableBytes + kRedBytes + kRowInfoBytes + kPageBytes;
 };
 
-// The head-dimension element that MMA position p (k-step p / 16, position p % 16) carries.
+// The head-dimension element that logical position p of a query row carries (bf16: MMA position
+// p; E4M3: byte p, k-step p / 32). An E4M3 k-step s takes from thread t positions 4t..4t+3 and
+// 16+4t..16+4t+3 of each of its key rows; thread t's bytes of a key row are elements
+// 32t..32t+31, whose 4-element groups 2s and 2s+1 feed k-step s.
 template <KvDType kFmt>
 __device__ __forceinline__ int element_at(int p) {
   if constexpr (kFmt == KvDType::kBF16) {
     return p;
   } else {
-    const int step = p >> 4, q = p & 15;
-    const int t = (q & 7) >> 1, e = q & 1, upper = q >> 3, pair = step >> 1, j = step & 1;
-    // nvfp4: one 32-bit word = elements 32*pair + 8t .. +7 feed k-steps 2*pair (first four) and
-    // 2*pair+1; fp8: one word = elements 16*step + 4t .. +3.
-    return kFmt == KvDType::kNVFP4 ? 32 * pair + 8 * t + 4 * j + 2 * upper + e
-                                   : 32 * pair + 16 * j + 4 * t + 2 * upper + e;
+    const int step = p >> 5, q = p & 31;
+    return 32 * ((q & 15) >> 2) + 8 * step + 4 * (q >> 4) + (q & 3);
   }
 }
 
+// Four consecutive activations (bf16 bits or E4M3 bytes) at element i cast to E4M3 (saturating,
+// no scale): the index queries fp8 and nvfp4 caches meet.
+__device__ __forceinline__ uint32_t load_act4_e4m3(const void* src, ActKind kind, int64_t i) {
+  if (kind == ActKind::kE4M3) return *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(src) + i);
+  const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(src) + i);
+  const uint32_t w[2] = {raw.x, raw.y};
+  uint32_t out = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    out |= uint32_t(fp8_e4m3_encode(bf16_decode(static_cast<uint16_t>(w[j >> 1] >> (16 * (j & 1)))))) << (8 * j);
+  return out;
+}
+
+// wgmma B operand (the query rows, N x 128 E4M3 bytes, K-major, no swizzle): 8-row x 16-byte core
+// matrices of 128 contiguous bytes, the 8 of a row group side by side along K (kQCoreK apart),
+// row groups kQCoreN apart. Byte offset of (row n, logical byte p):
+inline constexpr int kQCoreK = 128, kQCoreN = 8 * kQCoreK;
+__device__ __forceinline__ int wgmma_q_offset(int n, int p) {
+  return (n >> 3) * kQCoreN + (p >> 4) * kQCoreK + (n & 7) * 16 + (p & 15);
+}
+
+// Shared-memory matrix descriptor (no swizzle): start address, leading byte offset (between core
+// matrices along K), stride byte offset (between 8-row groups), each in 16-byte units.
+__device__ __forceinline__ uint64_t wgmma_desc(const void* smem, int lbo, int sbo) {
+  return uint64_t((smem_u32(smem) & 0x3ffff) >> 4) | uint64_t(lbo >> 4) << 16 | uint64_t(sbo >> 4) << 32;
+}
+
+// D (+)= A * B for the warpgroup: m64nNk32, E4M3 inputs, fp32 accumulators; A from registers (this
+// warp's 16 rows: the mma.sync m16n8k32 A fragment), B from shared memory. D: N / 2 floats, for
+// each 8 columns j: (row g, cols 8j + 2t, +1), (row g + 8, the same columns).
+template <int N>
+__device__ __forceinline__ void wgmma_e4m3(float* d, const uint32_t (&a)[4], uint64_t b, bool accumulate);
+
+#define M3_WGMMA_E4M3(N, DREGS, ...)                                                                     \
+  template <>                                                                                            \
+  __device__ __forceinline__ void wgmma_e4m3<N>(float* d, const uint32_t (&a)[4], uint64_t b, bool acc) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #DREGS ", 0;\n"                                    \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 " __VA_ARGS__ ";\n}\n"          \
+                 : M3_WGMMA_OUT_##N(d)                                                                   \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(acc)));                   \
+  }
+#define M3_WGMMA_OUT_8(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+#define M3_WGMMA_OUT_16(d) M3_WGMMA_OUT_8(d), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define M3_WGMMA_OUT_32(d) \
+  M3_WGMMA_OUT_16(d), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define M3_WGMMA_OUT_64(d)                                                                                      \
+  M3_WGMMA_OUT_32(d), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
+      "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),     \
+      "+f"(d[31])
+M3_WGMMA_E4M3(8, 9, "{%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1")
+M3_WGMMA_E4M3(16, 13, "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1")
+M3_WGMMA_E4M3(32, 21,
+              "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1")
+M3_WGMMA_E4M3(64, 37,
+              "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
+              "%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1")
+#undef M3_WGMMA_E4M3
+#undef M3_WGMMA_OUT_8
+#undef M3_WGMMA_OUT_16
+#undef M3_WGMMA_OUT_32
+#undef M3_WGMMA_OUT_64
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Keeps the compiler from moving accumulator reads or writes across the asynchronous MMAs.
+template <int N>
+__device__ __forceinline__ void wgmma_pin(float* d) {
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// The copies of one 64-token tile of index-K into a stage. fp8/nvfp4 take their per-thread
+// offsets from constants and tid alone (a tile costs a few integer adds per 16-byte chunk: the
+// generic row helpers' dtype switches are not in the loop); bf16 uses the shared tile stager.
 template <KvDType kFmt>
-__device__ __forceinline__ void stage_index_tile(uint8_t* dst, const uint8_t* rows, const uint8_t* scale_rows,
-                                                 int tid) {
+__device__ __forceinline__ void stage_index_tile(uint8_t* dst, const KvLayerView& cache, const uint8_t* slot,
+                                                 int tok0, int tid) {
   using C = IndexerConfig<kFmt>;
   if constexpr (kFmt == KvDType::kBF16) {
-    stage_tile<kFmt, kThreads>(dst, rows, scale_rows, tid);
+    stage_tile<kFmt, kThreads>(dst, slot + int64_t(tok0) * kDim * 2, nullptr, tid);
+  } else if constexpr (kFmt == KvDType::kNVFP4) {
+    // 256 chunks of codes (rows of 64 bytes, unpadded), then 32 chunks of scale bytes.
+    const uint8_t* rows = slot + tok0 * (kDim / 2);
+    cp_async16(dst + tid * 16, rows + tid * 16);
+    cp_async16(dst + (tid + kThreads) * 16, rows + (tid + kThreads) * 16);
+    if (tid < 32)
+      cp_async16(dst + C::kScaleOffset + tid * 16,
+                 slot + cache.block_size * (kDim / 2) + tok0 * (kDim / 16) + tid * 16);
   } else {
-    constexpr int kChunksPerRow = kDim / (kFmt == KvDType::kNVFP4 ? 2 : 1) / 16;
-    constexpr int kData = kTileTokens * kChunksPerRow;
-    constexpr int kScale = kFmt == KvDType::kNVFP4 ? kTileTokens * kDim / 16 / 16 : 0;
+    const uint8_t* rows = slot + tok0 * kDim;  // 512 chunks, rows of 128 bytes padded to 144
 #pragma unroll
-    for (int c = tid; c < kData + kScale; c += kThreads) {
-      if (c < kData)
-        cp_async16(dst + (c / kChunksPerRow) * C::kRowBytes + (c % kChunksPerRow) * 16, rows + c * 16);
-      else
-        cp_async16(dst + C::kScaleOffset + (c - kData) * 16, scale_rows + (c - kData) * 16);
+    for (int k = 0; k < 4; ++k) {
+      const int c = tid + k * kThreads;
+      cp_async16(dst + (c >> 3) * C::kRowBytes + (c & 7) * 16, rows + c * 16);
     }
   }
 }
 
-// 8 nvfp4 codes (one 32-bit word, element 2i in the low nibble of byte i) to four fp16 pairs of
-// their E4M3 view; t = the table entry of their scale byte.
-__device__ __forceinline__ void nvfp4_word_to_f16(uint32_t x, uint2 t, uint32_t (&f)[4]) {
-  // Magnitudes: the table's byte (code & 7). Signs: bit 3 of code 2j sits at bit 7 of byte j of
-  // x << 4, that of code 2j+1 at bit 7 of byte j of x.
-  const uint32_t shifted = x << 4;
-  const uint32_t lo = __byte_perm(t.x, t.y, x & 0x7777u) | (__byte_perm(shifted, x, 0x5140u) & 0x80808080u);
-  const uint32_t hi =
-      __byte_perm(t.x, t.y, (x >> 16) & 0x7777u) | (__byte_perm(shifted, x, 0x7362u) & 0x80808080u);
-  f[0] = e4m3x2_to_f16x2(lo);
-  f[1] = e4m3x2_to_f16x2(lo >> 16);
-  f[2] = e4m3x2_to_f16x2(hi);
-  f[3] = e4m3x2_to_f16x2(hi >> 16);
+// 8 nvfp4 codes (one 32-bit word, element 2i in the low nibble of byte i) to their E4M3 view:
+// lo = elements 0..3, hi = elements 4..7, one byte each; t = the table entry of their scale byte.
+__device__ __forceinline__ void nvfp4_word_to_e4m3(uint32_t x, uint2 t, uint32_t& lo, uint32_t& hi) {
+  // Magnitudes: the table's byte (code & 7); a byte permute reads only its selector's low 16 bits.
+  // Signs: bit 3 of code 2j sits at bit 7 of byte j of x << 4, that of code 2j+1 at bit 7 of byte j
+  // of x.
+  const uint32_t sel = x & 0x77777777u, shifted = x << 4;
+  lo = __byte_perm(t.x, t.y, sel) | (__byte_perm(shifted, x, 0x5140u) & 0x80808080u);
+  hi = __byte_perm(t.x, t.y, sel >> 16) | (__byte_perm(shifted, x, 0x7362u) & 0x80808080u);
 }
 
-// B fragments of k-steps 2*pair and 2*pair+1 for token row `row` of a staged tile:
-// b[0], b[1] feed k-step 2*pair; b[2], b[3] k-step 2*pair+1.
+// E4M3 fragments of all 4 k-steps for token row `row` of a staged fp8/nvfp4 tile: b[s][0] holds
+// MMA positions 4t..4t+3 of k-step s, b[s][1] positions 16+4t..16+4t+3. fp8: the thread's 32 bytes in two 16-byte loads (rows 144 bytes apart,
+// so each phase's two rows take all 32 banks); nvfp4: its 16 bytes of codes, one word per k-step.
 // kProbe (timing only, wrong scores): the nvfp4 words go to the MMA undecoded.
 template <KvDType kFmt, bool kProbe>
-__device__ __forceinline__ void key_fragments(const uint8_t* stage, const uint2* table, int row, int pair, int t,
-                                              uint32_t (&b)[4]) {
+__device__ __forceinline__ void key_fragments(const uint8_t* stage, const uint2* table, int row, int t,
+                                              uint32_t (&b)[kDim / 32][2]) {
   using C = IndexerConfig<kFmt>;
   if constexpr (kFmt == KvDType::kNVFP4) {
-    const uint32_t x = *reinterpret_cast<const uint32_t*>(stage + row * C::kRowBytes + 16 * pair + 4 * t);
+    const uint4 x = *reinterpret_cast<const uint4*>(stage + row * C::kRowBytes + 16 * t);
+    const uint32_t w[4] = {x.x, x.y, x.z, x.w};
     if constexpr (kProbe) {
-      b[0] = x, b[1] = x >> 8, b[2] = x >> 16, b[3] = x >> 24;
+#pragma unroll
+      for (int s = 0; s < 4; ++s) b[s][0] = w[s], b[s][1] = w[s] >> 4;
     } else {
-      const uint8_t scale = stage[C::kScaleOffset + row * (kDim / 16) + 2 * pair + (t >> 1)];
-      nvfp4_word_to_f16(x, table[scale], b);
+      // Words 0, 1 share scale 2t, words 2, 3 scale 2t + 1.
+      const uint16_t sc = *reinterpret_cast<const uint16_t*>(stage + C::kScaleOffset + row * (kDim / 16) + 2 * t);
+      const uint2 tab[2] = {table[sc & 0xff], table[sc >> 8]};
+#pragma unroll
+      for (int s = 0; s < 4; ++s) nvfp4_word_to_e4m3(w[s], tab[s >> 1], b[s][0], b[s][1]);
     }
   } else {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const uint32_t x =
-          *reinterpret_cast<const uint32_t*>(stage + row * C::kRowBytes + 32 * pair + 16 * j + 4 * t);
-      b[2 * j] = e4m3x2_to_f16x2(x);
-      b[2 * j + 1] = e4m3x2_to_f16x2(x >> 16);
-    }
+    const uint8_t* base = stage + row * C::kRowBytes + 32 * t;
+    const uint4 lo = *reinterpret_cast<const uint4*>(base), hi = *reinterpret_cast<const uint4*>(base + 16);
+    b[0][0] = lo.x, b[0][1] = lo.y, b[1][0] = lo.z, b[1][1] = lo.w;
+    b[2][0] = hi.x, b[2][1] = hi.y, b[3][0] = hi.z, b[3][1] = hi.w;
   }
 }
 
-// The loop over tiles. kSingle: at most 16 MMA rows (decode), Q fragments held in registers and
-// the accumulation split by k-step parity to halve the dependent MMA chains.
+// The cp.async pipeline over a CTA's tiles: kStages - 1 tiles in flight, counters instead of
+// divisions. next_tile() waits for the next tile, then (after the CTA barrier that frees the
+// oldest stage) issues the one kStages - 1 further on.
+template <KvDType kFmt>
+struct TilePipeline {
+  using C = IndexerConfig<kFmt>;
+  const KvLayerView& cache;
+  const int* pages;
+  uint8_t* stages;
+  const uint8_t* index_base;
+  int num_tiles, tiles_per_block;
+  int next = 0, next_block = 0, next_sub = 0, next_stage = 0, cur_stage = 0;
+
+  __device__ TilePipeline(const KvLayerView& c, const int* p, uint8_t* st, int n, int tpb)
+      : cache(c), pages(p), stages(st), index_base(c.index_slot(0)), num_tiles(n), tiles_per_block(tpb) {}
+
+  __device__ __forceinline__ void issue(int tid) {
+    if (next < num_tiles)
+      stage_index_tile<kFmt>(stages + next_stage * C::kStageBytes, cache,
+                             index_base + pages[next_block] * cache.block_bytes, next_sub * kTileTokens, tid);
+    cp_async_commit();
+    ++next;
+    if (++next_sub == tiles_per_block) next_sub = 0, ++next_block;
+    if (++next_stage == C::kStages) next_stage = 0;
+  }
+  __device__ __forceinline__ void start(int tid) {
+#pragma unroll
+    for (int s = 0; s < C::kStages - 1; ++s) issue(tid);
+  }
+  __device__ __forceinline__ const uint8_t* next_tile(int tid) {
+    cp_async_wait<C::kStages - 2>();
+    __syncthreads();
+    issue(tid);
+    const uint8_t* stage = stages + cur_stage * C::kStageBytes;
+    if (++cur_stage == C::kStages) cur_stage = 0;
+    return stage;
+  }
+};
+
+// The loop over tiles of an fp8/nvfp4 cache: per tile one wgmma chain m64nNk32 x 4 (the warp's 16
+// keys as A rows, the CTA's <= N query rows as B columns), then each thread's running maximum of
+// its 2 keys per column; at a block's end the maxima of the 16 keys of each warp (lanes of equal
+// t), then of the 4 warps.
+template <KvDType kFmt, int N, bool kProbe>
+__device__ __forceinline__ void score_tiles_wgmma(const IndexerArgs& a, const IndexerWork& w, const uint8_t* q_tile,
+                                                  uint8_t* stages, const uint2* table, float* red, const int* row_pos,
+                                                  const int* row_base, const int* s_pages, int rows, int num_tiles) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int block_size = a.cache.block_size, tiles_per_block = block_size / kTileTokens;
+  TilePipeline<kFmt> pipe(a.cache, s_pages, stages, num_tiles, tiles_per_block);
+  pipe.start(tid);
+  constexpr int kSteps = IndexerConfig<kFmt>::kSteps;
+  uint64_t qdesc[kSteps];
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) qdesc[s] = wgmma_desc(q_tile + 2 * s * kQCoreK, kQCoreK, kQCoreN);
+  float wmax[N / 4];  // per 8 columns j: columns 8j + 2t, 8j + 2t + 1
+#pragma unroll
+  for (int c = 0; c < N / 4; ++c) wmax[c] = -INFINITY;
+
+  int sub = 0, block = w.block_begin;
+  for (int i = 0; i < num_tiles; ++i) {
+    const uint8_t* stage = pipe.next_tile(tid);
+    const int key0 = block * block_size + sub * kTileTokens + warp * 16;
+    uint32_t kb[2][kSteps][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) key_fragments<kFmt, kProbe>(stage, table, warp * 16 + nt * 8 + g, t, kb[nt]);
+    float d[N / 2];
+#pragma unroll
+    for (int c = 0; c < N / 2; ++c) d[c] = 0.0f;
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const uint32_t af[4] = {kb[0][s][0], kb[1][s][0], kb[0][s][1], kb[1][s][1]};
+      wgmma_e4m3<N>(d, af, qdesc[s], s > 0);
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    wgmma_pin<N>(d);
+    // Rows of d are keys key0 + g and key0 + g + 8; columns are query rows, in position order.
+    if (key0 + 15 <= row_pos[0]) {
+#pragma unroll
+      for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) wmax[2 * j + c] = fmaxf(wmax[2 * j + c], fmaxf(d[4 * j + c], d[4 * j + 2 + c]));
+    } else {
+#pragma unroll
+      for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int pos = row_pos[8 * j + 2 * t + c];
+          if (key0 + g <= pos) wmax[2 * j + c] = fmaxf(wmax[2 * j + c], d[4 * j + c]);
+          if (key0 + g + 8 <= pos) wmax[2 * j + c] = fmaxf(wmax[2 * j + c], d[4 * j + 2 + c]);
+        }
+    }
+    if (++sub == tiles_per_block) {  // block done: merge the lanes of equal t, then the 4 warps
+      sub = 0;
+#pragma unroll
+      for (int c = 0; c < N / 4; ++c) {
+        float m = wmax[c];
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+        if (g == 0) red[warp * kIndexerRows + 8 * (c >> 1) + 2 * t + (c & 1)] = m;
+        wmax[c] = -INFINITY;
+      }
+      __syncthreads();
+      if (tid < rows) {
+        const float m = fmaxf(fmaxf(red[tid], red[kIndexerRows + tid]),
+                              fmaxf(red[2 * kIndexerRows + tid], red[3 * kIndexerRows + tid]));
+        if (block <= row_pos[tid] / block_size) a.scores[int64_t(row_base[tid]) + block] = m;
+      }
+      ++block;
+    }
+  }
+  cp_async_wait<0>();
+}
+
+// The loop over tiles of a bf16 cache (mma.sync). kSingle: at most 16 MMA rows (decode), Q
+// fragments held in registers and the accumulation split by k-step parity to halve the dependent
+// MMA chains.
 template <KvDType kFmt, bool kSingle, bool kProbe>
 __device__ __forceinline__ void score_tiles(const IndexerArgs& a, const IndexerWork& w, uint8_t* q_tile,
                                             uint8_t* stages, const uint2* table, float* red, const int* row_pos,
@@ -127,35 +339,23 @@ __device__ __forceinline__ void score_tiles(const IndexerArgs& a, const IndexerW
   const int m_tiles = kSingle ? 1 : (rows + 15) / 16;
   constexpr int kM = kSingle ? 1 : 4;
 
-  auto issue = [&](int i) {
-    if (i < num_tiles) {
-      const int64_t phys = s_pages[i / tiles_per_block];
-      const int tok0 = (i % tiles_per_block) * kTileTokens;
-      stage_index_tile<kFmt>(stages + (i % C::kStages) * C::kStageBytes, a.cache.index_row(phys, tok0),
-                             a.cache.index_row_scales(phys, tok0), tid);
-    }
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int s = 0; s < C::kStages - 1; ++s) issue(s);
+  TilePipeline<kFmt> pipe(a.cache, s_pages, stages, num_tiles, tiles_per_block);
+  pipe.start(tid);
 
-  const uint8_t* q_frag_base = q_tile + (lane & 15) * (kTileStride * 2) + (lane >> 4) * 16;
-  uint32_t qreg[kSingle ? kDim / 16 : 1][4];
+  const uint8_t* q_frag_base = q_tile + (lane & 15) * C::kQRowBytes + (lane >> 4) * 16;
+  uint32_t qreg[kSingle ? C::kSteps : 1][4];
   if constexpr (kSingle) {
 #pragma unroll
-    for (int s = 0; s < kDim / 16; ++s) ldmatrix_x4(qreg[s], q_frag_base + s * 32);
+    for (int s = 0; s < C::kSteps; ++s) ldmatrix_x4(qreg[s], q_frag_base + s * 32);
   }
   float wmax[kM][2];
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt) wmax[mt][0] = wmax[mt][1] = -INFINITY;
 
+  int sub = 0, block = w.block_begin;
   for (int i = 0; i < num_tiles; ++i) {
-    cp_async_wait<C::kStages - 2>();
-    __syncthreads();
-    issue(i + C::kStages - 1);
-    const uint8_t* stage = stages + (i % C::kStages) * C::kStageBytes;
-    const int block = w.block_begin + i / tiles_per_block;
-    const int key0 = block * block_size + (i % tiles_per_block) * kTileTokens + warp * 16;
+    const uint8_t* stage = pipe.next_tile(tid);
+    const int key0 = block * block_size + sub * kTileTokens + warp * 16;
 
     constexpr int kParity = kSingle ? 2 : 1;
     float acc[kM][kParity][2][4];
@@ -168,62 +368,76 @@ __device__ __forceinline__ void score_tiles(const IndexerArgs& a, const IndexerW
 #pragma unroll
           for (int c = 0; c < 4; ++c) acc[mt][p][nt][c] = 0.0f;
 
+    // B fragments of both 8-token halves of the warp's 16 keys, every k-step.
+    uint32_t kb[2][C::kSteps][2];
 #pragma unroll
-    for (int pair = 0; pair < kDim / 32; ++pair) {
-      uint32_t b[2][4];
-      if constexpr (kFmt == KvDType::kBF16) {
+    for (int s = 0; s < C::kSteps; ++s) {
+      uint32_t r[4];
+      ldmatrix_x4(r, stage + (warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * (kTileStride * 2) +
+                         ((lane >> 3) & 1) * 16 + s * 32);
+      kb[0][s][0] = r[0], kb[0][s][1] = r[1], kb[1][s][0] = r[2], kb[1][s][1] = r[3];
+    }
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          uint32_t r[4];
-          ldmatrix_x4(r, stage + (warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * (kTileStride * 2) +
-                             ((lane >> 3) & 1) * 16 + (2 * pair + j) * 32);
-          b[0][2 * j] = r[0], b[0][2 * j + 1] = r[1], b[1][2 * j] = r[2], b[1][2 * j + 1] = r[3];
+    for (int s = 0; s < C::kSteps; ++s) {
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) {
+        if (mt < m_tiles) {
+          uint32_t qa[4];
+          if constexpr (kSingle) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) qa[c] = qreg[s][c];
+          } else {
+            ldmatrix_x4(qa, q_frag_base + mt * 16 * C::kQRowBytes + s * 32);
+          }
+          const int p = kParity == 2 ? (s & 1) : 0;
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) mma_16816<true>(acc[mt][p][nt], qa, kb[nt][s][0], kb[nt][s][1]);
         }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) key_fragments<kFmt, kProbe>(stage, table, warp * 16 + nt * 8 + g, pair, t, b[nt]);
       }
+    }
+    // Max over this thread's keys of the tile, kept per thread until the block ends. Rows are in
+    // position order, so the mask is needed only where a key passes the first row's position.
+    if (key0 + 15 <= row_pos[0]) {
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int s = 2 * pair + j;
+      for (int mt = 0; mt < kM; ++mt) {
+        if (mt < m_tiles) {
 #pragma unroll
-        for (int mt = 0; mt < kM; ++mt) {
-          if (mt < m_tiles) {
-            uint32_t qa[4];
-            if constexpr (kSingle) {
+          for (int half = 0; half < 2; ++half)
 #pragma unroll
-              for (int c = 0; c < 4; ++c) qa[c] = qreg[s][c];
-            } else {
-              ldmatrix_x4(qa, q_frag_base + mt * 16 * (kTileStride * 2) + s * 32);
-            }
-            const int p = kSingle ? j : 0;
-            mma_16816<C::kBf16>(acc[mt][p][0], qa, b[0][2 * j], b[0][2 * j + 1]);
-            mma_16816<C::kBf16>(acc[mt][p][1], qa, b[1][2 * j], b[1][2 * j + 1]);
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                float v = acc[mt][0][nt][2 * half + c];
+                if constexpr (kParity == 2) v += acc[mt][kParity - 1][nt][2 * half + c];
+                wmax[mt][half] = fmaxf(wmax[mt][half], v);
+              }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) {
+        if (mt < m_tiles) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int pos = row_pos[mt * 16 + g + 8 * half];
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                float v = acc[mt][0][nt][2 * half + c];
+                if constexpr (kParity == 2) v += acc[mt][kParity - 1][nt][2 * half + c];
+                if (key0 + nt * 8 + 2 * t + c <= pos) wmax[mt][half] = fmaxf(wmax[mt][half], v);
+              }
           }
         }
       }
     }
-    // Masked max over this warp's 16 keys, kept per warp until the block ends.
+    if (++sub == tiles_per_block) {  // block done: merge the quads, then the 4 warps
+      sub = 0;
 #pragma unroll
-    for (int mt = 0; mt < kM; ++mt) {
-      if (mt < m_tiles) {
+      for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int pos = row_pos[mt * 16 + g + 8 * half];
-          float mx = -INFINITY;
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float v = acc[mt][0][nt][2 * half + c];
-              if constexpr (kSingle) v += acc[mt][1][nt][2 * half + c];
-              if (key0 + nt * 8 + 2 * t + c <= pos) mx = fmaxf(mx, v);
-            }
-          wmax[mt][half] = fmaxf(wmax[mt][half], warp_max_quad(mx));
-        }
-      }
-    }
-    if (i % tiles_per_block == tiles_per_block - 1) {  // block done: merge the 4 warps
+        for (int half = 0; half < 2; ++half) wmax[mt][half] = warp_max_quad(wmax[mt][half]);
       if (t == 0) {
 #pragma unroll
         for (int mt = 0; mt < kM; ++mt)
@@ -240,6 +454,7 @@ __device__ __forceinline__ void score_tiles(const IndexerArgs& a, const IndexerW
                               fmaxf(red[2 * kIndexerRows + tid], red[3 * kIndexerRows + tid]));
         if (block <= row_pos[tid] / block_size) a.scores[int64_t(row_base[tid]) + block] = m;
       }
+      ++block;
     }
   }
   cp_async_wait<0>();
@@ -279,29 +494,38 @@ __global__ void __launch_bounds__(kThreads) indexer_scores_kernel(const IndexerA
   }
   // Q in the MMA's logical element order; rows past `rows` are zero.
   const int m_tiles = (rows + 15) / 16;
-  for (int idx = tid; idx < m_tiles * 16 * (kDim / 8); idx += kThreads) {
-    const int m = idx / (kDim / 8), p8 = (idx % (kDim / 8)) * 8;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (m < rows) {
-      const int64_t base = (int64_t(w.row_begin) * heads + m) * kDim;
-      if constexpr (kFmt == KvDType::kBF16) {
-        v = load_act8<true, false>(a.index_q, a.q_kind, base + p8);
-      } else {
-        // Logical positions 2c, 2c+1 hold consecutive elements (element_at(p + 1) = element_at(p) + 1
-        // for even p).
-        uint32_t h[4];
-#pragma unroll
-        for (int c = 0; c < 4; ++c) h[c] = load_act2_e4m3_f16(a.index_q, a.q_kind, base + element_at<kFmt>(p8 + 2 * c));
-        v = make_uint4(h[0], h[1], h[2], h[3]);
-      }
+  if constexpr (C::kWgmma) {
+    const int n = rows <= 8 ? 8 : rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
+    for (int idx = tid; idx < n * (kDim / 4); idx += kThreads) {
+      const int m = idx / (kDim / 4), p4 = (idx % (kDim / 4)) * 4;
+      uint32_t v = 0;
+      if (m < rows)  // logical bytes p4 .. p4+3 hold consecutive elements
+        v = load_act4_e4m3(a.index_q, a.q_kind, (int64_t(w.row_begin) * heads + m) * kDim + element_at<kFmt>(p4));
+      *reinterpret_cast<uint32_t*>(q_tile + wgmma_q_offset(m, p4)) = v;
     }
-    *reinterpret_cast<uint4*>(q_tile + m * (kTileStride * 2) + p8 * 2) = v;
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the tensor cores read Q
+    __syncthreads();
+    if (n == 8)
+      score_tiles_wgmma<kFmt, 8, kProbe>(a, w, q_tile, stages, table, red, row_pos, row_base, s_pages, rows, num_tiles);
+    else if (n == 16)
+      score_tiles_wgmma<kFmt, 16, kProbe>(a, w, q_tile, stages, table, red, row_pos, row_base, s_pages, rows, num_tiles);
+    else if (n == 32)
+      score_tiles_wgmma<kFmt, 32, kProbe>(a, w, q_tile, stages, table, red, row_pos, row_base, s_pages, rows, num_tiles);
+    else
+      score_tiles_wgmma<kFmt, 64, kProbe>(a, w, q_tile, stages, table, red, row_pos, row_base, s_pages, rows, num_tiles);
+  } else {
+    for (int idx = tid; idx < m_tiles * 16 * (kDim / 8); idx += kThreads) {
+      const int m = idx / (kDim / 8), p8 = (idx % (kDim / 8)) * 8;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (m < rows) v = load_act8<true, false>(a.index_q, a.q_kind, (int64_t(w.row_begin) * heads + m) * kDim + p8);
+      *reinterpret_cast<uint4*>(q_tile + m * C::kQRowBytes + p8 * 2) = v;
+    }
+    __syncthreads();
+    if (m_tiles == 1)
+      score_tiles<kFmt, true, kProbe>(a, w, q_tile, stages, table, red, row_pos, row_base, s_pages, rows, num_tiles);
+    else
+      score_tiles<kFmt, false, kProbe>(a, w, q_tile, stages, table, red, row_pos, row_base, s_pages, rows, num_tiles);
   }
-  __syncthreads();
-  if (m_tiles == 1)
-    score_tiles<kFmt, true, kProbe>(a, w, q_tile, stages, table, red, row_pos, row_base, s_pages, rows, num_tiles);
-  else
-    score_tiles<kFmt, false, kProbe>(a, w, q_tile, stages, table, red, row_pos, row_base, s_pages, rows, num_tiles);
 }
 
 template <KvDType kFmt>
@@ -329,6 +553,27 @@ cudaError_t init_indexer_kernels() {
   if (e == cudaSuccess) e = allow_smem<KvDType::kNVFP4, false>();
   if (e == cudaSuccess) e = allow_smem<KvDType::kNVFP4, true>();
   return e;
+}
+
+int indexer_ctas_per_sm(KvDType index_dtype) {
+  int n = 0;
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (index_dtype) {
+    case KvDType::kBF16:
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_scores_kernel<KvDType::kBF16, false>, kThreads,
+                                                        IndexerConfig<KvDType::kBF16>::kSmemBytes);
+      break;
+    case KvDType::kFP8:
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_scores_kernel<KvDType::kFP8, false>, kThreads,
+                                                        IndexerConfig<KvDType::kFP8>::kSmemBytes);
+      break;
+    case KvDType::kNVFP4:
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_scores_kernel<KvDType::kNVFP4, false>, kThreads,
+                                                        IndexerConfig<KvDType::kNVFP4>::kSmemBytes);
+      break;
+    default: break;
+  }
+  return e == cudaSuccess && n > 0 ? n : 1;
 }
 
 cudaError_t launch_indexer_scores(const IndexerArgs& a, cudaStream_t stream) {

@@ -46,7 +46,8 @@ struct MsaConfig {
   bool dense = true;      // also schedule dense (full) attention, selection = null
   // Batch-invariant mode (CudaBackendOptions::batch_invariant): every split of a row's work is a
   // function of that row's own context, never of the step's size or the SM count. Sparse
-  // attention takes the fewest slot splits (ceil(topk / kMaxSlotsPerItem)); dense attention
+  // attention takes every row alone (no row groups) with the fewest slot splits
+  // (ceil(topk / kMaxSlotsPerItem)); dense attention
   // chunks each row's blocks at fixed multiples of kDenseMaxBlocks and never groups rows whose
   // chunk counts differ. The indexer's block chunks need no such rule: a block's score (a max)
   // is computed whole inside one item.
@@ -90,9 +91,11 @@ class MsaPlan {
   // Schedule facts for benchmarks and logs.
   struct Stats {
     int indexer_items = 0, sparse_items = 0, dense_items = 0, combine_sparse = 0, combine_dense = 0;
-    int sparse_splits = 1;
+    int sparse_splits = 1;  // slot splits of a row alone
+    int sparse_parts = 1;   // parts of a row group's union of blocks
     int64_t score_entries = 0;
     int indexer_launch = 0, dense_launch = 0, combine_dense_launch = 0;  // CTAs (graph mode: bounds)
+    int sparse_launch = 0, combine_sparse_launch = 0;
   };
   Stats stats() const;
 

@@ -36,15 +36,26 @@ struct IndexerWork {
   int32_t pad[3];
 };
 
-// One CTA of sparse attention: query token `row`, KV head `kv_head`, selection slots
-// [slot_begin, slot_end). partial < 0: write the final bf16 output; else partial-result index.
+// Rows of one sparse attention group: <= 4 rows of one sequence whose selections (<= 4 x topk
+// candidate blocks) one CTA merges into their sorted union.
+inline constexpr int kSparseGroupRows = 4;
+inline constexpr int kMaxGroupCandidates = 256;  // rows x topk of a group
+
+// One CTA of sparse attention, KV head `kv_head`, rows [row, row + row_count) of one sequence.
+//   row_count == 1: selection slots [begin, end) of that row; the 4 warps split each tile.
+//   row_count 2..4: part `begin` of `end` equal parts of the sorted union of the rows' selected
+//                   blocks; warp r owns row r and walks the tiles its row selected, so a tile
+//                   two rows share is read once.
+// partial < 0: write the final bf16 output; else row r writes partial index partial + r * partial_stride.
 struct SparseWork {
   int32_t row;
+  int32_t row_count;
   int32_t kv_head;
-  int32_t slot_begin;
-  int32_t slot_end;
+  int32_t begin;
+  int32_t end;
   int32_t partial;
-  int32_t pad[3];
+  int32_t partial_stride;
+  int32_t pad;
 };
 
 // One CTA of dense attention: rows [row_begin, row_begin + row_count) (<= 4) of sequence `seq`,
@@ -147,6 +158,11 @@ struct CombineArgs {
 cudaError_t init_indexer_kernels();
 cudaError_t init_topk_kernels();
 cudaError_t init_attention_kernels();
+
+// CTAs of the indexer / sparse attention kernel for this cache dtype that fit on one
+// multiprocessor at once (for sizing work lists to whole waves).
+int indexer_ctas_per_sm(KvDType index_dtype);
+int sparse_attention_ctas_per_sm(KvDType kv_dtype);
 
 cudaError_t build_e4m3_table(uint2* table, cudaStream_t stream);
 cudaError_t launch_kv_insert(const KvInsertArgs& args, cudaStream_t stream);

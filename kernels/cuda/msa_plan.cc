@@ -94,11 +94,47 @@ class Blob {
 
 int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
+// Splits (1..max_splits) of `items` equal work items of `work` units each for `slots` CTAs that
+// run at once, where a CTA also pays `overhead` units (its prologue, the pipeline's fill): the
+// count whose waves come closest to the work, time ~ ceil(items * s / slots) * (work / s +
+// overhead), the fewest on ties (each split costs a partial result and its merge).
+int wave_splits(int64_t items, int64_t slots, int max_splits, double work, double overhead) {
+  if (items <= 0) return 1;
+  int best = 1;
+  double best_time = 1e300;
+  for (int s = 1; s <= max_splits; ++s) {
+    const double time = double((items * s + slots - 1) / slots) * (work / s + overhead);
+    if (time < best_time * (1 - 1e-9)) best = s, best_time = time;
+  }
+  return best;
+}
+
+// Block chunk of the indexer's spans for `slots` CTAs at once: items of c blocks (a span's last
+// one shorter), time ~ waves * (c + 1) (a block's worth of prologue per item), the largest chunk on
+// ties. c >= total / (4 slots), so that the items stay within spans + 4 slots (graph mode's bound).
+int indexer_chunk(const std::vector<int>& span_blocks, int64_t slots, int max_chunk) {
+  int64_t total = 0;
+  for (int b : span_blocks) total += b;
+  const int min_chunk = std::clamp(ceil_div(total, 4 * slots), 1, max_chunk);
+  int best = max_chunk;
+  double best_time = 1e300;
+  for (int c = max_chunk; c >= min_chunk; --c) {
+    int64_t items = 0;
+    for (int b : span_blocks) items += (b + c - 1) / c;
+    const double time = double((items + slots - 1) / slots) * (c + 1);
+    if (time < best_time * (1 - 1e-9)) best = c, best_time = time;
+  }
+  return best;
+}
+
 }  // namespace
 
 struct MsaPlan::Impl {
   MsaConfig config;
   int num_sms = 0;
+  // CTAs that run at once (SMs x CTAs per SM) of the indexer and of sparse attention, with the
+  // NVFP4 caches the work lists are tuned for (other dtypes fit as many or fewer).
+  int indexer_slots = 0, sparse_slots = 0;
   int64_t generation = 0;
   cudaEvent_t upload_done = nullptr;
   DeviceBuffer table, meta, scores, partial_o, partial_ml;
@@ -152,6 +188,8 @@ MsaPlan::MsaPlan(const MsaConfig& config) : impl_(std::make_unique<Impl>()) {
   check_cuda(detail::init_indexer_kernels(), "indexer kernel attributes");
   check_cuda(detail::init_topk_kernels(), "top-k kernel attributes");
   check_cuda(detail::init_attention_kernels(), "attention kernel attributes");
+  impl_->indexer_slots = impl_->num_sms * detail::indexer_ctas_per_sm(KvDType::kNVFP4);
+  impl_->sparse_slots = impl_->num_sms * detail::sparse_attention_ctas_per_sm(KvDType::kNVFP4);
   check_cuda(cudaEventCreateWithFlags(&impl_->upload_done, cudaEventDisableTiming), "event");
   impl_->table.reserve(256 * sizeof(uint2), "e4m3 table");
   check_cuda(detail::build_e4m3_table(static_cast<uint2*>(impl_->table.get()), nullptr), "e4m3 table");
@@ -200,19 +238,24 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
            "MSA plan: {} score entries exceed the int32 offsets", score_entries);
 
   // Graph mode: upper bounds of the context-dependent lists for (T, S, P), from the chunking rules
-  // below. A list of items over spans with chunk c = clamp(ceil(total / (k * SMs)), lo, hi) has at
-  // most spans + total / c items, and total / c <= max(k * SMs, total / hi) for every clamp case.
+  // below. A list of items over spans with chunk c = clamp(ceil(total / n), lo, hi) has at most
+  // spans + total / c items, and total / c <= min(total, max(n, total / hi)) for every clamp case.
   const int graph_pages = graph_pages_per_seq;
   const bool graph = graph_pages > 0;
   int max_rows_per_seq = 1;
   for (int s = 0; s < S; ++s)
     max_rows_per_seq = std::max(max_rows_per_seq, host.query_start[s + 1] - host.query_start[s]);
   const int64_t bound_blocks = int64_t(T) * graph_pages;  // spans <= T, blocks per span <= P
-  const int indexer_cap = graph ? T + std::max<int>(4 * sms, ceil_div(bound_blocks, detail::kIndexerMaxBlocks)) : 0;
+  const int indexer_cap =
+      graph ? T + static_cast<int>(std::min<int64_t>(
+                      bound_blocks, std::max<int64_t>(4 * im.indexer_slots, ceil_div(bound_blocks, detail::kIndexerMaxBlocks))))
+            : 0;
   const int dense_cap =
       graph ? T * hkv + std::max<int>(3 * sms, ceil_div(bound_blocks * hkv, detail::kDenseMaxBlocks)) : 0;
   const int dense_combine_cap = graph ? T * hkv : 0;
   const int64_t dense_partial_cap = int64_t(dense_cap) * std::min(4, max_rows_per_seq);
+  int sparse_cap = 0, sparse_combine_cap = 0;  // set with the sparse schedule
+  int64_t sparse_partial_cap = 0;
   if (graph)
     M3_CHECK(max_candidates <= graph_pages, "MSA plan (graph mode): a token sees {} blocks, the bucket has {}",
              max_candidates, graph_pages);
@@ -222,7 +265,6 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
     const int rows_per_item = detail::kIndexerRows / ip.index_heads;
     struct Span { int seq, row, count, blocks; };
     std::vector<Span> spans;
-    int64_t total_blocks = 0;
     for (int s = 0; s < S; ++s) {
       for (int r = host.query_start[s]; r < host.query_start[s + 1]; r += rows_per_item) {
         const int count = std::min(rows_per_item, host.query_start[s + 1] - r);
@@ -233,37 +275,88 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
         const int blocks = ip.local_blocks >= 1 ? local - ip.local_blocks + 1 : local + 1;
         if (blocks <= 0) continue;
         spans.push_back({s, r, count, blocks});
-        total_blocks += blocks;
       }
     }
-    const int chunk = std::clamp(ceil_div(total_blocks, 4 * int64_t(sms)), 1, detail::kIndexerMaxBlocks);
+    std::vector<int> span_blocks;
+    for (const Span& sp : spans) span_blocks.push_back(sp.blocks);
+    const int chunk = indexer_chunk(span_blocks, im.indexer_slots, detail::kIndexerMaxBlocks);
     for (const Span& sp : spans)
       for (int b = 0; b < sp.blocks; b += chunk)
         indexer.push_back({sp.seq, sp.row, sp.count, b, std::min(sp.blocks, b + chunk), {0, 0, 0}});
 
-    // Sparse attention: rows x KV heads, slot ranges split while the grid is small (not in
-    // batch-invariant mode: the split count, and with it the order in which a row's slots are
-    // merged, would depend on the number of rows in the step).
+    // Sparse attention. A sequence's rows go in groups of 2-4 (its draft or prefill tokens: one
+    // CTA reads a block the group's rows share once), each group's union of selected blocks
+    // split into parts; a sequence of one row goes alone, its slot ranges split. Both split while
+    // the grid is small. Batch-invariant mode keeps every row alone with the fewest slot splits:
+    // a group's union, and a row's split count, would depend on the other rows of the step.
     const int topk = ip.topk_blocks;
-    int splits = ceil_div(topk, detail::kMaxSlotsPerItem);
-    while (!cfg.batch_invariant && int64_t(T) * hkv * splits < 2 * sms && splits * 2 <= std::min(topk, 8))
-      splits *= 2;
+    const int group_rows =
+        cfg.batch_invariant ? 1 : std::min(detail::kSparseGroupRows, detail::kMaxGroupCandidates / topk);
+    int singles = 0, groups = 0;
+    for (int s = 0; s < S; ++s) {
+      const int q = host.query_start[s + 1] - host.query_start[s];
+      if (q == 1 || group_rows == 1) singles += q;
+      else groups += ceil_div(q, group_rows);
+    }
+    // Graph mode: the counts' bounds for (T, S): a sequence of q >= 2 rows makes at most q - 1
+    // groups, so groups <= T - S and singles <= S (every row when rows are never grouped).
+    if (graph) {
+      singles = group_rows == 1 ? T : S;
+      groups = group_rows == 1 ? 0 : T - S;
+    }
+    // Work in tiles of 64 keys (a row's topk blocks); a CTA's prologue (its tile list, the query
+    // tile, the pipeline's fill) costs about 4 tiles, a group's (the sort of its candidates)
+    // about 10.
+    const double row_tiles = double(topk) * (bs / detail::kTileTokens);
+    const int splits = cfg.batch_invariant
+                           ? ceil_div(topk, detail::kMaxSlotsPerItem)
+                           : wave_splits(int64_t(singles) * hkv, im.sparse_slots, std::min(topk, 8), row_tiles, 4);
+    const int parts = wave_splits(int64_t(groups) * hkv, im.sparse_slots, std::min(16, std::max(1, group_rows * topk / 4)),
+                                  group_rows * row_tiles, 10);
     const int per_split = ceil_div(topk, splits);
     int next_partial = 0;
-    for (int t = 0; t < T; ++t)
-      for (int g = 0; g < hkv; ++g) {
-        if (splits == 1) {
-          sparse_work.push_back({t, g, 0, topk, -1, {0, 0, 0}});
-          continue;
+    for (int s = 0; s < S; ++s) {
+      const int r0 = host.query_start[s], q = host.query_start[s + 1] - r0;
+      if (q == 1 || group_rows == 1) continue;
+      const int n = ceil_div(q, group_rows);
+      for (int k = 0; k < n; ++k) {  // near-equal groups: q = 5 -> 3 + 2, never a group of one
+        const int row = r0 + int(int64_t(q) * k / n), count = r0 + int(int64_t(q) * (k + 1) / n) - row;
+        for (int g = 0; g < hkv; ++g) {
+          if (parts == 1) {
+            sparse_work.push_back({row, count, g, 0, 1, -1, 0, 0});
+            continue;
+          }
+          for (int j = 0; j < parts; ++j) sparse_work.push_back({row, count, g, j, parts, next_partial + j, parts, 0});
+          for (int r = 0; r < count; ++r) sparse_combine.push_back({row + r, g, next_partial + r * parts, parts});
+          next_partial += count * parts;
         }
-        for (int j = 0; j < splits; ++j)
-          sparse_work.push_back({t, g, j * per_split, std::min(topk, (j + 1) * per_split), next_partial + j, {0, 0, 0}});
-        sparse_combine.push_back({t, g, next_partial, splits});
-        next_partial += splits;
       }
+    }
+    for (int s = 0; s < S; ++s) {
+      const int r0 = host.query_start[s], q = host.query_start[s + 1] - r0;
+      if (q != 1 && group_rows != 1) continue;
+      for (int t = r0; t < r0 + q; ++t)
+        for (int g = 0; g < hkv; ++g) {
+          if (splits == 1) {
+            sparse_work.push_back({t, 1, g, 0, topk, -1, 0, 0});
+            continue;
+          }
+          for (int j = 0; j < splits; ++j)
+            sparse_work.push_back({t, 1, g, j * per_split, std::min(topk, (j + 1) * per_split), next_partial + j, 1, 0});
+          sparse_combine.push_back({t, g, next_partial, splits});
+          next_partial += splits;
+        }
+    }
+    if (graph) {
+      sparse_cap = singles * hkv * splits + groups * hkv * parts;
+      sparse_combine_cap = (splits > 1 || parts > 1) ? T * hkv : 0;
+      sparse_partial_cap = int64_t(T) * hkv * std::max(splits, parts);
+    }
+    const int64_t sparse_partials = std::max<int64_t>(next_partial, sparse_partial_cap);
     im.stats.sparse_splits = splits;
-    if (im.partial_o.reserve(size_t(next_partial) * detail::kMaxGroup * detail::kDim * 4, "sparse partials")) ++im.generation;
-    if (im.partial_ml.reserve(size_t(next_partial) * detail::kMaxGroup * 2 * 4, "sparse partials")) ++im.generation;
+    im.stats.sparse_parts = parts;
+    if (im.partial_o.reserve(size_t(sparse_partials) * detail::kMaxGroup * detail::kDim * 4, "sparse partials")) ++im.generation;
+    if (im.partial_ml.reserve(size_t(sparse_partials) * detail::kMaxGroup * 2 * 4, "sparse partials")) ++im.generation;
     const int64_t score_cap = graph ? std::max(score_entries, bound_blocks) : score_entries;
     if (im.scores.reserve(size_t(score_cap) * ip.index_heads * 4, "indexer scores")) ++im.generation;
   }
@@ -313,18 +406,25 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
   }
   if (graph)
     M3_CHECK(int(indexer.size()) <= indexer_cap && int(dense_work.size()) <= dense_cap &&
-                 int(dense_combine.size()) <= dense_combine_cap,
-             "MSA plan (graph mode): {} indexer / {} dense / {} combine items exceed the bounds {} / {} / {}",
-             indexer.size(), dense_work.size(), dense_combine.size(), indexer_cap, dense_cap, dense_combine_cap);
+                 int(dense_combine.size()) <= dense_combine_cap && int(sparse_work.size()) <= sparse_cap &&
+                 int(sparse_combine.size()) <= sparse_combine_cap,
+             "MSA plan (graph mode): {} indexer / {} dense / {} combine / {} sparse / {} sparse combine items exceed "
+             "the bounds {} / {} / {} / {} / {}",
+             indexer.size(), dense_work.size(), dense_combine.size(), sparse_work.size(), sparse_combine.size(),
+             indexer_cap, dense_cap, dense_combine_cap, sparse_cap, sparse_combine_cap);
 
   Blob blob;
+  // Item counts for graph mode's launches (which launch the bounds): indexer, dense, dense
+  // combine, sparse, sparse combine.
   const std::vector<int32_t> counts = {static_cast<int32_t>(indexer.size()), static_cast<int32_t>(dense_work.size()),
-                                       static_cast<int32_t>(dense_combine.size())};
+                                       static_cast<int32_t>(dense_combine.size()),
+                                       static_cast<int32_t>(sparse_work.size()),
+                                       static_cast<int32_t>(sparse_combine.size())};
   im.off_counts = blob.add(counts);
   im.off_score_offset = blob.add(score_offset);
   im.off_indexer = blob.add(indexer, indexer_cap);
-  im.off_sparse = blob.add(sparse_work);
-  im.off_sparse_combine = blob.add(sparse_combine);
+  im.off_sparse = blob.add(sparse_work, sparse_cap);
+  im.off_sparse_combine = blob.add(sparse_combine, sparse_combine_cap);
   im.off_dense = blob.add(dense_work, dense_cap);
   im.off_dense_combine = blob.add(dense_combine, dense_combine_cap);
   const std::vector<uint8_t>& bytes = blob.bytes();
@@ -349,6 +449,8 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
   im.stats.combine_sparse = static_cast<int>(sparse_combine.size());
   im.stats.combine_dense = static_cast<int>(dense_combine.size());
   im.stats.indexer_launch = graph ? indexer_cap : im.stats.indexer_items;
+  im.stats.sparse_launch = graph ? sparse_cap : im.stats.sparse_items;
+  im.stats.combine_sparse_launch = graph ? sparse_combine_cap : im.stats.combine_sparse;
   im.stats.dense_launch = graph ? dense_cap : im.stats.dense_items;
   im.stats.combine_dense_launch = graph ? dense_combine_cap : im.stats.combine_dense;
   im.stats.score_entries = score_entries * std::max(0, ip.index_heads);
@@ -451,9 +553,11 @@ void MsaPlan::attention(const KvLayerView& cache, const void* q, ActDType q_dtyp
   c.lse = lse;
   if (selection) {
     a.work = im.meta_at<SparseWork>(im.off_sparse);
-    a.num_work = im.stats.sparse_items;
+    a.num_work = im.stats.sparse_launch;
+    a.device_num_work = im.graph ? im.meta_at<int32_t>(im.off_counts) + 3 : nullptr;
     c.work = im.meta_at<CombineWork>(im.off_sparse_combine);
-    c.num_work = im.stats.combine_sparse;
+    c.num_work = im.stats.combine_sparse_launch;
+    c.device_num_work = im.graph ? im.meta_at<int32_t>(im.off_counts) + 4 : nullptr;
     check_cuda(detail::launch_sparse_attention(a, stream), "sparse attention launch");
   } else {
     a.work = im.meta_at<DenseWork>(im.off_dense);

@@ -1,7 +1,15 @@
 // Benchmark of the MSA CUDA kernels against their byte / FLOP floors (prints a table).
 //
-//   msa_bench [--suite decode|lowlat|dense|probe|prefill|all] [--dtype nvfp4|fp8|all] [--quick]
-//   (--quick: a subset of every suite)
+//   msa_bench [--suite decode|lowlat|dense|targets|probe|prefill|all] [--dtype nvfp4|fp8|all] [--quick]
+//             [--case Q,B,TOKENS]
+//   msa_bench --fp8-mma-probe
+//   (--quick: a subset of every suite; --case: the one targets case, e.g. for a profiler;
+//   --fp8-mma-probe: how exactly the FP8 tensor-core MMA accumulates, against exact sums)
+//
+// The "targets" suite is the M3.1 layer on one GPU (Hq 64 / Hkv 4 / Hi 4, one shared index-K),
+// Q = 1 and Q = 8 per request, 4K to 256K tokens, batch 1 to 64; it prints what issue 19 item 2
+// asks of each op: the indexer against copy bandwidth, sparse attention against its byte floor,
+// and the whole MSA layer against the byte floor of dense attention over the same cache.
 //
 // Shapes: the vendor's suites (docs/reference.md 7) at the TP4 per-rank shape the vendor
 // benchmarks (Hq 16, Hkv 1, Hi 1, D 128, page 128, top-16, 8 queries per request). Decode lengths
@@ -22,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/fp8_e4m3.h"
 #include "kernels/cuda/msa.h"
 #include "tests/kernels_cuda/msa_bench_fill.h"
 #include "tests/kernels_cuda/msa_testing.h"
@@ -268,6 +277,66 @@ void print_row(const Device& dev, const Row& r) {
               100 * de_bw / copy, r.dense_us > 0 ? r.dense_us / msa_us : 0.0, dense_floor_us / msa_us);
 }
 
+// Issue 19 item 2, per case: indexer (with top-k) at >= 70% of copy from 32K tokens; sparse
+// attention at >= 50% of its byte floor; indexer + top-k + sparse attention >= 5x faster than
+// the byte floor of dense attention over the same cache at 128K.
+void print_targets(const Device& dev, const std::vector<Row>& rows) {
+  std::printf("\nIssue 19 item 2 (M3.1 on one GPU: Hq 64 / Hkv 4 / Hi 4, top-16; us per layer): idx+topk %%cpy = "
+              "indexer byte floor / (indexer + top-k) of copy; sparse %%floor = its byte floor time / its time; "
+              "x dense floor = dense byte floor time / (indexer + top-k + sparse)\n");
+  std::printf("%-6s %2s %4s %7s | %8s %8s %7s | %8s %7s | %8s %9s %8s\n", "dtype", "Q", "B", "tokens", "idx+topk",
+              "%cpy", ">=70%", "sparse", "%floor", "msa_us", "dense_fl", "x dense");
+  for (const Row& r : rows) {
+    const double idx_floor_us = r.idx_bytes / dev.copy_bps * 1e6, sp_floor_us = r.sparse_bytes / dev.copy_bps * 1e6;
+    const double dense_floor_us = r.dense_bytes / dev.copy_bps * 1e6, msa_us = r.it_us + r.sparse_us;
+    const double idx_pct = r.it_us > 0 ? 100 * idx_floor_us / r.it_us : 0.0;
+    std::printf("%-6s %2d %4d %7lld | %8.1f %8.0f %7s | %8.1f %7.0f | %8.1f %9.1f %8.2f\n", r.dtype.c_str(), r.q,
+                r.batch, static_cast<long long>(r.nominal), r.it_us, idx_pct,
+                r.nominal < 32768 ? "-" : idx_pct >= 70 ? "met" : "no", r.sparse_us,
+                r.sparse_us > 0 ? 100 * sp_floor_us / r.sparse_us : 0.0, msa_us, dense_floor_us,
+                msa_us > 0 ? dense_floor_us / msa_us : 0.0);
+  }
+}
+
+// mma.sync m16n8k32 e4m3 against exact sums over k = 128, on random finite E4M3 operands: the
+// error relative to the sum of |products| (what an accumulator of fewer bits would lose) and to
+// |exact| where the sum does not cancel.
+void fp8_mma_probe_report(cudaStream_t s) {
+  constexpr int kTrials = 4096;
+  std::mt19937_64 rng(5);
+  std::vector<uint8_t> a(size_t(kTrials) * 16 * 128), b(size_t(kTrials) * 8 * 128);
+  auto finite = [&] {
+    uint8_t v;
+    do v = uint8_t(rng()); while ((v & 0x7f) == 0x7f);
+    return v;
+  };
+  for (auto& v : a) v = finite();
+  for (auto& v : b) v = finite();
+  DeviceMem da = upload(a), db = upload(b), dout(size_t(kTrials) * 128 * 4);
+  MSA_CUDA(fp8_mma_probe(da.as<uint8_t>(), db.as<uint8_t>(), dout.as<float>(), kTrials, s));
+  MSA_CUDA(cudaStreamSynchronize(s));
+  const std::vector<float> out = download<float>(dout, size_t(kTrials) * 128);
+  double worst_abs = 0, worst_rel = 0;
+  for (int tr = 0; tr < kTrials; ++tr)
+    for (int e = 0; e < 128; ++e) {
+      const int lane = e / 4, c = e % 4, g = lane >> 2, t = lane & 3;
+      const int row = g + 8 * (c >> 1), col = 2 * t + (c & 1);
+      double exact = 0, mag = 0;
+      for (int k = 0; k < 128; ++k) {
+        const double p = double(fp8_e4m3_decode(a[(size_t(tr) * 16 + row) * 128 + k])) *
+                         fp8_e4m3_decode(b[(size_t(tr) * 8 + col) * 128 + k]);
+        exact += p;
+        mag += std::fabs(p);
+      }
+      const double err = std::fabs(double(out[size_t(tr) * 128 + e]) - exact);
+      worst_abs = std::max(worst_abs, err / mag);
+      if (std::fabs(exact) > 0.1 * mag) worst_rel = std::max(worst_rel, err / std::fabs(exact));
+    }
+  std::printf("fp8 mma probe (m16n8k32 e4m3, k = 128, %d trials): max |err| / sum|products| %.3g (fp32 "
+              "accumulation ~6e-8), max |err| / |exact| where |exact| > 0.1 sum|products| %.3g\n",
+              kTrials, worst_abs, worst_rel);
+}
+
 // Prefill shapes: representative and stress cases of the vendor's 128-case selection (MiniMax-AI/MSA
 // datas/inference, MIT; docs/reference.md 7).
 struct PrefillShape {
@@ -295,16 +364,31 @@ int main(int argc, char** argv) {
   using namespace m3::cuda::testing;
   using m3::KvDType;
   std::string suite = "all", dtype = "all";
-  bool quick = false;
+  bool quick = false, fp8_probe = false;
+  int one_q = 0, one_batch = 0;
+  long long one_len = 0;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--suite") && i + 1 < argc) suite = argv[++i];
+    if (!std::strcmp(argv[i], "--case") && i + 1 < argc) {
+      if (std::sscanf(argv[++i], "%d,%d,%lld", &one_q, &one_batch, &one_len) != 3 || one_q < 1 || one_batch < 1 ||
+          one_len < 1) {
+        std::printf("msa_bench: --case takes Q,B,TOKENS (positive integers)\n");
+        return 2;
+      }
+      suite = "targets";
+    } else if (!std::strcmp(argv[i], "--fp8-mma-probe")) {
+      fp8_probe = true;
+    } else if (!std::strcmp(argv[i], "--suite") && i + 1 < argc) suite = argv[++i];
     else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
   }
   try {
-    const Device dev = probe_device();
     cudaStream_t s;
     MSA_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    if (fp8_probe) {
+      fp8_mma_probe_report(s);
+      return 0;
+    }
+    const Device dev = probe_device();
     std::vector<Case> cases;
     auto want = [&](const char* name) { return suite == "all" || suite == name; };
     if (want("decode")) {
@@ -335,6 +419,20 @@ int main(int argc, char** argv) {
             for (int i = 0; i < bsz; ++i) c.seqs.push_back({8, int(kv)});
             cases.push_back(c);
           }
+    if (want("targets")) {
+      std::vector<int> batches = quick ? std::vector<int>{1, 64} : std::vector<int>{1, 8, 64};
+      std::vector<int64_t> lens = quick ? std::vector<int64_t>{4096, 131072}
+                                        : std::vector<int64_t>{4096, 32768, 131072, 262144};
+      std::vector<int> qs = {1, 8};
+      if (one_q > 0) qs = {one_q}, batches = {one_batch}, lens = {one_len};
+      for (int q : qs)
+        for (int bsz : batches)
+          for (int64_t len : lens) {
+            Case c{"targets", len, {}, false, 64, 4};
+            for (int l : decode_lengths(bsz, len)) c.seqs.push_back({q, l});
+            cases.push_back(c);
+          }
+    }
     std::vector<KvDType> dtypes;
     if (dtype == "all" || dtype == "nvfp4") dtypes.push_back(KvDType::kNVFP4);
     if (dtype == "all" || dtype == "fp8") dtypes.push_back(KvDType::kFP8);
@@ -343,8 +441,14 @@ int main(int argc, char** argv) {
                 "TB/s against the byte floor; %%cpy = of measured copy; speedup = dense kernel / (indexer+topk + "
                 "sparse); vsfloor = dense byte floor time / (indexer+topk + sparse)\n");
     print_header();
+    std::vector<Row> target_rows;
     for (KvDType dt : dtypes)
-      for (const Case& c : cases) print_row(dev, run_case(dev, c, dt, s));
+      for (const Case& c : cases) {
+        const Row r = run_case(dev, c, dt, s);
+        print_row(dev, r);
+        if (c.suite == "targets") target_rows.push_back(r);
+      }
+    if (!target_rows.empty()) print_targets(dev, target_rows);
 
     if (want("probe")) {
       std::printf("\nProbes (nvfp4, timing only): the same kernels with the nvfp4 decode (indexer) or the K/V "

@@ -62,4 +62,34 @@ cudaError_t fix_nvfp4_scales(uint8_t* pool, int64_t num_blocks, int64_t block_by
   return cudaGetLastError();
 }
 
+namespace {
+
+__global__ void fp8_mma_probe_kernel(const uint8_t* a, const uint8_t* b, float* out) {
+  const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+  const uint8_t* at = a + size_t(blockIdx.x) * 16 * 128;
+  const uint8_t* bt = b + size_t(blockIdx.x) * 8 * 128;
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int k0 = 0; k0 < 128; k0 += 32) {
+    // A: reg0 row g, k 4t..4t+3; reg1 row g + 8; reg2, reg3 the same rows at k + 16. B: k 4t.. and
+    // 16 + 4t.., column g.
+    auto word = [](const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); };
+    const uint32_t a0 = word(at + g * 128 + k0 + 4 * t), a1 = word(at + (g + 8) * 128 + k0 + 4 * t);
+    const uint32_t a2 = word(at + g * 128 + k0 + 16 + 4 * t), a3 = word(at + (g + 8) * 128 + k0 + 16 + 4 * t);
+    const uint32_t b0 = word(bt + g * 128 + k0 + 4 * t), b1 = word(bt + g * 128 + k0 + 16 + 4 * t);
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+  for (int c = 0; c < 4; ++c) out[size_t(blockIdx.x) * 128 + lane * 4 + c] = d[c];
+}
+
+}  // namespace
+
+cudaError_t fp8_mma_probe(const uint8_t* a, const uint8_t* b, float* out, int trials, cudaStream_t stream) {
+  fp8_mma_probe_kernel<<<trials, 32, 0, stream>>>(a, b, out);
+  return cudaGetLastError();
+}
+
 }  // namespace m3::cuda::testing

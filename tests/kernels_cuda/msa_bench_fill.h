@@ -18,4 +18,11 @@ cudaError_t fix_nvfp4_scales(uint8_t* pool, int64_t num_blocks, int64_t block_by
                              const int64_t* region_offsets, int num_regions, int region_bytes,
                              uint64_t seed, cudaStream_t stream);
 
+// The accumulation precision of Hopper's FP8 tensor-core MMA (mma.sync m16n8k32 e4m3, fp32
+// accumulators), for choosing the indexer's MMA: `trials` warps each multiply random E4M3
+// fragments over k = 128 (four MMAs into one accumulator); out[trial * 128 + e] gets D element e
+// of lane e / 4, and a/b the operands in the fragments' element order (a: [trial][16][128] row
+// major, b: [trial][8][128]), so that the host can compute the exact sums.
+cudaError_t fp8_mma_probe(const uint8_t* a, const uint8_t* b, float* out, int trials, cudaStream_t stream);
+
 }  // namespace m3::cuda::testing
