@@ -79,8 +79,8 @@ if part msa; then
       # One launch of each kernel (the first in the program: the indexer and top-k of the plan's
       # warm-up call, sparse attention inside its timing graph), per profiled case.
       for c in ${MSA_NCU_CASES:-1,64,131072 8,8,131072}; do
-        for k in indexer_scores topk_kernel attention_kernel; do
-          timeout 40 ncu --clock-control none --kernel-name regex:$k --launch-count 1 --section SpeedOfLight \
+        for k in indexer_scores topk_kernel sparse_rows_kernel attention_kernel; do
+          timeout 40 ncu --clock-control none --kernel-name regex:$k --launch-count 1 --section SourceCounters --section SpeedOfLight \
             --section Occupancy --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
             --section SchedulerStats $P/tests/kernels_cuda/msa_bench --case $c --dtype nvfp4 \
             >> $OUT/msa-ncu.log 2>&1

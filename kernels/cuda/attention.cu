@@ -5,6 +5,8 @@
 // each K/V byte a CTA stages serves all of them.
 //   sparse, one row: one CTA per (query token, KV head, slot range); the 4 warps split each
 //           64-token tile (16 tokens each) and merge their online-softmax states at the end.
+//           (Rows alone over an NVFP4 cache run sparse_rows.cu's wgmma kernel instead; this walk
+//           serves bf16 and fp8 caches, the fallback of groups and the timing probe.)
 //   sparse, a group (2-4 rows of one sequence: draft tokens, prefill): one CTA per (group, KV
 //           head, part of the union of the rows' selected blocks); warp w owns row w and walks
 //           the tiles its row selected, so a block several rows selected is read once.
@@ -23,9 +25,6 @@ namespace m3::cuda::detail {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLog2_448 = 8.80735492706298828125f;
-constexpr float kLn448 = 6.104793232414985f;
 
 template <KvDType kFmt, bool kDense>
 struct AttnConfig {
@@ -65,19 +64,6 @@ __device__ __forceinline__ void block_bitonic_sort(int* keys, int n) {
       }
     }
   __syncthreads();
-}
-
-// Exclusive prefix sum of v over the 32 lanes of a warp; `total` gets the sum.
-__device__ __forceinline__ int warp_exclusive_scan(int v, int& total) {
-  const int lane = threadIdx.x & 31;
-  int inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int n = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += n;
-  }
-  total = __shfl_sync(0xffffffffu, inc, 31);
-  return inc - v;
 }
 
 // One warp's pass over `NT` n-tiles (8 tokens each) of the K/V tiles, rows = its 16 heads.
@@ -178,33 +164,6 @@ __device__ __forceinline__ void attend_chunk(const uint8_t* kt, const uint8_t* v
       mma_16816<kBf16>(o[2 * dp + 1], a, vb[2], vb[3]);
     }
   }
-}
-
-// One sparse row's walk: warp 0 lists the tiles of selection slots [slot_begin, slot_end) of
-// `row` (visible ones only, ascending), 32 slots at a time; returns the tile count on every lane.
-__device__ __forceinline__ int list_row_tiles(const AttentionArgs& a, int row, int kv, int slot_begin, int slot_end,
-                                              const int32_t* pages, int* tile_list, int* tile_phys) {
-  const int lane = threadIdx.x & 31;
-  const int bs = a.cache.block_size, tiles_per_block = bs / kTileTokens;
-  const int pos = a.step.positions[row];
-  int n = 0;
-  for (int j0 = slot_begin; j0 < slot_end; j0 += 32) {
-    const int j = j0 + lane;
-    const int b = j < slot_end ? a.selection[(int64_t(row) * a.cache.num_kv_heads + kv) * a.topk + j] : -1;
-    int count = 0, phys = 0;
-    if (b >= 0 && b * bs <= pos) {
-      count = min(tiles_per_block, (pos - b * bs) / kTileTokens + 1);
-      phys = pages[b];
-    }
-    int total;
-    const int at = n + warp_exclusive_scan(count, total);
-    for (int h = 0; h < count; ++h) {
-      tile_list[at + h] = b * tiles_per_block + h;
-      tile_phys[at + h] = phys;
-    }
-    n += total;
-  }
-  return n;
 }
 
 // kProbe (timing only, sparse nvfp4, wrong outputs): the tiles of one-row walks are not expanded.

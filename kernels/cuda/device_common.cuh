@@ -18,6 +18,11 @@
 
 namespace m3::cuda::detail {
 
+// The softmax's base-2 constants: log2(e), and the P8 path's 448 = 2^kLog2_448 = e^kLn448.
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLog2_448 = 8.80735492706298828125f;
+inline constexpr float kLn448 = 6.104793232414985f;
+
 // Halves per shared-memory tile row: 272-byte rows keep ldmatrix and 16-byte stores free of bank
 // conflicts.
 inline constexpr int kTileStride = kDim + 8;
@@ -254,6 +259,46 @@ __device__ __forceinline__ uint32_t load_act2_e4m3_f16(const void* src, ActKind 
     f1 = fp8_e4m3_decode(static_cast<uint8_t>(w >> 8));
   }
   return pack2<false>(fp8_e4m3_round(f0), fp8_e4m3_round(f1));
+}
+
+// Exclusive prefix sum of v over the 32 lanes of a warp; `total` gets the sum.
+__device__ __forceinline__ int warp_exclusive_scan(int v, int& total) {
+  const int lane = threadIdx.x & 31;
+  int inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += n;
+  }
+  total = __shfl_sync(0xffffffffu, inc, 31);
+  return inc - v;
+}
+
+// One sparse row's walk: warp 0 lists the tiles of selection slots [slot_begin, slot_end) of
+// `row` (visible ones only, ascending), 32 slots at a time; returns the tile count on every lane.
+__device__ __forceinline__ int list_row_tiles(const AttentionArgs& a, int row, int kv, int slot_begin, int slot_end,
+                                              const int32_t* pages, int* tile_list, int* tile_phys) {
+  const int lane = threadIdx.x & 31;
+  const int bs = a.cache.block_size, tiles_per_block = bs / kTileTokens;
+  const int pos = a.step.positions[row];
+  int n = 0;
+  for (int j0 = slot_begin; j0 < slot_end; j0 += 32) {
+    const int j = j0 + lane;
+    const int b = j < slot_end ? a.selection[(int64_t(row) * a.cache.num_kv_heads + kv) * a.topk + j] : -1;
+    int count = 0, phys = 0;
+    if (b >= 0 && b * bs <= pos) {
+      count = min(tiles_per_block, (pos - b * bs) / kTileTokens + 1);
+      phys = pages[b];
+    }
+    int total;
+    const int at = n + warp_exclusive_scan(count, total);
+    for (int h = 0; h < count; ++h) {
+      tile_list[at + h] = b * tiles_per_block + h;
+      tile_phys[at + h] = phys;
+    }
+    n += total;
+  }
+  return n;
 }
 
 }  // namespace m3::cuda::detail

@@ -27,6 +27,7 @@
 #include <cmath>
 
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -57,89 +58,18 @@ struct IndexerConfig {
 };
 
 // The head-dimension element that logical position p of a query row carries (bf16: MMA position
-// p; E4M3: byte p, k-step p / 32). An E4M3 k-step s takes from thread t positions 4t..4t+3 and
-// 16+4t..16+4t+3 of each of its key rows; thread t's bytes of a key row are elements
-// 32t..32t+31, whose 4-element groups 2s and 2s+1 feed k-step s.
+// p; E4M3: byte p, in the key rows' order of wgmma.cuh).
 template <KvDType kFmt>
 __device__ __forceinline__ int element_at(int p) {
-  if constexpr (kFmt == KvDType::kBF16) {
-    return p;
-  } else {
-    const int step = p >> 5, q = p & 31;
-    return 32 * ((q & 15) >> 2) + 8 * step + 4 * (q >> 4) + (q & 3);
-  }
+  if constexpr (kFmt == KvDType::kBF16) return p;
+  else return e4m3_row_element(p);
 }
 
 // Four consecutive activations (bf16 bits or E4M3 bytes) at element i cast to E4M3 (saturating,
 // no scale): the index queries fp8 and nvfp4 caches meet.
 __device__ __forceinline__ uint32_t load_act4_e4m3(const void* src, ActKind kind, int64_t i) {
   if (kind == ActKind::kE4M3) return *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(src) + i);
-  const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(src) + i);
-  const uint32_t w[2] = {raw.x, raw.y};
-  uint32_t out = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    out |= uint32_t(fp8_e4m3_encode(bf16_decode(static_cast<uint16_t>(w[j >> 1] >> (16 * (j & 1)))))) << (8 * j);
-  return out;
-}
-
-// wgmma B operand (the query rows, N x 128 E4M3 bytes, K-major, no swizzle): 8-row x 16-byte core
-// matrices of 128 contiguous bytes, the 8 of a row group side by side along K (kQCoreK apart),
-// row groups kQCoreN apart. Byte offset of (row n, logical byte p):
-inline constexpr int kQCoreK = 128, kQCoreN = 8 * kQCoreK;
-__device__ __forceinline__ int wgmma_q_offset(int n, int p) {
-  return (n >> 3) * kQCoreN + (p >> 4) * kQCoreK + (n & 7) * 16 + (p & 15);
-}
-
-// Shared-memory matrix descriptor (no swizzle): start address, leading byte offset (between core
-// matrices along K), stride byte offset (between 8-row groups), each in 16-byte units.
-__device__ __forceinline__ uint64_t wgmma_desc(const void* smem, int lbo, int sbo) {
-  return uint64_t((smem_u32(smem) & 0x3ffff) >> 4) | uint64_t(lbo >> 4) << 16 | uint64_t(sbo >> 4) << 32;
-}
-
-// D (+)= A * B for the warpgroup: m64nNk32, E4M3 inputs, fp32 accumulators; A from registers (this
-// warp's 16 rows: the mma.sync m16n8k32 A fragment), B from shared memory. D: N / 2 floats, for
-// each 8 columns j: (row g, cols 8j + 2t, +1), (row g + 8, the same columns).
-template <int N>
-__device__ __forceinline__ void wgmma_e4m3(float* d, const uint32_t (&a)[4], uint64_t b, bool accumulate);
-
-#define M3_WGMMA_E4M3(N, DREGS, ...)                                                                     \
-  template <>                                                                                            \
-  __device__ __forceinline__ void wgmma_e4m3<N>(float* d, const uint32_t (&a)[4], uint64_t b, bool acc) { \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #DREGS ", 0;\n"                                    \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 " __VA_ARGS__ ";\n}\n"          \
-                 : M3_WGMMA_OUT_##N(d)                                                                   \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(acc)));                   \
-  }
-#define M3_WGMMA_OUT_8(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-#define M3_WGMMA_OUT_16(d) M3_WGMMA_OUT_8(d), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-#define M3_WGMMA_OUT_32(d) \
-  M3_WGMMA_OUT_16(d), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-#define M3_WGMMA_OUT_64(d)                                                                                      \
-  M3_WGMMA_OUT_32(d), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
-      "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),     \
-      "+f"(d[31])
-M3_WGMMA_E4M3(8, 9, "{%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1")
-M3_WGMMA_E4M3(16, 13, "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1")
-M3_WGMMA_E4M3(32, 21,
-              "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1")
-M3_WGMMA_E4M3(64, 37,
-              "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
-              "%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1")
-#undef M3_WGMMA_E4M3
-#undef M3_WGMMA_OUT_8
-#undef M3_WGMMA_OUT_16
-#undef M3_WGMMA_OUT_32
-#undef M3_WGMMA_OUT_64
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-// Keeps the compiler from moving accumulator reads or writes across the asynchronous MMAs.
-template <int N>
-__device__ __forceinline__ void wgmma_pin(float* d) {
-#pragma unroll
-  for (int i = 0; i < N / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  return bf16x4_to_e4m3x4(*reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(src) + i));
 }
 
 // The copies of one 64-token tile of index-K into a stage. fp8/nvfp4 take their per-thread
@@ -169,17 +99,6 @@ __device__ __forceinline__ void stage_index_tile(uint8_t* dst, const KvLayerView
   }
 }
 
-// 8 nvfp4 codes (one 32-bit word, element 2i in the low nibble of byte i) to their E4M3 view:
-// lo = elements 0..3, hi = elements 4..7, one byte each; t = the table entry of their scale byte.
-__device__ __forceinline__ void nvfp4_word_to_e4m3(uint32_t x, uint2 t, uint32_t& lo, uint32_t& hi) {
-  // Magnitudes: the table's byte (code & 7); a byte permute reads only its selector's low 16 bits.
-  // Signs: bit 3 of code 2j sits at bit 7 of byte j of x << 4, that of code 2j+1 at bit 7 of byte j
-  // of x.
-  const uint32_t sel = x & 0x77777777u, shifted = x << 4;
-  lo = __byte_perm(t.x, t.y, sel) | (__byte_perm(shifted, x, 0x5140u) & 0x80808080u);
-  hi = __byte_perm(t.x, t.y, sel >> 16) | (__byte_perm(shifted, x, 0x7362u) & 0x80808080u);
-}
-
 // E4M3 fragments of all 4 k-steps for token row `row` of a staged fp8/nvfp4 tile: b[s][0] holds
 // MMA positions 4t..4t+3 of k-step s, b[s][1] positions 16+4t..16+4t+3. fp8: the thread's 32 bytes in two 16-byte loads (rows 144 bytes apart,
 // so each phase's two rows take all 32 banks); nvfp4: its 16 bytes of codes, one word per k-step.
@@ -189,23 +108,32 @@ __device__ __forceinline__ void key_fragments(const uint8_t* stage, const uint2*
                                               uint32_t (&b)[kDim / 32][2]) {
   using C = IndexerConfig<kFmt>;
   if constexpr (kFmt == KvDType::kNVFP4) {
-    const uint4 x = *reinterpret_cast<const uint4*>(stage + row * C::kRowBytes + 16 * t);
-    const uint32_t w[4] = {x.x, x.y, x.z, x.w};
     if constexpr (kProbe) {
+      const uint4 x = *reinterpret_cast<const uint4*>(stage + row * C::kRowBytes + 16 * t);
+      const uint32_t w[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
       for (int s = 0; s < 4; ++s) b[s][0] = w[s], b[s][1] = w[s] >> 4;
     } else {
-      // Words 0, 1 share scale 2t, words 2, 3 scale 2t + 1.
-      const uint16_t sc = *reinterpret_cast<const uint16_t*>(stage + C::kScaleOffset + row * (kDim / 16) + 2 * t);
-      const uint2 tab[2] = {table[sc & 0xff], table[sc >> 8]};
-#pragma unroll
-      for (int s = 0; s < 4; ++s) nvfp4_word_to_e4m3(w[s], tab[s >> 1], b[s][0], b[s][1]);
+      static_assert(C::kRowBytes == 64 && C::kScaleOffset == 64 * 64, "nvfp4_key_row's tile layout");
+      nvfp4_key_row(stage, table, row, t, b);
     }
   } else {
     const uint8_t* base = stage + row * C::kRowBytes + 32 * t;
     const uint4 lo = *reinterpret_cast<const uint4*>(base), hi = *reinterpret_cast<const uint4*>(base + 16);
     b[0][0] = lo.x, b[0][1] = lo.y, b[1][0] = lo.z, b[1][1] = lo.w;
     b[2][0] = hi.x, b[2][1] = hi.y, b[3][0] = hi.z, b[3][1] = hi.w;
+  }
+}
+
+// After a block's last tile, with each warp's row maxima in red[warp][row] (and a barrier): the
+// block's score of each row, max over the 4 warps, unless the block lies past the row.
+__device__ __forceinline__ void write_block_scores(const IndexerArgs& a, const float* red, const int* row_pos,
+                                                   const int* row_base, int rows, int block) {
+  const int tid = threadIdx.x;
+  if (tid < rows) {
+    const float m = fmaxf(fmaxf(red[tid], red[kIndexerRows + tid]),
+                          fmaxf(red[2 * kIndexerRows + tid], red[3 * kIndexerRows + tid]));
+    if (block <= row_pos[tid] / a.cache.block_size) a.scores[int64_t(row_base[tid]) + block] = m;
   }
 }
 
@@ -315,11 +243,7 @@ __device__ __forceinline__ void score_tiles_wgmma(const IndexerArgs& a, const In
         wmax[c] = -INFINITY;
       }
       __syncthreads();
-      if (tid < rows) {
-        const float m = fmaxf(fmaxf(red[tid], red[kIndexerRows + tid]),
-                              fmaxf(red[2 * kIndexerRows + tid], red[3 * kIndexerRows + tid]));
-        if (block <= row_pos[tid] / block_size) a.scores[int64_t(row_base[tid]) + block] = m;
-      }
+      write_block_scores(a, red, row_pos, row_base, rows, block);
       ++block;
     }
   }
@@ -397,38 +321,21 @@ __device__ __forceinline__ void score_tiles(const IndexerArgs& a, const IndexerW
     }
     // Max over this thread's keys of the tile, kept per thread until the block ends. Rows are in
     // position order, so the mask is needed only where a key passes the first row's position.
-    if (key0 + 15 <= row_pos[0]) {
+    const bool unmasked = key0 + 15 <= row_pos[0];
 #pragma unroll
-      for (int mt = 0; mt < kM; ++mt) {
-        if (mt < m_tiles) {
+    for (int mt = 0; mt < kM; ++mt) {
+      if (mt < m_tiles) {
 #pragma unroll
-          for (int half = 0; half < 2; ++half)
+        for (int half = 0; half < 2; ++half) {
+          const int pos = row_pos[mt * 16 + g + 8 * half];
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
+          for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-              for (int c = 0; c < 2; ++c) {
-                float v = acc[mt][0][nt][2 * half + c];
-                if constexpr (kParity == 2) v += acc[mt][kParity - 1][nt][2 * half + c];
-                wmax[mt][half] = fmaxf(wmax[mt][half], v);
-              }
-        }
-      }
-    } else {
-#pragma unroll
-      for (int mt = 0; mt < kM; ++mt) {
-        if (mt < m_tiles) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int pos = row_pos[mt * 16 + g + 8 * half];
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-              for (int c = 0; c < 2; ++c) {
-                float v = acc[mt][0][nt][2 * half + c];
-                if constexpr (kParity == 2) v += acc[mt][kParity - 1][nt][2 * half + c];
-                if (key0 + nt * 8 + 2 * t + c <= pos) wmax[mt][half] = fmaxf(wmax[mt][half], v);
-              }
-          }
+            for (int c = 0; c < 2; ++c) {
+              float v = acc[mt][0][nt][2 * half + c];
+              if constexpr (kParity == 2) v += acc[mt][kParity - 1][nt][2 * half + c];
+              if (unmasked || key0 + nt * 8 + 2 * t + c <= pos) wmax[mt][half] = fmaxf(wmax[mt][half], v);
+            }
         }
       }
     }
@@ -449,11 +356,7 @@ __device__ __forceinline__ void score_tiles(const IndexerArgs& a, const IndexerW
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt) wmax[mt][0] = wmax[mt][1] = -INFINITY;
       __syncthreads();
-      if (tid < rows) {
-        const float m = fmaxf(fmaxf(red[tid], red[kIndexerRows + tid]),
-                              fmaxf(red[2 * kIndexerRows + tid], red[3 * kIndexerRows + tid]));
-        if (block <= row_pos[tid] / block_size) a.scores[int64_t(row_base[tid]) + block] = m;
-      }
+      write_block_scores(a, red, row_pos, row_base, rows, block);
       ++block;
     }
   }
@@ -503,7 +406,7 @@ __global__ void __launch_bounds__(kThreads) indexer_scores_kernel(const IndexerA
         v = load_act4_e4m3(a.index_q, a.q_kind, (int64_t(w.row_begin) * heads + m) * kDim + element_at<kFmt>(p4));
       *reinterpret_cast<uint32_t*>(q_tile + wgmma_q_offset(m, p4)) = v;
     }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the tensor cores read Q
+    fence_async_shared();  // the tensor cores read Q
     __syncthreads();
     if (n == 8)
       score_tiles_wgmma<kFmt, 8, kProbe>(a, w, q_tile, stages, table, red, row_pos, row_base, s_pages, rows, num_tiles);

@@ -1,5 +1,8 @@
 // MiniMax Sparse Attention on Hopper (sm_90a): the CUDA side of the attention ops of
 // ops/attention.h (semantics there; the CPU reference in kernels/cpu/attention.h is the oracle).
+// Kernels: kv_insert.cu, indexer.cu (block scores; wgmma on fp8/nvfp4 index caches), topk.cu,
+// sparse_rows.cu (rows alone over an NVFP4 cache, wgmma), attention.cu (row groups, other KV
+// dtypes, dense attention, the merge of splits); msa_plan.cc builds each step's work lists.
 //
 //   MsaPlan plan(config);                  // once: builds tables, raises kernel limits
 //   plan.plan(host_step, device_view, s);  // once per step, outside graph capture: schedules
@@ -95,7 +98,8 @@ class MsaPlan {
     int sparse_parts = 1;   // parts of a row group's union of blocks
     int64_t score_entries = 0;
     int indexer_launch = 0, dense_launch = 0, combine_dense_launch = 0;  // CTAs (graph mode: bounds)
-    int sparse_launch = 0, combine_sparse_launch = 0;
+    int sparse_group_items = 0, sparse_row_items = 0;
+    int sparse_group_launch = 0, sparse_row_launch = 0, combine_sparse_launch = 0;
   };
   Stats stats() const;
 

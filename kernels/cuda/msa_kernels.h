@@ -39,6 +39,7 @@ struct IndexerWork {
 // Rows of one sparse attention group: <= 4 rows of one sequence whose selections (<= 4 x topk
 // candidate blocks) one CTA merges into their sorted union.
 inline constexpr int kSparseGroupRows = 4;
+inline constexpr int kSparseRowsAlone = 8;  // sequences of at most this many rows are not grouped
 inline constexpr int kMaxGroupCandidates = 256;  // rows x topk of a group
 
 // One CTA of sparse attention, KV head `kv_head`, rows [row, row + row_count) of one sequence.
@@ -158,17 +159,21 @@ struct CombineArgs {
 cudaError_t init_indexer_kernels();
 cudaError_t init_topk_kernels();
 cudaError_t init_attention_kernels();
+cudaError_t init_sparse_rows_kernel();
 
 // CTAs of the indexer / sparse attention kernel for this cache dtype that fit on one
 // multiprocessor at once (for sizing work lists to whole waves).
 int indexer_ctas_per_sm(KvDType index_dtype);
 int sparse_attention_ctas_per_sm(KvDType kv_dtype);
+int sparse_rows_ctas_per_sm();
 
 cudaError_t build_e4m3_table(uint2* table, cudaStream_t stream);
 cudaError_t launch_kv_insert(const KvInsertArgs& args, cudaStream_t stream);
 cudaError_t launch_indexer_scores(const IndexerArgs& args, cudaStream_t stream);
 cudaError_t launch_topk(const TopkArgs& args, cudaStream_t stream);
 cudaError_t launch_sparse_attention(const AttentionArgs& args, cudaStream_t stream);
+// Rows alone (SparseWork row_count 1) over an NVFP4 cache, on wgmma (sparse_rows.cu).
+cudaError_t launch_sparse_rows(const AttentionArgs& args, cudaStream_t stream);
 cudaError_t launch_dense_attention(const AttentionArgs& args, cudaStream_t stream);
 cudaError_t launch_combine(const CombineArgs& args, cudaStream_t stream);
 

@@ -94,15 +94,16 @@ class Blob {
 
 int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-// Splits (1..max_splits) of `items` equal work items of `work` units each for `slots` CTAs that
+// Splits (min_splits..max_splits) of `items` equal work items of `work` units each for `slots` CTAs that
 // run at once, where a CTA also pays `overhead` units (its prologue, the pipeline's fill): the
 // count whose waves come closest to the work, time ~ ceil(items * s / slots) * (work / s +
 // overhead), the fewest on ties (each split costs a partial result and its merge).
-int wave_splits(int64_t items, int64_t slots, int max_splits, double work, double overhead) {
-  if (items <= 0) return 1;
-  int best = 1;
+int wave_splits(int64_t items, int64_t slots, int min_splits, int max_splits, double work, double overhead) {
+  max_splits = std::max(min_splits, max_splits);
+  if (items <= 0) return min_splits;
+  int best = min_splits;
   double best_time = 1e300;
-  for (int s = 1; s <= max_splits; ++s) {
+  for (int s = min_splits; s <= max_splits; ++s) {
     const double time = double((items * s + slots - 1) / slots) * (work / s + overhead);
     if (time < best_time * (1 - 1e-9)) best = s, best_time = time;
   }
@@ -134,7 +135,8 @@ struct MsaPlan::Impl {
   int num_sms = 0;
   // CTAs that run at once (SMs x CTAs per SM) of the indexer and of sparse attention, with the
   // NVFP4 caches the work lists are tuned for (other dtypes fit as many or fewer).
-  int indexer_slots = 0, sparse_slots = 0;
+  // Rows alone run sparse_rows.cu's kernel on NVFP4 caches, groups attention.cu's.
+  int indexer_slots = 0, sparse_rows_slots = 0, sparse_group_slots = 0;
   int64_t generation = 0;
   cudaEvent_t upload_done = nullptr;
   DeviceBuffer table, meta, scores, partial_o, partial_ml;
@@ -146,7 +148,7 @@ struct MsaPlan::Impl {
   int num_tokens = 0;
   int max_candidates = 0;
   bool graph = false;  // graph mode: launches read the real counts at off_counts
-  size_t off_counts = 0, off_score_offset = 0, off_indexer = 0, off_sparse = 0, off_sparse_combine = 0,
+  size_t off_counts = 0, off_score_offset = 0, off_indexer = 0, off_sparse = 0, off_sparse_rows = 0, off_sparse_combine = 0,
          off_dense = 0, off_dense_combine = 0;
   Stats stats;
 
@@ -188,8 +190,10 @@ MsaPlan::MsaPlan(const MsaConfig& config) : impl_(std::make_unique<Impl>()) {
   check_cuda(detail::init_indexer_kernels(), "indexer kernel attributes");
   check_cuda(detail::init_topk_kernels(), "top-k kernel attributes");
   check_cuda(detail::init_attention_kernels(), "attention kernel attributes");
+  check_cuda(detail::init_sparse_rows_kernel(), "sparse rows kernel attributes");
   impl_->indexer_slots = impl_->num_sms * detail::indexer_ctas_per_sm(KvDType::kNVFP4);
-  impl_->sparse_slots = impl_->num_sms * detail::sparse_attention_ctas_per_sm(KvDType::kNVFP4);
+  impl_->sparse_rows_slots = impl_->num_sms * detail::sparse_rows_ctas_per_sm();
+  impl_->sparse_group_slots = impl_->num_sms * detail::sparse_attention_ctas_per_sm(KvDType::kNVFP4);
   check_cuda(cudaEventCreateWithFlags(&impl_->upload_done, cudaEventDisableTiming), "event");
   impl_->table.reserve(256 * sizeof(uint2), "e4m3 table");
   check_cuda(detail::build_e4m3_table(static_cast<uint2*>(impl_->table.get()), nullptr), "e4m3 table");
@@ -222,7 +226,7 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
 
   std::vector<int32_t> score_offset(T, 0);
   std::vector<IndexerWork> indexer;
-  std::vector<SparseWork> sparse_work;
+  std::vector<SparseWork> sparse_groups, sparse_rows;
   std::vector<CombineWork> sparse_combine, dense_combine;
   std::vector<DenseWork> dense_work;
   int64_t score_entries = 0;
@@ -254,7 +258,7 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
       graph ? T * hkv + std::max<int>(3 * sms, ceil_div(bound_blocks * hkv, detail::kDenseMaxBlocks)) : 0;
   const int dense_combine_cap = graph ? T * hkv : 0;
   const int64_t dense_partial_cap = int64_t(dense_cap) * std::min(4, max_rows_per_seq);
-  int sparse_cap = 0, sparse_combine_cap = 0;  // set with the sparse schedule
+  int sparse_groups_cap = 0, sparse_rows_cap = 0, sparse_combine_cap = 0;  // set with the sparse schedule
   int64_t sparse_partial_cap = 0;
   if (graph)
     M3_CHECK(max_candidates <= graph_pages, "MSA plan (graph mode): a token sees {} blocks, the bucket has {}",
@@ -284,49 +288,56 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
       for (int b = 0; b < sp.blocks; b += chunk)
         indexer.push_back({sp.seq, sp.row, sp.count, b, std::min(sp.blocks, b + chunk), {0, 0, 0}});
 
-    // Sparse attention. A sequence's rows go in groups of 2-4 (its draft or prefill tokens: one
-    // CTA reads a block the group's rows share once), each group's union of selected blocks
-    // split into parts; a sequence of one row goes alone, its slot ranges split. Both split while
-    // the grid is small. Batch-invariant mode keeps every row alone with the fewest slot splits:
-    // a group's union, and a row's split count, would depend on the other rows of the step.
+    // Sparse attention. The rows of a sequence of more than kSparseRowsAlone (a prefill chunk) go
+    // in groups of 2-4 (one CTA reads a block the group's rows share once), each group's union of
+    // selected blocks split into parts; the rows of shorter sequences (decode, draft tokens) go
+    // alone, their slot ranges split: on NVFP4 caches they take the wgmma kernel, whose per-row
+    // walk beats a group's when rows share few blocks (msa_bench, random selections), and whose
+    // re-reads of blocks that rows do share mostly come from L2. Both split while the grid is
+    // small. Batch-invariant mode keeps every row alone with the fewest slot splits: a group's
+    // union, and a row's split count, would depend on the other rows of the step.
     const int topk = ip.topk_blocks;
     const int group_rows =
         cfg.batch_invariant ? 1 : std::min(detail::kSparseGroupRows, detail::kMaxGroupCandidates / topk);
+    auto alone = [&](int q) { return q <= detail::kSparseRowsAlone || group_rows == 1; };
     int singles = 0, groups = 0;
     for (int s = 0; s < S; ++s) {
       const int q = host.query_start[s + 1] - host.query_start[s];
-      if (q == 1 || group_rows == 1) singles += q;
+      if (alone(q)) singles += q;
       else groups += ceil_div(q, group_rows);
     }
-    // Graph mode: the counts' bounds for (T, S): a sequence of q >= 2 rows makes at most q - 1
-    // groups, so groups <= T - S and singles <= S (every row when rows are never grouped).
+    // Graph mode: the counts' bounds for (T, S): singles <= T, and a sequence of q >= 2 rows
+    // makes at most q - 1 groups, so groups <= T - S.
     if (graph) {
-      singles = group_rows == 1 ? T : S;
+      singles = T;
       groups = group_rows == 1 ? 0 : T - S;
     }
     // Work in tiles of 64 keys (a row's topk blocks); a CTA's prologue (its tile list, the query
     // tile, the pipeline's fill) costs about 4 tiles, a group's (the sort of its candidates)
     // about 10.
     const double row_tiles = double(topk) * (bs / detail::kTileTokens);
-    const int splits = cfg.batch_invariant
-                           ? ceil_div(topk, detail::kMaxSlotsPerItem)
-                           : wave_splits(int64_t(singles) * hkv, im.sparse_slots, std::min(topk, 8), row_tiles, 4);
-    const int parts = wave_splits(int64_t(groups) * hkv, im.sparse_slots, std::min(16, std::max(1, group_rows * topk / 4)),
-                                  group_rows * row_tiles, 10);
+    // A row alone walks at most kMaxSlotsPerItem slots (its kernels' tile lists).
+    const int min_splits = ceil_div(topk, detail::kMaxSlotsPerItem);
+    const int splits = cfg.batch_invariant ? min_splits
+                                           : wave_splits(int64_t(singles) * hkv, im.sparse_rows_slots, min_splits,
+                                                         std::min(topk, 8), row_tiles, 4);
+    const int parts = wave_splits(int64_t(groups) * hkv, im.sparse_group_slots, 1,
+                                  std::min(16, std::max(1, group_rows * topk / 4)), group_rows * row_tiles, 10);
     const int per_split = ceil_div(topk, splits);
     int next_partial = 0;
     for (int s = 0; s < S; ++s) {
       const int r0 = host.query_start[s], q = host.query_start[s + 1] - r0;
-      if (q == 1 || group_rows == 1) continue;
+      if (alone(q)) continue;
       const int n = ceil_div(q, group_rows);
       for (int k = 0; k < n; ++k) {  // near-equal groups: q = 5 -> 3 + 2, never a group of one
         const int row = r0 + int(int64_t(q) * k / n), count = r0 + int(int64_t(q) * (k + 1) / n) - row;
         for (int g = 0; g < hkv; ++g) {
           if (parts == 1) {
-            sparse_work.push_back({row, count, g, 0, 1, -1, 0, 0});
+            sparse_groups.push_back({row, count, g, 0, 1, -1, 0, 0});
             continue;
           }
-          for (int j = 0; j < parts; ++j) sparse_work.push_back({row, count, g, j, parts, next_partial + j, parts, 0});
+          for (int j = 0; j < parts; ++j)
+            sparse_groups.push_back({row, count, g, j, parts, next_partial + j, parts, 0});
           for (int r = 0; r < count; ++r) sparse_combine.push_back({row + r, g, next_partial + r * parts, parts});
           next_partial += count * parts;
         }
@@ -334,21 +345,22 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
     }
     for (int s = 0; s < S; ++s) {
       const int r0 = host.query_start[s], q = host.query_start[s + 1] - r0;
-      if (q != 1 && group_rows != 1) continue;
+      if (!alone(q)) continue;
       for (int t = r0; t < r0 + q; ++t)
         for (int g = 0; g < hkv; ++g) {
           if (splits == 1) {
-            sparse_work.push_back({t, 1, g, 0, topk, -1, 0, 0});
+            sparse_rows.push_back({t, 1, g, 0, topk, -1, 0, 0});
             continue;
           }
           for (int j = 0; j < splits; ++j)
-            sparse_work.push_back({t, 1, g, j * per_split, std::min(topk, (j + 1) * per_split), next_partial + j, 1, 0});
+            sparse_rows.push_back({t, 1, g, j * per_split, std::min(topk, (j + 1) * per_split), next_partial + j, 1, 0});
           sparse_combine.push_back({t, g, next_partial, splits});
           next_partial += splits;
         }
     }
     if (graph) {
-      sparse_cap = singles * hkv * splits + groups * hkv * parts;
+      sparse_rows_cap = singles * hkv * splits;
+      sparse_groups_cap = groups * hkv * parts;
       sparse_combine_cap = (splits > 1 || parts > 1) ? T * hkv : 0;
       sparse_partial_cap = int64_t(T) * hkv * std::max(splits, parts);
     }
@@ -406,24 +418,27 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
   }
   if (graph)
     M3_CHECK(int(indexer.size()) <= indexer_cap && int(dense_work.size()) <= dense_cap &&
-                 int(dense_combine.size()) <= dense_combine_cap && int(sparse_work.size()) <= sparse_cap &&
-                 int(sparse_combine.size()) <= sparse_combine_cap,
-             "MSA plan (graph mode): {} indexer / {} dense / {} combine / {} sparse / {} sparse combine items exceed "
-             "the bounds {} / {} / {} / {} / {}",
-             indexer.size(), dense_work.size(), dense_combine.size(), sparse_work.size(), sparse_combine.size(),
-             indexer_cap, dense_cap, dense_combine_cap, sparse_cap, sparse_combine_cap);
+                 int(dense_combine.size()) <= dense_combine_cap && int(sparse_groups.size()) <= sparse_groups_cap &&
+                 int(sparse_rows.size()) <= sparse_rows_cap && int(sparse_combine.size()) <= sparse_combine_cap,
+             "MSA plan (graph mode): {} indexer / {} dense / {} combine / {} sparse group / {} sparse row / {} sparse "
+             "combine items exceed the bounds {} / {} / {} / {} / {} / {}",
+             indexer.size(), dense_work.size(), dense_combine.size(), sparse_groups.size(), sparse_rows.size(),
+             sparse_combine.size(), indexer_cap, dense_cap, dense_combine_cap, sparse_groups_cap, sparse_rows_cap,
+             sparse_combine_cap);
 
   Blob blob;
   // Item counts for graph mode's launches (which launch the bounds): indexer, dense, dense
-  // combine, sparse, sparse combine.
+  // combine, sparse groups, sparse combine, sparse rows.
   const std::vector<int32_t> counts = {static_cast<int32_t>(indexer.size()), static_cast<int32_t>(dense_work.size()),
                                        static_cast<int32_t>(dense_combine.size()),
-                                       static_cast<int32_t>(sparse_work.size()),
-                                       static_cast<int32_t>(sparse_combine.size())};
+                                       static_cast<int32_t>(sparse_groups.size()),
+                                       static_cast<int32_t>(sparse_combine.size()),
+                                       static_cast<int32_t>(sparse_rows.size())};
   im.off_counts = blob.add(counts);
   im.off_score_offset = blob.add(score_offset);
   im.off_indexer = blob.add(indexer, indexer_cap);
-  im.off_sparse = blob.add(sparse_work, sparse_cap);
+  im.off_sparse = blob.add(sparse_groups, sparse_groups_cap);
+  im.off_sparse_rows = blob.add(sparse_rows, sparse_rows_cap);
   im.off_sparse_combine = blob.add(sparse_combine, sparse_combine_cap);
   im.off_dense = blob.add(dense_work, dense_cap);
   im.off_dense_combine = blob.add(dense_combine, dense_combine_cap);
@@ -444,12 +459,15 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
   im.graph = graph;
   im.max_candidates = graph ? graph_pages : max_candidates;
   im.stats.indexer_items = static_cast<int>(indexer.size());
-  im.stats.sparse_items = static_cast<int>(sparse_work.size());
+  im.stats.sparse_items = static_cast<int>(sparse_groups.size() + sparse_rows.size());
+  im.stats.sparse_group_items = static_cast<int>(sparse_groups.size());
+  im.stats.sparse_row_items = static_cast<int>(sparse_rows.size());
   im.stats.dense_items = static_cast<int>(dense_work.size());
   im.stats.combine_sparse = static_cast<int>(sparse_combine.size());
   im.stats.combine_dense = static_cast<int>(dense_combine.size());
   im.stats.indexer_launch = graph ? indexer_cap : im.stats.indexer_items;
-  im.stats.sparse_launch = graph ? sparse_cap : im.stats.sparse_items;
+  im.stats.sparse_group_launch = graph ? sparse_groups_cap : im.stats.sparse_group_items;
+  im.stats.sparse_row_launch = graph ? sparse_rows_cap : im.stats.sparse_row_items;
   im.stats.combine_sparse_launch = graph ? sparse_combine_cap : im.stats.combine_sparse;
   im.stats.dense_launch = graph ? dense_cap : im.stats.dense_items;
   im.stats.combine_dense_launch = graph ? dense_combine_cap : im.stats.combine_dense;
@@ -553,12 +571,21 @@ void MsaPlan::attention(const KvLayerView& cache, const void* q, ActDType q_dtyp
   c.lse = lse;
   if (selection) {
     a.work = im.meta_at<SparseWork>(im.off_sparse);
-    a.num_work = im.stats.sparse_launch;
+    a.num_work = im.stats.sparse_group_launch;
     a.device_num_work = im.graph ? im.meta_at<int32_t>(im.off_counts) + 3 : nullptr;
     c.work = im.meta_at<CombineWork>(im.off_sparse_combine);
     c.num_work = im.stats.combine_sparse_launch;
     c.device_num_work = im.graph ? im.meta_at<int32_t>(im.off_counts) + 4 : nullptr;
-    check_cuda(detail::launch_sparse_attention(a, stream), "sparse attention launch");
+    check_cuda(detail::launch_sparse_attention(a, stream), "sparse attention launch (row groups)");
+    // Rows alone: the wgmma kernel on the NVFP4 cache (not under the timing probe, which times the
+    // expanding kernel), attention.cu's one-row walk otherwise.
+    a.work = im.meta_at<SparseWork>(im.off_sparse_rows);
+    a.num_work = im.stats.sparse_row_launch;
+    a.device_num_work = im.graph ? im.meta_at<int32_t>(im.off_counts) + 5 : nullptr;
+    if (cache.kv_dtype == KvDType::kNVFP4 && !im.probe.skip_kv_expand)
+      check_cuda(detail::launch_sparse_rows(a, stream), "sparse attention launch (rows)");
+    else
+      check_cuda(detail::launch_sparse_attention(a, stream), "sparse attention launch (rows)");
   } else {
     a.work = im.meta_at<DenseWork>(im.off_dense);
     a.num_work = im.stats.dense_launch;

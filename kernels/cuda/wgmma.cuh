@@ -1,0 +1,137 @@
+// Hopper warpgroup MMAs (wgmma) on E4M3 operands, for the MSA kernels whose products are E4M3 x
+// E4M3 (the indexer over fp8/nvfp4 caches, attention over the NVFP4 KV cache). A CTA of 128
+// threads is one warpgroup. mma.sync with E4M3 inputs is no FP8 instruction on sm_90 (ptxas
+// converts the operands for fp16 HMMA); wgmma is, and accumulates in fp32 (msa_bench
+// --fp8-mma-probe measures it).
+//
+// Operands in shared memory are K-major without swizzle: core matrices of 8 rows x 16 bytes (128
+// contiguous bytes), described by a start address, the byte offset between core matrices along K
+// (LBO) and between 8-row groups (SBO). An A operand from registers is the mma.sync m16n8k32 A
+// fragment of the warp's 16 rows (warp w: rows 16w..16w+15 of the m64 tile). D of m64nN: N / 2
+// floats per thread, for each 8 columns j: (row g, columns 8j + 2t, +1), (row g + 8, the same).
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/device_common.cuh"
+
+namespace m3::cuda::detail {
+
+// A K-major operand of up to 64 rows x 128 bytes (the indexer's query rows): the 8 core matrices of
+// a row group side by side along K (kQCoreK apart), row groups kQCoreN apart. Byte offset of
+// (row n, byte p):
+inline constexpr int kQCoreK = 128, kQCoreN = 8 * kQCoreK;
+__device__ __forceinline__ int wgmma_q_offset(int n, int p) {
+  return (n >> 3) * kQCoreN + (p >> 4) * kQCoreK + (n & 7) * 16 + (p & 15);
+}
+
+// Shared-memory matrix descriptor (no swizzle): start address, leading byte offset (between core
+// matrices along K), stride byte offset (between 8-row groups), each in 16-byte units.
+__device__ __forceinline__ uint64_t wgmma_desc(const void* smem, int lbo, int sbo) {
+  return uint64_t((smem_u32(smem) & 0x3ffff) >> 4) | uint64_t(lbo >> 4) << 16 | uint64_t(sbo >> 4) << 32;
+}
+
+// D (+)= A * B for the warpgroup: m64nNk32, E4M3 inputs, fp32 accumulators; A from registers (this
+// warp's 16 rows: the mma.sync m16n8k32 A fragment), B from shared memory. D: N / 2 floats, for
+// each 8 columns j: (row g, cols 8j + 2t, +1), (row g + 8, the same columns).
+template <int N>
+__device__ __forceinline__ void wgmma_e4m3(float* d, const uint32_t (&a)[4], uint64_t b, bool accumulate);
+
+#define M3_WGMMA_E4M3(N, DREGS, ...)                                                                     \
+  template <>                                                                                            \
+  __device__ __forceinline__ void wgmma_e4m3<N>(float* d, const uint32_t (&a)[4], uint64_t b, bool acc) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #DREGS ", 0;\n"                                    \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 " __VA_ARGS__ ";\n}\n"          \
+                 : M3_WGMMA_OUT_##N(d)                                                                   \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(acc)));                   \
+  }
+#define M3_WGMMA_OUT_8(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+#define M3_WGMMA_OUT_16(d) M3_WGMMA_OUT_8(d), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define M3_WGMMA_OUT_32(d) \
+  M3_WGMMA_OUT_16(d), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define M3_WGMMA_OUT_64(d)                                                                                      \
+  M3_WGMMA_OUT_32(d), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
+      "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),     \
+      "+f"(d[31])
+M3_WGMMA_E4M3(8, 9, "{%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1")
+M3_WGMMA_E4M3(16, 13, "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1")
+M3_WGMMA_E4M3(32, 21,
+              "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1")
+M3_WGMMA_E4M3(64, 37,
+              "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
+              "%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1")
+#undef M3_WGMMA_E4M3
+#undef M3_WGMMA_OUT_8
+#undef M3_WGMMA_OUT_16
+#undef M3_WGMMA_OUT_32
+#undef M3_WGMMA_OUT_64
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Keeps the compiler from moving accumulator reads or writes across the asynchronous MMAs.
+template <int N>
+__device__ __forceinline__ void wgmma_pin(float* d) {
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D (+)= A * B for the warpgroup, m64n16k32, E4M3 inputs, fp32 accumulators, A and B in shared memory.
+__device__ __forceinline__ void wgmma_e4m3_ss16(float (&d)[8], uint64_t a, uint64_t b, bool acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(a), "l"(b), "r"(int(acc)));
+}
+
+// Four bf16 values (two words, element 0 in the low half of the first) to their saturating
+// round-to-nearest-even E4M3 bytes (element i in byte i): the hardware conversion, the same bytes
+// as formats/fp8_e4m3.h's fp8_e4m3_encode (NaN stays NaN, +-inf saturates to +-448).
+__device__ __forceinline__ uint32_t bf16x4_to_e4m3x4(uint2 raw) {
+  const float f0 = __uint_as_float(raw.x << 16), f1 = __uint_as_float(raw.x & 0xffff0000u);
+  const float f2 = __uint_as_float(raw.y << 16), f3 = __uint_as_float(raw.y & 0xffff0000u);
+  uint16_t lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(f1), "f"(f0));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(f3), "f"(f2));
+  return uint32_t(lo) | uint32_t(hi) << 16;
+}
+
+// Generic-proxy stores to shared memory made visible to the tensor cores' (async proxy) reads.
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// 8 nvfp4 codes (one 32-bit word, element 2i in the low nibble of byte i) to their E4M3 view:
+// lo = elements 0..3, hi = elements 4..7, one byte each; t = the table entry of their scale byte.
+__device__ __forceinline__ void nvfp4_word_to_e4m3(uint32_t x, uint2 t, uint32_t& lo, uint32_t& hi) {
+  // Magnitudes: the table's byte (code & 7); a byte permute reads only its selector's low 16 bits.
+  // Signs: bit 3 of code 2j sits at bit 7 of byte j of x << 4, that of code 2j+1 at bit 7 of byte j
+  // of x.
+  const uint32_t sel = x & 0x77777777u, shifted = x << 4;
+  lo = __byte_perm(t.x, t.y, sel) | (__byte_perm(shifted, x, 0x5140u) & 0x80808080u);
+  hi = __byte_perm(t.x, t.y, sel >> 16) | (__byte_perm(shifted, x, 0x7362u) & 0x80808080u);
+}
+
+// E4M3 key rows as MMA fragments. A k32 step s takes from thread t positions 4t..4t+3 and
+// 16+4t..16+4t+3 of each of its key rows; thread t reads one contiguous run of a key row,
+// elements 32t..32t+31, whose 4-element groups 2s and 2s+1 feed k-step s. The query rows are
+// stored in the same order: logical byte p of a query row holds this element.
+__device__ __forceinline__ int e4m3_row_element(int p) {
+  const int step = p >> 5, q = p & 31;
+  return 32 * ((q & 15) >> 2) + 8 * step + 4 * (q >> 4) + (q & 3);
+}
+
+// Thread t's fragments of key row `row` of a staged 64-token nvfp4 tile (64 code rows of 64
+// bytes, then 64 scale rows of 8) as the E4M3 view: b[s][0] feeds positions 4t.. of k-step s,
+// b[s][1] positions 16+4t... One 16-byte load: with rows side by side the 8 lanes of a
+// shared-memory phase read 128 distinct bytes.
+__device__ __forceinline__ void nvfp4_key_row(const uint8_t* tile, const uint2* table, int row, int t,
+                                              uint32_t (&b)[4][2]) {
+  const uint4 x = *reinterpret_cast<const uint4*>(tile + row * 64 + 16 * t);
+  const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+  // Words 0, 1 share scale 2t, words 2, 3 scale 2t + 1.
+  const uint16_t sc = *reinterpret_cast<const uint16_t*>(tile + 64 * 64 + row * 8 + 2 * t);
+  const uint2 tab[2] = {table[sc & 0xff], table[sc >> 8]};
+#pragma unroll
+  for (int s = 0; s < 4; ++s) nvfp4_word_to_e4m3(w[s], tab[s >> 1], b[s][0], b[s][1]);
+}
+
+}  // namespace m3::cuda::detail
