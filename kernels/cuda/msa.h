@@ -2,7 +2,8 @@
 // ops/attention.h (semantics there; the CPU reference in kernels/cpu/attention.h is the oracle).
 // Kernels: kv_insert.cu, indexer.cu (block scores; wgmma on fp8/nvfp4 index caches), topk.cu,
 // sparse_rows.cu (rows alone over an NVFP4 cache, wgmma), attention.cu (row groups, other KV
-// dtypes, dense attention, the merge of splits); msa_plan.cc builds each step's work lists.
+// dtypes, dense attention, the merge of splits); msa_schedule.cc builds each step's work lists,
+// msa_plan.cc uploads them and launches.
 //
 //   MsaPlan plan(config);                  // once: builds tables, raises kernel limits
 //   plan.plan(host_step, device_view, s);  // once per step, outside graph capture: schedules
