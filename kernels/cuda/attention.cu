@@ -547,24 +547,15 @@ cudaError_t init_attention_kernels() {
 }
 
 int sparse_attention_ctas_per_sm(KvDType kv_dtype) {
-  int n = 0;
-  cudaError_t e = cudaErrorInvalidValue;
   switch (kv_dtype) {
     case KvDType::kBF16:
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<KvDType::kBF16, false>, kThreads,
-                                                        AttnConfig<KvDType::kBF16, false>::kSmemBytes);
-      break;
+      return ctas_per_sm(attention_kernel<KvDType::kBF16, false>, AttnConfig<KvDType::kBF16, false>::kSmemBytes);
     case KvDType::kFP8:
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<KvDType::kFP8, false>, kThreads,
-                                                        AttnConfig<KvDType::kFP8, false>::kSmemBytes);
-      break;
+      return ctas_per_sm(attention_kernel<KvDType::kFP8, false>, AttnConfig<KvDType::kFP8, false>::kSmemBytes);
     case KvDType::kNVFP4:
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<KvDType::kNVFP4, false>, kThreads,
-                                                        AttnConfig<KvDType::kNVFP4, false>::kSmemBytes);
-      break;
-    default: break;
+      return ctas_per_sm(attention_kernel<KvDType::kNVFP4, false>, AttnConfig<KvDType::kNVFP4, false>::kSmemBytes);
+    default: return 1;
   }
-  return e == cudaSuccess && n > 0 ? n : 1;
 }
 
 cudaError_t launch_sparse_attention(const AttentionArgs& a, cudaStream_t stream) {

@@ -18,6 +18,15 @@
 
 namespace m3::cuda::detail {
 
+// CTAs of `kernel` (128 threads, `smem` dynamic bytes) that fit on one multiprocessor; 1 when
+// the query fails.
+template <class Kernel>
+int ctas_per_sm(Kernel kernel, int smem) {
+  int n = 0;
+  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 128, smem);
+  return e == cudaSuccess && n > 0 ? n : 1;
+}
+
 // The softmax's base-2 constants: log2(e), and the P8 path's 448 = 2^kLog2_448 = e^kLn448.
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLog2_448 = 8.80735492706298828125f;
@@ -138,12 +147,14 @@ __device__ __forceinline__ void stage_tile(uint8_t* dst, const uint8_t* rows,
   } else if constexpr (kFmt == KvDType::kFP8) {
     for (int c = tid; c < kTileTokens * kDim / 16; c += nthreads) cp_async16(dst + c * 16, rows + c * 16);
   } else {
-    constexpr int kData = kTileTokens * kDim / 2 / 16;  // 256 chunks of codes
-    constexpr int kScale = kTileTokens * kDim / 16 / 16;  // 32 chunks of scales
-    for (int c = tid; c < kData + kScale; c += nthreads) {
-      if (c < kData) cp_async16(dst + c * 16, rows + c * 16);
-      else cp_async16(dst + kData * 16 + (c - kData) * 16, scale_rows + (c - kData) * 16);
-    }
+    // 256 chunks of codes (rows of 64 bytes, side by side), then 32 chunks of scales: a fixed
+    // number of copies per thread, no per-chunk branch.
+    constexpr int kData = kTileTokens * kDim / 2 / 16;
+    constexpr int kScale = kTileTokens * kDim / 16 / 16;
+    static_assert(kData % nthreads == 0 && kScale <= nthreads, "stage_tile: nvfp4 chunks per thread");
+#pragma unroll
+    for (int k = 0; k < kData / nthreads; ++k) cp_async16(dst + (tid + k * nthreads) * 16, rows + (tid + k * nthreads) * 16);
+    if (tid < kScale) cp_async16(dst + kData * 16 + tid * 16, scale_rows + tid * 16);
   }
 }
 
@@ -243,22 +254,6 @@ __device__ __forceinline__ uint4 load_act8(const void* src, ActKind kind, int64_
   }
   return make_uint4(pack2<kBf16>(f[0], f[1]), pack2<kBf16>(f[2], f[3]), pack2<kBf16>(f[4], f[5]),
                     pack2<kBf16>(f[6], f[7]));
-}
-
-// Two consecutive activations (bf16 bits or E4M3 bytes) at element i, cast to E4M3 (saturating,
-// no scale) and returned as an exact fp16 pair.
-__device__ __forceinline__ uint32_t load_act2_e4m3_f16(const void* src, ActKind kind, int64_t i) {
-  float f0, f1;
-  if (kind == ActKind::kBF16) {
-    const uint32_t w = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(src) + i);
-    f0 = bf16_decode(static_cast<uint16_t>(w));
-    f1 = bf16_decode(static_cast<uint16_t>(w >> 16));
-  } else {
-    const uint16_t w = *reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(src) + i);
-    f0 = fp8_e4m3_decode(static_cast<uint8_t>(w));
-    f1 = fp8_e4m3_decode(static_cast<uint8_t>(w >> 8));
-  }
-  return pack2<false>(fp8_e4m3_round(f0), fp8_e4m3_round(f1));
 }
 
 // Exclusive prefix sum of v over the 32 lanes of a warp; `total` gets the sum.

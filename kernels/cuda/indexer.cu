@@ -65,13 +65,6 @@ __device__ __forceinline__ int element_at(int p) {
   else return e4m3_row_element(p);
 }
 
-// Four consecutive activations (bf16 bits or E4M3 bytes) at element i cast to E4M3 (saturating,
-// no scale): the index queries fp8 and nvfp4 caches meet.
-__device__ __forceinline__ uint32_t load_act4_e4m3(const void* src, ActKind kind, int64_t i) {
-  if (kind == ActKind::kE4M3) return *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(src) + i);
-  return bf16x4_to_e4m3x4(*reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(src) + i));
-}
-
 // The copies of one 64-token tile of index-K into a stage. fp8/nvfp4 take their per-thread
 // offsets from constants and tid alone (a tile costs a few integer adds per 16-byte chunk: the
 // generic row helpers' dtype switches are not in the loop); bf16 uses the shared tile stager.
@@ -82,13 +75,9 @@ __device__ __forceinline__ void stage_index_tile(uint8_t* dst, const KvLayerView
   if constexpr (kFmt == KvDType::kBF16) {
     stage_tile<kFmt, kThreads>(dst, slot + int64_t(tok0) * kDim * 2, nullptr, tid);
   } else if constexpr (kFmt == KvDType::kNVFP4) {
-    // 256 chunks of codes (rows of 64 bytes, unpadded), then 32 chunks of scale bytes.
-    const uint8_t* rows = slot + tok0 * (kDim / 2);
-    cp_async16(dst + tid * 16, rows + tid * 16);
-    cp_async16(dst + (tid + kThreads) * 16, rows + (tid + kThreads) * 16);
-    if (tid < 32)
-      cp_async16(dst + C::kScaleOffset + tid * 16,
-                 slot + cache.block_size * (kDim / 2) + tok0 * (kDim / 16) + tid * 16);
+    static_assert(C::kScaleOffset == kTileTokens * kDim / 2, "stage_tile's nvfp4 layout");
+    stage_tile<kFmt, kThreads>(dst, slot + tok0 * (kDim / 2), slot + cache.block_size * (kDim / 2) + tok0 * (kDim / 16),
+                               tid);
   } else {
     const uint8_t* rows = slot + tok0 * kDim;  // 512 chunks, rows of 128 bytes padded to 144
 #pragma unroll
@@ -459,24 +448,15 @@ cudaError_t init_indexer_kernels() {
 }
 
 int indexer_ctas_per_sm(KvDType index_dtype) {
-  int n = 0;
-  cudaError_t e = cudaErrorInvalidValue;
   switch (index_dtype) {
     case KvDType::kBF16:
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_scores_kernel<KvDType::kBF16, false>, kThreads,
-                                                        IndexerConfig<KvDType::kBF16>::kSmemBytes);
-      break;
+      return ctas_per_sm(indexer_scores_kernel<KvDType::kBF16, false>, IndexerConfig<KvDType::kBF16>::kSmemBytes);
     case KvDType::kFP8:
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_scores_kernel<KvDType::kFP8, false>, kThreads,
-                                                        IndexerConfig<KvDType::kFP8>::kSmemBytes);
-      break;
+      return ctas_per_sm(indexer_scores_kernel<KvDType::kFP8, false>, IndexerConfig<KvDType::kFP8>::kSmemBytes);
     case KvDType::kNVFP4:
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_scores_kernel<KvDType::kNVFP4, false>, kThreads,
-                                                        IndexerConfig<KvDType::kNVFP4>::kSmemBytes);
-      break;
-    default: break;
+      return ctas_per_sm(indexer_scores_kernel<KvDType::kNVFP4, false>, IndexerConfig<KvDType::kNVFP4>::kSmemBytes);
+    default: return 1;
   }
-  return e == cudaSuccess && n > 0 ? n : 1;
 }
 
 cudaError_t launch_indexer_scores(const IndexerArgs& a, cudaStream_t stream) {

@@ -14,7 +14,7 @@
 //                                        8 dims per thread, byte permutes), P8 written there too.
 // The V' decode runs while the tensor cores compute S. The accumulators are split over the
 // warpgroup (16 floats a thread for O), so no per-warp states need merging at the end, and
-// 4 CTAs fit on a multiprocessor (110 registers, 42 KB of shared memory).
+// 4 CTAs fit on a multiprocessor (about 110 registers, 42 KB of shared memory).
 //
 // Numerics as attention.cu's single-row walk (ops/attention.h Q8KV4): the running maximum is that
 // of the tiles seen so far, over all 64 keys of a tile; the normaliser sums the unquantised
@@ -114,14 +114,8 @@ __global__ void __launch_bounds__(kThreads) sparse_rows_kernel(const AttentionAr
   for (int idx = tid; idx < 16 * (kDim / 4); idx += kThreads) {
     const int h = idx / (kDim / 4), p4 = (idx % (kDim / 4)) * 4;
     uint32_t v = 0;
-    if (h < group) {
-      const int64_t base = (int64_t(row) * a.num_q_heads + kv * group + h) * kDim + e4m3_row_element(p4);
-      if (a.q_kind == ActKind::kE4M3) {
-        v = *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(a.q) + base);
-      } else {
-        v = bf16x4_to_e4m3x4(*reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(a.q) + base));
-      }
-    }
+    if (h < group)
+      v = load_act4_e4m3(a.q, a.q_kind, (int64_t(row) * a.num_q_heads + kv * group + h) * kDim + e4m3_row_element(p4));
     *reinterpret_cast<uint32_t*>(q_tile + wgmma_q_offset(h, p4)) = v;
   }
   fence_async_shared();
@@ -139,11 +133,8 @@ __global__ void __launch_bounds__(kThreads) sparse_rows_kernel(const AttentionAr
 #pragma unroll
       for (int which = 0; which < 2; ++which) {
         const uint8_t* slot = k + which * v_offset;
-        uint8_t* d = dst + which * kHalfBytes;
-        // 256 chunks of codes, then 32 of scales.
-        cp_async16(d + tid * 16, slot + tok0 * (kDim / 2) + tid * 16);
-        cp_async16(d + (tid + kThreads) * 16, slot + tok0 * (kDim / 2) + (tid + kThreads) * 16);
-        if (tid < 32) cp_async16(d + kScaleOffset + tid * 16, slot + bs * (kDim / 2) + tok0 * (kDim / 16) + tid * 16);
+        stage_tile<KvDType::kNVFP4, kThreads>(dst + which * kHalfBytes, slot + tok0 * (kDim / 2),
+                                              slot + bs * (kDim / 2) + tok0 * (kDim / 16), tid);
       }
     }
     cp_async_commit();
@@ -299,11 +290,7 @@ cudaError_t init_sparse_rows_kernel() {
   return cudaFuncSetAttribute(sparse_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
 }
 
-int sparse_rows_ctas_per_sm() {
-  int n = 0;
-  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sparse_rows_kernel, kThreads, kSmemBytes);
-  return e == cudaSuccess && n > 0 ? n : 1;
-}
+int sparse_rows_ctas_per_sm() { return ctas_per_sm(sparse_rows_kernel, kSmemBytes); }
 
 cudaError_t launch_sparse_rows(const AttentionArgs& a, cudaStream_t stream) {
   if (a.num_work == 0) return cudaSuccess;

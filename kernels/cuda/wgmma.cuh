@@ -96,6 +96,13 @@ __device__ __forceinline__ uint32_t bf16x4_to_e4m3x4(uint2 raw) {
   return uint32_t(lo) | uint32_t(hi) << 16;
 }
 
+// Four consecutive activations (bf16 bits or E4M3 bytes) at element i cast to E4M3 (saturating,
+// no scale): the queries that fp8 and nvfp4 caches meet (ops/attention.h).
+__device__ __forceinline__ uint32_t load_act4_e4m3(const void* src, ActKind kind, int64_t i) {
+  if (kind == ActKind::kE4M3) return *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(src) + i);
+  return bf16x4_to_e4m3x4(*reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(src) + i));
+}
+
 // Generic-proxy stores to shared memory made visible to the tensor cores' (async proxy) reads.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
