@@ -15,7 +15,8 @@
 # every step at its timeout, 590 with BASELINE); batch-invariant = its op cases, the determinism
 # suite and the cost (at most about 430 s); msa = the MSA kernels alone: their op cases, the
 # msa_bench suites of issue 19 item 2 (targets, decode) and an Nsight Compute profile of one
-# targets case per kernel (MSA_NCU_CASES, default "1,64,131072 8,8,131072"; at most about 560 s). Each part fits one 600 s
+# targets case per kernel (MSA_NCU_CASES, default "1,64,131072 8,8,131072"; at most about 560 s); linear =
+# backend_check bench --only linear and --only moe (at most 240 s; LINEAR_NCU=1 adds ncu of the streamed kernel, 150 s). Each part fits one 600 s
 # device call; PARTS="main batch-invariant" runs both in one call when the time allows.
 PARTS=${PARTS:-main}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -75,7 +76,7 @@ if part msa; then
     # The MSA kernels' machine code, for counting instructions per tile here.
     command -v cuobjdump > /dev/null &&
       cuobjdump -sass $P/tests/kernels_cuda/msa_bench 2>/dev/null | gzip > $OUT/msa-sass.txt.gz
-    if command -v ncu > /dev/null; then
+    if [[ -n "${LINEAR_NCU:-}" ]] && command -v ncu > /dev/null; then
       # One launch of each kernel (the first in the program: the indexer and top-k of the plan's
       # warm-up call, sparse attention inside its timing graph), per profiled case.
       for c in ${MSA_NCU_CASES:-1,64,131072 8,8,131072}; do
@@ -91,6 +92,25 @@ if part msa; then
     sed -n '/^Issue 19 item 2/,/^$/p' $OUT/msa-bench-targets.log >> $L/m-summary.txt
   else
     echo "msa_bench missing from the pack" >> $L/m-summary.txt
+  fi
+fi
+if part linear; then
+  # The linear layers and the MoE kernels alone (backend_check bench: M3.1 shapes, random weights;
+  # the MoE table times the routed experts on the streamed and on the skinny kernel).
+  timeout 120 $P/tests/kernels_cuda/backend_check bench --only linear > $OUT/bench-linear.log 2>&1
+  echo "bench linear rc $?" > $L/l-summary.txt
+  timeout 120 $P/tests/kernels_cuda/backend_check bench --only moe > $OUT/bench-moe.log 2>&1
+  echo "bench moe rc $?" >> $L/l-summary.txt
+  grep -E "experts|skinny" $OUT/bench-moe.log >> $L/l-summary.txt
+  # LINEAR_NCU=1: Nsight Compute on the first four streamed launches of the MoE bench (1 token:
+  # shared gate/up, shared down, routed gate/up, routed down).
+  if [[ -n "${LINEAR_NCU:-}" ]] && command -v ncu > /dev/null; then
+    timeout 150 ncu --kernel-name regex:streamed_linear --launch-count 4 --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \
+      $P/tests/kernels_cuda/backend_check bench --only moe > $OUT/ncu-streamed.log 2>&1
+    echo "ncu streamed rc $?" >> $L/l-summary.txt
+    grep -E "streamed_linear_kernel|Memory Throughput|DRAM Throughput|Duration|Issue Slots Busy|No Eligible" \
+      $OUT/ncu-streamed.log | head -40 >> $L/l-summary.txt
   fi
 fi
 if part batch-invariant; then

@@ -213,6 +213,8 @@ void run_moe_bench() {
     gu.out = s.act.as<uint16_t>();
     gu.out_stride = kInter;
     gu.epilogue = cuda::detail::Epilogue::kSwiglu;
+    gu.table_streamed_ok = true;
+    for (const WeightView& v : host_table) gu.table_streamed_ok = gu.table_streamed_ok && cuda::detail::streamed_weight_ok(v);
     cuda::detail::LinearArgs dn = gu;
     dn.x = s.act.as<const uint16_t>();
     dn.x_stride = kInter;
@@ -289,6 +291,25 @@ void run_moe_bench() {
     std::printf("%6d %-24s %9.1f %9.2f %9.0f %9.2f  (%d distinct experts, %d-row items)\n", tokens, "sum of kernels",
                 total_us, total_bytes / 1e6, total_bytes / total_us / 1e3, total_us / (total_bytes / kCopyBytesPerUs),
                 distinct, item_rows);
+    // The routed experts on the skinny kernel (the streamed one off), for comparison.
+    if (gu.table_streamed_ok && item_rows == 16) {
+      for (int step : {3, 4}) {
+        cuda::detail::LinearArgs l = step == 3 ? gu : dn;
+        l.table_streamed_ok = false;
+        // An untimed launch first: with lazy module loading the first launch of a kernel loads it.
+        check_cuda(cuda::detail::launch_linear(l, stream), "skinny experts");
+        check_cuda(cudaEventRecord(ev[0], stream), "bench event");
+        for (int it = 0; it < kIters; ++it) check_cuda(cuda::detail::launch_linear(l, stream), "skinny experts");
+        check_cuda(cudaEventRecord(ev[1], stream), "bench event");
+        check_cuda(cudaEventSynchronize(ev[1]), "skinny experts");
+        float ms = 0;
+        check_cuda(cudaEventElapsedTime(&ms, ev[0], ev[1]), "bench event time");
+        const double us = 1e3 * ms / kIters;
+        std::printf("%6d %-24s %9.1f %9.2f %9.0f %9.2f %9.1f\n", tokens,
+                    step == 3 ? "  gate/up, skinny kernel" : "  down, skinny kernel", us, step_bytes[step] / 1e6,
+                    step_bytes[step] / us / 1e3, us / (step_bytes[step] / kCopyBytesPerUs), step_flops[step] / us / 1e6);
+      }
+    }
 
     // The backend op (its own stream), host-timed over back-to-back calls.
     Tensor out = backend->alloc({tokens, kHidden}, DType::kBF16);

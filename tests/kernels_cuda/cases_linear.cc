@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/kernels_cuda/op_case_inputs.h"
@@ -160,8 +161,8 @@ struct MoeShape {
   const char* name;
   int experts, top_k;
   FormatCase routed, shared;
+  int hidden = 256, inter = 128;
 };
-constexpr int kMoeHidden = 256, kMoeInter = 128;
 
 // The experts one rank holds (expert parallel: [first, first + count) of the shape's) and whether
 // the op adds the shared expert (false: the routed-only mode of data-parallel attention).
@@ -179,31 +180,32 @@ class MoeCase : public OpCase {
   std::string name() const override {
     const std::string ep =
         held_ == s_.experts ? "" : fmt::format(" ep [{},{})", slice_.first, slice_.first + held_);
-    return fmt::format("moe {} E{} k{}{}{} rows {}", s_.name, s_.experts, s_.top_k, ep,
+    const std::string size = s_.hidden == 256 && s_.inter == 128 ? "" : fmt::format(" {}x{}", s_.hidden, s_.inter);
+    return fmt::format("moe {} E{} k{}{}{}{} rows {}", s_.name, s_.experts, s_.top_k, size, ep,
                        slice_.add_shared ? "" : " routed-only", rows_);
   }
-  Geometry geometry() const override { return mlp_geometry("moe", kMoeHidden); }
+  Geometry geometry() const override { return mlp_geometry("moe", s_.hidden); }
   void build(std::mt19937_64& rng) override {
     // Routed only: no shared expert weights at all (the op must not touch them).
     if (slice_.add_shared) {
-      mlp_.gate = random_weight(rng, "shared.gate", kMoeInter, kMoeHidden, s_.shared);
-      mlp_.up = random_weight(rng, "shared.up", kMoeInter, kMoeHidden, s_.shared);
-      mlp_.down = random_weight(rng, "shared.down", kMoeHidden, kMoeInter, s_.shared);
+      mlp_.gate = random_weight(rng, "shared.gate", s_.inter, s_.hidden, s_.shared);
+      mlp_.up = random_weight(rng, "shared.up", s_.inter, s_.hidden, s_.shared);
+      mlp_.down = random_weight(rng, "shared.down", s_.hidden, s_.inter, s_.shared);
     }
-    mlp_.router = random_f32(rng, int64_t(s_.experts) * kMoeHidden, 0.08f).reshape({s_.experts, kMoeHidden});
+    mlp_.router = random_f32(rng, int64_t(s_.experts) * s_.hidden, 0.08f).reshape({s_.experts, s_.hidden});
     mlp_.router_bias = Tensor::zeros({s_.experts}, DType::kF32);
     for (int e = 0; e < s_.experts; ++e) mlp_.router_bias.data_as<float>()[e] = 0.01f * float(e % 5);
     // Only the held experts' weights exist on this "rank", as the loader leaves them.
     for (int e = 0; e < held_; ++e)
-      mlp_.experts.push_back({random_weight(rng, "e.gate", kMoeInter, kMoeHidden, s_.routed),
-                              random_weight(rng, "e.up", kMoeInter, kMoeHidden, s_.routed),
-                              random_weight(rng, "e.down", kMoeHidden, kMoeInter, s_.routed)});
-    x_ = random_values(rng, size_t(rows_) * kMoeHidden, 1.0f);
+      mlp_.experts.push_back({random_weight(rng, "e.gate", s_.inter, s_.hidden, s_.routed),
+                              random_weight(rng, "e.up", s_.inter, s_.hidden, s_.routed),
+                              random_weight(rng, "e.down", s_.hidden, s_.inter, s_.routed)});
+    x_ = random_values(rng, size_t(rows_) * s_.hidden, 1.0f);
   }
   BoundCase bind(Backend& b) const override {
-    const Tensor x = act_on_backend(b, x_, rows_, kMoeHidden);
+    const Tensor x = act_on_backend(b, x_, rows_, s_.hidden);
     const MlpWeights mlp = on_backend(b, mlp_);
-    Tensor out = b.alloc({rows_, kMoeHidden}, b.activation_storage_dtype());
+    Tensor out = b.alloc({rows_, s_.hidden}, b.activation_storage_dtype());
     // Huge values in every element: one the op leaves unwritten fails the check.
     poison(out, 0x7e);
     MoeParams params;
@@ -220,11 +222,11 @@ class MoeCase : public OpCase {
     const double expert = double(mlp_.experts[0].gate.nbytes() * 3);
     const double touched = std::min<double>(held_, double(rows_) * s_.top_k);
     const double shared = double(mlp_.gate.nbytes() + mlp_.up.nbytes() + mlp_.down.nbytes());
-    return touched * expert + shared + double(mlp_.router.nbytes()) + 2.0 * 2 * rows_ * kMoeHidden;
+    return touched * expert + shared + double(mlp_.router.nbytes()) + 2.0 * 2 * rows_ * s_.hidden;
   }
   double flops() const override {  // the held experts' expected share of the choices
     const double expert_rows = double(rows_) * s_.top_k * held_ / s_.experts + (slice_.add_shared ? rows_ : 0);
-    return 2.0 * expert_rows * 3 * kMoeInter * kMoeHidden;
+    return 2.0 * expert_rows * 3 * s_.inter * s_.hidden;
   }
 
  private:
@@ -286,6 +288,26 @@ void add_linear_cases(CaseList& cases, bool quick) {
           cases.push_back(std::make_unique<MoeCase>(s, rows, slice));
         }
     }
+
+  // The streamed kernel (16-row items of weights whose scale rows are whole 16-byte words): more
+  // work units than its persistent CTAs (2 per SM), several stages per unit so the stage ring
+  // wraps inside and across units, a K tail shorter than a stage (nvfp4 1280 = 1024 + 256), the
+  // fused projections, and an MoE whose gate/up and down both stream.
+  // (The large ones in full mode only: the sanitizers run the quick cases, and racecheck takes
+  // minutes over thousands of CTAs.)
+  if (!quick)
+    for (const auto& [f, n, k] : {std::tuple{7, 8192, 3072}, std::tuple{6, 4096, 1280}, std::tuple{5, 4096, 2048},
+                                  std::tuple{3, 2048, 1024}})
+      for (int rows : {1, 5, 16}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], n, k, rows));
+  for (int rows : quick ? std::vector<int>{3} : std::vector<int>{1, 16})
+    for (int f : {5, 7})
+      cases.push_back(std::make_unique<LinearsCase>(std::vector{kFormats[f]}, std::vector<int>{2048, 256, 256, 512, 128},
+                                                    1024, rows));
+  MoeShape streamed = {"nvfp4-ct experts, mxfp8 shared", 32, 4, kFormats[7], kFormats[5]};
+  streamed.hidden = 1024;
+  streamed.inter = 512;
+  for (int rows : quick ? std::vector<int>{7} : std::vector<int>{1, 7, 64})
+    cases.push_back(std::make_unique<MoeCase>(streamed, rows));
 }
 
 }  // namespace m3::test

@@ -86,6 +86,8 @@ struct LinearArgs {
   // names the shared kind for the dispatch.
   LinearSegment seg[kMaxLinearSegments];
   int num_segments = 0;
+  // Grouped: every view of table[] passes streamed_weight_ok (the host checked them all).
+  bool table_streamed_ok = false;
 };
 
 // True when the tensor-core kernels take this weight (exact bf16 expansion, aligned rows);
@@ -101,6 +103,12 @@ int linear_item_rows(const WeightView& w, int k, int rows, bool grouped = false)
 // row, no split-K, and the decode shapes run as they do without the mode.
 inline constexpr int kBatchInvariantItemRows = 16;
 cudaError_t init_linear_kernels();
+// The streamed kernel (linear_streamed.cu: persistent CTAs, weight stages by cp.async) takes
+// 16-row items when every weight passes streamed_weight_ok; launch_linear dispatches there.
+bool streamed_weight_ok(const WeightView& w);
+bool streamed_linear_ok(const LinearArgs& args);
+cudaError_t init_linear_streamed_kernels();
+cudaError_t launch_linear_streamed(const LinearArgs& args, int max_items, cudaStream_t stream);
 cudaError_t launch_linear(const LinearArgs& args, cudaStream_t stream);
 // The prefill-shaped kernel (items of 128 rows, Hopper wgmma; linear_wgmma.cu), for weights with
 // a tensor-core path (linear_has_mma_path); launch_linear dispatches here. `items`: item count.

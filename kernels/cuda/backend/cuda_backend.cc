@@ -87,6 +87,7 @@ detail::WeightView weight_view(const LinearWeight& w) {
 struct ExpertTables {
   DeviceBuffer views;  // [3][E] WeightView: gate, up, down of the experts the rank holds
   detail::WeightView first[3];
+  bool streamed_ok = true;  // every view passes detail::streamed_weight_ok
   // What `views` holds, to tell a layer from another one allocated where a freed one was: every
   // view is compared (first and last pointers alone can coincide while the middle experts moved).
   std::vector<detail::WeightView> host_views;
@@ -760,6 +761,7 @@ ExpertTables& CudaBackend::expert_tables(const MlpWeights& mlp) {
   auto t = std::make_unique<ExpertTables>();
   t->host_views = views;
   for (int j = 0; j < 3; ++j) t->first[j] = views[j * e_count];
+  for (const detail::WeightView& v : views) t->streamed_ok = t->streamed_ok && detail::streamed_weight_ok(v);
   t->views.reserve(views.size() * sizeof(detail::WeightView), "expert weight table");
   check_cuda(cudaMemcpy(t->views.as(), views.data(), views.size() * sizeof(detail::WeightView), cudaMemcpyHostToDevice),
              "expert weight table");
@@ -882,6 +884,7 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   a.num_items = r.num_items;
   a.max_items = max_items;
   a.item_rows = item_rows;
+  a.table_streamed_ok = tables.streamed_ok;
   a.out = moe_act_.as<uint16_t>();
   a.out_stride = inter;
   a.epilogue = detail::Epilogue::kSwiglu;

@@ -1,7 +1,10 @@
 // Linear layers over quantized weights: y = x W^T with W expanded to bf16 in registers (never a
 // dequantized copy in memory), bf16 tensor cores, fp32 accumulation.
 //
-// Two tensor-core kernels share the chunk decoders of weight_decode.cuh:
+// Three tensor-core kernels share the chunk decoders of weight_decode.cuh:
+//  - streamed (items of <= 16 rows whose weights pass streamed_weight_ok; linear_streamed.cu):
+//    persistent CTAs, weight stages copied into shared memory by a producer warp, the fastest at
+//    decode sizes (docs/gpu-backend-notes.md, session 16);
 //  - skinny (decode-shaped, items of <= 64 rows): no shared-memory weight tile. Each lane streams
 //    16-byte chunks of its weight row with non-caching loads and builds the MMA B fragments from
 //    them directly, using a permutation of K that the A fragments (x, read from L1) follow too:
@@ -386,6 +389,7 @@ cudaError_t launch_skinny(const LinearArgs& a, int items, cudaStream_t stream) {
 template <WeightKind F, bool kSwiglu>
 cudaError_t launch_mma(const LinearArgs& a, int items, cudaStream_t stream) {
   if (a.item_rows > 64) return launch_linear_wgmma(a, items, stream);
+  if (streamed_linear_ok(a)) return launch_linear_streamed(a, items, stream);
   switch (a.item_rows) {
     case 16:
       return launch_skinny<F, 1, kSwiglu>(a, items, stream);
@@ -451,7 +455,10 @@ int linear_item_rows(const WeightView& w, int k, int rows, bool grouped) {
   return kWgmmaItemRows;
 }
 
-cudaError_t init_linear_kernels() { return init_linear_wgmma_kernels(); }
+cudaError_t init_linear_kernels() {
+  const cudaError_t e = init_linear_wgmma_kernels();
+  return e != cudaSuccess ? e : init_linear_streamed_kernels();
+}
 
 cudaError_t launch_linear(const LinearArgs& a, cudaStream_t stream) {
   const int items = a.items != nullptr ? a.max_items : (a.rows + a.item_rows - 1) / a.item_rows;

@@ -157,15 +157,16 @@ struct FastScale {
 __device__ __forceinline__ uint32_t mx_fast_pair(uint32_t exponent) { return (exponent + 120u) * 0x00800080u; }
 __device__ __forceinline__ uint32_t mx_exponent_of(uint32_t pair) { return ((pair & 0xFFFFu) >> 7) - 120u; }
 
+// A chunk's FastScale from its scale bits: mxfp8 the UE8M0 byte, nvfp4 the two E4M3 group bytes
+// (low byte: elements 0-15).
 template <WeightKind F>
-__device__ __forceinline__ FastScale load_fast_scale(const uint8_t* scale_row, int64_t k0) {
+__device__ __forceinline__ FastScale fast_scale_of(uint32_t bits) {
   FastScale s;
   if constexpr (F == WeightKind::kMxfp8) {
-    s.pair[0] = mx_fast_pair(__ldg(scale_row + k0 / 32));
+    s.pair[0] = mx_fast_pair(bits & 0xFFu);
   } else if constexpr (F == WeightKind::kNvfp4) {
-    const uint16_t two = __ldg(reinterpret_cast<const uint16_t*>(scale_row + k0 / 16));
     uint32_t h;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(two));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(static_cast<uint16_t>(bits)));
     const float2 f = __half22float2(*reinterpret_cast<__half2*>(&h));
     const float mul = __int_as_float((127 + 126 - kNvfp4AccShift) << 23);  // 2^(126 - kNvfp4AccShift)
     const uint32_t ab = bf16x2_bits(__floats2bfloat162_rn(f.x * mul, f.y * mul));
@@ -173,6 +174,18 @@ __device__ __forceinline__ FastScale load_fast_scale(const uint8_t* scale_row, i
     s.pair[1] = __byte_perm(ab, 0u, 0x3232);
   }
   return s;
+}
+
+// The scale bits of the chunk at element k0 of a scale row (global memory).
+template <WeightKind F>
+__device__ __forceinline__ FastScale load_fast_scale(const uint8_t* scale_row, int64_t k0) {
+  if constexpr (F == WeightKind::kMxfp8) {
+    return fast_scale_of<F>(__ldg(scale_row + k0 / 32));
+  } else if constexpr (F == WeightKind::kNvfp4) {
+    return fast_scale_of<F>(__ldg(reinterpret_cast<const uint16_t*>(scale_row + k0 / 16)));
+  } else {
+    return FastScale();
+  }
 }
 
 __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
