@@ -362,8 +362,7 @@ int skinny_splits(int slices, int num_chunks, int u, int ctas_per_sm, int max_sp
 template <WeightKind F, int MT, bool kSwiglu>
 cudaError_t launch_skinny(const LinearArgs& a, int items, cudaStream_t stream) {
   constexpr int U = skinny_chunks_per_batch<MT, kSwiglu ? 2 : 1>();
-  const LinearSegment* last = a.num_segments > 0 ? &a.seg[a.num_segments - 1] : nullptr;
-  const int slices = last != nullptr ? last->slice_begin + (last->n + 15) / 16 : (a.n + 15) / 16;
+  const int slices = linear_slices(a);
   const int num_chunks = (a.k + 4 * WeightFmt<F>::kElems - 1) / (4 * WeightFmt<F>::kElems);
   // Grouped (MoE) problems have max_items x slices CTAs already; only dense ones split. Measured
   // (docs/gpu-backend-notes.md, round 2): 2 splits help 64-row tiles (k_proj at 128 rows 19.1 ->
@@ -402,18 +401,7 @@ cudaError_t launch_mma(const LinearArgs& a, int items, cudaStream_t stream) {
 
 template <bool kSwiglu>
 cudaError_t launch_kind(const LinearArgs& a, int items, cudaStream_t stream) {
-  switch (a.w[0].kind) {
-    case WeightKind::kBF16:
-      return launch_mma<WeightKind::kBF16, kSwiglu>(a, items, stream);
-    case WeightKind::kFp8:
-      return launch_mma<WeightKind::kFp8, kSwiglu>(a, items, stream);
-    case WeightKind::kMxfp8:
-      return launch_mma<WeightKind::kMxfp8, kSwiglu>(a, items, stream);
-    case WeightKind::kNvfp4:
-      return launch_mma<WeightKind::kNvfp4, kSwiglu>(a, items, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dispatch_mma_kind(a.w[0].kind, [&](auto kind) { return launch_mma<decltype(kind)::value, kSwiglu>(a, items, stream); });
 }
 
 int chunk_elems(WeightKind kind) {

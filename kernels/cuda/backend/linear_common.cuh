@@ -1,7 +1,9 @@
-// Work items, weight lookup and the epilogue shared by the linear kernels (linear.cu: skinny and
-// SIMT kernels; linear_wgmma.cu: the prefill-shaped wgmma kernel).
+// Work items, weight lookup, the epilogue and the launch dispatch shared by the linear kernels
+// (linear.cu: skinny and SIMT kernels; linear_streamed.cu: items of <= 16 rows; linear_wgmma.cu:
+// the prefill-shaped wgmma kernel).
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/device_math.cuh"
@@ -45,6 +47,31 @@ __device__ __forceinline__ float epilogue_value(const LinearArgs& a, const Weigh
     return swiglu_oai_bf16(g, u, a.swiglu_alpha, a.swiglu_limit);
   } else {
     return apply_out_scale(w[0], v[0]);
+  }
+}
+
+// 16-feature output slices of a launch: those of n, or of every segment (LinearArgs::seg).
+inline int linear_slices(const LinearArgs& a) {
+  if (a.num_segments == 0) return (a.n + 15) / 16;
+  const LinearSegment& last = a.seg[a.num_segments - 1];
+  return last.slice_begin + (last.n + 15) / 16;
+}
+
+// launch(std::integral_constant<WeightKind, K>()) for the weight kinds the tensor-core kernels
+// expand (bf16, fp8, mxfp8, nvfp4); cudaErrorInvalidValue for the others.
+template <class Launch>
+cudaError_t dispatch_mma_kind(WeightKind kind, Launch&& launch) {
+  switch (kind) {
+    case WeightKind::kBF16:
+      return launch(std::integral_constant<WeightKind, WeightKind::kBF16>());
+    case WeightKind::kFp8:
+      return launch(std::integral_constant<WeightKind, WeightKind::kFp8>());
+    case WeightKind::kMxfp8:
+      return launch(std::integral_constant<WeightKind, WeightKind::kMxfp8>());
+    case WeightKind::kNvfp4:
+      return launch(std::integral_constant<WeightKind, WeightKind::kNvfp4>());
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 

@@ -339,8 +339,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
 template <WeightKind F, bool kSwiglu>
 cudaError_t launch_kind(const LinearArgs& a, int max_items, cudaStream_t stream) {
   using L = StreamLayout<F, kSwiglu>;
-  const LinearSegment* last = a.num_segments > 0 ? &a.seg[a.num_segments - 1] : nullptr;
-  const int slices = last != nullptr ? last->slice_begin + (last->n + 15) / 16 : (a.n + 15) / 16;
+  const int slices = linear_slices(a);
   int device = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
@@ -354,18 +353,8 @@ cudaError_t launch_kind(const LinearArgs& a, int max_items, cudaStream_t stream)
 
 template <bool kSwiglu>
 cudaError_t launch_epilogue(const LinearArgs& a, int max_items, cudaStream_t stream) {
-  switch (a.w[0].kind) {
-    case WeightKind::kBF16:
-      return launch_kind<WeightKind::kBF16, kSwiglu>(a, max_items, stream);
-    case WeightKind::kFp8:
-      return launch_kind<WeightKind::kFp8, kSwiglu>(a, max_items, stream);
-    case WeightKind::kMxfp8:
-      return launch_kind<WeightKind::kMxfp8, kSwiglu>(a, max_items, stream);
-    case WeightKind::kNvfp4:
-      return launch_kind<WeightKind::kNvfp4, kSwiglu>(a, max_items, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dispatch_mma_kind(a.w[0].kind,
+                           [&](auto kind) { return launch_kind<decltype(kind)::value, kSwiglu>(a, max_items, stream); });
 }
 
 template <WeightKind F>

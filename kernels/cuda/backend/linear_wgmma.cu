@@ -219,18 +219,7 @@ cudaError_t launch_kind(const LinearArgs& a, int items, cudaStream_t stream) {
 
 template <bool kSwiglu>
 cudaError_t launch_epilogue(const LinearArgs& a, int items, cudaStream_t stream) {
-  switch (a.w[0].kind) {
-    case WeightKind::kBF16:
-      return launch_kind<WeightKind::kBF16, kSwiglu>(a, items, stream);
-    case WeightKind::kFp8:
-      return launch_kind<WeightKind::kFp8, kSwiglu>(a, items, stream);
-    case WeightKind::kMxfp8:
-      return launch_kind<WeightKind::kMxfp8, kSwiglu>(a, items, stream);
-    case WeightKind::kNvfp4:
-      return launch_kind<WeightKind::kNvfp4, kSwiglu>(a, items, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dispatch_mma_kind(a.w[0].kind, [&](auto kind) { return launch_kind<decltype(kind)::value, kSwiglu>(a, items, stream); });
 }
 
 template <WeightKind F>
