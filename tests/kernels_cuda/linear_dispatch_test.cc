@@ -1,0 +1,140 @@
+// Which linear kernel takes a problem (kernels/cuda/backend/linear.cu, linear_streamed.cu), checked
+// on the host without a GPU: the streamed kernel copies weight and scale rows with 16-byte
+// cp.async, so a misaligned row, a scale row that is not whole 16-byte words, or a table not
+// checked as a whole must never reach it (the copy would fault or read past a row); items above
+// 16 rows go to the skinny or wgmma kernels.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/backend/backend_kernels.h"
+
+namespace m3::cuda::detail {
+namespace {
+
+// Views are only inspected, never read: their pointers are plain addresses.
+const uint8_t* at(uintptr_t address) { return reinterpret_cast<const uint8_t*>(address); }
+
+WeightView nvfp4(int k, uintptr_t data = 0x10000, uintptr_t scale = 0x20000) {
+  WeightView w;
+  w.kind = WeightKind::kNvfp4;
+  w.data = at(data);
+  w.row_bytes = k / 2;
+  w.scale = at(scale);
+  w.scale_stride = k / 16;
+  return w;
+}
+
+WeightView mxfp8(int k) {
+  WeightView w;
+  w.kind = WeightKind::kMxfp8;
+  w.data = at(0x10000);
+  w.row_bytes = k;
+  w.scale = at(0x20000);
+  w.scale_stride = k / 32;
+  return w;
+}
+
+WeightView dense(WeightKind kind, int k, int bytes_per_element) {
+  WeightView w;
+  w.kind = kind;
+  w.data = at(0x10000);
+  w.row_bytes = int64_t(k) * bytes_per_element;
+  return w;
+}
+
+LinearArgs args_for(const WeightView& w, int k, int rows) {
+  LinearArgs a;
+  a.x = reinterpret_cast<const uint16_t*>(0x40000);
+  a.x_stride = k;
+  a.rows = rows;
+  a.n = 4096;
+  a.k = k;
+  a.w[0] = w;
+  a.item_rows = linear_item_rows(w, k, rows);
+  return a;
+}
+
+TEST(LinearDispatch, StreamedWeightsNeedAlignedRowsAndWholeScaleWords) {
+  EXPECT_TRUE(streamed_weight_ok(nvfp4(6144)));   // M3.1 gate/up: scale rows of 384 bytes
+  EXPECT_TRUE(streamed_weight_ok(nvfp4(3072)));   // down: 192
+  EXPECT_TRUE(streamed_weight_ok(nvfp4(256)));    // 16
+  EXPECT_FALSE(streamed_weight_ok(nvfp4(384)));   // 24-byte scale rows
+  EXPECT_FALSE(streamed_weight_ok(nvfp4(128)));   // 8
+  EXPECT_FALSE(streamed_weight_ok(nvfp4(6144, 0x10008)));           // data not 16-byte aligned
+  EXPECT_FALSE(streamed_weight_ok(nvfp4(6144, 0x10000, 0x20004)));  // scales not 16-byte aligned
+  EXPECT_TRUE(streamed_weight_ok(mxfp8(6144)));   // 192-byte scale rows
+  EXPECT_TRUE(streamed_weight_ok(mxfp8(512)));
+  EXPECT_FALSE(streamed_weight_ok(mxfp8(384)));   // 12
+  WeightView no_scale = mxfp8(6144);
+  no_scale.scale = nullptr;
+  EXPECT_FALSE(streamed_weight_ok(no_scale));
+  EXPECT_TRUE(streamed_weight_ok(dense(WeightKind::kBF16, 384, 2)));
+  EXPECT_TRUE(streamed_weight_ok(dense(WeightKind::kFp8, 384, 1)));  // per-tensor scale: no scale rows
+  EXPECT_FALSE(streamed_weight_ok(dense(WeightKind::kBF16, 100, 2)));  // 200-byte rows
+  EXPECT_FALSE(streamed_weight_ok(dense(WeightKind::kF32, 384, 4)));   // no bf16 expansion
+  EXPECT_FALSE(streamed_weight_ok(dense(WeightKind::kF16, 384, 2)));
+}
+
+TEST(LinearDispatch, StreamedKernelTakesItemsOfSixteenRows) {
+  const WeightView w = nvfp4(6144);
+  for (int rows : {1, 5, 16}) {
+    const LinearArgs a = args_for(w, 6144, rows);
+    EXPECT_EQ(a.item_rows, 16) << rows;
+    EXPECT_TRUE(streamed_linear_ok(a)) << rows;
+  }
+  for (int rows : {17, 64, 200, 2048}) EXPECT_FALSE(streamed_linear_ok(args_for(w, 6144, rows))) << rows;
+  // A batch-invariant launch keeps 16-row items at any row count: streamed throughout.
+  LinearArgs invariant = args_for(w, 6144, 2048);
+  invariant.item_rows = kBatchInvariantItemRows;
+  EXPECT_TRUE(streamed_linear_ok(invariant));
+}
+
+TEST(LinearDispatch, StreamedKernelChecksActivationsEveryWeightAndTables) {
+  const WeightView w = nvfp4(6144);
+  LinearArgs a = args_for(w, 6144, 1);
+  a.x_stride = 6148;  // rows of x not whole 16-byte chunks
+  EXPECT_FALSE(streamed_linear_ok(a));
+  a = args_for(w, 6144, 1);
+  a.x = reinterpret_cast<const uint16_t*>(0x40008);
+  EXPECT_FALSE(streamed_linear_ok(a));
+
+  // SwiGLU: the up projection must pass too.
+  a = args_for(w, 6144, 1);
+  a.epilogue = Epilogue::kSwiglu;
+  a.w[1] = w;
+  EXPECT_TRUE(streamed_linear_ok(a));
+  a.w[1] = nvfp4(6144, 0x10008);
+  EXPECT_FALSE(streamed_linear_ok(a));
+
+  // Grouped (MoE): only the host's check of the whole table counts, not w[0].
+  WeightView table[2] = {w, w};
+  a = args_for(w, 6144, 1);
+  a.table[0] = table;
+  EXPECT_FALSE(streamed_linear_ok(a));
+  a.table_streamed_ok = true;
+  EXPECT_TRUE(streamed_linear_ok(a));
+
+  // Segments (the fused projections): every segment.
+  a = args_for(mxfp8(6144), 6144, 1);
+  a.num_segments = 3;
+  for (int s = 0; s < 3; ++s) a.seg[s].w = mxfp8(6144);
+  EXPECT_TRUE(streamed_linear_ok(a));
+  a.seg[2].w.data = at(0x10008);
+  EXPECT_FALSE(streamed_linear_ok(a));
+}
+
+TEST(LinearDispatch, RowsPerItem) {
+  const WeightView w = mxfp8(6144);
+  EXPECT_EQ(linear_item_rows(w, 6144, 1), 16);
+  EXPECT_EQ(linear_item_rows(w, 6144, 32), 32);
+  EXPECT_EQ(linear_item_rows(w, 6144, 64), 64);
+  EXPECT_EQ(linear_item_rows(w, 6144, 200), 64);               // dense: skinny up to 256 rows
+  EXPECT_EQ(linear_item_rows(w, 6144, 200, true), kWgmmaItemRows);  // grouped: wgmma tiles
+  EXPECT_EQ(linear_item_rows(w, 6144, 300), kWgmmaItemRows);
+  // No tensor-core path (f32): 16-row items for the exact SIMT kernel.
+  EXPECT_EQ(linear_item_rows(dense(WeightKind::kF32, 384, 4), 384, 300), 16);
+}
+
+}  // namespace
+}  // namespace m3::cuda::detail
