@@ -308,6 +308,15 @@ void add_linear_cases(CaseList& cases, bool quick) {
   streamed.inter = 512;
   for (int rows : quick ? std::vector<int>{7} : std::vector<int>{1, 7, 64})
     cases.push_back(std::make_unique<MoeCase>(streamed, rows));
+
+  // A step of more tokens than a grid's y dimension holds (65,535: the combine's token loop; a
+  // prefill without chunking), small enough for the CPU reference.
+  if (!quick) {
+    MoeShape wide = {"nvfp4-ct experts, mxfp8 shared", 4, 2, kFormats[7], kFormats[5]};
+    wide.hidden = 64;
+    wide.inter = 64;
+    cases.push_back(std::make_unique<MoeCase>(wide, 70000));
+  }
 }
 
 }  // namespace m3::test

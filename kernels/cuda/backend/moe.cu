@@ -10,6 +10,7 @@
 // Rows of one expert are placed by atomic counters, so their order inside the expert varies from
 // run to run; results do not, since every row of a grouped GEMM is computed independently and the
 // combine sums each token's choices in expert order.
+#include <algorithm>
 #include <cfloat>
 
 #include "kernels/cuda/backend/backend_kernels.h"
@@ -20,6 +21,7 @@ namespace {
 
 constexpr int kSmallTokens = 8;    // tokens per CTA of the decode-shaped router kernel
 constexpr int kSmallMaxTokens = 256;  // the decode-shaped kernel up to here, the tiled one above
+constexpr int kMaxGridY = 65535;      // the grid's y limit
 
 // The per-expert counters topk_kernel increments start at zero (zeroed here: one launch fewer
 // than a memset node; topk_kernel runs after the router in stream order).
@@ -28,12 +30,9 @@ __device__ __forceinline__ void zero_expert_counts(const MoeRouteArgs& a) {
     for (int i = threadIdx.x; i < a.held_experts; i += blockDim.x) a.expert_count[i] = 0;
 }
 
-// Decode shape: one CTA per (expert, 8 tokens); threads stride over hidden four elements at a
-// time (one 16-byte weight load, one 8-byte load per token row), the whole loop's loads
-// independent. The 24 KB expert row is read from DRAM once and from L2 by the other token groups.
-__global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a) {
-  zero_expert_counts(a);
-  const int e = blockIdx.x, t0 = blockIdx.y * kSmallTokens;
+// One expert's logits for the tokens [t0, t0 + kSmallTokens).
+__device__ void router_small_group(const MoeRouteArgs& a, int t0) {
+  const int e = blockIdx.x;
   const int nt = min(kSmallTokens, a.num_tokens - t0);
   const float* w = a.router + int64_t(e) * a.hidden;
   float acc[kSmallTokens];
@@ -74,7 +73,19 @@ __global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a)
     for (int j = 0; j < 8; ++j) s += part[threadIdx.x][j];
     a.logits[int64_t(t0 + threadIdx.x) * a.num_experts + e] = s;
   }
+  __syncthreads();  // part is rewritten by the next group
 }
+
+// Decode shape: one CTA per (expert, 8 tokens); threads stride over hidden four elements at a
+// time (one 16-byte weight load, one 8-byte load per token row), the whole loop's loads
+// independent. The 24 KB expert row is read from DRAM once and from L2 by the other token groups.
+__global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a) {
+  zero_expert_counts(a);
+  // Token groups past the grid's y limit (batch-invariant prefill steps) come round again.
+  for (int t0 = blockIdx.y * kSmallTokens; t0 < a.num_tokens; t0 += gridDim.y * kSmallTokens)
+    router_small_group(a, t0);
+}
+
 
 // Prefill shape: 32 tokens x 64 experts per CTA, K steps of 32 through shared memory.
 __global__ void __launch_bounds__(256) router_tiled_kernel(const MoeRouteArgs a) {
@@ -228,22 +239,24 @@ __global__ void __launch_bounds__(1024) scan_kernel(const MoeRouteArgs a) {
 
 // kShared: out = bf16(bf16(routed * scale) + shared); else bf16(routed * scale) (routed only).
 template <bool kShared>
-__global__ void combine_kernel(const uint16_t* y, const int32_t* choice_row, const float* choice_weight, int top_k,
-                               int hidden, float routed_scale, const uint16_t* shared, uint16_t* out) {
-  const int t = blockIdx.y;
+__global__ void combine_kernel(const uint16_t* y, const int32_t* choice_row, const float* choice_weight, int num_tokens,
+                               int top_k, int hidden, float routed_scale, const uint16_t* shared, uint16_t* out) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= hidden) return;
-  float routed = 0.0f;
-  for (int i = 0; i < top_k; ++i) {
-    const int64_t ci = int64_t(t) * top_k + i;
-    const int row = choice_row[ci];
-    if (row < 0) continue;  // an expert held by another rank: its row was never written
-    const float v = bf16_bits_to_f32(y[int64_t(row) * hidden + c]);
-    routed = round_bf16(__fadd_rn(routed, round_bf16(__fmul_rn(v, choice_weight[ci]))));
+  // Tokens past the grid's y limit (65535: prefill steps without chunking) come round again.
+  for (int t = blockIdx.y; t < num_tokens; t += gridDim.y) {
+    float routed = 0.0f;
+    for (int i = 0; i < top_k; ++i) {
+      const int64_t ci = int64_t(t) * top_k + i;
+      const int row = choice_row[ci];
+      if (row < 0) continue;  // an expert held by another rank: its row was never written
+      const float v = bf16_bits_to_f32(y[int64_t(row) * hidden + c]);
+      routed = round_bf16(__fadd_rn(routed, round_bf16(__fmul_rn(v, choice_weight[ci]))));
+    }
+    const int64_t o = int64_t(t) * hidden + c;
+    const float scaled = round_bf16(__fmul_rn(routed, routed_scale));
+    out[o] = f32_to_bf16_bits(kShared ? __fadd_rn(scaled, bf16_bits_to_f32(shared[o])) : scaled);
   }
-  const int64_t o = int64_t(t) * hidden + c;
-  const float scaled = round_bf16(__fmul_rn(routed, routed_scale));
-  out[o] = f32_to_bf16_bits(kShared ? __fadd_rn(scaled, bf16_bits_to_f32(shared[o])) : scaled);
 }
 
 }  // namespace
@@ -254,7 +267,8 @@ cudaError_t launch_moe_route(const MoeRouteArgs& a, cudaStream_t stream) {
   if (a.first_expert < 0 || a.held_experts < 1 || a.first_expert + a.held_experts > a.num_experts)
     return cudaErrorInvalidValue;
   if (a.num_tokens <= kSmallMaxTokens || a.batch_invariant) {
-    router_small_kernel<<<dim3(a.num_experts, (a.num_tokens + kSmallTokens - 1) / kSmallTokens), 256, 0, stream>>>(a);
+    const int groups = std::min((a.num_tokens + kSmallTokens - 1) / kSmallTokens, kMaxGridY);
+    router_small_kernel<<<dim3(a.num_experts, groups), 256, 0, stream>>>(a);
   } else {
     router_tiled_kernel<<<dim3((a.num_experts + 63) / 64, (a.num_tokens + 31) / 32), 256, 0, stream>>>(a);
   }
@@ -268,9 +282,9 @@ cudaError_t launch_moe_combine(const uint16_t* y, const int32_t* choice_row, con
                                int num_tokens, int top_k, int hidden, float routed_scale, const uint16_t* shared,
                                uint16_t* out, cudaStream_t stream) {
   if (num_tokens == 0) return cudaSuccess;
-  const dim3 grid((hidden + 255) / 256, num_tokens);
+  const dim3 grid((hidden + 255) / 256, std::min(num_tokens, kMaxGridY));
   auto* kernel = shared != nullptr ? combine_kernel<true> : combine_kernel<false>;
-  kernel<<<grid, 256, 0, stream>>>(y, choice_row, choice_weight, top_k, hidden, routed_scale, shared, out);
+  kernel<<<grid, 256, 0, stream>>>(y, choice_row, choice_weight, num_tokens, top_k, hidden, routed_scale, shared, out);
   return cudaGetLastError();
 }
 
