@@ -4,15 +4,15 @@
 # machine stays), checks that m3serve and the check binaries are all there, runs the checks (ops: the op harness backend_ops in full
 # mode, model-quick, graphs, decode-exact, serve; nccl: the NCCL Communicator on the GPUs here,
 # tests/parallel/nccl_communicator_check), the HTTP suite on cuda, the 20-layer M3.1 bench
-# latency (8K decode + 8K prefill) and the sanitizers; logs in $OUT/logs.tgz, the bench JSON in
+# latency (8K decode + 8K prefill, 128K decode at batch 1-16: 20 layers of routed experts take 82 GB) and the sanitizers; logs in $OUT/logs.tgz, the bench JSON in
 # $OUT, the summaries last, one line per step (ops: "backend_ops: N checks in M cases, F failed";
 # --batch-invariant: its op cases, the determinism suite on cuda and the bench cost ratios).
 #   run: PREBUILT=build-gpu-backend bash scripts/gpu-session-check.sh, carrying the pack
 # BASELINE=dir (optional): a second m3serve (dir/baseline-pack.txz: bin/m3serve + device-libs, e.g.
 # the commit before a change) runs the same bench latency right after, into
 # $OUT/bench-latency-8192-baseline.json, so that before and after are measured in one run.
-# PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 490 s with
-# every step at its timeout, 590 with BASELINE); batch-invariant = its op cases, the determinism
+# PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 590 s with
+# every step at its timeout, 690 with BASELINE: typically 210 s); batch-invariant = its op cases, the determinism
 # suite and the cost (at most about 430 s); msa = the MSA kernels alone: their op cases, the
 # msa_bench suites of issue 19 item 2 (targets, decode) and an Nsight Compute profile of one
 # targets case per kernel (MSA_NCU_CASES, default "1,64,131072 8,8,131072"; at most about 560 s); linear =
@@ -49,6 +49,11 @@ timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --lo
   --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64,128 --context-lens 8192 \
   --prefill-lens 8192 --iters 5 --warmup 2 --json > $OUT/bench-latency-8192.json 2> $L/bench.log
 echo "bench rc $?" > $L/b-summary.txt
+# Issue 19 item 1's second context: 128K (the KV cache is zeros, written by no prefill).
+timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 --device cuda \
+  --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,16 --context-lens 131072 \
+  --prefill-lens "" --iters 5 --warmup 2 --json > $OUT/bench-latency-131072.json 2> $L/bench-131072.log
+echo "bench 128K rc $?" >> $L/b-summary.txt
 if [[ -n "${BASELINE:-}" ]]; then
   B=$BASELINE
   python3 -c "import tarfile; tarfile.open('$B/baseline-pack.txz').extractall('$B')"
