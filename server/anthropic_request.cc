@@ -22,6 +22,30 @@ void reject_unsupported(const json& body) {
   }
 }
 
+void append_line(std::string& to, const std::string& text) {
+  if (!to.empty()) to += '\n';
+  to += text;
+}
+
+// Block i of a content array: an object with a string "type" (its path and type returned).
+const json& content_block(const json& content, size_t i, std::string_view path, std::string& block_path,
+                          std::string& type) {
+  block_path = fmt::format("{}[{}]", path, i);
+  const json& block = content[i];
+  if (!block.is_object()) bad_field(block_path, "must be an object, got {}", json_type_name(block));
+  auto t = read_string(block, "type", block_path + ".type");
+  if (!t) bad_field(block_path + ".type", "is required");
+  type = std::move(*t);
+  return block;
+}
+
+// The "text" of a text block.
+std::string block_text(const json& block, const std::string& block_path) {
+  auto text = read_string(block, "text", block_path + ".text");
+  if (!text) bad_field(block_path + ".text", "is required for a text block");
+  return std::move(*text);
+}
+
 // The text of a content given as a string or as blocks of which only text is allowed.
 std::string text_of_blocks(const json& content, std::string_view path, std::string_view what) {
   if (content.is_string()) return content.get<std::string>();
@@ -29,27 +53,16 @@ std::string text_of_blocks(const json& content, std::string_view path, std::stri
     bad_field(path, "must be a string or an array of text blocks, got {}", json_type_name(content));
   }
   std::string text;
+  std::string block_path, type;
   for (size_t i = 0; i < content.size(); ++i) {
-    std::string block_path = fmt::format("{}[{}]", path, i);
-    const json& block = content[i];
-    if (!block.is_object()) bad_field(block_path, "must be an object, got {}", json_type_name(block));
-    auto type = read_string(block, "type", block_path + ".type");
-    if (!type) bad_field(block_path + ".type", "is required");
-    if (*type != "text") {
-      bad_field(block_path, "of type '{}' is not supported in {} (only text blocks{})", *type, what,
-                *type == "image" || *type == "document" ? "; m3serve serves text-only models" : "");
+    const json& block = content_block(content, i, path, block_path, type);
+    if (type != "text") {
+      bad_field(block_path, "of type '{}' is not supported in {} (only text blocks{})", type, what,
+                type == "image" || type == "document" ? "; m3serve serves text-only models" : "");
     }
-    auto block_text = read_string(block, "text", block_path + ".text");
-    if (!block_text) bad_field(block_path + ".text", "is required for a text block");
-    if (!text.empty()) text += '\n';
-    text += *block_text;
+    append_line(text, block_text(block, block_path));
   }
   return text;
-}
-
-void append_line(std::string& to, const std::string& text) {
-  if (!to.empty()) to += '\n';
-  to += text;
 }
 
 // One user message: text blocks become user messages, tool_result blocks tool messages, in order.
@@ -65,18 +78,13 @@ void translate_user(const json& content, const std::string& path, json& out) {
     text.clear();
     has_text = false;
   };
+  std::string block_path, type;
   for (size_t i = 0; i < content.size(); ++i) {
-    std::string block_path = fmt::format("{}[{}]", path, i);
-    const json& block = content[i];
-    if (!block.is_object()) bad_field(block_path, "must be an object, got {}", json_type_name(block));
-    auto type = read_string(block, "type", block_path + ".type");
-    if (!type) bad_field(block_path + ".type", "is required");
-    if (*type == "text") {
-      auto block_text = read_string(block, "text", block_path + ".text");
-      if (!block_text) bad_field(block_path + ".text", "is required for a text block");
-      append_line(text, *block_text);
+    const json& block = content_block(content, i, path, block_path, type);
+    if (type == "text") {
+      append_line(text, block_text(block, block_path));
       has_text = true;
-    } else if (*type == "tool_result") {
+    } else if (type == "tool_result") {
       flush_text();
       auto id = read_string(block, "tool_use_id", block_path + ".tool_use_id");
       if (!id || id->empty()) bad_field(block_path + ".tool_use_id", "is required for a tool_result block");
@@ -88,11 +96,11 @@ void translate_user(const json& content, const std::string& path, json& out) {
         result = "Error: " + result;
       }
       out.push_back({{"role", "tool"}, {"tool_call_id", *id}, {"content", std::move(result)}});
-    } else if (*type == "tool_use" || *type == "thinking" || *type == "redacted_thinking") {
-      bad_field(block_path, "of type '{}' is only allowed in assistant messages", *type);
+    } else if (type == "tool_use" || type == "thinking" || type == "redacted_thinking") {
+      bad_field(block_path, "of type '{}' is only allowed in assistant messages", type);
     } else {
-      bad_field(block_path, "of type '{}' is not supported{}", *type,
-                *type == "image" || *type == "document" ? ": m3serve serves text-only models" : "");
+      bad_field(block_path, "of type '{}' is not supported{}", type,
+                type == "image" || type == "document" ? ": m3serve serves text-only models" : "");
     }
   }
   flush_text();
@@ -107,25 +115,20 @@ json translate_assistant(const json& content, const std::string& path) {
   std::string text, reasoning;
   bool has_reasoning = false;
   json calls = json::array();
+  std::string block_path, type;
   for (size_t i = 0; i < content.size(); ++i) {
-    std::string block_path = fmt::format("{}[{}]", path, i);
-    const json& block = content[i];
-    if (!block.is_object()) bad_field(block_path, "must be an object, got {}", json_type_name(block));
-    auto type = read_string(block, "type", block_path + ".type");
-    if (!type) bad_field(block_path + ".type", "is required");
-    if (*type == "text") {
-      auto block_text = read_string(block, "text", block_path + ".text");
-      if (!block_text) bad_field(block_path + ".text", "is required for a text block");
-      text += *block_text;  // the model's own text blocks: joined as it wrote them
-    } else if (*type == "thinking") {
+    const json& block = content_block(content, i, path, block_path, type);
+    if (type == "text") {
+      text += block_text(block, block_path);  // the model's own text blocks: joined as it wrote them
+    } else if (type == "thinking") {
       auto thinking = read_string(block, "thinking", block_path + ".thinking");
       if (!thinking) bad_field(block_path + ".thinking", "is required for a thinking block");
       read_string(block, "signature", block_path + ".signature");
       append_line(reasoning, *thinking);
       has_reasoning = true;
-    } else if (*type == "redacted_thinking") {
+    } else if (type == "redacted_thinking") {
       continue;  // encrypted reasoning of another provider (see the header)
-    } else if (*type == "tool_use") {
+    } else if (type == "tool_use") {
       auto id = read_string(block, "id", block_path + ".id");
       if (!id || id->empty()) bad_field(block_path + ".id", "is required for a tool_use block");
       auto name = read_string(block, "name", block_path + ".name");
@@ -134,10 +137,10 @@ json translate_assistant(const json& content, const std::string& path) {
       calls.push_back({{"id", *id},
                        {"type", "function"},
                        {"function", {{"name", *name}, {"arguments", input ? *input : json::object()}}}});
-    } else if (*type == "tool_result") {
+    } else if (type == "tool_result") {
       bad_field(block_path, "of type 'tool_result' is only allowed in user messages");
     } else {
-      bad_field(block_path, "of type '{}' is not supported in assistant messages", *type);
+      bad_field(block_path, "of type '{}' is not supported in assistant messages", type);
     }
   }
   message["content"] = std::move(text);

@@ -7,13 +7,18 @@
 #include <string_view>
 #include <vector>
 
+#include "text/tokenizer/unicode.h"
+
 namespace m3::jinja::pystr {
+
+// One UTF-8 encoder and validator for the whole text layer (text/tokenizer/unicode.h: strict,
+// no overlong forms, surrogates or code points above U+10FFFF).
+using text::unicode::append_utf8;
+using text::unicode::is_valid_utf8;
 
 // The template source and JSON inputs are valid UTF-8 (checked where they enter).
 std::u32string decode(std::string_view text);
-void append_utf8(std::string& out, char32_t code_point);
 std::string encode(std::u32string_view text);
-bool is_valid_utf8(std::string_view text);
 bool is_ascii(std::string_view text);
 size_t length(std::string_view text);  // in code points
 
