@@ -173,21 +173,9 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
         for (int j = 0; j < NW; ++j)
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            uint4 b;
-            if constexpr (kExact) {
-              ChunkScale cs;
-              cs.mx = ue8m0_decode(uint8_t(mx_exponent_of(sc[u][j][nt].pair[0])));
-              b = decode_sub<F>(raw[u][j][nt], s, cs);
-            } else {
-              b = decode_sub_fast<F>(raw[u][j][nt], s, sc[u][j][nt]);
-            }
+            const uint4 b = expand_sub<F, kExact>(raw[u][j][nt], s, sc[u][j][nt]);
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              const uint32_t a0[4] = {xa[mt][0].x, xa[mt][1].x, xa[mt][0].y, xa[mt][1].y};
-              const uint32_t a1[4] = {xa[mt][0].z, xa[mt][1].z, xa[mt][0].w, xa[mt][1].w};
-              mma_16816<true>(acc[u % AS][j][nt][mt], a0, b.x, b.y);
-              mma_16816<true>(acc[u % AS][j][nt][mt], a1, b.z, b.w);
-            }
+            for (int mt = 0; mt < MT; ++mt) mma_sub(acc[u % AS][j][nt][mt], xa[mt][0], xa[mt][1], b);
           }
       }
     }

@@ -8,6 +8,7 @@
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/device_math.cuh"
 #include "kernels/cuda/backend/weight_decode.cuh"
+#include "kernels/cuda/device_common.cuh"
 
 namespace m3::cuda::detail {
 
@@ -48,6 +49,28 @@ __device__ __forceinline__ float epilogue_value(const LinearArgs& a, const Weigh
   } else {
     return apply_out_scale(w[0], v[0]);
   }
+}
+
+// Elements [8 s, 8 s + 8) of a chunk as bf16 pairs: the register-only fast path, or (kExact:
+// mxfp8 blocks with an exponent above kMxfp8FastMaxExp) the float path.
+template <WeightKind F, bool kExact>
+__device__ __forceinline__ uint4 expand_sub(const uint4& raw, int s, const FastScale& sc) {
+  if constexpr (kExact) {
+    ChunkScale cs;
+    cs.mx = ue8m0_decode(uint8_t(mx_exponent_of(sc.pair[0])));
+    return decode_sub<F>(raw, s, cs);
+  } else {
+    return decode_sub_fast<F>(raw, s, sc);
+  }
+}
+
+// acc += x . b over one sub's 16 K: x0 / x1 the 8 elements of rows g and g + 8 (in the lane's K
+// order), b the weights expand_sub gave.
+__device__ __forceinline__ void mma_sub(float (&acc)[4], const uint4& x0, const uint4& x1, const uint4& b) {
+  const uint32_t a0[4] = {x0.x, x1.x, x0.y, x1.y};
+  const uint32_t a1[4] = {x0.z, x1.z, x0.w, x1.w};
+  mma_16816<true>(acc, a0, b.x, b.y);
+  mma_16816<true>(acc, a1, b.z, b.w);
 }
 
 // 16-feature output slices of a launch: those of n, or of every segment (LinearArgs::seg).

@@ -264,25 +264,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
       auto compute = [&](auto exact) {
         constexpr bool kExact = decltype(exact)::value;
 #pragma unroll
-        for (int s = 0; s < SUBS; ++s) {
-          const uint32_t a0[4] = {xa[s][0].x, xa[s][1].x, xa[s][0].y, xa[s][1].y};
-          const uint32_t a1[4] = {xa[s][0].z, xa[s][1].z, xa[s][0].w, xa[s][1].w};
+        for (int s = 0; s < SUBS; ++s)
 #pragma unroll
           for (int j = 0; j < NW; ++j)
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              uint4 b;
-              if constexpr (kExact) {
-                ChunkScale cs;
-                cs.mx = ue8m0_decode(uint8_t(mx_exponent_of(sc[j][nt].pair[0])));
-                b = decode_sub<F>(raw[j][nt], s, cs);
-              } else {
-                b = decode_sub_fast<F>(raw[j][nt], s, sc[j][nt]);
-              }
-              mma_16816<true>(acc[j][nt], a0, b.x, b.y);
-              mma_16816<true>(acc[j][nt], a1, b.z, b.w);
-            }
-        }
+            for (int nt = 0; nt < NT; ++nt)
+              mma_sub(acc[j][nt], xa[s][0], xa[s][1], expand_sub<F, kExact>(raw[j][nt], s, sc[j][nt]));
       };
       if constexpr (F == WeightKind::kMxfp8) {
         uint32_t top = 0;
