@@ -3,6 +3,27 @@
 #include <algorithm>
 
 namespace m3::server {
+namespace {
+
+// Appends the parser's flush to the step's delta, at most one delta per call index: a flushed
+// piece of a call the step already has extends it (and gives it the id and name if the step's
+// piece had none).
+void merge_flush(text::ToolStreamDelta& calls, text::ToolStreamDelta rest) {
+  calls.content_delta += rest.content_delta;
+  for (auto& call : rest.tool_call_deltas) {
+    auto same = std::find_if(calls.tool_call_deltas.begin(), calls.tool_call_deltas.end(),
+                             [&](const text::ToolCallDelta& d) { return d.index == call.index; });
+    if (same == calls.tool_call_deltas.end()) {
+      calls.tool_call_deltas.push_back(std::move(call));
+    } else {
+      if (!same->id) same->id = call.id;
+      if (!same->name) same->name = call.name;
+      same->arguments_delta += call.arguments_delta;
+    }
+  }
+}
+
+}  // namespace
 
 ChoiceOutput::ChoiceOutput(const text::Tokenizer& tokenizer, ChoiceTextOptions options)
     : detokenizer_(tokenizer, options.skip_special_tokens),
@@ -63,38 +84,14 @@ ChoiceDelta ChoiceOutput::route_text(std::string text, bool end_of_output) {
   if (tools_) {
     text::ToolStreamDelta calls = tools_->feed(content);
     if (end_of_output) {
-      text::ToolStreamDelta rest = tools_->finish();
-      calls.content_delta += rest.content_delta;
-      for (auto& call : rest.tool_call_deltas) {
-        // At most one delta per index per step: merge a flush into the feed's delta.
-        auto same =
-            std::find_if(calls.tool_call_deltas.begin(), calls.tool_call_deltas.end(),
-                         [&](const text::ToolCallDelta& d) { return d.index == call.index; });
-        if (same == calls.tool_call_deltas.end()) {
-          calls.tool_call_deltas.push_back(std::move(call));
-        } else {
-          if (!same->id) same->id = call.id;
-          if (!same->name) same->name = call.name;
-          same->arguments_delta += call.arguments_delta;
-        }
-      }
+      merge_flush(calls, tools_->finish());
     }
     if (!end_of_output && drop_calls_past_limit(calls.tool_call_deltas)) {
       // A call past the limit began: what the parser still holds belongs to the calls kept
       // (their arguments close); the rest of the output is not read.
       text::ToolStreamDelta rest = tools_->finish();
       drop_calls_past_limit(rest.tool_call_deltas);
-      calls.content_delta += rest.content_delta;
-      for (auto& call : rest.tool_call_deltas) {
-        auto same =
-            std::find_if(calls.tool_call_deltas.begin(), calls.tool_call_deltas.end(),
-                         [&](const text::ToolCallDelta& d) { return d.index == call.index; });
-        if (same == calls.tool_call_deltas.end()) {
-          calls.tool_call_deltas.push_back(std::move(call));
-        } else {
-          same->arguments_delta += call.arguments_delta;
-        }
-      }
+      merge_flush(calls, std::move(rest));
       tool_limit_reached_ = true;
       end_of_output = true;
     } else if (end_of_output) {
