@@ -85,8 +85,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
   uint16_t* out = a.out;
   int64_t out_stride = a.out_stride;
   if (a.num_segments > 0) {  // several weights in one launch: find this slice's
-    int s = 0;
-    while (s + 1 < a.num_segments && slice >= a.seg[s + 1].slice_begin) ++s;
+    const int s = segment_of(a, slice);
     slice -= a.seg[s].slice_begin;
     n_limit = a.seg[s].n;
     out = a.seg[s].out;

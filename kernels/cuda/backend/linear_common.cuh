@@ -39,6 +39,13 @@ __device__ __forceinline__ int64_t src_row(const LinearArgs& a, int r) {
   return a.x_rows != nullptr ? a.x_rows[r] : r;
 }
 
+// The segment (LinearArgs::seg) that 16-feature slice `slice` of a multi-weight launch falls in.
+__device__ __forceinline__ int segment_of(const LinearArgs& a, int slice) {
+  int s = 0;
+  while (s + 1 < a.num_segments && slice >= a.seg[s + 1].slice_begin) ++s;
+  return s;
+}
+
 // Stores one output element (kStore) or combines gate and up (kSwiglu).
 template <bool kSwiglu>
 __device__ __forceinline__ float epilogue_value(const LinearArgs& a, const WeightView* w, const float* v) {

@@ -102,8 +102,7 @@ __device__ __forceinline__ StreamUnit stream_unit(const LinearArgs& a, int u, in
   s.out = a.out;
   s.out_stride = a.out_stride;
   if (a.num_segments > 0) {
-    int g = 0;
-    while (g + 1 < a.num_segments && slice >= a.seg[g + 1].slice_begin) ++g;
+    const int g = segment_of(a, slice);
     slice -= a.seg[g].slice_begin;
     s.n_limit = a.seg[g].n;
     s.out = a.seg[g].out;
