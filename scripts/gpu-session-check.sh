@@ -16,7 +16,7 @@
 # suite and the cost (at most about 430 s); msa = the MSA kernels alone: their op cases, the
 # msa_bench suites of issue 19 item 2 (targets, decode) and an Nsight Compute profile of one
 # targets case per kernel (MSA_NCU_CASES, default "1,64,131072 8,8,131072"; at most about 560 s); linear =
-# backend_check bench --only linear and --only moe (at most 240 s; LINEAR_NCU=1 adds ncu of the streamed kernel, 150 s). Each part fits one 600 s
+# backend_check bench --only linear and --only moe (at most 240 s; LINEAR_NCU=1 adds ncu of the streamed kernel: stall reasons per SASS instruction, 250 s). Each part fits one 600 s
 # device call; PARTS="main batch-invariant" runs both in one call when the time allows.
 PARTS=${PARTS:-main}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -107,15 +107,21 @@ if part linear; then
   timeout 120 $P/tests/kernels_cuda/backend_check bench --only moe > $OUT/bench-moe.log 2>&1
   echo "bench moe rc $?" >> $L/l-summary.txt
   grep -E "experts|skinny" $OUT/bench-moe.log >> $L/l-summary.txt
-  # LINEAR_NCU=1: Nsight Compute on the first four streamed launches of the MoE bench (1 token:
-  # shared gate/up, shared down, routed gate/up, routed down).
+  # LINEAR_NCU=1: Nsight Compute on the routed experts' streamed launches at 64 tokens (the
+  # untimed first pass's gate/up and down): throughput, warp states, scheduler, and where the
+  # warps stall, per SASS instruction (ncu-streamed-sass.csv).
   if [[ -n "${LINEAR_NCU:-}" ]] && command -v ncu > /dev/null; then
-    timeout 150 ncu --kernel-name regex:streamed_linear --launch-count 4 --section SpeedOfLight \
+    timeout 150 ncu --kernel-name regex:streamed_linear --launch-count 2 --section SpeedOfLight \
       --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \
-      $P/tests/kernels_cuda/backend_check bench --only moe > $OUT/ncu-streamed.log 2>&1
+      --section InstructionStats --section SourceCounters \
+      $P/tests/kernels_cuda/backend_check bench --only moe --tokens 64 > $OUT/ncu-streamed.log 2>&1
     echo "ncu streamed rc $?" >> $L/l-summary.txt
-    grep -E "streamed_linear_kernel|Memory Throughput|DRAM Throughput|Duration|Issue Slots Busy|No Eligible" \
+    grep -E "streamed_linear_kernel|Memory Throughput|DRAM Throughput|Duration|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" \
       $OUT/ncu-streamed.log | head -40 >> $L/l-summary.txt
+    timeout 100 ncu --kernel-name regex:streamed_linear --launch-count 1 --section SourceCounters --section WarpStateStats \
+      --page source --print-source sass --csv \
+      $P/tests/kernels_cuda/backend_check bench --only moe --tokens 64 > $OUT/ncu-streamed-sass.csv 2>&1
+    echo "ncu streamed sass rc $?" >> $L/l-summary.txt
   fi
 fi
 if part batch-invariant; then

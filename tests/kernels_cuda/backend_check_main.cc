@@ -3,13 +3,15 @@
 //
 //   backend_check model [--quick] [DIR...]        whole models on the committed checkpoints
 //   backend_check graphs [DIR...]                 decode by CUDA graph replay vs eager, bitwise
-//   backend_check bench [--only linear|attention|moe]   M3.1 shapes: linear layers, fused
-//                                                 attention input, MoE kernels: time, GB/s
+//   backend_check bench [--only linear|attention|moe] [--tokens N,...]   M3.1 shapes: linear
+//                                                 layers, fused attention input, MoE kernels
+//                                                 (--tokens: those token counts only): time, GB/s
 //   backend_check latency [--layers N] [--case CONTEXTxBATCH] [CONFIG]
 //                                                 decode steps of an N-layer M3.1 (dummy weights)
 // Exit status 1 when a case fails.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -90,9 +92,10 @@ double time_us(const std::function<void()>& f, int iters, const char* what) {
 
 // Decode- and prefill-shaped linear layers of M3.1 (hidden 6144): weight bytes read once per call.
 // only: the sections whose name contains it (linear, attention, moe; empty: all).
-void run_bench(const std::string& only) {
+// tokens: the MoE bench's token counts (empty: its own list).
+void run_bench(const std::string& only, const std::vector<int>& tokens) {
   auto want = [&](const char* section) { return std::string(section).find(only) != std::string::npos; };
-  if (want("moe")) run_moe_bench();
+  if (want("moe")) run_moe_bench(tokens);
   if (!want("linear") && !want("attention")) return;
   std::mt19937_64 rng(7);
   auto backend = make_cuda_backend();
@@ -183,19 +186,32 @@ void run_bench(const std::string& only) {
 int main(int argc, char** argv) {
   using namespace m3::test;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: backend_check model|graphs|bench|latency [--quick] [--only SECTION] [--layers N] [--case CxB] [DIR...]\n");
+    std::fprintf(stderr, "usage: backend_check model|graphs|bench|latency [--quick] [--only SECTION] [--tokens N,...] [--layers N] [--case CxB] [DIR...]\n");
     return 2;
   }
   const std::string mode = argv[1];
   bool quick = false;
   int layers = 2;
   std::string only, only_case;
+  std::vector<int> tokens;
   std::vector<std::string> dirs;
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--layers") && i + 1 < argc) layers = std::stoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) only_case = argv[++i];
+    else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) {
+      for (const char* p = argv[++i]; *p != '\0';) {
+        char* end = nullptr;
+        const long t = std::strtol(p, &end, 10);
+        if (end == p || t <= 0 || (*end != ',' && *end != '\0')) {
+          std::fprintf(stderr, "--tokens: expected a comma-separated list of positive counts, got '%s'\n", argv[i]);
+          return 2;
+        }
+        tokens.push_back(int(t));
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
     else dirs.push_back(argv[i]);
   }
   try {
@@ -213,7 +229,7 @@ int main(int argc, char** argv) {
                 "models/minimax-m3-tiny"};
       run_graph_checks(rep, "tests/model_loading/fixtures/m31_vl_config.json", dirs);
     } else if (mode == "bench") {
-      run_bench(only);
+      run_bench(only, tokens);
       return 0;
     } else if (mode == "latency") {
       run_latency(dirs.empty() ? "tests/model_loading/fixtures/m31_vl_config.json" : dirs[0], layers, only_case);

@@ -32,8 +32,8 @@ void run_graph_checks(Report& report, const std::string& m31_config_path, const 
 // the per-layer byte floor; config_path: an M3.1 config.json.
 // only_case: "CONTEXTxBATCH" runs that shape alone (empty: the whole table).
 void run_latency(const std::string& config_path, int layers, const std::string& only_case = "");
-// The MoE op at the M3.1 shape for 1/8/64/128 tokens: every kernel timed with CUDA events
-// against the bytes it must read (backend_moe_bench.cc).
-void run_moe_bench();
+// The MoE op at the M3.1 shape for 1/8/64/128/8192 tokens (or `tokens`): every kernel timed with
+// CUDA events against the bytes it must read (backend_moe_bench.cc).
+void run_moe_bench(const std::vector<int>& tokens = {});
 
 }  // namespace m3::test

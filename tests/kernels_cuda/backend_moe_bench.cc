@@ -76,7 +76,7 @@ struct Scratch {
 
 }  // namespace
 
-void run_moe_bench() {
+void run_moe_bench(const std::vector<int>& token_counts) {
   std::mt19937_64 rng(11);
   auto backend = make_cuda_backend();
   configure(*backend, {"moe bench", kHidden, 64, 4, 128, 4, 128, 128, 16, 1, 0, 64});
@@ -127,7 +127,7 @@ void run_moe_bench() {
               "GEMMs (8192 tokens: a prefill chunk)\n");
   std::printf("%6s %-24s %9s %9s %9s %9s %9s\n", "tokens", "kernel", "us", "MB", "GB/s", "x floor", "TFLOP/s");
   Scratch s;
-  for (int tokens : {1, 8, 64, 128, 8192}) {
+  for (int tokens : token_counts.empty() ? std::vector<int>{1, 8, 64, 128, 8192} : token_counts) {
     const int pairs = tokens * kTopK;
     const Tensor x = device_act(random_values(rng, size_t(tokens) * kHidden, 1.0f), tokens, kHidden);
     const uint16_t* xp = x.data_as<const uint16_t>();

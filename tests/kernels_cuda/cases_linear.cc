@@ -291,14 +291,15 @@ void add_linear_cases(CaseList& cases, bool quick) {
 
   // The streamed kernel (16-row items of weights whose scale rows are whole 16-byte words): more
   // work units than its persistent CTAs (2 per SM), several stages per unit so the stage ring
-  // wraps inside and across units, a K tail shorter than a stage (nvfp4 1280 = 1024 + 256), the
-  // fused projections, and an MoE whose gate/up and down both stream.
+  // wraps inside and across units, a K tail shorter than a stage (nvfp4 1280 = 1024 + 256), items
+  // of one token tile (1, 5 rows) and of two (9: the second tile mostly absent; 16), the fused
+  // projections, and an MoE whose gate/up and down both stream.
   // (The large ones in full mode only: the sanitizers run the quick cases, and racecheck takes
   // minutes over thousands of CTAs.)
   if (!quick)
     for (const auto& [f, n, k] : {std::tuple{7, 8192, 3072}, std::tuple{6, 4096, 1280}, std::tuple{5, 4096, 2048},
                                   std::tuple{3, 2048, 1024}})
-      for (int rows : {1, 5, 16}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], n, k, rows));
+      for (int rows : {1, 5, 9, 16}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], n, k, rows));
   for (int rows : quick ? std::vector<int>{3} : std::vector<int>{1, 16})
     for (int f : {5, 7})
       cases.push_back(std::make_unique<LinearsCase>(std::vector{kFormats[f]}, std::vector<int>{2048, 256, 256, 512, 128},

@@ -5,12 +5,14 @@
 // waiting for its loads and expanding them, and every CTA ends on a reduction while its SM's
 // loads drain: it reads at 1.2-1.9 TB/s. Here a persistent CTA separates the two. A producer warp
 // streams the weight rows (and their scale rows) of the CTA's work units into a ring of shared-
-// memory stages with cp.async (one instruction per 512-byte row piece), running ahead across unit
-// boundaries; eight consumer warps expand each stage to bf16 and run the same tensor-core MMAs as
-// the skinny kernel. Two CTAs per SM keep 4-10 stages each in flight. (Bulk copies, the TMA's 1-D
-// form, were slower: each takes its addresses from uniform registers, so a warp's 32 row copies
-// are issued one lane at a time.) Measured: 1.7-2.3 TB/s on M3.1's experts, 17-30% above the
-// skinny kernel; the consumers' expansion is now the limit (docs/gpu-backend-notes.md, session 16).
+// memory stages with cp.async (immediate-offset copies of 64 bytes of 8 rows each), running ahead
+// across unit boundaries; eight consumer warps expand each stage to bf16 with the skinny kernel's
+// decoders and run tensor-core MMAs with the weights as the A operand (16 features) and the x rows
+// as B (8 tokens per tile), so that an item of up to 8 rows costs half the MMAs and x loads. Two
+// CTAs per SM keep 3-10 stages each in flight. (Bulk copies, the TMA's 1-D form, were slower: each
+// takes its addresses from uniform registers, so a warp's 32 row copies are issued one lane at a
+// time.) Measured on M3.1's routed experts: gate/up 2.4-3.1 TB/s, down 1.6-2.2 TB/s, 1.3-1.8x the
+// skinny kernel (docs/gpu-backend-notes.md, sessions 16 and 17).
 //
 // A work unit is one item (<= 16 rows) x one 16-feature slice of the output, over all of K. A
 // stage is K_s = 8 warps x 4 lanes x one 16-byte chunk of each of the 16 weight rows (512 bytes
@@ -26,6 +28,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/device_math.cuh"
@@ -60,7 +63,7 @@ struct StreamLayout {
   static constexpr int kScalePitch = F == WeightKind::kNvfp4 ? 80 : F == WeightKind::kMxfp8 ? 16 : 0;
   static constexpr int kWeightBytes = kUnitRows * (kRowPitch + kScalePitch);
   static constexpr int kStageBytes = NW * kWeightBytes;
-  static constexpr int kSlots = NW * 2 * 4;  // accumulators per lane
+  static constexpr int kSlots = NW * 2 * 4;  // accumulators per lane: weights x 2 token tiles x 4
   static constexpr int kRedBytes = kConsumerWarps * kSlots * 32 * 4;
   static constexpr int kBarrierBytes = 256;
   static constexpr int kStages = (kSmemBudget - kRedBytes - kBarrierBytes) / kStageBytes;
@@ -117,17 +120,256 @@ __device__ __forceinline__ int stream_items(const LinearArgs& a) {
   return a.items != nullptr ? *a.num_items : (a.rows + kUnitRows - 1) / kUnitRows;
 }
 
+// 16 bytes from src + kOff to shared address dst + kOff, both offsets immediate.
+template <int kOff>
+__device__ __forceinline__ void cp_async16_at(uint32_t dst, const uint8_t* src) {
+  asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%2], 16;\n" ::"r"(dst), "l"(src), "n"(kOff) : "memory");
+}
+
+// Column c (16 bytes at 64 c) of a lane's row piece, for every c: one cp.async each with both
+// offsets immediate, so that ptxas keeps one address register pair for them all.
+template <int... C>
+__device__ __forceinline__ void copy_columns(uint32_t dst, const uint8_t* src, std::integer_sequence<int, C...>) {
+  (cp_async16_at<64 * C>(dst, src), ...);
+}
+
+// The same for the columns whose piece lies below `limit` pieces (4 c < limit): a K tail.
+template <int... C>
+__device__ __forceinline__ void copy_columns_below(uint32_t dst, const uint8_t* src, int limit,
+                                                   std::integer_sequence<int, C...>) {
+  ((4 * C < limit ? cp_async16_at<64 * C>(dst, src) : void()), ...);
+}
+
+// The producer warp: every unit's weight rows and scale rows, stage by stage, into the ring.
+//
+// The producer must issue a stage faster than eight consumer warps expand it, while it competes
+// with them for its scheduler's issue slots, so its loop is a fixed pattern of copies with
+// immediate offsets: lane (r, p) owns 16 bytes at 16 p of every 64-byte column of rows r and
+// r + 8 (r = lane / 4), so one cp.async instruction moves 64 bytes of each of 8 rows (whole
+// 32-byte sectors) and a weight's 16 x 512-byte stage is 16 instructions whose addresses differ
+// by constants. (One instruction per row with its address computed per row cost ~370
+// instructions a stage, and the consumers waited for the producer.) The next unit's item and
+// weights are looked up while the current unit's stages are issued.
+template <WeightKind F, bool kSwiglu>
+__device__ __forceinline__ void produce(const LinearArgs& a, int items, int units, uint8_t* stages, uint64_t* full,
+                                        uint64_t* empty) {
+  using L = StreamLayout<F, kSwiglu>;
+  constexpr int NW = L::NW, S = L::kStages;
+  constexpr int kColumns = kStageRowBytes / 64;                 // 64-byte columns of a stage row
+  constexpr int kScaleChunks = L::kScaleBytes / 16;             // 16-byte words of a scale row
+  const int lane = threadIdx.x & 31, r = lane >> 2, p = lane & 3;
+  int stage = 0;
+  uint32_t phase = 0;
+  StreamUnit next;
+  if (int(blockIdx.x) < units) next = stream_unit<NW>(a, blockIdx.x, items);
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const StreamUnit un = next;
+    if (u + int(gridDim.x) < units) next = stream_unit<NW>(a, u + gridDim.x, items);
+    const int rows = min(kUnitRows, un.n_limit - un.n0);
+    const bool has[2] = {r < rows, r + 8 < rows};
+    // Row r's pieces of each weight (and of its scales); row r + 8's lie 8 strides further.
+    const uint8_t* src[NW];
+    const uint8_t* ssrc[NW];
+#pragma unroll
+    for (int j = 0; j < NW; ++j) {
+      const int64_t row = un.n0 + r;
+      src[j] = un.w[j].data + row * un.w[j].row_bytes + 16 * p;
+      ssrc[j] = kScaleChunks > 0 ? un.w[j].scale + row * un.w[j].scale_stride + 16 * p : nullptr;
+    }
+#pragma unroll 1
+    for (int k0 = 0; k0 < a.k; k0 += L::kStageElems) {
+      const int elems = min(L::kStageElems, a.k - k0);
+      // Pieces (16-byte words) of a row in this stage: all of them except in a K tail, whose scale
+      // bytes round up to a word (inside the row: its stride is a multiple of 16, streamed_linear_ok).
+      const int data_chunks = int(data_bytes<F>(elems) / 16);
+      const int scale_chunks = kScaleChunks == 0 ? 0 : (elems * L::kScaleBytes / L::kStageElems + 15) / 16;
+      const bool whole = elems == L::kStageElems;
+      const int64_t data_off = data_bytes<F>(k0);
+      const int64_t scale_off = kScaleChunks > 0 ? int64_t(k0) * L::kScaleBytes / L::kStageElems : 0;
+      mbar_wait(&empty[stage], phase ^ 1u);
+      uint8_t* dst = stages + stage * L::kStageBytes;
+#pragma unroll
+      for (int j = 0; j < NW; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (!has[h]) continue;
+          const uint32_t d = smem_u32(dst + j * L::kWeightBytes + (r + 8 * h) * L::kRowPitch + 16 * p);
+          const uint8_t* s = src[j] + data_off + (h == 0 ? 0 : 8 * un.w[j].row_bytes);
+          if (whole)
+            copy_columns(d, s, std::make_integer_sequence<int, kColumns>());
+          else
+            copy_columns_below(d, s, data_chunks - p, std::make_integer_sequence<int, kColumns>());
+          if constexpr (kScaleChunks > 0)
+            if (p < scale_chunks)
+              cp_async16(dst + j * L::kWeightBytes + kUnitRows * L::kRowPitch + (r + 8 * h) * L::kScalePitch + 16 * p,
+                         ssrc[j] + scale_off + (h == 0 ? 0 : 8 * un.w[j].scale_stride));
+        }
+      mbar_arrive_on_copies(&full[stage]);
+      if (++stage == S) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+  }
+}
+
+// Sub s (8 elements a lane) of the x rows of the stage at k0 into x[s], from the token rows'
+// pointers xrow (already at the lane's chunk). kTail: the last stage, shorter than a stage: a
+// chunk past K loads x's first elements, a valid address, zeroed after.
+template <int SUBS, int TT, bool kTail>
+__device__ __forceinline__ void load_sub_x(uint4 (&x)[SUBS][TT], const uint16_t* const (&xrow)[TT], const LinearArgs& a,
+                                           int k0, int kl, int s) {
+  const bool active = !kTail || k0 + kl < a.k;
+#pragma unroll
+  for (int tt = 0; tt < TT; ++tt) {
+    if constexpr (kTail) {
+      const uint4 v = *reinterpret_cast<const uint4*>(active ? xrow[tt] + k0 + 8 * s : a.x);
+      x[s][tt] = active ? v : make_uint4(0, 0, 0, 0);
+    } else {
+      x[s][tt] = *reinterpret_cast<const uint4*>(xrow[tt] + k0 + 8 * s);
+    }
+  }
+}
+
+template <int SUBS, int TT, bool kTail>
+__device__ __forceinline__ void load_stage_x(uint4 (&x)[SUBS][TT], const uint16_t* const (&xrow)[TT], const LinearArgs& a,
+                                             int k0, int kl) {
+#pragma unroll
+  for (int s = 0; s < SUBS; ++s) load_sub_x<SUBS, TT, kTail>(x, xrow, a, k0, kl, s);
+}
+
+// One consumer warp's share of a unit: its 64 bytes of every weight row of each stage, expanded
+// and multiplied into the accumulators, which end in `red` for the unit's reduction.
+//
+// The MMAs take the weights as their A operand (16 rows: the unit's features g and g + 8) and the
+// x rows as B (8 columns: tokens), so an item of up to 8 rows needs one MMA per 16 K and weight
+// (TT = 1 token tile) and one x row per lane, half of what the x-as-A layout needs. A token the
+// item lacks reads the item's first row (a valid address; its column of the product is never
+// stored), so only a K tail past the weight's end zeroes x.
+template <WeightKind F, bool kSwiglu, int TT>
+__device__ __forceinline__ void consume_unit(const LinearArgs& a, int u, int items, const uint8_t* stages, uint64_t* full,
+                                             uint64_t* empty, float* red, int& stage, uint32_t& phase) {
+  using L = StreamLayout<F, kSwiglu>;
+  constexpr int NW = L::NW, E = L::kElems, KC = 4 * E, SUBS = E / 8, S = L::kStages;
+  // x before the stage's full-barrier wait where registers allow, so that its loads (L1 / L2)
+  // overlap the wait: two CTAs per SM leave 96 registers, which two token tiles of the nvfp4
+  // SwiGLU form (two weights, 4 x 2 x 16 bytes of x per stage) would exceed by spilling; there
+  // each sub's x is loaded just before its MMAs.
+  constexpr bool kXEarly = !(F == WeightKind::kNvfp4 && kSwiglu && TT == 2);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, q = lane & 3;
+  const int kl = warp * KC + q * E;  // the lane's chunk inside a stage
+
+  const uint16_t* xrow[TT];
+  {
+    const LinearItem item = stream_unit<NW>(a, u, items).item;
+#pragma unroll
+    for (int tt = 0; tt < TT; ++tt) {
+      const int token = g + 8 * tt;
+      xrow[tt] = a.x + src_row(a, item.row_begin + (token < item.row_count ? token : 0)) * a.x_stride + kl;
+    }
+  }
+  float acc[NW][TT][4];
+#pragma unroll
+  for (int j = 0; j < NW; ++j)
+#pragma unroll
+    for (int tt = 0; tt < TT; ++tt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[j][tt][c] = 0.0f;
+
+  // One stage (kTail: the last, shorter one).
+  auto step = [&](int k0, auto tail) {
+    constexpr bool kTail = decltype(tail)::value;
+    const bool active = !kTail || k0 + kl < a.k;
+    uint4 xa[SUBS][TT];
+    if constexpr (kXEarly || kTail) load_stage_x<SUBS, TT, kTail>(xa, xrow, a, k0, kl);
+    mbar_wait(&full[stage], phase);
+    uint4 raw[NW][2];
+    FastScale sc[NW][2];
+    const uint8_t* buf = stages + stage * L::kStageBytes;
+#pragma unroll
+    for (int j = 0; j < NW; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = h * 8 + g;
+        if (active) {
+          raw[j][h] = *reinterpret_cast<const uint4*>(buf + j * L::kWeightBytes + row * L::kRowPitch + warp * 64 + q * 16);
+          [[maybe_unused]] const uint8_t* srow = buf + j * L::kWeightBytes + kUnitRows * L::kRowPitch + row * L::kScalePitch;
+          if constexpr (F == WeightKind::kNvfp4)
+            sc[j][h] = fast_scale_of<F>(*reinterpret_cast<const uint16_t*>(srow + kl / 16));
+          else if constexpr (F == WeightKind::kMxfp8)
+            sc[j][h] = fast_scale_of<F>(srow[kl / 32]);
+          else
+            sc[j][h] = FastScale();
+        } else {
+          raw[j][h] = make_uint4(0, 0, 0, 0);
+          sc[j][h] = FastScale();
+        }
+      }
+    // The stage is in registers: hand it back before the arithmetic.
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[stage]);
+    if (++stage == S) {
+      stage = 0;
+      phase ^= 1u;
+    }
+
+    auto compute = [&](auto exact) {
+      constexpr bool kExact = decltype(exact)::value;
+#pragma unroll
+      for (int s = 0; s < SUBS; ++s) {
+        // Otherwise each sub's x just before its MMAs: fewer registers live.
+        if constexpr (!kXEarly && !kTail) load_sub_x<SUBS, TT, false>(xa, xrow, a, k0, kl, s);
+#pragma unroll
+        for (int j = 0; j < NW; ++j) {
+          const uint4 w0 = expand_sub<F, kExact>(raw[j][0], s, sc[j][0]);
+          const uint4 w1 = expand_sub<F, kExact>(raw[j][1], s, sc[j][1]);
+#pragma unroll
+          for (int tt = 0; tt < TT; ++tt) mma_sub(acc[j][tt], w0, w1, xa[s][tt]);
+        }
+      }
+    };
+    if constexpr (F == WeightKind::kMxfp8) {
+      uint32_t top = 0;
+#pragma unroll
+      for (int j = 0; j < NW; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) top = max(top, sc[j][h].pair[0]);
+      if (__any_sync(0xFFFFFFFFu, top > mx_fast_pair(kMxfp8FastMaxExp))) {
+        compute(std::true_type());
+        return;
+      }
+    }
+    compute(std::false_type());
+  };
+  int k0 = 0;
+  for (; k0 + L::kStageElems <= a.k; k0 += L::kStageElems) step(k0, std::false_type());
+  if (k0 < a.k) step(k0, std::true_type());
+
+  // acc[j][tt][c]: feature g (c < 2) or g + 8, token 8 tt + 2 q + (c & 1).
+#pragma unroll
+  for (int j = 0; j < NW; ++j)
+#pragma unroll
+    for (int tt = 0; tt < TT; ++tt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        float v = acc[j][tt][c];
+        if constexpr (F == WeightKind::kNvfp4) v *= float(1 << kNvfp4AccShift);  // decode_sub_fast's 2^-8
+        red[(warp * L::kSlots + (j * 2 + tt) * 4 + c) * 32 + lane] = v;
+      }
+}
+
 template <WeightKind F, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(const LinearArgs a, int slices) {
   using L = StreamLayout<F, kSwiglu>;
-  constexpr int NW = L::NW, NT = 2, E = L::kElems, KC = 4 * E, SUBS = E / 8, S = L::kStages;
+  constexpr int NW = L::NW, S = L::kStages;
   extern __shared__ __align__(128) uint8_t smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);
   uint64_t* empty = full + S;
   float* red = reinterpret_cast<float*>(smem + L::kBarrierBytes);
   uint8_t* stages = smem + L::kBarrierBytes + L::kRedBytes;
 
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       mbar_init(&full[s], 32);  // the producer lanes
@@ -140,182 +382,45 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
   const int units = items * slices;
 
   if (warp == kConsumerWarps) {
-    // Producer: per stage, one cp.async instruction per weight row (32 lanes x 16 bytes = the
-    // row's 512-byte piece, coalesced) and one per 8 (nvfp4) or 32 (mxfp8) scale rows.
-    constexpr int kScaleChunks = L::kScaleBytes / 16;  // 16-byte words per scale row and stage
-    constexpr int kScaleRowsPerOp = kScaleChunks > 0 ? 32 / kScaleChunks : 1;
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int u = blockIdx.x; u < units; u += gridDim.x) {
-      const StreamUnit un = stream_unit<NW>(a, u, items);
-      const int rows = min(kUnitRows, un.n_limit - un.n0);
-      for (int k0 = 0; k0 < a.k; k0 += L::kStageElems) {
-        const int elems = min(L::kStageElems, a.k - k0);
-        const int data_chunks = int(data_bytes<F>(elems) / 16);
-        // The tail's scale bytes rounded up to a 16-byte word: inside the row, whose stride is
-        // a multiple of 16 (streamed_linear_ok).
-        const int scale_chunks = kScaleChunks == 0 ? 0 : (elems * L::kScaleBytes / L::kStageElems + 15) / 16;
-        mbar_wait(&empty[stage], phase ^ 1u);
-        uint8_t* dst = stages + stage * L::kStageBytes;
-#pragma unroll
-        for (int j = 0; j < NW; ++j) {
-          const WeightView& w = un.w[j];
-          const uint8_t* src = w.data + int64_t(un.n0) * w.row_bytes + data_bytes<F>(k0) + 16 * lane;
-          uint8_t* d = dst + j * L::kWeightBytes + 16 * lane;
-          if (lane < data_chunks)
-            for (int r = 0; r < rows; ++r) cp_async16(d + r * L::kRowPitch, src + r * w.row_bytes);
-          if constexpr (kScaleChunks > 0) {
-            const int c = lane % kScaleChunks;
-            const uint8_t* ssrc = w.scale + int64_t(un.n0) * w.scale_stride + int64_t(k0) * L::kScaleBytes / L::kStageElems + 16 * c;
-            uint8_t* sd = dst + j * L::kWeightBytes + kUnitRows * L::kRowPitch + 16 * c;
-            if (c < scale_chunks)
-              for (int r = lane / kScaleChunks; r < rows; r += kScaleRowsPerOp)
-                cp_async16(sd + r * L::kScalePitch, ssrc + r * w.scale_stride);
-          }
-        }
-        mbar_arrive_on_copies(&full[stage]);
-        if (++stage == S) {
-          stage = 0;
-          phase ^= 1u;
-        }
-      }
-    }
+    produce<F, kSwiglu>(a, items, units, stages, full, empty);
     return;
   }
 
   // Consumers.
-  const int g = lane >> 2, q = lane & 3;
   int stage = 0;
   uint32_t phase = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
-    const uint16_t* xrow[2];
-    {
-      const StreamUnit un = stream_unit<NW>(a, u, items);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = g + 8 * h;
-        xrow[h] = row < un.item.row_count ? a.x + src_row(a, un.item.row_begin + row) * a.x_stride : nullptr;
-      }
-    }
-    float acc[NW][NT][4];
-#pragma unroll
-    for (int j = 0; j < NW; ++j)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[j][nt][c] = 0.0f;
-
-    for (int k0 = 0; k0 < a.k; k0 += L::kStageElems) {
-      const int kl = warp * KC + q * E;  // the lane's chunk inside the stage
-      const bool active = k0 + kl < a.k;
-      // x before the wait where registers allow, so that its loads (L1 / L2) overlap it: two CTAs
-      // per SM leave 96 registers, which the nvfp4 SwiGLU form (two weights, 4 x 2 x 16 bytes
-      // of x per stage) would exceed by spilling.
-      constexpr bool kXEarly = !(F == WeightKind::kNvfp4 && kSwiglu);
-      uint4 xa[SUBS][2];
-      auto load_x = [&] {
-        // Branch-free: a row the item lacks (or a chunk past K) loads row 0's first elements, a
-        // valid address, and is zeroed after.
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const bool has = active && xrow[h] != nullptr;
-          const uint16_t* p = has ? xrow[h] + k0 + kl : a.x;
-#pragma unroll
-          for (int s = 0; s < SUBS; ++s) {
-            const uint4 v = *reinterpret_cast<const uint4*>(p + 8 * s);
-            xa[s][h] = has ? v : make_uint4(0, 0, 0, 0);
-          }
-        }
-      };
-      if constexpr (kXEarly) load_x();
-      mbar_wait(&full[stage], phase);
-      uint4 raw[NW][NT];
-      FastScale sc[NW][NT];
-      const uint8_t* buf = stages + stage * L::kStageBytes;
-#pragma unroll
-      for (int j = 0; j < NW; ++j)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const int row = nt * 8 + g;
-          if (active) {
-            raw[j][nt] = *reinterpret_cast<const uint4*>(buf + j * L::kWeightBytes + row * L::kRowPitch + warp * 64 + q * 16);
-            const uint8_t* srow = buf + j * L::kWeightBytes + kUnitRows * L::kRowPitch + row * L::kScalePitch;
-            if constexpr (F == WeightKind::kNvfp4)
-              sc[j][nt] = fast_scale_of<F>(*reinterpret_cast<const uint16_t*>(srow + kl / 16));
-            else if constexpr (F == WeightKind::kMxfp8)
-              sc[j][nt] = fast_scale_of<F>(srow[kl / 32]);
-            else
-              sc[j][nt] = FastScale();
-          } else {
-            raw[j][nt] = make_uint4(0, 0, 0, 0);
-            sc[j][nt] = FastScale();
-          }
-        }
-      // The stage is in registers: hand it back before the arithmetic.
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[stage]);
-      if (++stage == S) {
-        stage = 0;
-        phase ^= 1u;
-      }
-      if constexpr (!kXEarly) load_x();
-
-      auto compute = [&](auto exact) {
-        constexpr bool kExact = decltype(exact)::value;
-#pragma unroll
-        for (int s = 0; s < SUBS; ++s)
-#pragma unroll
-          for (int j = 0; j < NW; ++j)
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-              mma_sub(acc[j][nt], xa[s][0], xa[s][1], expand_sub<F, kExact>(raw[j][nt], s, sc[j][nt]));
-      };
-      if constexpr (F == WeightKind::kMxfp8) {
-        uint32_t top = 0;
-#pragma unroll
-        for (int j = 0; j < NW; ++j)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) top = max(top, sc[j][nt].pair[0]);
-        if (__any_sync(0xFFFFFFFFu, top > mx_fast_pair(kMxfp8FastMaxExp))) {
-          compute(std::true_type());
-          continue;
-        }
-      }
-      compute(std::false_type());
-    }
+    // Items of up to 8 rows (most routed experts' at decode, dense layers up to batch 8) take one
+    // token tile, larger ones two: a warp-uniform choice per unit.
+    const int row_count = stream_unit<NW>(a, u, items).item.row_count;
+    if (row_count > 8)
+      consume_unit<F, kSwiglu, 2>(a, u, items, stages, full, empty, red, stage, phase);
+    else
+      consume_unit<F, kSwiglu, 1>(a, u, items, stages, full, empty, red, stage, phase);
 
     // The unit's fixed-order reduction over the consumer warps, then the epilogue (one output
-    // element per consumer thread: 16 rows x 16 features). The unit is looked up again rather
+    // element per consumer thread: 16 features x 16 tokens). The unit is looked up again rather
     // than kept in registers through the K loop.
     const StreamUnit un = stream_unit<NW>(a, u, items);
-#pragma unroll
-    for (int j = 0; j < NW; ++j)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          float v = acc[j][nt][c];
-          if constexpr (F == WeightKind::kNvfp4) v *= float(1 << kNvfp4AccShift);  // decode_sub_fast's 2^-8
-          red[(warp * L::kSlots + (j * NT + nt) * 4 + c) * 32 + lane] = v;
-        }
     named_barrier_sync(1, kConsumerWarps * 32);
     {
-      const int e = threadIdx.x;  // < 256 = NT x 4 x 32
-      const int ln = e & 31, c = (e >> 5) & 3, nt = e >> 7;
-      const int row = (ln >> 2) + (c >= 2 ? 8 : 0);
-      const int col = un.n0 + nt * 8 + 2 * (ln & 3) + (c & 1);
-      if (row < un.item.row_count && col < un.n_limit) {
+      const int e = threadIdx.x;  // < 256 = 2 token tiles x 4 accumulators x 32 lanes
+      const int ln = e & 31, c = (e >> 5) & 3, tt = e >> 7;
+      const int feature = (ln >> 2) + (c >= 2 ? 8 : 0);
+      const int token = 8 * tt + 2 * (ln & 3) + (c & 1);
+      const int col = un.n0 + feature;
+      if (token < un.item.row_count && col < un.n_limit) {
         float v[NW];
 #pragma unroll
         for (int j = 0; j < NW; ++j) {
-          const int slot = (j * NT + nt) * 4 + c;
+          const int slot = (j * 2 + tt) * 4 + c;
           float sum = red[slot * 32 + ln];
 #pragma unroll
           for (int wi = 1; wi < kConsumerWarps; ++wi) sum += red[(wi * L::kSlots + slot) * 32 + ln];
           v[j] = sum;
         }
         const float y = epilogue_value<kSwiglu>(a, un.w, v);
-        un.out[int64_t(un.item.row_begin + row) * un.out_stride + col] = f32_to_bf16_bits(y);
+        un.out[int64_t(un.item.row_begin + token) * un.out_stride + col] = f32_to_bf16_bits(y);
       }
     }
     named_barrier_sync(1, kConsumerWarps * 32);  // red is rewritten by the next unit
