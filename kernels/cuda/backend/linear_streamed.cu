@@ -48,6 +48,39 @@ constexpr int kSmemBudget = 112 * 1024;
 constexpr int kUnitRows = 16;  // output features per unit: two 8-feature MMA tiles
 constexpr int kStageRowBytes = kConsumerWarps * 4 * 16;
 
+// The output factors of a weight (WeightView's out_mul / out_div and fp8's per-tensor scale),
+// applied to a row's fp32 sum exactly as apply_out_scale does.
+struct OutScale {
+  float pre = 1.0f;  // fp8's per-tensor scale (1: other kinds; v * 1 is v)
+  float div = 0.0f;
+  float mul = 1.0f;
+  __device__ static OutScale of(const WeightView& w) {
+    OutScale o;
+    if (w.kind == WeightKind::kFp8 && w.scale != nullptr) o.pre = *reinterpret_cast<const float*>(w.scale);
+    o.div = w.out_div;
+    o.mul = w.out_mul;
+    return o;
+  }
+  __device__ float apply(float v) const {
+    v *= pre;
+    return div != 0.0f ? v / div : v * mul;
+  }
+};
+
+// What the consumers need of a unit, written by the producer into a ring of headers (so that
+// consumers never look units up in global memory): its item's rows, each token's x row (element
+// offset; a token the item lacks reads the first row), and the output.
+struct alignas(64) UnitHeader {
+  int64_t xoff[16];
+  uint16_t* out;
+  int64_t out_stride;
+  int row_begin, row_count, n0, n_limit;
+  OutScale scale[2];
+};
+constexpr int kHeaders = 8;
+constexpr int kHeaderBytes = kHeaders * int(sizeof(UnitHeader));
+constexpr int kBarrierBytes = 512;
+
 template <WeightKind F, bool kSwiglu>
 struct StreamLayout {
   static constexpr int NW = kSwiglu ? 2 : 1;
@@ -65,10 +98,9 @@ struct StreamLayout {
   static constexpr int kStageBytes = NW * kWeightBytes;
   static constexpr int kSlots = NW * 2 * 4;  // accumulators per lane: weights x 2 token tiles x 4
   static constexpr int kRedBytes = kConsumerWarps * kSlots * 32 * 4;
-  static constexpr int kBarrierBytes = 256;
-  static constexpr int kStages = (kSmemBudget - kRedBytes - kBarrierBytes) / kStageBytes;
-  static constexpr int kSmemBytes = kBarrierBytes + kRedBytes + kStages * kStageBytes;
-  static_assert(kStages >= 3 && 2 * kStages * 8 <= kBarrierBytes);
+  static constexpr int kStages = (kSmemBudget - kRedBytes - kBarrierBytes - kHeaderBytes) / kStageBytes;
+  static constexpr int kSmemBytes = kBarrierBytes + kHeaderBytes + kRedBytes + kStages * kStageBytes;
+  static_assert(kStages >= 3 && (2 * kStages + 2 * kHeaders + 2) * 8 <= kBarrierBytes);
 };
 
 template <WeightKind F>
@@ -76,7 +108,7 @@ __host__ __device__ constexpr int64_t data_bytes(int64_t elems) {
   return F == WeightKind::kNvfp4 ? elems / 2 : F == WeightKind::kBF16 ? 2 * elems : elems;
 }
 
-// One work unit as both roles see it.
+// One work unit as the producer looks it up (the consumers get a UnitHeader of it).
 struct StreamUnit {
   LinearItem item;
   int n0;       // first output feature of the slice (in its segment)
@@ -140,6 +172,19 @@ __device__ __forceinline__ void copy_columns_below(uint32_t dst, const uint8_t* 
   ((4 * C < limit ? cp_async16_at<64 * C>(dst, src) : void()), ...);
 }
 
+// The CTA's shared memory: barriers, unit headers, the reduction buffer, the stage ring.
+struct StreamSmem {
+  uint64_t* full;       // [stages]: the stage's copies have landed (producer lanes)
+  uint64_t* empty;      // [stages]: every consumer warp has the stage in registers
+  uint64_t* hdr_full;   // [kHeaders]: the header is written (producer lanes)
+  uint64_t* hdr_empty;  // [kHeaders]: the unit's outputs are stored (consumer warps)
+  uint64_t* red_full;   // every consumer warp's partial sums of a unit are in red
+  uint64_t* red_empty;  // every consumer warp has finished reading red
+  UnitHeader* hdr;
+  float* red;
+  uint8_t* stages;
+};
+
 // The producer warp: every unit's weight rows and scale rows, stage by stage, into the ring.
 //
 // The producer must issue a stage faster than eight consumer warps expand it, while it competes
@@ -149,10 +194,10 @@ __device__ __forceinline__ void copy_columns_below(uint32_t dst, const uint8_t* 
 // 32-byte sectors) and a weight's 16 x 512-byte stage is 16 instructions whose addresses differ
 // by constants. (One instruction per row with its address computed per row cost ~370
 // instructions a stage, and the consumers waited for the producer.) The next unit's item and
-// weights are looked up while the current unit's stages are issued.
+// weights are looked up while the current unit's stages are issued; each unit's header goes to
+// the consumers through a ring of its own.
 template <WeightKind F, bool kSwiglu>
-__device__ __forceinline__ void produce(const LinearArgs& a, int items, int units, uint8_t* stages, uint64_t* full,
-                                        uint64_t* empty) {
+__device__ __forceinline__ void produce(const LinearArgs& a, int items, int units, const StreamSmem& sm) {
   using L = StreamLayout<F, kSwiglu>;
   constexpr int NW = L::NW, S = L::kStages;
   constexpr int kColumns = kStageRowBytes / 64;                 // 64-byte columns of a stage row
@@ -162,9 +207,27 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int items, int unit
   uint32_t phase = 0;
   StreamUnit next;
   if (int(blockIdx.x) < units) next = stream_unit<NW>(a, blockIdx.x, items);
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+  for (int u = blockIdx.x, m = 0; u < units; u += gridDim.x, ++m) {
     const StreamUnit un = next;
     if (u + int(gridDim.x) < units) next = stream_unit<NW>(a, u + gridDim.x, items);
+    {
+      const int slot = m % kHeaders;
+      mbar_wait(&sm.hdr_empty[slot], ((m / kHeaders) & 1) ^ 1u);
+      UnitHeader& h = sm.hdr[slot];
+      if (lane < kUnitRows)
+        h.xoff[lane] = src_row(a, un.item.row_begin + (lane < un.item.row_count ? lane : 0)) * a.x_stride;
+      if (lane == 0) {
+        h.out = un.out;
+        h.out_stride = un.out_stride;
+        h.row_begin = un.item.row_begin;
+        h.row_count = un.item.row_count;
+        h.n0 = un.n0;
+        h.n_limit = un.n_limit;
+#pragma unroll
+        for (int j = 0; j < NW; ++j) h.scale[j] = OutScale::of(un.w[j]);
+      }
+      mbar_arrive(&sm.hdr_full[slot]);  // every lane, after its own stores
+    }
     const int rows = min(kUnitRows, un.n_limit - un.n0);
     const bool has[2] = {r < rows, r + 8 < rows};
     // Row r's pieces of each weight (and of its scales); row r + 8's lie 8 strides further.
@@ -186,8 +249,8 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int items, int unit
       const bool whole = elems == L::kStageElems;
       const int64_t data_off = data_bytes<F>(k0);
       const int64_t scale_off = kScaleChunks > 0 ? int64_t(k0) * L::kScaleBytes / L::kStageElems : 0;
-      mbar_wait(&empty[stage], phase ^ 1u);
-      uint8_t* dst = stages + stage * L::kStageBytes;
+      mbar_wait(&sm.empty[stage], phase ^ 1u);
+      uint8_t* dst = sm.stages + stage * L::kStageBytes;
 #pragma unroll
       for (int j = 0; j < NW; ++j)
 #pragma unroll
@@ -204,7 +267,7 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int items, int unit
               cp_async16(dst + j * L::kWeightBytes + kUnitRows * L::kRowPitch + (r + 8 * h) * L::kScalePitch + 16 * p,
                          ssrc[j] + scale_off + (h == 0 ? 0 : 8 * un.w[j].scale_stride));
         }
-      mbar_arrive_on_copies(&full[stage]);
+      mbar_arrive_on_copies(&sm.full[stage]);
       if (++stage == S) {
         stage = 0;
         phase ^= 1u;
@@ -246,9 +309,13 @@ __device__ __forceinline__ void load_stage_x(uint4 (&x)[SUBS][TT], const uint16_
 // (TT = 1 token tile) and one x row per lane, half of what the x-as-A layout needs. A token the
 // item lacks reads the item's first row (a valid address; its column of the product is never
 // stored), so only a K tail past the weight's end zeroes x.
-template <WeightKind F, bool kSwiglu, int TT>
-__device__ __forceinline__ void consume_unit(const LinearArgs& a, int u, int items, const uint8_t* stages, uint64_t* full,
-                                             uint64_t* empty, float* red, int& stage, uint32_t& phase) {
+//
+// m: the unit's number in this CTA; after_first() runs once after the first stage (the previous
+// unit's epilogue, which then waits on the other warps less). The partial sums go to `red` once
+// the previous unit's epilogue has read it, and arrive on red_full.
+template <WeightKind F, bool kSwiglu, int TT, class AfterFirst>
+__device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHeader& hdr, int m, const StreamSmem& sm,
+                                             int& stage, uint32_t& phase, AfterFirst&& after_first) {
   using L = StreamLayout<F, kSwiglu>;
   constexpr int NW = L::NW, E = L::kElems, KC = 4 * E, SUBS = E / 8, S = L::kStages;
   // x before the stage's full-barrier wait where registers allow, so that its loads (L1 / L2)
@@ -261,14 +328,8 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, int u, int ite
   const int kl = warp * KC + q * E;  // the lane's chunk inside a stage
 
   const uint16_t* xrow[TT];
-  {
-    const LinearItem item = stream_unit<NW>(a, u, items).item;
 #pragma unroll
-    for (int tt = 0; tt < TT; ++tt) {
-      const int token = g + 8 * tt;
-      xrow[tt] = a.x + src_row(a, item.row_begin + (token < item.row_count ? token : 0)) * a.x_stride + kl;
-    }
-  }
+  for (int tt = 0; tt < TT; ++tt) xrow[tt] = a.x + hdr.xoff[g + 8 * tt] + kl;
   float acc[NW][TT][4];
 #pragma unroll
   for (int j = 0; j < NW; ++j)
@@ -283,10 +344,10 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, int u, int ite
     const bool active = !kTail || k0 + kl < a.k;
     uint4 xa[SUBS][TT];
     if constexpr (kXEarly || kTail) load_stage_x<SUBS, TT, kTail>(xa, xrow, a, k0, kl);
-    mbar_wait(&full[stage], phase);
+    mbar_wait(&sm.full[stage], phase);
     uint4 raw[NW][2];
     FastScale sc[NW][2];
-    const uint8_t* buf = stages + stage * L::kStageBytes;
+    const uint8_t* buf = sm.stages + stage * L::kStageBytes;
 #pragma unroll
     for (int j = 0; j < NW; ++j)
 #pragma unroll
@@ -308,7 +369,7 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, int u, int ite
       }
     // The stage is in registers: hand it back before the arithmetic.
     __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[stage]);
+    if (lane == 0) mbar_arrive(&sm.empty[stage]);
     if (++stage == S) {
       stage = 0;
       phase ^= 1u;
@@ -343,9 +404,16 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, int u, int ite
     compute(std::false_type());
   };
   int k0 = 0;
-  for (; k0 + L::kStageElems <= a.k; k0 += L::kStageElems) step(k0, std::false_type());
-  if (k0 < a.k) step(k0, std::true_type());
+  for (; k0 + L::kStageElems <= a.k; k0 += L::kStageElems) {
+    step(k0, std::false_type());
+    if (k0 == 0) after_first();
+  }
+  if (k0 < a.k) {
+    step(k0, std::true_type());
+    if (k0 == 0) after_first();
+  }
 
+  mbar_wait(sm.red_empty, (m & 1) ^ 1u);  // the previous unit's epilogue has read red
   // acc[j][tt][c]: feature g (c < 2) or g + 8, token 8 tt + 2 q + (c & 1).
 #pragma unroll
   for (int j = 0; j < NW; ++j)
@@ -355,26 +423,79 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, int u, int ite
       for (int c = 0; c < 4; ++c) {
         float v = acc[j][tt][c];
         if constexpr (F == WeightKind::kNvfp4) v *= float(1 << kNvfp4AccShift);  // decode_sub_fast's 2^-8
-        red[(warp * L::kSlots + (j * 2 + tt) * 4 + c) * 32 + lane] = v;
+        sm.red[(warp * L::kSlots + (j * 2 + tt) * 4 + c) * 32 + lane] = v;
       }
+  __syncwarp();
+  if (lane == 0) mbar_arrive(sm.red_full);
+}
+
+// Unit m's epilogue: the fixed-order sum of the consumer warps' partials (batch invariance relies
+// on it), one output element per consumer thread (16 features x 16 tokens), then the unit's
+// header and red are handed back.
+template <WeightKind F, bool kSwiglu>
+__device__ __forceinline__ void finish_unit(const LinearArgs& a, int m, const StreamSmem& sm) {
+  using L = StreamLayout<F, kSwiglu>;
+  constexpr int NW = L::NW;
+  mbar_wait(sm.red_full, m & 1);
+  const int slot = m % kHeaders;
+  const UnitHeader& hdr = sm.hdr[slot];
+  const int e = threadIdx.x;  // < 256 = 2 token tiles x 4 accumulators x 32 lanes
+  const int ln = e & 31, c = (e >> 5) & 3, tt = e >> 7;
+  const int feature = (ln >> 2) + (c >= 2 ? 8 : 0);
+  const int token = 8 * tt + 2 * (ln & 3) + (c & 1);
+  const int col = hdr.n0 + feature;
+  if (token < hdr.row_count && col < hdr.n_limit) {
+    float v[NW];
+#pragma unroll
+    for (int j = 0; j < NW; ++j) {
+      const int slot_j = (j * 2 + tt) * 4 + c;
+      float sum = sm.red[slot_j * 32 + ln];
+#pragma unroll
+      for (int wi = 1; wi < kConsumerWarps; ++wi) sum += sm.red[(wi * L::kSlots + slot_j) * 32 + ln];
+      v[j] = hdr.scale[j].apply(sum);
+    }
+    float y;
+    if constexpr (kSwiglu)
+      y = swiglu_oai_bf16(round_bf16(v[0]), round_bf16(v[1]), a.swiglu_alpha, a.swiglu_limit);
+    else
+      y = v[0];
+    hdr.out[int64_t(hdr.row_begin + token) * hdr.out_stride + col] = f32_to_bf16_bits(y);
+  }
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) {
+    mbar_arrive(sm.red_empty);
+    mbar_arrive(&sm.hdr_empty[slot]);
+  }
 }
 
 template <WeightKind F, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(const LinearArgs a, int slices) {
   using L = StreamLayout<F, kSwiglu>;
-  constexpr int NW = L::NW, S = L::kStages;
+  constexpr int S = L::kStages;
   extern __shared__ __align__(128) uint8_t smem[];
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem);
-  uint64_t* empty = full + S;
-  float* red = reinterpret_cast<float*>(smem + L::kBarrierBytes);
-  uint8_t* stages = smem + L::kBarrierBytes + L::kRedBytes;
+  StreamSmem sm;
+  sm.full = reinterpret_cast<uint64_t*>(smem);
+  sm.empty = sm.full + S;
+  sm.hdr_full = sm.empty + S;
+  sm.hdr_empty = sm.hdr_full + kHeaders;
+  sm.red_full = sm.hdr_empty + kHeaders;
+  sm.red_empty = sm.red_full + 1;
+  sm.hdr = reinterpret_cast<UnitHeader*>(smem + kBarrierBytes);
+  sm.red = reinterpret_cast<float*>(smem + kBarrierBytes + kHeaderBytes);
+  sm.stages = smem + kBarrierBytes + kHeaderBytes + L::kRedBytes;
 
   const int warp = threadIdx.x >> 5;
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
-      mbar_init(&full[s], 32);  // the producer lanes
-      mbar_init(&empty[s], kConsumerWarps);
+      mbar_init(&sm.full[s], 32);  // the producer lanes
+      mbar_init(&sm.empty[s], kConsumerWarps);
     }
+    for (int h = 0; h < kHeaders; ++h) {
+      mbar_init(&sm.hdr_full[h], 32);
+      mbar_init(&sm.hdr_empty[h], kConsumerWarps);
+    }
+    mbar_init(sm.red_full, kConsumerWarps);
+    mbar_init(sm.red_empty, kConsumerWarps);
   }
   __syncthreads();
 
@@ -382,49 +503,31 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
   const int units = items * slices;
 
   if (warp == kConsumerWarps) {
-    produce<F, kSwiglu>(a, items, units, stages, full, empty);
+    produce<F, kSwiglu>(a, items, units, sm);
     return;
   }
 
-  // Consumers.
+  // Consumers. Unit m's epilogue runs inside unit m + 1, after its first stage (the last unit's
+  // after the loop), so that a warp does not wait for the other warps' partial sums at the end of
+  // every unit.
   int stage = 0;
   uint32_t phase = 0;
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+  int m = 0;
+  for (int u = blockIdx.x; u < units; u += gridDim.x, ++m) {
+    const int slot = m % kHeaders;
+    mbar_wait(&sm.hdr_full[slot], (m / kHeaders) & 1);
+    const UnitHeader& hdr = sm.hdr[slot];
+    auto previous = [&] {
+      if (m > 0) finish_unit<F, kSwiglu>(a, m - 1, sm);
+    };
     // Items of up to 8 rows (most routed experts' at decode, dense layers up to batch 8) take one
     // token tile, larger ones two: a warp-uniform choice per unit.
-    const int row_count = stream_unit<NW>(a, u, items).item.row_count;
-    if (row_count > 8)
-      consume_unit<F, kSwiglu, 2>(a, u, items, stages, full, empty, red, stage, phase);
+    if (hdr.row_count > 8)
+      consume_unit<F, kSwiglu, 2>(a, hdr, m, sm, stage, phase, previous);
     else
-      consume_unit<F, kSwiglu, 1>(a, u, items, stages, full, empty, red, stage, phase);
-
-    // The unit's fixed-order reduction over the consumer warps, then the epilogue (one output
-    // element per consumer thread: 16 features x 16 tokens). The unit is looked up again rather
-    // than kept in registers through the K loop.
-    const StreamUnit un = stream_unit<NW>(a, u, items);
-    named_barrier_sync(1, kConsumerWarps * 32);
-    {
-      const int e = threadIdx.x;  // < 256 = 2 token tiles x 4 accumulators x 32 lanes
-      const int ln = e & 31, c = (e >> 5) & 3, tt = e >> 7;
-      const int feature = (ln >> 2) + (c >= 2 ? 8 : 0);
-      const int token = 8 * tt + 2 * (ln & 3) + (c & 1);
-      const int col = un.n0 + feature;
-      if (token < un.item.row_count && col < un.n_limit) {
-        float v[NW];
-#pragma unroll
-        for (int j = 0; j < NW; ++j) {
-          const int slot = (j * 2 + tt) * 4 + c;
-          float sum = red[slot * 32 + ln];
-#pragma unroll
-          for (int wi = 1; wi < kConsumerWarps; ++wi) sum += red[(wi * L::kSlots + slot) * 32 + ln];
-          v[j] = sum;
-        }
-        const float y = epilogue_value<kSwiglu>(a, un.w, v);
-        un.out[int64_t(un.item.row_begin + token) * un.out_stride + col] = f32_to_bf16_bits(y);
-      }
-    }
-    named_barrier_sync(1, kConsumerWarps * 32);  // red is rewritten by the next unit
+      consume_unit<F, kSwiglu, 1>(a, hdr, m, sm, stage, phase, previous);
   }
+  if (m > 0) finish_unit<F, kSwiglu>(a, m - 1, sm);
 }
 
 template <WeightKind F, bool kSwiglu>
