@@ -86,21 +86,28 @@ struct StreamLayout {
   static constexpr int NW = kSwiglu ? 2 : 1;
   static constexpr int kElems = WeightFmt<F>::kElems;  // per 16-byte chunk
   static constexpr int kStageElems = kConsumerWarps * 4 * kElems;
-  // Row pitch: 64 bytes past 512 put rows g and g + 1 of a quarter-warp's 16-byte loads on
-  // different banks.
-  static constexpr int kRowPitch = kStageRowBytes + 64;
+  // A stage's 16 rows of 512 bytes: the even rows, 64 bytes, then the odd rows, so that rows g
+  // and g + 1 of a quarter-warp's 16-byte loads fall on different banks without padding every
+  // row (which cost a stage of the ring at two weights).
+  static constexpr int kOddRows = 8 * kStageRowBytes + 64;
+  __host__ __device__ static constexpr int row_offset(int row) { return (row & 1) * kOddRows + (row >> 1) * kStageRowBytes; }
+  static constexpr int kRowBytes = kOddRows + 8 * kStageRowBytes;
   // Scale bytes per row and stage (nvfp4: one E4M3 per 16 elements; mxfp8: one UE8M0 per 32),
   // and their pitch (80: the 2-byte reads of 8 rows hit 8 different banks).
   static constexpr int kScaleBytes =
       F == WeightKind::kNvfp4 ? kStageElems / 16 : F == WeightKind::kMxfp8 ? kStageElems / 32 : 0;
   static constexpr int kScalePitch = F == WeightKind::kNvfp4 ? 80 : F == WeightKind::kMxfp8 ? 16 : 0;
-  static constexpr int kWeightBytes = kUnitRows * (kRowPitch + kScalePitch);
+  static constexpr int kWeightBytes = kRowBytes + kUnitRows * kScalePitch;
   static constexpr int kStageBytes = NW * kWeightBytes;
   static constexpr int kSlots = NW * 2 * 4;  // accumulators per lane: weights x 2 token tiles x 4
-  static constexpr int kRedBytes = kConsumerWarps * kSlots * 32 * 4;
+  // Reduction buffers: two for one weight (a unit's epilogue then waits a whole unit for the
+  // other warps' partial sums), one for the SwiGLU pair, whose stages need the room.
+  static constexpr int kRedBufs = NW == 1 ? 2 : 1;
+  static constexpr int kRedBufBytes = kConsumerWarps * kSlots * 32 * 4;
+  static constexpr int kRedBytes = kRedBufs * kRedBufBytes;
   static constexpr int kStages = (kSmemBudget - kRedBytes - kBarrierBytes - kHeaderBytes) / kStageBytes;
   static constexpr int kSmemBytes = kBarrierBytes + kHeaderBytes + kRedBytes + kStages * kStageBytes;
-  static_assert(kStages >= 3 && (2 * kStages + 2 * kHeaders + 2) * 8 <= kBarrierBytes);
+  static_assert(kStages >= 3 && (2 * kStages + 2 * kHeaders + 4) * 8 <= kBarrierBytes);
 };
 
 template <WeightKind F>
@@ -178,8 +185,8 @@ struct StreamSmem {
   uint64_t* empty;      // [stages]: every consumer warp has the stage in registers
   uint64_t* hdr_full;   // [kHeaders]: the header is written (producer lanes)
   uint64_t* hdr_empty;  // [kHeaders]: the unit's outputs are stored (consumer warps)
-  uint64_t* red_full;   // every consumer warp's partial sums of a unit are in red
-  uint64_t* red_empty;  // every consumer warp has finished reading red
+  uint64_t* red_full;   // [red buffers]: every consumer warp's partial sums of a unit are in it
+  uint64_t* red_empty;  // [red buffers]: every consumer warp has finished reading it
   UnitHeader* hdr;
   float* red;
   uint8_t* stages;
@@ -256,7 +263,7 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int items, int unit
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if (!has[h]) continue;
-          const uint32_t d = smem_u32(dst + j * L::kWeightBytes + (r + 8 * h) * L::kRowPitch + 16 * p);
+          const uint32_t d = smem_u32(dst + j * L::kWeightBytes + L::row_offset(r + 8 * h) + 16 * p);
           const uint8_t* s = src[j] + data_off + (h == 0 ? 0 : 8 * un.w[j].row_bytes);
           if (whole)
             copy_columns(d, s, std::make_integer_sequence<int, kColumns>());
@@ -264,7 +271,7 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int items, int unit
             copy_columns_below(d, s, data_chunks - p, std::make_integer_sequence<int, kColumns>());
           if constexpr (kScaleChunks > 0)
             if (p < scale_chunks)
-              cp_async16(dst + j * L::kWeightBytes + kUnitRows * L::kRowPitch + (r + 8 * h) * L::kScalePitch + 16 * p,
+              cp_async16(dst + j * L::kWeightBytes + L::kRowBytes + (r + 8 * h) * L::kScalePitch + 16 * p,
                          ssrc[j] + scale_off + (h == 0 ? 0 : 8 * un.w[j].scale_stride));
         }
       mbar_arrive_on_copies(&sm.full[stage]);
@@ -301,6 +308,47 @@ __device__ __forceinline__ void load_stage_x(uint4 (&x)[SUBS][TT], const uint16_
   for (int s = 0; s < SUBS; ++s) load_sub_x<SUBS, TT, kTail>(x, xrow, a, k0, kl, s);
 }
 
+// Unit m's epilogue: the fixed-order sum of the consumer warps' partials (batch invariance relies
+// on it), one output element per consumer thread (16 features x 16 tokens), then the unit's
+// header and red are handed back.
+template <WeightKind F, bool kSwiglu>
+__device__ __forceinline__ void finish_unit(const LinearArgs& a, int m, const StreamSmem& sm) {
+  using L = StreamLayout<F, kSwiglu>;
+  constexpr int NW = L::NW;
+  const int buf_index = m % L::kRedBufs;
+  const float* red = sm.red + buf_index * (L::kRedBufBytes / 4);
+  mbar_wait(&sm.red_full[buf_index], (m / L::kRedBufs) & 1);
+  const int slot = m % kHeaders;
+  const UnitHeader& hdr = sm.hdr[slot];
+  const int e = threadIdx.x;  // < 256 = 2 token tiles x 4 accumulators x 32 lanes
+  const int ln = e & 31, c = (e >> 5) & 3, tt = e >> 7;
+  const int feature = (ln >> 2) + (c >= 2 ? 8 : 0);
+  const int token = 8 * tt + 2 * (ln & 3) + (c & 1);
+  const int col = hdr.n0 + feature;
+  if (token < hdr.row_count && col < hdr.n_limit) {
+    float v[NW];
+#pragma unroll
+    for (int j = 0; j < NW; ++j) {
+      const int slot_j = (j * 2 + tt) * 4 + c;
+      float sum = red[slot_j * 32 + ln];
+#pragma unroll
+      for (int wi = 1; wi < kConsumerWarps; ++wi) sum += red[(wi * L::kSlots + slot_j) * 32 + ln];
+      v[j] = hdr.scale[j].apply(sum);
+    }
+    float y;
+    if constexpr (kSwiglu)
+      y = swiglu_oai_bf16(round_bf16(v[0]), round_bf16(v[1]), a.swiglu_alpha, a.swiglu_limit);
+    else
+      y = v[0];
+    hdr.out[int64_t(hdr.row_begin + token) * hdr.out_stride + col] = f32_to_bf16_bits(y);
+  }
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) {
+    mbar_arrive(&sm.red_empty[buf_index]);
+    mbar_arrive(&sm.hdr_empty[slot]);
+  }
+}
+
 // One consumer warp's share of a unit: its 64 bytes of every weight row of each stage, expanded
 // and multiplied into the accumulators, which end in `red` for the unit's reduction.
 //
@@ -310,9 +358,10 @@ __device__ __forceinline__ void load_stage_x(uint4 (&x)[SUBS][TT], const uint16_
 // item lacks reads the item's first row (a valid address; its column of the product is never
 // stored), so only a K tail past the weight's end zeroes x.
 //
-// m: the unit's number in this CTA; after_first() runs once after the first stage (the previous
-// unit's epilogue, which then waits on the other warps less). The partial sums go to `red` once
-// the previous unit's epilogue has read it, and arrive on red_full.
+// m: the unit's number in this CTA; after_first() runs once after the first stage. The previous
+// unit's epilogue runs there with one reduction buffer, at the end of this unit with two (either
+// way a warp rarely waits for the other warps' partial sums). The partial sums go to the unit's
+// buffer once its previous unit's epilogue has read it, and arrive on its red_full.
 template <WeightKind F, bool kSwiglu, int TT, class AfterFirst>
 __device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHeader& hdr, int m, const StreamSmem& sm,
                                              int& stage, uint32_t& phase, AfterFirst&& after_first) {
@@ -354,8 +403,8 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHead
       for (int h = 0; h < 2; ++h) {
         const int row = h * 8 + g;
         if (active) {
-          raw[j][h] = *reinterpret_cast<const uint4*>(buf + j * L::kWeightBytes + row * L::kRowPitch + warp * 64 + q * 16);
-          [[maybe_unused]] const uint8_t* srow = buf + j * L::kWeightBytes + kUnitRows * L::kRowPitch + row * L::kScalePitch;
+          raw[j][h] = *reinterpret_cast<const uint4*>(buf + j * L::kWeightBytes + L::row_offset(row) + warp * 64 + q * 16);
+          [[maybe_unused]] const uint8_t* srow = buf + j * L::kWeightBytes + L::kRowBytes + row * L::kScalePitch;
           if constexpr (F == WeightKind::kNvfp4)
             sc[j][h] = fast_scale_of<F>(*reinterpret_cast<const uint16_t*>(srow + kl / 16));
           else if constexpr (F == WeightKind::kMxfp8)
@@ -413,7 +462,13 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHead
     if (k0 == 0) after_first();
   }
 
-  mbar_wait(sm.red_empty, (m & 1) ^ 1u);  // the previous unit's epilogue has read red
+  // The buffer's previous unit (m - kRedBufs) has had its epilogue. With two buffers unit m - 1's
+  // epilogue runs here, a unit after its partial sums were written.
+  if constexpr (L::kRedBufs == 2)
+    if (m > 0) finish_unit<F, kSwiglu>(a, m - 1, sm);
+  const int buf_index = m % L::kRedBufs;
+  float* red = sm.red + buf_index * (L::kRedBufBytes / 4);
+  mbar_wait(&sm.red_empty[buf_index], ((m / L::kRedBufs) & 1) ^ 1u);
   // acc[j][tt][c]: feature g (c < 2) or g + 8, token 8 tt + 2 q + (c & 1).
 #pragma unroll
   for (int j = 0; j < NW; ++j)
@@ -423,49 +478,10 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHead
       for (int c = 0; c < 4; ++c) {
         float v = acc[j][tt][c];
         if constexpr (F == WeightKind::kNvfp4) v *= float(1 << kNvfp4AccShift);  // decode_sub_fast's 2^-8
-        sm.red[(warp * L::kSlots + (j * 2 + tt) * 4 + c) * 32 + lane] = v;
+        red[(warp * L::kSlots + (j * 2 + tt) * 4 + c) * 32 + lane] = v;
       }
   __syncwarp();
-  if (lane == 0) mbar_arrive(sm.red_full);
-}
-
-// Unit m's epilogue: the fixed-order sum of the consumer warps' partials (batch invariance relies
-// on it), one output element per consumer thread (16 features x 16 tokens), then the unit's
-// header and red are handed back.
-template <WeightKind F, bool kSwiglu>
-__device__ __forceinline__ void finish_unit(const LinearArgs& a, int m, const StreamSmem& sm) {
-  using L = StreamLayout<F, kSwiglu>;
-  constexpr int NW = L::NW;
-  mbar_wait(sm.red_full, m & 1);
-  const int slot = m % kHeaders;
-  const UnitHeader& hdr = sm.hdr[slot];
-  const int e = threadIdx.x;  // < 256 = 2 token tiles x 4 accumulators x 32 lanes
-  const int ln = e & 31, c = (e >> 5) & 3, tt = e >> 7;
-  const int feature = (ln >> 2) + (c >= 2 ? 8 : 0);
-  const int token = 8 * tt + 2 * (ln & 3) + (c & 1);
-  const int col = hdr.n0 + feature;
-  if (token < hdr.row_count && col < hdr.n_limit) {
-    float v[NW];
-#pragma unroll
-    for (int j = 0; j < NW; ++j) {
-      const int slot_j = (j * 2 + tt) * 4 + c;
-      float sum = sm.red[slot_j * 32 + ln];
-#pragma unroll
-      for (int wi = 1; wi < kConsumerWarps; ++wi) sum += sm.red[(wi * L::kSlots + slot_j) * 32 + ln];
-      v[j] = hdr.scale[j].apply(sum);
-    }
-    float y;
-    if constexpr (kSwiglu)
-      y = swiglu_oai_bf16(round_bf16(v[0]), round_bf16(v[1]), a.swiglu_alpha, a.swiglu_limit);
-    else
-      y = v[0];
-    hdr.out[int64_t(hdr.row_begin + token) * hdr.out_stride + col] = f32_to_bf16_bits(y);
-  }
-  __syncwarp();
-  if ((threadIdx.x & 31) == 0) {
-    mbar_arrive(sm.red_empty);
-    mbar_arrive(&sm.hdr_empty[slot]);
-  }
+  if (lane == 0) mbar_arrive(&sm.red_full[buf_index]);
 }
 
 template <WeightKind F, bool kSwiglu>
@@ -479,7 +495,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
   sm.hdr_full = sm.empty + S;
   sm.hdr_empty = sm.hdr_full + kHeaders;
   sm.red_full = sm.hdr_empty + kHeaders;
-  sm.red_empty = sm.red_full + 1;
+  sm.red_empty = sm.red_full + L::kRedBufs;
   sm.hdr = reinterpret_cast<UnitHeader*>(smem + kBarrierBytes);
   sm.red = reinterpret_cast<float*>(smem + kBarrierBytes + kHeaderBytes);
   sm.stages = smem + kBarrierBytes + kHeaderBytes + L::kRedBytes;
@@ -494,8 +510,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
       mbar_init(&sm.hdr_full[h], 32);
       mbar_init(&sm.hdr_empty[h], kConsumerWarps);
     }
-    mbar_init(sm.red_full, kConsumerWarps);
-    mbar_init(sm.red_empty, kConsumerWarps);
+    for (int b = 0; b < L::kRedBufs; ++b) {
+      mbar_init(&sm.red_full[b], kConsumerWarps);
+      mbar_init(&sm.red_empty[b], kConsumerWarps);
+    }
   }
   __syncthreads();
 
@@ -507,9 +525,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
     return;
   }
 
-  // Consumers. Unit m's epilogue runs inside unit m + 1, after its first stage (the last unit's
-  // after the loop), so that a warp does not wait for the other warps' partial sums at the end of
-  // every unit.
+  // Consumers. Unit m's epilogue runs inside unit m + 1 (consume_unit; the last unit's after the
+  // loop), so that a warp does not wait for the other warps' partial sums at the end of every unit.
   int stage = 0;
   uint32_t phase = 0;
   int m = 0;
@@ -518,7 +535,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
     mbar_wait(&sm.hdr_full[slot], (m / kHeaders) & 1);
     const UnitHeader& hdr = sm.hdr[slot];
     auto previous = [&] {
-      if (m > 0) finish_unit<F, kSwiglu>(a, m - 1, sm);
+      if constexpr (L::kRedBufs == 1)
+        if (m > 0) finish_unit<F, kSwiglu>(a, m - 1, sm);
     };
     // Items of up to 8 rows (most routed experts' at decode, dense layers up to batch 8) take one
     // token tile, larger ones two: a warp-uniform choice per unit.
