@@ -67,23 +67,32 @@ struct OutScale {
   }
 };
 
-// What the consumers need of a unit, written by the producer into a ring of headers (so that
-// consumers never look units up in global memory): its item's rows, each token's x row (element
-// offset; a token the item lacks reads the first row), and the output.
-struct alignas(64) UnitHeader {
-  int64_t xoff[16];
+// A unit's output half: 16 features from n0 of a weight of n_limit features, stored to out.
+struct HalfHeader {
   uint16_t* out;
   int64_t out_stride;
-  int row_begin, row_count, n0, n_limit;
-  OutScale scale[2];
+  int n0, n_limit;
+  OutScale scale;
+};
+
+// What the consumers need of a unit, written by the producer into a ring of headers (so that
+// consumers never look units up in global memory): its item's rows, each token's x row (element
+// offset; a token the item lacks reads the first row), and its two halves' outputs.
+struct alignas(64) UnitHeader {
+  int64_t xoff[16];
+  HalfHeader half[2];
+  int row_begin, row_count;
 };
 constexpr int kHeaders = 8;
 constexpr int kHeaderBytes = kHeaders * int(sizeof(UnitHeader));
 constexpr int kBarrierBytes = 512;
 
+// A unit's two halves of 16 weight rows each: the SwiGLU form's gate and up rows of one
+// 16-feature slice, the store form's two consecutive slices (two halves give a consumer lane two
+// independent MMA chains and let one x fragment feed twice the weights).
 template <WeightKind F, bool kSwiglu>
 struct StreamLayout {
-  static constexpr int NW = kSwiglu ? 2 : 1;
+  static constexpr int NW = 2;
   static constexpr int kElems = WeightFmt<F>::kElems;  // per 16-byte chunk
   static constexpr int kStageElems = kConsumerWarps * 4 * kElems;
   // A stage's 16 rows of 512 bytes: the even rows, 64 bytes, then the odd rows, so that rows g
@@ -99,15 +108,11 @@ struct StreamLayout {
   static constexpr int kScalePitch = F == WeightKind::kNvfp4 ? 80 : F == WeightKind::kMxfp8 ? 16 : 0;
   static constexpr int kWeightBytes = kRowBytes + kUnitRows * kScalePitch;
   static constexpr int kStageBytes = NW * kWeightBytes;
-  static constexpr int kSlots = NW * 2 * 4;  // accumulators per lane: weights x 2 token tiles x 4
-  // Reduction buffers: two for one weight (a unit's epilogue then waits a whole unit for the
-  // other warps' partial sums), one for the SwiGLU pair, whose stages need the room.
-  static constexpr int kRedBufs = NW == 1 ? 2 : 1;
-  static constexpr int kRedBufBytes = kConsumerWarps * kSlots * 32 * 4;
-  static constexpr int kRedBytes = kRedBufs * kRedBufBytes;
+  static constexpr int kSlots = NW * 2 * 4;  // accumulators per lane: halves x 2 token tiles x 4
+  static constexpr int kRedBytes = kConsumerWarps * kSlots * 32 * 4;
   static constexpr int kStages = (kSmemBudget - kRedBytes - kBarrierBytes - kHeaderBytes) / kStageBytes;
   static constexpr int kSmemBytes = kBarrierBytes + kHeaderBytes + kRedBytes + kStages * kStageBytes;
-  static_assert(kStages >= 3 && (2 * kStages + 2 * kHeaders + 4) * 8 <= kBarrierBytes);
+  static_assert(kStages >= 3 && (2 * kStages + 2 * kHeaders + 2) * 8 <= kBarrierBytes);
 };
 
 template <WeightKind F>
@@ -116,20 +121,26 @@ __host__ __device__ constexpr int64_t data_bytes(int64_t elems) {
 }
 
 // One work unit as the producer looks it up (the consumers get a UnitHeader of it).
-struct StreamUnit {
-  LinearItem item;
-  int n0;       // first output feature of the slice (in its segment)
-  int n_limit;  // features of the weight
+struct UnitHalf {
+  int n0;       // first output feature of the half (in its segment)
+  int n_limit;  // features of the weight (a half at or past it is empty)
   uint16_t* out;
   int64_t out_stride;
-  WeightView w[2];
+  WeightView w;
+};
+struct StreamUnit {
+  LinearItem item;
+  UnitHalf half[2];
 };
 
-template <int NW>
+// Unit u: item u % items (items fastest: the row tiles of one slice run side by side) and output
+// pair u / items (SwiGLU: a slice of gate and up; store: slices 2 pair and 2 pair + 1, each in
+// its own segment of a multi-weight launch).
+template <bool kSwiglu>
 __device__ __forceinline__ StreamUnit stream_unit(const LinearArgs& a, int u, int items) {
   StreamUnit s;
-  const int index = u % items;  // items fastest: the row tiles of one slice run side by side
-  int slice = u / items;
+  const int index = u % items;
+  const int pair = u / items;
   if (a.items != nullptr) {
     s.item = a.items[index];
   } else {
@@ -139,20 +150,30 @@ __device__ __forceinline__ StreamUnit stream_unit(const LinearArgs& a, int u, in
     s.item.pad = 0;
   }
 #pragma unroll
-  for (int j = 0; j < NW; ++j) s.w[j] = weight_of(a, j, s.item.expert);
-  s.n_limit = a.n;
-  s.out = a.out;
-  s.out_stride = a.out_stride;
-  if (a.num_segments > 0) {
-    const int g = segment_of(a, slice);
-    slice -= a.seg[g].slice_begin;
-    s.n_limit = a.seg[g].n;
-    s.out = a.seg[g].out;
-    s.out_stride = a.seg[g].out_stride;
-    s.w[0] = a.seg[g].w;
+  for (int j = 0; j < 2; ++j) {
+    UnitHalf& h = s.half[j];
+    int slice = kSwiglu ? pair : 2 * pair + j;
+    h.w = weight_of(a, kSwiglu ? j : 0, s.item.expert);
+    h.n_limit = a.n;
+    h.out = a.out;
+    h.out_stride = a.out_stride;
+    if (a.num_segments > 0) {
+      const int g = segment_of(a, slice);
+      slice -= a.seg[g].slice_begin;
+      h.n_limit = a.seg[g].n;
+      h.out = a.seg[g].out;
+      h.out_stride = a.seg[g].out_stride;
+      h.w = a.seg[g].w;
+    }
+    h.n0 = slice * kUnitRows;
   }
-  s.n0 = slice * kUnitRows;
   return s;
+}
+
+// Work units per item: output pairs.
+inline int stream_pairs(const LinearArgs& a, bool swiglu) {
+  const int slices = linear_slices(a);
+  return swiglu ? slices : (slices + 1) / 2;
 }
 
 __device__ __forceinline__ int stream_items(const LinearArgs& a) {
@@ -185,8 +206,8 @@ struct StreamSmem {
   uint64_t* empty;      // [stages]: every consumer warp has the stage in registers
   uint64_t* hdr_full;   // [kHeaders]: the header is written (producer lanes)
   uint64_t* hdr_empty;  // [kHeaders]: the unit's outputs are stored (consumer warps)
-  uint64_t* red_full;   // [red buffers]: every consumer warp's partial sums of a unit are in it
-  uint64_t* red_empty;  // [red buffers]: every consumer warp has finished reading it
+  uint64_t* red_full;   // every consumer warp's partial sums of a unit are in red
+  uint64_t* red_empty;  // every consumer warp has finished reading red
   UnitHeader* hdr;
   float* red;
   uint8_t* stages;
@@ -213,10 +234,10 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int items, int unit
   int stage = 0;
   uint32_t phase = 0;
   StreamUnit next;
-  if (int(blockIdx.x) < units) next = stream_unit<NW>(a, blockIdx.x, items);
+  if (int(blockIdx.x) < units) next = stream_unit<kSwiglu>(a, blockIdx.x, items);
   for (int u = blockIdx.x, m = 0; u < units; u += gridDim.x, ++m) {
     const StreamUnit un = next;
-    if (u + int(gridDim.x) < units) next = stream_unit<NW>(a, u + gridDim.x, items);
+    if (u + int(gridDim.x) < units) next = stream_unit<kSwiglu>(a, u + gridDim.x, items);
     {
       const int slot = m % kHeaders;
       mbar_wait(&sm.hdr_empty[slot], ((m / kHeaders) & 1) ^ 1u);
@@ -224,27 +245,32 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int items, int unit
       if (lane < kUnitRows)
         h.xoff[lane] = src_row(a, un.item.row_begin + (lane < un.item.row_count ? lane : 0)) * a.x_stride;
       if (lane == 0) {
-        h.out = un.out;
-        h.out_stride = un.out_stride;
         h.row_begin = un.item.row_begin;
         h.row_count = un.item.row_count;
-        h.n0 = un.n0;
-        h.n_limit = un.n_limit;
 #pragma unroll
-        for (int j = 0; j < NW; ++j) h.scale[j] = OutScale::of(un.w[j]);
+        for (int j = 0; j < NW; ++j) {
+          h.half[j].out = un.half[j].out;
+          h.half[j].out_stride = un.half[j].out_stride;
+          h.half[j].n0 = un.half[j].n0;
+          h.half[j].n_limit = un.half[j].n_limit;
+          h.half[j].scale = OutScale::of(un.half[j].w);
+        }
       }
       mbar_arrive(&sm.hdr_full[slot]);  // every lane, after its own stores
     }
-    const int rows = min(kUnitRows, un.n_limit - un.n0);
-    const bool has[2] = {r < rows, r + 8 < rows};
-    // Row r's pieces of each weight (and of its scales); row r + 8's lie 8 strides further.
+    // Row r's pieces of each half (and of its scales); row r + 8's lie 8 strides further.
+    bool has[NW][2];
     const uint8_t* src[NW];
     const uint8_t* ssrc[NW];
 #pragma unroll
     for (int j = 0; j < NW; ++j) {
-      const int64_t row = un.n0 + r;
-      src[j] = un.w[j].data + row * un.w[j].row_bytes + 16 * p;
-      ssrc[j] = kScaleChunks > 0 ? un.w[j].scale + row * un.w[j].scale_stride + 16 * p : nullptr;
+      const UnitHalf& uh = un.half[j];
+      const int rows = min(kUnitRows, uh.n_limit - uh.n0);
+      has[j][0] = r < rows;
+      has[j][1] = r + 8 < rows;
+      const int64_t row = uh.n0 + r;
+      src[j] = uh.w.data + row * uh.w.row_bytes + 16 * p;
+      ssrc[j] = kScaleChunks > 0 ? uh.w.scale + row * uh.w.scale_stride + 16 * p : nullptr;
     }
 #pragma unroll 1
     for (int k0 = 0; k0 < a.k; k0 += L::kStageElems) {
@@ -262,9 +288,9 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int items, int unit
       for (int j = 0; j < NW; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          if (!has[h]) continue;
+          if (!has[j][h]) continue;
           const uint32_t d = smem_u32(dst + j * L::kWeightBytes + L::row_offset(r + 8 * h) + 16 * p);
-          const uint8_t* s = src[j] + data_off + (h == 0 ? 0 : 8 * un.w[j].row_bytes);
+          const uint8_t* s = src[j] + data_off + (h == 0 ? 0 : 8 * un.half[j].w.row_bytes);
           if (whole)
             copy_columns(d, s, std::make_integer_sequence<int, kColumns>());
           else
@@ -272,7 +298,7 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int items, int unit
           if constexpr (kScaleChunks > 0)
             if (p < scale_chunks)
               cp_async16(dst + j * L::kWeightBytes + L::kRowBytes + (r + 8 * h) * L::kScalePitch + 16 * p,
-                         ssrc[j] + scale_off + (h == 0 ? 0 : 8 * un.w[j].scale_stride));
+                         ssrc[j] + scale_off + (h == 0 ? 0 : 8 * un.half[j].w.scale_stride));
         }
       mbar_arrive_on_copies(&sm.full[stage]);
       if (++stage == S) {
@@ -309,42 +335,46 @@ __device__ __forceinline__ void load_stage_x(uint4 (&x)[SUBS][TT], const uint16_
 }
 
 // Unit m's epilogue: the fixed-order sum of the consumer warps' partials (batch invariance relies
-// on it), one output element per consumer thread (16 features x 16 tokens), then the unit's
-// header and red are handed back.
+// on it), one output element per consumer thread and half (16 features x 16 tokens), then the
+// unit's header and red are handed back.
 template <WeightKind F, bool kSwiglu>
 __device__ __forceinline__ void finish_unit(const LinearArgs& a, int m, const StreamSmem& sm) {
   using L = StreamLayout<F, kSwiglu>;
   constexpr int NW = L::NW;
-  const int buf_index = m % L::kRedBufs;
-  const float* red = sm.red + buf_index * (L::kRedBufBytes / 4);
-  mbar_wait(&sm.red_full[buf_index], (m / L::kRedBufs) & 1);
+  mbar_wait(sm.red_full, m & 1);
   const int slot = m % kHeaders;
   const UnitHeader& hdr = sm.hdr[slot];
   const int e = threadIdx.x;  // < 256 = 2 token tiles x 4 accumulators x 32 lanes
   const int ln = e & 31, c = (e >> 5) & 3, tt = e >> 7;
   const int feature = (ln >> 2) + (c >= 2 ? 8 : 0);
   const int token = 8 * tt + 2 * (ln & 3) + (c & 1);
-  const int col = hdr.n0 + feature;
-  if (token < hdr.row_count && col < hdr.n_limit) {
+  if (token < hdr.row_count) {
     float v[NW];
 #pragma unroll
     for (int j = 0; j < NW; ++j) {
       const int slot_j = (j * 2 + tt) * 4 + c;
-      float sum = red[slot_j * 32 + ln];
+      float sum = sm.red[slot_j * 32 + ln];
 #pragma unroll
-      for (int wi = 1; wi < kConsumerWarps; ++wi) sum += red[(wi * L::kSlots + slot_j) * 32 + ln];
-      v[j] = hdr.scale[j].apply(sum);
+      for (int wi = 1; wi < kConsumerWarps; ++wi) sum += sm.red[(wi * L::kSlots + slot_j) * 32 + ln];
+      v[j] = hdr.half[j].scale.apply(sum);
     }
-    float y;
-    if constexpr (kSwiglu)
-      y = swiglu_oai_bf16(round_bf16(v[0]), round_bf16(v[1]), a.swiglu_alpha, a.swiglu_limit);
-    else
-      y = v[0];
-    hdr.out[int64_t(hdr.row_begin + token) * hdr.out_stride + col] = f32_to_bf16_bits(y);
+    const int64_t row = hdr.row_begin + token;
+    if constexpr (kSwiglu) {
+      const HalfHeader& h = hdr.half[0];
+      if (h.n0 + feature < h.n_limit)
+        h.out[row * h.out_stride + h.n0 + feature] =
+            f32_to_bf16_bits(swiglu_oai_bf16(round_bf16(v[0]), round_bf16(v[1]), a.swiglu_alpha, a.swiglu_limit));
+    } else {
+#pragma unroll
+      for (int j = 0; j < NW; ++j) {
+        const HalfHeader& h = hdr.half[j];
+        if (h.n0 + feature < h.n_limit) h.out[row * h.out_stride + h.n0 + feature] = f32_to_bf16_bits(v[j]);
+      }
+    }
   }
   __syncwarp();
   if ((threadIdx.x & 31) == 0) {
-    mbar_arrive(&sm.red_empty[buf_index]);
+    mbar_arrive(sm.red_empty);
     mbar_arrive(&sm.hdr_empty[slot]);
   }
 }
@@ -358,10 +388,9 @@ __device__ __forceinline__ void finish_unit(const LinearArgs& a, int m, const St
 // item lacks reads the item's first row (a valid address; its column of the product is never
 // stored), so only a K tail past the weight's end zeroes x.
 //
-// m: the unit's number in this CTA; after_first() runs once after the first stage. The previous
-// unit's epilogue runs there with one reduction buffer, at the end of this unit with two (either
-// way a warp rarely waits for the other warps' partial sums). The partial sums go to the unit's
-// buffer once its previous unit's epilogue has read it, and arrive on its red_full.
+// m: the unit's number in this CTA; after_first() runs once after the first stage (the previous
+// unit's epilogue, which then waits on the other warps less). The partial sums go to `red` once
+// the previous unit's epilogue has read it, and arrive on red_full.
 template <WeightKind F, bool kSwiglu, int TT, class AfterFirst>
 __device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHeader& hdr, int m, const StreamSmem& sm,
                                              int& stage, uint32_t& phase, AfterFirst&& after_first) {
@@ -462,13 +491,7 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHead
     if (k0 == 0) after_first();
   }
 
-  // The buffer's previous unit (m - kRedBufs) has had its epilogue. With two buffers unit m - 1's
-  // epilogue runs here, a unit after its partial sums were written.
-  if constexpr (L::kRedBufs == 2)
-    if (m > 0) finish_unit<F, kSwiglu>(a, m - 1, sm);
-  const int buf_index = m % L::kRedBufs;
-  float* red = sm.red + buf_index * (L::kRedBufBytes / 4);
-  mbar_wait(&sm.red_empty[buf_index], ((m / L::kRedBufs) & 1) ^ 1u);
+  mbar_wait(sm.red_empty, (m & 1) ^ 1u);  // the previous unit's epilogue has read red
   // acc[j][tt][c]: feature g (c < 2) or g + 8, token 8 tt + 2 q + (c & 1).
 #pragma unroll
   for (int j = 0; j < NW; ++j)
@@ -478,14 +501,14 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHead
       for (int c = 0; c < 4; ++c) {
         float v = acc[j][tt][c];
         if constexpr (F == WeightKind::kNvfp4) v *= float(1 << kNvfp4AccShift);  // decode_sub_fast's 2^-8
-        red[(warp * L::kSlots + (j * 2 + tt) * 4 + c) * 32 + lane] = v;
+        sm.red[(warp * L::kSlots + (j * 2 + tt) * 4 + c) * 32 + lane] = v;
       }
   __syncwarp();
-  if (lane == 0) mbar_arrive(&sm.red_full[buf_index]);
+  if (lane == 0) mbar_arrive(sm.red_full);
 }
 
 template <WeightKind F, bool kSwiglu>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(const LinearArgs a, int slices) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(const LinearArgs a, int pairs) {
   using L = StreamLayout<F, kSwiglu>;
   constexpr int S = L::kStages;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -495,7 +518,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
   sm.hdr_full = sm.empty + S;
   sm.hdr_empty = sm.hdr_full + kHeaders;
   sm.red_full = sm.hdr_empty + kHeaders;
-  sm.red_empty = sm.red_full + L::kRedBufs;
+  sm.red_empty = sm.red_full + 1;
   sm.hdr = reinterpret_cast<UnitHeader*>(smem + kBarrierBytes);
   sm.red = reinterpret_cast<float*>(smem + kBarrierBytes + kHeaderBytes);
   sm.stages = smem + kBarrierBytes + kHeaderBytes + L::kRedBytes;
@@ -510,15 +533,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
       mbar_init(&sm.hdr_full[h], 32);
       mbar_init(&sm.hdr_empty[h], kConsumerWarps);
     }
-    for (int b = 0; b < L::kRedBufs; ++b) {
-      mbar_init(&sm.red_full[b], kConsumerWarps);
-      mbar_init(&sm.red_empty[b], kConsumerWarps);
-    }
+    mbar_init(sm.red_full, kConsumerWarps);
+    mbar_init(sm.red_empty, kConsumerWarps);
   }
   __syncthreads();
 
   const int items = stream_items(a);
-  const int units = items * slices;
+  const int units = items * pairs;
 
   if (warp == kConsumerWarps) {
     produce<F, kSwiglu>(a, items, units, sm);
@@ -535,8 +556,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
     mbar_wait(&sm.hdr_full[slot], (m / kHeaders) & 1);
     const UnitHeader& hdr = sm.hdr[slot];
     auto previous = [&] {
-      if constexpr (L::kRedBufs == 1)
-        if (m > 0) finish_unit<F, kSwiglu>(a, m - 1, sm);
+      if (m > 0) finish_unit<F, kSwiglu>(a, m - 1, sm);
     };
     // Items of up to 8 rows (most routed experts' at decode, dense layers up to batch 8) take one
     // token tile, larger ones two: a warp-uniform choice per unit.
@@ -551,15 +571,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
 template <WeightKind F, bool kSwiglu>
 cudaError_t launch_kind(const LinearArgs& a, int max_items, cudaStream_t stream) {
   using L = StreamLayout<F, kSwiglu>;
-  const int slices = linear_slices(a);
+  const int pairs = stream_pairs(a, kSwiglu);
   int device = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return e;
-  const int64_t units = int64_t(max_items) * slices;
+  const int64_t units = int64_t(max_items) * pairs;
   const int grid = int(std::min<int64_t>(units, int64_t(sms) * kCtasPerSm));
   if (grid <= 0) return cudaSuccess;
-  streamed_linear_kernel<F, kSwiglu><<<grid, kThreads, L::kSmemBytes, stream>>>(a, slices);
+  streamed_linear_kernel<F, kSwiglu><<<grid, kThreads, L::kSmemBytes, stream>>>(a, pairs);
   return cudaGetLastError();
 }
 
