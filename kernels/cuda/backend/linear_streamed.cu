@@ -205,9 +205,9 @@ struct StreamSmem {
   uint64_t* full;       // [stages]: the stage's copies have landed (producer lanes)
   uint64_t* empty;      // [stages]: every consumer warp has the stage in registers
   uint64_t* hdr_full;   // [kHeaders]: the header is written (producer lanes)
-  uint64_t* hdr_empty;  // [kHeaders]: the unit's outputs are stored (consumer warps)
-  uint64_t* red_full;   // every consumer warp's partial sums of a unit are in red
-  uint64_t* red_empty;  // every consumer warp has finished reading red
+  uint64_t* hdr_empty;  // [kHeaders]: the unit's outputs are stored (consumer lanes)
+  uint64_t* red_full;   // every consumer lane's partial sums of a unit are in red
+  uint64_t* red_empty;  // every consumer lane has finished reading red
   UnitHeader* hdr;
   float* red;
   uint8_t* stages;
@@ -372,11 +372,10 @@ __device__ __forceinline__ void finish_unit(const LinearArgs& a, int m, const St
       }
     }
   }
-  __syncwarp();
-  if ((threadIdx.x & 31) == 0) {
-    mbar_arrive(sm.red_empty);
-    mbar_arrive(&sm.hdr_empty[slot]);
-  }
+  // Every lane, after its own reads (these barriers are once a unit; the stage ring's, once a
+  // stage, take one arrival per warp after __syncwarp).
+  mbar_arrive(sm.red_empty);
+  mbar_arrive(&sm.hdr_empty[slot]);
 }
 
 // One consumer warp's share of a unit: its 64 bytes of every weight row of each stage, expanded
@@ -503,8 +502,7 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHead
         if constexpr (F == WeightKind::kNvfp4) v *= float(1 << kNvfp4AccShift);  // decode_sub_fast's 2^-8
         sm.red[(warp * L::kSlots + (j * 2 + tt) * 4 + c) * 32 + lane] = v;
       }
-  __syncwarp();
-  if (lane == 0) mbar_arrive(sm.red_full);
+  mbar_arrive(sm.red_full);  // every lane, after its own stores
 }
 
 template <WeightKind F, bool kSwiglu>
@@ -531,10 +529,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
     }
     for (int h = 0; h < kHeaders; ++h) {
       mbar_init(&sm.hdr_full[h], 32);
-      mbar_init(&sm.hdr_empty[h], kConsumerWarps);
+      mbar_init(&sm.hdr_empty[h], kConsumerWarps * 32);
     }
-    mbar_init(sm.red_full, kConsumerWarps);
-    mbar_init(sm.red_empty, kConsumerWarps);
+    mbar_init(sm.red_full, kConsumerWarps * 32);
+    mbar_init(sm.red_empty, kConsumerWarps * 32);
   }
   __syncthreads();
 
