@@ -249,11 +249,12 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int items, int unit
         h.row_count = un.item.row_count;
 #pragma unroll
         for (int j = 0; j < NW; ++j) {
+          h.half[j].scale = OutScale::of(un.half[j].w);
+          if (kSwiglu && j == 1) continue;  // the SwiGLU form stores through half 0 only
           h.half[j].out = un.half[j].out;
           h.half[j].out_stride = un.half[j].out_stride;
           h.half[j].n0 = un.half[j].n0;
           h.half[j].n_limit = un.half[j].n_limit;
-          h.half[j].scale = OutScale::of(un.half[j].w);
         }
       }
       mbar_arrive(&sm.hdr_full[slot]);  // every lane, after its own stores
@@ -265,10 +266,11 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int items, int unit
 #pragma unroll
     for (int j = 0; j < NW; ++j) {
       const UnitHalf& uh = un.half[j];
-      const int rows = min(kUnitRows, uh.n_limit - uh.n0);
+      const UnitHalf& span = un.half[kSwiglu ? 0 : j];  // the SwiGLU halves share their slice
+      const int rows = min(kUnitRows, span.n_limit - span.n0);
       has[j][0] = r < rows;
       has[j][1] = r + 8 < rows;
-      const int64_t row = uh.n0 + r;
+      const int64_t row = span.n0 + r;
       src[j] = uh.w.data + row * uh.w.row_bytes + 16 * p;
       ssrc[j] = kScaleChunks > 0 ? uh.w.scale + row * uh.w.scale_stride + 16 * p : nullptr;
     }
