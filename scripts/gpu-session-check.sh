@@ -11,8 +11,8 @@
 # BASELINE=dir (optional): a second m3serve (dir/baseline-pack.txz: bin/m3serve + device-libs, e.g.
 # the commit before a change) runs the same bench latency right after, into
 # $OUT/bench-latency-8192-baseline.json, so that before and after are measured in one run.
-# PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 590 s with
-# every step at its timeout, 690 with BASELINE: typically 210 s); batch-invariant = its op cases, the determinism
+# PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 660 s with
+# every step at its timeout, 760 with BASELINE: typically 300 s); batch-invariant = its op cases, the determinism
 # suite and the cost (at most about 430 s); msa = the MSA kernels alone: their op cases, the
 # msa_bench suites of issue 19 item 2 (targets, decode) and an Nsight Compute profile of one
 # targets case per kernel (MSA_NCU_CASES, default "1,64,131072 8,8,131072"; at most about 560 s); linear =
@@ -162,7 +162,8 @@ print("batch-invariant cost decode/prefill (M3.1 20 layers, ctx 8192, nvfp4 KV):
 PY
 fi
 if part main; then
-PREBUILT=$P OUT=$L/s TIME_BUDGET=40 SANITIZE_TIMEOUT=35 scripts/gpu-check-model.sh sanitize 2>&1 | grep sanitize > $L/s-summary.txt
+# The five sanitizer runs take about 100 s together (racecheck over the linear cases ~25 s).
+PREBUILT=$P OUT=$L/s TIME_BUDGET=110 SANITIZE_TIMEOUT=60 scripts/gpu-check-model.sh sanitize 2>&1 | grep sanitize > $L/s-summary.txt
 fi
 tar czf $OUT/logs.tgz -C /tmp logs
 cat $L/*-summary.txt
