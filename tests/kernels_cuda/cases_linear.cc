@@ -292,14 +292,16 @@ void add_linear_cases(CaseList& cases, bool quick) {
   // The streamed kernel (16-row items of weights whose scale rows are whole 16-byte words): more
   // work units than its persistent CTAs (2 per SM), several stages per unit so the stage ring
   // wraps inside and across units, a K tail shorter than a stage (nvfp4 1280 = 1024 + 256), items
-  // of one token tile (1, 5 rows) and of two (9: the second tile mostly absent; 16), the fused
-  // projections, and an MoE whose gate/up and down both stream.
+  // of one token tile (1, 5 rows) and of two (9: the second tile mostly absent; 16), the wide
+  // form's items of 32 and 64 rows (40, 100 rows; experts of ~19 and ~37 rows at 150 and 300
+  // tokens, whose second 32-row chunk is often empty), the fused projections, and an MoE whose
+  // gate/up and down both stream.
   // (The large ones in full mode only: the sanitizers run the quick cases, and racecheck takes
   // minutes over thousands of CTAs.)
   if (!quick)
     for (const auto& [f, n, k] : {std::tuple{7, 8192, 3072}, std::tuple{6, 4096, 1280}, std::tuple{5, 4096, 2048},
                                   std::tuple{3, 2048, 1024}})
-      for (int rows : {1, 5, 9, 16}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], n, k, rows));
+      for (int rows : {1, 5, 9, 16, 40, 100}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], n, k, rows));
   for (int rows : quick ? std::vector<int>{3} : std::vector<int>{1, 16})
     for (int f : {5, 7})
       cases.push_back(std::make_unique<LinearsCase>(std::vector{kFormats[f]}, std::vector<int>{2048, 256, 256, 512, 128},
@@ -307,7 +309,7 @@ void add_linear_cases(CaseList& cases, bool quick) {
   MoeShape streamed = {"nvfp4-ct experts, mxfp8 shared", 32, 4, kFormats[7], kFormats[5]};
   streamed.hidden = 1024;
   streamed.inter = 512;
-  for (int rows : quick ? std::vector<int>{7} : std::vector<int>{1, 7, 64})
+  for (int rows : quick ? std::vector<int>{7, 150} : std::vector<int>{1, 7, 64, 150, 300})
     cases.push_back(std::make_unique<MoeCase>(streamed, rows));
 
   // A step of more tokens than a grid's y dimension holds (65,535: the combine's token loop; a

@@ -76,14 +76,19 @@ TEST(LinearDispatch, StreamedWeightsNeedAlignedRowsAndWholeScaleWords) {
   EXPECT_FALSE(streamed_weight_ok(dense(WeightKind::kF16, 384, 2)));
 }
 
-TEST(LinearDispatch, StreamedKernelTakesItemsOfSixteenRows) {
+TEST(LinearDispatch, StreamedKernelTakesItemsOfSixteenToSixtyFourRows) {
   const WeightView w = nvfp4(6144);
   for (int rows : {1, 5, 16}) {
     const LinearArgs a = args_for(w, 6144, rows);
     EXPECT_EQ(a.item_rows, 16) << rows;
-    EXPECT_TRUE(streamed_linear_ok(a)) << rows;
+    EXPECT_TRUE(streamed_linear_ok(a)) << rows;  // the narrow form
   }
-  for (int rows : {17, 64, 200, 2048}) EXPECT_FALSE(streamed_linear_ok(args_for(w, 6144, rows))) << rows;
+  for (int rows : {17, 64, 200}) {
+    const LinearArgs a = args_for(w, 6144, rows);
+    EXPECT_TRUE(a.item_rows == 32 || a.item_rows == 64) << rows;
+    EXPECT_TRUE(streamed_linear_ok(a)) << rows;  // the wide form (dense rows up to 256)
+  }
+  EXPECT_FALSE(streamed_linear_ok(args_for(w, 6144, 2048)));  // wgmma tiles
   // A batch-invariant launch keeps 16-row items at any row count: streamed throughout.
   LinearArgs invariant = args_for(w, 6144, 2048);
   invariant.item_rows = kBatchInvariantItemRows;

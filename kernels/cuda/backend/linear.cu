@@ -2,10 +2,11 @@
 // dequantized copy in memory), bf16 tensor cores, fp32 accumulation.
 //
 // Three tensor-core kernels share the chunk decoders of weight_decode.cuh:
-//  - streamed (items of <= 16 rows whose weights pass streamed_weight_ok; linear_streamed.cu):
-//    persistent CTAs, weight stages copied into shared memory by a producer warp, the fastest at
-//    decode sizes (docs/gpu-backend-notes.md, session 16);
-//  - skinny (decode-shaped, items of <= 64 rows): no shared-memory weight tile. Each lane streams
+//  - streamed (items of 16, 32 or 64 rows whose weights pass streamed_weight_ok;
+//    linear_streamed.cu): persistent CTAs, weight stages copied into shared memory by a producer
+//    warp, the fastest at decode sizes (docs/gpu-backend-notes.md, sessions 16 and 17);
+//  - skinny (decode-shaped, items of <= 64 rows, for weights the streamed kernel cannot take): no
+//    shared-memory weight tile. Each lane streams
 //    16-byte chunks of its weight row with non-caching loads and builds the MMA B fragments from
 //    them directly, using a permutation of K that the A fragments (x, read from L1) follow too:
 //    lane q of a quad owns kElems contiguous elements of every 4 * kElems. A CTA of 8 warps covers

@@ -1,5 +1,5 @@
-// The streamed skinny kernel: linear layers over items of at most 16 rows (decode steps, the
-// routed experts of a decode step) at the memory system's pace.
+// The streamed skinny kernel: linear layers over items of at most 64 rows (decode steps, the
+// routed experts of a decode step, dense layers up to 256 rows) at the memory system's pace.
 //
 // The skinny kernel (linear.cu) keeps its weight loads in registers, so a warp alternates between
 // waiting for its loads and expanding them, and every CTA ends on a reduction while its SM's
@@ -42,10 +42,20 @@ namespace {
 
 constexpr int kConsumerWarps = 8;
 constexpr int kThreads = (kConsumerWarps + 1) * 32;
-constexpr int kCtasPerSm = 2;
-// Dynamic shared memory per CTA: two CTAs share an SM's 228 KB (1 KB of each is reserved).
-constexpr int kSmemBudget = 112 * 1024;
-constexpr int kUnitRows = 16;  // output features per unit: two 8-feature MMA tiles
+constexpr int kUnitRows = 16;  // output features per unit half: two 8-feature MMA tiles
+
+// The two forms of the kernel, by the token tiles (8 tokens each) a unit may hold: the narrow one
+// (items of <= 16 rows: decode steps, routed experts) runs two CTAs an SM; the wide one (items
+// of 32 or 64 rows: dense layers of batch 17-256, experts with more than 16 rows) one, so that a
+// thread has the registers for 8 token tiles' accumulators (65,536 / (9 warps x 32) -> 168 where
+// two CTAs leave 96) and the shared memory for their reduction. An SM has 228 KB of shared
+// memory, 1 KB of it reserved per CTA.
+template <int TTMAX>
+struct StreamForm {
+  static constexpr int kTokens = 8 * TTMAX;
+  static constexpr int kCtasPerSm = TTMAX <= 2 ? 2 : 1;
+  static constexpr int kSmemBudget = TTMAX <= 2 ? 112 * 1024 : 224 * 1024;
+};
 constexpr int kStageRowBytes = kConsumerWarps * 4 * 16;
 
 // The output factors of a weight (WeightView's out_mul / out_div and fp8's per-tensor scale),
@@ -78,21 +88,22 @@ struct HalfHeader {
 // What the consumers need of a unit, written by the producer into a ring of headers (so that
 // consumers never look units up in global memory): its item's rows, each token's x row (element
 // offset; a token the item lacks reads the first row), and its two halves' outputs.
+template <int TTMAX>
 struct alignas(64) UnitHeader {
-  int64_t xoff[16];
+  int64_t xoff[StreamForm<TTMAX>::kTokens];
   HalfHeader half[2];
   int row_begin, row_count;
 };
 constexpr int kHeaders = 8;
-constexpr int kHeaderBytes = kHeaders * int(sizeof(UnitHeader));
 constexpr int kBarrierBytes = 512;
 
 // A unit's two halves of 16 weight rows each: the SwiGLU form's gate and up rows of one
 // 16-feature slice, the store form's two consecutive slices (two halves give a consumer lane two
 // independent MMA chains and let one x fragment feed twice the weights).
-template <WeightKind F, bool kSwiglu>
+template <WeightKind F, bool kSwiglu, int TTMAX>
 struct StreamLayout {
   static constexpr int NW = 2;
+  static constexpr int kHeaderBytes = kHeaders * int(sizeof(UnitHeader<TTMAX>));
   static constexpr int kElems = WeightFmt<F>::kElems;  // per 16-byte chunk
   static constexpr int kStageElems = kConsumerWarps * 4 * kElems;
   // A stage's 16 rows of 512 bytes: the even rows, 64 bytes, then the odd rows, so that rows g
@@ -108,9 +119,9 @@ struct StreamLayout {
   static constexpr int kScalePitch = F == WeightKind::kNvfp4 ? 80 : F == WeightKind::kMxfp8 ? 16 : 0;
   static constexpr int kWeightBytes = kRowBytes + kUnitRows * kScalePitch;
   static constexpr int kStageBytes = NW * kWeightBytes;
-  static constexpr int kSlots = NW * 2 * 4;  // accumulators per lane: halves x 2 token tiles x 4
+  static constexpr int kSlots = NW * TTMAX * 4;  // accumulators per lane: halves x token tiles x 4
   static constexpr int kRedBytes = kConsumerWarps * kSlots * 32 * 4;
-  static constexpr int kStages = (kSmemBudget - kRedBytes - kBarrierBytes - kHeaderBytes) / kStageBytes;
+  static constexpr int kStages = (StreamForm<TTMAX>::kSmemBudget - kRedBytes - kBarrierBytes - kHeaderBytes) / kStageBytes;
   static constexpr int kSmemBytes = kBarrierBytes + kHeaderBytes + kRedBytes + kStages * kStageBytes;
   static_assert(kStages >= 3 && (2 * kStages + 2 * kHeaders + 2) * 8 <= kBarrierBytes);
 };
@@ -133,22 +144,31 @@ struct StreamUnit {
   UnitHalf half[2];
 };
 
-// Unit u: item u % items (items fastest: the row tiles of one slice run side by side) and output
-// pair u / items (SwiGLU: a slice of gate and up; store: slices 2 pair and 2 pair + 1, each in
-// its own segment of a multi-weight launch).
-template <bool kSwiglu>
-__device__ __forceinline__ StreamUnit stream_unit(const LinearArgs& a, int u, int items) {
+// The token chunks of kTokens rows an item of a.item_rows rows is cut into.
+__host__ __device__ inline int stream_chunks(const LinearArgs& a, int tokens) {
+  return (a.item_rows + tokens - 1) / tokens;
+}
+
+// Unit u: chunk u % chunked of the items' token chunks (items fastest: the row tiles of one slice
+// run side by side) and output pair u / chunked (SwiGLU: a slice of gate and up; store: slices
+// 2 pair and 2 pair + 1, each in its own segment of a multi-weight launch). A chunk past its
+// item's rows is empty (row_count <= 0).
+template <bool kSwiglu, int kTokens>
+__device__ __forceinline__ StreamUnit stream_unit(const LinearArgs& a, int u, int chunked) {
   StreamUnit s;
-  const int index = u % items;
-  const int pair = u / items;
+  const int chunks = stream_chunks(a, kTokens);
+  const int index = (u % chunked) / chunks, chunk = (u % chunked) % chunks;
+  const int pair = u / chunked;
   if (a.items != nullptr) {
     s.item = a.items[index];
   } else {
     s.item.expert = 0;
-    s.item.row_begin = index * kUnitRows;
-    s.item.row_count = min(kUnitRows, a.rows - s.item.row_begin);
+    s.item.row_begin = index * a.item_rows;
+    s.item.row_count = min(a.item_rows, a.rows - s.item.row_begin);
     s.item.pad = 0;
   }
+  s.item.row_begin += chunk * kTokens;
+  s.item.row_count = min(kTokens, s.item.row_count - chunk * kTokens);
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     UnitHalf& h = s.half[j];
@@ -177,7 +197,7 @@ inline int stream_pairs(const LinearArgs& a, bool swiglu) {
 }
 
 __device__ __forceinline__ int stream_items(const LinearArgs& a) {
-  return a.items != nullptr ? *a.num_items : (a.rows + kUnitRows - 1) / kUnitRows;
+  return a.items != nullptr ? *a.num_items : (a.rows + a.item_rows - 1) / a.item_rows;
 }
 
 // 16 bytes from src + kOff to shared address dst + kOff, both offsets immediate.
@@ -201,6 +221,7 @@ __device__ __forceinline__ void copy_columns_below(uint32_t dst, const uint8_t* 
 }
 
 // The CTA's shared memory: barriers, unit headers, the reduction buffer, the stage ring.
+template <int TTMAX>
 struct StreamSmem {
   uint64_t* full;       // [stages]: the stage's copies have landed (producer lanes)
   uint64_t* empty;      // [stages]: every consumer warp has the stage in registers
@@ -208,7 +229,7 @@ struct StreamSmem {
   uint64_t* hdr_empty;  // [kHeaders]: the unit's outputs are stored (consumer lanes)
   uint64_t* red_full;   // every consumer lane's partial sums of a unit are in red
   uint64_t* red_empty;  // every consumer lane has finished reading red
-  UnitHeader* hdr;
+  UnitHeader<TTMAX>* hdr;
   float* red;
   uint8_t* stages;
 };
@@ -224,9 +245,9 @@ struct StreamSmem {
 // instructions a stage, and the consumers waited for the producer.) The next unit's item and
 // weights are looked up while the current unit's stages are issued; each unit's header goes to
 // the consumers through a ring of its own.
-template <WeightKind F, bool kSwiglu>
-__device__ __forceinline__ void produce(const LinearArgs& a, int items, int units, const StreamSmem& sm) {
-  using L = StreamLayout<F, kSwiglu>;
+template <WeightKind F, bool kSwiglu, int TTMAX>
+__device__ __forceinline__ void produce(const LinearArgs& a, int chunked, int units, const StreamSmem<TTMAX>& sm) {
+  using L = StreamLayout<F, kSwiglu, TTMAX>;
   constexpr int NW = L::NW, S = L::kStages;
   constexpr int kColumns = kStageRowBytes / 64;                 // 64-byte columns of a stage row
   constexpr int kScaleChunks = L::kScaleBytes / 16;             // 16-byte words of a scale row
@@ -234,16 +255,18 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int items, int unit
   int stage = 0;
   uint32_t phase = 0;
   StreamUnit next;
-  if (int(blockIdx.x) < units) next = stream_unit<kSwiglu>(a, blockIdx.x, items);
+  constexpr int kTokens = StreamForm<TTMAX>::kTokens;
+  if (int(blockIdx.x) < units) next = stream_unit<kSwiglu, kTokens>(a, blockIdx.x, chunked);
   for (int u = blockIdx.x, m = 0; u < units; u += gridDim.x, ++m) {
     const StreamUnit un = next;
-    if (u + int(gridDim.x) < units) next = stream_unit<kSwiglu>(a, u + gridDim.x, items);
+    if (u + int(gridDim.x) < units) next = stream_unit<kSwiglu, kTokens>(a, u + gridDim.x, chunked);
     {
       const int slot = m % kHeaders;
       mbar_wait(&sm.hdr_empty[slot], ((m / kHeaders) & 1) ^ 1u);
-      UnitHeader& h = sm.hdr[slot];
-      if (lane < kUnitRows)
-        h.xoff[lane] = src_row(a, un.item.row_begin + (lane < un.item.row_count ? lane : 0)) * a.x_stride;
+      UnitHeader<TTMAX>& h = sm.hdr[slot];
+#pragma unroll
+      for (int t = lane; t < StreamForm<TTMAX>::kTokens; t += 32)
+        h.xoff[t] = src_row(a, un.item.row_begin + (t < un.item.row_count ? t : 0)) * a.x_stride;
       if (lane == 0) {
         h.row_begin = un.item.row_begin;
         h.row_count = un.item.row_count;
@@ -259,6 +282,7 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int items, int unit
       }
       mbar_arrive(&sm.hdr_full[slot]);  // every lane, after its own stores
     }
+    if (un.item.row_count <= 0) continue;  // an empty chunk: no stages
     // Row r's pieces of each half (and of its scales); row r + 8's lie 8 strides further.
     bool has[NW][2];
     const uint8_t* src[NW];
@@ -339,22 +363,24 @@ __device__ __forceinline__ void load_stage_x(uint4 (&x)[SUBS][TT], const uint16_
 // Unit m's epilogue: the fixed-order sum of the consumer warps' partials (batch invariance relies
 // on it), one output element per consumer thread and half (16 features x 16 tokens), then the
 // unit's header and red are handed back.
-template <WeightKind F, bool kSwiglu>
-__device__ __forceinline__ void finish_unit(const LinearArgs& a, int m, const StreamSmem& sm) {
-  using L = StreamLayout<F, kSwiglu>;
+template <WeightKind F, bool kSwiglu, int TTMAX>
+__device__ __forceinline__ void finish_unit(const LinearArgs& a, int m, const StreamSmem<TTMAX>& sm) {
+  using L = StreamLayout<F, kSwiglu, TTMAX>;
   constexpr int NW = L::NW;
   mbar_wait(sm.red_full, m & 1);
   const int slot = m % kHeaders;
-  const UnitHeader& hdr = sm.hdr[slot];
-  const int e = threadIdx.x;  // < 256 = 2 token tiles x 4 accumulators x 32 lanes
-  const int ln = e & 31, c = (e >> 5) & 3, tt = e >> 7;
-  const int feature = (ln >> 2) + (c >= 2 ? 8 : 0);
-  const int token = 8 * tt + 2 * (ln & 3) + (c & 1);
-  if (token < hdr.row_count) {
+  const UnitHeader<TTMAX>& hdr = sm.hdr[slot];
+  // Output index e (of TTMAX x 4 accumulators x 32 lanes) per consumer thread and pass.
+#pragma unroll
+  for (int e = threadIdx.x; e < TTMAX * 4 * 32; e += kConsumerWarps * 32) {
+    const int ln = e & 31, c = (e >> 5) & 3, tt = e >> 7;
+    const int feature = (ln >> 2) + (c >= 2 ? 8 : 0);
+    const int token = 8 * tt + 2 * (ln & 3) + (c & 1);
+    if (token >= hdr.row_count) continue;
     float v[NW];
 #pragma unroll
     for (int j = 0; j < NW; ++j) {
-      const int slot_j = (j * 2 + tt) * 4 + c;
+      const int slot_j = (j * TTMAX + tt) * 4 + c;
       float sum = sm.red[slot_j * 32 + ln];
 #pragma unroll
       for (int wi = 1; wi < kConsumerWarps; ++wi) sum += sm.red[(wi * L::kSlots + slot_j) * 32 + ln];
@@ -392,16 +418,18 @@ __device__ __forceinline__ void finish_unit(const LinearArgs& a, int m, const St
 // m: the unit's number in this CTA; after_first() runs once after the first stage (the previous
 // unit's epilogue, which then waits on the other warps less). The partial sums go to `red` once
 // the previous unit's epilogue has read it, and arrive on red_full.
-template <WeightKind F, bool kSwiglu, int TT, class AfterFirst>
-__device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHeader& hdr, int m, const StreamSmem& sm,
-                                             int& stage, uint32_t& phase, AfterFirst&& after_first) {
-  using L = StreamLayout<F, kSwiglu>;
+template <WeightKind F, bool kSwiglu, int TTMAX, int TT, class AfterFirst>
+__device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHeader<TTMAX>& hdr, int m,
+                                             const StreamSmem<TTMAX>& sm, int& stage, uint32_t& phase,
+                                             AfterFirst&& after_first) {
+  using L = StreamLayout<F, kSwiglu, TTMAX>;
   constexpr int NW = L::NW, E = L::kElems, KC = 4 * E, SUBS = E / 8, S = L::kStages;
   // x before the stage's full-barrier wait where registers allow, so that its loads (L1 / L2)
-  // overlap the wait: two CTAs per SM leave 96 registers, which two token tiles of the nvfp4
-  // SwiGLU form (two weights, 4 x 2 x 16 bytes of x per stage) would exceed by spilling; there
-  // each sub's x is loaded just before its MMAs.
-  constexpr bool kXEarly = !(F == WeightKind::kNvfp4 && kSwiglu && TT == 2);
+  // overlap the wait: in the narrow form two CTAs per SM leave 96 registers, which two token
+  // tiles of the nvfp4 SwiGLU form (two weights, 4 x 2 x 16 bytes of x per stage) would exceed by
+  // spilling; there, and in the wide form (up to 8 tiles), each sub's x is loaded just before its
+  // MMAs.
+  constexpr bool kXEarly = TT <= 2 && !(F == WeightKind::kNvfp4 && kSwiglu && TT == 2);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, q = lane & 3;
   const int kl = warp * KC + q * E;  // the lane's chunk inside a stage
@@ -502,26 +530,27 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHead
       for (int c = 0; c < 4; ++c) {
         float v = acc[j][tt][c];
         if constexpr (F == WeightKind::kNvfp4) v *= float(1 << kNvfp4AccShift);  // decode_sub_fast's 2^-8
-        sm.red[(warp * L::kSlots + (j * 2 + tt) * 4 + c) * 32 + lane] = v;
+        sm.red[(warp * L::kSlots + (j * TTMAX + tt) * 4 + c) * 32 + lane] = v;
       }
   mbar_arrive(sm.red_full);  // every lane, after its own stores
 }
 
-template <WeightKind F, bool kSwiglu>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(const LinearArgs a, int pairs) {
-  using L = StreamLayout<F, kSwiglu>;
+template <WeightKind F, bool kSwiglu, int TTMAX>
+__global__ void __launch_bounds__(kThreads, StreamForm<TTMAX>::kCtasPerSm)
+    streamed_linear_kernel(const LinearArgs a, int pairs) {
+  using L = StreamLayout<F, kSwiglu, TTMAX>;
   constexpr int S = L::kStages;
   extern __shared__ __align__(128) uint8_t smem[];
-  StreamSmem sm;
+  StreamSmem<TTMAX> sm;
   sm.full = reinterpret_cast<uint64_t*>(smem);
   sm.empty = sm.full + S;
   sm.hdr_full = sm.empty + S;
   sm.hdr_empty = sm.hdr_full + kHeaders;
   sm.red_full = sm.hdr_empty + kHeaders;
   sm.red_empty = sm.red_full + 1;
-  sm.hdr = reinterpret_cast<UnitHeader*>(smem + kBarrierBytes);
-  sm.red = reinterpret_cast<float*>(smem + kBarrierBytes + kHeaderBytes);
-  sm.stages = smem + kBarrierBytes + kHeaderBytes + L::kRedBytes;
+  sm.hdr = reinterpret_cast<UnitHeader<TTMAX>*>(smem + kBarrierBytes);
+  sm.red = reinterpret_cast<float*>(smem + kBarrierBytes + L::kHeaderBytes);
+  sm.stages = smem + kBarrierBytes + L::kHeaderBytes + L::kRedBytes;
 
   const int warp = threadIdx.x >> 5;
   if (threadIdx.x == 0) {
@@ -538,11 +567,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
   }
   __syncthreads();
 
-  const int items = stream_items(a);
-  const int units = items * pairs;
+  const int chunked = stream_items(a) * stream_chunks(a, StreamForm<TTMAX>::kTokens);
+  const int units = chunked * pairs;
 
   if (warp == kConsumerWarps) {
-    produce<F, kSwiglu>(a, items, units, sm);
+    produce<F, kSwiglu, TTMAX>(a, chunked, units, sm);
     return;
   }
 
@@ -554,33 +583,53 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) streamed_linear_kernel(c
   for (int u = blockIdx.x; u < units; u += gridDim.x, ++m) {
     const int slot = m % kHeaders;
     mbar_wait(&sm.hdr_full[slot], (m / kHeaders) & 1);
-    const UnitHeader& hdr = sm.hdr[slot];
+    const UnitHeader<TTMAX>& hdr = sm.hdr[slot];
     auto previous = [&] {
-      if (m > 0) finish_unit<F, kSwiglu>(a, m - 1, sm);
+      if (m > 0) finish_unit<F, kSwiglu, TTMAX>(a, m - 1, sm);
     };
-    // Items of up to 8 rows (most routed experts' at decode, dense layers up to batch 8) take one
-    // token tile, larger ones two: a warp-uniform choice per unit.
-    if (hdr.row_count > 8)
-      consume_unit<F, kSwiglu, 2>(a, hdr, m, sm, stage, phase, previous);
-    else
-      consume_unit<F, kSwiglu, 1>(a, hdr, m, sm, stage, phase, previous);
+    // The token tiles a unit takes, a warp-uniform choice: narrow, one for items of up to 8 rows
+    // (most routed experts' at decode, dense layers up to batch 8), else two; wide, two for up
+    // to 16 rows, else four. An empty chunk (an expert's rows end in an earlier one) has no
+    // stages, but keeps its place in the reduction buffer's order.
+    if (hdr.row_count <= 0) {
+      previous();
+      mbar_wait(sm.red_empty, (m & 1) ^ 1u);
+      mbar_arrive(sm.red_full);
+    } else if constexpr (TTMAX <= 2) {
+      if (hdr.row_count > 8)
+        consume_unit<F, kSwiglu, TTMAX, 2>(a, hdr, m, sm, stage, phase, previous);
+      else
+        consume_unit<F, kSwiglu, TTMAX, 1>(a, hdr, m, sm, stage, phase, previous);
+    } else {
+      if (hdr.row_count > 16)
+        consume_unit<F, kSwiglu, TTMAX, 4>(a, hdr, m, sm, stage, phase, previous);
+      else
+        consume_unit<F, kSwiglu, TTMAX, 2>(a, hdr, m, sm, stage, phase, previous);
+    }
   }
-  if (m > 0) finish_unit<F, kSwiglu>(a, m - 1, sm);
+  if (m > 0) finish_unit<F, kSwiglu, TTMAX>(a, m - 1, sm);
 }
 
-template <WeightKind F, bool kSwiglu>
-cudaError_t launch_kind(const LinearArgs& a, int max_items, cudaStream_t stream) {
-  using L = StreamLayout<F, kSwiglu>;
+template <WeightKind F, bool kSwiglu, int TTMAX>
+cudaError_t launch_form(const LinearArgs& a, int max_items, cudaStream_t stream) {
+  using L = StreamLayout<F, kSwiglu, TTMAX>;
   const int pairs = stream_pairs(a, kSwiglu);
   int device = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return e;
-  const int64_t units = int64_t(max_items) * pairs;
-  const int grid = int(std::min<int64_t>(units, int64_t(sms) * kCtasPerSm));
+  const int64_t units = int64_t(max_items) * stream_chunks(a, StreamForm<TTMAX>::kTokens) * pairs;
+  const int grid = int(std::min<int64_t>(units, int64_t(sms) * StreamForm<TTMAX>::kCtasPerSm));
   if (grid <= 0) return cudaSuccess;
-  streamed_linear_kernel<F, kSwiglu><<<grid, kThreads, L::kSmemBytes, stream>>>(a, pairs);
+  streamed_linear_kernel<F, kSwiglu, TTMAX><<<grid, kThreads, L::kSmemBytes, stream>>>(a, pairs);
   return cudaGetLastError();
+}
+
+// Items of 16 rows take the narrow form, of 32 or 64 the wide one.
+template <WeightKind F, bool kSwiglu>
+cudaError_t launch_kind(const LinearArgs& a, int max_items, cudaStream_t stream) {
+  return a.item_rows <= 16 ? launch_form<F, kSwiglu, 2>(a, max_items, stream)
+                           : launch_form<F, kSwiglu, 4>(a, max_items, stream);
 }
 
 template <bool kSwiglu>
@@ -589,13 +638,19 @@ cudaError_t launch_epilogue(const LinearArgs& a, int max_items, cudaStream_t str
                            [&](auto kind) { return launch_kind<decltype(kind)::value, kSwiglu>(a, max_items, stream); });
 }
 
+template <WeightKind F, bool kSwiglu, int TTMAX>
+cudaError_t set_smem_limit_of() {
+  return cudaFuncSetAttribute(streamed_linear_kernel<F, kSwiglu, TTMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              StreamLayout<F, kSwiglu, TTMAX>::kSmemBytes);
+}
+
 template <WeightKind F>
 cudaError_t set_smem_limit() {
-  cudaError_t e = cudaFuncSetAttribute(streamed_linear_kernel<F, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       StreamLayout<F, false>::kSmemBytes);
-  if (e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(streamed_linear_kernel<F, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              StreamLayout<F, true>::kSmemBytes);
+  cudaError_t e;
+  if ((e = set_smem_limit_of<F, false, 2>()) != cudaSuccess) return e;
+  if ((e = set_smem_limit_of<F, true, 2>()) != cudaSuccess) return e;
+  if ((e = set_smem_limit_of<F, false, 4>()) != cudaSuccess) return e;
+  return set_smem_limit_of<F, true, 4>();
 }
 
 bool scale_rows_ok(const WeightView& w) {
@@ -619,7 +674,9 @@ bool streamed_weight_ok(const WeightView& w) {
 }
 
 bool streamed_linear_ok(const LinearArgs& a) {
-  if (a.item_rows != kUnitRows || a.x_stride % 8 != 0 || reinterpret_cast<uintptr_t>(a.x) % 16 != 0) return false;
+  if ((a.item_rows != 16 && a.item_rows != 32 && a.item_rows != 64) || a.x_stride % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(a.x) % 16 != 0)
+    return false;
   if (a.table[0] != nullptr) return a.table_streamed_ok;
   if (a.num_segments > 0) {
     for (int s = 0; s < a.num_segments; ++s)
