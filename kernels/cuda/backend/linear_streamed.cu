@@ -9,17 +9,21 @@
 // across unit boundaries; eight consumer warps expand each stage to bf16 with the skinny kernel's
 // decoders and run tensor-core MMAs with the weights as the A operand (16 features) and the x rows
 // as B (8 tokens per tile), so that an item of up to 8 rows costs half the MMAs and x loads. Two
-// CTAs per SM keep 3-10 stages each in flight. (Bulk copies, the TMA's 1-D form, were slower: each
-// takes its addresses from uniform registers, so a warp's 32 row copies are issued one lane at a
-// time.) Measured on M3.1's routed experts: gate/up 2.4-3.1 TB/s, down 1.6-2.2 TB/s, 1.3-1.8x the
-// skinny kernel (docs/gpu-backend-notes.md, sessions 16 and 17).
+// CTAs per SM (one in the wide form) keep 3-11 stages each in flight. The producer also writes each
+// unit's header (rows, x rows, outputs) into a ring of its own, and a unit's epilogue runs inside
+// the next unit, so consumers neither look units up in global memory nor wait at a block-wide
+// barrier. (Bulk copies, the TMA's 1-D form, were slower: each takes its addresses from uniform
+// registers, so a warp's 32 row copies are issued one lane at a time.) Measured on M3.1's routed
+// experts: gate/up 2.4-3.2 TB/s, down 1.8-2.8 TB/s, 1.3-2.0x the skinny kernel
+// (docs/gpu-backend-notes.md, sessions 16 and 17).
 //
-// A work unit is one item (<= 16 rows) x one 16-feature slice of the output, over all of K. A
-// stage is K_s = 8 warps x 4 lanes x one 16-byte chunk of each of the 16 weight rows (512 bytes
-// per row: 1,024 nvfp4, 512 fp8 and 256 bf16 elements), so consumer warp w always takes the w-th
-// 64 bytes of every row of a stage. Each warp sums its chunks in stage order and the unit ends
-// with the skinny kernel's fixed-order reduction over the warps: a row's sum order depends only
-// on K, never on the batch (batch-invariant mode relies on it).
+// A work unit is one chunk of an item's tokens (<= 16 narrow, <= 32 wide) x two halves of 16 weight
+// rows (a SwiGLU pair's gate and up rows of one 16-feature slice, or two consecutive slices of a
+// store), over all of K. A stage is K_s = 8 warps x 4 lanes x one 16-byte chunk of each weight row
+// (512 bytes per row: 1,024 nvfp4, 512 fp8 and 256 bf16 elements), so consumer warp w always takes
+// the w-th 64 bytes of every row of a stage. Each warp sums its chunks in stage order and the unit
+// ends with a fixed-order reduction over the warps: a row's sum order depends only on K, never on
+// the batch (batch-invariant mode, whose 16-row items all take the narrow form, relies on it).
 //
 // Taken when every weight row and scale row is 16-byte aligned and scale rows are whole 16-byte
 // words (nvfp4: K a multiple of 256; mxfp8: of 512), as M3's projections and experts are; other
@@ -46,10 +50,10 @@ constexpr int kUnitRows = 16;  // output features per unit half: two 8-feature M
 
 // The two forms of the kernel, by the token tiles (8 tokens each) a unit may hold: the narrow one
 // (items of <= 16 rows: decode steps, routed experts) runs two CTAs an SM; the wide one (items
-// of 32 or 64 rows: dense layers of batch 17-256, experts with more than 16 rows) one, so that a
-// thread has the registers for 8 token tiles' accumulators (65,536 / (9 warps x 32) -> 168 where
-// two CTAs leave 96) and the shared memory for their reduction. An SM has 228 KB of shared
-// memory, 1 KB of it reserved per CTA.
+// of 32 or 64 rows, cut into 32-token chunks: dense layers of batch 17-256, experts with more
+// than 16 rows) one, so that a thread has the registers for 4 token tiles' accumulators (65,536 /
+// (9 warps x 32) -> 168 where two CTAs leave 96; 8 tiles would spill) and the shared memory for
+// their reduction. An SM has 228 KB of shared memory, 1 KB of it reserved per CTA.
 template <int TTMAX>
 struct StreamForm {
   static constexpr int kTokens = 8 * TTMAX;
