@@ -46,16 +46,23 @@ __device__ __forceinline__ int segment_of(const LinearArgs& a, int slice) {
   return s;
 }
 
-// Stores one output element (kStore) or combines gate and up (kSwiglu).
+// One output element from a row's fp32 dot products v (kSwiglu: gate and up) and the weights'
+// output factors: stored as it is (kStore) or gate and up combined (kSwiglu).
 template <bool kSwiglu>
-__device__ __forceinline__ float epilogue_value(const LinearArgs& a, const WeightView* w, const float* v) {
+__device__ __forceinline__ float epilogue_value(const LinearArgs& a, const OutScale* s, const float* v) {
   if constexpr (kSwiglu) {
-    const float g = round_bf16(apply_out_scale(w[0], v[0]));
-    const float u = round_bf16(apply_out_scale(w[1], v[1]));
+    const float g = round_bf16(s[0].apply(v[0]));
+    const float u = round_bf16(s[1].apply(v[1]));
     return swiglu_oai_bf16(g, u, a.swiglu_alpha, a.swiglu_limit);
   } else {
-    return apply_out_scale(w[0], v[0]);
+    return s[0].apply(v[0]);
   }
+}
+
+template <bool kSwiglu>
+__device__ __forceinline__ float epilogue_value(const LinearArgs& a, const WeightView* w, const float* v) {
+  const OutScale s[2] = {OutScale::of(w[0]), kSwiglu ? OutScale::of(w[1]) : OutScale()};
+  return epilogue_value<kSwiglu>(a, s, v);
 }
 
 // Elements [8 s, 8 s + 8) of a chunk as bf16 pairs: the register-only fast path, or (kExact:

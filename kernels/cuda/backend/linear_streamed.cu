@@ -62,25 +62,6 @@ struct StreamForm {
 };
 constexpr int kStageRowBytes = kConsumerWarps * 4 * 16;
 
-// The output factors of a weight (WeightView's out_mul / out_div and fp8's per-tensor scale),
-// applied to a row's fp32 sum exactly as apply_out_scale does.
-struct OutScale {
-  float pre = 1.0f;  // fp8's per-tensor scale (1: other kinds; v * 1 is v)
-  float div = 0.0f;
-  float mul = 1.0f;
-  __device__ static OutScale of(const WeightView& w) {
-    OutScale o;
-    if (w.kind == WeightKind::kFp8 && w.scale != nullptr) o.pre = *reinterpret_cast<const float*>(w.scale);
-    o.div = w.out_div;
-    o.mul = w.out_mul;
-    return o;
-  }
-  __device__ float apply(float v) const {
-    v *= pre;
-    return div != 0.0f ? v / div : v * mul;
-  }
-};
-
 // A unit's output half: 16 features from n0 of a weight of n_limit features, stored to out.
 struct HalfHeader {
   uint16_t* out;
@@ -382,26 +363,23 @@ __device__ __forceinline__ void finish_unit(const LinearArgs& a, int m, const St
     const int token = 8 * tt + 2 * (ln & 3) + (c & 1);
     if (token >= hdr.row_count) continue;
     float v[NW];
+    OutScale scale[NW];
 #pragma unroll
     for (int j = 0; j < NW; ++j) {
       const int slot_j = (j * TTMAX + tt) * 4 + c;
       float sum = sm.red[slot_j * 32 + ln];
 #pragma unroll
       for (int wi = 1; wi < kConsumerWarps; ++wi) sum += sm.red[(wi * L::kSlots + slot_j) * 32 + ln];
-      v[j] = hdr.half[j].scale.apply(sum);
+      v[j] = sum;
+      scale[j] = hdr.half[j].scale;
     }
     const int64_t row = hdr.row_begin + token;
-    if constexpr (kSwiglu) {
-      const HalfHeader& h = hdr.half[0];
-      if (h.n0 + feature < h.n_limit)
-        h.out[row * h.out_stride + h.n0 + feature] =
-            f32_to_bf16_bits(swiglu_oai_bf16(round_bf16(v[0]), round_bf16(v[1]), a.swiglu_alpha, a.swiglu_limit));
-    } else {
+    // SwiGLU: gate and up combine into half 0's output; a store: each half its own.
 #pragma unroll
-      for (int j = 0; j < NW; ++j) {
-        const HalfHeader& h = hdr.half[j];
-        if (h.n0 + feature < h.n_limit) h.out[row * h.out_stride + h.n0 + feature] = f32_to_bf16_bits(v[j]);
-      }
+    for (int j = 0; j < (kSwiglu ? 1 : NW); ++j) {
+      const HalfHeader& h = hdr.half[j];
+      if (h.n0 + feature < h.n_limit)
+        h.out[row * h.out_stride + h.n0 + feature] = f32_to_bf16_bits(epilogue_value<kSwiglu>(a, scale + j, v + j));
     }
   }
   // Every lane, after its own reads (these barriers are once a unit; the stage ring's, once a
@@ -431,7 +409,7 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHead
   // x before the stage's full-barrier wait where registers allow, so that its loads (L1 / L2)
   // overlap the wait: in the narrow form two CTAs per SM leave 96 registers, which two token
   // tiles of the nvfp4 SwiGLU form (two weights, 4 x 2 x 16 bytes of x per stage) would exceed by
-  // spilling; there, and in the wide form (up to 8 tiles), each sub's x is loaded just before its
+  // spilling; there, and in the wide form's four tiles, each sub's x is loaded just before its
   // MMAs.
   constexpr bool kXEarly = TT <= 2 && !(F == WeightKind::kNvfp4 && kSwiglu && TT == 2);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -223,11 +223,24 @@ __device__ __forceinline__ uint4 decode_sub_fast(const uint4& raw, int s, const 
   }
 }
 
-// The factor the fp32 dot product of a row takes (second-level and per-tensor scales).
-__device__ __forceinline__ float apply_out_scale(const WeightView& w, float v) {
-  if (w.kind == WeightKind::kFp8 && w.scale != nullptr) v *= *reinterpret_cast<const float*>(w.scale);
-  if (w.out_div != 0.0f) return v / w.out_div;
-  return v * w.out_mul;
-}
+// The factors the fp32 dot product of a row takes: fp8's per-tensor scale, then the second-level
+// NVFP4 scale (WeightView::out_mul, or out_div when set). Kernels that see a weight only through
+// a copy of its factors (the streamed kernel's unit headers) keep this struct.
+struct OutScale {
+  float pre = 1.0f;  // fp8's per-tensor scale (1 for other kinds: v * 1 is v)
+  float div = 0.0f;
+  float mul = 1.0f;
+  __device__ static OutScale of(const WeightView& w) {
+    OutScale o;
+    if (w.kind == WeightKind::kFp8 && w.scale != nullptr) o.pre = *reinterpret_cast<const float*>(w.scale);
+    o.div = w.out_div;
+    o.mul = w.out_mul;
+    return o;
+  }
+  __device__ float apply(float v) const {
+    v *= pre;
+    return div != 0.0f ? v / div : v * mul;
+  }
+};
 
 }  // namespace m3::cuda::detail
