@@ -23,7 +23,7 @@ it a check (exit 1 below the rate in any mode), as tests/model_small runs it in 
 
 Usage: python3 tools/train/eval_code.py --m3serve build/bin/m3serve [--model models/minimax-m3-small]
            [--prompts tests/model_small/code_prompts.json] [--count N] [--sampled]
-           [--kv-cache-dtype nvfp4] [--out FILE] [--min-rate 0.8]
+           [--kv-cache-dtype nvfp4] [--device cpu|cuda] [--out FILE] [--min-rate 0.8]
 """
 import argparse
 import ast
@@ -55,9 +55,12 @@ def post(port, path, body, timeout):
         return json.loads(r.read())
 
 
-def start_server(args, port):
+def start_server(args, port, extra_args=()):
+    """m3serve serve of args.model (args: m3serve, model, kv_cache_dtype, concurrency, device),
+    answering /health."""
     cmd = [args.m3serve, "serve", args.model, "--host", "127.0.0.1", "--port", str(port),
-           "--kv-cache-dtype", args.kv_cache_dtype, "--max-num-seqs", str(args.concurrency)]
+           "--kv-cache-dtype", args.kv_cache_dtype, "--max-num-seqs", str(args.concurrency),
+           "--device", args.device, *extra_args]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -110,13 +113,13 @@ def check_chat(completion):
     return ok, code
 
 
-def complete(port, model, prompt, mode, index, extra, timeout):
+def complete(port, model, prompt, mode, index, extra, timeout, seed_base=1000):
     body = {"model": model, "prompt": prompt["prompt"], "max_tokens": MAX_TOKENS[prompt["kind"]],
             "temperature": 0.0, **extra}
     if prompt["kind"] != "chat":
         body["stop"] = STOPS
     if mode == "sampled":
-        body.update(SAMPLED, seed=1000 + index)
+        body.update(SAMPLED, seed=seed_base + index)
     try:
         res = post(port, "/v1/completions", body, timeout)
     except (urllib.error.URLError, OSError) as e:  # a timeout on a slow machine counts as a failure
@@ -141,6 +144,7 @@ def main():
     ap.add_argument("--count", type=int, help="use every k-th prompt so that N are used (all kinds)")
     ap.add_argument("--sampled", action="store_true", help="also complete at temperature 0.8")
     ap.add_argument("--kv-cache-dtype", default="nvfp4")
+    ap.add_argument("--device", default="cpu", help="m3serve's --device: cpu (the reference, as CI runs it) or cuda")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--timeout", type=float, default=3600, help="seconds one completion may take")
     ap.add_argument("--repetition-penalty", type=float,
@@ -185,7 +189,7 @@ def main():
           (f"; {errors} failed to complete (HTTP errors or timeouts)" if errors else ""))
     if args.out:
         with open(args.out, "w") as fh:
-            json.dump({"model": args.model, "kv_cache_dtype": args.kv_cache_dtype, "sampled": SAMPLED,
+            json.dump({"model": args.model, "kv_cache_dtype": args.kv_cache_dtype, "device": args.device, "sampled": SAMPLED,
                        "request_extra": extra,
                        "max_tokens": MAX_TOKENS, "stops": STOPS, "summary": summary, "seconds": round(seconds, 1),
                        "results": results}, fh, indent=1)

@@ -9,12 +9,8 @@ completions of train prompts itself. The ones that parse and do not loop become 
 targets; the repeated lines of all of them get line-level unlikelihood. So the model is taught on
 its own outputs what ends well and what does not.
 
-Prompts (prompt_of_document) come from the definition documents of corpus.py step 9 (defs.jsonl,
-train split only), in the shapes of the held-out code prompts of step 8:
-  function / class  "# file: <path>\\n" + the definition down to the end of its docstring;
-  chat              a code request in the M3 chat format, cut after the assistant marker (and the
-                    closed think tag in thinking-disabled turns).
-Tool-call exchanges are left to the language-model stream.
+Prompts and the check of a completion: definition_prompts.py (shared with gen_targets.py, which
+generates through m3serve instead).
 
 Each step (SelfTrainStep):
   1. gen_rows prompts, drawn at random, each left-filled to the batch's longest prompt with the
@@ -34,10 +30,14 @@ Each step (SelfTrainStep):
      times sft_weight; plus, with ul_weight > 0, -log(1 - p) on the repeated-line and n-gram
      tokens of up to ul_rows generated rows that hold any (the same term as stage d); both through
      the training path (MSA, fake NVFP4 KV).
+Offline form (--st-gen 0, load_targets): the buffer holds the targets gen_targets.py accepted from
+m3serve's completions before the stage (expert_iteration.sh: rounds of generate, train, export),
+and each step trains on sft_rows of them; nothing is generated and there is no unlikelihood term.
+m3serve on the GPU writes completions far faster than this generator (docs/small-model.md has the
+rates), with the KV numerics and the MSA selection the model ships with.
 Stage e adds these gradients to stage c's fine-tune step (language model + indexer KL on the train
 stream), which holds the perplexity.
 """
-import ast
 import collections
 import json
 import os
@@ -49,44 +49,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import corpus  # noqa: E402
+import definition_prompts as DP  # noqa: E402
 import eval_code  # noqa: E402
 import m3small as M  # noqa: E402
-
-CHAT_START = "]~!b["
-ASSISTANT = "]~b]ai\n"
-THINK_CLOSED = "</mm:think>"
-
-
-def prompt_of_document(doc):
-    """(kind, prompt text) of a definition document, or None when it is not one of the prompt
-    shapes (a tool exchange, a definition without a docstring and a statement after it)."""
-    if doc.startswith(CHAT_START):
-        i = doc.find(ASSISTANT)
-        if i < 0:
-            return None
-        cut = i + len(ASSISTANT)
-        if doc.startswith(THINK_CLOSED, cut):
-            cut += len(THINK_CLOSED)
-        if "```python\n" not in doc[cut:] or "<tool_call>" in doc[cut:]:
-            return None
-        return "chat", doc[:cut]
-    if not doc.startswith("# file: "):
-        return None
-    header, src = doc.split("\n", 1)
-    tree = corpus.parse(src)
-    if tree is None or not tree.body:
-        return None
-    node = tree.body[0]
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return None
-    if ast.get_docstring(node) is None or len(node.body) < 2:
-        return None
-    lines = src.split("\n")
-    head = "\n".join(lines[node.lineno - 1:node.body[0].end_lineno]) + "\n"
-    kind = "class" if isinstance(node, ast.ClassDef) else "function"
-    return kind, f"{header}\n{head}"
-
 
 class Codec:
     """Text <-> ids through the tokenizers library's Tokenizer (special tokens kept)."""
@@ -114,7 +79,7 @@ def prompt_pool(defs_jsonl, codec, size, max_prompt, seed):
     random.Random(seed).shuffle(order)
     pool = []
     for start in range(0, len(order), 4096):
-        found = [p for p in (prompt_of_document(docs[i]) for i in order[start:start + 4096]) if p]
+        found = [p for p in (DP.prompt_of_document(docs[i]) for i in order[start:start + 4096]) if p]
         for (kind, text), ids in zip(found, codec.encode_batch([t for _, t in found])):
             if 0 < len(ids) <= max_prompt:
                 pool.append((kind, text, ids))
@@ -123,17 +88,6 @@ def prompt_pool(defs_jsonl, codec, size, max_prompt, seed):
     if not pool:
         raise SystemExit(f"{defs_jsonl}: no definition document gives a prompt")
     return pool[:size]
-
-
-def cut_completion(kind, text):
-    """The completion as m3serve's stop strings would end it (function / class), and whether the
-    row is finished: a stop string, or a column-0 line after the definition, has appeared."""
-    if kind == "chat":
-        return text, False
-    ends = [i for i in (text.find(s) for s in eval_code.STOPS) if i >= 0]
-    if ends:
-        return text[:min(ends)], True
-    return text, False
 
 
 class SelfTrainStep:
@@ -156,6 +110,7 @@ class SelfTrainStep:
                 "totals": dict(self.totals)}
 
     def set_state(self, state):
+        self.buffer.clear()
         self.buffer.extend(state["buffer"])
         self.rng.setstate(state["rng"])
         self.gen.set_state(state["gen"])
@@ -187,7 +142,7 @@ class SelfTrainStep:
             for (kind, prompt, _), (text, ended), limit in zip(rows, self._texts(rows, cont), limits):
                 if ended or n >= limit:
                     continue
-                text, stopped = cut_completion(kind, text)
+                text, stopped = DP.cut_completion(kind, text)
                 if stopped:
                     continue
                 if kind != "chat":
@@ -223,28 +178,15 @@ class SelfTrainStep:
         lines_rep = lines_rep.cpu()
         for r, ((kind, prompt, ids), (text, ended)) in enumerate(zip(rows, self._texts(rows, cont))):
             limit = eval_code.MAX_TOKENS[kind]
-            text, _ = cut_completion(kind, text)
-            if kind == "chat":
-                ok, _ = eval_code.check_chat(text)
-            else:
-                ok, parsed = eval_code.check_definition(prompt, text)
+            text, _ = DP.cut_completion(kind, text)
+            ok, body = DP.target_text(kind, prompt, text, ended)
             n_kept = min(limit, cont.shape[1], len(self.codec.encode(text)) + int(ended))
             keep[r, :n_kept] = True
             looped = bool(lines_rep[r, :n_kept].any())
             mode = "greedy" if r < n_greedy else "sampled"
             self.totals[f"{mode}_{kind}_n"] += 1
             self.totals[f"{mode}_{kind}_parsed"] += int(ok)
-            target = None
-            if ok and not looped:
-                if kind == "chat":
-                    start = text.find("```python\n")
-                    end = text.find("\n```", start + 10) + 4
-                    body = text if ended else text[:end]
-                    target = self.codec.encode(body) + [self.eos]
-                else:
-                    head = prompt.split("\n", 1)[1]
-                    if parsed.startswith(head) and len(parsed) > len(head):
-                        target = self.codec.encode(parsed[len(head):]) + [self.eos]
+            target = None if body is None or looped else self.codec.encode(body) + [self.eos]
             if target is not None:
                 self.totals[f"{mode}_{kind}_accepted"] += 1
                 self.buffer.append((ids, target))
@@ -280,18 +222,37 @@ class SelfTrainStep:
         one_minus = torch.log1p(-logp.exp().clamp(max=1 - 1e-5))
         return -(one_minus * rep[rows]).sum() / keep[rows].sum().clamp(min=1), rep
 
+    def load_targets(self, paths):
+        """Fills the buffer with the targets of gen_targets.py (jsonl: prompt, target) and makes it
+        hold all of them: the offline form of stage e (--st-gen 0), where m3serve generated them
+        before the stage. Returns how many of each kind were loaded."""
+        records = []
+        for path in paths:
+            with open(path, encoding="utf-8") as fh:
+                records += [json.loads(line) for line in fh if line.strip()]
+        if not records:
+            raise SystemExit(f"{', '.join(paths)}: no targets")
+        self.buffer = collections.deque(maxlen=max(self.args.st_buffer, len(records)))
+        prompts = self.codec.encode_batch([r["prompt"] for r in records])
+        targets = self.codec.encode_batch([r["target"] for r in records])
+        for p, t in zip(prompts, targets):
+            self.buffer.append((p, t + [self.eos]))
+        return {k: sum(r["kind"] == k for r in records) for k in DP.KINDS}
+
     def __call__(self, model):
         a = self.args
-        rows, prefix, cont, n_greedy = self.generate(model)
-        lines_rep = M.repeated_lines(cont, self.nl, self.ident, self.eos)
-        verdicts, keep = self.judge(rows, cont, n_greedy, lines_rep)
-        out = {"accepted": torch.tensor(sum(v is not None for v in verdicts) / len(verdicts), device=self.device),
-               "gen_len": torch.tensor(float(cont.shape[1]), device=self.device)}
+        out = {}
+        if a.st_gen > 0:
+            rows, prefix, cont, n_greedy = self.generate(model)
+            lines_rep = M.repeated_lines(cont, self.nl, self.ident, self.eos)
+            verdicts, keep = self.judge(rows, cont, n_greedy, lines_rep)
+            out["accepted"] = torch.tensor(sum(v is not None for v in verdicts) / len(verdicts), device=self.device)
+            out["gen_len"] = torch.tensor(float(cont.shape[1]), device=self.device)
         if self.buffer:
             sft = self.sft_loss(model)
             (a.sft_weight * sft).backward()
             out["sft"] = sft.detach()
-        if a.ul_weight > 0:
+        if a.st_gen > 0 and a.ul_weight > 0:
             ul, rep = self.ul_loss(model, prefix, cont, keep, lines_rep)
             if ul is not None:
                 (a.ul_weight * ul).backward()

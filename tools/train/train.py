@@ -27,7 +27,9 @@
      completes --st-gen prompts made from the train split's definition documents (--defs-text,
      corpus.py's defs.jsonl), half greedily, half sampled. Those that pass eval_code.py's parse
      check without a repeated line become supervised targets (a buffer of the most recent), and
-     the repeated tokens of all get stage d's unlikelihood term (--ul-weight).
+     the repeated tokens of all get stage d's unlikelihood term (--ul-weight). Offline form
+     (expert_iteration.sh): --st-gen 0 --st-targets FILES trains on completions m3serve
+     generated and gen_targets.py accepted before the stage, without generating during it.
 
 Every stage runs for a wall-clock budget: the cosine learning-rate schedule follows elapsed time,
 so a faster or slower machine changes the token count, never the duration. Expert balance uses the
@@ -397,7 +399,13 @@ def main():
     ap.add_argument("--defs-text", help="stage e: defs.jsonl of corpus.py (the prompts' documents)")
     ap.add_argument("--st-pool", type=int, default=40000, help="stage e: prompts drawn from the definition documents")
     ap.add_argument("--st-max-prompt", type=int, default=384, help="stage e: longest prompt (ids)")
-    ap.add_argument("--st-gen", type=int, default=256, help="stage e: completions generated per step")
+    ap.add_argument("--st-gen", type=int, default=256,
+                    help="stage e: completions generated per step (0: none, train on --st-targets only)")
+    ap.add_argument("--st-targets", help="stage e: comma-separated targets files of gen_targets.py (m3serve's "
+                    "accepted completions), loaded into the buffer before the stage")
+    ap.add_argument("--no-before", action="store_true",
+                    help="stages d, e: skip the measures before the stage (a round of expert iteration starts "
+                    "from the model the last round measured after)")
     ap.add_argument("--st-greedy-frac", type=float, default=0.5, help="stage e: share of them greedy")
     ap.add_argument("--st-buffer", type=int, default=4096, help="stage e: accepted completions kept")
     ap.add_argument("--st-rows", type=int, default=96, help="stage e: accepted completions trained on per step")
@@ -529,13 +537,20 @@ def self_train_stage(model, train, held, args, log, device, chunk):
     nl = newline_ids(args.tokenizer, c.vocab_size, device)
     ident = identifier_ids(args.tokenizer, c.vocab_size, device)
     codec = ST.Codec(args.tokenizer)
-    pool = ST.prompt_pool(args.defs_text, codec, args.st_pool, args.st_max_prompt, args.seed)
-    kinds = {k: sum(p[0] == k for p in pool) for k in ("function", "class", "chat")}
-    log(stage="e", event="pool", prompts=len(pool), **kinds)
+    pool, kinds = [], {}
+    if args.st_gen > 0:
+        pool = ST.prompt_pool(args.defs_text, codec, args.st_pool, args.st_max_prompt, args.seed)
+        kinds = {k: sum(p[0] == k for p in pool) for k in ("function", "class", "chat")}
+        log(stage="e", event="pool", prompts=len(pool), **kinds)
+    elif not args.st_targets:
+        raise SystemExit("stage e with --st-gen 0 needs --st-targets (gen_targets.py's output)")
     step = ST.SelfTrainStep(pool, codec, np.load(defs_ids).astype(np.int64), nl, ident, c.eos_token_id,
                             c.pad_token_id, args, device, args.seed + 2)
+    if args.st_targets:
+        loaded = step.load_targets(args.st_targets.split(","))
+        log(stage="e", event="targets", files=args.st_targets, **loaded)
     measure = finetune_measures(model, held, nl, ident, args, device)
-    before = None if chunk["resume"] is not None else measure()
+    before = None if chunk["resume"] is not None or args.no_before else measure()
     if before is not None:
         log(stage="e", event="before", **before["repetition"], **{f"ppl_{k}": v for k, v in before["heldout_ppl"].items()})
     rec = run_stage("e", model, list(model.parameters()), M.ForwardOptions(
@@ -545,6 +560,8 @@ def self_train_stage(model, train, held, args, log, device, chunk):
     rec.update(measure())
     rec["self_train"] = step.summary()
     rec["pool"] = {"prompts": len(pool), **kinds}
+    if args.st_targets:
+        rec["targets"] = {"files": args.st_targets, **loaded}
     if before is not None:
         rec["before"] = before
     log(stage="e", event="self_train", **{f"{k}_{m}": v[m] for k, v in rec["self_train"].items() for m in ("parsed", "accepted")})
@@ -593,7 +610,7 @@ def run_one_stage(stage, model, train, held, args, log, device, phases, chunk):
         ident = identifier_ids(args.tokenizer, model.config.vocab_size, device)
         eos = model.config.eos_token_id
         measure = finetune_measures(model, held, nl, ident, args, device)
-        before = None if chunk["resume"] is not None else measure()
+        before = None if chunk["resume"] is not None or args.no_before else measure()
         if before is not None:
             log(stage="d", event="before", **before["repetition"], **{f"ppl_{k}": v for k, v in before["heldout_ppl"].items()})
         ul_stream = train.other if args.ul_source == "defs" else main_stream(train)

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The generator of expert iteration (expert_iteration.sh): a live `m3serve serve` of the current
+model completes definition prompts made from the train split, and the completions that pass
+eval_code.py's check without a looping line become supervised targets for train.py stage e
+(--st-gen 0 --st-targets FILE).
+
+Why m3serve: the training path's generator (self_train.py) runs a Python loop per token and spent
+nearly all of a stage e step generating; m3serve batches hundreds of completions with its CUDA
+graphs, and generates with the numerics the model ships with (MSA selection, NVFP4 KV), which are
+what eval_code.py measures.
+
+Each prompt (definition_prompts.prompt_of_document over defs.jsonl in a seeded order, so each
+round's seed gives other prompts) is completed once greedily and --samples times at eval_code.py's
+temperature and top-p, with eval_code.py's max_tokens and stop strings. A completion's verdict
+and target come from definition_prompts.target_text; two equal targets of one prompt are kept once.
+
+Needs only python3 and a built m3serve (no torch). Writes --out (jsonl: kind, mode, prompt,
+target) and --stats (pass and acceptance rates per mode and kind, and the generation rate).
+
+Usage: python3 tools/train/gen_targets.py --m3serve build/bin/m3serve --model DIR --defs defs.jsonl
+           --count N --seed S --out targets.jsonl [--stats stats.json] [--device cuda]
+           [--concurrency 256] [--samples 1] [--max-prompt-chars 1400]
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import random
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import definition_prompts as DP  # noqa: E402
+import eval_code  # noqa: E402
+
+
+def prompts_of(defs, count, seed, max_chars):
+    """Up to `count` (kind, prompt) of the definition documents in a seeded random order."""
+    with open(defs, encoding="utf-8") as fh:
+        docs = [json.loads(line) for line in fh if line.strip()]
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    out = []
+    for i in order:
+        p = DP.prompt_of_document(docs[i])
+        if p is not None and len(p[1]) <= max_chars:
+            out.append(p)
+            if len(out) == count:
+                break
+    if not out:
+        raise SystemExit(f"{defs}: no definition document gives a prompt")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--m3serve", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--defs", required=True, help="corpus.py's defs.jsonl (train split)")
+    ap.add_argument("--count", type=int, default=1024, help="prompts")
+    ap.add_argument("--seed", type=int, default=0, help="which prompts, and the sampling seeds")
+    ap.add_argument("--samples", type=int, default=1, help="sampled completions per prompt (besides the greedy one)")
+    ap.add_argument("--max-prompt-chars", type=int, default=1400)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--kv-cache-dtype", default="nvfp4")
+    ap.add_argument("--concurrency", type=int, default=256)
+    ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--stats")
+    args = ap.parse_args()
+
+    prompts = prompts_of(args.defs, args.count, args.seed, args.max_prompt_chars)
+    jobs = [(i, p, "greedy", 0) for i, p in enumerate(prompts)]
+    jobs += [(i, p, "sampled", s) for s in range(args.samples) for i, p in enumerate(prompts)]
+    port = eval_code.free_port()
+    t0 = time.time()
+    server = eval_code.start_server(args, port)
+    t_ready = time.time()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
+            served = json.loads(r.read())["data"][0]["id"]
+
+        def one(job):
+            i, (kind, text), mode, s = job
+            seed_base = (args.seed * (args.samples + 1) + s) * 1_000_000
+            return eval_code.complete(port, served, {"kind": kind, "prompt": text}, mode, i, {},
+                                      args.timeout, seed_base=seed_base)
+        with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
+            results = list(pool.map(one, jobs))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    t_done = time.time()
+
+    counts, seen, targets = {}, set(), []
+    for (i, (kind, text), mode, _), res in zip(jobs, results):
+        ended = res.get("finish_reason") == "stop" and kind == "chat"
+        passed, target = DP.target_text(kind, text, res["completion"], ended) if "error" not in res else (False, None)
+        c = counts.setdefault(f"{mode}_{kind}", {"n": 0, "parsed": 0, "accepted": 0, "errors": 0})
+        c["n"] += 1
+        c["parsed"] += int(passed)
+        c["errors"] += int("error" in res)
+        if target is not None and (i, target) not in seen:
+            seen.add((i, target))
+            c["accepted"] += 1
+            targets.append({"kind": kind, "mode": mode, "prompt": text, "target": target})
+    with open(args.out, "w", encoding="utf-8") as fh:
+        for t in targets:
+            fh.write(json.dumps(t) + "\n")
+    tokens = sum(r["completion_tokens"] for r in results)
+    gen_s = t_done - t_ready
+    stats = {"model": args.model, "device": args.device, "seed": args.seed, "prompts": len(prompts),
+             "completions": len(results), "targets": len(targets), "completion_tokens": tokens,
+             "server_start_s": round(t_ready - t0, 1), "generate_s": round(gen_s, 1),
+             "completions_per_s": round(len(results) / gen_s, 1), "tokens_per_s": round(tokens / gen_s),
+             "by_mode_kind": {k: {**v, "parse_rate": round(v["parsed"] / v["n"], 4),
+                                  "accept_rate": round(v["accepted"] / v["n"], 4)} for k, v in sorted(counts.items())}}
+    if args.stats:
+        with open(args.stats, "w") as fh:
+            json.dump(stats, fh, indent=1)
+    print(f"{len(results)} completions ({tokens} tokens) in {gen_s:.0f} s after a {t_ready - t0:.0f} s start; "
+          f"{len(targets)} targets -> {args.out}")
+    for k, v in stats["by_mode_kind"].items():
+        print(f"  {k}: {v['n']} completions, parse {v['parse_rate']:.2f}, accept {v['accept_rate']:.2f}"
+              + (f", {v['errors']} errors" if v["errors"] else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
