@@ -11,8 +11,8 @@
 # BASELINE=dir (optional): a second m3serve (dir/baseline-pack.txz: bin/m3serve + device-libs, e.g.
 # the commit before a change) runs the same bench latency right after, into
 # $OUT/bench-latency-8192-baseline.json, so that before and after are measured in one run.
-# PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 660 s with
-# every step at its timeout, 760 with BASELINE: typically 300 s); batch-invariant = its op cases, the determinism
+# PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 700 s with
+# every step at its timeout, 800 with BASELINE: typically 320 s); batch-invariant = its op cases, the determinism
 # suite and the cost (at most about 430 s); msa = the MSA kernels alone: their op cases, the
 # msa_bench suites of issue 19 item 2 (targets, decode) and an Nsight Compute profile of one
 # targets case per kernel (MSA_NCU_CASES, default "1,64,131072 8,8,131072"; at most about 560 s); linear =
@@ -39,7 +39,7 @@ export LD_LIBRARY_PATH=$PWD/$P/device-libs:/usr/local/cuda/lib64
 source scripts/nccl-env.sh  # NCCL_NVLS_ENABLE=0, the wheel's libnccl.so.2
 L=/tmp/logs; mkdir -p $L/c $L/h $L/n $L/s
 if part main; then
-PREBUILT=$P OUT=$L/c TIME_BUDGET=160 STEP_TIMEOUT=40 OPS_TIMEOUT=90 MODEL_TIMEOUT=30 scripts/gpu-check-model.sh ops model-quick graphs decode-exact serve 2>&1 | sed -n '/---- gpu-check-model summary/,$p' > $L/c-summary.txt
+PREBUILT=$P OUT=$L/c TIME_BUDGET=200 STEP_TIMEOUT=40 OPS_TIMEOUT=130 MODEL_TIMEOUT=30 scripts/gpu-check-model.sh ops model-quick graphs decode-exact serve 2>&1 | sed -n '/---- gpu-check-model summary/,$p' > $L/c-summary.txt
 # One line ("nccl: rc 0 in 4 s: nccl_communicator_check: N passed, 0 failed (world sizes ...)"), and
 # each failure; the table in logs.tgz (n/nccl.log).
 PREBUILT=$P OUT=$L/n TIME_BUDGET=45 STEP_TIMEOUT=40 scripts/gpu-check-model.sh nccl 2>&1 |
