@@ -51,6 +51,7 @@ import ast
 import hashlib
 import importlib.metadata
 import json
+import multiprocessing
 import os
 import platform
 import site
@@ -306,41 +307,37 @@ def reasoning_for(kind, name, summary, args=None):
     return f"The user wants a Python function `{name}`. {summary} I will write it with a docstring."
 
 
-def chat_documents(files, render):
+def chat_documents(facts, render):
     """Yields rendered chat documents (the shapes of step 7) for documented top-level functions,
     visiting the files in sha1 order (content-random) so that stopping early still samples every
-    package."""
-    for f in sorted(files, key=lambda f: f["sha1"]):
-        tree = parse(f["text"])
-        if tree is None:
-            continue
-        found = list(documented_functions(f, tree))
-        for j, (node, src, summary, sig) in enumerate(found):
+    package. facts: TrainFacts."""
+    for _, found, _ in facts:
+        for j, (name, src, summary, sig, spec) in enumerate(found):
             h = int(hashlib.sha1(src.encode()).hexdigest()[:12], 16)
             mode = THINKING_MODES[(h >> 8) % 3]
             think = mode == "enabled" or (mode == "adaptive" and (h >> 10) & 1)
-            spec = tool_spec(node, summary) if h % 5 >= 3 else None
+            spec = spec if h % 5 >= 3 else None
             if spec is None:
-                request = REQUESTS[h % len(REQUESTS)].format(sig=sig, name=node.name, doc=summary)
+                request = REQUESTS[h % len(REQUESTS)].format(sig=sig, name=name, doc=summary)
                 answer = {"role": "assistant", "content": f"```python\n{src}\n```"}
                 if think:
-                    answer["reasoning_content"] = reasoning_for("code", node.name, summary)
+                    answer["reasoning_content"] = reasoning_for("code", name, summary)
                 yield render([{"role": "user", "content": request}, answer], thinking_mode=mode)
                 continue
             tool, params = spec
-            decoys = [tool_spec(n, s) for n, _, s, _ in found[j + 1:j + 4]]
+            decoys = [d[4] for d in found[j + 1:j + 4]]
             tools = [tool] + [d[0] for d in decoys if d is not None][:2]
             tools = tools[(h >> 12) % len(tools):] + tools[:(h >> 12) % len(tools)]
             args = argument_values(params, h >> 16)
             shown = ", ".join(f"{k}={json.dumps(v)}" for k, v in args.items()) or "the default arguments"
-            request = TOOL_REQUESTS[(h >> 4) % len(TOOL_REQUESTS)].format(name=node.name, doc=summary, args=shown)
+            request = TOOL_REQUESTS[(h >> 4) % len(TOOL_REQUESTS)].format(name=name, doc=summary, args=shown)
             call = {"role": "assistant", "content": "",
-                    "tool_calls": [{"type": "function", "function": {"name": node.name, "arguments": args}}]}
+                    "tool_calls": [{"type": "function", "function": {"name": name, "arguments": args}}]}
             if think:
-                call["reasoning_content"] = reasoning_for("tool", node.name, summary, args)
-            result = json.dumps({"status": "ok", "function": node.name})
+                call["reasoning_content"] = reasoning_for("tool", name, summary, args)
+            result = json.dumps({"status": "ok", "function": name})
             messages = [{"role": "user", "content": request}, call, {"role": "tool", "content": result},
-                        {"role": "assistant", "content": f"`{node.name}` ran with {shown} and returned {result}."}]
+                        {"role": "assistant", "content": f"`{name}` ran with {shown} and returned {result}."}]
             yield render(messages, tools=tools, thinking_mode=mode)
 
 
@@ -370,20 +367,77 @@ def small_classes(tree, lines):
             yield node, src
 
 
-def definition_documents(files):
+def definition_documents(facts):
     """Step 9: each small documented top-level function and class of the files as a document of
-    its own, "# file: <path>\n" + its source, files in sha1 order. Whole files teach what follows a
-    definition only as often as definitions end; these teach that a definition's body ends, and
-    then the document does."""
-    for f in sorted(files, key=lambda f: f["sha1"]):
-        tree = parse(f["text"])
-        if tree is None:
-            continue
-        lines = f["text"].split("\n")
-        for _, src, _, _ in documented_functions(f, tree, *FUNCTION_BYTES):
-            yield f"# file: {f['path']}\n{src}\n"
-        for _, src in small_classes(tree, lines):
-            yield f"# file: {f['path']}\n{src.rstrip()}\n"
+    its own, "# file: <path>\n" + its source, files in sha1 order (facts: TrainFacts). Whole files
+    teach what follows a definition only as often as definitions end; these teach that a
+    definition's body ends, and then the document does."""
+    for _, _, definitions in facts:
+        yield from definitions
+
+
+def safe_tool_spec(node, summary):
+    """tool_spec, or None where the function's signature is too odd for it to read (file_facts
+    computes it for every function, also those that become code requests)."""
+    try:
+        return tool_spec(node, summary)
+    except Exception:  # noqa: BLE001 - ast.unparse / literal_eval of unusual nodes
+        return None
+
+
+def file_facts(f):
+    """What steps 7 and 9 take from one file's syntax tree, as plain data: (the documented
+    functions of step 7 as (name, source, summary, signature, tool_spec or None), the definition
+    documents of step 9), or None when the file does not parse."""
+    tree = parse(f["text"])
+    if tree is None:
+        return None
+    chat = [(node.name, src, summary, sig, safe_tool_spec(node, summary))
+            for node, src, summary, sig in documented_functions(f, tree)]
+    lines = f["text"].split("\n")
+    defs = [f"# file: {f['path']}\n{src}\n" for _, src, _, _ in documented_functions(f, tree, *FUNCTION_BYTES)]
+    defs += [f"# file: {f['path']}\n{src.rstrip()}\n" for _, src in small_classes(tree, lines)]
+    return chat, defs
+
+
+_WORKER_FILES = None  # the train files, in each worker process (set by its initializer)
+
+
+def _init_worker(files):
+    global _WORKER_FILES
+    _WORKER_FILES = files
+
+
+def _facts_of(i):
+    return file_facts(_WORKER_FILES[i])
+
+
+class TrainFacts:
+    """file_facts of the train files in sha1 order, for steps 7 and 9, which both read them in that
+    order and stop early. Parsing is most of the corpus's time, so worker processes (forked, so
+    the files are not copied to them) parse every file once, ahead of the two readers, and the
+    second reader reuses what the first one read. Iterating yields (file, chat, definitions) of
+    the files that parse."""
+
+    def __init__(self, files, processes=None):
+        self.files = sorted(files, key=lambda f: f["sha1"])
+        ctx = multiprocessing.get_context("fork")
+        self.pool = ctx.Pool(processes or os.cpu_count(), initializer=_init_worker, initargs=(self.files,))
+        self.results = self.pool.imap(_facts_of, range(len(self.files)), chunksize=8)
+        self.done = []
+
+    def __iter__(self):
+        i = 0
+        while i < len(self.files):
+            if i == len(self.done):
+                self.done.append(next(self.results))
+            if self.done[i] is not None:
+                yield (self.files[i], *self.done[i])
+            i += 1
+
+    def close(self):
+        self.pool.terminate()
+        self.pool.join()
 
 
 def code_prompts(files, render, seen_lines):
@@ -486,8 +540,9 @@ def main():
     train_docs = [document(f) for f in train]
     train_bytes = sum(len(d) for d in train_docs)
 
+    facts = TrainFacts(train)
     chats, chat_bytes = [], 0
-    for text in chat_documents(train, render):
+    for text in chat_documents(facts, render):
         if chat_bytes + len(text) > CHAT_FRACTION * train_bytes:
             break
         chats.append(text)
@@ -511,11 +566,12 @@ def main():
     # Step 9: definition documents and the chat documents again, for fine-tunes that weight them
     # (train.py --defs-frac); train split only, so nothing here is held out.
     defs, defs_bytes = [], 0
-    for text in definition_documents(train):
+    for text in definition_documents(facts):
         if defs_bytes + len(text) > DEFS_MB * 2**20:
             break
         defs.append(text)
         defs_bytes += len(text)
+    facts.close()
     info["definition_documents"] = len(defs)
     info["definition_bytes"] = defs_bytes
     info["defs_jsonl_sha256"] = write_jsonl(os.path.join(args.out, "defs.jsonl"), interleave(defs, chats))
