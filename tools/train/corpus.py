@@ -400,30 +400,16 @@ def file_facts(f):
     return chat, defs
 
 
-_WORKER_FILES = None  # the train files, in each worker process (set by its initializer)
-
-
-def _init_worker(files):
-    global _WORKER_FILES
-    _WORKER_FILES = files
-
-
-def _facts_of(i):
-    return file_facts(_WORKER_FILES[i])
-
-
 class TrainFacts:
     """file_facts of the train files in sha1 order, for steps 7 and 9, which both read them in that
-    order and stop early. Parsing is most of the corpus's time, so worker processes (forked, so
-    the files are not copied to them) parse every file once, ahead of the two readers, and the
-    second reader reuses what the first one read. Iterating yields (file, chat, definitions) of
-    the files that parse."""
+    order and stop early. Parsing is most of the corpus's time, so worker processes parse every
+    file once, ahead of the two readers, and the second reader reuses what the first one read.
+    Iterating yields (file, chat, definitions) of the files that parse."""
 
     def __init__(self, files, processes=None):
         self.files = sorted(files, key=lambda f: f["sha1"])
-        ctx = multiprocessing.get_context("fork")
-        self.pool = ctx.Pool(processes or os.cpu_count(), initializer=_init_worker, initargs=(self.files,))
-        self.results = self.pool.imap(_facts_of, range(len(self.files)), chunksize=8)
+        self.pool = multiprocessing.Pool(processes or os.cpu_count())
+        self.results = self.pool.imap(file_facts, self.files, chunksize=8)
         self.done = []
 
     def __iter__(self):

@@ -14,7 +14,9 @@ functions, imported) and no line of it loops (looping_lines): a model that is ta
 loops as targets learns to loop.
 """
 import ast
+import json
 import os
+import random
 import re
 import sys
 
@@ -56,6 +58,19 @@ def prompt_of_document(doc):
     head = "\n".join(lines[node.lineno - 1:node.body[0].end_lineno]) + "\n"
     kind = "class" if isinstance(node, ast.ClassDef) else "function"
     return kind, f"{header}\n{head}"
+
+
+def prompts_in_order(defs_jsonl, seed):
+    """(kind, prompt text) of the definition documents of defs.jsonl that give a prompt, in a seeded
+    random order (a generator: callers stop when they have enough)."""
+    with open(defs_jsonl, encoding="utf-8") as fh:
+        docs = [json.loads(line) for line in fh if line.strip()]
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    for i in order:
+        p = prompt_of_document(docs[i])
+        if p is not None:
+            yield p
 
 
 def cut_completion(kind, text):

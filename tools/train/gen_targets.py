@@ -25,7 +25,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import random
 import sys
 import time
 import urllib.request
@@ -37,15 +36,10 @@ import eval_code  # noqa: E402
 
 def prompts_of(defs, count, seed, max_chars):
     """Up to `count` (kind, prompt) of the definition documents in a seeded random order."""
-    with open(defs, encoding="utf-8") as fh:
-        docs = [json.loads(line) for line in fh if line.strip()]
-    order = list(range(len(docs)))
-    random.Random(seed).shuffle(order)
     out = []
-    for i in order:
-        p = DP.prompt_of_document(docs[i])
-        if p is not None and len(p[1]) <= max_chars:
-            out.append(p)
+    for kind, text in DP.prompts_in_order(defs, seed):
+        if len(text) <= max_chars:
+            out.append((kind, text))
             if len(out) == count:
                 break
     if not out:

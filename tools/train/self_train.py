@@ -39,6 +39,7 @@ Stage e adds these gradients to stage c's fine-tune step (language model + index
 stream), which holds the perplexity.
 """
 import collections
+import itertools
 import json
 import os
 import random
@@ -73,18 +74,14 @@ class Codec:
 def prompt_pool(defs_jsonl, codec, size, max_prompt, seed):
     """Up to `size` prompts (kind, text, ids) of the definition documents, in a seeded random order,
     of at most max_prompt ids."""
-    with open(defs_jsonl, encoding="utf-8") as fh:
-        docs = [json.loads(line) for line in fh]
-    order = list(range(len(docs)))
-    random.Random(seed).shuffle(order)
-    pool = []
-    for start in range(0, len(order), 4096):
-        found = [p for p in (DP.prompt_of_document(docs[i]) for i in order[start:start + 4096]) if p]
+    prompts, pool = DP.prompts_in_order(defs_jsonl, seed), []
+    while len(pool) < size:
+        found = list(itertools.islice(prompts, 4096))  # encoded a batch at a time
+        if not found:
+            break
         for (kind, text), ids in zip(found, codec.encode_batch([t for _, t in found])):
             if 0 < len(ids) <= max_prompt:
                 pool.append((kind, text, ids))
-        if len(pool) >= size:
-            break
     if not pool:
         raise SystemExit(f"{defs_jsonl}: no definition document gives a prompt")
     return pool[:size]
