@@ -106,11 +106,12 @@ class GenTargets(unittest.TestCase):
             with open(defs, "w") as fh:
                 for doc in (FUNCTION_DOC, CLASS_DOC, CHAT_DOC, TOOL_DOC):
                     fh.write(json.dumps(doc) + "\n")
-            out, stats = os.path.join(tmp, "t.jsonl"), os.path.join(tmp, "s.json")
+            out, stats, neg = (os.path.join(tmp, n) for n in ("t.jsonl", "s.json", "n.jsonl"))
             subprocess.run([sys.executable, os.path.join(ROOT, "tools", "train", "gen_targets.py"),
                             "--m3serve", M3SERVE, "--model", os.path.join(ROOT, "models", "minimax-m3-small"),
                             "--defs", defs, "--count", "8", "--samples", "2", "--seed", "3", "--device", "cpu",
-                            "--concurrency", "9", "--out", out, "--stats", stats], check=True, timeout=600)
+                            "--concurrency", "9", "--out", out, "--negatives", neg, "--stats", stats],
+                           check=True, timeout=600)
             with open(stats) as fh:
                 s = json.load(fh)
             self.assertEqual(s["prompts"], 3)  # the tool exchange gives none
@@ -126,6 +127,15 @@ class GenTargets(unittest.TestCase):
                     self.assertEqual(DP.target_text("chat", r["prompt"], r["target"], True), (True, r["target"]))
                 else:  # a target re-checked as a completion ends where it ended
                     self.assertEqual(DP.target_text(r["kind"], r["prompt"], r["target"], False), (True, r["target"]))
+            with open(neg) as fh:
+                negatives = [json.loads(line) for line in fh]
+            self.assertEqual(len(negatives), s["negatives"])
+            self.assertEqual(sum(v["negatives"] for v in s["by_mode_kind"].values()), len(negatives))
+            self.assertLessEqual(len(rows) + len(negatives), 9)
+            for r in negatives:  # no target, and it looped or did not end
+                ended = r["finish_reason"] == "stop" and r["kind"] == "chat"
+                self.assertIsNone(DP.target_text(r["kind"], r["prompt"], r["completion"], ended)[1])
+                self.assertTrue(r["finish_reason"] == "length" or DP.looping_lines(r["completion"]))
 
 
 if __name__ == "__main__":

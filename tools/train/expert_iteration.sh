@@ -2,14 +2,21 @@
 # Expert iteration for the small model, on the GPU machine: rounds of
 #   1. gen_targets.py: `m3serve serve --device cuda` of the current model completes GEN_COUNT
 #      definition prompts of the train split (a new draw each round), once greedily and SAMPLES
-#      times sampled; the completions that parse without a looping line are the round's targets;
+#      times sampled; the completions that parse without a looping line are the round's targets,
+#      those that loop or run to max_tokens without one its negatives;
 #   2. train.py stage e, offline (--st-gen 0): supervised steps on the targets of the last
-#      KEEP_ROUNDS rounds, added to stage c's fine-tune (language model + indexer KL, MSA, fake
-#      NVFP4 KV), which holds the perplexity; TIME_E seconds at LR_E;
-#   3. export.py: the release directory the next round generates with.
-# The first round starts from START (default: the committed model). Needs the corpus and tokens
-# of run_device.sh in $W (PREP_ONLY=1 run_device.sh), and a built m3serve (M3SERVE) whose shared
-# libraries are found (scripts/gpu-check-model.sh prepare packs them; scripts/nccl-env.sh).
+#      KEEP_ROUNDS rounds and (UL_WEIGHT > 0) unlikelihood on the repeats of this round's
+#      negatives, added to stage c's fine-tune (language model + indexer KL, MSA, fake NVFP4 KV),
+#      which holds the perplexity; TIME_E seconds at LR_E;
+#   3. export.py: the release directory the next round generates with;
+#   4. (EVAL_EACH=1) eval_code.py on cuda: the 100 held-out prompts, greedy and sampled, about
+#      15 s, recorded per round (round-N/eval_code_cuda.json); nothing feeds back into training.
+# The first round starts from START (default: the committed model) and is numbered FIRST_ROUND
+# (default 1): a round's number seeds its prompts, so a later session that continues the committed
+# model gives FIRST_ROUND past the rounds that made it (5 after session 18's four) for new prompts.
+# Needs the corpus and tokens of run_device.sh in $W (PREP_ONLY=1 run_device.sh), and a built
+# m3serve (M3SERVE) whose shared libraries are found (scripts/gpu-check-model.sh prepare packs
+# them; scripts/nccl-env.sh).
 #
 #   ROUNDS=2 GEN_COUNT=2048 TIME_E=150 BUDGET_S=560 OUT=$OUT bash tools/train/expert_iteration.sh
 #
@@ -27,12 +34,15 @@ E=${EI_DIR:-$W/ei}
 M3SERVE=${M3SERVE:-build/bin/m3serve}
 START=${START:-models/minimax-m3-small}
 ROUNDS=${ROUNDS:-1}
+FIRST_ROUND=${FIRST_ROUND:-1}
 GEN_COUNT=${GEN_COUNT:-1024}
 SAMPLES=${SAMPLES:-1}
 KEEP_ROUNDS=${KEEP_ROUNDS:-2}
 TIME_E=${TIME_E:-120}
 LR_E=${LR_E:-1e-4}
 BATCH_TOKENS=${BATCH_TOKENS:-65536}
+UL_WEIGHT=${UL_WEIGHT:-0.5}
+EVAL_EACH=${EVAL_EACH:-1}
 FINAL_EVAL=${FINAL_EVAL:-0}
 # Seconds this call may take: no round starts that the last one's duration says would end past it
 # (FINAL_EVAL's two evaluations, about 150 s, come out of it too). 0: no bound.
@@ -58,7 +68,8 @@ pack() {
   for d in "$E"/round-*; do
     [ -d "$d" ] || continue
     mkdir -p "$R/$(basename "$d")"
-    cp -f "$d/gen.json" "$d/train/train_log.jsonl" "$d/train/summary.json" "$R/$(basename "$d")/" 2>/dev/null
+    cp -f "$d/gen.json" "$d/eval_code_cuda.json" "$d/train/train_log.jsonl" "$d/train/summary.json" \
+      "$R/$(basename "$d")/" 2>/dev/null
   done
   if [ -n "$n" ]; then
     cur=$E/round-$n/model
@@ -85,20 +96,28 @@ for ((k = 0; k < ROUNDS; k++)); do
   n=$(rounds_done)
   cur=${n:+$E/round-$n/model}
   cur=${cur:-$START}
-  r=$(( ${n:-0} + 1 ))
+  r=$(( ${n:-$((FIRST_ROUND - 1))} + 1 ))
   R=$E/round-$r
   rm -rf "$R" && mkdir -p "$R"
   stamp "round $r: generate ($GEN_COUNT prompts x $((SAMPLES + 1))) with $cur"
   python3 $T/gen_targets.py --m3serve "$M3SERVE" --model "$cur" --defs "$W/corpus/defs.jsonl" --count "$GEN_COUNT" \
-    --samples "$SAMPLES" --seed "$r" --device cuda --out "$R/targets.jsonl" --stats "$R/gen.json"
+    --samples "$SAMPLES" --seed "$r" --device cuda --out "$R/targets.jsonl" --negatives "$R/negatives.jsonl" \
+    --stats "$R/gen.json"
   targets=$(ls "$E"/round-*/targets.jsonl | sort -V | tail -n "$KEEP_ROUNDS" | paste -sd, -)
-  stamp "round $r: train on $targets"
+  ul=()
+  [ "$UL_WEIGHT" != 0 ] && ul=(--st-negatives "$R/negatives.jsonl" --ul-weight "$UL_WEIGHT")
+  stamp "round $r: train on $targets ${ul[*]}"
   python3 $T/train.py --tokens "$W/tokens" --out "$R/train" --stages e --resume-release "$cur" --tokenizer "$W/tokenizer" \
     --defs-text "$W/corpus/defs.jsonl" --time-e "$TIME_E" --lr-e "$LR_E" --batch-tokens "$BATCH_TOKENS" \
-    --st-gen 0 --st-targets "$targets" --no-before --seed $((1234 + r)) ${TRAIN_ARGS:-}
+    --st-gen 0 --st-targets "$targets" "${ul[@]}" --no-before --seed $((1234 + r)) ${TRAIN_ARGS:-}
   stamp "round $r: export"
   python3 $T/export.py --ckpt "$R/train/ckpt_e.pt" --tokenizer "$W/tokenizer" --out "$R/model.tmp"
   mv "$R/model.tmp" "$R/model"
+  if [ "$EVAL_EACH" = 1 ]; then
+    stamp "round $r: eval_code (cuda)"
+    python3 $T/eval_code.py --m3serve "$M3SERVE" --model "$R/model" --device cuda --sampled --concurrency 64 \
+      --out "$R/eval_code_cuda.json" | tail -4
+  fi
   last_s=$((SECONDS - t_round))
 done
 

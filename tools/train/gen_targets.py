@@ -14,11 +14,17 @@ round's seed gives other prompts) is completed once greedily and --samples times
 temperature and top-p, with eval_code.py's max_tokens and stop strings. A completion's verdict
 and target come from definition_prompts.target_text; two equal targets of one prompt are kept once.
 
+The completions that give no target and either ran to max_tokens or hold a looping line are the
+round's negatives (--negatives, jsonl: kind, mode, prompt, completion, finish_reason): train.py
+stage e (--st-negatives) gives their repeated tokens the unlikelihood term, so the model is
+taught against the loops it makes with the numerics it ships with, not only towards what ends.
+
 Needs only python3 and a built m3serve (no torch). Writes --out (jsonl: kind, mode, prompt,
-target) and --stats (pass and acceptance rates per mode and kind, and the generation rate).
+target), --negatives, and --stats (pass, acceptance and negative rates per mode and kind, and the
+generation rate).
 
 Usage: python3 tools/train/gen_targets.py --m3serve build/bin/m3serve --model DIR --defs defs.jsonl
-           --count N --seed S --out targets.jsonl [--stats stats.json] [--device cuda]
+           --count N --seed S --out targets.jsonl [--negatives negatives.jsonl] [--stats stats.json] [--device cuda]
            [--concurrency 256] [--samples 1] [--max-prompt-chars 1400]
 """
 import argparse
@@ -61,6 +67,7 @@ def main():
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--negatives", help="jsonl of the completions without a target that looped or ran to max_tokens")
     ap.add_argument("--stats")
     args = ap.parse_args()
 
@@ -87,11 +94,11 @@ def main():
         server.wait(timeout=30)
     t_done = time.time()
 
-    counts, seen, targets = {}, set(), []
+    counts, seen, targets, negatives = {}, set(), [], []
     for (i, (kind, text), mode, _), res in zip(jobs, results):
         ended = res.get("finish_reason") == "stop" and kind == "chat"
         passed, target = DP.target_text(kind, text, res["completion"], ended) if "error" not in res else (False, None)
-        c = counts.setdefault(f"{mode}_{kind}", {"n": 0, "parsed": 0, "accepted": 0, "errors": 0})
+        c = counts.setdefault(f"{mode}_{kind}", {"n": 0, "parsed": 0, "accepted": 0, "negatives": 0, "errors": 0})
         c["n"] += 1
         c["parsed"] += int(passed)
         c["errors"] += int("error" in res)
@@ -99,13 +106,23 @@ def main():
             seen.add((i, target))
             c["accepted"] += 1
             targets.append({"kind": kind, "mode": mode, "prompt": text, "target": target})
+        elif target is None and "error" not in res and (
+                res["finish_reason"] == "length" or DP.looping_lines(res["completion"])):
+            c["negatives"] += 1
+            negatives.append({"kind": kind, "mode": mode, "prompt": text, "completion": res["completion"],
+                              "finish_reason": res["finish_reason"]})
     with open(args.out, "w", encoding="utf-8") as fh:
         for t in targets:
             fh.write(json.dumps(t) + "\n")
+    if args.negatives:
+        with open(args.negatives, "w", encoding="utf-8") as fh:
+            for t in negatives:
+                fh.write(json.dumps(t) + "\n")
     tokens = sum(r["completion_tokens"] for r in results)
     gen_s = t_done - t_ready
     stats = {"model": args.model, "device": args.device, "seed": args.seed, "prompts": len(prompts),
-             "completions": len(results), "targets": len(targets), "completion_tokens": tokens,
+             "completions": len(results), "targets": len(targets), "negatives": len(negatives),
+             "completion_tokens": tokens,
              "server_start_s": round(t_ready - t0, 1), "generate_s": round(gen_s, 1),
              "completions_per_s": round(len(results) / gen_s, 1), "tokens_per_s": round(tokens / gen_s),
              "by_mode_kind": {k: {**v, "parse_rate": round(v["parsed"] / v["n"], 4),
@@ -114,9 +131,10 @@ def main():
         with open(args.stats, "w") as fh:
             json.dump(stats, fh, indent=1)
     print(f"{len(results)} completions ({tokens} tokens) in {gen_s:.0f} s after a {t_ready - t0:.0f} s start; "
-          f"{len(targets)} targets -> {args.out}")
+          f"{len(targets)} targets -> {args.out}, {len(negatives)} negatives")
     for k, v in stats["by_mode_kind"].items():
-        print(f"  {k}: {v['n']} completions, parse {v['parse_rate']:.2f}, accept {v['accept_rate']:.2f}"
+        print(f"  {k}: {v['n']} completions, parse {v['parse_rate']:.2f}, accept {v['accept_rate']:.2f}, "
+              f"negative {v['negatives'] / v['n']:.2f}"
               + (f", {v['errors']} errors" if v["errors"] else ""))
     return 0
 

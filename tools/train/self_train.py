@@ -32,7 +32,9 @@ Each step (SelfTrainStep):
      the training path (MSA, fake NVFP4 KV).
 Offline form (--st-gen 0, load_targets): the buffer holds the targets gen_targets.py accepted from
 m3serve's completions before the stage (expert_iteration.sh: rounds of generate, train, export),
-and each step trains on sft_rows of them; nothing is generated and there is no unlikelihood term.
+and each step trains on sft_rows of them; nothing is generated. The unlikelihood term then takes
+its rows from gen_targets.py's negatives (load_negatives: m3serve's completions that looped or ran
+to max_tokens), ul_rows of them a step, on the same repeated-line and n-gram tokens.
 m3serve on the GPU writes completions far faster than this generator (docs/small-model.md has the
 rates), with the KV numerics and the MSA selection the model ships with.
 Stage e adds these gradients to stage c's fine-tune step (language model + indexer KL on the train
@@ -101,6 +103,7 @@ class SelfTrainStep:
         self.gen_opts = M.ForwardOptions(attention="dense", qat=True)
         self.train_opts = M.ForwardOptions(attention="sparse", qat=True)
         self.totals = collections.Counter()
+        self.negatives = []  # offline unlikelihood rows: (prompt ids, completion ids, repeated [bool])
 
     def state(self):
         return {"buffer": list(self.buffer), "rng": self.rng.getstate(), "gen": self.gen.get_state(),
@@ -236,6 +239,57 @@ class SelfTrainStep:
             self.buffer.append((p, t + [self.eos]))
         return {k: sum(r["kind"] == k for r in records) for k in DP.KINDS}
 
+    def load_negatives(self, paths):
+        """Loads gen_targets.py's negatives (jsonl: kind, prompt, completion): m3serve's completions
+        that looped or ran to max_tokens. Each completion is encoded, cut at its kind's max_tokens,
+        and marked as ul_loss marks a generated row (repeated n-grams and repeated lines); rows with
+        nothing marked are dropped. Not part of state(): the files are read again on resume.
+        Returns (rows kept, rows read, marked ids, completion ids)."""
+        records = []
+        for path in paths:
+            with open(path, encoding="utf-8") as fh:
+                records += [json.loads(line) for line in fh if line.strip()]
+        if not records:
+            return 0, 0, 0, 0
+        prompts = self.codec.encode_batch([r["prompt"] for r in records])
+        conts = self.codec.encode_batch([r["completion"] for r in records])
+        conts = [c[:eval_code.MAX_TOKENS[r["kind"]]] for r, c in zip(records, conts)]
+        rows = torch.full((len(conts), max(len(c) for c in conts) + 1), self.eos, dtype=torch.long)
+        for r, c in enumerate(conts):
+            rows[r, :len(c)] = torch.tensor(c, dtype=torch.long)
+        rep = (M.repeated_ngrams(rows, self.args.ul_ngram, self.eos)
+               | M.repeated_lines(rows, self.nl, self.ident, self.eos).cpu())
+        self.negatives, marked, total = [], 0, 0
+        for r, (p, cont) in enumerate(zip(prompts, conts)):
+            m = rep[r, :len(cont)]
+            if p and m.any():
+                self.negatives.append((p, cont, m.tolist()))
+                marked += int(m.sum())
+                total += len(cont)
+        return len(self.negatives), len(records), marked, total
+
+    def negatives_ul_loss(self, model):
+        """The unlikelihood term of the offline form: -log(1 - p) on the marked ids of ul_rows
+        negatives drawn at random, right-padded in one batch, over all their completion ids (as
+        ul_loss normalises)."""
+        a = self.args
+        picks = [self.negatives[self.rng.randrange(len(self.negatives))]
+                 for _ in range(min(a.ul_rows, len(self.negatives)))]
+        length = max(len(p) + len(c) for p, c, _ in picks)
+        ids = torch.full((len(picks), length), self.pad, dtype=torch.long)
+        marked = torch.zeros((len(picks), length), dtype=torch.bool)
+        n_ids = 0
+        for r, (p, cont, rep) in enumerate(picks):
+            ids[r, :len(p) + len(cont)] = torch.tensor(p + cont)
+            marked[r, len(p):len(p) + len(cont)] = torch.tensor(rep)
+            n_ids += len(cont)
+        ids, marked = ids.to(self.device), marked.to(self.device)
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16):
+            logits, _ = M.forward(model, ids[:, :-1], self.train_opts)
+        logp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+        one_minus = torch.log1p(-logp.exp().clamp(max=1 - 1e-5))
+        return -(one_minus * marked[:, 1:]).sum() / n_ids
+
     def __call__(self, model):
         a = self.args
         out = {}
@@ -255,6 +309,10 @@ class SelfTrainStep:
                 (a.ul_weight * ul).backward()
                 out["ul"] = ul.detach()
             out["rep"] = rep.sum().float() / keep.sum().clamp(min=1)
+        if a.st_gen == 0 and a.ul_weight > 0 and self.negatives:
+            ul = self.negatives_ul_loss(model)
+            (a.ul_weight * ul).backward()
+            out["ul"] = ul.detach()
         return out
 
     def summary(self):

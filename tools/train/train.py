@@ -29,7 +29,8 @@
      check without a repeated line become supervised targets (a buffer of the most recent), and
      the repeated tokens of all get stage d's unlikelihood term (--ul-weight). Offline form
      (expert_iteration.sh): --st-gen 0 --st-targets FILES trains on completions m3serve
-     generated and gen_targets.py accepted before the stage, without generating during it.
+     generated and gen_targets.py accepted before the stage, without generating during it;
+     --st-negatives FILES gives the unlikelihood term m3serve's looping completions instead.
 
 Every stage runs for a wall-clock budget: the cosine learning-rate schedule follows elapsed time,
 so a faster or slower machine changes the token count, never the duration. Expert balance uses the
@@ -403,6 +404,8 @@ def main():
                     help="stage e: completions generated per step (0: none, train on --st-targets only)")
     ap.add_argument("--st-targets", help="stage e: comma-separated targets files of gen_targets.py (m3serve's "
                     "accepted completions), loaded into the buffer before the stage")
+    ap.add_argument("--st-negatives", help="stage e, --st-gen 0: comma-separated negatives files of gen_targets.py "
+                    "(m3serve's looping completions), whose repeats get the unlikelihood term")
     ap.add_argument("--no-before", action="store_true",
                     help="stages d, e: skip the measures before the stage (a round of expert iteration starts "
                     "from the model the last round measured after)")
@@ -410,7 +413,7 @@ def main():
     ap.add_argument("--st-buffer", type=int, default=4096, help="stage e: accepted completions kept")
     ap.add_argument("--st-rows", type=int, default=96, help="stage e: accepted completions trained on per step")
     ap.add_argument("--sft-weight", type=float, default=1.0, help="stage e: weight of their loss")
-    ap.add_argument("--ul-rows", type=int, default=64, help="stage e: generated rows with repeats given unlikelihood")
+    ap.add_argument("--ul-rows", type=int, default=64, help="stage e: generated (or, offline, negative) rows with repeats given unlikelihood a step")
     ap.add_argument("--ul-weight", type=float, default=1.0, help="stages d, e: weight of the unlikelihood term")
     ap.add_argument("--ul-batch", type=int, default=128, help="stage d: continuations per step")
     ap.add_argument("--ul-prefix", type=int, default=256, help="stage d: prefix length (ids)")
@@ -549,6 +552,13 @@ def self_train_stage(model, train, held, args, log, device, chunk):
     if args.st_targets:
         loaded = step.load_targets(args.st_targets.split(","))
         log(stage="e", event="targets", files=args.st_targets, **loaded)
+    negatives = None
+    if args.st_negatives:
+        if args.st_gen > 0:
+            raise SystemExit("--st-negatives is the offline form's unlikelihood source (--st-gen 0)")
+        kept, read, marked, total = step.load_negatives(args.st_negatives.split(","))
+        negatives = {"files": args.st_negatives, "rows": kept, "read": read, "marked_ids": marked, "ids": total}
+        log(stage="e", event="negatives", **negatives)
     measure = finetune_measures(model, held, nl, ident, args, device)
     before = None if chunk["resume"] is not None or args.no_before else measure()
     if before is not None:
@@ -562,6 +572,8 @@ def self_train_stage(model, train, held, args, log, device, chunk):
     rec["pool"] = {"prompts": len(pool), **kinds}
     if args.st_targets:
         rec["targets"] = {"files": args.st_targets, **loaded}
+    if negatives is not None:
+        rec["negatives"] = negatives
     if before is not None:
         rec["before"] = before
     log(stage="e", event="self_train", **{f"{k}_{m}": v[m] for k, v in rec["self_train"].items() for m in ("parsed", "accepted")})
