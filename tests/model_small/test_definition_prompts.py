@@ -33,6 +33,24 @@ class Point:
 CHAT_PROMPT = "]~!b[]~b]user\nWrite `add(a, b)`.[e~[\n]~b]ai\n</mm:think>"
 CHAT_DOC = CHAT_PROMPT + "```python\ndef add(a, b):\n    return a + b\n```[e~["
 TOOL_DOC = "]~!b[]~b]user\nAdd 1 and 2.[e~[\n]~b]ai\n<tool_call>...</tool_call>[e~["
+NS = "]<]minimax[>["
+TOOL_PROMPT = ("]~!b[]~b]developer\nYou are a helpful assistant.\n\n# Tools\n<tools>\n"
+               '<tool>{"description": "Add two numbers.", "name": "add", "parameters": {"properties": '
+               '{"a": {"type": "integer"}, "b": {"type": "integer"}, "note": {"type": "object"}}, '
+               '"required": ["a", "b"], "type": "object"}}</tool>\n'
+               '<tool>{"description": "Say hi.", "name": "hello", "parameters": {"properties": {}, '
+               '"type": "object"}}</tool>\n</tools>[e~[\n]~b]user\nAdd 1 and 2.[e~[\n]~b]ai\n')
+
+
+def call(name, args, think=""):
+    """An assistant turn with one call in the M3 markup (text/templates/minimax_m3.jinja)."""
+    tags = "".join(f"{NS}<{k}>{v}{NS}</{k}>" for k, v in args)
+    return f"{think}{NS}<tool_call>\n{NS}<invoke name=\"{name}\">{tags}{NS}</invoke>\n{NS}</tool_call>"
+
+
+TOOL_CALL = call("add", [("a", "1"), ("b", "2")])
+TOOL_DOC_M3 = (TOOL_PROMPT + "</mm:think>" + TOOL_CALL + "[e~[\n]~b]tool\n<response>3</response>[e~[\n]~b]ai\n"
+               "</mm:think>3.[e~[\n")
 
 
 class Prompts(unittest.TestCase):
@@ -46,6 +64,10 @@ class Prompts(unittest.TestCase):
 
     def test_chat_cut_after_the_assistant_marker_and_closed_think(self):
         self.assertEqual(DP.prompt_of_document(CHAT_DOC), ("chat", CHAT_PROMPT))
+
+    def test_tool_exchange_cut_before_the_call(self):
+        self.assertEqual(DP.prompt_of_document(TOOL_DOC_M3), ("tool", TOOL_PROMPT + "</mm:think>"))
+        self.assertEqual(set(DP.offered_tools(TOOL_PROMPT)), {"add", "hello"})
 
     def test_documents_that_give_no_prompt(self):
         self.assertIsNone(DP.prompt_of_document(TOOL_DOC))  # no python block
@@ -70,6 +92,71 @@ class Loops(unittest.TestCase):
         self.assertEqual(DP.looping_lines(four), [3])
 
 
+class RepeatedRuns(unittest.TestCase):
+    def test_a_unit_repeated_inside_a_line(self):
+        self.assertTrue(DP.repeated_runs('    return f(x, prec=prec, prec=prec, prec=prec, prec=prec)'))
+        self.assertTrue(DP.repeated_runs('I will call it with path="config", path="config", path="config", '
+                                         'path="config", path="config".'))
+
+    def test_ordinary_text_has_none(self):
+        self.assertEqual(DP.repeated_runs("# " + "=" * 70), [])  # one character
+        self.assertEqual(DP.repeated_runs("x = [0, 0, 0, 0]"), [])  # too short a unit
+        self.assertEqual(DP.repeated_runs("f(a, a, a)\n"), [])
+
+
+class ToolCalls(unittest.TestCase):
+    def test_a_call_of_an_offered_tool(self):
+        disabled = TOOL_PROMPT + "</mm:think>"  # thinking disabled: the prompt closes the tag
+        self.assertTrue(DP.check_tool_call(disabled, TOOL_CALL, True))
+        self.assertTrue(DP.check_tool_call(disabled, call("hello", []), True))
+        self.assertTrue(DP.check_tool_call(TOOL_PROMPT, "</mm:think>" + TOOL_CALL, True))
+        self.assertTrue(DP.check_tool_call(TOOL_PROMPT, call("add", [("a", "1"), ("b", "2")],
+                                                             "<mm:think>Add them.</mm:think>"), True))
+        nested = call("add", [("a", "1"), ("b", "2"), ("note", f"{NS}<k>v{NS}</k>")])
+        self.assertTrue(DP.check_tool_call(disabled, nested, True))
+
+    def test_the_turn_opens_as_the_template_writes_it(self):
+        disabled = TOOL_PROMPT + "</mm:think>"
+        self.assertFalse(DP.check_tool_call(TOOL_PROMPT, TOOL_CALL, True))  # no think tag at all
+        self.assertFalse(DP.check_tool_call(TOOL_PROMPT, "Add them.</mm:think>" + TOOL_CALL, True))  # no opening
+        self.assertFalse(DP.check_tool_call(TOOL_PROMPT, "<mm:think>Add them." + TOOL_CALL, True))  # not closed
+        self.assertFalse(DP.check_tool_call(disabled, "<mm:think>Add.</mm:think>" + TOOL_CALL, True))
+
+    def test_calls_an_agent_cannot_use(self):
+        bad = {
+            "not ended": (TOOL_CALL, False),
+            "unknown tool": (call("sub", [("a", "1"), ("b", "2")]), True),
+            "missing required": (call("add", [("a", "1")]), True),
+            "unknown parameter": (call("add", [("a", "1"), ("b", "2"), ("c", "3")]), True),
+            "repeated parameter": (call("add", [("a", "1"), ("a", "1"), ("b", "2")]), True),
+            "unclosed tag": (TOOL_CALL.replace(f"{NS}</b>", ""), True),
+            "unclosed block": (TOOL_CALL[:-len(NS + "</tool_call>")], True),
+            "words after the block": (TOOL_CALL + " done", True),
+            "two blocks": (TOOL_CALL + TOOL_CALL, True),
+            "no call": ("3", True),
+        }
+        for why, (text, ended) in bad.items():
+            with self.subTest(why):
+                self.assertFalse(DP.check_tool_call(TOOL_PROMPT + "</mm:think>", text, ended))
+
+    def test_tool_targets(self):
+        disabled = TOOL_PROMPT + "</mm:think>"
+        self.assertEqual(DP.target_text("tool", disabled, TOOL_CALL, True), (True, TOOL_CALL))
+        looping = call("add", [("a", "1"), ("b", "2")], "<mm:think>" + 'with a="1", ' * 6 + "</mm:think>")
+        self.assertEqual(DP.target_text("tool", TOOL_PROMPT, looping, True), (True, None))
+        self.assertEqual(DP.target_text("tool", disabled, TOOL_CALL, False), (False, None))
+
+    def test_kinds_of_the_prompt_order(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            defs = os.path.join(tmp, "defs.jsonl")
+            with open(defs, "w") as fh:
+                for doc in (FUNCTION_DOC, TOOL_DOC_M3, CHAT_DOC):
+                    fh.write(json.dumps(doc) + "\n")
+            self.assertEqual(sorted(k for k, _ in DP.prompts_in_order(defs, 0)), ["chat", "function"])
+            self.assertEqual(sorted(k for k, _ in DP.prompts_in_order(defs, 0, DP.ALL_KINDS)),
+                             ["chat", "function", "tool"])
+
+
 class Targets(unittest.TestCase):
     def setUp(self):
         _, self.prompt = DP.prompt_of_document(FUNCTION_DOC)
@@ -81,6 +168,10 @@ class Targets(unittest.TestCase):
 
     def test_a_loop_parses_but_is_no_target(self):
         body = "    value = clamp_inner(x)\n" * 5
+        self.assertEqual(DP.target_text("function", self.prompt, body, False), (True, None))
+
+    def test_a_loop_inside_a_line_is_no_target(self):
+        body = "    return clamp_inner(x, lo=lo, lo=lo, lo=lo, lo=lo, lo=lo)\n"
         self.assertEqual(DP.target_text("function", self.prompt, body, False), (True, None))
 
     def test_a_syntax_error_fails(self):
@@ -104,7 +195,7 @@ class GenTargets(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             defs = os.path.join(tmp, "defs.jsonl")
             with open(defs, "w") as fh:
-                for doc in (FUNCTION_DOC, CLASS_DOC, CHAT_DOC, TOOL_DOC):
+                for doc in (FUNCTION_DOC, CLASS_DOC, CHAT_DOC, TOOL_DOC, TOOL_DOC_M3):
                     fh.write(json.dumps(doc) + "\n")
             out, stats, neg = (os.path.join(tmp, n) for n in ("t.jsonl", "s.json", "n.jsonl"))
             subprocess.run([sys.executable, os.path.join(ROOT, "tools", "train", "gen_targets.py"),
@@ -114,16 +205,17 @@ class GenTargets(unittest.TestCase):
                            check=True, timeout=600)
             with open(stats) as fh:
                 s = json.load(fh)
-            self.assertEqual(s["prompts"], 3)  # the tool exchange gives none
-            self.assertEqual(s["completions"], 9)
-            self.assertEqual(sum(v["n"] for v in s["by_mode_kind"].values()), 9)
+            self.assertEqual(s["prompts"], 4)  # the tool exchange without the M3 markup gives none
+            self.assertEqual(s["completions"], 12)
+            self.assertEqual(sum(v["n"] for v in s["by_mode_kind"].values()), 12)
+            self.assertEqual(s["by_mode_kind"]["greedy_tool"]["n"], 1)
             with open(out) as fh:
                 rows = [json.loads(line) for line in fh]
             self.assertEqual(len(rows), s["targets"])
             self.assertEqual(sum(v["accepted"] for v in s["by_mode_kind"].values()), len(rows))
             for r in rows:
                 self.assertIn(r["mode"], ("greedy", "sampled"))
-                if r["kind"] == "chat":
+                if r["kind"] in ("chat", "tool"):
                     self.assertEqual(DP.target_text("chat", r["prompt"], r["target"], True), (True, r["target"]))
                 else:  # a target re-checked as a completion ends where it ended
                     self.assertEqual(DP.target_text(r["kind"], r["prompt"], r["target"], False), (True, r["target"]))
@@ -131,11 +223,12 @@ class GenTargets(unittest.TestCase):
                 negatives = [json.loads(line) for line in fh]
             self.assertEqual(len(negatives), s["negatives"])
             self.assertEqual(sum(v["negatives"] for v in s["by_mode_kind"].values()), len(negatives))
-            self.assertLessEqual(len(rows) + len(negatives), 9)
+            self.assertLessEqual(len(rows) + len(negatives), 12)
             for r in negatives:  # no target, and it looped or did not end
-                ended = r["finish_reason"] == "stop" and r["kind"] == "chat"
+                ended = r["finish_reason"] == "stop" and r["kind"] in ("chat", "tool")
                 self.assertIsNone(DP.target_text(r["kind"], r["prompt"], r["completion"], ended)[1])
-                self.assertTrue(r["finish_reason"] == "length" or DP.looping_lines(r["completion"]))
+                self.assertTrue(r["finish_reason"] == "length" or DP.looping_lines(r["completion"])
+                                or DP.repeated_runs(r["completion"]))
 
 
 if __name__ == "__main__":

@@ -6,12 +6,17 @@ Prompts (prompt_of_document) come from the definition documents of corpus.py ste
 train split only), in the shapes of the held-out code prompts of step 8:
   function / class  "# file: <path>\\n" + the definition down to the end of its docstring;
   chat              a code request in the M3 chat format, cut after the assistant marker (and the
-                    closed think tag in thinking-disabled turns).
-Tool-call exchanges are left to the language-model stream.
+                    closed think tag in thinking-disabled turns);
+  tool              a tool exchange in the M3 chat format (tools offered in the developer turn, a
+                    request for one of them), cut the same way: the model writes its reasoning,
+                    if any, and the call (the shape tools/train/eval_tool_calls.py measures).
+prompts_in_order yields the code kinds (KINDS) unless asked for others.
 
 A completion is a target (target_text) when it passes eval_code.py's own check (the same
-functions, imported) and no line of it loops (looping_lines): a model that is taught its own
-loops as targets learns to loop.
+functions, imported; for a tool prompt, check_tool_call: the turn ends in one well-formed call
+of an offered tool) and it does not loop: no line of it loops (looping_lines) and no stretch of
+it repeats itself within a line (repeated_runs). A model that is taught its own loops as targets
+learns to loop.
 """
 import ast
 import json
@@ -26,8 +31,14 @@ import eval_code  # noqa: E402
 
 CHAT_START = "]~!b["
 ASSISTANT = "]~b]ai\n"
-THINK_CLOSED = "</mm:think>"
-KINDS = ("function", "class", "chat")
+TURN_END = "[e~["
+THINK_OPEN, THINK_CLOSED = "<mm:think>", "</mm:think>"
+NS = "]<]minimax[>["  # the namespace of every tool-call tag (text/templates/minimax_m3.jinja)
+CALL_OPEN, CALL_CLOSE = NS + "<tool_call>\n", NS + "</tool_call>"
+KINDS = ("function", "class", "chat")  # the kinds of eval_code.py's held-out prompts
+ALL_KINDS = KINDS + ("tool",)
+# The longest completion of each kind: eval_code.py's, and eval_tool_calls.py's for a tool call.
+MAX_TOKENS = {**eval_code.MAX_TOKENS, "tool": 200}
 
 
 def prompt_of_document(doc):
@@ -40,6 +51,9 @@ def prompt_of_document(doc):
         cut = i + len(ASSISTANT)
         if doc.startswith(THINK_CLOSED, cut):
             cut += len(THINK_CLOSED)
+        turn = doc[cut:doc.find(TURN_END, cut)] if TURN_END in doc[cut:] else doc[cut:]
+        if CALL_OPEN in turn and offered_tools(doc[:cut]):
+            return "tool", doc[:cut]
         if "```python\n" not in doc[cut:] or "<tool_call>" in doc[cut:]:
             return None
         return "chat", doc[:cut]
@@ -60,17 +74,103 @@ def prompt_of_document(doc):
     return kind, f"{header}\n{head}"
 
 
-def prompts_in_order(defs_jsonl, seed):
-    """(kind, prompt text) of the definition documents of defs.jsonl that give a prompt, in a seeded
-    random order (a generator: callers stop when they have enough)."""
+def prompts_in_order(defs_jsonl, seed, kinds=KINDS):
+    """(kind, prompt text) of the definition documents of defs.jsonl that give a prompt of one of
+    `kinds`, in a seeded random order (a generator: callers stop when they have enough)."""
     with open(defs_jsonl, encoding="utf-8") as fh:
         docs = [json.loads(line) for line in fh if line.strip()]
     order = list(range(len(docs)))
     random.Random(seed).shuffle(order)
     for i in order:
         p = prompt_of_document(docs[i])
-        if p is not None:
+        if p is not None and p[0] in kinds:
             yield p
+
+
+TOOL_LINE = re.compile(r"^<tool>(.*)</tool>$", re.M)
+
+
+def offered_tools(prompt):
+    """{name: (parameter names, required names)} of the <tools> list in the prompt's developer
+    turn (the template writes one JSON function per <tool> line)."""
+    out = {}
+    for m in TOOL_LINE.finditer(prompt):
+        try:
+            fn = json.loads(m.group(1))
+            params = fn.get("parameters") or {}
+            out[fn["name"]] = (set(params.get("properties") or {}), set(params.get("required") or []))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return out
+
+
+def parse_tags(text, i=0):
+    """The NS-tagged elements at text[i:] as [(tag, value)] and the index after them; a value is
+    the text between the tags or, when it opens with a tag itself, the nested elements. Raises
+    ValueError on a tag that does not close."""
+    out = []
+    while text.startswith(NS + "<", i) and not text.startswith(NS + "</", i):
+        j = text.find(">", i + len(NS))
+        if j < 0:
+            raise ValueError("unclosed tag")
+        tag = text[i + len(NS) + 1:j]
+        i = j + 1
+        if text.startswith(NS + "<", i) and not text.startswith(NS + "</", i):
+            value, i = parse_tags(text, i)
+        else:
+            k = text.find(NS, i)
+            if k < 0:
+                raise ValueError(f"<{tag}> does not close")
+            value, i = text[i:k], k
+        close = f"{NS}</{tag}>"
+        if not text.startswith(close, i):
+            raise ValueError(f"<{tag}> closed by something else")
+        out.append((tag, value))
+        i += len(close)
+    return out, i
+
+
+INVOKE = re.compile(re.escape(NS) + r'<invoke name="([^"<>]+)">')
+
+
+def check_tool_call(prompt, text, ended):
+    """Is the assistant turn `text` (the completion of a tool prompt, up to the end-of-turn id;
+    ended: that id came) a call an agent can use? The turn opens as the template writes one:
+    after a prompt that closed the think tag (thinking disabled), no think tags; otherwise the
+    reasoning in <mm:think>...</mm:think> or a bare </mm:think>. Then optional words, then exactly
+    one tool-call block, closed, at the end of the turn; every invoke in it names an offered tool,
+    gives only that tool's parameters, each once, and all its required ones, in well-formed tags."""
+    tools = offered_tools(prompt)
+    if not ended or not tools or text.count(CALL_OPEN) != 1:
+        return False
+    if prompt.endswith(THINK_CLOSED):
+        if THINK_OPEN in text or THINK_CLOSED in text:
+            return False
+    elif not (text.startswith(THINK_CLOSED) or (text.startswith(THINK_OPEN) and text.count(THINK_CLOSED) == 1)):
+        return False
+    start = text.index(CALL_OPEN) + len(CALL_OPEN)
+    end = text.find(CALL_CLOSE, start)
+    if end < 0 or text[end + len(CALL_CLOSE):].strip():
+        return False
+    block, i, calls = text[start:end], 0, 0
+    while i < len(block):
+        m = INVOKE.match(block, i)
+        if m is None or m.group(1) not in tools:
+            return False
+        try:
+            args, i = parse_tags(block, m.end())
+        except ValueError:
+            return False
+        close = NS + "</invoke>\n"
+        if not block.startswith(close, i):
+            return False
+        i += len(close)
+        names, required = tools[m.group(1)]
+        given = [tag for tag, _ in args]
+        if len(set(given)) != len(given) or not set(given) <= names or not required <= set(given):
+            return False
+        calls += 1
+    return calls > 0
 
 
 def cut_completion(kind, text):
@@ -107,13 +207,29 @@ def looping_lines(text, min_chars=12, near_after=3):
     return out
 
 
+RUN = re.compile(r"(.{4,40}?)\1{3,}")
+
+
+def repeated_runs(text):
+    """The stretches of text that repeat one unit of 4-40 characters, holding two different
+    non-blank characters, four or more times in a row (`prec=prec, prec=prec, ...`,
+    `path="config", path="config", ...`): the loop inside one line that looping_lines cannot see.
+    Runs of one character (`# ======`) and short repeats are ordinary text."""
+    return [m.group(0) for m in RUN.finditer(text) if len(set(m.group(1).replace(" ", ""))) >= 2]
+
+
 def target_text(kind, prompt, text, ended):
     """(passed, target) of one completion `text` of `prompt`, as m3serve returned it (stop strings
     applied) or cut_completion cut it; ended: the end-of-turn id came. passed is eval_code.py's
     verdict; target is the text to train on after the prompt (the caller adds the end-of-turn id)
-    or None: the definition down to where it ends, or the chat answer down to its closing fence
-    (all of it when it ended there). A looping target is None even when it parses."""
-    if kind == "chat":
+    or None: the definition down to where it ends, the chat answer down to its closing fence
+    (all of it when it ended there), or the whole turn of a tool call. A looping target is None
+    even when it passes."""
+    if kind == "tool":
+        if not check_tool_call(prompt, text, ended):
+            return False, None
+        body = text
+    elif kind == "chat":
         ok, _ = eval_code.check_chat(text)
         if not ok:
             return False, None
@@ -125,4 +241,4 @@ def target_text(kind, prompt, text, ended):
         if not ok or not parsed.startswith(head) or len(parsed) <= len(head):
             return ok, None
         body = parsed[len(head):]
-    return True, (None if looping_lines(body) else body)
+    return True, (None if looping_lines(body) or repeated_runs(body) else body)

@@ -113,10 +113,14 @@ def check_chat(completion):
     return ok, code
 
 
-def complete(port, model, prompt, mode, index, extra, timeout, seed_base=1000):
-    body = {"model": model, "prompt": prompt["prompt"], "max_tokens": MAX_TOKENS[prompt["kind"]],
+def complete(port, model, prompt, mode, index, extra, timeout, seed_base=1000, max_tokens=None):
+    """One completion of prompt (kind, prompt) as this check makes it, and its verdict; a kind
+    other than function / class / chat (gen_targets.py's tool prompts) needs max_tokens, gets no
+    stop strings, and is left to the caller to judge (passed None)."""
+    kind = prompt["kind"]
+    body = {"model": model, "prompt": prompt["prompt"], "max_tokens": max_tokens or MAX_TOKENS[kind],
             "temperature": 0.0, **extra}
-    if prompt["kind"] != "chat":
+    if kind in ("function", "class"):
         body["stop"] = STOPS
     if mode == "sampled":
         body.update(SAMPLED, seed=seed_base + index)
@@ -127,10 +131,12 @@ def complete(port, model, prompt, mode, index, extra, timeout, seed_base=1000):
                 "completion_tokens": 0, "completion": "", "error": str(e)}
     choice = res["choices"][0]
     text = choice["text"]
-    if prompt["kind"] == "chat":
-        ok, parsed = check_chat(text)
+    if kind == "chat":
+        ok, _ = check_chat(text)
+    elif kind in ("function", "class"):
+        ok, _ = check_definition(prompt["prompt"], text)
     else:
-        ok, parsed = check_definition(prompt["prompt"], text)
+        ok = None
     return {"index": index, "kind": prompt["kind"], "mode": mode, "passed": ok,
             "finish_reason": choice.get("finish_reason"), "completion_tokens": res["usage"]["completion_tokens"],
             "completion": text}

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Expert iteration for the small model, on the GPU machine: rounds of
 #   1. gen_targets.py: `m3serve serve --device cuda` of the current model completes GEN_COUNT
-#      definition prompts of the train split (a new draw each round), once greedily and SAMPLES
-#      times sampled; the completions that parse without a looping line are the round's targets,
-#      those that loop or run to max_tokens without one its negatives;
+#      prompts of the train split's definition documents (a new draw each round; GEN_KINDS, by
+#      default code and tool-call prompts), once greedily and SAMPLES times sampled; the
+#      completions that pass without looping are the round's targets, those that loop or run to
+#      max_tokens without one its negatives;
 #   2. train.py stage e, offline (--st-gen 0): supervised steps on the targets of the last
 #      KEEP_ROUNDS rounds and (UL_WEIGHT > 0) unlikelihood on the repeats of this round's
 #      negatives, added to stage c's fine-tune (language model + indexer KL, MSA, fake NVFP4 KV),
@@ -37,6 +38,7 @@ ROUNDS=${ROUNDS:-1}
 FIRST_ROUND=${FIRST_ROUND:-1}
 GEN_COUNT=${GEN_COUNT:-1024}
 SAMPLES=${SAMPLES:-1}
+GEN_KINDS=${GEN_KINDS:-function,class,chat,tool}
 KEEP_ROUNDS=${KEEP_ROUNDS:-2}
 TIME_E=${TIME_E:-120}
 LR_E=${LR_E:-1e-4}
@@ -101,7 +103,7 @@ for ((k = 0; k < ROUNDS; k++)); do
   rm -rf "$R" && mkdir -p "$R"
   stamp "round $r: generate ($GEN_COUNT prompts x $((SAMPLES + 1))) with $cur"
   python3 $T/gen_targets.py --m3serve "$M3SERVE" --model "$cur" --defs "$W/corpus/defs.jsonl" --count "$GEN_COUNT" \
-    --samples "$SAMPLES" --seed "$r" --device cuda --out "$R/targets.jsonl" --negatives "$R/negatives.jsonl" \
+    --samples "$SAMPLES" --kinds "$GEN_KINDS" --seed "$r" --device cuda --out "$R/targets.jsonl" --negatives "$R/negatives.jsonl" \
     --stats "$R/gen.json"
   targets=$(ls "$E"/round-*/targets.jsonl | sort -V | tail -n "$KEEP_ROUNDS" | paste -sd, -)
   ul=()

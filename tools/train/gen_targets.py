@@ -10,12 +10,16 @@ graphs, and generates with the numerics the model ships with (MSA selection, NVF
 what eval_code.py measures.
 
 Each prompt (definition_prompts.prompt_of_document over defs.jsonl in a seeded order, so each
-round's seed gives other prompts) is completed once greedily and --samples times at eval_code.py's
-temperature and top-p, with eval_code.py's max_tokens and stop strings. A completion's verdict
-and target come from definition_prompts.target_text; two equal targets of one prompt are kept once.
+round's seed gives other prompts; --kinds picks which kinds) is completed once greedily and
+--samples times at eval_code.py's temperature and top-p, with its kind's max_tokens
+(definition_prompts.MAX_TOKENS) and eval_code.py's stop strings for definitions. A completion's
+verdict and target come from definition_prompts.target_text; two equal targets of one prompt are
+kept once. Tool prompts (a tool exchange cut before the call) are longer than the others: the
+tools and their instructions take about 2,000 characters, so their limit is
+--max-tool-prompt-chars.
 
-The completions that give no target and either ran to max_tokens or hold a looping line are the
-round's negatives (--negatives, jsonl: kind, mode, prompt, completion, finish_reason): train.py
+The completions that give no target and either ran to max_tokens or loop (a looping line, or a
+run inside a line: definition_prompts.repeated_runs) are the round's negatives (--negatives, jsonl: kind, mode, prompt, completion, finish_reason): train.py
 stage e (--st-negatives) gives their repeated tokens the unlikelihood term, so the model is
 taught against the loops it makes with the numerics it ships with, not only towards what ends.
 
@@ -25,7 +29,7 @@ generation rate).
 
 Usage: python3 tools/train/gen_targets.py --m3serve build/bin/m3serve --model DIR --defs defs.jsonl
            --count N --seed S --out targets.jsonl [--negatives negatives.jsonl] [--stats stats.json] [--device cuda]
-           [--concurrency 256] [--samples 1] [--max-prompt-chars 1400]
+           [--concurrency 256] [--samples 1] [--kinds function,class,chat,tool] [--max-prompt-chars 1400]
 """
 import argparse
 import concurrent.futures
@@ -40,11 +44,11 @@ import definition_prompts as DP  # noqa: E402
 import eval_code  # noqa: E402
 
 
-def prompts_of(defs, count, seed, max_chars):
+def prompts_of(defs, count, seed, kinds, max_chars, max_tool_chars):
     """Up to `count` (kind, prompt) of the definition documents in a seeded random order."""
     out = []
-    for kind, text in DP.prompts_in_order(defs, seed):
-        if len(text) <= max_chars:
+    for kind, text in DP.prompts_in_order(defs, seed, kinds):
+        if len(text) <= (max_tool_chars if kind == "tool" else max_chars):
             out.append((kind, text))
             if len(out) == count:
                 break
@@ -61,7 +65,9 @@ def main():
     ap.add_argument("--count", type=int, default=1024, help="prompts")
     ap.add_argument("--seed", type=int, default=0, help="which prompts, and the sampling seeds")
     ap.add_argument("--samples", type=int, default=1, help="sampled completions per prompt (besides the greedy one)")
+    ap.add_argument("--kinds", default=",".join(DP.ALL_KINDS), help="prompt kinds (function, class, chat, tool)")
     ap.add_argument("--max-prompt-chars", type=int, default=1400)
+    ap.add_argument("--max-tool-prompt-chars", type=int, default=4000)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--kv-cache-dtype", default="nvfp4")
     ap.add_argument("--concurrency", type=int, default=256)
@@ -71,7 +77,11 @@ def main():
     ap.add_argument("--stats")
     args = ap.parse_args()
 
-    prompts = prompts_of(args.defs, args.count, args.seed, args.max_prompt_chars)
+    kinds = tuple(args.kinds.split(","))
+    unknown = set(kinds) - set(DP.ALL_KINDS)
+    if unknown:
+        raise SystemExit(f"--kinds: unknown kind(s) {', '.join(sorted(unknown))} (known: {', '.join(DP.ALL_KINDS)})")
+    prompts = prompts_of(args.defs, args.count, args.seed, kinds, args.max_prompt_chars, args.max_tool_prompt_chars)
     jobs = [(i, p, "greedy", 0) for i, p in enumerate(prompts)]
     jobs += [(i, p, "sampled", s) for s in range(args.samples) for i, p in enumerate(prompts)]
     port = eval_code.free_port()
@@ -85,8 +95,11 @@ def main():
         def one(job):
             i, (kind, text), mode, s = job
             seed_base = (args.seed * (args.samples + 1) + s) * 1_000_000
-            return eval_code.complete(port, served, {"kind": kind, "prompt": text}, mode, i, {},
-                                      args.timeout, seed_base=seed_base)
+            # The tool-call tags and the think tags are special tokens, which a completion's text
+            # leaves out unless asked: the verdict and the target need them.
+            extra = {"skip_special_tokens": False} if kind == "tool" else {}
+            return eval_code.complete(port, served, {"kind": kind, "prompt": text}, mode, i, extra,
+                                      args.timeout, seed_base=seed_base, max_tokens=DP.MAX_TOKENS[kind])
         with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
             results = list(pool.map(one, jobs))
     finally:
@@ -96,7 +109,7 @@ def main():
 
     counts, seen, targets, negatives = {}, set(), [], []
     for (i, (kind, text), mode, _), res in zip(jobs, results):
-        ended = res.get("finish_reason") == "stop" and kind == "chat"
+        ended = res.get("finish_reason") == "stop" and kind in ("chat", "tool")
         passed, target = DP.target_text(kind, text, res["completion"], ended) if "error" not in res else (False, None)
         c = counts.setdefault(f"{mode}_{kind}", {"n": 0, "parsed": 0, "accepted": 0, "negatives": 0, "errors": 0})
         c["n"] += 1
@@ -107,7 +120,8 @@ def main():
             c["accepted"] += 1
             targets.append({"kind": kind, "mode": mode, "prompt": text, "target": target})
         elif target is None and "error" not in res and (
-                res["finish_reason"] == "length" or DP.looping_lines(res["completion"])):
+                res["finish_reason"] == "length" or DP.looping_lines(res["completion"])
+                or DP.repeated_runs(res["completion"])):
             c["negatives"] += 1
             negatives.append({"kind": kind, "mode": mode, "prompt": text, "completion": res["completion"],
                               "finish_reason": res["finish_reason"]})

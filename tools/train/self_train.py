@@ -237,7 +237,7 @@ class SelfTrainStep:
         targets = self.codec.encode_batch([r["target"] for r in records])
         for p, t in zip(prompts, targets):
             self.buffer.append((p, t + [self.eos]))
-        return {k: sum(r["kind"] == k for r in records) for k in DP.KINDS}
+        return {k: sum(r["kind"] == k for r in records) for k in DP.ALL_KINDS}
 
     def load_negatives(self, paths):
         """Loads gen_targets.py's negatives (jsonl: kind, prompt, completion): m3serve's completions
@@ -253,7 +253,7 @@ class SelfTrainStep:
             return 0, 0, 0, 0
         prompts = self.codec.encode_batch([r["prompt"] for r in records])
         conts = self.codec.encode_batch([r["completion"] for r in records])
-        conts = [c[:eval_code.MAX_TOKENS[r["kind"]]] for r, c in zip(records, conts)]
+        conts = [c[:DP.MAX_TOKENS[r["kind"]]] for r, c in zip(records, conts)]
         rows = torch.full((len(conts), max(len(c) for c in conts) + 1), self.eos, dtype=torch.long)
         for r, c in enumerate(conts):
             rows[r, :len(c)] = torch.tensor(c, dtype=torch.long)
