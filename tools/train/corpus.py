@@ -22,7 +22,8 @@ Exactly what it does, so that the same machine image rebuilds the same corpus:
        answered with the function's source in a ```python block;
      - a tool exchange (when every parameter has a JSON type: tool_spec): the function, and up
        to two other documented functions of its file, offered as tools; a user request with
-       argument values (literal defaults, else values made from the parameter's type); the
+       argument values (literal defaults, else values made from the parameter's type), named
+       (`path="v2"`) or, in three of the seven request shapes, given as values only; the
        assistant's call in the M3 tool-call markup; a tool response; a one-line answer.
      The same hash sets the thinking mode (enabled / disabled / adaptive) and whether the
      assistant turn carries reasoning (always when enabled, never when disabled), so the
@@ -76,11 +77,17 @@ REQUESTS = [
     "{doc}\n\nPlease write this as a Python function named `{name}`.",
     "Can you write `{sig}`? It should work like this: {doc}",
 ]
+# Requests for a tool call. The first four name every argument (`path="v2"`); the others give
+# only the values, in the parameters' order, as a person would ("Count the lines of setup.py"),
+# so the model learns to map values to parameters itself (the reasoning spells the mapping out).
 TOOL_REQUESTS = [
     "Use `{name}` to do this: {doc} The inputs are {args}.",
     "Please call {name} with {args}.",
     "{doc}\n\nRun it for {args}.",
     "I need the result of {name} for {args}. Can you get it?",
+    "{doc}\n\nDo it for {values}.",
+    "Can you run {name} on {values}?",
+    "{doc} I have {values}.",
 ]
 WORDS = ("alpha", "report.txt", "main", "utf-8", "config", "users", "data/input.csv", "north", "id", "v2")
 
@@ -330,7 +337,9 @@ def chat_documents(facts, render):
             tools = tools[(h >> 12) % len(tools):] + tools[:(h >> 12) % len(tools)]
             args = argument_values(params, h >> 16)
             shown = ", ".join(f"{k}={json.dumps(v)}" for k, v in args.items()) or "the default arguments"
-            request = TOOL_REQUESTS[(h >> 4) % len(TOOL_REQUESTS)].format(name=name, doc=summary, args=shown)
+            values = ", ".join(v if isinstance(v, str) else json.dumps(v) for v in args.values()) or "the defaults"
+            request = TOOL_REQUESTS[(h >> 4) % len(TOOL_REQUESTS)].format(name=name, doc=summary, args=shown,
+                                                                          values=values)
             call = {"role": "assistant", "content": "",
                     "tool_calls": [{"type": "function", "function": {"name": name, "arguments": args}}]}
             if think:
