@@ -19,17 +19,19 @@ tools and their instructions take about 2,000 characters, so their limit is
 --max-tool-prompt-chars.
 
 The completions that give no target and either ran to max_tokens or loop (a looping line, or a
-run inside a line: definition_prompts.repeated_runs) are the round's negatives (--negatives, jsonl: kind, mode, prompt, completion, finish_reason): train.py
-stage e (--st-negatives) gives their repeated tokens the unlikelihood term, so the model is
-taught against the loops it makes with the numerics it ships with, not only towards what ends.
+run inside a line: definition_prompts.repeated_runs) are the round's negatives (--negatives,
+jsonl: kind, mode, prompt, completion, finish_reason): train.py stage e (--st-negatives) gives
+their repeated tokens the unlikelihood term, so the model is taught against the loops it makes
+with the numerics it ships with, not only towards what ends.
 
 Needs only python3 and a built m3serve (no torch). Writes --out (jsonl: kind, mode, prompt,
 target), --negatives, and --stats (pass, acceptance and negative rates per mode and kind, and the
 generation rate).
 
 Usage: python3 tools/train/gen_targets.py --m3serve build/bin/m3serve --model DIR --defs defs.jsonl
-           --count N --seed S --out targets.jsonl [--negatives negatives.jsonl] [--stats stats.json] [--device cuda]
-           [--concurrency 256] [--samples 1] [--kinds function,class,chat,tool] [--max-prompt-chars 1400]
+           --count N --seed S --out targets.jsonl [--negatives negatives.jsonl] [--stats stats.json]
+           [--device cuda] [--concurrency 256] [--samples 1] [--kinds function,class,chat,tool]
+           [--max-prompt-chars 1400] [--max-tool-prompt-chars 4000]
 """
 import argparse
 import concurrent.futures
