@@ -65,7 +65,8 @@ def request(port, model, tool, temperature, seed, timeout):
         except ValueError:
             pass
     reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
-    return {"tool": name, "temperature": temperature, "passed": passed, "finish_reason": res["choices"][0].get("finish_reason"),
+    return {"tool": name, "temperature": temperature, "passed": passed,
+            "finish_reason": res["choices"][0].get("finish_reason"),
             "call": calls[0]["function"] if calls else None, "content": (msg.get("content") or "")[:300],
             "reasoning": reasoning[:300]}
 
