@@ -15,7 +15,10 @@ window of W ids scores W - 1 positions, exactly as `m3serve score --prompt-ids` 
 Before the table, transformers' MiniMaxM3VLForCausalLM (eager, fp32) runs the same weights on one
 window and must agree with the emulation without KV quantization (`f32`).
 
-Outputs (--out): eval_torch.json (table, per-window NLL, transformers check, samples); with
+A diagnostic row, sparse/nvfp4-nop8, is nvfp4 with the softmax path instead of P8: how much of the
+NVFP4 cost is the probability rounding (the training path models it only with train.py --qat-p8).
+
+Outputs (--out): eval_torch.json (table, per-window NLL, diagnostics, transformers check, samples); with
 --engine-out: the ids of the windows m3serve is compared on and their PyTorch perplexities; with
 --fixture-out: the CI sample of tests/model_small (one 1024-id window, expected perplexities).
 
@@ -148,7 +151,14 @@ def main():
                 nll[key] = window_nlls(model, ws, options(attention, kv))
                 table[key] = round(ppl(nll[key], size), 4)
                 print(f"{key}: ppl {table[key]:.4f} ({len(ws)} windows)", flush=True)
-    result.update(table=table, window_nll=nll)
+    # What the P8 probability rounding costs: nvfp4 with the softmax path instead (not an m3serve
+    # setting, so it stays out of the table, the engine windows and the CI fixture).
+    diagnostics = {}
+    for size, ws in ((args.short, shorts), (args.long, longs)):
+        key = f"sparse/nvfp4-nop8/{size}"
+        diagnostics[key] = round(ppl(window_nlls(model, ws, options("sparse", "nvfp4-nop8")), size), 4)
+        print(f"{key}: ppl {diagnostics[key]:.4f} ({len(ws)} windows; diagnostic: nvfp4 without P8)", flush=True)
+    result.update(table=table, window_nll=nll, diagnostics=diagnostics)
     try:
         result["samples"] = samples(model, cfg, args.model)
     except ImportError as e:

@@ -5,7 +5,9 @@ three ways:
   training   bf16 autocast; dense causal attention (SDPA) or MSA block-sparse attention with the
              indexer's per-KV-group selection; optional fake quantization of q / index-q to E4M3 and
              of K / V / index-K to NVFP4 with straight-through gradients (quantization-aware tuning);
-             optional indexer KL loss against the attention mass per 128-token block.
+             optional indexer KL loss against the attention mass per 128-token block; with p8,
+             the attention probabilities are rounded as m3serve's NVFP4 attention rounds them
+             (P8, straight-through; attention_p8).
   emulation  fp32, reproducing m3serve's CPU numerics for each KV-cache dtype (docs/reference.md
              D2-D4): bf16 / fp8 / nvfp4 K, V and index-K, E4M3 queries where m3serve uses
              them, and the Q8KV4 probability path for nvfp4. eval_torch.py compares it with
@@ -22,6 +24,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 
 @dataclass
@@ -253,6 +256,8 @@ def fake_quant(x, fn):
 # queries and uses the Q8KV4 probability path.
 def kv_codec(kv_dtype):
     ident = lambda t: t  # noqa: E731
+    if kv_dtype == "nvfp4-nop8":  # a diagnostic, not an m3serve dtype: nvfp4 without the P8 rounding
+        kv_dtype = "nvfp4"
     if kv_dtype == "f32":
         return ident, ident, ident, ident
     if kv_dtype == "bf16":
@@ -261,7 +266,7 @@ def kv_codec(kv_dtype):
         return ident, e4m3_round, e4m3_round, e4m3_round
     if kv_dtype == "nvfp4":
         return e4m3_round, nvfp4_kv_round, e4m3_round, nvfp4_kv_round
-    raise ValueError(f"unknown KV dtype {kv_dtype!r} (f32, bf16, fp8, nvfp4)")
+    raise ValueError(f"unknown KV dtype {kv_dtype!r} (f32, bf16, fp8, nvfp4, nvfp4-nop8)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -273,6 +278,7 @@ class ForwardOptions:
     qat: bool = False  # fake-quantize q, index-q (E4M3) and K, V, index-K (NVFP4) with STE
     indexer_kl: bool = False  # add the indexer's KL loss (inputs detached) to aux["indexer_kl"]
     emulate: str = None  # None (training path) | f32 | bf16 | fp8 | nvfp4 (fp32 engine numerics)
+    p8: bool = False  # training path with qat: round the probabilities as the Q8KV4 path does (attention_p8)
     topk_blocks: int = None  # override of config.index_topk_blocks
     logits: bool = True
 
@@ -393,7 +399,7 @@ def attention_emulated(q, k, v, keep, c, kv_dtype):
     for j in range(g):
         logits = torch.matmul(q[:, j * hg:(j + 1) * hg], k[:, j:j + 1].transpose(-1, -2))  # unscaled
         logits = logits.masked_fill(~mask[:, j:j + 1], float("-inf"))
-        if kv_dtype == "nvfp4":
+        if kv_dtype == "nvfp4":  # not "nvfp4-nop8", the diagnostic that leaves P8 out
             # Q8KV4: P8 = E4M3(448 exp(s - m)) multiplies V; the normaliser sums the unquantized terms.
             m = logits.amax(-1, keepdim=True)
             e = 448.0 * torch.exp(scale * (logits - m))
@@ -402,6 +408,56 @@ def attention_emulated(q, k, v, keep, c, kv_dtype):
             p = torch.softmax(logits * scale, -1)
         out[:, j * hg:(j + 1) * hg] = torch.matmul(p, v[:, j:j + 1])
     return out
+
+
+def p8_probabilities(logits, scale):
+    """Softmax of logits [..., T] (unscaled; -inf masked) whose values are the Q8KV4 path's
+    P8 = E4M3(448 exp(s - m)) / sum(448 exp(s - m)) (the normaliser sums the unquantized terms, as
+    attention_emulated) and whose gradient is the exact softmax's (straight-through)."""
+    m = logits.amax(-1, keepdim=True)
+    e = torch.exp(scale * (logits - m))
+    p = e / e.sum(-1, keepdim=True)
+    p8 = e4m3_round(448.0 * e) / (448.0 * e.sum(-1, keepdim=True))
+    return p + (p8 - p).detach()
+
+
+def _p8_chunk(q, k, v, mask, scale):
+    """One chunk of attention_p8: q [B, H, C, D], k / v [B, 1, T, D], mask [B, 1, C, T]. fp32
+    with autocast off: a bf16 logit is off by up to 0.4%, more than P8's own rounding moves exp()."""
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        logits = torch.matmul(q.float(), k.float().transpose(-1, -2))
+        logits = logits.masked_fill(~mask, float("-inf"))
+        return torch.matmul(p8_probabilities(logits, scale), v.float()).to(q.dtype)
+
+
+def attention_p8(q, k, v, keep, c, chunk=1024):
+    """Training attention with m3serve's NVFP4 probability rounding (P8): the attention of
+    attention_train, computed in fp32 with the probabilities fake-quantized as the Q8KV4 kernels
+    round them (p8_probabilities). The logits are materialised, so the queries go in chunks of
+    `chunk` rows, each recomputed in the backward pass (torch.utils.checkpoint) rather than kept:
+    about B x heads x chunk x S x 12 bytes live at a time. keep None: dense causal. q [B, Hq, S, D];
+    k, v [B, G, S, D] (already fake-quantized by the caller)."""
+    b, hq, s, d = q.shape
+    g = k.shape[1]
+    hg = hq // g
+    scale = 1.0 / math.sqrt(d)
+    causal = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
+    outs = []
+    for j in range(g):
+        parts = []
+        for start in range(0, s, chunk):
+            end = min(s, start + chunk)
+            mask = causal[start:end, :end][None, None].expand(b, 1, -1, -1)
+            if keep is not None:
+                blocks = keep[:, j:j + 1, start:end].repeat_interleave(c.index_block_size, dim=-1)[..., :end]
+                mask = mask & blocks
+            args = (q[:, j * hg:(j + 1) * hg, start:end], k[:, j:j + 1, :end], v[:, j:j + 1, :end], mask, scale)
+            if torch.is_grad_enabled() and q.requires_grad:
+                parts.append(torch.utils.checkpoint.checkpoint(_p8_chunk, *args, use_reentrant=False))
+            else:
+                parts.append(_p8_chunk(*args))
+        outs.append(torch.cat(parts, 2))
+    return torch.cat(outs, 1)
 
 
 def sdpa(q, k, v, attn_mask=None, is_causal=False):
@@ -520,7 +576,7 @@ def attention_block(a, h, cos, sin, c, o, aux):
     else:
         if o.qat:
             q, k, v = fake_quant(q, e4m3_round), fake_quant(k, nvfp4_kv_round), fake_quant(v, nvfp4_kv_round)
-        out = attention_train(q, k, v, keep, c)
+        out = attention_p8(q, k, v, keep, c) if (o.qat and o.p8) else attention_train(q, k, v, keep, c)
     return a.o_proj(out.transpose(1, 2).reshape(b, s, hq * d))
 
 
