@@ -32,6 +32,10 @@ class Point:
 '''
 CHAT_PROMPT = "]~!b[]~b]user\nWrite `add(a, b)`.[e~[\n]~b]ai\n</mm:think>"
 CHAT_DOC = CHAT_PROMPT + "```python\ndef add(a, b):\n    return a + b\n```[e~["
+# Thinking enabled or adaptive: the prompt ends at the assistant marker, the turn opens the tags.
+OPEN_CHAT_PROMPT = "]~!b[]~b]user\nWrite `sub(a, b)`.[e~[\n]~b]ai\n"
+OPEN_CHAT_DOC = (OPEN_CHAT_PROMPT + "<mm:think>The user wants sub.</mm:think>```python\ndef sub(a, b):\n"
+                 "    return a - b\n```[e~[")
 TOOL_DOC = "]~!b[]~b]user\nAdd 1 and 2.[e~[\n]~b]ai\n<tool_call>...</tool_call>[e~["
 NS = "]<]minimax[>["
 TOOL_PROMPT = ("]~!b[]~b]developer\nYou are a helpful assistant.\n\n# Tools\n<tools>\n"
@@ -174,6 +178,16 @@ class Targets(unittest.TestCase):
         body = "    return clamp_inner(x, lo=lo, lo=lo, lo=lo, lo=lo, lo=lo)\n"
         self.assertEqual(DP.target_text("function", self.prompt, body, False), (True, None))
 
+    def test_chat_answers_keep_the_think_tags_of_the_template(self):
+        answer = "```python\ndef sub(a, b):\n    return a - b\n```"
+        thought = "<mm:think>The user wants sub.</mm:think>" + answer
+        self.assertEqual(DP.target_text("chat", OPEN_CHAT_PROMPT, thought, True), (True, thought))
+        self.assertEqual(DP.target_text("chat", OPEN_CHAT_PROMPT, "</mm:think>" + answer, True),
+                         (True, "</mm:think>" + answer))
+        # the reasoning without its tags parses but would reach a client as the answer: no target
+        self.assertEqual(DP.target_text("chat", OPEN_CHAT_PROMPT, "The user wants sub." + answer, True), (True, None))
+        self.assertEqual(DP.target_text("chat", CHAT_PROMPT, thought, True), (True, None))  # thinking disabled
+
     def test_a_syntax_error_fails(self):
         self.assertEqual(DP.target_text("function", self.prompt, "    return (x\n", False), (False, None))
 
@@ -195,7 +209,7 @@ class GenTargets(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             defs = os.path.join(tmp, "defs.jsonl")
             with open(defs, "w") as fh:
-                for doc in (FUNCTION_DOC, CLASS_DOC, CHAT_DOC, TOOL_DOC, TOOL_DOC_M3):
+                for doc in (FUNCTION_DOC, CLASS_DOC, CHAT_DOC, TOOL_DOC, TOOL_DOC_M3, OPEN_CHAT_DOC):
                     fh.write(json.dumps(doc) + "\n")
             out, stats, neg = (os.path.join(tmp, n) for n in ("t.jsonl", "s.json", "n.jsonl"))
             subprocess.run([sys.executable, os.path.join(ROOT, "tools", "train", "gen_targets.py"),
@@ -205,10 +219,13 @@ class GenTargets(unittest.TestCase):
                            check=True, timeout=600)
             with open(stats) as fh:
                 s = json.load(fh)
-            self.assertEqual(s["prompts"], 4)  # the tool exchange without the M3 markup gives none
-            self.assertEqual(s["completions"], 12)
-            self.assertEqual(sum(v["n"] for v in s["by_mode_kind"].values()), 12)
+            self.assertEqual(s["prompts"], 5)  # the tool exchange without the M3 markup gives none
+            self.assertEqual(s["completions"], 15)
+            self.assertEqual(sum(v["n"] for v in s["by_mode_kind"].values()), 15)
             self.assertEqual(s["by_mode_kind"]["greedy_tool"]["n"], 1)
+            # the open chat prompt (and not the one that closed the tags) is counted for its tags
+            self.assertEqual(s["by_mode_kind"]["greedy_chat"]["open_turns"], 1)
+            self.assertLessEqual(s["by_mode_kind"]["greedy_chat"]["tags_right"], 1)
             with open(out) as fh:
                 rows = [json.loads(line) for line in fh]
             self.assertEqual(len(rows), s["targets"])
@@ -223,7 +240,7 @@ class GenTargets(unittest.TestCase):
                 negatives = [json.loads(line) for line in fh]
             self.assertEqual(len(negatives), s["negatives"])
             self.assertEqual(sum(v["negatives"] for v in s["by_mode_kind"].values()), len(negatives))
-            self.assertLessEqual(len(rows) + len(negatives), 12)
+            self.assertLessEqual(len(rows) + len(negatives), 15)
             for r in negatives:  # no target, and it looped or did not end
                 ended = r["finish_reason"] == "stop" and r["kind"] in ("chat", "tool")
                 self.assertIsNone(DP.target_text(r["kind"], r["prompt"], r["completion"], ended)[1])

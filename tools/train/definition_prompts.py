@@ -130,23 +130,29 @@ def parse_tags(text, i=0):
     return out, i
 
 
+def turn_opens_right(prompt, text):
+    """Does the assistant turn `text` (special tokens kept) open as the chat template writes one?
+    After a prompt that closed the think tag (thinking disabled): no think tags at all. Otherwise:
+    the reasoning in <mm:think>...</mm:think>, or a bare </mm:think>. A turn that drops the tags
+    puts its reasoning where a client reads the answer (the reasoning parser finds nothing)."""
+    if prompt.endswith(THINK_CLOSED):
+        return THINK_OPEN not in text and THINK_CLOSED not in text
+    if text.startswith(THINK_CLOSED):
+        return THINK_OPEN not in text and text.count(THINK_CLOSED) == 1
+    return text.startswith(THINK_OPEN) and text.count(THINK_OPEN) == 1 and text.count(THINK_CLOSED) == 1
+
+
 INVOKE = re.compile(re.escape(NS) + r'<invoke name="([^"<>]+)">')
 
 
 def check_tool_call(prompt, text, ended):
     """Is the assistant turn `text` (the completion of a tool prompt, up to the end-of-turn id;
-    ended: that id came) a call an agent can use? The turn opens as the template writes one:
-    after a prompt that closed the think tag (thinking disabled), no think tags; otherwise the
-    reasoning in <mm:think>...</mm:think> or a bare </mm:think>. Then optional words, then exactly
+    ended: that id came) a call an agent can use? The turn opens as the template writes one
+    (turn_opens_right). Then optional words, then exactly
     one tool-call block, closed, at the end of the turn; every invoke in it names an offered tool,
     gives only that tool's parameters, each once, and all its required ones, in well-formed tags."""
     tools = offered_tools(prompt)
-    if not ended or not tools or text.count(CALL_OPEN) != 1:
-        return False
-    if prompt.endswith(THINK_CLOSED):
-        if THINK_OPEN in text or THINK_CLOSED in text:
-            return False
-    elif not (text.startswith(THINK_CLOSED) or (text.startswith(THINK_OPEN) and text.count(THINK_CLOSED) == 1)):
+    if not ended or not tools or text.count(CALL_OPEN) != 1 or not turn_opens_right(prompt, text):
         return False
     start = text.index(CALL_OPEN) + len(CALL_OPEN)
     end = text.find(CALL_CLOSE, start)
@@ -224,7 +230,8 @@ def target_text(kind, prompt, text, ended):
     verdict; target is the text to train on after the prompt (the caller adds the end-of-turn id)
     or None: the definition down to where it ends, the chat answer down to its closing fence
     (all of it when it ended there), or the whole turn of a tool call. A looping target is None
-    even when it passes."""
+    even when it passes, and so is a chat answer whose think tags are not the template's
+    (turn_opens_right; chat and tool text must keep its special tokens)."""
     if kind == "tool":
         if not check_tool_call(prompt, text, ended):
             return False, None
@@ -233,6 +240,8 @@ def target_text(kind, prompt, text, ended):
         ok, _ = eval_code.check_chat(text)
         if not ok:
             return False, None
+        if not turn_opens_right(prompt, text):  # it parses, but a client would get it wrong
+            return True, None
         start = text.find("```python\n")
         body = text if ended else text[:text.find("\n```", start + 10) + 4]
     else:

@@ -20,7 +20,8 @@ tools and their instructions take about 2,000 characters, so their limit is
 
 The completions that give no target and either ran to max_tokens or loop (a looping line, or a
 run inside a line: definition_prompts.repeated_runs) are the round's negatives (--negatives,
-jsonl: kind, mode, prompt, completion, finish_reason): train.py stage e (--st-negatives) gives
+jsonl: kind, mode, prompt, completion, finish_reason; chat and tool text keeps its special
+tokens, the think and tool-call tags): train.py stage e (--st-negatives) gives
 their repeated tokens the unlikelihood term, so the model is taught against the loops it makes
 with the numerics it ships with, not only towards what ends.
 
@@ -98,8 +99,9 @@ def main():
             i, (kind, text), mode, s = job
             seed_base = (args.seed * (args.samples + 1) + s) * 1_000_000
             # The tool-call tags and the think tags are special tokens, which a completion's text
-            # leaves out unless asked: the verdict and the target need them.
-            extra = {"skip_special_tokens": False} if kind == "tool" else {}
+            # leaves out unless asked: the verdict and the target need them. (Until session 19,
+            # chat targets were made without them and taught the model to drop its think tags.)
+            extra = {"skip_special_tokens": False} if kind in ("chat", "tool") else {}
             return eval_code.complete(port, served, {"kind": kind, "prompt": text}, mode, i, extra,
                                       args.timeout, seed_base=seed_base, max_tokens=DP.MAX_TOKENS[kind])
         with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
@@ -115,6 +117,10 @@ def main():
         passed, target = DP.target_text(kind, text, res["completion"], ended) if "error" not in res else (False, None)
         c = counts.setdefault(f"{mode}_{kind}", {"n": 0, "parsed": 0, "accepted": 0, "negatives": 0, "errors": 0})
         c["n"] += 1
+        if kind in ("chat", "tool") and not text.endswith(DP.THINK_CLOSED) and "error" not in res:
+            # prompts that leave the think tags to the model: how often it writes them as the template does
+            c["open_turns"] = c.get("open_turns", 0) + 1
+            c["tags_right"] = c.get("tags_right", 0) + int(DP.turn_opens_right(text, res["completion"]))
         c["parsed"] += int(passed)
         c["errors"] += int("error" in res)
         if target is not None and (i, target) not in seen:
@@ -151,6 +157,7 @@ def main():
     for k, v in stats["by_mode_kind"].items():
         print(f"  {k}: {v['n']} completions, parse {v['parse_rate']:.2f}, accept {v['accept_rate']:.2f}, "
               f"negative {v['negatives'] / v['n']:.2f}"
+              + (f", think tags right {v['tags_right']}/{v['open_turns']}" if v.get("open_turns") else "")
               + (f", {v['errors']} errors" if v["errors"] else ""))
     return 0
 
