@@ -32,7 +32,7 @@ import eval_code  # noqa: E402
 CHAT_START = "]~!b["
 ASSISTANT = "]~b]ai\n"
 TURN_END = "[e~["
-THINK_OPEN, THINK_CLOSED = "<mm:think>", "</mm:think>"
+THINK_OPEN, THINK_CLOSED = eval_code.THINK_OPEN, eval_code.THINK_CLOSED
 NS = "]<]minimax[>["  # the namespace of every tool-call tag (text/templates/minimax_m3.jinja)
 CALL_OPEN, CALL_CLOSE = NS + "<tool_call>\n", NS + "</tool_call>"
 KINDS = ("function", "class", "chat")  # the kinds of eval_code.py's held-out prompts
@@ -130,16 +130,8 @@ def parse_tags(text, i=0):
     return out, i
 
 
-def turn_opens_right(prompt, text):
-    """Does the assistant turn `text` (special tokens kept) open as the chat template writes one?
-    After a prompt that closed the think tag (thinking disabled): no think tags at all. Otherwise:
-    the reasoning in <mm:think>...</mm:think>, or a bare </mm:think>. A turn that drops the tags
-    puts its reasoning where a client reads the answer (the reasoning parser finds nothing)."""
-    if prompt.endswith(THINK_CLOSED):
-        return THINK_OPEN not in text and THINK_CLOSED not in text
-    if text.startswith(THINK_CLOSED):
-        return THINK_OPEN not in text and text.count(THINK_CLOSED) == 1
-    return text.startswith(THINK_OPEN) and text.count(THINK_OPEN) == 1 and text.count(THINK_CLOSED) == 1
+# Does a chat or tool turn open with the template's think tags? (eval_code.py's check, shared.)
+turn_opens_right = eval_code.turn_opens_right
 
 
 INVOKE = re.compile(re.escape(NS) + r'<invoke name="([^"<>]+)">')

@@ -15,7 +15,11 @@ A completion passes when
             too, so it does not count);
   chat:     the answer holds a closed ```python block that parses and defines a function or class.
 Each prompt is completed greedily and, with --sampled, at temperature 0.8 / top-p 0.95 with a
-per-prompt seed (so runs repeat). Stop strings end a completion once the next top-level definition
+per-prompt seed (so runs repeat). The chat prompts disable thinking; --thinking adaptive|enabled
+rewrites them to that mode (the system turn's mode line, no closed think tag after the assistant
+marker), keeps special tokens in the answers, and also counts the answers that open their turn
+as the template does (turn_opens_right: <mm:think>...</mm:think> or a bare </mm:think>), which is
+what lets a client's reasoning parser find the reasoning. Stop strings end a completion once the next top-level definition
 starts; max_tokens bounds the rest.
 
 Needs only python3 and a built m3serve. Prints the pass rate per kind and mode; --min-rate makes
@@ -23,7 +27,8 @@ it a check (exit 1 below the rate in any mode), as tests/model_small runs it in 
 
 Usage: python3 tools/train/eval_code.py --m3serve build/bin/m3serve [--model models/minimax-m3-small]
            [--prompts tests/model_small/code_prompts.json] [--count N] [--sampled]
-           [--kv-cache-dtype nvfp4] [--device cpu|cuda] [--out FILE] [--min-rate 0.8]
+           [--kv-cache-dtype nvfp4] [--device cpu|cuda] [--thinking disabled|adaptive|enabled]
+           [--out FILE] [--min-rate 0.8]
 """
 import argparse
 import ast
@@ -38,6 +43,14 @@ import urllib.error
 import urllib.request
 
 STOPS = ["\n\n\n", "\ndef ", "\nclass ", "\n@", "\nif __name__"]
+THINK_OPEN, THINK_CLOSED = "<mm:think>", "</mm:think>"
+THINKING_LINES = {  # the chat template's mode lines (text/templates/minimax_m3.jinja)
+    "disabled": "Current thinking mode: disabled. Do not output any thinking process.",
+    "adaptive": "Current thinking mode: adaptive. You are encouraged to think for complex decision-making, "
+                "multi-step reasoning, or when analyzing function/tool results.",
+    "enabled": "Current thinking mode: enabled. You MUST think step by step before every response, including "
+               "after receiving function/tool results.",
+}
 MAX_TOKENS = {"function": 320, "class": 384, "chat": 400}
 SAMPLED = {"temperature": 0.8, "top_p": 0.95}
 
@@ -113,6 +126,28 @@ def check_chat(completion):
     return ok, code
 
 
+def turn_opens_right(prompt, text):
+    """Does the assistant turn `text` (special tokens kept) open as the chat template writes one?
+    After a prompt that closed the think tag (thinking disabled): no think tags at all. Otherwise:
+    the reasoning in <mm:think>...</mm:think>, or a bare </mm:think>. A turn that drops the tags
+    puts its reasoning where a client reads the answer (the reasoning parser finds nothing)."""
+    if prompt.endswith(THINK_CLOSED):
+        return THINK_OPEN not in text and THINK_CLOSED not in text
+    if text.startswith(THINK_CLOSED):
+        return THINK_OPEN not in text and text.count(THINK_CLOSED) == 1
+    return text.startswith(THINK_OPEN) and text.count(THINK_OPEN) == 1 and text.count(THINK_CLOSED) == 1
+
+
+def with_thinking(prompt, mode):
+    """A thinking-disabled chat prompt rewritten to thinking `mode`, as the template renders it."""
+    if mode == "disabled":
+        return prompt
+    disabled = THINKING_LINES["disabled"]
+    if disabled not in prompt or not prompt.endswith(THINK_CLOSED):
+        raise SystemExit("--thinking: a chat prompt is not a thinking-disabled M3 chat prompt")
+    return prompt.replace(disabled, THINKING_LINES[mode])[:-len(THINK_CLOSED)]
+
+
 def complete(port, model, prompt, mode, index, extra, timeout, seed_base=1000, max_tokens=None):
     """One completion of prompt (kind, prompt) as this check makes it, and its verdict; a kind
     other than function / class / chat (gen_targets.py's tool prompts) needs max_tokens, gets no
@@ -131,15 +166,18 @@ def complete(port, model, prompt, mode, index, extra, timeout, seed_base=1000, m
                 "completion_tokens": 0, "completion": "", "error": str(e)}
     choice = res["choices"][0]
     text = choice["text"]
+    row = {}
     if kind == "chat":
         ok, _ = check_chat(text)
+        if not prompt["prompt"].endswith(THINK_CLOSED):
+            row["tags_right"] = turn_opens_right(prompt["prompt"], text)
     elif kind in ("function", "class"):
         ok, _ = check_definition(prompt["prompt"], text)
     else:
         ok = None
     return {"index": index, "kind": prompt["kind"], "mode": mode, "passed": ok,
             "finish_reason": choice.get("finish_reason"), "completion_tokens": res["usage"]["completion_tokens"],
-            "completion": text}
+            "completion": text, **row}
 
 
 def main():
@@ -155,15 +193,21 @@ def main():
     ap.add_argument("--timeout", type=float, default=3600, help="seconds one completion may take")
     ap.add_argument("--repetition-penalty", type=float,
                     help="sent with every request (default: none, so generation_config.json's applies)")
+    ap.add_argument("--thinking", choices=sorted(THINKING_LINES), default="disabled",
+                    help="thinking mode of the chat prompts (they are written disabled)")
     ap.add_argument("--out")
     ap.add_argument("--min-rate", type=float)
     args = ap.parse_args()
     prompts = json.load(open(args.prompts))["prompts"]
+    prompts = [{**p, "prompt": with_thinking(p["prompt"], args.thinking)} if p["kind"] == "chat" else p
+               for p in prompts]
     if args.count and args.count < len(prompts):
         stride = len(prompts) / args.count
         prompts = [prompts[int(i * stride)] for i in range(args.count)]
     modes = ["greedy"] + (["sampled"] if args.sampled else [])
     extra = {} if args.repetition_penalty is None else {"repetition_penalty": args.repetition_penalty}
+    if args.thinking != "disabled":  # the think tags are special tokens
+        extra["skip_special_tokens"] = False
     port = free_port()
     t0 = time.time()
     server = start_server(args, port)
@@ -184,8 +228,12 @@ def main():
         rate = sum(r["passed"] for r in rows) / len(rows)
         summary[mode] = {"rate": round(rate, 4), "passed": sum(r["passed"] for r in rows), "prompts": len(rows),
                          **{k: f"{sum(v)}/{len(v)}" for k, v in kinds.items() if v}}
+        tagged = [r["tags_right"] for r in rows if "tags_right" in r]
+        if tagged:
+            summary[mode]["chat_tags_right"] = f"{sum(tagged)}/{len(tagged)}"
         print(f"{mode}: {summary[mode]['passed']}/{len(rows)} parse ({100 * rate:.1f}%); " +
-              ", ".join(f"{k} {summary[mode][k]}" for k in MAX_TOKENS if k in summary[mode]))
+              ", ".join(f"{k} {summary[mode][k]}" for k in MAX_TOKENS if k in summary[mode]) +
+              (f"; think tags as the template writes them: {summary[mode]['chat_tags_right']}" if tagged else ""))
         if args.min_rate is not None and rate < args.min_rate:
             print(f"FAIL: {mode} rate {rate:.3f} is below {args.min_rate}")
             failed = True
@@ -196,7 +244,7 @@ def main():
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"model": args.model, "kv_cache_dtype": args.kv_cache_dtype, "device": args.device, "sampled": SAMPLED,
-                       "request_extra": extra,
+                       "request_extra": extra, "thinking": args.thinking,
                        "max_tokens": MAX_TOKENS, "stops": STOPS, "summary": summary, "seconds": round(seconds, 1),
                        "results": results}, fh, indent=1)
     return 1 if failed else 0

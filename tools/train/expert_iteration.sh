@@ -10,9 +10,11 @@
 #      negatives, added to stage c's fine-tune (language model + indexer KL, MSA, fake NVFP4 KV),
 #      which holds the perplexity; TIME_E seconds at LR_E;
 #   3. export.py: the release directory the next round generates with;
-#   4. (EVAL_EACH=1) eval_code.py on cuda (the 100 held-out prompts, greedy and sampled) and
-#      eval_tool_calls.py on cuda (72 tool requests), about 20 s, recorded per round
-#      (round-N/eval_code_cuda.json, eval_tool_calls_cuda.json); nothing feeds back into training.
+#   4. (EVAL_EACH=1) on cuda: eval_code.py (the 100 held-out prompts, greedy and sampled; again
+#      greedy with the chat prompts in adaptive thinking, for their think tags) and
+#      eval_tool_calls.py (72 tool requests), about 30 s, recorded per round (round-N/
+#      eval_code_cuda.json, eval_code_adaptive_cuda.json, eval_tool_calls_cuda.json); nothing
+#      feeds back into training.
 # The first round starts from START (default: the committed model) and is numbered FIRST_ROUND
 # (default 1): a round's number seeds its prompts, so a later session that continues the committed
 # model gives FIRST_ROUND past the rounds that made it (5 after session 18's four) for new prompts.
@@ -71,7 +73,8 @@ pack() {
   for d in "$E"/round-*; do
     [ -d "$d" ] || continue
     mkdir -p "$R/$(basename "$d")"
-    cp -f "$d/gen.json" "$d/eval_code_cuda.json" "$d/eval_tool_calls_cuda.json" "$d/train/train_log.jsonl" "$d/train/summary.json" \
+    cp -f "$d/gen.json" "$d/eval_code_cuda.json" "$d/eval_code_adaptive_cuda.json" "$d/eval_tool_calls_cuda.json" \
+      "$d/train/train_log.jsonl" "$d/train/summary.json" \
       "$R/$(basename "$d")/" 2>/dev/null
   done
   if [ -n "$n" ]; then
@@ -122,6 +125,8 @@ for ((k = 0; k < ROUNDS; k++)); do
       --out "$R/eval_code_cuda.json" | tail -4
     python3 $T/eval_tool_calls.py --m3serve "$M3SERVE" --model "$R/model" --device cuda --samples 8 \
       --out "$R/eval_tool_calls_cuda.json" | tail -3
+    python3 $T/eval_code.py --m3serve "$M3SERVE" --model "$R/model" --device cuda --thinking adaptive \
+      --concurrency 64 --out "$R/eval_code_adaptive_cuda.json" | tail -2
   fi
   last_s=$((SECONDS - t_round))
 done
