@@ -161,6 +161,20 @@ class ToolCalls(unittest.TestCase):
                              ["chat", "function", "tool"])
 
 
+class ThinkingModes(unittest.TestCase):
+    def test_held_out_chat_prompts_in_adaptive_thinking(self):
+        import eval_code
+        with open(os.path.join(ROOT, "tests", "model_small", "code_prompts.json")) as fh:
+            chat = [p["prompt"] for p in json.load(fh)["prompts"] if p["kind"] == "chat"]
+        self.assertEqual(len(chat), 30)
+        for prompt in chat:
+            adaptive = eval_code.with_thinking(prompt, "adaptive")
+            self.assertIn(eval_code.THINKING_LINES["adaptive"], adaptive)
+            self.assertNotIn(eval_code.THINKING_LINES["disabled"], adaptive)
+            self.assertTrue(adaptive.endswith(DP.ASSISTANT))  # the model opens the think tags itself
+            self.assertEqual(eval_code.with_thinking(prompt, "disabled"), prompt)
+
+
 class Targets(unittest.TestCase):
     def setUp(self):
         _, self.prompt = DP.prompt_of_document(FUNCTION_DOC)
