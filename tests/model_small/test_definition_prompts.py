@@ -175,6 +175,17 @@ class ThinkingModes(unittest.TestCase):
             self.assertEqual(eval_code.with_thinking(prompt, "disabled"), prompt)
 
 
+class ForcedThinkOpen(unittest.TestCase):
+    def test_only_sampled_open_chat_and_tool_prompts(self):
+        import gen_targets
+        self.assertTrue(gen_targets.forces_think_open("chat", OPEN_CHAT_PROMPT, "sampled", 1))
+        self.assertTrue(gen_targets.forces_think_open("tool", TOOL_PROMPT, "sampled", 1))
+        self.assertFalse(gen_targets.forces_think_open("chat", OPEN_CHAT_PROMPT, "greedy", 1))  # measures the model
+        self.assertFalse(gen_targets.forces_think_open("chat", CHAT_PROMPT, "sampled", 1))  # thinking disabled
+        self.assertFalse(gen_targets.forces_think_open("function", "# file: a.py\n", "sampled", 1))
+        self.assertFalse(gen_targets.forces_think_open("chat", OPEN_CHAT_PROMPT, "sampled", 0))
+
+
 class Targets(unittest.TestCase):
     def setUp(self):
         _, self.prompt = DP.prompt_of_document(FUNCTION_DOC)

@@ -14,7 +14,9 @@ round's seed gives other prompts; --kinds picks which kinds) is completed once g
 --samples times at eval_code.py's temperature and top-p, with its kind's max_tokens
 (definition_prompts.MAX_TOKENS) and eval_code.py's stop strings for definitions. A completion's
 verdict and target come from definition_prompts.target_text; two equal targets of one prompt are
-kept once. Tool prompts (a tool exchange cut before the call) are longer than the others: the
+kept once. Sampled completions of chat and tool prompts that leave the think tags to the model
+start from the opening tag (forces_think_open; --force-think-open 0 turns it off). Tool prompts
+(a tool exchange cut before the call) are longer than the others: the
 tools and their instructions take about 2,000 characters, so their limit is
 --max-tool-prompt-chars.
 
@@ -60,6 +62,16 @@ def prompts_of(defs, count, seed, kinds, max_chars, max_tool_chars):
     return out
 
 
+def forces_think_open(kind, prompt, mode, enabled):
+    """Whether this completion starts from the opening think tag, given in the request and put
+    back in front of the completion. An open chat or tool prompt (one that does not close the
+    think tag) comes from a document whose turn opens with <mm:think> (definition_prompts cuts
+    the bare </mm:think> into the prompt), so a sampled completion that starts there is a target
+    in the template's format even while the model itself drops the tag; greedy completions are
+    left alone, so that their tags_right still measures the model."""
+    return enabled and mode == "sampled" and kind in ("chat", "tool") and not prompt.endswith(DP.THINK_CLOSED)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--m3serve", required=True)
@@ -71,6 +83,8 @@ def main():
     ap.add_argument("--kinds", default=",".join(DP.ALL_KINDS), help="prompt kinds (function, class, chat, tool)")
     ap.add_argument("--max-prompt-chars", type=int, default=1400)
     ap.add_argument("--max-tool-prompt-chars", type=int, default=4000)
+    ap.add_argument("--force-think-open", type=int, choices=(0, 1), default=1,
+                    help="sampled completions of open chat / tool prompts start from <mm:think> (forces_think_open)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--kv-cache-dtype", default="nvfp4")
     ap.add_argument("--concurrency", type=int, default=256)
@@ -102,8 +116,12 @@ def main():
             # leaves out unless asked: the verdict and the target need them. (Until session 19,
             # chat targets were made without them and taught the model to drop its think tags.)
             extra = {"skip_special_tokens": False} if kind in ("chat", "tool") else {}
-            return eval_code.complete(port, served, {"kind": kind, "prompt": text}, mode, i, extra,
-                                      args.timeout, seed_base=seed_base, max_tokens=DP.MAX_TOKENS[kind])
+            forced = forces_think_open(kind, text, mode, args.force_think_open)
+            res = eval_code.complete(port, served, {"kind": kind, "prompt": text + (DP.THINK_OPEN if forced else "")},
+                                     mode, i, extra, args.timeout, seed_base=seed_base, max_tokens=DP.MAX_TOKENS[kind])
+            if forced:
+                res.update(completion=DP.THINK_OPEN + res["completion"], forced_think_open=True)
+            return res
         with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
             results = list(pool.map(one, jobs))
     finally:
@@ -117,7 +135,8 @@ def main():
         passed, target = DP.target_text(kind, text, res["completion"], ended) if "error" not in res else (False, None)
         c = counts.setdefault(f"{mode}_{kind}", {"n": 0, "parsed": 0, "accepted": 0, "negatives": 0, "errors": 0})
         c["n"] += 1
-        if kind in ("chat", "tool") and not text.endswith(DP.THINK_CLOSED) and "error" not in res:
+        if kind in ("chat", "tool") and not text.endswith(DP.THINK_CLOSED) and "error" not in res \
+                and not res.get("forced_think_open"):
             # prompts that leave the think tags to the model: how often it writes them as the template does
             c["open_turns"] = c.get("open_turns", 0) + 1
             c["tags_right"] = c.get("tags_right", 0) + int(DP.turn_opens_right(text, res["completion"]))
