@@ -19,8 +19,8 @@ per-prompt seed (so runs repeat). The chat prompts disable thinking; --thinking 
 rewrites them to that mode (the system turn's mode line, no closed think tag after the assistant
 marker), keeps special tokens in the answers, and also counts the answers that open their turn
 as the template does (turn_opens_right: <mm:think>...</mm:think> or a bare </mm:think>), which is
-what lets a client's reasoning parser find the reasoning. Stop strings end a completion once the next top-level definition
-starts; max_tokens bounds the rest.
+what lets a client's reasoning parser find the reasoning. Stop strings end a completion once the
+next top-level definition starts; max_tokens bounds the rest.
 
 Needs only python3 and a built m3serve. Prints the pass rate per kind and mode; --min-rate makes
 it a check (exit 1 below the rate in any mode), as tests/model_small runs it in CI.
@@ -243,8 +243,8 @@ def main():
           (f"; {errors} failed to complete (HTTP errors or timeouts)" if errors else ""))
     if args.out:
         with open(args.out, "w") as fh:
-            json.dump({"model": args.model, "kv_cache_dtype": args.kv_cache_dtype, "device": args.device, "sampled": SAMPLED,
-                       "request_extra": extra, "thinking": args.thinking,
+            json.dump({"model": args.model, "kv_cache_dtype": args.kv_cache_dtype, "device": args.device,
+                       "sampled": SAMPLED, "request_extra": extra, "thinking": args.thinking,
                        "max_tokens": MAX_TOKENS, "stops": STOPS, "summary": summary, "seconds": round(seconds, 1),
                        "results": results}, fh, indent=1)
     return 1 if failed else 0

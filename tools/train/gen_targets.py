@@ -152,13 +152,9 @@ def main():
             c["negatives"] += 1
             negatives.append({"kind": kind, "mode": mode, "prompt": text, "completion": res["completion"],
                               "finish_reason": res["finish_reason"]})
-    with open(args.out, "w", encoding="utf-8") as fh:
-        for t in targets:
-            fh.write(json.dumps(t) + "\n")
+    DP.corpus.write_jsonl(args.out, targets)
     if args.negatives:
-        with open(args.negatives, "w", encoding="utf-8") as fh:
-            for t in negatives:
-                fh.write(json.dumps(t) + "\n")
+        DP.corpus.write_jsonl(args.negatives, negatives)
     tokens = sum(r["completion_tokens"] for r in results)
     gen_s = t_done - t_ready
     stats = {"model": args.model, "device": args.device, "seed": args.seed, "prompts": len(prompts),

@@ -400,25 +400,24 @@ def attention_emulated(q, k, v, keep, c, kv_dtype):
         logits = torch.matmul(q[:, j * hg:(j + 1) * hg], k[:, j:j + 1].transpose(-1, -2))  # unscaled
         logits = logits.masked_fill(~mask[:, j:j + 1], float("-inf"))
         if kv_dtype == "nvfp4":  # not "nvfp4-nop8", the diagnostic that leaves P8 out
-            # Q8KV4: P8 = E4M3(448 exp(s - m)) multiplies V; the normaliser sums the unquantized terms.
-            m = logits.amax(-1, keepdim=True)
-            e = 448.0 * torch.exp(scale * (logits - m))
-            p = e4m3_round(e) / e.sum(-1, keepdim=True)
+            p = p8_round(logits, scale)
         else:
             p = torch.softmax(logits * scale, -1)
         out[:, j * hg:(j + 1) * hg] = torch.matmul(p, v[:, j:j + 1])
     return out
 
 
+def p8_round(logits, scale):
+    """The Q8KV4 path's probabilities of logits [..., T] (unscaled; -inf masked):
+    P8 = E4M3(448 exp(s - m)) multiplies V; the normaliser sums the unquantized terms."""
+    e = 448.0 * torch.exp(scale * (logits - logits.amax(-1, keepdim=True)))
+    return e4m3_round(e) / e.sum(-1, keepdim=True)
+
+
 def p8_probabilities(logits, scale):
-    """Softmax of logits [..., T] (unscaled; -inf masked) whose values are the Q8KV4 path's
-    P8 = E4M3(448 exp(s - m)) / sum(448 exp(s - m)) (the normaliser sums the unquantized terms, as
-    attention_emulated) and whose gradient is the exact softmax's (straight-through)."""
-    m = logits.amax(-1, keepdim=True)
-    e = torch.exp(scale * (logits - m))
-    p = e / e.sum(-1, keepdim=True)
-    p8 = e4m3_round(448.0 * e) / (448.0 * e.sum(-1, keepdim=True))
-    return p + (p8 - p).detach()
+    """p8_round's values with the exact softmax's gradient (straight-through)."""
+    p = torch.softmax(scale * logits, -1)
+    return p + (p8_round(logits, scale) - p).detach()
 
 
 def _p8_chunk(q, k, v, mask, scale):

@@ -89,6 +89,15 @@ def prompt_pool(defs_jsonl, codec, size, max_prompt, seed):
     return pool[:size]
 
 
+def read_jsonl(paths):
+    """The records of the jsonl files, in order."""
+    records = []
+    for path in paths:
+        with open(path, encoding="utf-8") as fh:
+            records += [json.loads(line) for line in fh if line.strip()]
+    return records
+
+
 class SelfTrainStep:
     """The extra gradient term of stage e (the module docstring)."""
 
@@ -226,10 +235,7 @@ class SelfTrainStep:
         """Fills the buffer with the targets of gen_targets.py (jsonl: prompt, target) and makes it
         hold all of them: the offline form of stage e (--st-gen 0), where m3serve generated them
         before the stage. Returns how many of each kind were loaded."""
-        records = []
-        for path in paths:
-            with open(path, encoding="utf-8") as fh:
-                records += [json.loads(line) for line in fh if line.strip()]
+        records = read_jsonl(paths)
         if not records:
             raise SystemExit(f"{', '.join(paths)}: no targets")
         self.buffer = collections.deque(maxlen=max(self.args.st_buffer, len(records)))
@@ -245,10 +251,7 @@ class SelfTrainStep:
         and marked as ul_loss marks a generated row (repeated n-grams and repeated lines); rows with
         nothing marked are dropped. Not part of state(): the files are read again on resume.
         Returns (rows kept, rows read, marked ids, completion ids)."""
-        records = []
-        for path in paths:
-            with open(path, encoding="utf-8") as fh:
-                records += [json.loads(line) for line in fh if line.strip()]
+        records = read_jsonl(paths)
         if not records:
             return 0, 0, 0, 0
         prompts = self.codec.encode_batch([r["prompt"] for r in records])

@@ -416,7 +416,8 @@ def main():
     ap.add_argument("--st-buffer", type=int, default=4096, help="stage e: accepted completions kept")
     ap.add_argument("--st-rows", type=int, default=96, help="stage e: accepted completions trained on per step")
     ap.add_argument("--sft-weight", type=float, default=1.0, help="stage e: weight of their loss")
-    ap.add_argument("--ul-rows", type=int, default=64, help="stage e: generated (or, offline, negative) rows with repeats given unlikelihood a step")
+    ap.add_argument("--ul-rows", type=int, default=64,
+                    help="stage e: generated (or, offline, negative) rows with repeats given unlikelihood a step")
     ap.add_argument("--ul-weight", type=float, default=1.0, help="stages d, e: weight of the unlikelihood term")
     ap.add_argument("--ul-batch", type=int, default=128, help="stage d: continuations per step")
     ap.add_argument("--ul-prefix", type=int, default=256, help="stage d: prefix length (ids)")
@@ -524,12 +525,19 @@ def main():
 def finetune_measures(model, held, nl, ident, args, device):
     """What stages d and e record before and after: held-out repetition of greedy continuations
     and perplexity dense / sparse / sparse with fake NVFP4 KV."""
+    settings = finetune_settings(args)
+    return lambda: {"repetition": heldout_repetition(model, held, nl, ident, args, model.config.eos_token_id),
+                    "heldout_ppl": evaluate(model, held, args, device, settings)}
+
+
+def finetune_settings(args):
+    """The held-out perplexities stages c-e record: dense, sparse, sparse with fake NVFP4 KV (and
+    with --qat-p8 that with the P8 probabilities too)."""
     settings = [("dense", M.ForwardOptions(attention="dense")), ("sparse", M.ForwardOptions(attention="sparse")),
                 ("sparse_fake_nvfp4", M.ForwardOptions(attention="sparse", qat=True))]
     if args.qat_p8:
         settings.append(("sparse_fake_nvfp4_p8", M.ForwardOptions(attention="sparse", qat=True, p8=True)))
-    return lambda: {"repetition": heldout_repetition(model, held, nl, ident, args, model.config.eos_token_id),
-                    "heldout_ppl": evaluate(model, held, args, device, settings)}
+    return settings
 
 
 def self_train_stage(model, train, held, args, log, device, chunk):
@@ -596,7 +604,6 @@ def stage_budget(args, stage):
 def run_one_stage(stage, model, train, held, args, log, device, phases, chunk):
     dense = M.ForwardOptions(attention="dense")
     sparse = M.ForwardOptions(attention="sparse")
-    sparse_q = M.ForwardOptions(attention="sparse", qat=True)
     if stage == "a":
         rec = run_stage("a", model, list(model.main_parameters()), dense, lm_loss, train, args, log,
                         args.time_a, args.lr_a, phases(args.seq), warmup=args.warmup, **chunk)
@@ -618,10 +625,7 @@ def run_one_stage(stage, model, train, held, args, log, device, phases, chunk):
             attention="sparse", qat=True, p8=args.qat_p8, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
             args.time_c, args.lr_c, [(0.0, args.long_seq, max(1, args.batch_tokens // args.long_seq))], warmup=10,
             **chunk)
-        rec["heldout_ppl"] = evaluate(model, held, args, device, [("dense", dense), ("sparse", sparse),
-                                                                  ("sparse_fake_nvfp4", sparse_q)]
-                                      + ([("sparse_fake_nvfp4_p8", M.ForwardOptions(attention="sparse", qat=True, p8=True))]
-                                         if args.qat_p8 else []))
+        rec["heldout_ppl"] = evaluate(model, held, args, device, finetune_settings(args))
     elif stage == "d":
         if not args.tokenizer:
             raise SystemExit("stage d needs --tokenizer (which ids hold a line break)")
