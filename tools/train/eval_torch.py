@@ -15,8 +15,9 @@ window of W ids scores W - 1 positions, exactly as `m3serve score --prompt-ids` 
 Before the table, transformers' MiniMaxM3VLForCausalLM (eager, fp32) runs the same weights on one
 window and must agree with the emulation without KV quantization (`f32`).
 
-A diagnostic row, sparse/nvfp4-nop8, is nvfp4 with the softmax path instead of P8: how much of the
-NVFP4 cost is the probability rounding (the training path models it only with train.py --qat-p8).
+Diagnostic rows (m3small.DIAGNOSTIC_KV, sparse only, beside sparse/f32) split nvfp4's cost: nvfp4
+without P8, nvfp4 with the scale-search encoder (nvfp4_kv_round scale_search), and f32 with one part
+of nvfp4's numerics at a time (queries, K, V, the index caches, P8).
 
 Outputs (--out): eval_torch.json (table, per-window NLL, diagnostics, transformers check, samples); with
 --engine-out: the ids of the windows m3serve is compared on and their PyTorch perplexities; with
@@ -151,13 +152,20 @@ def main():
                 nll[key] = window_nlls(model, ws, options(attention, kv))
                 table[key] = round(ppl(nll[key], size), 4)
                 print(f"{key}: ppl {table[key]:.4f} ({len(ws)} windows)", flush=True)
-    # What the P8 probability rounding costs: nvfp4 with the softmax path instead (not an m3serve
-    # setting, so it stays out of the table, the engine windows and the CI fixture).
+    # Where nvfp4's cost comes from (m3small.DIAGNOSTIC_KV: nvfp4 without P8, with the scale-search
+    # encoder, and each of its parts alone over f32). Not m3serve settings, so they stay out of the
+    # table, the engine windows and the CI fixture.
     diagnostics = {}
-    for size, ws in ((args.short, shorts), (args.long, longs)):
-        key = f"sparse/nvfp4-nop8/{size}"
-        diagnostics[key] = round(ppl(window_nlls(model, ws, options("sparse", "nvfp4-nop8")), size), 4)
-        print(f"{key}: ppl {diagnostics[key]:.4f} ({len(ws)} windows; diagnostic: nvfp4 without P8)", flush=True)
+    for kv in M.DIAGNOSTIC_KV:
+        for size, ws in ((args.short, shorts), (args.long, longs)):
+            key = f"sparse/{kv}/{size}"
+            diagnostics[key] = round(ppl(window_nlls(model, ws, options("sparse", kv)), size), 4)
+            print(f"{key}: ppl {diagnostics[key]:.4f} ({len(ws)} windows; diagnostic)", flush=True)
+    for size in (args.short, args.long):
+        key = f"sparse/f32/{size}"
+        diagnostics[key] = round(ppl(window_nlls(model, shorts if size == args.short else longs,
+                                                 options("sparse", "f32")), size), 4)
+        print(f"{key}: ppl {diagnostics[key]:.4f} (diagnostic: no quantization)", flush=True)
     result.update(table=table, window_nll=nll, diagnostics=diagnostics)
     try:
         result["samples"] = samples(model, cfg, args.model)

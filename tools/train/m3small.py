@@ -5,9 +5,9 @@ three ways:
   training   bf16 autocast; dense causal attention (SDPA) or MSA block-sparse attention with the
              indexer's per-KV-group selection; optional fake quantization of q / index-q to E4M3 and
              of K / V / index-K to NVFP4 with straight-through gradients (quantization-aware tuning);
-             optional indexer KL loss against the attention mass per 128-token block; with p8,
-             the attention probabilities are rounded as m3serve's NVFP4 attention rounds them
-             (P8, straight-through; attention_p8).
+             optional indexer KL loss against the attention mass per 128-token block. (The
+             probabilities stay exact: m3serve's P8 rounding of them costs 0.02% perplexity,
+             eval_torch.py's nvfp4-nop8 diagnostic, so training does not model it.)
   emulation  fp32, reproducing m3serve's CPU numerics for each KV-cache dtype (docs/reference.md
              D2-D4): bf16 / fp8 / nvfp4 K, V and index-K, E4M3 queries where m3serve uses
              them, and the Q8KV4 probability path for nvfp4. eval_torch.py compares it with
@@ -232,41 +232,111 @@ def e2m1_round(y):
     return torch.copysign(v, y)
 
 
-def nvfp4_kv_round(x, e4m3_view=True):
-    """m3serve's NVFP4 KV encoding (docs/reference.md D4) and back: groups of 16 along the last dim, scale =
-    E4M3(clamp(amax / 6, 2^-9, 448)), E2M1 codes of x / scale. With e4m3_view, code * scale is
-    rounded to E4M3 as the Q8KV4 kernels read it (docs/reference.md 3.1)."""
+def e4m3_positive(device):
+    """Every positive finite E4M3 value, ascending (subnormals k 2^-9, then (1 + m/8) 2^e up to 448):
+    the codes' order, so neighbouring scales are neighbouring entries."""
+    sub = [k * 2.0 ** -9 for k in range(1, 8)]
+    normal = [(8 + m) / 8.0 * 2.0 ** e for e in range(-6, 9) for m in range(8) if (8 + m) / 8.0 * 2.0 ** e <= 448.0]
+    return torch.tensor(sub + normal, dtype=torch.float32, device=device)
+
+
+# The scale search's candidates, in the order ties are settled: E4M3 steps from E4M3(amax / 6).
+NVFP4_SCALE_STEPS = (0, -1, 1, 2, 3, 4)
+
+
+def nvfp4_kv_round(x, e4m3_view=True, scale_search=True):
+    """m3serve's NVFP4 KV encoding (formats/nvfp4.h, docs/reference.md D4) and back: groups of 16
+    along the last dim, E2M1 codes of x / scale, and the scale searched: of the E4M3 bytes
+    E4M3(clamp(amax / 6, 2^-9, 448)) + NVFP4_SCALE_STEPS, the one whose decoded group is nearest
+    the input in squared error (summed in element order without fused multiply-adds, as the
+    engine sums it; the first on a tie). With e4m3_view, code * scale is rounded to E4M3 as the
+    Q8KV4 kernels read it (docs/reference.md 3.1), for the error as for the result.
+    scale_search=False: the amax / 6 scale alone, m3serve's encoding before session 20."""
     shape = x.shape
     g = x.float().reshape(*shape[:-1], shape[-1] // 16, 16)
     amax = g.abs().amax(-1, keepdim=True)
     scale = e4m3_round((amax / 6.0).clamp(min=2.0 ** -9, max=448.0))
-    v = e2m1_round(g / scale) * scale
-    if e4m3_view:
-        v = e4m3_round(v)
+
+    def decode(s):
+        v = e2m1_round(g / s) * s
+        return e4m3_round(v) if e4m3_view else v
+
+    def error(v):
+        sq = (v - g) * (v - g)
+        err = sq[..., 0:1]
+        for i in range(1, 16):
+            err = err + sq[..., i:i + 1]
+        return err
+
+    v = decode(scale)
+    if scale_search:
+        table = e4m3_positive(g.device)
+        idx = torch.searchsorted(table, scale)
+        err = error(v)
+        for step in NVFP4_SCALE_STEPS[1:]:
+            cand = decode(table[(idx + step).clamp(0, table.numel() - 1)])
+            cand_err = error(cand)
+            better = cand_err < err
+            v, err = torch.where(better, cand, v), torch.where(better, cand_err, err)
     return v.reshape(shape).to(x.dtype)
 
 
 def fake_quant(x, fn):
     """Forward: fn(x); backward: identity (straight-through)."""
-    return x + (fn(x.float()).to(x.dtype) - x).detach()
+    with torch.no_grad():
+        q = fn(x.float()).to(x.dtype)
+    return x + (q - x).detach()
 
 
-# How each KV-cache dtype treats (q, k/v, index-q, index-k) in m3serve (kernels/cpu/attention.cc):
-# fp8 and nvfp4 index caches meet E4M3 index queries; only the nvfp4 main cache meets E4M3
-# queries and uses the Q8KV4 probability path.
+# How each KV-cache dtype treats q, K, V, index-q and index-K in m3serve (kernels/cpu/attention.cc),
+# and whether the probabilities take the Q8KV4 path (P8): fp8 and nvfp4 index caches meet E4M3
+# index queries; only the nvfp4 main cache meets E4M3 queries and uses P8.
+@dataclass(frozen=True)
+class Numerics:
+    q: object
+    k: object
+    v: object
+    iq: object
+    ik: object
+    p8: bool
+
+
+def _ident(t):
+    return t
+
+
+def _nvfp4_amax6(t):
+    return nvfp4_kv_round(t, scale_search=False)
+
+
+# Diagnostics, not m3serve dtypes: where nvfp4's cost comes from. "nvfp4-nop8" leaves P8 out;
+# "nvfp4-amax6" encodes K, V and index-K with the amax / 6 scale alone (no scale search, m3serve
+# before session 20); "only-X" is f32 with one part of nvfp4's numerics (q: E4M3 queries; index:
+# E4M3 index-q and NVFP4 index-K).
+DIAGNOSTIC_KV = ("nvfp4-nop8", "nvfp4-amax6", "only-q", "only-k", "only-v", "only-index", "only-p8")
+
+
 def kv_codec(kv_dtype):
-    ident = lambda t: t  # noqa: E731
-    if kv_dtype == "nvfp4-nop8":  # a diagnostic, not an m3serve dtype: nvfp4 without the P8 rounding
-        kv_dtype = "nvfp4"
+    f = _ident
     if kv_dtype == "f32":
-        return ident, ident, ident, ident
+        return Numerics(f, f, f, f, f, False)
     if kv_dtype == "bf16":
-        return ident, bf16_round, ident, bf16_round
+        return Numerics(f, bf16_round, bf16_round, f, bf16_round, False)
     if kv_dtype == "fp8":
-        return ident, e4m3_round, e4m3_round, e4m3_round
+        return Numerics(f, e4m3_round, e4m3_round, e4m3_round, e4m3_round, False)
     if kv_dtype == "nvfp4":
-        return e4m3_round, nvfp4_kv_round, e4m3_round, nvfp4_kv_round
-    raise ValueError(f"unknown KV dtype {kv_dtype!r} (f32, bf16, fp8, nvfp4, nvfp4-nop8)")
+        return Numerics(e4m3_round, nvfp4_kv_round, nvfp4_kv_round, e4m3_round, nvfp4_kv_round, True)
+    if kv_dtype == "nvfp4-nop8":
+        return Numerics(e4m3_round, nvfp4_kv_round, nvfp4_kv_round, e4m3_round, nvfp4_kv_round, False)
+    if kv_dtype == "nvfp4-amax6":
+        return Numerics(e4m3_round, _nvfp4_amax6, _nvfp4_amax6, e4m3_round, _nvfp4_amax6, True)
+    only = {"only-q": dict(q=e4m3_round), "only-k": dict(k=nvfp4_kv_round), "only-v": dict(v=nvfp4_kv_round),
+            "only-index": dict(iq=e4m3_round, ik=nvfp4_kv_round), "only-p8": dict(p8=True)}
+    if kv_dtype in only:
+        parts = dict(q=f, k=f, v=f, iq=f, ik=f, p8=False)
+        parts.update(only[kv_dtype])
+        return Numerics(**parts)
+    raise ValueError(f"unknown KV dtype {kv_dtype!r} (f32, bf16, fp8, nvfp4, or a diagnostic: {', '.join(DIAGNOSTIC_KV)})")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -278,7 +348,6 @@ class ForwardOptions:
     qat: bool = False  # fake-quantize q, index-q (E4M3) and K, V, index-K (NVFP4) with STE
     indexer_kl: bool = False  # add the indexer's KL loss (inputs detached) to aux["indexer_kl"]
     emulate: str = None  # None (training path) | f32 | bf16 | fp8 | nvfp4 (fp32 engine numerics)
-    p8: bool = False  # training path with qat: round the probabilities as the Q8KV4 path does (attention_p8)
     topk_blocks: int = None  # override of config.index_topk_blocks
     logits: bool = True
 
@@ -388,18 +457,18 @@ def indexer_kl(bscore, q, k, c, stats):
 
 def attention_emulated(q, k, v, keep, c, kv_dtype):
     """fp32 attention as m3serve computes it for one KV dtype. q [1, Hq, S, D]; k, v [1, G, S, D]."""
-    q_fn, kv_fn, _, _ = kv_codec(kv_dtype)
+    n = kv_codec(kv_dtype)
     _, hq, s, d = q.shape
     g = k.shape[1]
     hg = hq // g
     scale = 1.0 / math.sqrt(d)
-    q, k, v = q_fn(q), kv_fn(k), kv_fn(v)
+    q, k, v = n.q(q), n.k(k), n.v(v)
     out = torch.empty_like(q)
     mask = key_mask(keep, s, c.index_block_size)  # [1, G, S, S]
     for j in range(g):
         logits = torch.matmul(q[:, j * hg:(j + 1) * hg], k[:, j:j + 1].transpose(-1, -2))  # unscaled
         logits = logits.masked_fill(~mask[:, j:j + 1], float("-inf"))
-        if kv_dtype == "nvfp4":  # not "nvfp4-nop8", the diagnostic that leaves P8 out
+        if n.p8:
             p = p8_round(logits, scale)
         else:
             p = torch.softmax(logits * scale, -1)
@@ -412,51 +481,6 @@ def p8_round(logits, scale):
     P8 = E4M3(448 exp(s - m)) multiplies V; the normaliser sums the unquantized terms."""
     e = 448.0 * torch.exp(scale * (logits - logits.amax(-1, keepdim=True)))
     return e4m3_round(e) / e.sum(-1, keepdim=True)
-
-
-def p8_probabilities(logits, scale):
-    """p8_round's values with the exact softmax's gradient (straight-through)."""
-    p = torch.softmax(scale * logits, -1)
-    return p + (p8_round(logits, scale) - p).detach()
-
-
-def _p8_chunk(q, k, v, mask, scale):
-    """One chunk of attention_p8: q [B, H, C, D], k / v [B, 1, T, D], mask [B, 1, C, T]. fp32
-    with autocast off: a bf16 logit is off by up to 0.4%, more than P8's own rounding moves exp()."""
-    with torch.autocast(device_type=q.device.type, enabled=False):
-        logits = torch.matmul(q.float(), k.float().transpose(-1, -2))
-        logits = logits.masked_fill(~mask, float("-inf"))
-        return torch.matmul(p8_probabilities(logits, scale), v.float()).to(q.dtype)
-
-
-def attention_p8(q, k, v, keep, c, chunk=1024):
-    """Training attention with m3serve's NVFP4 probability rounding (P8): the attention of
-    attention_train, computed in fp32 with the probabilities fake-quantized as the Q8KV4 kernels
-    round them (p8_probabilities). The logits are materialised, so the queries go in chunks of
-    `chunk` rows, each recomputed in the backward pass (torch.utils.checkpoint) rather than kept:
-    about B x heads x chunk x S x 12 bytes live at a time. keep None: dense causal. q [B, Hq, S, D];
-    k, v [B, G, S, D] (already fake-quantized by the caller)."""
-    b, hq, s, d = q.shape
-    g = k.shape[1]
-    hg = hq // g
-    scale = 1.0 / math.sqrt(d)
-    causal = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
-    outs = []
-    for j in range(g):
-        parts = []
-        for start in range(0, s, chunk):
-            end = min(s, start + chunk)
-            mask = causal[start:end, :end][None, None].expand(b, 1, -1, -1)
-            if keep is not None:
-                blocks = keep[:, j:j + 1, start:end].repeat_interleave(c.index_block_size, dim=-1)[..., :end]
-                mask = mask & blocks
-            args = (q[:, j * hg:(j + 1) * hg, start:end], k[:, j:j + 1, :end], v[:, j:j + 1, :end], mask, scale)
-            if torch.is_grad_enabled() and q.requires_grad:
-                parts.append(torch.utils.checkpoint.checkpoint(_p8_chunk, *args, use_reentrant=False))
-            else:
-                parts.append(_p8_chunk(*args))
-        outs.append(torch.cat(parts, 2))
-    return torch.cat(outs, 1)
 
 
 def sdpa(q, k, v, attn_mask=None, is_causal=False):
@@ -556,8 +580,8 @@ def attention_block(a, h, cos, sin, c, o, aux):
         ik = rms_norm(ix.k_proj(hi).view(b, s, 1, di), ix.k_norm.weight, c.rms_norm_eps).transpose(1, 2)
         iq, ik = apply_rope(iq, cos[:, :di], sin[:, :di]), apply_rope(ik, cos[:, :di], sin[:, :di])
         if o.emulate is not None:
-            _, _, iq_fn, ik_fn = kv_codec(o.emulate)
-            iq, ik = iq_fn(iq), ik_fn(ik)
+            n = kv_codec(o.emulate)
+            iq, ik = n.iq(iq), n.ik(ik)
         elif o.qat:
             iq, ik = fake_quant(iq, e4m3_round), fake_quant(ik, nvfp4_kv_round)
         bscore = history_block_scores(iq, ik, c.index_block_size)
@@ -575,7 +599,7 @@ def attention_block(a, h, cos, sin, c, o, aux):
     else:
         if o.qat:
             q, k, v = fake_quant(q, e4m3_round), fake_quant(k, nvfp4_kv_round), fake_quant(v, nvfp4_kv_round)
-        out = attention_p8(q, k, v, keep, c) if (o.qat and o.p8) else attention_train(q, k, v, keep, c)
+        out = attention_train(q, k, v, keep, c)
     return a.o_proj(out.transpose(1, 2).reshape(b, s, hq * d))
 
 

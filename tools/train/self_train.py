@@ -110,7 +110,7 @@ class SelfTrainStep:
         self.gen = torch.Generator(device=device).manual_seed(seed)
         self.ends = np.flatnonzero(filler == eos)
         self.gen_opts = M.ForwardOptions(attention="dense", qat=True)
-        self.train_opts = M.ForwardOptions(attention="sparse", qat=True, p8=args.qat_p8)
+        self.train_opts = M.ForwardOptions(attention="sparse", qat=True)
         self.totals = collections.Counter()
         self.negatives = []  # offline unlikelihood rows: (prompt ids, completion ids, repeated [bool])
 

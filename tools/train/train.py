@@ -197,7 +197,7 @@ def unlikelihood_step(stream, nl, ident, args, eos):
     gen = M.ForwardOptions(attention="sparse", qat=True)
     # Prefix + continuation stay within top-k blocks, where MSA selects everything: the dense
     # path computes the same and is faster.
-    train_opts = M.ForwardOptions(attention="dense", qat=True, p8=args.qat_p8)
+    train_opts = M.ForwardOptions(attention="dense", qat=True)
     p = args.ul_prefix
 
     def fn(model):
@@ -404,9 +404,6 @@ def main():
                     help="stage e: completions generated per step (0: none, train on --st-targets only)")
     ap.add_argument("--st-targets", help="stage e: comma-separated targets files of gen_targets.py (m3serve's "
                     "accepted completions), loaded into the buffer before the stage")
-    ap.add_argument("--qat-p8", action="store_true",
-                    help="stages c-e: the fake-quantized attention also rounds its probabilities as m3serve's "
-                    "NVFP4 attention does (P8; m3small.attention_p8: fp32, materialised in chunks, slower)")
     ap.add_argument("--st-negatives", help="stage e, --st-gen 0: comma-separated negatives files of gen_targets.py "
                     "(m3serve's looping completions), whose repeats get the unlikelihood term")
     ap.add_argument("--no-before", action="store_true",
@@ -531,13 +528,9 @@ def finetune_measures(model, held, nl, ident, args, device):
 
 
 def finetune_settings(args):
-    """The held-out perplexities stages c-e record: dense, sparse, sparse with fake NVFP4 KV (and
-    with --qat-p8 that with the P8 probabilities too)."""
-    settings = [("dense", M.ForwardOptions(attention="dense")), ("sparse", M.ForwardOptions(attention="sparse")),
-                ("sparse_fake_nvfp4", M.ForwardOptions(attention="sparse", qat=True))]
-    if args.qat_p8:
-        settings.append(("sparse_fake_nvfp4_p8", M.ForwardOptions(attention="sparse", qat=True, p8=True)))
-    return settings
+    """The held-out perplexities stages c-e record: dense, sparse, sparse with fake NVFP4 KV."""
+    return [("dense", M.ForwardOptions(attention="dense")), ("sparse", M.ForwardOptions(attention="sparse")),
+            ("sparse_fake_nvfp4", M.ForwardOptions(attention="sparse", qat=True))]
 
 
 def self_train_stage(model, train, held, args, log, device, chunk):
@@ -577,7 +570,7 @@ def self_train_stage(model, train, held, args, log, device, chunk):
     if before is not None:
         log(stage="e", event="before", **before["repetition"], **{f"ppl_{k}": v for k, v in before["heldout_ppl"].items()})
     rec = run_stage("e", model, list(model.parameters()), M.ForwardOptions(
-        attention="sparse", qat=True, p8=args.qat_p8, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
+        attention="sparse", qat=True, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
         args.time_e, args.lr_e, [(0.0, args.long_seq, max(1, args.batch_tokens // args.long_seq))], warmup=10,
         extra=step, **chunk)
     rec.update(measure())
@@ -622,7 +615,7 @@ def run_one_stage(stage, model, train, held, args, log, device, phases, chunk):
         rec["heldout_ppl"] = evaluate(model, held, args, device, [("dense", dense), ("sparse", sparse)])
     elif stage == "c":
         rec = run_stage("c", model, list(model.parameters()), M.ForwardOptions(
-            attention="sparse", qat=True, p8=args.qat_p8, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
+            attention="sparse", qat=True, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
             args.time_c, args.lr_c, [(0.0, args.long_seq, max(1, args.batch_tokens // args.long_seq))], warmup=10,
             **chunk)
         rec["heldout_ppl"] = evaluate(model, held, args, device, finetune_settings(args))
@@ -639,7 +632,7 @@ def run_one_stage(stage, model, train, held, args, log, device, phases, chunk):
         ul_stream = train.other if args.ul_source == "defs" else main_stream(train)
         extra = unlikelihood_step(ul_stream, nl, ident, args, eos) if args.ul_weight > 0 else None
         rec = run_stage("d", model, list(model.parameters()), M.ForwardOptions(
-            attention="sparse", qat=True, p8=args.qat_p8, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
+            attention="sparse", qat=True, indexer_kl=True), finetune_loss(args.kl_weight), train, args, log,
             args.time_d, args.lr_d, [(0.0, args.long_seq, max(1, args.batch_tokens // args.long_seq))], warmup=10,
             extra=extra, **chunk)
         rec.update(measure())

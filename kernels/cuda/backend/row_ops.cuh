@@ -78,8 +78,9 @@ __device__ __forceinline__ void warp_encode_row(KvDType dtype, const float* v, i
       break;
     case KvDType::kNVFP4: {
       // Four lanes per 16-element group (eight groups per pass), so a 128-wide row keeps all 32
-      // lanes busy; the same bytes as formats/ nvfp4_kv_encode_group (the max is order-free,
-      // scale and codes are the same per-element functions).
+      // lanes busy; the same bytes as formats/ nvfp4_kv_encode_group: the max is order-free, and
+      // each lane runs the scale search over the whole group (from shared memory) so that its
+      // error sums go in the formats/ order.
       const int groups = dim / kNvfp4Group;
       for (int base = 0; base < groups; base += 8) {  // warp-uniform bound: every lane shuffles
         const int g = base + (lane >> 2), quarter = lane & 3;
@@ -96,7 +97,7 @@ __device__ __forceinline__ void warp_encode_row(KvDType dtype, const float* v, i
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
         if (active) {
-          const uint8_t sc = nvfp4_kv_scale(amax);
+          const uint8_t sc = nvfp4_kv_search_scale(v + g * kNvfp4Group, amax);
           const float sd = fp8_e4m3_decode(sc);
           uint8_t* out = data + g * (kNvfp4Group / 2) + quarter * 2;
           out[0] = static_cast<uint8_t>(e2m1_encode(x[0] / sd) | (e2m1_encode(x[1] / sd) << 4));
