@@ -50,6 +50,7 @@ curl -sN "http://127.0.0.1:$PORT/v1/chat/completions" -H 'Content-Type: applicat
   "messages": [{"role": "user", "content": "Write a Python function that reverses a string."}]}' |
   /usr/bin/python3 -c '
 import json, sys
+part = None  # the reasoning parser splits the turn: label each part where it starts
 for line in sys.stdin:
     line = line.strip()
     if not line.startswith("data: ") or line == "data: [DONE]":
@@ -57,8 +58,12 @@ for line in sys.stdin:
     chunk = json.loads(line[6:])
     for c in chunk.get("choices", []):
         d = c.get("delta", {})
-        sys.stdout.write(d.get("reasoning_content") or d.get("reasoning") or "")
-        sys.stdout.write(d.get("content") or "")
+        for name, text in (("reasoning", d.get("reasoning_content") or d.get("reasoning")), ("answer", d.get("content"))):
+            if text:
+                if part != name:
+                    sys.stdout.write(("\n" if part else "") + "[" + name + "] ")
+                    part = name
+                sys.stdout.write(text)
         sys.stdout.flush()
     if chunk.get("usage"):
         print("\nusage:", chunk["usage"])
