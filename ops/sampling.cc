@@ -113,14 +113,24 @@ int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& ro
                           row.num_bias ? batch.biases.data() + row.bias_begin : nullptr, allowed, ws, trace);
 }
 
-int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& p, const int32_t* prompt_ids,
-                         const int32_t* output_ids, const int32_t* output_counts, const int32_t* masked_ids,
-                         const int32_t* bias_ids, const float* bias_values, const uint32_t* allowed,
-                         SampleWorkspace& ws, SampleTrace* trace) {
+namespace {
+
+// What a row samples from: a fixed id (greedy rows, and rows with nothing left to draw), else the
+// kept candidates ws.order in ascending id order with unnormalised probabilities ws.prob[id]
+// summing to `total`.
+struct Kept {
+  int32_t fixed = -1;
+  double total = 0.0;
+};
+
+Kept keep_candidates(const float* logits, int32_t vocab, const SampleRow& p, const int32_t* prompt_ids,
+                     const int32_t* output_ids, const int32_t* output_counts, const int32_t* masked_ids,
+                     const int32_t* bias_ids, const float* bias_values, const uint32_t* allowed,
+                     SampleWorkspace& ws, SampleTrace* trace) {
   const bool masking = p.num_masked > 0 || allowed || sample_row_biased(p);
   const bool penalised = sample_row_penalised(p);
   const bool greedy = sample_row_greedy(p);
-  if (greedy && !masking && !penalised) return argmax_reference(logits, vocab);  // the common case: no copy
+  if (greedy && !masking && !penalised) return {argmax_reference(logits, vocab)};  // the common case: no copy
 
   std::vector<float>& work = ws.work;
   work.assign(logits, logits + vocab);
@@ -137,7 +147,7 @@ int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& p,
     if (id >= 0 && id < vocab) work[id] += bias_values[i];
   }
   if (penalised) apply_penalties(work, p, prompt_ids, output_ids, output_counts);
-  if (greedy) return argmax_reference(work.data(), vocab);
+  if (greedy) return {argmax_reference(work.data(), vocab)};
 
   // Temperature, then min_p relative to the most likely token: p_i >= min_p * p_max is
   // exp(x_i - x_max) >= min_p.
@@ -147,7 +157,7 @@ int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& p,
     x *= inv_temperature;
     if (x > max_logit) max_logit = x;
   }
-  if (!std::isfinite(max_logit)) return argmax_reference(logits, vocab);  // everything masked or broken
+  if (!std::isfinite(max_logit)) return {argmax_reference(logits, vocab)};  // everything masked or broken
   std::vector<int32_t>& order = ws.order;
   order.clear();
   for (int32_t i = 0; i < vocab; ++i) {
@@ -203,19 +213,82 @@ int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& p,
     total = 0.0;
     for (int32_t id : order) total += prob[id];
   }
+  return {-1, total};
+}
 
-  const double target = counter_uniform(p.seed, static_cast<uint64_t>(p.output_index)) * total;
+// The one draw: the candidate whose slice of the cumulative mass, walked in id order, holds
+// u * total (id_at(i) ascending, mass_at(i) its unnormalised probability).
+template <class IdAt, class MassAt>
+int32_t draw_in_id_order(size_t n, IdAt id_at, MassAt mass_at, double total, double u, SampleTrace* trace) {
+  const double target = u * total;
   double cumulative = 0.0;
-  for (int32_t id : order) {
+  for (size_t i = 0; i < n; ++i) {
     const double before = cumulative;
-    cumulative += prob[id];
+    cumulative += mass_at(i);
     if (cumulative > target) {
       if (trace) trace->draw_margin = std::min(target - before, cumulative - target) / total;
-      return id;
+      return id_at(i);
     }
   }
   if (trace) trace->draw_margin = 0.0;  // rounding put the target past the last slice
-  return order.back();
+  return id_at(n - 1);
+}
+
+void kept_distribution(const Kept& kept, const SampleWorkspace& ws, TokenDistribution& out) {
+  out.ids.clear();
+  out.mass.clear();
+  if (kept.fixed >= 0) {
+    out.ids.push_back(kept.fixed);
+    out.mass.push_back(1.0);
+    out.total = 1.0;
+    return;
+  }
+  out.ids.assign(ws.order.begin(), ws.order.end());
+  for (int32_t id : out.ids) out.mass.push_back(ws.prob[id]);
+  out.total = kept.total;
+}
+
+}  // namespace
+
+int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& p, const int32_t* prompt_ids,
+                         const int32_t* output_ids, const int32_t* output_counts, const int32_t* masked_ids,
+                         const int32_t* bias_ids, const float* bias_values, const uint32_t* allowed,
+                         SampleWorkspace& ws, SampleTrace* trace) {
+  const Kept kept = keep_candidates(logits, vocab, p, prompt_ids, output_ids, output_counts, masked_ids, bias_ids,
+                                    bias_values, allowed, ws, trace);
+  if (kept.fixed >= 0) return kept.fixed;
+  const std::vector<int32_t>& order = ws.order;
+  const std::vector<double>& prob = ws.prob;
+  return draw_in_id_order(
+      order.size(), [&](size_t i) { return order[i]; }, [&](size_t i) { return prob[order[i]]; }, kept.total,
+      counter_uniform(p.seed, static_cast<uint64_t>(p.output_index)), trace);
+}
+
+void sample_distribution(const float* logits, int32_t vocab, const SampleRow& row, const SampleBatch& batch,
+                         SampleWorkspace& ws, TokenDistribution& out) {
+  const int32_t* ids = batch.ids.data();
+  const uint32_t* allowed = batch.allowed_mask(row);
+  M3_CHECK(!allowed || (row.allowed_row + 1) * size_t(batch.allowed_words) <= batch.allowed.size(),
+           "sample: a row's allowed mask {} is outside the batch's", row.allowed_row);
+  M3_CHECK(row.num_bias == 0 || batch.biases.size() == batch.ids.size(), "sample: {} ids but {} biases",
+           batch.ids.size(), batch.biases.size());
+  const Kept kept = keep_candidates(logits, vocab, row, ids + row.prompt_begin, ids + row.output_begin,
+                                    batch.counts.data() + row.output_begin, ids + row.masked_begin,
+                                    ids + row.bias_begin, row.num_bias ? batch.biases.data() + row.bias_begin : nullptr,
+                                    allowed, ws, nullptr);
+  kept_distribution(kept, ws, out);
+}
+
+double TokenDistribution::prob(int32_t id) const {
+  const auto it = std::lower_bound(ids.begin(), ids.end(), id);
+  if (it == ids.end() || *it != id || !(total > 0.0)) return 0.0;
+  return mass[static_cast<size_t>(it - ids.begin())] / total;
+}
+
+int32_t TokenDistribution::draw(double u, SampleTrace* trace) const {
+  M3_CHECK(!ids.empty(), "draw from an empty token distribution");
+  return draw_in_id_order(
+      ids.size(), [&](size_t i) { return ids[i]; }, [&](size_t i) { return mass[i]; }, total, u, trace);
 }
 
 }  // namespace m3

@@ -107,6 +107,19 @@ struct SampleTrace {
   double min_p_margin = 1e300;  // smallest |exp(x - x_max) - min_p| (relative to 1)
 };
 
+// The distribution a row draws from, as the reference keeps it after masks, penalties,
+// temperature, min_p, top_k and top_p: the candidates in ascending id order with unnormalised
+// probabilities. A greedy row (or one with nothing left to draw) is its one id with mass 1.
+// Speculative decoding's verification (ops/rejection_sampling.h) compares these.
+struct TokenDistribution {
+  std::vector<int32_t> ids;  // ascending
+  std::vector<double> mass;  // parallel to ids, > 0
+  double total = 0.0;        // sum of mass
+  double prob(int32_t id) const;  // mass / total; 0 for an id outside
+  // The id whose slice of the cumulative mass, walked in id order, holds u * total (u in [0, 1)):
+  // the reference's draw (trace: how near the slice's edges u fell).
+  int32_t draw(double u, SampleTrace* trace = nullptr) const;
+};
 // Scratch of the reference, reused between rows.
 struct SampleWorkspace {
   std::vector<float> work;      // penalised / tempered logits
@@ -124,6 +137,10 @@ int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& ro
                          const int32_t* output_ids, const int32_t* output_counts, const int32_t* masked_ids,
                          const int32_t* bias_ids, const float* bias_values, const uint32_t* allowed,
                          SampleWorkspace& ws, SampleTrace* trace = nullptr);
+
+// `row` of `batch` over logits[0, vocab): the distribution sample_reference draws from.
+void sample_distribution(const float* logits, int32_t vocab, const SampleRow& row, const SampleBatch& batch,
+                         SampleWorkspace& ws, TokenDistribution& out);
 
 // Every row of `batch` by the reference from host logits [num_rows, vocab]: ids[i] for
 // batch.rows[i]. The one host path: Backend::sample's default, the CPU backend, runners without a
