@@ -352,8 +352,10 @@ void register_serve(CLI::App& app) {
   // Engine and deployment.
   add_engine_options(*cmd, a.engine);
   cmd->add_option("--speculative-config", a.deployment.speculative_config,
-                  "JSON, as vLLM's; m3serve has no speculative decoding (DSpark) yet, so any "
-                  "value is rejected at start with an error naming the method");
+                  "JSON, as vLLM's (method dspark, num_speculative_tokens, draft_sample_method, "
+                  "rejection_sample_method, synthetic_acceptance_length/_rates, kv_cache_dtype, "
+                  "attention_backend, model): checked, then refused at start, because m3serve has no "
+                  "speculative decoding (DSpark) yet");
   add_vllm_compat_flags(*cmd, a.compat);
 
   cmd->callback([args] { run_serve(*args); });

@@ -1,0 +1,43 @@
+// --speculative-config (vLLM's JSON, as the seed's command lines give it) as a checked value:
+// every key m3serve knows, each value checked and its meaning fixed here, anything else a clear
+// error that names the key. What runs the configuration is not here: the drafter and its runner.
+//
+//   method                   "dspark" (the only one)
+//   model                    the drafter's directory; default: dspark/ inside the target's
+//   num_speculative_tokens   k >= 1 drafts a step
+//   draft_sample_method      "greedy" (default: argmax drafts, q one-hot in verification) or
+//                            "probabilistic" (drafts sampled, q kept for verification)
+//   rejection_sample_method  "standard" (default), "block" or "synthetic" (ops/rejection_sampling.h)
+//   synthetic_acceptance_length / synthetic_acceptance_rates
+//                            synthetic only, exactly one of them: the mean tokens a step counting
+//                            the target's own, or k conditional rates in [0, 1]
+//   kv_cache_dtype           the drafter's KV cache ("auto": the target's)
+//   attention_backend        accepted and logged: m3serve picks its own kernels
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ops/kv_layout.h"
+#include "ops/rejection_sampling.h"
+
+namespace m3 {
+
+struct SpeculativeConfig {
+  std::string method;  // "dspark"
+  std::string model;   // empty: <target>/dspark
+  int num_speculative_tokens = 0;
+  bool probabilistic_drafts = false;
+  RejectionMethod rejection = RejectionMethod::kStandard;
+  std::vector<float> synthetic_rates;  // k rates when rejection is kSynthetic
+  std::optional<KvDType> kv_cache_dtype;  // empty: the target's
+  std::string attention_backend;       // as given; not used
+
+  // One line for logs and errors: "dspark, k=7, probabilistic drafts, standard verification, fp8_e4m3 KV".
+  std::string summary() const;
+};
+
+// Parses and checks the JSON text of --speculative-config. Throws m3::Error naming the key at fault.
+SpeculativeConfig parse_speculative_config(const std::string& json_text);
+
+}  // namespace m3
