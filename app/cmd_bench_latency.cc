@@ -62,6 +62,7 @@ struct BenchLatencyOptions {
   double flops = -1;      // FLOP/s; < 0: 7.6e14 (bf16 dense) on cuda, none on cpu
   bool op_breakdown = true;
   bool json = false;
+  std::string spec_tokens;  // k values: the floor of a speculative verification step (1 + k tokens a request)
 };
 
 // What a step can touch, measured on the weights as stored (their formats do not change on a device).
@@ -132,9 +133,15 @@ KvTokenBytes kv_token_bytes(const KvLayout& layout) {
                  kv_scale_bytes(layout.index_dtype, layout.index_dim))};
 }
 
-double decode_kv_bytes(const ModelConfig& c, const KvLayout& layout, int batch, int64_t context) {
+// KV bytes a step of `queries` tokens per request reads: the index keys once (one indexer pass
+// scores every query of a request), and on sparse layers the selected blocks of each query: once
+// when the queries share their selection (distinct_selection false: the floor), each query its own
+// when they do not (up to the context).
+double step_kv_bytes(const ModelConfig& c, const KvLayout& layout, int batch, int64_t context, int queries,
+                     bool distinct_selection) {
   const KvTokenBytes t = kv_token_bytes(layout);
-  const double selected = std::min<double>(double(context), double(c.index_topk_blocks) * c.index_block_size);
+  const double one = std::min<double>(double(context), double(c.index_topk_blocks) * c.index_block_size);
+  const double selected = distinct_selection ? std::min<double>(double(context), queries * one) : one;
   double per_request = 0;
   for (int l = 0; l < c.num_layers; ++l) {
     if (layout.layer_has_index[l]) {
@@ -144,6 +151,10 @@ double decode_kv_bytes(const ModelConfig& c, const KvLayout& layout, int batch, 
     }
   }
   return batch * per_request;
+}
+
+double decode_kv_bytes(const ModelConfig& c, const KvLayout& layout, int batch, int64_t context) {
+  return step_kv_bytes(c, layout, batch, context, 1, false);
 }
 
 double prefill_flops(const ModelConfig& c, const WeightBytes& w, int64_t len) {
@@ -324,6 +335,29 @@ nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const Dec
     r["floor_ms"] = floor_bytes / bandwidth * 1e3;
     r["floor_ratio"] = step_s / (floor_bytes / bandwidth);
   }
+  // Speculative decoding verifies 1 + k tokens a request in one step: the routed experts touched
+  // grow with the tokens, the KV read barely. It beats plain decode, by the floor and before the
+  // drafter's own cost, when the mean acceptance length (tokens a step, the target's own counted)
+  // exceeds this step's floor over the decode step's.
+  for (int k : parse_list(o.spec_tokens, "--spec-tokens")) {
+    const int tokens = c.batch * (1 + k);
+    const double w = m.weights.touched(tokens);
+    const double kv_shared = step_kv_bytes(config, m.model->kv_layout(), c.batch, c.context, 1 + k, false);
+    const double kv_distinct = step_kv_bytes(config, m.model->kv_layout(), c.batch, c.context, 1 + k, true);
+    nlohmann::json v = {{"k", k},
+                        {"tokens", tokens},
+                        {"weight_bytes", w},
+                        {"kv_bytes_shared_selection", kv_shared},
+                        {"kv_bytes_distinct_selection", kv_distinct},
+                        {"floor_bytes", w + kv_shared},
+                        {"breakeven_acceptance_length", (w + kv_shared) / floor_bytes},
+                        {"breakeven_acceptance_length_distinct_selection", (w + kv_distinct) / floor_bytes}};
+    if (bandwidth > 0) {
+      v["floor_ms"] = (w + kv_shared) / bandwidth * 1e3;
+      v["floor_ms_distinct_selection"] = (w + kv_distinct) / bandwidth * 1e3;
+    }
+    r["verification"].push_back(v);
+  }
   if (o.op_breakdown) {
     m.timing->clear();
     m.timing->set_timing(true);
@@ -393,6 +427,16 @@ void print_text(const nlohmann::json& out) {
                 r["achieved_bytes_per_s"].get<double>() / 1e9,
                 r.contains("floor_ms") ? fmt::format("{:.3f}", r["floor_ms"].get<double>()).c_str() : "-",
                 r.contains("floor_ratio") ? fmt::format("{:.2f}", r["floor_ratio"].get<double>()).c_str() : "-");
+    if (r.contains("verification")) {
+      for (const auto& v : r["verification"])
+        std::printf("         verify 1+%d tokens: floor %.2f MB%s, speculation pays from acceptance length %.2f "
+                    "(with distinct block selections: %.2f MB, %.2f)\n",
+                    v["k"].get<int>(), v["floor_bytes"].get<double>() / 1e6,
+                    v.contains("floor_ms") ? fmt::format(", {:.3f} ms", v["floor_ms"].get<double>()).c_str() : "",
+                    v["breakeven_acceptance_length"].get<double>(),
+                    (v["weight_bytes"].get<double>() + v["kv_bytes_distinct_selection"].get<double>()) / 1e6,
+                    v["breakeven_acceptance_length_distinct_selection"].get<double>());
+    }
     if (r.contains("ops_ms")) {
       std::string line;
       for (const auto& [name, ms] : r["ops_ms"].items()) line += fmt::format("  {} {:.3f}", name, ms.get<double>());
@@ -433,6 +477,7 @@ void run(BenchLatencyOptions o) {
   const std::vector<int> batches = parse_list(o.batch_sizes, "--batch-sizes");
   const std::vector<int> contexts = parse_list(o.context_lens, "--context-lens");
   const std::vector<int> prompts = o.prefill_lens.empty() ? std::vector<int>{} : parse_list(o.prefill_lens, "--prefill-lens");
+  parse_list(o.spec_tokens, "--spec-tokens");  // checked before the model loads; each decode case reads it
   const int bs = load_model_config(o.model.model_dir).index_block_size;
   std::vector<DecodeCase> decode;
   for (int c : contexts)
@@ -523,6 +568,10 @@ void register_bench_latency(CLI::App& app) {
   cmd->add_flag("--op-breakdown,!--no-op-breakdown", o->op_breakdown,
                 "decode: one more pass of iters steps, synchronised after every op, timed per op")
       ->capture_default_str();
+  cmd->add_option("--spec-tokens", o->spec_tokens,
+                  "decode: also the byte floor of a speculative verification step of 1 + k tokens a request, "
+                  "for each k (comma-separated), and the acceptance length from which it beats plain decode "
+                  "(the drafter not counted)");
   cmd->add_flag("--json", o->json, "print the results as JSON");
   cmd->callback([o] { run(*o); });
 }

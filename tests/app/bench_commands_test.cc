@@ -60,7 +60,7 @@ void expect_timed_decode(const json& c) {
 TEST(BenchLatency, TinyCheckpointReportsDecodeAndPrefillAgainstTheirFloors) {
   const json r = run_m3serve(fmt::format(
       "bench latency --model {} --device cpu --batch-sizes 1,4 --context-lens 256 --prefill-lens 512 "
-      "--chunk-size 256 --warmup 1 --iters 2 --bandwidth 1e11 --flops 1e12 --json", kTiny));
+      "--chunk-size 256 --warmup 1 --iters 2 --bandwidth 1e11 --flops 1e12 --spec-tokens 3 --json", kTiny));
   ASSERT_TRUE(r.is_object());
   EXPECT_EQ(r.at("device"), "cpu");
   EXPECT_EQ(r.at("num_layers"), 4);
@@ -80,6 +80,18 @@ TEST(BenchLatency, TinyCheckpointReportsDecodeAndPrefillAgainstTheirFloors) {
   EXPECT_DOUBLE_EQ(b4.at("kv_bytes").get<double>(), 4 * b1.at("kv_bytes").get<double>());
   EXPECT_NEAR(b1.at("floor_ratio").get<double>(),
               b1.at("step_ms").get<double>() / (b1.at("floor_bytes").get<double>() / 1e11 * 1e3), 1e-9);
+  // A verification step of 1 + 3 tokens a request touches the experts of 4 tokens (batch 1: the
+  // decode step of batch 4's weights) and, at a context within one selection, the same KV.
+  ASSERT_EQ(b1.at("verification").size(), 1u);
+  const json& v = b1.at("verification")[0];
+  EXPECT_EQ(v.at("k"), 3);
+  EXPECT_EQ(v.at("tokens"), 4);
+  EXPECT_DOUBLE_EQ(v.at("weight_bytes").get<double>(), b4.at("weight_bytes").get<double>());
+  EXPECT_DOUBLE_EQ(v.at("kv_bytes_shared_selection").get<double>(), b1.at("kv_bytes").get<double>());
+  EXPECT_DOUBLE_EQ(v.at("kv_bytes_distinct_selection").get<double>(), b1.at("kv_bytes").get<double>());
+  EXPECT_DOUBLE_EQ(v.at("breakeven_acceptance_length").get<double>(),
+                   v.at("floor_bytes").get<double>() / b1.at("floor_bytes").get<double>());
+  EXPECT_GT(v.at("breakeven_acceptance_length").get<double>(), 1.0);
   // The per-op breakdown covers the graph's ops.
   for (const char* op : {"moe", "swiglu_mlp", "paged_attention", "indexer_topk", "linear lm_head", "plan"})
     EXPECT_TRUE(b1.at("ops_ms").contains(op)) << op;
