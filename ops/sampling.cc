@@ -36,6 +36,16 @@ void apply_penalties(std::vector<float>& logits, const SampleRow& p, const int32
   }
 }
 
+// The row's allowed mask (null: none), after checking that its lists lie inside the batch's.
+const uint32_t* checked_allowed_mask(const SampleRow& row, const SampleBatch& batch) {
+  const uint32_t* allowed = batch.allowed_mask(row);
+  M3_CHECK(!allowed || (row.allowed_row + 1) * size_t(batch.allowed_words) <= batch.allowed.size(),
+           "sample: a row's allowed mask {} is outside the batch's", row.allowed_row);
+  M3_CHECK(row.num_bias == 0 || batch.biases.size() == batch.ids.size(), "sample: {} ids but {} biases",
+           batch.ids.size(), batch.biases.size());
+  return allowed;
+}
+
 }  // namespace
 
 void SampleBatch::add(SampleRow row, const int32_t* prompt_ids, int32_t num_prompt, const int32_t* output_ids,
@@ -103,11 +113,7 @@ void sample_batch_reference(const float* logits, int64_t num_rows, int32_t vocab
 int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& row, const SampleBatch& batch,
                          SampleWorkspace& ws, SampleTrace* trace) {
   const int32_t* ids = batch.ids.data();
-  const uint32_t* allowed = batch.allowed_mask(row);
-  M3_CHECK(!allowed || (row.allowed_row + 1) * size_t(batch.allowed_words) <= batch.allowed.size(),
-           "sample: a row's allowed mask {} is outside the batch's", row.allowed_row);
-  M3_CHECK(row.num_bias == 0 || batch.biases.size() == batch.ids.size(), "sample: {} ids but {} biases",
-           batch.ids.size(), batch.biases.size());
+  const uint32_t* allowed = checked_allowed_mask(row, batch);
   return sample_reference(logits, vocab, row, ids + row.prompt_begin, ids + row.output_begin,
                           batch.counts.data() + row.output_begin, ids + row.masked_begin, ids + row.bias_begin,
                           row.num_bias ? batch.biases.data() + row.bias_begin : nullptr, allowed, ws, trace);
@@ -267,11 +273,7 @@ int32_t sample_reference(const float* logits, int32_t vocab, const SampleRow& p,
 void sample_distribution(const float* logits, int32_t vocab, const SampleRow& row, const SampleBatch& batch,
                          SampleWorkspace& ws, TokenDistribution& out) {
   const int32_t* ids = batch.ids.data();
-  const uint32_t* allowed = batch.allowed_mask(row);
-  M3_CHECK(!allowed || (row.allowed_row + 1) * size_t(batch.allowed_words) <= batch.allowed.size(),
-           "sample: a row's allowed mask {} is outside the batch's", row.allowed_row);
-  M3_CHECK(row.num_bias == 0 || batch.biases.size() == batch.ids.size(), "sample: {} ids but {} biases",
-           batch.ids.size(), batch.biases.size());
+  const uint32_t* allowed = checked_allowed_mask(row, batch);
   const Kept kept = keep_candidates(logits, vocab, row, ids + row.prompt_begin, ids + row.output_begin,
                                     batch.counts.data() + row.output_begin, ids + row.masked_begin,
                                     ids + row.bias_begin, row.num_bias ? batch.biases.data() + row.bias_begin : nullptr,

@@ -120,6 +120,7 @@ struct TokenDistribution {
   // the reference's draw (trace: how near the slice's edges u fell).
   int32_t draw(double u, SampleTrace* trace = nullptr) const;
 };
+
 // Scratch of the reference, reused between rows.
 struct SampleWorkspace {
   std::vector<float> work;      // penalised / tempered logits

@@ -24,20 +24,27 @@ std::vector<float> toy_logits(const std::vector<int32_t>& prefix) {
   return out;
 }
 
+const std::vector<int32_t> kEos{6};
+
+// The request after the outputs `out` (counted in `counts`), eos masked below min_tokens.
+SamplingState state_after(const SamplingParams& p, uint64_t seed, const std::vector<int32_t>& out,
+                          const std::unordered_map<int32_t, int32_t>& counts) {
+  SamplingState s;
+  s.params = &p;
+  s.seed = seed;
+  s.output_index = static_cast<int>(out.size());
+  s.output_counts = &counts;
+  s.min_tokens_masked = kEos;
+  return s;
+}
+
 // What sequential sampling gives from `out`: n tokens, each with the ones before counted.
 std::vector<int32_t> sequential(const SamplingParams& p, uint64_t seed, std::vector<int32_t> out, int n) {
   HostSampler sampler;
   std::unordered_map<int32_t, int32_t> counts;
   for (int32_t t : out) ++counts[t];
-  std::vector<int32_t> eos{6};
   for (int i = 0; i < n; ++i) {
-    SamplingState s;
-    s.params = &p;
-    s.seed = seed;
-    s.output_index = static_cast<int>(out.size());
-    s.output_counts = &counts;
-    s.min_tokens_masked = eos;
-    const int32_t t = sampler.sample(toy_logits(out), s);
+    const int32_t t = sampler.sample(toy_logits(out), state_after(p, seed, out, counts));
     out.push_back(t);
     ++counts[t];
   }
@@ -49,13 +56,7 @@ VerifiedTokens verify(const SamplingParams& p, uint64_t seed, const std::vector<
                       const std::vector<int32_t>& drafts, RejectionMethod method = RejectionMethod::kStandard) {
   std::unordered_map<int32_t, int32_t> counts;
   for (int32_t t : out) ++counts[t];
-  std::vector<int32_t> eos{6};
-  SamplingState s;
-  s.params = &p;
-  s.seed = seed;
-  s.output_index = static_cast<int>(out.size());
-  s.output_counts = &counts;
-  s.min_tokens_masked = eos;
+  const SamplingState s = state_after(p, seed, out, counts);
   std::vector<float> logits;
   std::vector<int32_t> prefix = out;
   for (size_t i = 0; i <= drafts.size(); ++i) {
