@@ -51,6 +51,19 @@ std::vector<int32_t> sequential(const SamplingParams& p, uint64_t seed, std::vec
   return out;
 }
 
+// The verifier on given rows (greedy drafter).
+VerifiedTokens verify_rows(const SamplingState& s, const std::vector<float>& logits, const std::vector<int32_t>& drafts,
+                           RejectionMethod method = RejectionMethod::kStandard) {
+  SpeculativeVerifier verifier;
+  SpeculativeStep step;
+  step.state = &s;
+  step.logits = logits;
+  step.vocab = kVocab;
+  step.drafts = drafts;
+  step.method = method;
+  return verifier.verify(step);
+}
+
 // One verification of `drafts` after `out` (greedy drafter), with the rows the target computes.
 VerifiedTokens verify(const SamplingParams& p, uint64_t seed, const std::vector<int32_t>& out,
                       const std::vector<int32_t>& drafts, RejectionMethod method = RejectionMethod::kStandard) {
@@ -64,14 +77,7 @@ VerifiedTokens verify(const SamplingParams& p, uint64_t seed, const std::vector<
     logits.insert(logits.end(), row.begin(), row.end());
     if (i < drafts.size()) prefix.push_back(drafts[i]);
   }
-  SpeculativeVerifier verifier;
-  SpeculativeStep step;
-  step.state = &s;
-  step.logits = logits;
-  step.vocab = kVocab;
-  step.drafts = drafts;
-  step.method = method;
-  return verifier.verify(step);
+  return verify_rows(s, logits, drafts, method);
 }
 
 TEST(SpeculativeVerify, GreedyWithPenaltiesKeepsTheSequentialTokens) {
@@ -136,13 +142,7 @@ TEST(SpeculativeVerify, RowsMustMatchTheDrafts) {
   s.params = &p;
   std::vector<float> logits(kVocab * 2);
   const std::vector<int32_t> drafts{1, 2};  // needs 3 rows
-  SpeculativeVerifier verifier;
-  SpeculativeStep step;
-  step.state = &s;
-  step.logits = logits;
-  step.vocab = kVocab;
-  step.drafts = drafts;
-  EXPECT_THROW(verifier.verify(step), Error);
+  EXPECT_THROW(verify_rows(s, logits, drafts), Error);
 }
 
 }  // namespace
