@@ -42,6 +42,7 @@ void run(GenerateOptions o) {
   std::vector<EngineRequest> requests;
   requests.push_back(std::move(request));
   const CompletedRequest out = run_to_completion(*engine, std::move(requests)).front();
+  const EngineStats stats = engine->stats();
   engine->shutdown(true);
   M3_CHECK(out.finish_reason != FinishReason::kError, "generate failed: {}", out.error);
 
@@ -51,14 +52,31 @@ void run(GenerateOptions o) {
   const size_t decode_steps = out.output_ids.empty() ? 0 : out.output_ids.size() - 1;
   const double prefill_tps = prefill_s > 0 ? prompt.size() / prefill_s : 0;
   const double decode_tps = decode_s > 0 && decode_steps > 0 ? decode_steps / decode_s : 0;
-  std::fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tokens/s); decode: %zu steps in %.3f s (%.2f tokens/s)\n",
+  std::fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tokens/s); decode: %zu tokens in %.3f s (%.2f tokens/s)\n",
                prompt.size(), prefill_s, prefill_tps, decode_steps, decode_s, decode_tps);
+  nlohmann::json spec;
+  if (!o.engine.speculative_config.empty()) {
+    // vLLM's mean acceptance length counts the target's own token: 1 + kept / verification steps.
+    const double length = stats.spec_num_drafts
+                              ? 1.0 + static_cast<double>(stats.spec_num_accepted_tokens) / stats.spec_num_drafts
+                              : 0.0;
+    std::fprintf(stderr, "speculative: %llu steps verified %llu drafts, kept %llu; mean acceptance length %.3f\n",
+                 static_cast<unsigned long long>(stats.spec_num_drafts),
+                 static_cast<unsigned long long>(stats.spec_num_draft_tokens),
+                 static_cast<unsigned long long>(stats.spec_num_accepted_tokens), length);
+    spec = {{"num_drafts", stats.spec_num_drafts},
+            {"num_draft_tokens", stats.spec_num_draft_tokens},
+            {"num_accepted_tokens", stats.spec_num_accepted_tokens},
+            {"accepted_per_pos", stats.spec_accepted_per_pos},
+            {"mean_acceptance_length", length}};
+  }
   if (o.json) {
     nlohmann::json j = {{"prompt_ids", prompt},
                         {"output_ids", out.output_ids},
                         {"finish_reason", std::string(finish_reason_name(out.finish_reason))},
                         {"prefill_tokens_per_s", prefill_tps},
                         {"decode_tokens_per_s", decode_tps}};
+    if (!spec.is_null()) j["spec_decode"] = spec;
     std::printf("%s\n", j.dump().c_str());
   } else {
     for (size_t i = 0; i < out.output_ids.size(); ++i) std::printf(i ? ",%d" : "%d", out.output_ids[i]);

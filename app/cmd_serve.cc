@@ -40,7 +40,6 @@ struct ServeArgs {
   std::string model_positional;
   ModelOptions model;
   EngineOptions engine;
-  DeploymentOptions deployment;
   server::ServeOptions serve;
   std::vector<std::string> api_keys;
   std::string chat_template;
@@ -144,7 +143,7 @@ void run_serve(ServeArgs& a) {
   // Clients name the model as it was given (a repo id stays a repo id), as in vLLM.
   const std::string model_name = a.model.model_dir;
   // Options that cannot be honoured fail before a repo id is looked up (or downloaded).
-  check_deployment_options(a.deployment, a.model, a.engine);
+  check_deployment_options(a.model, a.engine);
   locate_model(a.model);
   if (!a.tokenizer.empty()) {
     a.tokenizer = locate_model_dir(a.tokenizer, HubOptions{a.tokenizer_revision, a.model.hub.download_dir},
@@ -351,11 +350,6 @@ void register_serve(CLI::App& app) {
 
   // Engine and deployment.
   add_engine_options(*cmd, a.engine);
-  cmd->add_option("--speculative-config", a.deployment.speculative_config,
-                  "JSON, as vLLM's (method dspark, num_speculative_tokens, draft_sample_method, "
-                  "rejection_sample_method, synthetic_acceptance_length/_rates, kv_cache_dtype, "
-                  "attention_backend, model): checked, then refused at start, because m3serve has no "
-                  "speculative decoding (DSpark) yet");
   add_vllm_compat_flags(*cmd, a.compat);
 
   cmd->callback([args] { run_serve(*args); });

@@ -264,6 +264,19 @@ void check_engine_options(const EngineOptions& o) {
   M3_CHECK(o.max_num_seqs >= 1, "--max-num-seqs must be >= 1, got {}", o.max_num_seqs);
   M3_CHECK(o.max_num_batched_tokens.value_or(1) >= 1, "--max-num-batched-tokens must be >= 1, got {}",
            o.max_num_batched_tokens.value_or(1));
+  speculative_config(o);
+}
+
+std::optional<SpeculativeConfig> speculative_config(const EngineOptions& o) {
+  if (o.speculative_config.empty()) return std::nullopt;
+  SpeculativeConfig spec = parse_speculative_config(o.speculative_config);
+  // Checked key by key first, so that a wrong key or value is named; a drafter that needs a model
+  // is then refused: the DSpark drafter is not in m3serve yet (the n-gram drafter needs none).
+  M3_CHECK(spec.method == "ngram",
+           "--speculative-config: method {} is not implemented in m3serve yet: the configuration is valid ({}), "
+           "but its drafter model cannot be run; use method ngram, or remove --speculative-config",
+           spec.method, spec.summary());
+  return spec;
 }
 
 int EngineOptions::batched_tokens(int64_t max_model_len) const {
@@ -349,6 +362,11 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", o.enable_chunked_prefill,
                "split long prompts into chunks under --max-num-batched-tokens (default on); off: a prompt is "
                "prefilled in one step, so --max-num-batched-tokens must be >= --max-model-len");
+  cmd.add_option("--speculative-config", o.speculative_config,
+                 "speculative decoding, JSON as vLLM's: method ngram (prompt_lookup_min, prompt_lookup_max) or dspark "
+                 "(checked, then refused: its drafter is not in m3serve yet), num_speculative_tokens, "
+                 "rejection_sample_method standard|block|synthetic (synthetic_acceptance_length or _rates), "
+                 "draft_sample_method, kv_cache_dtype, attention_backend, model");
 }
 
 AttentionConfig parse_attention_config(const std::string& text) {
@@ -815,6 +833,8 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
   config.enable_prefix_caching = engine.enable_prefix_caching;
   config.enable_chunked_prefill = engine.enable_chunked_prefill;
   config.seed = options.seed;
+  config.speculative = speculative_config(engine);
+  if (config.speculative) M3_LOG_INFO("speculative decoding: {}", config.speculative->summary());
   const int64_t capacity = model.num_kv_blocks() * model.block_size();
   config.max_model_len =
       static_cast<int>(options.max_model_len > 0 ? loaded.max_model_len : std::min(loaded.max_model_len, capacity));

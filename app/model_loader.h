@@ -93,6 +93,8 @@ struct EngineOptions {
   // Off (--no-enable-chunked-prefill): a prompt is prefilled in one step, so the step's token
   // budget must cover max-model-len (an error naming both otherwise, as vLLM).
   bool enable_chunked_prefill = true;
+  // --speculative-config: vLLM's JSON (engine/speculative_config.h); empty: no speculation.
+  std::string speculative_config;
 
   // Tokens per engine step: --max-num-batched-tokens, else vLLM's default: 2048, or with
   // chunked prefill off max(max_model_len, 2048).
@@ -106,6 +108,9 @@ void add_engine_options(CLI::App& cmd, EngineOptions& options);
 // serve runs them before it starts any thread). Throw m3::Error naming the option.
 void check_model_options(const ModelOptions& options);
 void check_engine_options(const EngineOptions& options);
+// --speculative-config checked (an error names the key), or nothing when it is not given. A method
+// whose drafter m3serve cannot run is an error.
+std::optional<SpeculativeConfig> speculative_config(const EngineOptions& options);
 
 // --attention-config, parsed. Unknown keys and keys this build cannot honour (indexer_decode_cp:
 // true needs several GPUs) are errors naming them.

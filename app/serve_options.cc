@@ -7,7 +7,6 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/speculative_config.h"
 #include "model/config.h"
 #include "model/weight_footprint.h"
 #include "parallel/layout.h"
@@ -28,18 +27,8 @@ void check_parallel_deployment(const ParallelConfig& p, const std::string& model
 
 }  // namespace
 
-void check_deployment_options(const DeploymentOptions& o, const ModelOptions& mo, const EngineOptions& eo) {
+void check_deployment_options(const ModelOptions& mo, const EngineOptions& eo) {
   check_parallel_deployment(mo.parallel, mo.model_dir);
-  if (!o.speculative_config.empty()) {
-    // Checked first, so that a wrong key or value is named; then refused, because the DSpark
-    // drafter and the speculative step are not in m3serve yet (verification is:
-    // ops/rejection_sampling.h).
-    const SpeculativeConfig spec = parse_speculative_config(o.speculative_config);
-    fail("--speculative-config: speculative decoding ({}) is not implemented in m3serve yet: the "
-         "configuration is valid, but the DSpark drafter and the speculative step are missing; remove "
-         "--speculative-config",
-         spec.summary());
-  }
   check_model_options(mo);
   check_engine_options(eo);
 }

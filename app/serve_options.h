@@ -1,5 +1,4 @@
-// The options only `m3serve serve` takes beyond the loader's (app/model_loader.h): the deployment
-// (tensor parallelism, speculative decoding) and the chat template. Options that cannot be
+// The checks `m3serve serve` runs before it starts, and its chat template. Options that cannot be
 // honoured on this machine fail at start with a message naming the option (docs/reference.md
 // D7).
 #pragma once
@@ -12,18 +11,11 @@
 
 namespace m3::app {
 
-// vLLM options that describe the deployment rather than the model (the parallel layout is a
-// loader option: every command takes it).
-struct DeploymentOptions {
-  std::string speculative_config;  // JSON
-};
-
 // Checks that never touch the GPU driver (serve calls it before blocking SIGINT/SIGTERM in every
-// thread): speculative decoding, the parallel layout against the model's config.json when there
-// is one (the layout's own error names a dimension that does not divide), and the loader's own
-// file-free checks. Throws m3::Error naming the option.
-void check_deployment_options(const DeploymentOptions& options, const ModelOptions& model_options,
-                              const EngineOptions& engine_options);
+// thread): the parallel layout against the model's config.json when there is one (the layout's
+// own error names a dimension that does not divide), and the loader's own file-free checks
+// (speculative decoding among them). Throws m3::Error naming the option.
+void check_deployment_options(const ModelOptions& model_options, const EngineOptions& engine_options);
 
 // --chat-template: a file, or the template text itself; empty: the model's own (none is fine:
 // chat requests then get a 400 that says so).

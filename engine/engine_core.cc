@@ -437,6 +437,13 @@ EngineStats EngineCore::stats() const {
     for (std::size_t b = 0; b < s.iteration_tokens_counts.size(); ++b)
       sum.iteration_tokens_counts[b] += s.iteration_tokens_counts[b];
     sum.iteration_tokens_sum += s.iteration_tokens_sum;
+    sum.spec_num_drafts += s.spec_num_drafts;
+    sum.spec_num_draft_tokens += s.spec_num_draft_tokens;
+    sum.spec_num_accepted_tokens += s.spec_num_accepted_tokens;
+    if (sum.spec_accepted_per_pos.size() < s.spec_accepted_per_pos.size())
+      sum.spec_accepted_per_pos.resize(s.spec_accepted_per_pos.size());
+    for (std::size_t i = 0; i < s.spec_accepted_per_pos.size(); ++i)
+      sum.spec_accepted_per_pos[i] += s.spec_accepted_per_pos[i];
   }
   sum.kv_usage = sum.num_kv_blocks ? double(sum.num_used_kv_blocks) / double(sum.num_kv_blocks) : 0.0;
   return sum;

@@ -30,9 +30,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "engine/model_runner.h"
 #include "engine/request.h"
+#include "engine/speculative_config.h"
 
 namespace m3 {
 
@@ -46,6 +49,9 @@ struct EngineConfig {
   // Off: a prompt is prefilled in one step; max_num_batched_tokens must then be >= max_model_len.
   bool enable_chunked_prefill = true;
   uint64_t seed = 0;  // seeds the draws of the seeds of requests that have none
+  // Speculative decoding (--speculative-config): drafts proposed after each step for running
+  // requests, verified in the next (engine/engine_loop.h). Empty: off.
+  std::optional<SpeculativeConfig> speculative;
 };
 
 // vLLM's buckets of vllm:iteration_tokens_total (its list when CUDA-graph sizes are not known).
@@ -79,6 +85,14 @@ struct EngineStats {
   uint64_t finished_abort = 0;   // ... "abort"
   uint64_t finished_error = 0;
   uint64_t num_steps = 0;
+  // Speculative decoding: request-steps that verified drafts, drafts verified, drafts kept, and
+  // drafts kept at each place in the step (vllm:spec_decode_num_drafts_total,
+  // _num_draft_tokens_total, _num_accepted_tokens_total, _num_accepted_tokens_per_pos_total).
+  // Mean acceptance length = 1 + accepted / drafts, counting the target's own token as vLLM does.
+  uint64_t spec_num_drafts = 0;
+  uint64_t spec_num_draft_tokens = 0;
+  uint64_t spec_num_accepted_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_pos;  // num_speculative_tokens entries when speculating
   // vllm:iteration_tokens_total: tokens computed per step (prompt chunks + decodes), as counts per
   // bucket of kIterationTokenBuckets (not cumulative; the last is above the largest bound).
   std::array<uint64_t, kIterationTokenBuckets.size() + 1> iteration_tokens_counts{};

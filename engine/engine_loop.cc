@@ -76,13 +76,18 @@ SamplingState sampling_state(const Sequence& seq) {
 
 }  // namespace
 
-EngineLoop::EngineLoop(ModelRunner& runner, const EngineConfig& config)
+EngineLoop::EngineLoop(ModelRunner& runner, const EngineConfig& config, std::unique_ptr<Drafter> drafter)
     : runner_(runner),
       config_(config),
       vocab_size_(runner.vocab_size()),
       kv_(runner.num_kv_blocks(), runner.block_size(), config.enable_prefix_caching, runner.num_host_kv_blocks(),
           save_ahead_blocks(config, runner.block_size())),
-      scheduler_(scheduler_config(config), kv_) {}
+      scheduler_(scheduler_config(config), kv_) {
+  if (config_.speculative) {
+    drafter_ = drafter ? std::move(drafter) : make_model_free_drafter(*config_.speculative);
+    counters_.spec_accepted_per_pos.assign(static_cast<size_t>(config_.speculative->num_speculative_tokens), 0);
+  }
+}
 
 void EngineLoop::add(EngineRequest request, OutputSink sink, uint64_t seed, Clock::time_point arrival) {
   auto seq = std::make_unique<Sequence>();
@@ -169,7 +174,7 @@ void EngineLoop::finish(Sequence& seq, RequestOutput& out, FinishReason reason) 
   }
 }
 
-void EngineLoop::emit(Sequence& seq, const RequestOutput& out) {
+bool EngineLoop::emit(Sequence& seq, const RequestOutput& out) {
   bool drop = out.finished;
   try {
     if (seq.sink) seq.sink(out);
@@ -182,6 +187,7 @@ void EngineLoop::emit(Sequence& seq, const RequestOutput& out) {
     drop = true;
   }
   if (drop) seqs_.erase(seq.request.id);  // destroys seq
+  return !drop;
 }
 
 void EngineLoop::fail_step(const std::vector<ScheduledSeq>& scheduled, const std::string& message) {
@@ -213,12 +219,31 @@ void EngineLoop::plan_outputs(std::size_t i, Sequence& seq) {
   }
   // advance() appends nothing once max_tokens is reached (max_tokens = 0: the prompt alone).
   if (rows.sample_row < 0 || seq.num_output_tokens() >= seq.params().max_tokens) return;
-  if (seq.params().logprobs >= 0) {
+  const int k = rows.num_drafts;
+  // Block verification and probabilistic drafts verify on the host, from the target's rows.
+  const bool host_verify = k > 0 && (config_.speculative->rejection == RejectionMethod::kBlock ||
+                                     config_.speculative->probabilistic_drafts);
+  if (seq.params().logprobs >= 0 || host_verify) {
     out.sample_host_row = static_cast<int>(host_rows_.size());
-    host_rows_.push_back(rows.sample_row);
+    for (int j = 0; j <= k; ++j) host_rows_.push_back(rows.sample_row + j);
   }
-  if (forced_token(seq) >= 0) return;
+  if (forced_token(seq) >= 0 || host_verify) return;
   out.sample_index = static_cast<int>(sampling_.rows.size());
+  if (k > 0) {
+    // Row j is drawn at output index + j with drafts [0, j) counted as outputs (penalties).
+    SamplingState state = sampling_state(seq);
+    const bool penalised = sample_row_penalised(sample_row_params(state, 0));
+    if (penalised) {
+      draft_counts_ = seq.output_counts;
+      state.output_counts = &draft_counts_;
+    }
+    for (int j = 0; j <= k; ++j) {
+      state.output_index = seq.num_output_tokens() + j;
+      add_sample_row(sampling_, rows.sample_row + j, state);
+      if (penalised && j < k) ++draft_counts_[seq.draft_tokens[static_cast<size_t>(j)]];
+    }
+    return;
+  }
   add_sample_row(sampling_, rows.sample_row, sampling_state(seq));
   if (seq.constraint) {
     const int32_t allowed_row = sampling_.add_allowed_row(token_mask_words(vocab_size_));
@@ -245,40 +270,35 @@ void EngineLoop::start_masks() {
   sampling_.masks_ready = [this] { mask_worker_.wait(); };
 }
 
-RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, const float* logits_row, const std::string* mask_error) {
-  RequestOutput out = make_output(seq);
-  const SamplingParams& p = seq.params();
+bool EngineLoop::start_output(Sequence& seq, RequestOutput& out) {
   const bool first_token = !seq.first_token_time.has_value();
   if (first_token) {
     seq.first_token_time = Clock::now();
     counters_.prompt_tokens_total += seq.num_prompt_tokens;
   }
-  if (seq.num_output_tokens() >= p.max_tokens) {  // max_tokens = 0: the prompt was all we ran
+  if (seq.num_output_tokens() >= seq.params().max_tokens) {  // max_tokens = 0: the prompt was all we ran
     finish(seq, out, FinishReason::kLength);
-    return out;
+    return false;
   }
   if (seq.wants_prompt_logprobs()) {
     out.prompt_logprobs = std::move(seq.prompt_logprobs);
     seq.prompt_logprobs.clear();
     seq.prompt_logprobs_sent = true;
   }
+  return true;
+}
 
-  if (mask_error && !mask_error->empty()) {  // the constraint could not say what may come next
-    out.error = *mask_error;
-    finish(seq, out, FinishReason::kError);
-    return out;
-  }
-  const int32_t forced = forced_token(seq);
-  const int32_t token = forced >= 0 ? forced : sampled;
+bool EngineLoop::append_token(Sequence& seq, int32_t token, const float* logits_row, RequestOutput& out) {
+  const SamplingParams& p = seq.params();
   if (token < 0 || token >= vocab_size_) {  // a runner that broke its contract: fail this request only
     out.error = "sampling returned token " + std::to_string(token) + " outside the vocabulary";
     finish(seq, out, FinishReason::kError);
-    return out;
+    return true;
   }
   if (seq.constraint && !seq.constraint->accept(token)) {
     out.error = "structured output: token " + std::to_string(token) + " does not continue the constrained text";
     finish(seq, out, FinishReason::kError);
-    return out;
+    return true;
   }
   if (p.logprobs >= 0) {
     const std::span<const float> logits(logits_row, static_cast<std::size_t>(vocab_size_));
@@ -302,8 +322,106 @@ RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, const float* l
     finish(seq, out, FinishReason::kStop);
   } else if (num_output >= p.max_tokens || seq.num_tokens() >= config_.max_model_len) {
     finish(seq, out, FinishReason::kLength);
+  } else {
+    return false;
   }
+  return true;
+}
+
+RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, const float* logits_row, const std::string* mask_error) {
+  RequestOutput out = make_output(seq);
+  if (!start_output(seq, out)) return out;
+  if (mask_error && !mask_error->empty()) {  // the constraint could not say what may come next
+    out.error = *mask_error;
+    finish(seq, out, FinishReason::kError);
+    return out;
+  }
+  const int32_t forced = forced_token(seq);
+  append_token(seq, forced >= 0 ? forced : sampled, logits_row, out);
   return out;
+}
+
+RequestOutput EngineLoop::advance_speculative(Sequence& seq, const SeqLogitsRows& rows, const SeqOutputs& outs) {
+  const SpeculativeConfig& spec = *config_.speculative;
+  const auto k = static_cast<size_t>(rows.num_drafts);
+  const std::span<const int32_t> drafts(seq.draft_tokens.data(), k);
+  const std::span<const float> rates =
+      spec.rejection == RejectionMethod::kSynthetic ? std::span<const float>(spec.synthetic_rates).first(k)
+                                                    : std::span<const float>();
+  const float* host_rows =
+      outs.sample_host_row >= 0 ? logits_.data() + static_cast<std::size_t>(outs.sample_host_row) * vocab_size_ : nullptr;
+  RequestOutput out = make_output(seq);
+  verified_.clear();
+  try {
+    if (outs.sample_index >= 0) {
+      const std::span<const int32_t> sampled(sampled_.data() + outs.sample_index, k + 1);
+      const int32_t kept = accept_sampled(spec.rejection, drafts, sampled, rates, seq.seed, seq.num_output_tokens());
+      verified_.assign(drafts.begin(), drafts.begin() + kept);
+      verified_.push_back(sampled[static_cast<size_t>(kept)]);
+    } else {
+      const SamplingState state = sampling_state(seq);
+      SpeculativeStep step;
+      step.state = &state;
+      step.logits = std::span<const float>(host_rows, (k + 1) * static_cast<std::size_t>(vocab_size_));
+      step.vocab = vocab_size_;
+      step.drafts = drafts;
+      step.method = spec.rejection;
+      step.synthetic_rates = rates;
+      verified_ = verifier_.verify(step).tokens;
+    }
+  } catch (const std::exception& e) {
+    out.error = std::string("speculative verification: ") + e.what();
+    finish(seq, out, FinishReason::kError);
+    return out;
+  }
+  const size_t kept = verified_.size() - 1;
+  ++counters_.spec_num_drafts;
+  counters_.spec_num_draft_tokens += k;
+  counters_.spec_num_accepted_tokens += kept;
+  for (size_t j = 0; j < kept; ++j) ++counters_.spec_accepted_per_pos[j];
+
+  if (!start_output(seq, out)) return out;
+  for (size_t j = 0; j < verified_.size(); ++j) {
+    const float* row = host_rows ? host_rows + j * static_cast<std::size_t>(vocab_size_) : nullptr;
+    if (append_token(seq, verified_[j], row, out)) return out;
+  }
+  // The last token and the kept drafts have their KV; the blocks past the text held only
+  // rejected drafts.
+  seq.num_computed_tokens = seq.num_tokens() - 1;
+  kv_.commit_computed(seq);
+  kv_.trim(seq, seq.num_tokens());
+  return out;
+}
+
+int EngineLoop::max_drafts(const Sequence& seq) const {
+  if (!drafter_ || seq.status != SeqStatus::kRunning || seq.num_tokens() - seq.num_computed_tokens != 1) return 0;
+  const SamplingParams& p = seq.params();
+  if (seq.constraint || !p.forced_tokens.empty() || p.reasoning_budget >= 0) return 0;
+  // Every draft kept plus the token after them must fit max_tokens and the model's length.
+  const int room = std::min(p.max_tokens - seq.num_output_tokens(), config_.max_model_len - seq.num_tokens()) - 1;
+  return std::max(0, std::min(config_.speculative->num_speculative_tokens, room));
+}
+
+void EngineLoop::propose_drafts() {
+  if (drafting_.empty()) return;
+  draft_requests_.clear();
+  for (Sequence* seq : drafting_) draft_requests_.push_back({seq->tokens, max_drafts(*seq)});
+  try {
+    drafter_->propose(draft_requests_, drafts_);
+  } catch (const std::exception& e) {
+    // No drafts is always correct: the requests decode one token a step until the drafter works.
+    M3_LOG_ERROR("drafter failed for {} request(s): {}", drafting_.size(), e.what());
+    drafts_.assign(drafting_.size(), {});
+  }
+  for (size_t i = 0; i < drafting_.size(); ++i) {
+    std::vector<int32_t>& d = drafts_[i];
+    if (static_cast<int>(d.size()) > draft_requests_[i].max_drafts) d.resize(static_cast<size_t>(draft_requests_[i].max_drafts));
+    // Out-of-vocabulary guesses are cut there: the model must never see them.
+    const auto bad = std::find_if(d.begin(), d.end(), [&](int32_t t) { return t < 0 || t >= vocab_size_; });
+    d.erase(bad, d.end());
+    drafting_[i]->draft_tokens.assign(d.begin(), d.end());
+  }
+  drafting_.clear();
 }
 
 bool EngineLoop::step() {
@@ -352,21 +470,30 @@ bool EngineLoop::step() {
   mask_worker_.wait();  // a runner that sampled nothing never waited
   sampling_.masks_ready = nullptr;
 
+  drafting_.clear();
   for (std::size_t i = 0; i < sched.scheduled.size(); ++i) {
     Sequence& seq = *sched.scheduled[i].seq;
     const SeqLogitsRows& rows = plan_.rows[i];
     const SeqOutputs& outs = outputs_[i];
-    seq.num_computed_tokens += sched.scheduled[i].num_new_tokens;
+    seq.num_computed_tokens += sched.scheduled[i].num_new_tokens - rows.num_drafts;  // drafts: once verified
     kv_.commit_computed(seq);
     if (rows.num_prompt_rows > 0) collect_prompt_logprobs(seq, rows, outs.first_prompt_host_row);
     if (rows.sample_row < 0) continue;
-    const int32_t sampled = outs.sample_index >= 0 ? sampled_[outs.sample_index] : -1;
-    const float* row =
-        outs.sample_host_row >= 0 ? logits_.data() + static_cast<std::size_t>(outs.sample_host_row) * vocab_size_ : nullptr;
-    const std::string* mask_error = outs.mask_job >= 0 ? &mask_jobs_[outs.mask_job].error : nullptr;
-    const RequestOutput out = advance(seq, sampled, row, mask_error);
-    emit(seq, out);
+    RequestOutput out;
+    if (rows.num_drafts > 0) {
+      out = advance_speculative(seq, rows, outs);
+    } else {
+      const int32_t sampled = outs.sample_index >= 0 ? sampled_[outs.sample_index] : -1;
+      const float* row =
+          outs.sample_host_row >= 0 ? logits_.data() + static_cast<std::size_t>(outs.sample_host_row) * vocab_size_ : nullptr;
+      const std::string* mask_error = outs.mask_job >= 0 ? &mask_jobs_[outs.mask_job].error : nullptr;
+      out = advance(seq, sampled, row, mask_error);
+    }
+    seq.draft_tokens.clear();
+    const bool finished = out.finished;
+    if (emit(seq, out) && !finished && max_drafts(seq) > 0) drafting_.push_back(&seq);
   }
+  propose_drafts();
   counters_.num_preemptions = scheduler_.num_preemptions();
   return true;
 }

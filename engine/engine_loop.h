@@ -1,24 +1,39 @@
 // The engine's single-threaded core: requests in, one step at a time, outputs to sinks. No
 // locking: EngineCore runs it on its thread; tests drive it directly, step by step.
+//
+// Speculative decoding (EngineConfig::speculative): after a step, the drafter proposes up to k
+// tokens for each running request that sampled (engine/drafter.h); the next step runs them after
+// the request's last token, with a logits row for each, and verification keeps a prefix of them
+// plus one token (ops/rejection_sampling.h). The KV of the rejected drafts stays in slots past the
+// sequence's computed length, to be overwritten; whole blocks holding only those are given back;
+// only committed tokens are ever hashed into the prefix cache. Standard verification of one-hot
+// drafts (n-gram, greedy drafters) and synthetic verification use the sampler's draw of every row
+// (on the device for a device runner); block verification and probabilistic drafts need the
+// target's distributions, so those rows come to the host. Requests with structured outputs or
+// forced tokens (tool_choice's opener, the reasoning budget) run without drafts.
 #pragma once
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "engine/drafter.h"
 #include "engine/engine_core.h"
 #include "engine/kv_manager.h"
 #include "engine/mask_worker.h"
 #include "engine/sample_rows.h"
 #include "engine/scheduler.h"
+#include "engine/speculative_verify.h"
 #include "engine/step_builder.h"
 
 namespace m3 {
 
 class EngineLoop {
  public:
-  // `config.max_model_len` must already be resolved (> 0); requests must be validated.
-  EngineLoop(ModelRunner& runner, const EngineConfig& config);
+  // `config.max_model_len` must already be resolved (> 0); requests must be validated. With
+  // config.speculative, `drafter` proposes the drafts (null: the drafter the configuration names,
+  // make_model_free_drafter).
+  EngineLoop(ModelRunner& runner, const EngineConfig& config, std::unique_ptr<Drafter> drafter = nullptr);
 
   void add(EngineRequest request, OutputSink sink, uint64_t seed, Clock::time_point arrival);
   // Frees the request's blocks now and sends its final kAbort output. False for unknown ids.
@@ -34,6 +49,7 @@ class EngineLoop {
   const KvManager& kv() const { return kv_; }
 
  private:
+  struct SeqOutputs;
   void fail_step(const std::vector<ScheduledSeq>& scheduled, const std::string& message);
   // Decides what the runner must give back for scheduled sequence i: its SampleRow (unless the
   // token is forced or none is due) and host logits rows (prompt logprobs, logprobs).
@@ -43,12 +59,24 @@ class EngineLoop {
   // output for the sink.
   // `mask_error`: the constraint's failure to give this token's mask (the request fails), or null.
   RequestOutput advance(Sequence& seq, int32_t sampled, const float* logits_row, const std::string* mask_error);
+  // advance()'s work before any token: first-token bookkeeping, max_tokens = 0, prompt logprobs.
+  // False when the request finished.
+  bool start_output(Sequence& seq, RequestOutput& out);
+  // Appends one token (checked) and checks stop conditions; true when the request finished.
+  bool append_token(Sequence& seq, int32_t token, const float* logits_row, RequestOutput& out);
+  // A speculative request after the step: verification, then its kept drafts and next token.
+  RequestOutput advance_speculative(Sequence& seq, const SeqLogitsRows& rows, const SeqOutputs& outs);
+  // Whether the drafter may guess for this request, and how many tokens at most (0: none).
+  int max_drafts(const Sequence& seq) const;
+  // The drafter's guesses for the requests in drafting_ (each after its step's tokens).
+  void propose_drafts();
   // Hands the step's constrained rows to the mask worker and makes the batch wait for them.
   void start_masks();
   void collect_prompt_logprobs(Sequence& seq, const SeqLogitsRows& rows, int first_host_row);
   void finish(Sequence& seq, RequestOutput& out, FinishReason reason);
   // Calls the sink; on a throwing sink the request is dropped (logged). Removes finished ones.
-  void emit(Sequence& seq, const RequestOutput& out);
+  // Returns whether the request is still in the engine.
+  bool emit(Sequence& seq, const RequestOutput& out);
   RequestOutput make_output(const Sequence& seq) const;
 
   ModelRunner& runner_;
@@ -60,8 +88,8 @@ class EngineLoop {
   StepPlan plan_;
   // What the runner returns for the step: sampled ids and only the logits rows needed on the host.
   struct SeqOutputs {
-    int sample_index = -1;        // into sampling_.rows / sampled_
-    int sample_host_row = -1;     // host logits row of the sampling row (logprobs)
+    int sample_index = -1;        // into sampling_.rows / sampled_ (speculative: 1 + drafts rows from it)
+    int sample_host_row = -1;     // host logits row of the sampling row (logprobs; speculative: 1 + drafts rows)
     int first_prompt_host_row = -1;
     int mask_job = -1;            // into mask_jobs_ (a constrained sampling row)
   };
@@ -82,6 +110,16 @@ class EngineLoop {
   std::unordered_map<std::string, std::unique_ptr<Sequence>> seqs_;
   uint64_t next_arrival_ = 0;
   EngineStats counters_;  // the monotonic counters; gauges are filled by stats()
+
+  // Speculative decoding (config_.speculative): the drafter, the verification of host rows, and
+  // the step's scratch.
+  std::unique_ptr<Drafter> drafter_;
+  SpeculativeVerifier verifier_;
+  std::unordered_map<int32_t, int32_t> draft_counts_;  // output counts with a step's drafts
+  std::vector<Sequence*> drafting_;                    // requests to draft for after this step
+  std::vector<DraftRequest> draft_requests_;
+  std::vector<std::vector<int32_t>> drafts_;
+  std::vector<int32_t> verified_;
 };
 
 }  // namespace m3

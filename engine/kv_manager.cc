@@ -129,6 +129,16 @@ void KvManager::commit_computed(Sequence& seq) {
   seq.num_registered_blocks = std::max(seq.num_registered_blocks, num_full);
 }
 
+void KvManager::trim(Sequence& seq, int num_tokens) {
+  const auto keep = static_cast<std::size_t>(blocks_for(num_tokens));
+  M3_CHECK(keep >= static_cast<std::size_t>(seq.num_registered_blocks),
+           "request {}: trimming to {} tokens would drop registered blocks", seq.request.id, num_tokens);
+  while (seq.block_table.size() > keep) {
+    pool_.release(seq.block_table.back());
+    seq.block_table.pop_back();
+  }
+}
+
 void KvManager::free(Sequence& seq) {
   for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) pool_.release(*it);
   seq.block_table.clear();

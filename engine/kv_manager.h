@@ -50,6 +50,9 @@ class KvManager {
   // Grows the block table to cover num_total_tokens. Returns false, allocating nothing, when the
   // pool has too few free blocks.
   bool allocate(Sequence& seq, int num_total_tokens);
+  // Gives back the blocks past those num_tokens tokens need (last first): after a speculative
+  // step, the blocks that held only rejected drafts. They were never registered.
+  void trim(Sequence& seq, int num_tokens);
   // Registers the blocks that are now full and computed in the prefix cache.
   void commit_computed(Sequence& seq);
   // Releases every block (last block first, so a chain's tail is evicted before its head) and

@@ -45,6 +45,7 @@ void Scheduler::preempt(Sequence* victim, SchedulerOutput& out, int& budget) {
     sched.erase(it);
   }
   kv_.free(*victim);
+  victim->draft_tokens.clear();  // recomputed as a prefill, which drafts nothing
   running_.erase(std::find(running_.begin(), running_.end(), victim));
   victim->status = SeqStatus::kWaiting;
   if (victim->wants_prompt_logprobs()) victim->prompt_logprobs.clear();  // recomputed from scratch
@@ -71,7 +72,9 @@ SchedulerOutput Scheduler::schedule() {
         ++i;
         continue;
       }
-      const int n = chunk_size(*seq, budget);
+      if (decoding && static_cast<int>(seq->draft_tokens.size()) > budget - 1)
+        seq->draft_tokens.resize(static_cast<size_t>(budget - 1));  // the step's budget cuts the guesses
+      const int n = decoding ? 1 + static_cast<int>(seq->draft_tokens.size()) : chunk_size(*seq, budget);
       bool self_preempted = false;
       while (!kv_.allocate(*seq, seq->num_computed_tokens + n)) {
         Sequence* victim = running_.back();  // newest arrival

@@ -1,5 +1,6 @@
 // Scheduling policy: which requests run in the next step and how many tokens each computes.
-//   1. running requests in decode (1 token each, oldest first);
+//   1. running requests in decode (1 token each, oldest first; with speculative decoding also
+//      the request's drafts, cut to what the step's budget leaves);
 //   2. running requests still in prefill (a chunk each, oldest first);
 //   3. waiting requests in arrival order (FCFS: a request that does not fit blocks those behind
 //      it), first matching the prefix cache, as long as tokens, sequence slots and blocks last.
@@ -30,7 +31,9 @@ struct SchedulerConfig {
 
 struct ScheduledSeq {
   Sequence* seq = nullptr;
-  int num_new_tokens = 0;  // tokens [num_computed_tokens, + num_new_tokens) run this step
+  // Tokens [num_computed_tokens, + num_new_tokens) run this step; past the sequence's tokens they
+  // are its draft_tokens.
+  int num_new_tokens = 0;
 };
 
 struct SchedulerOutput {

@@ -31,6 +31,9 @@ struct Sequence {
   std::vector<int32_t> tokens;
   int num_prompt_tokens = 0;
   int num_computed_tokens = 0;  // tokens whose KV is in the cache (a prefix of `tokens`)
+  // Speculative decoding: the drafter's guesses at the tokens after `tokens`, run with the last
+  // token in the next step and verified there; never part of `tokens` (nor hashed) until kept.
+  std::vector<int32_t> draft_tokens;
 
   // KV blocks: block_table[i] holds tokens [i * block_size, (i + 1) * block_size).
   std::vector<int32_t> block_table;

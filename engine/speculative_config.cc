@@ -18,7 +18,18 @@ constexpr const char* kKeys[] = {"method",
                                  "synthetic_acceptance_length",
                                  "synthetic_acceptance_rates",
                                  "kv_cache_dtype",
-                                 "attention_backend"};
+                                 "attention_backend",
+                                 "prompt_lookup_min",
+                                 "prompt_lookup_max"};
+
+// prompt_lookup_min / _max of the n-gram drafter: an integer in [1, 64], or `fallback` when absent.
+int lookup_length(const nlohmann::json& spec, const char* key, int fallback) {
+  if (!spec.contains(key)) return fallback;
+  const nlohmann::json& v = spec.at(key);
+  M3_CHECK(v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= 64,
+           "--speculative-config: {} must be an integer in [1, 64], got {}", key, v.dump());
+  return v.get<int>();
+}
 
 std::string string_of(const nlohmann::json& spec, const char* key, const std::string& fallback) {
   if (!spec.contains(key)) return fallback;
@@ -50,9 +61,25 @@ SpeculativeConfig parse_speculative_config(const std::string& json_text) {
   }
   SpeculativeConfig c;
   c.method = string_of(spec, "method", "");
-  M3_CHECK(c.method == "dspark", "--speculative-config: method '{}' is not supported (m3serve has: dspark)",
-           c.method);
+  if (c.method == "[ngram]") c.method = "ngram";  // vLLM's older spelling
+  M3_CHECK(c.method == "dspark" || c.method == "ngram",
+           "--speculative-config: method '{}' is not supported (m3serve has: dspark, ngram)", c.method);
   c.model = string_of(spec, "model", "");
+  if (c.method == "ngram") {
+    for (const char* key : {"model", "kv_cache_dtype", "draft_sample_method"})
+      M3_CHECK(!spec.contains(key), "--speculative-config: {} does not apply to method ngram (it has no drafter model)",
+               key);
+    // vLLM's defaults: both 5 when neither is given, else the one given for both.
+    const bool has_min = spec.contains("prompt_lookup_min"), has_max = spec.contains("prompt_lookup_max");
+    c.prompt_lookup_min = lookup_length(spec, "prompt_lookup_min", has_max ? lookup_length(spec, "prompt_lookup_max", 5) : 5);
+    c.prompt_lookup_max = lookup_length(spec, "prompt_lookup_max", has_min ? c.prompt_lookup_min : 5);
+    M3_CHECK(c.prompt_lookup_min <= c.prompt_lookup_max,
+             "--speculative-config: prompt_lookup_min {} is above prompt_lookup_max {}", c.prompt_lookup_min,
+             c.prompt_lookup_max);
+  } else {
+    for (const char* key : {"prompt_lookup_min", "prompt_lookup_max"})
+      M3_CHECK(!spec.contains(key), "--speculative-config: {} applies to method ngram only", key);
+  }
 
   M3_CHECK(spec.contains("num_speculative_tokens"), "--speculative-config: num_speculative_tokens is required");
   const nlohmann::json& k = spec.at("num_speculative_tokens");
@@ -112,6 +139,10 @@ SpeculativeConfig parse_speculative_config(const std::string& json_text) {
 }
 
 std::string SpeculativeConfig::summary() const {
+  if (method == "ngram") {
+    return fmt::format("ngram, k={}, n-grams of {} to {} tokens, {} verification", num_speculative_tokens,
+                       prompt_lookup_min, prompt_lookup_max, rejection_name(rejection));
+  }
   return fmt::format("{}, k={}, {} drafts, {} verification, {} KV{}", method, num_speculative_tokens,
                      probabilistic_drafts ? "probabilistic" : "greedy", rejection_name(rejection),
                      kv_cache_dtype ? std::string(kv_dtype_name(*kv_cache_dtype)) : std::string("the target's"),

@@ -2,8 +2,12 @@
 // every key m3serve knows, each value checked and its meaning fixed here, anything else a clear
 // error that names the key. What runs the configuration is not here: the drafter and its runner.
 //
-//   method                   "dspark" (the only one)
-//   model                    the drafter's directory; default: dspark/ inside the target's
+//   method                   "dspark" (the DSpark drafter model), or "ngram" (prompt lookup: the
+//                            tokens that followed the latest earlier occurrence of the text's last
+//                            n tokens; no model; "[ngram]" is read as "ngram")
+//   prompt_lookup_min / _max ngram only: the n-gram lengths tried, longest first (vLLM's
+//                            defaults: 5 and 5; one given sets both)
+//   model                    dspark: the drafter's directory; default: dspark/ inside the target's
 //   num_speculative_tokens   k >= 1 drafts a step
 //   draft_sample_method      "greedy" (default: argmax drafts, q one-hot in verification) or
 //                            "probabilistic" (drafts sampled, q kept for verification)
@@ -24,7 +28,7 @@
 namespace m3 {
 
 struct SpeculativeConfig {
-  std::string method;  // "dspark"
+  std::string method;  // "dspark" or "ngram"
   std::string model;   // empty: <target>/dspark
   int num_speculative_tokens = 0;
   bool probabilistic_drafts = false;
@@ -32,6 +36,7 @@ struct SpeculativeConfig {
   std::vector<float> synthetic_rates;  // k rates when rejection is kSynthetic
   std::optional<KvDType> kv_cache_dtype;  // empty: the target's
   std::string attention_backend;       // as given; not used
+  int prompt_lookup_min = 0, prompt_lookup_max = 0;  // ngram only
 
   // One line for logs and errors: "dspark, k=7, probabilistic drafts, standard verification, fp8_e4m3 KV".
   std::string summary() const;

@@ -28,8 +28,9 @@ void build_step(const std::vector<ScheduledSeq>& scheduled, int block_size, Step
     const int begin = seq.num_computed_tokens;
     const int end = begin + scheduled[i].num_new_tokens;
     const int row0 = b.num_tokens();
+    const int num_known = seq.num_tokens();
     for (int pos = begin; pos < end; ++pos) {
-      b.token_ids.push_back(seq.tokens[pos]);
+      b.token_ids.push_back(pos < num_known ? seq.tokens[pos] : seq.draft_tokens[pos - num_known]);
       b.positions.push_back(pos);
       b.token_seq.push_back(static_cast<int32_t>(i));
       b.slot_mapping.push_back(seq.block_table[pos / block_size] * block_size + pos % block_size);
@@ -48,9 +49,10 @@ void build_step(const std::vector<ScheduledSeq>& scheduled, int block_size, Step
       for (int pos = begin; pos < last; ++pos) b.logits_rows.push_back(row0 + (pos - begin));
       rows.num_prompt_rows = std::max(0, last - begin);
     }
-    if (end == seq.num_tokens()) {
+    if (end >= num_known) {
       rows.sample_row = static_cast<int>(b.logits_rows.size());
-      b.logits_rows.push_back(row0 + (end - 1 - begin));
+      rows.num_drafts = end - num_known;
+      for (int pos = num_known - 1; pos < end; ++pos) b.logits_rows.push_back(row0 + (pos - begin));
     }
   }
 }

@@ -14,6 +14,9 @@ struct SeqLogitsRows {
   int first_prompt_pos = 0;    // its position (it predicts token first_prompt_pos + 1)
   int num_prompt_rows = 0;
   int sample_row = -1;         // -1: no token is sampled for this request this step
+  // Speculative: the request's drafts ran after its last token; rows sample_row .. + num_drafts
+  // (consecutive) follow the last token and each draft.
+  int num_drafts = 0;
 };
 
 struct StepPlan {

@@ -62,6 +62,19 @@ double sampler_uniform(const DraftVerification& v, size_t i) {
 VerifiedTokens verify_standard(const DraftVerification& v) {
   VerifiedTokens out;
   const size_t k = v.drafts.size();
+  if (v.draft.empty()) {
+    // One-hot q: keeping draft x with probability p(x) and otherwise drawing from p without x is
+    // drawing from p and keeping x if the draw is x. With the sampler's own uniform, the output is
+    // then token for token the output of sequential sampling.
+    for (size_t i = 0; i < k; ++i) {
+      const int32_t drawn = v.target[i].draw(sampler_uniform(v, i));
+      out.tokens.push_back(drawn);
+      if (drawn != v.drafts[i]) return out;
+      ++out.accepted;
+    }
+    out.tokens.push_back(v.target[k].draw(sampler_uniform(v, k)));
+    return out;
+  }
   for (size_t i = 0; i < k; ++i) {
     const int32_t x = v.drafts[i];
     const double p = x >= 0 ? v.target[i].prob(x) : 0.0;
@@ -122,6 +135,25 @@ VerifiedTokens verify_synthetic(const DraftVerification& v) {
 }
 
 }  // namespace
+
+int32_t accept_sampled(RejectionMethod method, std::span<const int32_t> drafts, std::span<const int32_t> sampled,
+                       std::span<const float> synthetic_rates, uint64_t seed, int64_t output_index) {
+  const size_t k = drafts.size();
+  M3_CHECK(k < static_cast<size_t>(kMaxDrafts), "verify: {} drafts, at most {}", k, kMaxDrafts - 1);
+  M3_CHECK(sampled.size() == k + 1, "verify: {} drafts need {} sampled tokens, got {}", k, k + 1, sampled.size());
+  M3_CHECK(method != RejectionMethod::kBlock, "verify: block verification needs the target's distributions");
+  M3_CHECK(method != RejectionMethod::kSynthetic || synthetic_rates.size() == k,
+           "verify: {} drafts but {} synthetic rates", k, synthetic_rates.size());
+  int32_t kept = 0;
+  for (size_t i = 0; i < k; ++i) {
+    const bool keep = method == RejectionMethod::kStandard
+                          ? sampled[i] == drafts[i]
+                          : drafts[i] >= 0 && uniform(seed, kSyntheticStream, output_index, i) < synthetic_rates[i];
+    if (!keep) break;
+    ++kept;
+  }
+  return kept;
+}
 
 VerifiedTokens verify_drafts(const DraftVerification& v) {
   const size_t k = v.drafts.size();

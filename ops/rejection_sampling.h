@@ -11,7 +11,9 @@
 //   synthetic  for benchmarks: draft i is kept with a set probability (given the ones before it
 //              were), whatever the target says; the text is then not the target's.
 // For standard and block the tokens come out distributed exactly as the target's own samples,
-// whatever the drafter proposes. A greedy target (temperature 0) is a one-hot p, so both keep
+// whatever the drafter proposes. Standard with one-hot drafts is computed as "draw from the target
+// with the sampler's uniform, keep the draft if the draw equals it" (the same distribution), so a
+// greedy or n-gram drafter changes nothing in a seeded request's text, only its speed. A greedy target (temperature 0) is a one-hot p, so both keep
 // drafts while they equal its argmax and then emit the argmax. A greedy drafter is a one-hot q.
 //
 // The distributions are the sampler's (ops/sampling.h sample_distribution: masks, penalties,
@@ -52,6 +54,15 @@ struct VerifiedTokens {
 
 // Throws m3::Error when the rows do not match (k + 1 targets, k or 0 draft rows, k rates).
 VerifiedTokens verify_drafts(const DraftVerification& v);
+
+// The same decision without the distributions, where it needs none: standard verification of
+// one-hot drafts and synthetic verification. `sampled[i]` is the token the ordinary sampler draws
+// at output index output_index + i from target row i (so a device sampler can do the drawing);
+// returns how many drafts are kept: the step's tokens are drafts [0, kept) and sampled[kept],
+// exactly verify_drafts' tokens for the same inputs. Throws m3::Error for kBlock (it needs the
+// distributions) and for mismatched sizes.
+int32_t accept_sampled(RejectionMethod method, std::span<const int32_t> drafts, std::span<const int32_t> sampled,
+                       std::span<const float> synthetic_rates, uint64_t seed, int64_t output_index);
 
 // vLLM's synthetic_acceptance_length as rates over k drafts: `length` counts the target's own
 // token, so length - 1 drafts are kept on average, spent on the earliest positions (floor(length

@@ -215,6 +215,19 @@ std::string ServerMetrics::render(const EngineStats& stats, const CacheConfigInf
          "Engine steps that waited for copies to the host tier (a block evicted before it was saved ahead, or "
          "reused right after).");
   sample(out, "m3:kv_offload_steps_waiting_total", l, static_cast<double>(stats.kv_offload_steps_waiting));
+  if (!stats.spec_accepted_per_pos.empty()) {  // speculative decoding on (vLLM shows these only then)
+    header(out, "vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.");
+    sample(out, "vllm:spec_decode_num_drafts_total", l, static_cast<double>(stats.spec_num_drafts));
+    header(out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.");
+    sample(out, "vllm:spec_decode_num_draft_tokens_total", l, static_cast<double>(stats.spec_num_draft_tokens));
+    header(out, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.");
+    sample(out, "vllm:spec_decode_num_accepted_tokens_total", l, static_cast<double>(stats.spec_num_accepted_tokens));
+    header(out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.");
+    for (size_t i = 0; i < stats.spec_accepted_per_pos.size(); ++i) {
+      sample(out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", fmt::format("{},position=\"{}\"", l, i),
+             static_cast<double>(stats.spec_accepted_per_pos[i]));
+    }
+  }
   header(out, "vllm:num_preemptions_total", "counter",
          "Cumulative number of preemption from the engine.");
   sample(out, "vllm:num_preemptions_total", l, static_cast<double>(stats.num_preemptions));

@@ -54,6 +54,38 @@ TEST(SpeculativeConfig, RejectionMethods) {
   EXPECT_EQ(r.synthetic_rates, (std::vector<float>{0.9f, 0.5f}));
 }
 
+TEST(SpeculativeConfig, Ngram) {
+  const SpeculativeConfig a = parse_speculative_config(R"({"method":"ngram","num_speculative_tokens":4})");
+  EXPECT_EQ(a.method, "ngram");
+  EXPECT_EQ(a.prompt_lookup_min, 5);
+  EXPECT_EQ(a.prompt_lookup_max, 5);
+  EXPECT_EQ(a.summary(), "ngram, k=4, n-grams of 5 to 5 tokens, standard verification");
+  const SpeculativeConfig b =
+      parse_speculative_config(R"({"method":"[ngram]","num_speculative_tokens":3,"prompt_lookup_max":4})");
+  EXPECT_EQ(b.method, "ngram");
+  EXPECT_EQ(b.prompt_lookup_min, 4);
+  EXPECT_EQ(b.prompt_lookup_max, 4);
+  const SpeculativeConfig c = parse_speculative_config(
+      R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":2,"prompt_lookup_max":6,)"
+      R"("rejection_sample_method":"block"})");
+  EXPECT_EQ(c.prompt_lookup_min, 2);
+  EXPECT_EQ(c.prompt_lookup_max, 6);
+  EXPECT_EQ(c.rejection, RejectionMethod::kBlock);
+  EXPECT_EQ(parse_speculative_config(R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":2})")
+                .prompt_lookup_max,
+            2);
+  EXPECT_NE(error_of(R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":4,"prompt_lookup_max":2})")
+                .find("prompt_lookup_min 4 is above prompt_lookup_max 2"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":0})").find("prompt_lookup_min"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"method":"ngram","num_speculative_tokens":3,"model":"x"})").find("model does not apply"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"method":"dspark","num_speculative_tokens":3,"prompt_lookup_max":3})")
+                .find("prompt_lookup_max applies to method ngram only"),
+            std::string::npos);
+}
+
 TEST(SpeculativeConfig, ErrorsNameTheKey) {
   EXPECT_NE(error_of("[1]").find("JSON object"), std::string::npos);
   EXPECT_NE(error_of("{").find("JSON object"), std::string::npos);

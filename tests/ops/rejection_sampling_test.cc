@@ -185,6 +185,73 @@ TEST(RejectionSampling, GreedyTargetGivesGreedyText) {
   }
 }
 
+// Standard verification of one-hot drafts draws with the sampler's own uniforms, so a seeded
+// sampled request gives the text of sequential sampling, token for token, whatever the drafter.
+TEST(RejectionSampling, StandardWithOneHotDraftsIsSequentialSampling) {
+  const ToyModel target{61, sampled_row(0.8f, /*top_k=*/4)};
+  const ToyModel drafter{62, sampled_row(0.0f)};
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    std::vector<int32_t> want;
+    for (int i = 0; i < 10; ++i)
+      want.push_back(target.at(want).draw(counter_uniform(seed, static_cast<uint64_t>(want.size()))));
+    for (int k : {1, 3, 7}) {
+      std::mt19937_64 rng(seed);
+      int64_t steps = 0, kept = 0;
+      EXPECT_EQ(speculate(target, drafter, true, k, RejectionMethod::kStandard, seed, 10, rng, &steps, &kept), want)
+          << "seed " << seed << " k " << k;
+      // The target as its own drafter keeps most drafts; the output is still the same text.
+      EXPECT_EQ(speculate(target, target, true, k, RejectionMethod::kStandard, seed, 10, rng, &steps, &kept), want);
+    }
+  }
+}
+
+// accept_sampled (the engine's path when a device sampler draws each row) keeps what verify_drafts
+// keeps, for standard one-hot and synthetic verification.
+TEST(RejectionSampling, AcceptSampledAgreesWithVerifyDrafts) {
+  const ToyModel target{71, sampled_row(1.0f)};
+  const ToyModel drafter{72, sampled_row(0.0f)};
+  const std::vector<float> rates = synthetic_rates_for_length(2.6, 4);
+  std::mt19937_64 rng(5);
+  for (uint64_t seed = 0; seed < 500; ++seed) {
+    std::vector<int32_t> prefix, drafts;
+    for (int i = 0; i < 4; ++i) {
+      // Half the drafts the target's likely token, so some steps keep several.
+      const TokenDistribution d = (seed + i) % 2 ? target.at(prefix) : drafter.at(prefix);
+      drafts.push_back(d.draw(0.5));
+      prefix.push_back(drafts.back());
+    }
+    if (seed % 7 == 0) drafts[2] = -1;  // padding
+    std::vector<TokenDistribution> p;
+    std::vector<int32_t> sampled;
+    prefix.clear();
+    const int64_t index = static_cast<int64_t>(seed % 11);
+    for (size_t i = 0; i <= drafts.size(); ++i) {
+      p.push_back(target.at(prefix));
+      sampled.push_back(p.back().draw(counter_uniform(seed, static_cast<uint64_t>(index) + i)));
+      if (i < drafts.size()) prefix.push_back(drafts[i]);
+    }
+    for (RejectionMethod m : {RejectionMethod::kStandard, RejectionMethod::kSynthetic}) {
+      DraftVerification v;
+      v.method = m;
+      v.target = p;
+      v.drafts = drafts;
+      v.synthetic_rates = rates;
+      v.seed = seed;
+      v.output_index = index;
+      const VerifiedTokens r = verify_drafts(v);
+      const int32_t kept = accept_sampled(m, drafts, sampled, rates, seed, index);
+      ASSERT_EQ(kept, r.accepted) << seed;
+      EXPECT_EQ(sampled[static_cast<size_t>(kept)], r.tokens.back()) << seed;
+    }
+  }
+  const std::vector<int32_t> drafts{1, 2};
+  const std::vector<int32_t> short_sampled{1};
+  EXPECT_THROW(accept_sampled(RejectionMethod::kStandard, drafts, short_sampled, {}, 0, 0), Error);
+  const std::vector<int32_t> sampled{1, 2, 3};
+  EXPECT_THROW(accept_sampled(RejectionMethod::kBlock, drafts, sampled, {}, 0, 0), Error);
+  EXPECT_EQ(accept_sampled(RejectionMethod::kStandard, drafts, sampled, {}, 0, 0), 2);
+}
+
 TEST(RejectionSampling, BlockKeepsAtLeastAsManyAsStandard) {
   const ToyModel target{21, sampled_row(1.0f)};
   const ToyModel drafter{22, sampled_row(1.0f)};

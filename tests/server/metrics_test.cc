@@ -45,6 +45,17 @@ TEST(Metrics, RendersVllmNamesWithLabels) {
   EXPECT_TRUE(
       contains(text, "vllm:request_success_total{" + l + ",finished_reason=\"abort\"} 0.0\n"));
   EXPECT_FALSE(contains(text, "vllm:spec_decode"));  // no speculative decoding, no counters
+  EngineStats spec = stats;
+  spec.spec_num_drafts = 10;
+  spec.spec_num_draft_tokens = 30;
+  spec.spec_num_accepted_tokens = 17;
+  spec.spec_accepted_per_pos = {9, 6, 2};
+  const std::string spec_text = metrics.render(spec);
+  EXPECT_TRUE(contains(spec_text, "# TYPE vllm:spec_decode_num_drafts_total counter\n"));
+  EXPECT_TRUE(contains(spec_text, "vllm:spec_decode_num_drafts_total{" + l + "} 10.0\n"));
+  EXPECT_TRUE(contains(spec_text, "vllm:spec_decode_num_draft_tokens_total{" + l + "} 30.0\n"));
+  EXPECT_TRUE(contains(spec_text, "vllm:spec_decode_num_accepted_tokens_total{" + l + "} 17.0\n"));
+  EXPECT_TRUE(contains(spec_text, "vllm:spec_decode_num_accepted_tokens_per_pos_total{" + l + ",position=\"2\"} 2.0\n"));
   // Cumulative buckets: 0.03 falls in le=0.04, 3.0 in le=5.0.
   EXPECT_TRUE(
       contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"0.02\"} 0.0\n"));

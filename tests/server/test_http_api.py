@@ -505,6 +505,50 @@ class ServeFlags(unittest.TestCase):
         self.assertEqual(SERVER.request("POST", "/v1/completions", completion_body(model="other"))[0], 404)
 
 
+@unittest.skipIf(EXTRA or NODES > 1, "compares with the shared server, which must then run on one rank too")
+class SpeculativeDecoding(unittest.TestCase):
+    """--speculative-config with the n-gram drafter: the same text as the shared server (greedy and
+    seeded), streams, logprobs, n > 1, stop strings; the vllm:spec_decode_* counters move."""
+
+    def test_same_text_as_without_speculation(self):
+        s = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name", NAME,
+                        "--max-model-len", "1024", "--kv-cache-memory", "64MiB", "--disable-log-stats",
+                        "--reasoning-parser", "minimax_m3",
+                        "--speculative-config", '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_min":2}'])
+        try:
+            prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\ndef add("
+            bodies = [completion_body(prompt=prompt, max_tokens=40),
+                      completion_body(prompt=prompt, max_tokens=40, temperature=0.9, seed=11, logprobs=2, n=2),
+                      completion_body(prompt="one two three one two three one two", max_tokens=24, stop=["three"])]
+            for body in bodies:
+                want = SERVER.post("/v1/completions", body)
+                got = s.post("/v1/completions", body)
+                self.assertEqual([c["text"] for c in got["choices"]], [c["text"] for c in want["choices"]], body)
+                self.assertEqual([c["finish_reason"] for c in got["choices"]],
+                                 [c["finish_reason"] for c in want["choices"]], body)
+                for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+                    self.assertEqual(got["usage"][key], want["usage"][key], body)
+                if body.get("logprobs"):
+                    self.assertEqual([c["logprobs"]["tokens"] for c in got["choices"]],
+                                     [c["logprobs"]["tokens"] for c in want["choices"]])
+                    for g, w in zip(got["choices"], want["choices"]):
+                        for a, b in zip(g["logprobs"]["token_logprobs"], w["logprobs"]["token_logprobs"]):
+                            self.assertAlmostEqual(a, b, places=4)
+            chat = chat_body(content="Repeat after me: red green blue red green blue", max_tokens=30)
+            events, done, _ = s.stream("/v1/chat/completions", dict(chat, stream=True))
+            self.assertTrue(done)
+            want = SERVER.post("/v1/chat/completions", chat)["choices"][0]["message"]
+            self.assertEqual(stream_text(events), want["content"] or "")
+            self.assertEqual(stream_text(events, "reasoning_content") or None, want.get("reasoning_content") or None)
+            metrics = s.request("GET", "/metrics")[2].decode()
+            drafts = re.search(r'vllm:spec_decode_num_draft_tokens_total\{[^}]*\} ([0-9.]+)', metrics)
+            self.assertIsNotNone(drafts, metrics)
+            self.assertGreater(float(drafts.group(1)), 0)
+            self.assertIn('vllm:spec_decode_num_accepted_tokens_per_pos_total{', metrics)
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
 class BadInput(unittest.TestCase):
     def check(self, path, body, status, words, param=None, headers=None):
         code, _, raw = SERVER.request("POST", path, body, headers)
@@ -679,7 +723,7 @@ class SeedCommandLines(unittest.TestCase):
         for line in (self.line1("MiniMaxAI/MiniMax-M3.1-Flash", "4"), self.line2("MiniMaxAI/MiniMax-M3.1-Flash", "4")):
             code, err = self.run_serve(line)
             self.assertEqual(code, 1, err)
-            self.assertIn("--speculative-config: speculative decoding", err)
+            self.assertIn("--speculative-config: method dspark is not implemented", err)
             self.assertNotIn("not expected", err)
             self.assertNotIn("Could not convert", err)
 

@@ -1,0 +1,46 @@
+// What proposes the drafts of the speculative step (--speculative-config): for each running
+// request, up to k tokens that may follow its text. The target verifies them in its next step
+// (engine/engine_loop.h), so a drafter decides only the speed, never the text: a bad guess costs a
+// wasted row of that step.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/speculative_config.h"
+
+namespace m3 {
+
+struct DraftRequest {
+  std::span<const int32_t> tokens;  // prompt and output so far (the last one not yet computed)
+  int max_drafts = 0;               // at most this many (>= 1)
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // drafts[i]: up to requests[i].max_drafts ids for request i; fewer or none when it has no guess.
+  virtual void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& drafts) = 0;
+};
+
+// Prompt lookup (vLLM's "ngram"): the text's last n tokens, n from prompt_lookup_max down to
+// prompt_lookup_min, are looked for earlier in the text; at the latest earlier occurrence of the
+// longest n that has one, the tokens that followed it are the drafts. Costs one backward scan of
+// the text per request and step (no index); no model.
+class NgramDrafter final : public Drafter {
+ public:
+  NgramDrafter(int min_n, int max_n);
+  void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& drafts) override;
+  // One request's drafts (appended to `out`).
+  void propose_one(std::span<const int32_t> tokens, int max_drafts, std::vector<int32_t>& out) const;
+
+ private:
+  int min_n_, max_n_;
+};
+
+// The drafter of a configuration that needs no model (ngram). Throws m3::Error for the others:
+// the DSpark drafter is not built yet.
+std::unique_ptr<Drafter> make_model_free_drafter(const SpeculativeConfig& config);
+
+}  // namespace m3

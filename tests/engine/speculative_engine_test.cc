@@ -1,0 +1,308 @@
+// Speculative decoding through the engine on real MiniMax-M3 checkpoints (CPU): with any drafter,
+// greedy requests and seeded sampled ones (standard verification of one-hot drafts) give exactly
+// the tokens, stop reasons and logprobs of decoding without speculation, at k = 1, 3 and 7, alone
+// and in batches of 16, with preemption forced and with prefix-cache hits on blocks that
+// speculative steps filled; synthetic verification reaches the requested acceptance length.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "core/error.h"
+#include "engine/drafter.h"
+#include "engine/engine_loop.h"
+#include "engine/minimax_m3_runner.h"
+#include "tests/engine/real_model.h"
+
+namespace m3 {
+namespace {
+
+// Requests whose prompts repeat a segment (so prompt lookup finds matches), with penalties,
+// min_tokens, stop ids and logprobs spread over them.
+std::vector<EngineRequest> workload(int vocab, int n, float temperature) {
+  std::vector<EngineRequest> reqs;
+  for (int r = 0; r < n; ++r) {
+    EngineRequest req;
+    req.id = fmt::format("s{}", r);
+    std::vector<int32_t> segment(6 + r % 9);
+    for (size_t i = 0; i < segment.size(); ++i) segment[i] = 3 + static_cast<int32_t>(mix(r * 97 + i) % (vocab - 3));
+    for (int rep = 0; rep < 2 + r % 3; ++rep) req.prompt_token_ids.insert(req.prompt_token_ids.end(), segment.begin(), segment.end());
+    req.prompt_token_ids.push_back(3 + static_cast<int32_t>(mix(r) % (vocab - 3)));
+    SamplingParams& p = req.sampling;
+    p.max_tokens = 8 + static_cast<int>(mix(r + 500) % 40);
+    p.temperature = temperature;
+    p.top_p = 0.95f;
+    p.seed = 77 + r;
+    if (r % 5 == 1) p.repetition_penalty = 1.3f;
+    if (r % 5 == 2) p.frequency_penalty = 0.5f, p.presence_penalty = 0.2f;
+    if (r % 5 == 3) {
+      p.min_tokens = 4;
+      for (int i = 0; i < 10; ++i) p.stop_token_ids.push_back(3 + static_cast<int32_t>(mix(r * 7 + i) % (vocab - 3)));
+    }
+    if (r % 4 == 0) p.logprobs = 2;
+    reqs.push_back(std::move(req));
+  }
+  return reqs;
+}
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::vector<PositionLogprobs> logprobs;
+  FinishReason reason = FinishReason::kNone;
+  int cached = 0;
+};
+using Results = std::map<std::string, Result>;
+
+Results run(ModelRunner& runner, EngineConfig config, const std::vector<EngineRequest>& reqs, bool one_at_a_time,
+            std::unique_ptr<Drafter> drafter = nullptr, EngineStats* stats = nullptr) {
+  config.max_model_len = 1024;
+  EngineLoop loop(runner, config, std::move(drafter));
+  Results results;
+  auto add = [&](const EngineRequest& r) {
+    loop.add(r, [&results, id = r.id](const RequestOutput& out) {
+      Result& res = results[id];
+      EXPECT_EQ(out.logprobs.size(), out.logprobs.empty() ? 0 : out.new_token_ids.size()) << id;
+      res.tokens.insert(res.tokens.end(), out.new_token_ids.begin(), out.new_token_ids.end());
+      res.logprobs.insert(res.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
+      if (out.finished) {
+        EXPECT_TRUE(out.error.empty()) << id << ": " << out.error;
+        res.reason = out.finish_reason;
+        res.cached = out.num_cached_prompt_tokens;
+      }
+    }, *r.sampling.seed, Clock::now());
+  };
+  if (one_at_a_time) {
+    for (const EngineRequest& r : reqs) {
+      add(r);
+      while (loop.has_work()) loop.step();
+    }
+  } else {
+    std::size_t next = 0;
+    for (int step = 0; next < reqs.size() || loop.has_work(); ++step) {
+      while (next < reqs.size() && static_cast<int>(next) <= step) add(reqs[next++]);  // staggered arrivals
+      loop.step();
+    }
+  }
+  EXPECT_EQ(loop.kv().pool().num_used(), 0);
+  if (stats) *stats = loop.stats();
+  return results;
+}
+
+void expect_same(const Results& reference, const Results& other, const std::string& what) {
+  ASSERT_EQ(reference.size(), other.size()) << what;
+  for (const auto& [id, r] : reference) {
+    const Result& o = other.at(id);
+    EXPECT_EQ(r.tokens, o.tokens) << what << ": request " << id;
+    EXPECT_EQ(r.reason, o.reason) << what << ": request " << id;
+    ASSERT_EQ(r.logprobs.size(), o.logprobs.size()) << what << ": request " << id;
+    for (size_t i = 0; i < r.logprobs.size(); ++i) {
+      EXPECT_EQ(r.logprobs[i].token_id, o.logprobs[i].token_id) << what << ": " << id << " at " << i;
+      EXPECT_EQ(r.logprobs[i].logprob, o.logprobs[i].logprob) << what << ": " << id << " at " << i;
+      EXPECT_EQ(r.logprobs[i].rank, o.logprobs[i].rank) << what << ": " << id << " at " << i;
+    }
+  }
+}
+
+// A drafter that knows the reference outputs and gets about a quarter of its guesses wrong, so
+// steps keep every draft, some, or none; past a reference's end it guesses token 5.
+class OracleDrafter final : public Drafter {
+ public:
+  OracleDrafter(const std::vector<EngineRequest>& reqs, const Results& reference, int vocab) : vocab_(vocab) {
+    for (const EngineRequest& r : reqs) known_.push_back({r.prompt_token_ids, reference.at(r.id).tokens});
+  }
+  void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& drafts) override {
+    drafts.assign(requests.size(), {});
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const std::span<const int32_t> tokens = requests[i].tokens;
+      for (const auto& [prompt, output] : known_) {
+        if (prompt.size() > tokens.size() || !std::equal(prompt.begin(), prompt.end(), tokens.begin())) continue;
+        const size_t done = tokens.size() - prompt.size();
+        for (int j = 0; j < requests[i].max_drafts; ++j) {
+          const size_t at = done + static_cast<size_t>(j);
+          int32_t t = at < output.size() ? output[at] : 5;
+          if (mix(at * 31 + tokens.size() * 7 + prompt.size()) % 4 == 0) t = (t + 1) % vocab_;
+          drafts[i].push_back(t);
+        }
+        break;
+      }
+    }
+  }
+
+ private:
+  int vocab_;
+  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> known_;
+};
+
+SpeculativeConfig spec_config(const std::string& json) { return parse_speculative_config(json); }
+
+void check_speculation(const std::filesystem::path& dir, KvDType kv, DType activations, float temperature) {
+  Loaded m = load(dir, kv, 400, activations);
+  MiniMaxM3Runner runner(*m.model);
+  const int vocab = runner.vocab_size();
+  const auto reqs = workload(vocab, 24, temperature);
+
+  EngineConfig plain;
+  plain.enable_prefix_caching = false;
+  const Results reference = run(runner, plain, reqs, true);
+
+  for (int k : {1, 3, 7}) {
+    EngineConfig alone = plain;
+    alone.speculative = spec_config(fmt::format(R"({{"method":"ngram","num_speculative_tokens":{},"prompt_lookup_min":2,"prompt_lookup_max":4}})", k));
+    EngineStats ngram_stats;
+    expect_same(reference, run(runner, alone, reqs, true, nullptr, &ngram_stats), fmt::format("ngram k={} alone", k));
+    EXPECT_GT(ngram_stats.spec_num_drafts, 0u) << "the prompts repeat: prompt lookup must find something";
+
+    EngineConfig batch = alone;
+    batch.max_num_seqs = 16;
+    batch.max_num_batched_tokens = 96;
+    EngineStats oracle_stats;
+    expect_same(reference, run(runner, batch, reqs, false, std::make_unique<OracleDrafter>(reqs, reference, vocab), &oracle_stats),
+                fmt::format("oracle k={} batch of 16", k));
+    // Some steps keep every draft, some none.
+    ASSERT_EQ(oracle_stats.spec_accepted_per_pos.size(), static_cast<size_t>(k));
+    EXPECT_GT(oracle_stats.spec_num_accepted_tokens, 0u);
+    EXPECT_LT(oracle_stats.spec_num_accepted_tokens, oracle_stats.spec_num_draft_tokens);
+    EXPECT_GT(oracle_stats.spec_accepted_per_pos[static_cast<size_t>(k - 1)], 0u);
+    std::printf("[spec e2e] k=%d: ngram %llu/%llu drafts kept, oracle %llu/%llu (length %.2f)\n", k,
+                static_cast<unsigned long long>(ngram_stats.spec_num_accepted_tokens),
+                static_cast<unsigned long long>(ngram_stats.spec_num_draft_tokens),
+                static_cast<unsigned long long>(oracle_stats.spec_num_accepted_tokens),
+                static_cast<unsigned long long>(oracle_stats.spec_num_draft_tokens),
+                1.0 + double(oracle_stats.spec_num_accepted_tokens) / double(oracle_stats.spec_num_drafts));
+
+    SmallPoolRunner small(runner, 30);  // 240 tokens of KV for 16 running requests
+    EngineStats small_stats;
+    expect_same(reference, run(small, batch, reqs, false, std::make_unique<OracleDrafter>(reqs, reference, vocab), &small_stats),
+                fmt::format("oracle k={} forced preemption", k));
+    EXPECT_GT(small_stats.num_preemptions, 0u);
+
+    // Prefix caching: the blocks speculative steps filled are registered and read back by the
+    // requests after them (the same prompts again, with their outputs appended).
+    EngineConfig cached = batch;
+    cached.enable_prefix_caching = true;
+    std::vector<EngineRequest> again = reqs;
+    for (EngineRequest& r : again) {
+      const std::vector<int32_t>& out = reference.at(r.id).tokens;
+      r.prompt_token_ids.insert(r.prompt_token_ids.end(), out.begin(), out.end() - 1);
+      r.id += "-again";
+      r.sampling.max_tokens = 4;
+    }
+    const Results again_reference = run(runner, plain, again, true);
+    std::vector<EngineRequest> both = reqs;
+    both.insert(both.end(), again.begin(), again.end());
+    Results both_reference = reference;
+    both_reference.insert(again_reference.begin(), again_reference.end());
+    EngineStats cache_stats;
+    const Results hits = run(runner, cached, both, true, std::make_unique<OracleDrafter>(both, both_reference, vocab), &cache_stats);
+    expect_same(both_reference, hits, fmt::format("oracle k={} prefix-cache hits", k));
+    EXPECT_GT(cache_stats.prefix_cache_hits_tokens, 0u);
+  }
+
+  // Block verification of a greedy target keeps the greedy text too.
+  if (temperature == 0.0f) {
+    EngineConfig block = plain;
+    block.max_num_seqs = 16;
+    block.speculative = spec_config(R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":2,"rejection_sample_method":"block"})");
+    expect_same(reference, run(runner, block, reqs, false, std::make_unique<OracleDrafter>(reqs, reference, vocab)),
+                "block verification, batch of 16");
+  }
+}
+
+TEST(SpeculativeEngine, GreedyIdenticalToPlainDecoding) {
+  check_speculation(kSparse, KvDType::kF32, DType::kF32, 0.0f);
+}
+
+TEST(SpeculativeEngine, SeededSamplingIdenticalToPlainDecoding) {
+  check_speculation(kSparse, KvDType::kF32, DType::kF32, 0.8f);
+}
+
+TEST(SpeculativeEngine, GreedyIdenticalWithNvfp4KvOnMixedModel) {
+  check_speculation(kMixed, KvDType::kNVFP4, DType::kBF16, 0.0f);
+}
+
+// Synthetic verification keeps drafts at the requested rates whatever they are: the mean
+// acceptance length (vLLM's, counting the target's token) is the requested one within 2%.
+TEST(SpeculativeEngine, SyntheticReachesTheRequestedAcceptanceLength) {
+  Loaded m = load(kSparse, KvDType::kF32, 1200, DType::kF32);
+  MiniMaxM3Runner runner(*m.model);
+  const int vocab = runner.vocab_size();
+  std::vector<EngineRequest> reqs = workload(vocab, 16, 0.0f);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SamplingParams& p = reqs[i].sampling;
+    p = SamplingParams();
+    p.temperature = 0.0f;
+    p.max_tokens = 500;
+    p.ignore_eos = true;
+    p.seed = 1000 + i;  // the acceptance draws are per request: distinct seeds, independent draws
+  }
+  EngineConfig config;
+  config.max_num_seqs = 16;
+  for (const char* json : {R"({"method":"ngram","num_speculative_tokens":7,"rejection_sample_method":"synthetic","synthetic_acceptance_length":3.2})",
+                           R"({"method":"ngram","num_speculative_tokens":3,"rejection_sample_method":"synthetic","synthetic_acceptance_rates":[0.9,0.8,0.7]})"}) {
+    config.speculative = spec_config(json);
+    Results empty;
+    for (const EngineRequest& r : reqs) empty[r.id] = Result();
+    EngineStats stats;
+    const Results out = run(runner, config, reqs, false, std::make_unique<OracleDrafter>(reqs, empty, vocab), &stats);
+    for (const auto& [id, r] : out) EXPECT_EQ(r.tokens.size(), 500u) << id;
+    // The last steps of a request have fewer drafts (max_tokens), a bias of under 1% here.
+    const double length = 1.0 + double(stats.spec_num_accepted_tokens) / double(stats.spec_num_drafts);
+    const double want = config.speculative->num_speculative_tokens == 7 ? 3.2 : 1.0 + 0.9 + 0.9 * 0.8 + 0.9 * 0.8 * 0.7;
+    std::printf("[spec e2e] synthetic: length %.3f, wanted %.3f (%llu steps)\n", length, want,
+                static_cast<unsigned long long>(stats.spec_num_drafts));
+    EXPECT_NEAR(length, want, 0.02 * want) << json;
+  }
+}
+
+// No drafter guess reaches the model past max_tokens or the model's length, and requests that
+// force tokens or constrain them are never drafted for.
+TEST(SpeculativeEngine, DraftsStayWithinMaxTokensAndSkipForcedRequests) {
+  Loaded m = load(kSparse, KvDType::kF32, 400, DType::kF32);
+  MiniMaxM3Runner runner(*m.model);
+  const int vocab = runner.vocab_size();
+  std::vector<EngineRequest> reqs = workload(vocab, 6, 0.0f);
+  reqs[0].sampling.max_tokens = 1;
+  reqs[1].sampling.max_tokens = 2;
+  reqs[2].sampling.forced_tokens = {7, 8, 9};
+  reqs[2].sampling.forced_after = {};
+  EngineConfig plain;
+  const Results reference = run(runner, plain, reqs, true);
+  EngineConfig spec = plain;
+  spec.speculative = spec_config(R"({"method":"ngram","num_speculative_tokens":7})");
+  EngineStats stats;
+  expect_same(reference, run(runner, spec, reqs, true, std::make_unique<OracleDrafter>(reqs, reference, vocab), &stats),
+              "max_tokens 1 and 2, forced tokens");
+  EXPECT_EQ(reference.at("s0").tokens.size(), 1u);
+  EXPECT_EQ(reference.at("s1").tokens.size(), 2u);
+  EXPECT_EQ(std::vector<int32_t>(reference.at("s2").tokens.begin(), reference.at("s2").tokens.begin() + 3),
+            (std::vector<int32_t>{7, 8, 9}));
+}
+
+TEST(NgramDrafter, LongestLatestMatch) {
+  NgramDrafter d(2, 3);
+  std::vector<int32_t> out;
+  // "1 2 3 9 | 1 2 3 7 | 1 2 3": the latest 3-gram match is followed by 7.
+  d.propose_one(std::vector<int32_t>{1, 2, 3, 9, 4, 1, 2, 3, 7, 5, 1, 2, 3}, 2, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{7, 5}));
+  out.clear();
+  // Only a 2-gram matches ("2 3" then 6); the 1-gram "3" is below prompt_lookup_min.
+  d.propose_one(std::vector<int32_t>{2, 3, 6, 8, 3, 4, 5, 2, 3}, 3, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{6, 8, 3}));
+  out.clear();
+  d.propose_one(std::vector<int32_t>{1, 2, 3, 4}, 3, out);  // nothing repeats
+  EXPECT_TRUE(out.empty());
+  // A match near the end gives fewer than asked: the text runs out.
+  d.propose_one(std::vector<int32_t>{5, 5, 5, 5}, 4, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{5}));
+  out.clear();
+  d.propose_one(std::vector<int32_t>{4}, 4, out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_THROW(NgramDrafter bad(3, 2), Error);
+}
+
+}  // namespace
+}  // namespace m3
