@@ -69,6 +69,11 @@ M3_HD float nvfp4_mul_rn(float a, float b) {
 // settled (the first smallest error wins).
 inline constexpr int kNvfp4ScaleCandidates = 6;
 M3_HD int nvfp4_kv_scale_step(int k) { return k == 0 ? 0 : (k == 1 ? -1 : k - 1); }
+// Candidate k's scale byte, from the amax / 6 byte `base`, kept among the positive finite codes.
+M3_HD uint8_t nvfp4_kv_candidate(int base, int k) {
+  const int code = base + nvfp4_kv_scale_step(k);
+  return static_cast<uint8_t>(code < 0x01 ? 0x01 : (code > 0x7e ? 0x7e : code));
+}
 
 // Squared error, summed in element order, of x[0, 16) encoded with scale byte `sc` and read back
 // as the Q8KV4 kernels read it.
@@ -88,10 +93,9 @@ M3_HD uint8_t nvfp4_kv_search_scale(const float* x, float amax) {
   uint8_t best = static_cast<uint8_t>(base);
   float best_err = nvfp4_kv_group_error(x, best);
   for (int k = 1; k < kNvfp4ScaleCandidates; ++k) {
-    int code = base + nvfp4_kv_scale_step(k);
-    code = code < 0x01 ? 0x01 : (code > 0x7e ? 0x7e : code);  // the positive finite E4M3 codes
-    const float err = nvfp4_kv_group_error(x, static_cast<uint8_t>(code));
-    if (err < best_err) best = static_cast<uint8_t>(code), best_err = err;
+    const uint8_t code = nvfp4_kv_candidate(base, k);
+    const float err = nvfp4_kv_group_error(x, code);
+    if (err < best_err) best = code, best_err = err;
   }
   return best;
 }

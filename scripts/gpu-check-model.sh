@@ -5,7 +5,7 @@
 # out/), the summary last.
 #
 #   scripts/gpu-check-model.sh [STEP...]   steps: build ops ops-quick ops-perf model model-quick graphs decode-exact
-#                                          nccl bench latency profile generate serve sanitize
+#                                          nccl bench latency profile generate speculative serve sanitize
 #                                          bench-latency bench-throughput http determinism (PREBUILT only)
 #                                          (default: build ops model-quick bench latency sanitize)
 # PREBUILT=dir uses dir/tests/kernels_cuda/{backend_ops,backend_check}, dir/tests/parallel/nccl_communicator_check
@@ -209,6 +209,44 @@ print("%s; cuda decode %.1f tok/s prefill %.1f tok/s (cpu %.1f / %.1f)" % (
     b["decode_tokens_per_s"], b["prefill_tokens_per_s"], a["decode_tokens_per_s"], a["prefill_tokens_per_s"]))
 PY
 )")
+    done
+  done
+fi
+# Speculative decoding on the GPU (n-gram drafter, the small model, NVFP4 KV): with --batch-invariant a
+# verification step's rows are the decode steps' rows, so greedy and seeded ids must equal plain
+# decoding's; without it (the default kernels) the first differing index is reported.
+if has speculative && [[ -x "${M3BIN:-}" ]]; then
+  d=models/minimax-m3-small
+  prompt=650,444,566,371,284,258,384,864,777,936,296,335,259,323,2356,272,4523,258,384,301,3875,433,11,2139,335,259,323,2356,1132,5802,345,258,384,6437,433,335
+  for mode in bi default; do
+    flags=(--device cuda --kv-cache-dtype nvfp4 --prompt-ids "$prompt" --max-tokens 96 --ignore-eos --json)
+    [[ $mode == bi ]] && flags+=(--batch-invariant)
+    for t in 0 0.8; do
+      base="$OUT/spec-$mode-t$t"
+      timeout "$(limit_for 60)" "$M3BIN" generate --model "$d" "${flags[@]}" --temperature $t --sample-seed 5 \
+        >"$base-plain.json" 2>"$base-plain.log"
+      for k in 3 7; do
+        timeout "$(limit_for 60)" "$M3BIN" generate --model "$d" "${flags[@]}" --temperature $t --sample-seed 5 \
+          --speculative-config "{\"method\":\"ngram\",\"num_speculative_tokens\":$k,\"prompt_lookup_min\":2}" \
+          >"$base-k$k.json" 2>"$base-k$k.log"
+        summary+=("speculative $mode t=$t k=$k: $(python3 - "$base-plain.json" "$base-k$k.json" "$mode" <<'PY'
+import json, sys
+try:
+    a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:3])
+except Exception as e:
+    print("FAILED (no output: %s)" % e); sys.exit()
+x, y = a["output_ids"], b["output_ids"]
+same = next((i for i in range(min(len(x), len(y))) if x[i] != y[i]), None)
+verdict = "ids identical" if same is None and len(x) == len(y) else "ids differ from %s" % same
+if sys.argv[3] == "bi" and verdict != "ids identical":
+    verdict = "FAILED: " + verdict
+s = b.get("spec_decode", {})
+print("%s; acceptance length %.2f (%s/%s drafts kept); decode %.1f tok/s vs %.1f plain" % (
+    verdict, s.get("mean_acceptance_length", 0), s.get("num_accepted_tokens"), s.get("num_draft_tokens"),
+    b["decode_tokens_per_s"], a["decode_tokens_per_s"]))
+PY
+)")
+      done
     done
   done
 fi

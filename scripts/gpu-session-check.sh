@@ -39,7 +39,7 @@ export LD_LIBRARY_PATH=$PWD/$P/device-libs:/usr/local/cuda/lib64
 source scripts/nccl-env.sh  # NCCL_NVLS_ENABLE=0, the wheel's libnccl.so.2
 L=/tmp/logs; mkdir -p $L/c $L/h $L/n $L/s
 if part main; then
-PREBUILT=$P OUT=$L/c TIME_BUDGET=200 STEP_TIMEOUT=40 OPS_TIMEOUT=130 MODEL_TIMEOUT=30 scripts/gpu-check-model.sh ops model-quick graphs decode-exact serve 2>&1 | sed -n '/---- gpu-check-model summary/,$p' > $L/c-summary.txt
+PREBUILT=$P OUT=$L/c TIME_BUDGET=270 STEP_TIMEOUT=40 OPS_TIMEOUT=130 MODEL_TIMEOUT=30 scripts/gpu-check-model.sh ops model-quick graphs decode-exact speculative serve 2>&1 | sed -n '/---- gpu-check-model summary/,$p' > $L/c-summary.txt
 # One line ("nccl: rc 0 in 4 s: nccl_communicator_check: N passed, 0 failed (world sizes ...)"), and
 # each failure; the table in logs.tgz (n/nccl.log).
 PREBUILT=$P OUT=$L/n TIME_BUDGET=45 STEP_TIMEOUT=40 scripts/gpu-check-model.sh nccl 2>&1 |
@@ -47,7 +47,7 @@ PREBUILT=$P OUT=$L/n TIME_BUDGET=45 STEP_TIMEOUT=40 scripts/gpu-check-model.sh n
 PREBUILT=$P OUT=$L/h TIME_BUDGET=40 HTTP_TIMEOUT=35 scripts/gpu-check-model.sh http 2>&1 | grep 'http suite' > $L/h-summary.txt
 timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 --device cuda \
   --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64,128 --context-lens 8192 \
-  --prefill-lens 8192 --iters 5 --warmup 2 --json > $OUT/bench-latency-8192.json 2> $L/bench.log
+  --prefill-lens 8192 --spec-tokens 3,7 --iters 5 --warmup 2 --json > $OUT/bench-latency-8192.json 2> $L/bench.log
 echo "bench rc $?" > $L/b-summary.txt
 # Issue 19 item 1's second context: 128K (the KV cache is zeros, written by no prefill).
 timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 --device cuda \

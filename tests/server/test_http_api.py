@@ -505,23 +505,26 @@ class ServeFlags(unittest.TestCase):
         self.assertEqual(SERVER.request("POST", "/v1/completions", completion_body(model="other"))[0], 404)
 
 
-@unittest.skipIf(EXTRA or NODES > 1, "compares with the shared server, which must then run on one rank too")
 class SpeculativeDecoding(unittest.TestCase):
-    """--speculative-config with the n-gram drafter: the same text as the shared server (greedy and
-    seeded), streams, logprobs, n > 1, stop strings; the vllm:spec_decode_* counters move."""
+    """--speculative-config with the n-gram drafter: the same text as the same server without it
+    (greedy and seeded; --batch-invariant, so that on a GPU a verification step's rows equal decode
+    steps' too), streams, logprobs, n > 1, stop strings; the vllm:spec_decode_* counters move."""
+
+    def serve(self, *extra):
+        return LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name", NAME,
+                           "--max-model-len", "1024", "--kv-cache-memory", "64MiB", "--disable-log-stats",
+                           "--reasoning-parser", "minimax_m3", "--batch-invariant"] + list(extra))
 
     def test_same_text_as_without_speculation(self):
-        s = LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name", NAME,
-                        "--max-model-len", "1024", "--kv-cache-memory", "64MiB", "--disable-log-stats",
-                        "--reasoning-parser", "minimax_m3",
-                        "--speculative-config", '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_min":2}'])
+        plain = self.serve()
+        s = self.serve("--speculative-config", '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_min":2}')
         try:
             prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\ndef add("
             bodies = [completion_body(prompt=prompt, max_tokens=40),
                       completion_body(prompt=prompt, max_tokens=40, temperature=0.9, seed=11, logprobs=2, n=2),
                       completion_body(prompt="one two three one two three one two", max_tokens=24, stop=["three"])]
             for body in bodies:
-                want = SERVER.post("/v1/completions", body)
+                want = plain.post("/v1/completions", body)
                 got = s.post("/v1/completions", body)
                 self.assertEqual([c["text"] for c in got["choices"]], [c["text"] for c in want["choices"]], body)
                 self.assertEqual([c["finish_reason"] for c in got["choices"]],
@@ -537,7 +540,7 @@ class SpeculativeDecoding(unittest.TestCase):
             chat = chat_body(content="Repeat after me: red green blue red green blue", max_tokens=30)
             events, done, _ = s.stream("/v1/chat/completions", dict(chat, stream=True))
             self.assertTrue(done)
-            want = SERVER.post("/v1/chat/completions", chat)["choices"][0]["message"]
+            want = plain.post("/v1/chat/completions", chat)["choices"][0]["message"]
             self.assertEqual(stream_text(events), want["content"] or "")
             self.assertEqual(stream_text(events, "reasoning_content") or None, want.get("reasoning_content") or None)
             metrics = s.request("GET", "/metrics")[2].decode()
@@ -545,8 +548,10 @@ class SpeculativeDecoding(unittest.TestCase):
             self.assertIsNotNone(drafts, metrics)
             self.assertGreater(float(drafts.group(1)), 0)
             self.assertIn('vllm:spec_decode_num_accepted_tokens_per_pos_total{', metrics)
+            self.assertNotIn("vllm:spec_decode", plain.request("GET", "/metrics")[2].decode())
         finally:
             self.assertEqual(s.stop(), 0)
+            self.assertEqual(plain.stop(), 0)
 
 
 class BadInput(unittest.TestCase):

@@ -79,8 +79,10 @@ __device__ __forceinline__ void warp_encode_row(KvDType dtype, const float* v, i
     case KvDType::kNVFP4: {
       // Four lanes per 16-element group (eight groups per pass), so a 128-wide row keeps all 32
       // lanes busy; the same bytes as formats/ nvfp4_kv_encode_group: the max is order-free, and
-      // each lane runs the scale search over the whole group (from shared memory) so that its
-      // error sums go in the formats/ order.
+      // the scale search's six candidates are shared out, lane q scoring candidates q and q + 4
+      // over the whole group (from shared memory, so that each error sums in the formats/ order).
+      // The winner is the sequential search's: the least error, the lower candidate on a tie; a
+      // NaN error never wins, except candidate 0's, which the sequential search never leaves.
       const int groups = dim / kNvfp4Group;
       for (int base = 0; base < groups; base += 8) {  // warp-uniform bound: every lane shuffles
         const int g = base + (lane >> 2), quarter = lane & 3;
@@ -96,8 +98,24 @@ __device__ __forceinline__ void warp_encode_row(KvDType dtype, const float* v, i
         }
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        const int base_code = nvfp4_kv_scale(amax);
+        float best_err = INFINITY;
+        int best_k = kNvfp4ScaleCandidates;
         if (active) {
-          const uint8_t sc = nvfp4_kv_search_scale(v + g * kNvfp4Group, amax);
+          for (int k = quarter; k < kNvfp4ScaleCandidates; k += 4) {
+            float err = nvfp4_kv_group_error(v + g * kNvfp4Group, nvfp4_kv_candidate(base_code, k));
+            if (isnan(err)) err = k == 0 ? -INFINITY : INFINITY;
+            if (err < best_err) best_err = err, best_k = k;  // k rises: a tie keeps the lower
+          }
+        }
+#pragma unroll
+        for (int offset = 1; offset <= 2; offset <<= 1) {
+          const float other_err = __shfl_xor_sync(0xffffffffu, best_err, offset);
+          const int other_k = __shfl_xor_sync(0xffffffffu, best_k, offset);
+          if (other_err < best_err || (other_err == best_err && other_k < best_k)) best_err = other_err, best_k = other_k;
+        }
+        if (active) {
+          const uint8_t sc = nvfp4_kv_candidate(base_code, best_k);
           const float sd = fp8_e4m3_decode(sc);
           uint8_t* out = data + g * (kNvfp4Group / 2) + quarter * 2;
           out[0] = static_cast<uint8_t>(e2m1_encode(x[0] / sd) | (e2m1_encode(x[1] / sd) << 4));
