@@ -1,6 +1,7 @@
 // The MiniMax-M3 layer graph (docs/reference.md 2), top to bottom, against ops/backend.h.
 #include "model/minimax_m3.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -391,8 +392,10 @@ void MiniMaxM3::forward(const StepBatch& batch, float* logits) {
     ensure_dep_buffers(dep_max_tokens_);
   }
   backend_.plan(batch);
-  // Data-parallel steps exchange a per-step number of rows, which a recording would freeze.
-  if (is_uniform_decode(batch) && !partition_.ep) {
+  // Data-parallel steps exchange a per-step number of rows, which a recording would freeze; taps
+  // are copied to the host between the layers, which a recording cannot hold.
+  if (!tap_layers_.empty()) taps_.assign(static_cast<size_t>(t * tap_layers_.size() * config_.hidden_size), 0.0f);
+  if (is_uniform_decode(batch) && !partition_.ep && tap_layers_.empty()) {
     const ReplayKey key{this, static_cast<int>(t), batch.num_seqs(), static_cast<int>(rows), act_.generation};
     backend_.run_replayable(key, [&] { run_layers(t, rows); });
   } else {
@@ -432,17 +435,28 @@ void MiniMaxM3::run_layers(int64_t t, int64_t rows) {
   backend_.embed(weights_.embed, partition_.shard.vocab.begin, x);
   reduce_tp(x);
   backend_.rms_norm(x, weights_.layers[0].input_norm, eps, h);
+  bool last_added = false;  // whether x holds the last layer's output yet
   for (int l = 0; l <= last_layer; ++l) {
     attention_block(l, a);
     backend_.add_rms_norm(x, h, weights_.layers[l].post_attn_norm, eps, h);
     mlp_block(l, a);
-    if (l < last_layer) backend_.add_rms_norm(x, mlp, weights_.layers[l + 1].input_norm, eps, h);
+    if (l < last_layer) {
+      backend_.add_rms_norm(x, mlp, weights_.layers[l + 1].input_norm, eps, h);
+      copy_tap(l, x);
+    } else if (!tap_layers_.empty() && std::count(tap_layers_.begin(), tap_layers_.end(), l)) {
+      backend_.add_inplace(x, mlp);  // the output of the last layer, which the final norm then reads
+      last_added = true;
+      copy_tap(l, x);
+    }
   }
   if (rows == 0) return;  // the residual stream is not read again
   // Only the requested rows go through the final norm and the head (the norm is per row, so
   // norming all rows and gathering gives the same rows).
   Tensor last = a.logit_rows.rows(0, rows);
-  if (rows == t) {
+  if (last_added) {
+    backend_.gather_logits_rows(x, last);
+    backend_.rms_norm(last, weights_.final_norm, eps, last);
+  } else if (rows == t) {
     backend_.add_rms_norm(x, mlp, weights_.final_norm, eps, h);
     backend_.gather_logits_rows(h, last);
   } else {
@@ -461,6 +475,22 @@ void MiniMaxM3::run_layers(int64_t t, int64_t rows) {
   Tensor all = gathered_logits_.rows(0, rows * tp.size());
   tp.all_gather(mine, all);
   backend_.concat_column_parts(all, tp.size(), logits_.rows(0, rows));
+}
+
+void MiniMaxM3::set_tap_layers(std::vector<int> layers) {
+  for (int l : layers)
+    M3_CHECK(l >= 0 && l < config_.num_layers, "tap layer {} is not one of the model's {} layers", l, config_.num_layers);
+  tap_layers_ = std::move(layers);
+}
+
+void MiniMaxM3::copy_tap(int layer, const Tensor& x) {
+  const auto it = std::find(tap_layers_.begin(), tap_layers_.end(), layer);
+  if (it == tap_layers_.end()) return;
+  const int64_t t = x.shape()[0], h = config_.hidden_size, n = static_cast<int64_t>(tap_layers_.size());
+  tap_scratch_.resize(static_cast<size_t>(t * h));
+  backend_.copy_to_host_f32(x, tap_scratch_.data());
+  const int64_t col = (it - tap_layers_.begin()) * h;
+  for (int64_t r = 0; r < t; ++r) std::copy_n(tap_scratch_.data() + r * h, h, taps_.data() + r * n * h + col);
 }
 
 }  // namespace m3

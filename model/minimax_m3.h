@@ -128,6 +128,13 @@ class MiniMaxM3 {
   void idle_step();
   bool attention_data_parallel() const { return partition_.ep != nullptr; }
 
+  // Speculative decoding's drafter (model/dspark.h) reads the residual stream after these layers
+  // (their outputs, before the final norm) for every token of each step: after forward(), taps()
+  // holds [tokens, layers.size() * hidden] fp32 on the host, the layers side by side in this order.
+  // Steps with taps run outside CUDA graphs (the copies sit between the layers). Empty: none.
+  void set_tap_layers(std::vector<int> layers);
+  const std::vector<float>& taps() const { return taps_; }
+
  private:
   struct Activations {
     int64_t capacity_tokens = 0;
@@ -153,6 +160,10 @@ class MiniMaxM3 {
   void mlp_block(int layer, Activations& a);
   // embed .. lm_head of the planned step into logits_ (everything between plan() and the copy).
   void run_layers(int64_t tokens, int64_t logit_rows);
+  // x [tokens, hidden]: the output of `layer`, into taps_ when it is a tap layer.
+  void copy_tap(int layer, const Tensor& x);
+  std::vector<int> tap_layers_;
+  std::vector<float> taps_, tap_scratch_;
 
   ModelConfig config_;
   ModelWeights weights_;

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "formats/rows.h"
+#include "model/dspark.h"
 #include "model/safetensors.h"
 #include "model/weight_names.h"
 
@@ -395,6 +396,58 @@ ModelWeights place_weights(ModelWeights w, Backend& backend) {
     w.keep_alive.clear();
     M3_LOG_INFO("weights on the {} backend: {:.2f} GiB", backend.name(), place.bytes() / 1073741824.0);
   }
+  return w;
+}
+
+}  // namespace m3
+
+namespace m3 {
+namespace {
+
+std::vector<float> dense_f32(const LinearWeight& w) {
+  std::vector<float> out(static_cast<size_t>(w.out_features * w.in_features));
+  dequantize_rows(w, 0, w.out_features, out.data());
+  return out;
+}
+
+std::vector<float> f32_vector(const Tensor& t) {
+  const float* p = t.data_as<const float>();
+  return std::vector<float>(p, p + t.numel());
+}
+
+}  // namespace
+
+DSparkWeights load_dspark_weights(const DSparkConfig& c, const std::filesystem::path& dir) {
+  const SafetensorsCheckpoint ckpt = SafetensorsCheckpoint::open(dir);
+  Loader ld(ckpt, "DSpark drafter " + dir.string(), nullptr);
+  const std::string p = "language_model.model.dspark.";
+  const int64_t h = c.hidden_size, q = int64_t(c.num_heads) * c.head_dim, kv = int64_t(c.num_kv_heads) * c.head_dim;
+  DSparkWeights w;
+  w.fc = dense_f32(ld.take_linear(p + "fc", h, int64_t(c.target_layer_ids.size()) * h));
+  w.hidden_norm = f32_vector(ld.take_f32(p + "hidden_norm.weight", {h}));
+  w.final_norm = f32_vector(ld.take_f32(p + "norm.weight", {h}));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string b = p + "layers." + std::to_string(l) + ".";
+    DSparkLayerWeights lw;
+    lw.input_norm = f32_vector(ld.take_f32(b + "input_layernorm.weight", {h}));
+    lw.post_attn_norm = f32_vector(ld.take_f32(b + "post_attention_layernorm.weight", {h}));
+    lw.q_norm = f32_vector(ld.take_f32(b + "self_attn.q_norm.weight", {c.head_dim}));
+    lw.k_norm = f32_vector(ld.take_f32(b + "self_attn.k_norm.weight", {c.head_dim}));
+    lw.q = dense_f32(ld.take_linear(b + "self_attn.q_proj", q, h));
+    lw.k = dense_f32(ld.take_linear(b + "self_attn.k_proj", kv, h));
+    lw.v = dense_f32(ld.take_linear(b + "self_attn.v_proj", kv, h));
+    lw.o = dense_f32(ld.take_linear(b + "self_attn.o_proj", h, q));
+    lw.gate = dense_f32(ld.take_linear(b + "mlp.gate_proj", c.intermediate_size, h));
+    lw.up = dense_f32(ld.take_linear(b + "mlp.up_proj", c.intermediate_size, h));
+    lw.down = dense_f32(ld.take_linear(b + "mlp.down_proj", h, c.intermediate_size));
+    w.layers.push_back(std::move(lw));
+  }
+  w.markov_w1 = f32_vector(ld.take_f32(p + "markov_head.w1.weight", {c.vocab_size, c.markov_rank}));
+  w.markov_w2 = f32_vector(ld.take_f32(p + "markov_head.w2.weight", {c.vocab_size, c.markov_rank}));
+  const int64_t conf_in = h + (c.confidence_with_markov ? c.markov_rank : 0);
+  w.confidence_w = f32_vector(ld.take_f32(p + "confidence_head.proj.weight", {1, conf_in}));
+  w.confidence_b = f32_vector(ld.take_f32(p + "confidence_head.proj.bias", {1}))[0];
+  ld.check_all_used();
   return w;
 }
 
