@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <omp.h>
@@ -24,6 +25,7 @@
 #if M3SERVE_WITH_CUDA
 #include "kernels/cuda/backend/cuda_backend.h"
 #endif
+#include "model/dspark.h"
 #include "model/dummy_shard.h"
 #include "model/weight_footprint.h"
 #include "model/weight_shard.h"
@@ -270,12 +272,16 @@ void check_engine_options(const EngineOptions& o) {
 std::optional<SpeculativeConfig> speculative_config(const EngineOptions& o) {
   if (o.speculative_config.empty()) return std::nullopt;
   SpeculativeConfig spec = parse_speculative_config(o.speculative_config);
-  // Checked key by key first, so that a wrong key or value is named; a drafter that needs a model
-  // is then refused: the DSpark drafter is not in m3serve yet (the n-gram drafter needs none).
-  M3_CHECK(spec.method == "ngram",
-           "--speculative-config: method {} is not implemented in m3serve yet: the configuration is valid ({}), "
-           "but its drafter model cannot be run; use method ngram, or remove --speculative-config",
-           spec.method, spec.summary());
+  // Checked key by key first, so that a wrong key or value is named; then what m3serve's DSpark
+  // drafter does not do yet.
+  M3_CHECK(spec.method != "dspark" || !spec.probabilistic_drafts,
+           "--speculative-config: draft_sample_method probabilistic is not implemented for method dspark yet (its "
+           "drafts are the Markov head's argmax: use greedy, the default); the configuration is otherwise valid ({})",
+           spec.summary());
+  M3_CHECK(spec.method != "dspark" || !spec.kv_cache_dtype,
+           "--speculative-config: kv_cache_dtype: m3serve's DSpark drafter keeps its cache in fp32 on the host for "
+           "now; drop the key ({})",
+           spec.summary());
   return spec;
 }
 
@@ -822,6 +828,40 @@ std::vector<std::unique_ptr<ModelRunner>> LoadedModel::make_copy_runners() const
   return copies;
 }
 
+namespace {
+
+// --speculative-config method dspark: the drafter (its directory: "model", else dspark/ beside the
+// target's checkpoint) on the host beside the target's one rank; it reads the target's embedding
+// and lm_head from the checkpoint's files.
+void attach_dspark(MiniMaxM3Runner& runner, const LoadedModel& loaded, const ModelOptions& options,
+                   const SpeculativeConfig& spec) {
+  M3_CHECK(options.load_format != "dummy",
+           "--speculative-config: method dspark needs the drafter's weights; --load-format dummy has none");
+  M3_CHECK(loaded.ranks.size() == 1 && !loaded.control,
+           "--speculative-config: method dspark runs beside one rank for now (-tp 1, one node, no data-parallel "
+           "copies); this deployment has {} ranks",
+           loaded.ranks.size());
+  const MiniMaxM3& model = loaded.model();
+  M3_CHECK(model.num_host_kv_blocks() == 0,
+           "--speculative-config: method dspark with --kv-offloading-size: the drafter's cache has no host tier yet "
+           "(its blocks would come back without it); drop one of them");
+  const std::filesystem::path dir =
+      spec.model.empty() ? std::filesystem::path(options.model_dir) / "dspark" : std::filesystem::path(spec.model);
+  const ModelWeights host = load_weights(model.config(), options.model_dir);
+  std::unique_ptr<DSparkDrafter> drafter =
+      make_dspark_drafter(dir, model.config(), host, model.num_kv_blocks() * model.block_size(), model.block_size());
+  M3_CHECK(spec.num_speculative_tokens <= drafter->config().block_size,
+           "--speculative-config: num_speculative_tokens {} is more than the drafter's block of {} "
+           "(dspark_block_size in {})",
+           spec.num_speculative_tokens, drafter->config().block_size, (dir / "config.json").string());
+  M3_LOG_INFO("DSpark drafter {}: {} layers, block of {}, taps after layers {}, Markov rank {} (host, fp32)",
+              dir.string(), drafter->config().num_layers, drafter->config().block_size,
+              fmt::join(drafter->config().target_layer_ids, ","), drafter->config().markov_rank);
+  runner.attach_dspark(std::move(drafter));
+}
+
+}  // namespace
+
 std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions& options, const EngineOptions& engine) {
   check_engine_options(engine);
   M3_CHECK(!loaded.follower(), "node {}: a follower node runs node 0's steps (follow_node_zero), not an engine",
@@ -868,7 +908,10 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
       else omp_set_num_threads(threads_per_lane);
     });
   } else {
-    core = std::make_unique<EngineCore>(loaded.make_runner(), config);
+    std::unique_ptr<ModelRunner> runner = loaded.make_runner();
+    if (config.speculative && config.speculative->method == "dspark")
+      attach_dspark(static_cast<MiniMaxM3Runner&>(*runner), loaded, options, *config.speculative);
+    core = std::make_unique<EngineCore>(std::move(runner), config);
   }
   M3_LOG_INFO("KV cache: {} tokens ({} blocks of {}); max model len {}, so up to {:.2f} full-length requests at once",
               core->kv_capacity_tokens(), model.num_kv_blocks(), model.block_size(), core->max_model_len(),

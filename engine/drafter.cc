@@ -43,8 +43,9 @@ void NgramDrafter::propose_one(std::span<const int32_t> tokens, int max_drafts, 
 
 std::unique_ptr<Drafter> make_model_free_drafter(const SpeculativeConfig& config) {
   if (config.method == "ngram") return std::make_unique<NgramDrafter>(config.prompt_lookup_min, config.prompt_lookup_max);
-  fail("--speculative-config: method {} needs its drafter model, which m3serve cannot run yet ({})", config.method,
-       config.summary());
+  fail("--speculative-config: method {} drafts with a model, which the model runner provides, and this one has "
+       "none ({})",
+       config.method, config.summary());
 }
 
 }  // namespace m3

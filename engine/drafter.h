@@ -15,6 +15,9 @@ namespace m3 {
 struct DraftRequest {
   std::span<const int32_t> tokens;  // prompt and output so far (the last one not yet computed)
   int max_drafts = 0;               // at most this many (>= 1)
+  // The request's KV blocks: tokens [0, tokens.size() - 1) are computed there (a drafter with a
+  // cache beside the target's, DSpark, reads its context at the same slots).
+  std::span<const int32_t> block_table;
 };
 
 class Drafter {
@@ -40,7 +43,7 @@ class NgramDrafter final : public Drafter {
 };
 
 // The drafter of a configuration that needs no model (ngram). Throws m3::Error for the others:
-// the DSpark drafter is not built yet.
+// their drafter comes with the runner (ModelRunner::drafter()).
 std::unique_ptr<Drafter> make_model_free_drafter(const SpeculativeConfig& config);
 
 }  // namespace m3

@@ -88,6 +88,7 @@ class LaneRunner final : public ModelRunner {
   int64_t kv_block_bytes() const override { return inner_.kv_block_bytes(); }
   void copy_kv_blocks(const KvBlockCopies& copies) override { inner_.copy_kv_blocks(copies); }
   KvCopyTimes kv_copy_times() const override { return inner_.kv_copy_times(); }
+  Drafter* drafter() override { return inner_.drafter(); }
 
  private:
   void enter() {

@@ -84,7 +84,11 @@ EngineLoop::EngineLoop(ModelRunner& runner, const EngineConfig& config, std::uni
           save_ahead_blocks(config, runner.block_size())),
       scheduler_(scheduler_config(config), kv_) {
   if (config_.speculative) {
-    drafter_ = drafter ? std::move(drafter) : make_model_free_drafter(*config_.speculative);
+    if (drafter) owned_drafter_ = std::move(drafter);
+    else if (config_.speculative->method == "ngram") owned_drafter_ = make_model_free_drafter(*config_.speculative);
+    drafter_ = owned_drafter_ ? owned_drafter_.get() : runner_.drafter();
+    M3_CHECK(drafter_, "--speculative-config: method {} drafts with a model the runner holds, and it holds none",
+             config_.speculative->method);
     counters_.spec_accepted_per_pos.assign(static_cast<size_t>(config_.speculative->num_speculative_tokens), 0);
   }
 }
@@ -405,7 +409,7 @@ int EngineLoop::max_drafts(const Sequence& seq) const {
 void EngineLoop::propose_drafts() {
   if (drafting_.empty()) return;
   draft_requests_.clear();
-  for (Sequence* seq : drafting_) draft_requests_.push_back({seq->tokens, max_drafts(*seq)});
+  for (Sequence* seq : drafting_) draft_requests_.push_back({seq->tokens, max_drafts(*seq), seq->block_table});
   try {
     drafter_->propose(draft_requests_, drafts_);
   } catch (const std::exception& e) {

@@ -31,8 +31,8 @@ namespace m3 {
 class EngineLoop {
  public:
   // `config.max_model_len` must already be resolved (> 0); requests must be validated. With
-  // config.speculative, `drafter` proposes the drafts (null: the drafter the configuration names,
-  // make_model_free_drafter).
+  // config.speculative, `drafter` proposes the drafts (null: the runner's own drafter when it has
+  // one, ModelRunner::drafter(), else the model-free one the configuration names).
   EngineLoop(ModelRunner& runner, const EngineConfig& config, std::unique_ptr<Drafter> drafter = nullptr);
 
   void add(EngineRequest request, OutputSink sink, uint64_t seed, Clock::time_point arrival);
@@ -113,7 +113,8 @@ class EngineLoop {
 
   // Speculative decoding (config_.speculative): the drafter, the verification of host rows, and
   // the step's scratch.
-  std::unique_ptr<Drafter> drafter_;
+  std::unique_ptr<Drafter> owned_drafter_;
+  Drafter* drafter_ = nullptr;
   SpeculativeVerifier verifier_;
   std::unordered_map<int32_t, int32_t> draft_counts_;  // output counts with a step's drafts
   std::vector<Sequence*> drafting_;                    // requests to draft for after this step

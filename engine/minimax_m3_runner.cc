@@ -1,6 +1,9 @@
 #include "engine/minimax_m3_runner.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "model/dspark.h"
 #include "model/minimax_m3.h"
 #include "parallel/control_group.h"
 #include "parallel/rank_workers.h"
@@ -29,15 +32,62 @@ int64_t MiniMaxM3Runner::num_kv_blocks() const { return ranks_[0]->num_kv_blocks
 int MiniMaxM3Runner::vocab_size() const { return ranks_[0]->config().vocab_size; }
 int64_t MiniMaxM3Runner::max_position_embeddings() const { return ranks_[0]->config().max_position_embeddings; }
 
+namespace {
+
+// engine/drafter.h's view of a DSpark drafter: one block per request, its first drafts.
+class DSparkProposer final : public Drafter {
+ public:
+  explicit DSparkProposer(const DSparkDrafter& drafter) : drafter_(drafter) {}
+  void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& drafts) override {
+    drafts.assign(requests.size(), {});
+    const auto n = static_cast<int64_t>(requests.size());
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+    for (int64_t i = 0; i < n; ++i) {
+      const DraftRequest& r = requests[i];
+      DSparkBlock block;
+      block.anchor = r.tokens.back();
+      block.anchor_pos = static_cast<int32_t>(r.tokens.size() - 1);
+      block.block_table = r.block_table;
+      block.num_drafts = std::min(r.max_drafts, drafter_.config().block_size);
+      if (block.num_drafts < 1 || block.anchor_pos < 1) continue;
+      drafts[i] = drafter_.propose(block).tokens;
+    }
+  }
+
+ private:
+  const DSparkDrafter& drafter_;
+};
+
+}  // namespace
+
+MiniMaxM3Runner::~MiniMaxM3Runner() = default;
+
+void MiniMaxM3Runner::attach_dspark(std::unique_ptr<DSparkDrafter> drafter) {
+  M3_CHECK(ranks_.size() == 1 && !workers_, "a DSpark drafter runs beside one rank (-tp 1), not {}", ranks_.size());
+  ranks_[0]->set_tap_layers(drafter->config().target_layer_ids);
+  dspark_ = std::move(drafter);
+  dspark_proposer_ = std::make_unique<DSparkProposer>(*dspark_);
+}
+
+void MiniMaxM3Runner::feed_drafter(const StepBatch& batch) {
+  if (dspark_) dspark_->ingest(batch, ranks_[0]->taps());
+}
+
 void MiniMaxM3Runner::forward(const StepBatch& batch, float* logits) {
-  if (!workers_) return ranks_[0]->forward(batch, logits);
+  if (!workers_) {
+    ranks_[0]->forward(batch, logits);
+    return feed_drafter(batch);
+  }
   if (control_) control_->announce(StepKind::kForward, batch);
   workers_->run([&](int r) { ranks_[r]->forward(batch, r == 0 ? logits : nullptr); });
 }
 
 void MiniMaxM3Runner::forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
                                      const std::vector<int32_t>& host_rows, float* host_logits) {
-  if (!workers_) return ranks_[0]->forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
+  if (!workers_) {
+    ranks_[0]->forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
+    return feed_drafter(batch);
+  }
   if (control_) control_->announce(StepKind::kForwardSample, batch);
   workers_->run([&](int r) {
     if (r == 0) ranks_[0]->forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);

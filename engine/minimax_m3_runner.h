@@ -15,13 +15,16 @@
 // (parallel/control_group.h): it announces each step to the other nodes' processes, which run it
 // on their ranks, before running it on its own; and so the KV block copies of the host tier.
 #pragma once
+#include <memory>
 #include <vector>
 
+#include "engine/drafter.h"
 #include "engine/model_runner.h"
 
 namespace m3 {
 
 class ControlGroup;
+class DSparkDrafter;
 class MiniMaxM3;
 class RankWorkers;
 
@@ -48,7 +51,16 @@ class MiniMaxM3Runner final : public ModelRunner {
   void copy_kv_blocks(const KvBlockCopies& copies) override;
   KvCopyTimes kv_copy_times() const override;  // rank 0's (the ranks copy side by side)
 
+  // Speculative decoding with a DSpark drafter (one rank only): the model hands it its taps after
+  // every forward, and drafter() proposes from them.
+  void attach_dspark(std::unique_ptr<DSparkDrafter> drafter);
+  ~MiniMaxM3Runner() override;
+  Drafter* drafter() override { return dspark_proposer_.get(); }
+
  private:
+  void feed_drafter(const StepBatch& batch);
+  std::unique_ptr<DSparkDrafter> dspark_;
+  std::unique_ptr<Drafter> dspark_proposer_;
   std::vector<MiniMaxM3*> ranks_;
   RankWorkers* workers_ = nullptr;  // null: one rank, run on the caller's thread
   ControlGroup* control_ = nullptr;  // node 0 of several hosts, else null

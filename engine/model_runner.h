@@ -13,6 +13,8 @@
 
 namespace m3 {
 
+class Drafter;  // engine/drafter.h
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -50,6 +52,9 @@ class ModelRunner {
   virtual void copy_kv_blocks(const KvBlockCopies& copies);
   // Seconds the copies took so far (those known to be done).
   virtual KvCopyTimes kv_copy_times() const { return {}; }
+  // A drafter that reads the model's own state (DSpark: the target's hidden states, which each
+  // forward hands it), owned by the runner; null when the runner has none.
+  virtual Drafter* drafter() { return nullptr; }
 };
 
 }  // namespace m3

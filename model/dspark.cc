@@ -23,14 +23,22 @@ int required_int(const Fields& f, const char* key) {
   return static_cast<int>(*v);
 }
 
-// y[o] = sum_i w[o, i] x[i], w row-major [out, in].
+// Sum of a[i] b[i] in eight interleaved fp32 partial sums (vectorizes; a fixed order, so the
+// result does not depend on threads or batch).
+float dot(const float* a, const float* b, int64_t n) {
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) part[j] += a[i + j] * b[i + j];
+  float acc = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  for (; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+// y[o] = sum_i w[o, i] x[i], w row-major [out, in]; wide outputs (the lm_head) over threads.
 void matvec(const std::vector<float>& w, const float* x, int64_t in, int64_t out, float* y) {
-  for (int64_t o = 0; o < out; ++o) {
-    const float* row = w.data() + o * in;
-    double acc = 0.0;
-    for (int64_t i = 0; i < in; ++i) acc += static_cast<double>(row[i]) * x[i];
-    y[o] = static_cast<float>(acc);
-  }
+#pragma omp parallel for schedule(static) if (out * in >= (int64_t(1) << 21))
+  for (int64_t o = 0; o < out; ++o) y[o] = dot(w.data() + o * in, x, in);
 }
 
 // Gemma RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w), over `n` values, in place.
@@ -226,17 +234,11 @@ DSparkDrafts DSparkDrafter::propose(const DSparkBlock& block, bool keep_logits) 
             scores.push_back(-std::numeric_limits<float>::infinity());
             continue;
           }
-          const float* kr = kc.data() + ctx_slots[i] * kv + kvh * d;
-          double s = 0.0;
-          for (int e = 0; e < d; ++e) s += static_cast<double>(qa[e]) * kr[e];
-          scores.push_back(static_cast<float>(s) * scale);
+          scores.push_back(dot(qa, kc.data() + ctx_slots[i] * kv + kvh * d, d) * scale);
           mx = std::max(mx, scores.back());
         }
         for (int b = 0; b < n; ++b) {
-          const float* kr = bk.data() + b * kv + kvh * d;
-          double s = 0.0;
-          for (int e = 0; e < d; ++e) s += static_cast<double>(qa[e]) * kr[e];
-          scores.push_back(static_cast<float>(s) * scale);
+          scores.push_back(dot(qa, bk.data() + b * kv + kvh * d, d) * scale);
           mx = std::max(mx, scores.back());
         }
         double sum = 0.0;
@@ -284,10 +286,7 @@ DSparkDrafts DSparkDrafter::propose(const DSparkBlock& block, bool keep_logits) 
     int32_t best = 0;
     float best_logit = -std::numeric_limits<float>::infinity();
     for (int64_t t = 0; t < v; ++t) {
-      const float* w2 = w_.markov_w2.data() + t * r;
-      double m = 0.0;
-      for (int64_t e = 0; e < r; ++e) m += static_cast<double>(w2[e]) * w1[e];
-      const float lt = logits[t] + static_cast<float>(m);
+      const float lt = logits[t] + dot(w_.markov_w2.data() + t * r, w1, r);
       if (lt > best_logit) best_logit = lt, best = static_cast<int32_t>(t);  // the lowest id on a tie
     }
     if (j < block.num_drafts) {

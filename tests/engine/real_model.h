@@ -48,6 +48,7 @@ class SmallPoolRunner final : public ModelRunner {
   int64_t kv_block_bytes() const override { return inner_.kv_block_bytes(); }
   void copy_kv_blocks(const KvBlockCopies& copies) override { inner_.copy_kv_blocks(copies); }
   KvCopyTimes kv_copy_times() const override { return inner_.kv_copy_times(); }
+  Drafter* drafter() override { return inner_.drafter(); }
   // The engine sees only the first `blocks` of the model's host slots (0: no host tier).
   SmallPoolRunner& with_host_blocks(int64_t blocks) {
     host_blocks_ = blocks;

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "engine/drafter.h"
 #include "engine/engine_loop.h"
 #include "engine/minimax_m3_runner.h"
+#include "model/dspark.h"
 #include "tests/engine/real_model.h"
 
 namespace m3 {
@@ -280,6 +283,78 @@ TEST(SpeculativeEngine, DraftsStayWithinMaxTokensAndSkipForcedRequests) {
   EXPECT_EQ(reference.at("s1").tokens.size(), 2u);
   EXPECT_EQ(std::vector<int32_t>(reference.at("s2").tokens.begin(), reference.at("s2").tokens.begin() + 3),
             (std::vector<int32_t>{7, 8, 9}));
+}
+
+// The shipped small model with its DSpark drafter (models/minimax-m3-small/dspark): the drafter's
+// cache follows the target's slots through batching, preemption and prefix-cache hits, and the
+// text is the text without speculation.
+TEST(SpeculativeEngine, DSparkDrafterOnTheSmallModel) {
+  const std::filesystem::path dir = "models/minimax-m3-small";
+  ModelConfig config = load_model_config(dir);
+  const ModelWeights host = load_weights(config, dir);
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  ModelRuntimeOptions options;
+  options.num_kv_blocks = 24;
+  MiniMaxM3 model(config, load_weights(config, dir), *backend, options);
+  // Prompts: pieces of the drafter's reference prompts (held-out code).
+  std::ifstream in("tests/model_small/dspark_reference.json");
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  std::vector<EngineRequest> reqs;
+  for (int r = 0; r < 8; ++r) {
+    const auto prompt = ref["cases"][r % 4]["prompt"].get<std::vector<int32_t>>();
+    EngineRequest q;
+    q.id = fmt::format("d{}", r);
+    const size_t len = std::min(prompt.size(), size_t(20 + 37 * r));
+    q.prompt_token_ids.assign(prompt.begin(), prompt.begin() + len);
+    q.sampling.max_tokens = 32 + r * 3;
+    q.sampling.temperature = r % 3 == 2 ? 0.8f : 0.0f;
+    q.sampling.seed = 900 + r;
+    q.sampling.ignore_eos = r % 2 == 0;
+    if (r % 4 == 1) q.sampling.logprobs = 1;
+    q.eos_token_ids = config.eos_token_ids;
+    reqs.push_back(std::move(q));
+  }
+  for (int k : {3, 7}) {
+    MiniMaxM3Runner plain_runner(model);
+    EngineConfig plain;
+    plain.enable_prefix_caching = false;
+    const Results reference = run(plain_runner, plain, reqs, true);
+
+    MiniMaxM3Runner runner(model);
+    runner.attach_dspark(make_dspark_drafter(dir / "dspark", config, host, options.num_kv_blocks * config.index_block_size,
+                                             config.index_block_size));
+    EngineConfig spec = plain;
+    spec.speculative = spec_config(fmt::format(R"({{"method":"dspark","num_speculative_tokens":{}}})", k));
+    EngineStats alone_stats;
+    expect_same(reference, run(runner, spec, reqs, true, nullptr, &alone_stats), fmt::format("dspark k={} alone", k));
+    const double length = 1.0 + double(alone_stats.spec_num_accepted_tokens) / double(alone_stats.spec_num_drafts);
+    std::printf("[spec e2e] dspark k=%d: acceptance length %.2f\n", k, length);
+    EXPECT_GT(length, 1.5) << "the shipped drafter keeps drafts on its own held-out code";
+    if (k != 7) continue;  // batching, preemption and the prefix cache at the seed's k (CI time)
+    EngineConfig batch = spec;
+    batch.max_num_seqs = 8;
+    batch.max_num_batched_tokens = 256;
+    EngineStats batch_stats;
+    expect_same(reference, run(runner, batch, reqs, false, nullptr, &batch_stats), fmt::format("dspark k={} batch", k));
+    SmallPoolRunner small(runner, 7);  // 896 tokens of KV for 8 requests: preemption
+    EngineStats small_stats;
+    expect_same(reference, run(small, batch, reqs, false, nullptr, &small_stats), fmt::format("dspark k={} preemption", k));
+    EXPECT_GT(small_stats.num_preemptions, 0u);
+    EngineConfig cached = spec;
+    cached.enable_prefix_caching = true;
+    std::vector<EngineRequest> twice = reqs;
+    for (const EngineRequest& r : reqs) {
+      twice.push_back(r);
+      twice.back().id += "-again";
+    }
+    Results twice_reference = reference;
+    for (const auto& [id, r] : reference) twice_reference[id + "-again"] = r;
+    EngineStats cache_stats;
+    const Results hits = run(runner, cached, twice, true, nullptr, &cache_stats);
+    for (auto& [id, r] : twice_reference) r.cached = hits.at(id).cached;
+    expect_same(twice_reference, hits, fmt::format("dspark k={} prefix-cache hits", k));
+    EXPECT_GT(cache_stats.prefix_cache_hits_tokens, 0u);
+  }
 }
 
 TEST(NgramDrafter, LongestLatestMatch) {
