@@ -129,10 +129,19 @@ DSparkDrafter::DSparkDrafter(DSparkConfig config, DSparkWeights weights, std::ve
   M3_CHECK(num_slots > 0 && kv_block_size > 0, "DSpark drafter: {} KV slots in blocks of {}", num_slots, kv_block_size);
   for (int i = 0; i < c.rotary_dim / 2; ++i)
     inv_freq_.push_back(1.0f / static_cast<float>(std::pow(c.rope_theta, (2.0 * i) / c.rotary_dim)));
-  const auto row = static_cast<size_t>(c.num_kv_heads) * c.head_dim;
-  k_cache_.assign(c.num_layers, std::vector<float>(static_cast<size_t>(num_slots) * row, 0.0f));
-  v_cache_.assign(c.num_layers, std::vector<float>(static_cast<size_t>(num_slots) * row, 0.0f));
+  blocks_.resize(static_cast<size_t>((num_slots + kv_block_size - 1) / kv_block_size));
 }
+
+float* DSparkDrafter::k_at(int layer, int64_t slot) {
+  const int64_t row = int64_t(config_.num_kv_heads) * config_.head_dim;
+  return blocks_[slot / kv_block_size_].get() + ((int64_t(layer) * 2) * kv_block_size_ + slot % kv_block_size_) * row;
+}
+float* DSparkDrafter::v_at(int layer, int64_t slot) {
+  const int64_t row = int64_t(config_.num_kv_heads) * config_.head_dim;
+  return blocks_[slot / kv_block_size_].get() + ((int64_t(layer) * 2 + 1) * kv_block_size_ + slot % kv_block_size_) * row;
+}
+const float* DSparkDrafter::k_at(int layer, int64_t slot) const { return const_cast<DSparkDrafter*>(this)->k_at(layer, slot); }
+const float* DSparkDrafter::v_at(int layer, int64_t slot) const { return const_cast<DSparkDrafter*>(this)->v_at(layer, slot); }
 
 void DSparkDrafter::rope(float* x, int heads, int32_t pos) const {
   const int d = config_.head_dim, half = config_.rotary_dim / 2;
@@ -155,6 +164,12 @@ void DSparkDrafter::ingest(const StepBatch& batch, std::span<const float> taps) 
   M3_CHECK(static_cast<int64_t>(taps.size()) == tokens * in, "DSpark drafter: {} tokens need {} tap values, got {}",
            tokens, tokens * in, taps.size());
   const int64_t kv = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+  const auto block_floats = static_cast<size_t>(c.num_layers) * 2 * kv_block_size_ * kv;
+  for (int64_t t = 0; t < tokens; ++t) {  // before the threads: a block's first write allocates it
+    const int64_t slot = batch.slot_mapping[t];
+    if (slot >= 0 && slot < num_slots_ && !blocks_[slot / kv_block_size_])
+      blocks_[slot / kv_block_size_] = std::make_unique<float[]>(block_floats);
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t slot = batch.slot_mapping[t];
@@ -167,8 +182,8 @@ void DSparkDrafter::ingest(const StepBatch& batch, std::span<const float> taps) 
       matvec(lw.k, ctx.data(), h, kv, k.data());
       for (int g = 0; g < c.num_kv_heads; ++g) rms_norm(k.data() + g * c.head_dim, c.head_dim, lw.k_norm, c.rms_norm_eps);
       rope(k.data(), c.num_kv_heads, batch.positions[t]);
-      std::copy(k.begin(), k.end(), k_cache_[l].begin() + slot * kv);
-      matvec(lw.v, ctx.data(), h, kv, v_cache_[l].data() + slot * kv);
+      std::copy(k.begin(), k.end(), k_at(l, slot));
+      matvec(lw.v, ctx.data(), h, kv, v_at(l, slot));
     }
   }
 }
@@ -190,7 +205,10 @@ DSparkDrafts DSparkDrafter::propose(const DSparkBlock& block, bool keep_logits) 
     const size_t page = static_cast<size_t>(pos / kv_block_size_);
     M3_CHECK(page < block.block_table.size(), "DSpark drafter: position {} is past the request's {} blocks", pos,
              block.block_table.size());
-    ctx_slots.push_back(int64_t(block.block_table[page]) * kv_block_size_ + pos % kv_block_size_);
+    const int64_t slot = int64_t(block.block_table[page]) * kv_block_size_ + pos % kv_block_size_;
+    M3_CHECK(slot >= 0 && slot < num_slots_ && blocks_[slot / kv_block_size_],
+             "DSpark drafter: context position {} (slot {}) was never computed by the target", pos, slot);
+    ctx_slots.push_back(slot);
     ctx_pos.push_back(pos);
   }
 
@@ -217,8 +235,6 @@ DSparkDrafts DSparkDrafter::propose(const DSparkBlock& block, bool keep_logits) 
       rope(qj, hq, block.anchor_pos + j);
       rope(bk.data() + j * kv, g, block.anchor_pos + j);
     }
-    const std::vector<float>& kc = k_cache_[l];
-    const std::vector<float>& vc = v_cache_[l];
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     for (int j = 0; j < n; ++j) {
       const int32_t q_pos = block.anchor_pos + j;
@@ -234,7 +250,7 @@ DSparkDrafts DSparkDrafter::propose(const DSparkBlock& block, bool keep_logits) 
             scores.push_back(-std::numeric_limits<float>::infinity());
             continue;
           }
-          scores.push_back(dot(qa, kc.data() + ctx_slots[i] * kv + kvh * d, d) * scale);
+          scores.push_back(dot(qa, k_at(l, ctx_slots[i]) + kvh * d, d) * scale);
           mx = std::max(mx, scores.back());
         }
         for (int b = 0; b < n; ++b) {
@@ -248,7 +264,7 @@ DSparkDrafts DSparkDrafter::propose(const DSparkBlock& block, bool keep_logits) 
         for (size_t i = 0; i < scores.size(); ++i) {
           const float wgt = static_cast<float>(scores[i] / sum);
           if (wgt == 0.0f) continue;
-          const float* vr = i < ctx_slots.size() ? vc.data() + ctx_slots[i] * kv + kvh * d
+          const float* vr = i < ctx_slots.size() ? v_at(l, ctx_slots[i]) + kvh * d
                                                  : bv.data() + (i - ctx_slots.size()) * kv + kvh * d;
           for (int e = 0; e < d; ++e) out[e] += wgt * vr[e];
         }

@@ -99,8 +99,14 @@ class DSparkDrafter {
   int64_t num_slots_;
   int kv_block_size_;
   std::vector<float> inv_freq_;
-  // Per layer: K and V of every slot, [num_slots, kv_heads * head_dim].
-  std::vector<std::vector<float>> k_cache_, v_cache_;
+  // K and V of a slot of a layer: [kv_heads * head_dim] each. Blocks are allocated the first time
+  // the target writes them (host memory follows the blocks in use, not the pool's size).
+  const float* k_at(int layer, int64_t slot) const;
+  const float* v_at(int layer, int64_t slot) const;
+  float* k_at(int layer, int64_t slot);
+  float* v_at(int layer, int64_t slot);
+  // Per block: K then V of every layer, [layers][2][kv_block_size][kv_heads * head_dim].
+  std::vector<std::unique_ptr<float[]>> blocks_;
 };
 
 struct ModelWeights;

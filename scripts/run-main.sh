@@ -21,7 +21,8 @@ cmake --build "$BUILD_DIR" --target m3serve -j "${JOBS:-$(nproc)}"
 LOG=$(mktemp /tmp/m3serve-main.XXXXXX.log)
 "$BUILD_DIR/bin/m3serve" serve "$MODEL" --host 127.0.0.1 --port "$PORT" --served-model-name m3-small \
   --kv-cache-dtype nvfp4 --max-model-len 8192 --reasoning-parser minimax_m3 \
-  --tool-call-parser minimax_m3 --enable-auto-tool-choice >"$LOG" 2>&1 &
+  --tool-call-parser minimax_m3 --enable-auto-tool-choice \
+  --speculative-config '{"method": "dspark", "num_speculative_tokens": 7}' >"$LOG" 2>&1 &
 SERVER=$!
 stop_server() { kill -TERM "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; }
 # (SIGTERM: a background job of a non-interactive shell ignores SIGINT.)
@@ -33,7 +34,7 @@ for _ in $(seq 1 600); do
   sleep 0.1
 done
 curl -sf "http://127.0.0.1:$PORT/health" >/dev/null || { cat "$LOG"; echo "m3serve did not become ready" >&2; exit 1; }
-grep -E "KV cache|model " "$LOG" || true
+grep -E "KV cache|model |DSpark" "$LOG" || true
 
 echo
 echo "== POST /v1/completions (the model knows Python source code)"
@@ -67,6 +68,20 @@ for line in sys.stdin:
         sys.stdout.flush()
     if chunk.get("usage"):
         print("\nusage:", chunk["usage"])
+'
+
+echo
+echo "== speculative decoding: the DSpark drafter (models/minimax-m3-small/dspark) drafts 7 tokens a step, the model keeps"
+echo "   the ones it would have written itself (the text is the same as without it), from GET /metrics:"
+curl -s "http://127.0.0.1:$PORT/metrics" | /usr/bin/python3 -c '
+import re, sys
+text = sys.stdin.read()
+def total(name):
+    m = re.search(r"^vllm:spec_decode_%s_total\{[^}]*\} ([0-9.e+]+)$" % name, text, re.M)
+    return float(m.group(1)) if m else 0.0
+steps, drafts, kept = total("num_drafts"), total("num_draft_tokens"), total("num_accepted_tokens")
+print("   %d verification steps, %d of %d drafts kept: %.2f tokens a step (mean acceptance length)" % (
+    steps, kept, drafts, 1 + kept / steps if steps else 1))
 '
 
 if ((KEEP)); then
