@@ -63,6 +63,7 @@ struct BenchLatencyOptions {
   bool op_breakdown = true;
   bool json = false;
   std::string spec_tokens;  // k values: the floor of a speculative verification step (1 + k tokens a request)
+  double spec_acceptance = 3.2;  // the acceptance length the verification step's tokens/s per user assumes
 };
 
 // What a step can touch, measured on the weights as stored (their formats do not change on a device).
@@ -187,24 +188,40 @@ std::vector<int> parse_list(const std::string& text, const std::string& option) 
   return out;
 }
 
-// One decode step: `batch` requests of `context` tokens (the last one new), disjoint pages.
-StepBatch decode_batch(int batch, int context, int block_size, int vocab) {
+// One decode step: `batch` requests of `context` tokens (the last one new), disjoint pages. With
+// drafts > 0, a speculative verification step: each request's last token and `drafts` more after
+// it, a logits row for each.
+StepBatch decode_batch(int batch, int context, int block_size, int vocab, int drafts = 0) {
   StepBatch b;
-  const int pages = (context + block_size - 1) / block_size;
+  const int len = context + drafts;
+  const int pages = (len + block_size - 1) / block_size;
   b.pages_per_seq = pages;
   b.query_start.push_back(0);
   for (int s = 0; s < batch; ++s) {
-    const int pos = context - 1;
-    b.token_ids.push_back(static_cast<int32_t>((int64_t(s) * 7919 + 11) % vocab));
-    b.positions.push_back(pos);
-    b.token_seq.push_back(s);
-    b.seq_lens.push_back(context);
+    for (int pos = context - 1; pos < len; ++pos) {
+      b.logits_rows.push_back(b.num_tokens());
+      b.token_ids.push_back(static_cast<int32_t>((int64_t(s) * 7919 + 11 + pos) % vocab));
+      b.positions.push_back(pos);
+      b.token_seq.push_back(s);
+      b.slot_mapping.push_back((s * pages + pos / block_size) * block_size + pos % block_size);
+    }
+    b.seq_lens.push_back(len);
     for (int p = 0; p < pages; ++p) b.page_table.push_back(s * pages + p);
-    b.slot_mapping.push_back((s * pages + pos / block_size) * block_size + pos % block_size);
-    b.logits_rows.push_back(s);
-    b.query_start.push_back(s + 1);
+    b.query_start.push_back(b.num_tokens());
   }
   return b;
+}
+
+// Greedy sampling of every logits row of `batch`, as the serving path samples them.
+SampleBatch greedy_rows(const StepBatch& batch) {
+  SampleBatch greedy;
+  for (size_t i = 0; i < batch.logits_rows.size(); ++i) {
+    SampleRow row;
+    row.logits_row = static_cast<int32_t>(i);
+    row.temperature = 0.0f;
+    greedy.rows.push_back(row);
+  }
+  return greedy;
 }
 
 // Chunks of one prompt of `len` tokens on pages 0..; logits of the prompt's last token only.
@@ -310,13 +327,7 @@ nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const Dec
   }
   const StepBatch batch = decode_batch(c.batch, c.context, m.model->block_size(), config.vocab_size);
   // The serving path's step: forward, greedy sampling on the backend, the ids' copy (the one sync).
-  SampleBatch greedy;
-  for (int s = 0; s < c.batch; ++s) {
-    SampleRow row;
-    row.logits_row = s;
-    row.temperature = 0.0f;
-    greedy.rows.push_back(row);
-  }
+  const SampleBatch greedy = greedy_rows(batch);
   std::vector<int32_t> ids(size_t(c.batch));
   const auto step = [&] { m.runner->forward_sample(batch, greedy, ids.data(), {}, nullptr); };
   const double step_s = median(time_runs(o.warmup, o.iters, step));
@@ -356,6 +367,19 @@ nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const Dec
       v["floor_ms"] = (w + kv_shared) / bandwidth * 1e3;
       v["floor_ms_distinct_selection"] = (w + kv_distinct) / bandwidth * 1e3;
     }
+    // The step itself, timed as the engine runs it (the chunk of 1 + k tokens, every row sampled),
+    // and what a user gets at the acceptance length --spec-acceptance, before the drafter's cost.
+    const StepBatch verify = decode_batch(c.batch, c.context, m.model->block_size(), config.vocab_size, k);
+    const SampleBatch verify_rows = greedy_rows(verify);
+    std::vector<int32_t> verify_ids(verify_rows.rows.size());
+    const double verify_s = median(time_runs(o.warmup, o.iters, [&] {
+      m.runner->forward_sample(verify, verify_rows, verify_ids.data(), {}, nullptr);
+    }));
+    v["step_ms"] = verify_s * 1e3;
+    v["measured_breakeven_acceptance_length"] = verify_s / step_s;
+    v["acceptance_length"] = o.spec_acceptance;
+    v["tokens_per_s_per_user"] = o.spec_acceptance / verify_s;
+    v["plain_tokens_per_s_per_user"] = 1.0 / step_s;
     r["verification"].push_back(v);
   }
   if (o.op_breakdown) {
@@ -430,12 +454,15 @@ void print_text(const nlohmann::json& out) {
     if (r.contains("verification")) {
       for (const auto& v : r["verification"])
         std::printf("         verify 1+%d tokens: floor %.2f MB%s, speculation pays from acceptance length %.2f "
-                    "(with distinct block selections: %.2f MB, %.2f)\n",
+                    "(with distinct block selections: %.2f MB, %.2f); measured %.3f ms, pays from %.2f; at "
+                    "acceptance %.2f %.1f tok/s per user vs %.1f plain (before the drafter)\n",
                     v["k"].get<int>(), v["floor_bytes"].get<double>() / 1e6,
                     v.contains("floor_ms") ? fmt::format(", {:.3f} ms", v["floor_ms"].get<double>()).c_str() : "",
                     v["breakeven_acceptance_length"].get<double>(),
                     (v["weight_bytes"].get<double>() + v["kv_bytes_distinct_selection"].get<double>()) / 1e6,
-                    v["breakeven_acceptance_length_distinct_selection"].get<double>());
+                    v["breakeven_acceptance_length_distinct_selection"].get<double>(), v["step_ms"].get<double>(),
+                    v["measured_breakeven_acceptance_length"].get<double>(), v["acceptance_length"].get<double>(),
+                    v["tokens_per_s_per_user"].get<double>(), v["plain_tokens_per_s_per_user"].get<double>());
     }
     if (r.contains("ops_ms")) {
       std::string line;
@@ -481,7 +508,11 @@ void run(BenchLatencyOptions o) {
   const int bs = load_model_config(o.model.model_dir).index_block_size;
   std::vector<DecodeCase> decode;
   for (int c : contexts)
-    for (int b : batches) decode.push_back({b, c, int64_t(b) * ((c + bs - 1) / bs)});
+    for (int b : batches) {
+      int k_max = 0;
+      for (int k : parse_list(o.spec_tokens, "--spec-tokens")) k_max = std::max(k_max, k);
+      decode.push_back({b, c, int64_t(b) * ((c + k_max + bs - 1) / bs)});
+    }
   std::vector<PrefillCase> prefill;
   for (int l : prompts) prefill.push_back({l, (l + bs - 1) / bs});
   BenchModel m = load_bench_model(o, decode, prefill, bs);
@@ -567,6 +598,10 @@ void register_bench_latency(CLI::App& app) {
   cmd->add_option("--flops", o->flops, "FLOP/s of the prefill floor (default 7.6e14 on cuda: H200 bf16; none on cpu)");
   cmd->add_flag("--op-breakdown,!--no-op-breakdown", o->op_breakdown,
                 "decode: one more pass of iters steps, synchronised after every op, timed per op")
+      ->capture_default_str();
+  cmd->add_option("--spec-acceptance", o->spec_acceptance,
+                  "with --spec-tokens: the mean acceptance length (tokens a step, the target's own counted) the "
+                  "verification step's tokens/s per user is quoted at (default 3.2)")
       ->capture_default_str();
   cmd->add_option("--spec-tokens", o->spec_tokens,
                   "decode: also the byte floor of a speculative verification step of 1 + k tokens a request, "
