@@ -212,24 +212,28 @@ PY
     done
   done
 fi
-# Speculative decoding on the GPU (n-gram drafter, the small model, NVFP4 KV): with --batch-invariant a
-# verification step's rows are the decode steps' rows, so greedy and seeded ids must equal plain
-# decoding's; without it (the default kernels) the first differing index is reported.
+# Speculative decoding on the GPU (the small model, NVFP4 KV; SPEC_METHODS, default "ngram dspark":
+# prompt lookup and the shipped DSpark drafter): with --batch-invariant a verification step's rows
+# are the decode steps' rows, so greedy and seeded ids must equal plain decoding's; without it (the
+# default kernels) the first differing index is reported.
 if has speculative && [[ -x "${M3BIN:-}" ]]; then
   d=models/minimax-m3-small
   prompt=650,444,566,371,284,258,384,864,777,936,296,335,259,323,2356,272,4523,258,384,301,3875,433,11,2139,335,259,323,2356,1132,5802,345,258,384,6437,433,335
+  for method in ${SPEC_METHODS:-ngram dspark}; do
   for mode in bi default; do
     flags=(--device cuda --kv-cache-dtype nvfp4 --prompt-ids "$prompt" --max-tokens 96 --ignore-eos --json)
     [[ $mode == bi ]] && flags+=(--batch-invariant)
     for t in 0 0.8; do
-      base="$OUT/spec-$mode-t$t"
+      base="$OUT/spec-$method-$mode-t$t"
       timeout "$(limit_for 60)" "$M3BIN" generate --model "$d" "${flags[@]}" --temperature $t --sample-seed 5 \
         >"$base-plain.json" 2>"$base-plain.log"
       for k in 3 7; do
+        extra=""
+        [[ $method == ngram ]] && extra=',"prompt_lookup_min":2'
         timeout "$(limit_for 60)" "$M3BIN" generate --model "$d" "${flags[@]}" --temperature $t --sample-seed 5 \
-          --speculative-config "{\"method\":\"ngram\",\"num_speculative_tokens\":$k,\"prompt_lookup_min\":2}" \
+          --speculative-config "{\"method\":\"$method\",\"num_speculative_tokens\":$k$extra}" \
           >"$base-k$k.json" 2>"$base-k$k.log"
-        summary+=("speculative $mode t=$t k=$k: $(python3 - "$base-plain.json" "$base-k$k.json" "$mode" <<'PY'
+        summary+=("speculative $method $mode t=$t k=$k: $(python3 - "$base-plain.json" "$base-k$k.json" "$mode" <<'PY'
 import json, sys
 try:
     a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:3])
@@ -248,6 +252,7 @@ PY
 )")
       done
     done
+  done
   done
 fi
 if has serve && [[ -x "${M3BIN:-}" ]]; then

@@ -17,7 +17,9 @@
 # msa_bench suites of issue 19 item 2 (targets, decode) and an Nsight Compute profile of one
 # targets case per kernel (MSA_NCU_CASES, default "1,64,131072 8,8,131072"; at most about 560 s); linear =
 # backend_check bench --only linear and --only moe (at most 240 s; LINEAR_NCU=1 adds ncu of the streamed kernel: stall reasons per SASS instruction, 250 s). Each part fits one 600 s
-# device call; PARTS="main batch-invariant" runs both in one call when the time allows.
+# device call; PARTS="main batch-invariant" runs both in one call when the time allows. speculative =
+# both drafters on cuda against plain decoding, the DSpark drafter's acceptance through a cuda
+# server, the M3.1 verification steps (at most about 550 s).
 PARTS=${PARTS:-main}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 P=${PREBUILT:-build-gpu-backend}
@@ -98,6 +100,21 @@ if part msa; then
   else
     echo "msa_bench missing from the pack" >> $L/m-summary.txt
   fi
+fi
+if part speculative; then
+  # Speculative decoding on the GPU: both drafters' ids against plain decoding (the small model),
+  # the shipped DSpark drafter's acceptance and tokens/s through a cuda server (the 100 held-out
+  # code prompts), and the M3.1 shape's verification steps measured beside their floors.
+  PREBUILT=$P OUT=$L/sp TIME_BUDGET=150 STEP_TIMEOUT=40 scripts/gpu-check-model.sh speculative 2>&1 |
+    grep '^speculative' > $L/sp-summary.txt
+  timeout 200 python3 tools/train/eval_spec.py --m3serve $P/bin/m3serve --device cuda --kv-cache-dtype nvfp4 \
+    --out $OUT/spec-eval-cuda.json >> $L/sp-summary.txt 2>&1
+  echo "eval_spec cuda rc $?" >> $L/sp-summary.txt
+  timeout 200 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 \
+    --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64 \
+    --context-lens 8192 --prefill-lens "" --spec-tokens 3,7 --no-op-breakdown --iters 5 --warmup 2 --json \
+    > $OUT/bench-latency-spec.json 2> $L/bench-spec.log
+  echo "bench spec rc $?" >> $L/sp-summary.txt
 fi
 if part linear; then
   # The linear layers and the MoE kernels alone (backend_check bench: M3.1 shapes, random weights;
