@@ -27,6 +27,6 @@ python3 $T/dspark.py train --tokens $W/tokens --out $D --seconds "$SECONDS_TRAIN
 python3 $T/dspark.py eval --draft $D/dspark --tokens $W/tokens --rows "$ROWS" --out $S/tools/train/results/dspark/eval.json
 python3 $T/dspark.py fixture --draft $D/dspark --tokens $W/tokens --out $S/tests/model_small/dspark_reference.json
 cp -r $D/dspark "$S/models/minimax-m3-small/"
-cp $D/dspark_train_log.jsonl "$OUT/dspark-train.log" $S/tools/train/results/dspark/
+cp $D/dspark_train_log.jsonl $S/tools/train/results/dspark/
 tar -C "$S" -czf "$OUT/dspark-results.tgz" .
 ls -la "$OUT"
