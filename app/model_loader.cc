@@ -274,13 +274,9 @@ std::optional<SpeculativeConfig> speculative_config(const EngineOptions& o) {
   SpeculativeConfig spec = parse_speculative_config(o.speculative_config);
   // Checked key by key first, so that a wrong key or value is named; then what m3serve's DSpark
   // drafter does not do yet.
-  M3_CHECK(spec.method != "dspark" || !spec.probabilistic_drafts,
-           "--speculative-config: draft_sample_method probabilistic is not implemented for method dspark yet (its "
-           "drafts are the Markov head's argmax: use greedy, the default); the configuration is otherwise valid ({})",
-           spec.summary());
-  M3_CHECK(spec.method != "dspark" || !spec.kv_cache_dtype,
-           "--speculative-config: kv_cache_dtype: m3serve's DSpark drafter keeps its cache in fp32 on the host for "
-           "now; drop the key ({})",
+  M3_CHECK(spec.method != "dspark" || !spec.kv_cache_dtype || *spec.kv_cache_dtype != KvDType::kNVFP4,
+           "--speculative-config: kv_cache_dtype nvfp4: the DSpark drafter's cache holds float32, bfloat16 or fp8 "
+           "({})",
            spec.summary());
   return spec;
 }
@@ -847,17 +843,25 @@ void attach_dspark(MiniMaxM3Runner& runner, const LoadedModel& loaded, const Mod
            "(its blocks would come back without it); drop one of them");
   const std::filesystem::path dir =
       spec.model.empty() ? std::filesystem::path(options.model_dir) / "dspark" : std::filesystem::path(spec.model);
+  M3_CHECK(std::filesystem::is_regular_file(dir / "config.json"),
+           "--speculative-config: method dspark: no drafter at {} (no config.json there); the drafter ships in "
+           "dspark/ beside the model, or name its directory with \"model\"",
+           dir.string());
   const ModelWeights host = load_weights(model.config(), options.model_dir);
-  std::unique_ptr<DSparkDrafter> drafter =
-      make_dspark_drafter(dir, model.config(), host, model.num_kv_blocks() * model.block_size(), model.block_size());
+  // The drafter's cache: as asked, else float32 (it runs in fp32 on the host).
+  const KvDType cache = spec.kv_cache_dtype.value_or(KvDType::kF32);
+  std::unique_ptr<DSparkDrafter> drafter = make_dspark_drafter(
+      dir, model.config(), host, model.num_kv_blocks() * model.block_size(), model.block_size(), cache);
   M3_CHECK(spec.num_speculative_tokens <= drafter->config().block_size,
            "--speculative-config: num_speculative_tokens {} is more than the drafter's block of {} "
            "(dspark_block_size in {})",
            spec.num_speculative_tokens, drafter->config().block_size, (dir / "config.json").string());
-  M3_LOG_INFO("DSpark drafter {}: {} layers, block of {}, taps after layers {}, Markov rank {} (host, fp32)",
+  M3_LOG_INFO("DSpark drafter {}: {} layers, block of {}, taps after layers {}, Markov rank {}, {} drafts; host fp32, "
+              "{} cache",
               dir.string(), drafter->config().num_layers, drafter->config().block_size,
-              fmt::join(drafter->config().target_layer_ids, ","), drafter->config().markov_rank);
-  runner.attach_dspark(std::move(drafter));
+              fmt::join(drafter->config().target_layer_ids, ","), drafter->config().markov_rank,
+              spec.probabilistic_drafts ? "probabilistic" : "greedy", kv_dtype_name(cache));
+  runner.attach_dspark(std::move(drafter), spec.probabilistic_drafts);
 }
 
 }  // namespace

@@ -10,12 +10,9 @@ NgramDrafter::NgramDrafter(int min_n, int max_n) : min_n_(min_n), max_n_(max_n) 
   M3_CHECK(min_n >= 1 && min_n <= max_n, "ngram drafter: n-gram lengths {} to {}", min_n, max_n);
 }
 
-void NgramDrafter::propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& drafts) {
-  drafts.resize(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    drafts[i].clear();
-    propose_one(requests[i].tokens, requests[i].max_drafts, drafts[i]);
-  }
+void NgramDrafter::propose(std::span<const DraftRequest> requests, std::vector<Draft>& drafts) {
+  drafts.assign(requests.size(), Draft());
+  for (size_t i = 0; i < requests.size(); ++i) propose_one(requests[i].tokens, requests[i].max_drafts, drafts[i].tokens);
 }
 
 void NgramDrafter::propose_one(std::span<const int32_t> tokens, int max_drafts, std::vector<int32_t>& out) const {

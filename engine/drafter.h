@@ -8,7 +8,9 @@
 #include <span>
 #include <vector>
 
+#include "engine/request.h"
 #include "engine/speculative_config.h"
+#include "ops/sampling.h"
 
 namespace m3 {
 
@@ -18,13 +20,26 @@ struct DraftRequest {
   // The request's KV blocks: tokens [0, tokens.size() - 1) are computed there (a drafter with a
   // cache beside the target's, DSpark, reads its context at the same slots).
   std::span<const int32_t> block_table;
+  // The request's sampling, for a drafter that samples its drafts (probabilistic drafts): its
+  // parameters, seed and the output index of the first draft (ops/rejection_sampling.h
+  // draft_uniform gives the draws).
+  const SamplingParams* params = nullptr;
+  uint64_t seed = 0;
+  int output_index = 0;
+};
+
+// A request's drafts, and the distribution each was drawn from when the drafter sampled them
+// (empty: one-hot drafts, verified by the target's own draws).
+struct Draft {
+  std::vector<int32_t> tokens;
+  std::vector<TokenDistribution> rows;
 };
 
 class Drafter {
  public:
   virtual ~Drafter() = default;
   // drafts[i]: up to requests[i].max_drafts ids for request i; fewer or none when it has no guess.
-  virtual void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& drafts) = 0;
+  virtual void propose(std::span<const DraftRequest> requests, std::vector<Draft>& drafts) = 0;
 };
 
 // Prompt lookup (vLLM's "ngram"): the text's last n tokens, n from prompt_lookup_max down to
@@ -34,7 +49,7 @@ class Drafter {
 class NgramDrafter final : public Drafter {
  public:
   NgramDrafter(int min_n, int max_n);
-  void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& drafts) override;
+  void propose(std::span<const DraftRequest> requests, std::vector<Draft>& drafts) override;
   // One request's drafts (appended to `out`).
   void propose_one(std::span<const int32_t> tokens, int max_drafts, std::vector<int32_t>& out) const;
 

@@ -225,8 +225,7 @@ void EngineLoop::plan_outputs(std::size_t i, Sequence& seq) {
   if (rows.sample_row < 0 || seq.num_output_tokens() >= seq.params().max_tokens) return;
   const int k = rows.num_drafts;
   // Block verification and probabilistic drafts verify on the host, from the target's rows.
-  const bool host_verify = k > 0 && (config_.speculative->rejection == RejectionMethod::kBlock ||
-                                     config_.speculative->probabilistic_drafts);
+  const bool host_verify = k > 0 && (config_.speculative->rejection == RejectionMethod::kBlock || !seq.draft_rows.empty());
   if (seq.params().logprobs >= 0 || host_verify) {
     out.sample_host_row = static_cast<int>(host_rows_.size());
     for (int j = 0; j <= k; ++j) host_rows_.push_back(rows.sample_row + j);
@@ -369,6 +368,7 @@ RequestOutput EngineLoop::advance_speculative(Sequence& seq, const SeqLogitsRows
       step.logits = std::span<const float>(host_rows, (k + 1) * static_cast<std::size_t>(vocab_size_));
       step.vocab = vocab_size_;
       step.drafts = drafts;
+      if (!seq.draft_rows.empty()) step.draft_rows = std::span<const TokenDistribution>(seq.draft_rows).first(k);
       step.method = spec.rejection;
       step.synthetic_rates = rates;
       verified_ = verifier_.verify(step).tokens;
@@ -409,21 +409,27 @@ int EngineLoop::max_drafts(const Sequence& seq) const {
 void EngineLoop::propose_drafts() {
   if (drafting_.empty()) return;
   draft_requests_.clear();
-  for (Sequence* seq : drafting_) draft_requests_.push_back({seq->tokens, max_drafts(*seq), seq->block_table});
+  for (Sequence* seq : drafting_)
+    draft_requests_.push_back(
+        {seq->tokens, max_drafts(*seq), seq->block_table, &seq->params(), seq->seed, seq->num_output_tokens()});
   try {
     drafter_->propose(draft_requests_, drafts_);
   } catch (const std::exception& e) {
     // No drafts is always correct: the requests decode one token a step until the drafter works.
     M3_LOG_ERROR("drafter failed for {} request(s): {}", drafting_.size(), e.what());
-    drafts_.assign(drafting_.size(), {});
+    drafts_.assign(drafting_.size(), Draft());
   }
   for (size_t i = 0; i < drafting_.size(); ++i) {
-    std::vector<int32_t>& d = drafts_[i];
+    std::vector<int32_t>& d = drafts_[i].tokens;
+    std::vector<TokenDistribution>& rows = drafts_[i].rows;
     if (static_cast<int>(d.size()) > draft_requests_[i].max_drafts) d.resize(static_cast<size_t>(draft_requests_[i].max_drafts));
     // Out-of-vocabulary guesses are cut there: the model must never see them.
     const auto bad = std::find_if(d.begin(), d.end(), [&](int32_t t) { return t < 0 || t >= vocab_size_; });
     d.erase(bad, d.end());
-    drafting_[i]->draft_tokens.assign(d.begin(), d.end());
+    if (!rows.empty() && rows.size() < d.size()) d.resize(rows.size());  // a draft without its row is not usable
+    if (!rows.empty()) rows.resize(d.size());
+    drafting_[i]->draft_tokens = std::move(d);
+    drafting_[i]->draft_rows = std::move(rows);
   }
   drafting_.clear();
 }
@@ -494,6 +500,7 @@ bool EngineLoop::step() {
       out = advance(seq, sampled, row, mask_error);
     }
     seq.draft_tokens.clear();
+    seq.draft_rows.clear();
     const bool finished = out.finished;
     if (emit(seq, out) && !finished && max_drafts(seq) > 0) drafting_.push_back(&seq);
   }

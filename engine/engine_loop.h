@@ -119,7 +119,7 @@ class EngineLoop {
   std::unordered_map<int32_t, int32_t> draft_counts_;  // output counts with a step's drafts
   std::vector<Sequence*> drafting_;                    // requests to draft for after this step
   std::vector<DraftRequest> draft_requests_;
-  std::vector<std::vector<int32_t>> drafts_;
+  std::vector<Draft> drafts_;
   std::vector<int32_t> verified_;
 };
 

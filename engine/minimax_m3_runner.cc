@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "model/dspark.h"
 #include "model/minimax_m3.h"
+#include "ops/rejection_sampling.h"
 #include "parallel/control_group.h"
 #include "parallel/rank_workers.h"
 
@@ -37,9 +38,9 @@ namespace {
 // engine/drafter.h's view of a DSpark drafter: one block per request, its first drafts.
 class DSparkProposer final : public Drafter {
  public:
-  explicit DSparkProposer(const DSparkDrafter& drafter) : drafter_(drafter) {}
-  void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& drafts) override {
-    drafts.assign(requests.size(), {});
+  DSparkProposer(const DSparkDrafter& drafter, bool probabilistic) : drafter_(drafter), probabilistic_(probabilistic) {}
+  void propose(std::span<const DraftRequest> requests, std::vector<Draft>& drafts) override {
+    drafts.assign(requests.size(), Draft());
     const auto n = static_cast<int64_t>(requests.size());
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)
     for (int64_t i = 0; i < n; ++i) {
@@ -50,23 +51,37 @@ class DSparkProposer final : public Drafter {
       block.block_table = r.block_table;
       block.num_drafts = std::min(r.max_drafts, drafter_.config().block_size);
       if (block.num_drafts < 1 || block.anchor_pos < 1) continue;
-      drafts[i] = drafter_.propose(block).tokens;
+      SampleRow sampling;
+      std::vector<double> uniforms;
+      if (probabilistic_ && r.params && !r.params->greedy()) {
+        sampling.temperature = r.params->temperature;
+        sampling.top_k = r.params->top_k;
+        sampling.top_p = r.params->top_p;
+        sampling.min_p = r.params->min_p;
+        block.sampling = &sampling;
+        for (int j = 0; j < block.num_drafts; ++j) uniforms.push_back(draft_uniform(r.seed, r.output_index + j));
+        block.draw_uniforms = uniforms;
+      }
+      DSparkDrafts d = drafter_.propose(block);
+      drafts[i].tokens = std::move(d.tokens);
+      drafts[i].rows = std::move(d.rows);
     }
   }
 
  private:
   const DSparkDrafter& drafter_;
+  bool probabilistic_;
 };
 
 }  // namespace
 
 MiniMaxM3Runner::~MiniMaxM3Runner() = default;
 
-void MiniMaxM3Runner::attach_dspark(std::unique_ptr<DSparkDrafter> drafter) {
+void MiniMaxM3Runner::attach_dspark(std::unique_ptr<DSparkDrafter> drafter, bool probabilistic) {
   M3_CHECK(ranks_.size() == 1 && !workers_, "a DSpark drafter runs beside one rank (-tp 1), not {}", ranks_.size());
   ranks_[0]->set_tap_layers(drafter->config().target_layer_ids);
   dspark_ = std::move(drafter);
-  dspark_proposer_ = std::make_unique<DSparkProposer>(*dspark_);
+  dspark_proposer_ = std::make_unique<DSparkProposer>(*dspark_, probabilistic);
 }
 
 void MiniMaxM3Runner::feed_drafter(const StepBatch& batch) {

@@ -53,7 +53,9 @@ class MiniMaxM3Runner final : public ModelRunner {
 
   // Speculative decoding with a DSpark drafter (one rank only): the model hands it its taps after
   // every forward, and drafter() proposes from them.
-  void attach_dspark(std::unique_ptr<DSparkDrafter> drafter);
+  // probabilistic: drafts drawn from the drafter's distribution at the request's temperature
+  // (greedy requests still draft greedily), else the Markov head's argmax.
+  void attach_dspark(std::unique_ptr<DSparkDrafter> drafter, bool probabilistic = false);
   ~MiniMaxM3Runner() override;
   Drafter* drafter() override { return dspark_proposer_.get(); }
 

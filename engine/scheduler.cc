@@ -46,6 +46,7 @@ void Scheduler::preempt(Sequence* victim, SchedulerOutput& out, int& budget) {
   }
   kv_.free(*victim);
   victim->draft_tokens.clear();  // recomputed as a prefill, which drafts nothing
+  victim->draft_rows.clear();
   running_.erase(std::find(running_.begin(), running_.end(), victim));
   victim->status = SeqStatus::kWaiting;
   if (victim->wants_prompt_logprobs()) victim->prompt_logprobs.clear();  // recomputed from scratch
@@ -72,8 +73,10 @@ SchedulerOutput Scheduler::schedule() {
         ++i;
         continue;
       }
-      if (decoding && static_cast<int>(seq->draft_tokens.size()) > budget - 1)
+      if (decoding && static_cast<int>(seq->draft_tokens.size()) > budget - 1) {
         seq->draft_tokens.resize(static_cast<size_t>(budget - 1));  // the step's budget cuts the guesses
+        if (!seq->draft_rows.empty()) seq->draft_rows.resize(seq->draft_tokens.size());
+      }
       const int n = decoding ? 1 + static_cast<int>(seq->draft_tokens.size()) : chunk_size(*seq, budget);
       bool self_preempted = false;
       while (!kv_.allocate(*seq, seq->num_computed_tokens + n)) {

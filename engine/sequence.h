@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "ops/sampling.h"
 #include "ops/token_constraint.h"
 
 namespace m3 {
@@ -34,6 +35,8 @@ struct Sequence {
   // Speculative decoding: the drafter's guesses at the tokens after `tokens`, run with the last
   // token in the next step and verified there; never part of `tokens` (nor hashed) until kept.
   std::vector<int32_t> draft_tokens;
+  // The distributions the drafter drew draft_tokens from (probabilistic drafts), or empty.
+  std::vector<TokenDistribution> draft_rows;
 
   // KV blocks: block_table[i] holds tokens [i * block_size, (i + 1) * block_size).
   std::vector<int32_t> block_table;

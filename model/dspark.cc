@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "formats/bf16.h"
+#include "formats/fp8_e4m3.h"
 #include "formats/rows.h"
 #include "model/config_fields.h"
 #include "model/weights.h"
@@ -115,33 +118,58 @@ DSparkConfig load_dspark_config(const std::filesystem::path& dir) {
 }
 
 DSparkDrafter::DSparkDrafter(DSparkConfig config, DSparkWeights weights, std::vector<float> embed,
-                             std::vector<float> lm_head, int64_t num_slots, int kv_block_size)
+                             std::vector<float> lm_head, int64_t num_slots, int kv_block_size, KvDType cache_dtype)
     : config_(std::move(config)),
       w_(std::move(weights)),
       embed_(std::move(embed)),
       lm_head_(std::move(lm_head)),
       num_slots_(num_slots),
-      kv_block_size_(kv_block_size) {
+      kv_block_size_(kv_block_size),
+      cache_dtype_(cache_dtype) {
   const DSparkConfig& c = config_;
   const auto vh = static_cast<size_t>(c.vocab_size) * c.hidden_size;
   M3_CHECK(embed_.size() == vh && lm_head_.size() == vh, "DSpark drafter: the target's embed / lm_head must be [{}, {}]",
            c.vocab_size, c.hidden_size);
   M3_CHECK(num_slots > 0 && kv_block_size > 0, "DSpark drafter: {} KV slots in blocks of {}", num_slots, kv_block_size);
+  M3_CHECK(cache_dtype != KvDType::kNVFP4, "DSpark drafter: its cache holds float32, bfloat16 or fp8, not nvfp4");
   for (int i = 0; i < c.rotary_dim / 2; ++i)
     inv_freq_.push_back(1.0f / static_cast<float>(std::pow(c.rope_theta, (2.0 * i) / c.rotary_dim)));
+  row_bytes_ = kv_data_bytes(cache_dtype, c.num_kv_heads * c.head_dim);
   blocks_.resize(static_cast<size_t>((num_slots + kv_block_size - 1) / kv_block_size));
 }
 
-float* DSparkDrafter::k_at(int layer, int64_t slot) {
-  const int64_t row = int64_t(config_.num_kv_heads) * config_.head_dim;
-  return blocks_[slot / kv_block_size_].get() + ((int64_t(layer) * 2) * kv_block_size_ + slot % kv_block_size_) * row;
+uint8_t* DSparkDrafter::row_at(int layer, int which, int64_t slot) const {
+  return blocks_[slot / kv_block_size_].get() +
+         ((int64_t(layer) * 2 + which) * kv_block_size_ + slot % kv_block_size_) * row_bytes_;
 }
-float* DSparkDrafter::v_at(int layer, int64_t slot) {
-  const int64_t row = int64_t(config_.num_kv_heads) * config_.head_dim;
-  return blocks_[slot / kv_block_size_].get() + ((int64_t(layer) * 2 + 1) * kv_block_size_ + slot % kv_block_size_) * row;
+
+void DSparkDrafter::store(int layer, int which, int64_t slot, const float* row) {
+  const int n = config_.num_kv_heads * config_.head_dim;
+  uint8_t* out = row_at(layer, which, slot);
+  switch (cache_dtype_) {
+    case KvDType::kF32: std::memcpy(out, row, size_t(n) * 4); break;
+    case KvDType::kBF16:
+      for (int i = 0; i < n; ++i) reinterpret_cast<uint16_t*>(out)[i] = bf16_encode(row[i]);
+      break;
+    default:
+      for (int i = 0; i < n; ++i) out[i] = fp8_e4m3_encode(row[i]);
+      break;
+  }
 }
-const float* DSparkDrafter::k_at(int layer, int64_t slot) const { return const_cast<DSparkDrafter*>(this)->k_at(layer, slot); }
-const float* DSparkDrafter::v_at(int layer, int64_t slot) const { return const_cast<DSparkDrafter*>(this)->v_at(layer, slot); }
+
+void DSparkDrafter::load(int layer, int which, int64_t slot, float* row) const {
+  const int n = config_.num_kv_heads * config_.head_dim;
+  const uint8_t* in = row_at(layer, which, slot);
+  switch (cache_dtype_) {
+    case KvDType::kF32: std::memcpy(row, in, size_t(n) * 4); break;
+    case KvDType::kBF16:
+      for (int i = 0; i < n; ++i) row[i] = bf16_decode(reinterpret_cast<const uint16_t*>(in)[i]);
+      break;
+    default:
+      for (int i = 0; i < n; ++i) row[i] = fp8_e4m3_decode(in[i]);
+      break;
+  }
+}
 
 void DSparkDrafter::rope(float* x, int heads, int32_t pos) const {
   const int d = config_.head_dim, half = config_.rotary_dim / 2;
@@ -164,17 +192,17 @@ void DSparkDrafter::ingest(const StepBatch& batch, std::span<const float> taps) 
   M3_CHECK(static_cast<int64_t>(taps.size()) == tokens * in, "DSpark drafter: {} tokens need {} tap values, got {}",
            tokens, tokens * in, taps.size());
   const int64_t kv = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-  const auto block_floats = static_cast<size_t>(c.num_layers) * 2 * kv_block_size_ * kv;
+  const auto block_bytes = static_cast<size_t>(c.num_layers) * 2 * kv_block_size_ * row_bytes_;
   for (int64_t t = 0; t < tokens; ++t) {  // before the threads: a block's first write allocates it
     const int64_t slot = batch.slot_mapping[t];
     if (slot >= 0 && slot < num_slots_ && !blocks_[slot / kv_block_size_])
-      blocks_[slot / kv_block_size_] = std::make_unique<float[]>(block_floats);
+      blocks_[slot / kv_block_size_] = std::make_unique<uint8_t[]>(block_bytes);
   }
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t slot = batch.slot_mapping[t];
     if (slot < 0 || slot >= num_slots_) continue;  // a padded row
-    std::vector<float> ctx(h), k(kv);
+    std::vector<float> ctx(h), k(kv), v(kv);
     matvec(w_.fc, taps.data() + t * in, in, h, ctx.data());
     rms_norm(ctx.data(), h, w_.hidden_norm, c.rms_norm_eps);
     for (int l = 0; l < c.num_layers; ++l) {
@@ -182,8 +210,9 @@ void DSparkDrafter::ingest(const StepBatch& batch, std::span<const float> taps) 
       matvec(lw.k, ctx.data(), h, kv, k.data());
       for (int g = 0; g < c.num_kv_heads; ++g) rms_norm(k.data() + g * c.head_dim, c.head_dim, lw.k_norm, c.rms_norm_eps);
       rope(k.data(), c.num_kv_heads, batch.positions[t]);
-      std::copy(k.begin(), k.end(), k_at(l, slot));
-      matvec(lw.v, ctx.data(), h, kv, v_at(l, slot));
+      store(l, 0, slot, k.data());
+      matvec(lw.v, ctx.data(), h, kv, v.data());
+      store(l, 1, slot, v.data());
     }
   }
 }
@@ -220,7 +249,7 @@ DSparkDrafts DSparkDrafter::propose(const DSparkBlock& block, bool keep_logits) 
   }
   std::vector<float> hn(h), q(static_cast<size_t>(n) * hq * d), bk(static_cast<size_t>(n) * kv),
       bv(static_cast<size_t>(n) * kv), attn(static_cast<size_t>(hq) * d), o(h), gate(inter), up(inter), act(inter);
-  std::vector<float> scores;
+  std::vector<float> scores, kctx, vctx;
   for (int l = 0; l < c.num_layers; ++l) {
     const DSparkLayerWeights& lw = w_.layers[l];
     for (int j = 0; j < n; ++j) {
@@ -234,6 +263,13 @@ DSparkDrafts DSparkDrafter::propose(const DSparkBlock& block, bool keep_logits) 
       for (int a = 0; a < g; ++a) rms_norm(bk.data() + j * kv + a * d, d, lw.k_norm, c.rms_norm_eps);
       rope(qj, hq, block.anchor_pos + j);
       rope(bk.data() + j * kv, g, block.anchor_pos + j);
+    }
+    // The context's K and V of this layer, as the cache holds them, read once.
+    kctx.resize(ctx_slots.size() * kv);
+    vctx.resize(ctx_slots.size() * kv);
+    for (size_t i = 0; i < ctx_slots.size(); ++i) {
+      load(l, 0, ctx_slots[i], kctx.data() + i * kv);
+      load(l, 1, ctx_slots[i], vctx.data() + i * kv);
     }
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     for (int j = 0; j < n; ++j) {
@@ -250,7 +286,7 @@ DSparkDrafts DSparkDrafter::propose(const DSparkBlock& block, bool keep_logits) 
             scores.push_back(-std::numeric_limits<float>::infinity());
             continue;
           }
-          scores.push_back(dot(qa, k_at(l, ctx_slots[i]) + kvh * d, d) * scale);
+          scores.push_back(dot(qa, kctx.data() + i * kv + kvh * d, d) * scale);
           mx = std::max(mx, scores.back());
         }
         for (int b = 0; b < n; ++b) {
@@ -264,7 +300,7 @@ DSparkDrafts DSparkDrafter::propose(const DSparkBlock& block, bool keep_logits) 
         for (size_t i = 0; i < scores.size(); ++i) {
           const float wgt = static_cast<float>(scores[i] / sum);
           if (wgt == 0.0f) continue;
-          const float* vr = i < ctx_slots.size() ? v_at(l, ctx_slots[i]) + kvh * d
+          const float* vr = i < ctx_slots.size() ? vctx.data() + i * kv + kvh * d
                                                  : bv.data() + (i - ctx_slots.size()) * kv + kvh * d;
           for (int e = 0; e < d; ++e) out[e] += wgt * vr[e];
         }
@@ -302,8 +338,23 @@ DSparkDrafts DSparkDrafter::propose(const DSparkBlock& block, bool keep_logits) 
     int32_t best = 0;
     float best_logit = -std::numeric_limits<float>::infinity();
     for (int64_t t = 0; t < v; ++t) {
-      const float lt = logits[t] + dot(w_.markov_w2.data() + t * r, w1, r);
-      if (lt > best_logit) best_logit = lt, best = static_cast<int32_t>(t);  // the lowest id on a tie
+      logits[t] += dot(w_.markov_w2.data() + t * r, w1, r);
+      if (logits[t] > best_logit) best_logit = logits[t], best = static_cast<int32_t>(t);  // the lowest id on a tie
+    }
+    if (block.sampling && j < block.num_drafts && !sample_row_greedy(*block.sampling)) {
+      SampleRow row;  // the drafter's own distribution: no penalties, masks or biases
+      row.temperature = block.sampling->temperature;
+      row.top_k = block.sampling->top_k;
+      row.top_p = block.sampling->top_p;
+      row.min_p = block.sampling->min_p;
+      SampleBatch batch;
+      batch.add(row, nullptr, 0, nullptr, nullptr, 0, nullptr, 0);
+      SampleWorkspace ws;
+      out.rows.emplace_back();
+      sample_distribution(logits.data(), static_cast<int32_t>(v), batch.rows[0], batch, ws, out.rows.back());
+      M3_CHECK(j < static_cast<int>(block.draw_uniforms.size()), "DSpark drafter: {} draws for {} drafts",
+               block.draw_uniforms.size(), block.num_drafts);
+      best = out.rows.back().draw(block.draw_uniforms[j]);
     }
     if (j < block.num_drafts) {
       out.tokens.push_back(best);
@@ -316,7 +367,7 @@ DSparkDrafts DSparkDrafter::propose(const DSparkBlock& block, bool keep_logits) 
 
 std::unique_ptr<DSparkDrafter> make_dspark_drafter(const std::filesystem::path& dspark_dir,
                                                    const ModelConfig& target, const ModelWeights& tw,
-                                                   int64_t num_slots, int kv_block_size) {
+                                                   int64_t num_slots, int kv_block_size, KvDType cache_dtype) {
   DSparkConfig c = load_dspark_config(dspark_dir);
   const std::string where = dspark_dir.string();
   M3_CHECK(c.vocab_size == target.vocab_size && c.hidden_size == target.hidden_size,
@@ -339,7 +390,7 @@ std::unique_ptr<DSparkDrafter> make_dspark_drafter(const std::filesystem::path& 
   }
   dequantize_rows(tw.lm_head, 0, tw.lm_head.out_features, head.data());
   return std::make_unique<DSparkDrafter>(std::move(c), std::move(w), std::move(embed), std::move(head), num_slots,
-                                         kv_block_size);
+                                         kv_block_size, cache_dtype);
 }
 
 }  // namespace m3

@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "model/config.h"
+#include "ops/kv_layout.h"
+#include "ops/sampling.h"
 #include "ops/step_batch.h"
 #include "ops/weights.h"
 
@@ -68,10 +70,16 @@ struct DSparkBlock {
   int32_t anchor_pos = 0;   // its position p + 1 (the context is positions [0, p])
   std::span<const int32_t> block_table;  // the request's KV blocks (block_size tokens each)
   int num_drafts = 0;       // drafts wanted, <= config.block_size
+  // Probabilistic drafts: the request's temperature, top_k, top_p and min_p shape each draft's
+  // distribution (penalties, masks and biases are the target's, not the drafter's), and draft j is
+  // drawn with draw_uniforms[j]. Null: greedy drafts (the argmax).
+  const SampleRow* sampling = nullptr;
+  std::span<const double> draw_uniforms;
 };
 
 struct DSparkDrafts {
   std::vector<int32_t> tokens;
+  std::vector<TokenDistribution> rows;  // probabilistic drafts: the distribution each was drawn from
   std::vector<float> confidence;
   std::vector<float> base_logits;  // [block_size, vocab]: only when asked (checks)
 };
@@ -79,9 +87,11 @@ struct DSparkDrafts {
 class DSparkDrafter {
  public:
   // embed and lm_head: the target's, [vocab, hidden] fp32. num_slots: KV slots (pool blocks x
-  // kv_block_size tokens) the target addresses.
+  // kv_block_size tokens) the target addresses. cache_dtype: how its K and V are stored (f32,
+  // bf16, or fp8 e4m3 without a scale, as vLLM's fp8 caches of unscaled values); m3::Error for
+  // nvfp4.
   DSparkDrafter(DSparkConfig config, DSparkWeights weights, std::vector<float> embed, std::vector<float> lm_head,
-                int64_t num_slots, int kv_block_size);
+                int64_t num_slots, int kv_block_size, KvDType cache_dtype = KvDType::kF32);
 
   const DSparkConfig& config() const { return config_; }
   // The target's taps of a step's tokens ([tokens, taps * hidden], row i for batch.token_ids[i]) into
@@ -101,12 +111,14 @@ class DSparkDrafter {
   std::vector<float> inv_freq_;
   // K and V of a slot of a layer: [kv_heads * head_dim] each. Blocks are allocated the first time
   // the target writes them (host memory follows the blocks in use, not the pool's size).
-  const float* k_at(int layer, int64_t slot) const;
-  const float* v_at(int layer, int64_t slot) const;
-  float* k_at(int layer, int64_t slot);
-  float* v_at(int layer, int64_t slot);
-  // Per block: K then V of every layer, [layers][2][kv_block_size][kv_heads * head_dim].
-  std::vector<std::unique_ptr<float[]>> blocks_;
+  // which: 0 = K, 1 = V.
+  void store(int layer, int which, int64_t slot, const float* row);
+  void load(int layer, int which, int64_t slot, float* row) const;
+  uint8_t* row_at(int layer, int which, int64_t slot) const;
+  KvDType cache_dtype_;
+  int64_t row_bytes_ = 0;
+  // Per block: K then V of every layer, [layers][2][kv_block_size][kv_heads * head_dim] elements.
+  std::vector<std::unique_ptr<uint8_t[]>> blocks_;
 };
 
 struct ModelWeights;
@@ -118,6 +130,6 @@ struct ModelWeights;
 std::unique_ptr<DSparkDrafter> make_dspark_drafter(const std::filesystem::path& dspark_dir,
                                                    const ModelConfig& target_config,
                                                    const ModelWeights& target_weights, int64_t num_slots,
-                                                   int kv_block_size);
+                                                   int kv_block_size, KvDType cache_dtype = KvDType::kF32);
 
 }  // namespace m3

@@ -12,6 +12,7 @@ namespace {
 // bonus tokens): whether a draft is kept.
 constexpr uint64_t kAcceptStream = 0x5bd1e9955bd1e995ull;
 constexpr uint64_t kSyntheticStream = 0x27d4eb2f165667c5ull;
+constexpr uint64_t kDraftStream = 0x94d049bb133111ebull;
 
 // The acceptance uniforms of a step are keyed by the step's first output index and the draft's
 // place in it, not by the draft's own output index: block verification looks at every draft's
@@ -135,6 +136,10 @@ VerifiedTokens verify_synthetic(const DraftVerification& v) {
 }
 
 }  // namespace
+
+double draft_uniform(uint64_t seed, int64_t output_index) {
+  return counter_uniform(seed ^ kDraftStream, static_cast<uint64_t>(output_index));
+}
 
 int32_t accept_sampled(RejectionMethod method, std::span<const int32_t> drafts, std::span<const int32_t> sampled,
                        std::span<const float> synthetic_rates, uint64_t seed, int64_t output_index) {

@@ -64,6 +64,12 @@ VerifiedTokens verify_drafts(const DraftVerification& v);
 int32_t accept_sampled(RejectionMethod method, std::span<const int32_t> drafts, std::span<const int32_t> sampled,
                        std::span<const float> synthetic_rates, uint64_t seed, int64_t output_index);
 
+// The uniform a drafter that samples its drafts (probabilistic drafts) uses for the draft at
+// `output_index`: a stream of its own, apart from the sampler's (which draws corrections and
+// bonus tokens) and the acceptance tests', so that the draft, its test and a correction are
+// independent draws.
+double draft_uniform(uint64_t seed, int64_t output_index);
+
 // vLLM's synthetic_acceptance_length as rates over k drafts: `length` counts the target's own
 // token, so length - 1 drafts are kept on average, spent on the earliest positions (floor(length
 // - 1) always, the next with the fractional part): the least-variance schedule, as vLLM and SGLang

@@ -5,6 +5,7 @@
 // speculative steps filled; synthetic verification reaches the requested acceptance length.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -117,8 +118,8 @@ class OracleDrafter final : public Drafter {
   OracleDrafter(const std::vector<EngineRequest>& reqs, const Results& reference, int vocab) : vocab_(vocab) {
     for (const EngineRequest& r : reqs) known_.push_back({r.prompt_token_ids, reference.at(r.id).tokens});
   }
-  void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& drafts) override {
-    drafts.assign(requests.size(), {});
+  void propose(std::span<const DraftRequest> requests, std::vector<Draft>& drafts) override {
+    drafts.assign(requests.size(), Draft());
     for (size_t i = 0; i < requests.size(); ++i) {
       const std::span<const int32_t> tokens = requests[i].tokens;
       for (const auto& [prompt, output] : known_) {
@@ -128,7 +129,7 @@ class OracleDrafter final : public Drafter {
           const size_t at = done + static_cast<size_t>(j);
           int32_t t = at < output.size() ? output[at] : 5;
           if (mix(at * 31 + tokens.size() * 7 + prompt.size()) % 4 == 0) t = (t + 1) % vocab_;
-          drafts[i].push_back(t);
+          drafts[i].tokens.push_back(t);
         }
         break;
       }
@@ -320,11 +321,14 @@ TEST(SpeculativeEngine, DSparkDrafterOnTheSmallModel) {
     plain.enable_prefix_caching = false;
     const Results reference = run(plain_runner, plain, reqs, true);
 
+    // k = 3 with the drafter's cache in fp8 (the seed's drafter kv_cache_dtype): the drafts change
+    // a little, the text not at all.
     MiniMaxM3Runner runner(model);
     runner.attach_dspark(make_dspark_drafter(dir / "dspark", config, host, options.num_kv_blocks * config.index_block_size,
-                                             config.index_block_size));
+                                             config.index_block_size, k == 3 ? KvDType::kFP8 : KvDType::kF32));
     EngineConfig spec = plain;
-    spec.speculative = spec_config(fmt::format(R"({{"method":"dspark","num_speculative_tokens":{}}})", k));
+    spec.speculative = spec_config(fmt::format(R"({{"method":"dspark","num_speculative_tokens":{}{}}})", k,
+                                               k == 3 ? R"(,"kv_cache_dtype":"fp8")" : ""));
     EngineStats alone_stats;
     expect_same(reference, run(runner, spec, reqs, true, nullptr, &alone_stats), fmt::format("dspark k={} alone", k));
     const double length = 1.0 + double(alone_stats.spec_num_accepted_tokens) / double(alone_stats.spec_num_drafts);
@@ -354,6 +358,90 @@ TEST(SpeculativeEngine, DSparkDrafterOnTheSmallModel) {
     for (auto& [id, r] : twice_reference) r.cached = hits.at(id).cached;
     expect_same(twice_reference, hits, fmt::format("dspark k={} prefix-cache hits", k));
     EXPECT_GT(cache_stats.prefix_cache_hits_tokens, 0u);
+  }
+}
+
+// Two samples of tokens, one category per token (those seen fewer than 10 times pooled): the
+// chi-square statistic of their difference and its degrees of freedom.
+std::pair<double, int> two_sample_chi_square(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  std::map<int32_t, std::pair<int, int>> counts;
+  for (int32_t t : a) ++counts[t].first;
+  for (int32_t t : b) ++counts[t].second;
+  std::vector<std::pair<int, int>> cells;
+  std::pair<int, int> other{0, 0};
+  for (const auto& [t, c] : counts) {
+    if (c.first + c.second >= 10) cells.push_back(c);
+    else other.first += c.first, other.second += c.second;
+  }
+  if (other.first + other.second > 0) cells.push_back(other);
+  double stat = 0;
+  for (const auto& [x, y] : cells) stat += double(x - y) * (x - y) / (x + y);
+  return {stat, static_cast<int>(cells.size()) - 1};
+}
+
+// Probabilistic DSpark drafts (drawn at the request's temperature, verified with their
+// distributions, standard and block): greedy requests keep their text; sampled requests' tokens
+// after the first are distributed as without speculation (two-sample chi-square over 300 seeds).
+TEST(SpeculativeEngine, DSparkProbabilisticDraftsKeepTheTargetsDistribution) {
+  const std::filesystem::path dir = "models/minimax-m3-small";
+  ModelConfig config = load_model_config(dir);
+  const ModelWeights host = load_weights(config, dir);
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  ModelRuntimeOptions options;
+  options.num_kv_blocks = 64;
+  MiniMaxM3 model(config, load_weights(config, dir), *backend, options);
+  std::ifstream in("tests/model_small/dspark_reference.json");
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  auto prompt = ref["cases"][2]["prompt"].get<std::vector<int32_t>>();
+  prompt.resize(257);  // two full blocks: every request after the first reads them from the prefix cache
+  std::vector<EngineRequest> reqs;
+  for (int r = 0; r < 300; ++r) {
+    EngineRequest q;
+    q.id = fmt::format("p{}", r);
+    q.prompt_token_ids = prompt;
+    q.sampling.max_tokens = 4;
+    q.sampling.temperature = r < 4 ? 0.0f : 1.0f;
+    q.sampling.seed = 5000 + r;
+    q.sampling.ignore_eos = true;
+    reqs.push_back(std::move(q));
+  }
+  EngineConfig plain;
+  plain.max_num_seqs = 64;
+  MiniMaxM3Runner plain_runner(model);
+  const Results reference = run(plain_runner, plain, reqs, false);
+  for (const char* method : {"standard", "block"}) {
+    MiniMaxM3Runner runner(model);
+    runner.attach_dspark(make_dspark_drafter(dir / "dspark", config, host, options.num_kv_blocks * config.index_block_size,
+                                             config.index_block_size),
+                         /*probabilistic=*/true);
+    EngineConfig spec = plain;
+    spec.speculative = spec_config(fmt::format(
+        R"({{"method":"dspark","num_speculative_tokens":3,"draft_sample_method":"probabilistic","rejection_sample_method":"{}"}})",
+        method));
+    EngineStats stats;
+    const Results got = run(runner, spec, reqs, false, nullptr, &stats);
+    for (int r = 0; r < 4; ++r) {
+      const std::string id = fmt::format("p{}", r);
+      EXPECT_EQ(got.at(id).tokens, reference.at(id).tokens) << method << ": greedy request " << id;
+    }
+    EXPECT_GT(stats.spec_num_accepted_tokens, 0u) << method;
+    for (size_t pos = 1; pos < 4; ++pos) {
+      std::vector<int32_t> a, b;
+      for (int r = 4; r < 300; ++r) {
+        const std::string id = fmt::format("p{}", r);
+        ASSERT_EQ(got.at(id).tokens.size(), 4u);
+        a.push_back(reference.at(id).tokens[pos]);
+        b.push_back(got.at(id).tokens[pos]);
+      }
+      const auto [stat, df] = two_sample_chi_square(a, b);
+      const double z = 3.719, w = 2.0 / (9.0 * std::max(df, 1));  // p = 1e-4, Wilson-Hilferty
+      const double critical = std::max(df, 1) * std::pow(1.0 - w + z * std::sqrt(w), 3.0);
+      std::printf("[spec e2e] dspark probabilistic %s: token %zu chi-square %.1f, %d df (critical %.1f)\n", method,
+                  pos, stat, df, critical);
+      EXPECT_LT(stat, critical) << method << " token " << pos;
+    }
+    std::printf("[spec e2e] dspark probabilistic %s: acceptance length %.2f\n", method,
+                1.0 + double(stats.spec_num_accepted_tokens) / double(stats.spec_num_drafts));
   }
 }
 
