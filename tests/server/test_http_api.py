@@ -513,7 +513,8 @@ class SpeculativeDecoding(unittest.TestCase):
     def serve(self, *extra):
         return LiveServer([BIN, "serve", MODEL, "--host", "127.0.0.1", "--port", "0", "--served-model-name", NAME,
                            "--max-model-len", "1024", "--kv-cache-memory", "64MiB", "--disable-log-stats",
-                           "--reasoning-parser", "minimax_m3", "--batch-invariant"] + list(extra))
+                           "--reasoning-parser", "minimax_m3", "--tool-call-parser", "minimax_m3",
+                           "--enable-auto-tool-choice", "--batch-invariant"] + list(extra))
 
     def test_same_text_as_without_speculation(self):
         plain = self.serve()
@@ -543,6 +544,18 @@ class SpeculativeDecoding(unittest.TestCase):
             want = plain.post("/v1/chat/completions", chat)["choices"][0]["message"]
             self.assertEqual(stream_text(events), want["content"] or "")
             self.assertEqual(stream_text(events, "reasoning_content") or None, want.get("reasoning_content") or None)
+            # Tool calls: the parser sees the same text, so the same calls (or none).
+            tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+                "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+            for choice in ("auto", "required"):
+                body = chat_body(content="What is the weather in Paris? Use the tool.", max_tokens=48, tools=tools,
+                                 tool_choice=choice)
+                got = s.post("/v1/chat/completions", body)["choices"][0]
+                want = plain.post("/v1/chat/completions", body)["choices"][0]
+                calls = [[c["function"] for c in m.get("tool_calls") or []] for m in (got["message"], want["message"])]
+                self.assertEqual(calls[0], calls[1], choice)  # names and arguments (ids are random)
+                self.assertEqual(got["message"].get("content"), want["message"].get("content"), choice)
+                self.assertEqual(got["finish_reason"], want["finish_reason"], choice)
             metrics = s.request("GET", "/metrics")[2].decode()
             drafts = re.search(r'vllm:spec_decode_num_draft_tokens_total\{[^}]*\} ([0-9.]+)', metrics)
             self.assertIsNotNone(drafts, metrics)
