@@ -196,19 +196,7 @@ if has generate && [[ -x "${M3BIN:-}" ]]; then
         timeout "$(limit_for 60)" "$M3BIN" generate --model "$d" --device $dev --kv-cache-dtype $kv --prompt-ids "$prompt" \
           --max-tokens 32 --ignore-eos --json >"$OUT/$name-$dev.json" 2>"$OUT/$name-$dev.log"
       done
-      summary+=("$name: $(python3 - "$OUT/$name-cpu.json" "$OUT/$name-cuda.json" <<'PY'
-import json, sys
-try:
-    a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:3])
-except Exception as e:
-    print("FAILED (no output: %s)" % e); sys.exit()
-x, y = a["output_ids"], b["output_ids"]
-same = next((i for i in range(min(len(x), len(y))) if x[i] != y[i]), None)
-print("%s; cuda decode %.1f tok/s prefill %.1f tok/s (cpu %.1f / %.1f)" % (
-    "ids identical" if same is None and len(x) == len(y) else "ids differ from %s" % same,
-    b["decode_tokens_per_s"], b["prefill_tokens_per_s"], a["decode_tokens_per_s"], a["prefill_tokens_per_s"]))
-PY
-)")
+      summary+=("$name: $(python3 scripts/compare_generate.py "$OUT/$name-cpu.json" "$OUT/$name-cuda.json")")
     done
   done
 fi
@@ -233,23 +221,10 @@ if has speculative && [[ -x "${M3BIN:-}" ]]; then
         timeout "$(limit_for 60)" "$M3BIN" generate --model "$d" "${flags[@]}" --temperature $t --sample-seed 5 \
           --speculative-config "{\"method\":\"$method\",\"num_speculative_tokens\":$k$extra}" \
           >"$base-k$k.json" 2>"$base-k$k.log"
-        summary+=("speculative $method $mode t=$t k=$k: $(python3 - "$base-plain.json" "$base-k$k.json" "$mode" <<'PY'
-import json, sys
-try:
-    a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:3])
-except Exception as e:
-    print("FAILED (no output: %s)" % e); sys.exit()
-x, y = a["output_ids"], b["output_ids"]
-same = next((i for i in range(min(len(x), len(y))) if x[i] != y[i]), None)
-verdict = "ids identical" if same is None and len(x) == len(y) else "ids differ from %s" % same
-if sys.argv[3] == "bi" and verdict != "ids identical":
-    verdict = "FAILED: " + verdict
-s = b.get("spec_decode", {})
-print("%s; acceptance length %.2f (%s/%s drafts kept); decode %.1f tok/s vs %.1f plain" % (
-    verdict, s.get("mean_acceptance_length", 0), s.get("num_accepted_tokens"), s.get("num_draft_tokens"),
-    b["decode_tokens_per_s"], a["decode_tokens_per_s"]))
-PY
-)")
+        strict=()
+        [[ $mode == bi ]] && strict=(--require-identical)
+        summary+=("speculative $method $mode t=$t k=$k: $(python3 scripts/compare_generate.py "$base-plain.json" \
+          "$base-k$k.json" --label-a plain --label-b speculative "${strict[@]}")")
       done
     done
   done

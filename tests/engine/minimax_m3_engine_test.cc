@@ -63,18 +63,7 @@ Results run(ModelRunner& runner, EngineConfig config, const std::vector<EngineRe
       }
     }, *r.sampling.seed, Clock::now());
   };
-  if (one_at_a_time) {
-    for (const EngineRequest& r : reqs) {
-      add(r);
-      while (loop.has_work()) loop.step();
-    }
-  } else {
-    std::size_t next = 0;
-    for (int step = 0; next < reqs.size() || loop.has_work(); ++step) {
-      while (next < reqs.size() && static_cast<int>(next) <= step) add(reqs[next++]);  // staggered arrivals
-      loop.step();
-    }
-  }
+  drive(loop, reqs, one_at_a_time, add);
   EXPECT_EQ(loop.kv().pool().num_used(), 0);
   if (stats) *stats = loop.stats();
   return results;

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <vector>
 
+#include "engine/engine_loop.h"
 #include "engine/model_runner.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/config.h"
@@ -66,6 +68,24 @@ inline uint64_t mix(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+// Runs `reqs` through `loop` until it is idle: one request at a time, or (staggered) one more
+// arriving before each step. add(request) hands a request to the loop with the caller's sink.
+template <class Add>
+void drive(EngineLoop& loop, const std::vector<EngineRequest>& reqs, bool one_at_a_time, Add&& add) {
+  if (one_at_a_time) {
+    for (const EngineRequest& r : reqs) {
+      add(r);
+      while (loop.has_work()) loop.step();
+    }
+    return;
+  }
+  std::size_t next = 0;
+  for (int step = 0; next < reqs.size() || loop.has_work(); ++step) {
+    while (next < reqs.size() && static_cast<int>(next) <= step) add(reqs[next++]);
+    loop.step();
+  }
 }
 
 inline const std::filesystem::path kSparse = "tests/model_golden/data/tiny-sparse-local2";

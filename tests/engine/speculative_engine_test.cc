@@ -79,18 +79,7 @@ Results run(ModelRunner& runner, EngineConfig config, const std::vector<EngineRe
       }
     }, *r.sampling.seed, Clock::now());
   };
-  if (one_at_a_time) {
-    for (const EngineRequest& r : reqs) {
-      add(r);
-      while (loop.has_work()) loop.step();
-    }
-  } else {
-    std::size_t next = 0;
-    for (int step = 0; next < reqs.size() || loop.has_work(); ++step) {
-      while (next < reqs.size() && static_cast<int>(next) <= step) add(reqs[next++]);  // staggered arrivals
-      loop.step();
-    }
-  }
+  drive(loop, reqs, one_at_a_time, add);
   EXPECT_EQ(loop.kv().pool().num_used(), 0);
   if (stats) *stats = loop.stats();
   return results;
@@ -286,20 +275,38 @@ TEST(SpeculativeEngine, DraftsStayWithinMaxTokensAndSkipForcedRequests) {
             (std::vector<int32_t>{7, 8, 9}));
 }
 
+// The shipped small model on the CPU (f32), its drafter's files and the drafter's reference
+// prompts (held-out code, tests/model_small/dspark_reference.json).
+struct SmallModel {
+  explicit SmallModel(int64_t kv_blocks) : config(load_model_config(kDir)), host(load_weights(config, kDir)) {
+    backend = make_cpu_backend();
+    options.num_kv_blocks = kv_blocks;
+    model = std::make_unique<MiniMaxM3>(config, load_weights(config, kDir), *backend, options);
+    std::ifstream in("tests/model_small/dspark_reference.json");
+    reference = nlohmann::json::parse(in);
+  }
+  std::unique_ptr<DSparkDrafter> drafter(KvDType cache) const {
+    return make_dspark_drafter(kDir / "dspark", config, host, options.num_kv_blocks * config.index_block_size,
+                               config.index_block_size, cache);
+  }
+  static inline const std::filesystem::path kDir = "models/minimax-m3-small";
+  ModelConfig config;
+  ModelWeights host;  // the embedding and lm_head the drafter reads
+  ModelRuntimeOptions options;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<MiniMaxM3> model;
+  nlohmann::json reference;
+};
+
 // The shipped small model with its DSpark drafter (models/minimax-m3-small/dspark): the drafter's
 // cache follows the target's slots through batching, preemption and prefix-cache hits, and the
 // text is the text without speculation.
 TEST(SpeculativeEngine, DSparkDrafterOnTheSmallModel) {
-  const std::filesystem::path dir = "models/minimax-m3-small";
-  ModelConfig config = load_model_config(dir);
-  const ModelWeights host = load_weights(config, dir);
-  std::unique_ptr<Backend> backend = make_cpu_backend();
-  ModelRuntimeOptions options;
-  options.num_kv_blocks = 24;
-  MiniMaxM3 model(config, load_weights(config, dir), *backend, options);
+  SmallModel m(24);
+  const ModelConfig& config = m.config;
+  MiniMaxM3& model = *m.model;
   // Prompts: pieces of the drafter's reference prompts (held-out code).
-  std::ifstream in("tests/model_small/dspark_reference.json");
-  const nlohmann::json ref = nlohmann::json::parse(in);
+  const nlohmann::json& ref = m.reference;
   std::vector<EngineRequest> reqs;
   for (int r = 0; r < 8; ++r) {
     const auto prompt = ref["cases"][r % 4]["prompt"].get<std::vector<int32_t>>();
@@ -324,8 +331,7 @@ TEST(SpeculativeEngine, DSparkDrafterOnTheSmallModel) {
     // k = 3 with the drafter's cache in fp8 (the seed's drafter kv_cache_dtype): the drafts change
     // a little, the text not at all.
     MiniMaxM3Runner runner(model);
-    runner.attach_dspark(make_dspark_drafter(dir / "dspark", config, host, options.num_kv_blocks * config.index_block_size,
-                                             config.index_block_size, k == 3 ? KvDType::kFP8 : KvDType::kF32));
+    runner.attach_dspark(m.drafter(k == 3 ? KvDType::kFP8 : KvDType::kF32));
     EngineConfig spec = plain;
     spec.speculative = spec_config(fmt::format(R"({{"method":"dspark","num_speculative_tokens":{}{}}})", k,
                                                k == 3 ? R"(,"kv_cache_dtype":"fp8")" : ""));
@@ -383,16 +389,9 @@ std::pair<double, int> two_sample_chi_square(const std::vector<int32_t>& a, cons
 // distributions, standard and block): greedy requests keep their text; sampled requests' tokens
 // after the first are distributed as without speculation (two-sample chi-square over 300 seeds).
 TEST(SpeculativeEngine, DSparkProbabilisticDraftsKeepTheTargetsDistribution) {
-  const std::filesystem::path dir = "models/minimax-m3-small";
-  ModelConfig config = load_model_config(dir);
-  const ModelWeights host = load_weights(config, dir);
-  std::unique_ptr<Backend> backend = make_cpu_backend();
-  ModelRuntimeOptions options;
-  options.num_kv_blocks = 64;
-  MiniMaxM3 model(config, load_weights(config, dir), *backend, options);
-  std::ifstream in("tests/model_small/dspark_reference.json");
-  const nlohmann::json ref = nlohmann::json::parse(in);
-  auto prompt = ref["cases"][2]["prompt"].get<std::vector<int32_t>>();
+  SmallModel m(64);
+  MiniMaxM3& model = *m.model;
+  auto prompt = m.reference["cases"][2]["prompt"].get<std::vector<int32_t>>();
   prompt.resize(257);  // two full blocks: every request after the first reads them from the prefix cache
   std::vector<EngineRequest> reqs;
   for (int r = 0; r < 300; ++r) {
@@ -411,9 +410,7 @@ TEST(SpeculativeEngine, DSparkProbabilisticDraftsKeepTheTargetsDistribution) {
   const Results reference = run(plain_runner, plain, reqs, false);
   for (const char* method : {"standard", "block"}) {
     MiniMaxM3Runner runner(model);
-    runner.attach_dspark(make_dspark_drafter(dir / "dspark", config, host, options.num_kv_blocks * config.index_block_size,
-                                             config.index_block_size),
-                         /*probabilistic=*/true);
+    runner.attach_dspark(m.drafter(KvDType::kF32), /*probabilistic=*/true);
     EngineConfig spec = plain;
     spec.speculative = spec_config(fmt::format(
         R"({{"method":"dspark","num_speculative_tokens":3,"draft_sample_method":"probabilistic","rejection_sample_method":"{}"}})",
