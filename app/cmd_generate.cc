@@ -57,18 +57,21 @@ void run(GenerateOptions o) {
   nlohmann::json spec;
   if (!o.engine.speculative_config.empty()) {
     // vLLM's mean acceptance length counts the target's own token: 1 + kept / verification steps.
-    const double length = stats.spec_num_drafts
-                              ? 1.0 + static_cast<double>(stats.spec_num_accepted_tokens) / stats.spec_num_drafts
-                              : 0.0;
-    std::fprintf(stderr, "speculative: %llu steps verified %llu drafts, kept %llu; mean acceptance length %.3f\n",
-                 static_cast<unsigned long long>(stats.spec_num_drafts),
-                 static_cast<unsigned long long>(stats.spec_num_draft_tokens),
-                 static_cast<unsigned long long>(stats.spec_num_accepted_tokens), length);
     spec = {{"num_drafts", stats.spec_num_drafts},
             {"num_draft_tokens", stats.spec_num_draft_tokens},
             {"num_accepted_tokens", stats.spec_num_accepted_tokens},
             {"accepted_per_pos", stats.spec_accepted_per_pos},
-            {"mean_acceptance_length", length}};
+            {"mean_acceptance_length", nullptr}};
+    if (stats.spec_num_drafts == 0) {
+      std::fprintf(stderr, "speculative: no step verified drafts (the drafter proposed none)\n");
+    } else {
+      const double length = 1.0 + static_cast<double>(stats.spec_num_accepted_tokens) / stats.spec_num_drafts;
+      spec["mean_acceptance_length"] = length;
+      std::fprintf(stderr, "speculative: %llu steps verified %llu drafts, kept %llu; mean acceptance length %.3f\n",
+                   static_cast<unsigned long long>(stats.spec_num_drafts),
+                   static_cast<unsigned long long>(stats.spec_num_draft_tokens),
+                   static_cast<unsigned long long>(stats.spec_num_accepted_tokens), length);
+    }
   }
   if (o.json) {
     nlohmann::json j = {{"prompt_ids", prompt},

@@ -883,6 +883,9 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
   config.max_model_len =
       static_cast<int>(options.max_model_len > 0 ? loaded.max_model_len : std::min(loaded.max_model_len, capacity));
   std::unique_ptr<EngineCore> core;
+  M3_CHECK(!config.speculative || config.speculative->method != "dspark" || !loaded.layout.attention_data_parallel(),
+           "--speculative-config: method dspark runs beside one rank for now, not with --data-parallel-size {}",
+           loaded.layout.config.data_parallel_size);
   if (loaded.layout.attention_data_parallel()) {
     // One engine lane per data-parallel copy: those of this host run here (with -tp 1 the lane's
     // thread is the rank's; with -tp > 1 the lane's runner drives the copy's ranks on their

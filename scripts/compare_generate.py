@@ -31,9 +31,10 @@ def main():
         verdict = "FAILED: " + verdict
     spec = b.get("spec_decode")
     if spec:
-        print("%s; acceptance length %.2f (%s/%s drafts kept); decode %.1f tok/s vs %.1f %s" % (
-            verdict, spec["mean_acceptance_length"], spec["num_accepted_tokens"], spec["num_draft_tokens"],
-            b["decode_tokens_per_s"], a["decode_tokens_per_s"], args.label_a))
+        length = spec["mean_acceptance_length"]
+        print("%s; acceptance length %s (%s/%s drafts kept); decode %.1f tok/s vs %.1f %s" % (
+            verdict, "%.2f" % length if length is not None else "- (no drafts)", spec["num_accepted_tokens"],
+            spec["num_draft_tokens"], b["decode_tokens_per_s"], a["decode_tokens_per_s"], args.label_a))
     else:
         print("%s; %s decode %.1f tok/s prefill %.1f tok/s (%s %.1f / %.1f)" % (
             verdict, args.label_b, b["decode_tokens_per_s"], b["prefill_tokens_per_s"], args.label_a,

@@ -80,8 +80,11 @@ def total(name):
     m = re.search(r"^vllm:spec_decode_%s_total\{[^}]*\} ([0-9.e+]+)$" % name, text, re.M)
     return float(m.group(1)) if m else 0.0
 steps, drafts, kept = total("num_drafts"), total("num_draft_tokens"), total("num_accepted_tokens")
-print("   %d verification steps, %d of %d drafts kept: %.2f tokens a step (mean acceptance length)" % (
-    steps, kept, drafts, 1 + kept / steps if steps else 1))
+if steps:
+    print("   %d verification steps, %d of %d drafts kept: %.2f tokens a step (mean acceptance length)" % (
+        steps, kept, drafts, 1 + kept / steps))
+else:
+    print("   no step verified drafts (the drafter proposed none)")
 '
 
 if ((KEEP)); then

@@ -79,15 +79,16 @@ def main():
                 after = spec_counters(port)
                 d = {n: after[n] - before[n] for n in COUNTERS}
                 per_pos = [a - b for a, b in zip(after["per_pos"], before["per_pos"] or [0.0] * len(after["per_pos"]))]
-                length = 1.0 + d["num_accepted_tokens"] / d["num_drafts"] if d["num_drafts"] else 1.0
+                length = 1.0 + d["num_accepted_tokens"] / d["num_drafts"] if d["num_drafts"] else None
                 row = {"method": args.method, "k": k, "temperature": t, "requests": len(prompts),
-                       "completion_tokens": tokens, "mean_acceptance_length": round(length, 3),
+                       "completion_tokens": tokens,
+                       "mean_acceptance_length": round(length, 3) if length is not None else None,
                        "per_position": [round(x / d["num_drafts"], 3) for x in per_pos] if d["num_drafts"] else [],
                        "verification_steps": int(d["num_drafts"]), "tokens_per_s": round(tokens / seconds, 1)}
                 print(json.dumps(row), flush=True)
                 results.append(row)
-                if t == 0 and length < args.min_length:
-                    print(f"FAILED: greedy k={k} acceptance length {length:.3f} < {args.min_length}")
+                if t == 0 and (length or 0.0) < args.min_length:
+                    print(f"FAILED: greedy k={k} acceptance length {length} < {args.min_length}")
                     failed = True
         finally:
             server.terminate()
