@@ -827,16 +827,14 @@ std::vector<std::unique_ptr<ModelRunner>> LoadedModel::make_copy_runners() const
 namespace {
 
 // --speculative-config method dspark: the drafter (its directory: "model", else dspark/ beside the
-// target's checkpoint) on the host beside the target's one rank; it reads the target's embedding
+// target's checkpoint) on the host beside the target's rank 0; it reads the target's embedding
 // and lm_head from the checkpoint's files.
 void attach_dspark(MiniMaxM3Runner& runner, const LoadedModel& loaded, const ModelOptions& options,
                    const SpeculativeConfig& spec) {
   M3_CHECK(options.load_format != "dummy",
            "--speculative-config: method dspark needs the drafter's weights; --load-format dummy has none");
-  M3_CHECK(loaded.ranks.size() == 1 && !loaded.control,
-           "--speculative-config: method dspark runs beside one rank for now (-tp 1, one node, no data-parallel "
-           "copies); this deployment has {} ranks",
-           loaded.ranks.size());
+  // Tensor-parallel ranks (on one or several hosts): node 0's runner holds global rank 0, whose
+  // residual stream is the whole model's.
   const MiniMaxM3& model = loaded.model();
   M3_CHECK(model.num_host_kv_blocks() == 0,
            "--speculative-config: method dspark with --kv-offloading-size: the drafter's cache has no host tier yet "

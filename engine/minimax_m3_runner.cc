@@ -78,7 +78,8 @@ class DSparkProposer final : public Drafter {
 MiniMaxM3Runner::~MiniMaxM3Runner() = default;
 
 void MiniMaxM3Runner::attach_dspark(std::unique_ptr<DSparkDrafter> drafter, bool probabilistic) {
-  M3_CHECK(ranks_.size() == 1 && !workers_, "a DSpark drafter runs beside one rank (-tp 1), not {}", ranks_.size());
+  // Every tensor-parallel rank holds the whole residual stream after each layer's all-reduce:
+  // rank 0's taps are the model's.
   ranks_[0]->set_tap_layers(drafter->config().target_layer_ids);
   dspark_ = std::move(drafter);
   dspark_proposer_ = std::make_unique<DSparkProposer>(*dspark_, probabilistic);
@@ -95,6 +96,7 @@ void MiniMaxM3Runner::forward(const StepBatch& batch, float* logits) {
   }
   if (control_) control_->announce(StepKind::kForward, batch);
   workers_->run([&](int r) { ranks_[r]->forward(batch, r == 0 ? logits : nullptr); });
+  feed_drafter(batch);
 }
 
 void MiniMaxM3Runner::forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
@@ -108,6 +110,7 @@ void MiniMaxM3Runner::forward_sample(const StepBatch& batch, const SampleBatch& 
     if (r == 0) ranks_[0]->forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
     else ranks_[r]->forward(batch, nullptr);
   });
+  feed_drafter(batch);
 }
 
 int64_t MiniMaxM3Runner::num_host_kv_blocks() const { return ranks_[0]->num_host_kv_blocks(); }

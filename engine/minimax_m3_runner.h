@@ -51,8 +51,8 @@ class MiniMaxM3Runner final : public ModelRunner {
   void copy_kv_blocks(const KvBlockCopies& copies) override;
   KvCopyTimes kv_copy_times() const override;  // rank 0's (the ranks copy side by side)
 
-  // Speculative decoding with a DSpark drafter (one rank only): the model hands it its taps after
-  // every forward, and drafter() proposes from them.
+  // Speculative decoding with a DSpark drafter (beside rank 0, on the host): rank 0's model hands
+  // it its taps after every forward, and drafter() proposes from them.
   // probabilistic: drafts drawn from the drafter's distribution at the request's temperature
   // (greedy requests still draft greedily), else the Markov head's argmax.
   void attach_dspark(std::unique_ptr<DSparkDrafter> drafter, bool probabilistic = false);

@@ -32,12 +32,13 @@ Run run_m3serve(const std::string& args) {
 }
 
 // The output ids of a greedy `generate --json` run (its JSON is the last line).
-std::vector<int> generate_ids(const std::string& layout, const std::string& prompt) {
+std::vector<int> generate_ids(const std::string& layout, const std::string& prompt, const char* model = kTiny) {
   const Run r = run_m3serve(fmt::format("generate --model {} --device cpu --dtype float32 --max-tokens 24 --json "
                                         "--prompt-ids {} {}",
-                                        kTiny, prompt, layout));
+                                        model, prompt, layout));
   EXPECT_EQ(r.status, 0) << layout << "\n" << r.out;
-  const size_t at = r.out.rfind("{\"");
+  const size_t line = r.out.rfind("\n{\"");  // the last line that opens an object (a nested one does not)
+  const size_t at = line == std::string::npos ? r.out.rfind("{\"") : line + 1;
   if (at == std::string::npos) {
     ADD_FAILURE() << layout << ": no JSON in\n" << r.out;
     return {};
@@ -57,6 +58,18 @@ TEST(ParallelCommands, GenerateGivesOneRanksTokensUnderEveryLayout) {
                                      "-tp 2 --data-parallel-size 2 --enable-expert-parallel"})
       EXPECT_EQ(generate_ids(layout, prompt), one) << layout << " on prompt " << prompt;
   }
+}
+
+// The DSpark drafter beside tensor-parallel ranks (it reads rank 0's taps, the whole residual
+// stream): the bundled model's text under -tp 2 and expert parallel, with and without it.
+TEST(ParallelCommands, DSparkDrafterBesideTensorParallelRanks) {
+  const char* small = "models/minimax-m3-small";
+  const std::string prompt = "650,444,566,371,284,258,384,864,777,936,296,335,259,323,2356,272,4523,258,384";
+  const std::vector<int> one = generate_ids("--ignore-eos", prompt, small);
+  ASSERT_EQ(one.size(), 24u);
+  const std::string spec = "--ignore-eos --speculative-config '{\"method\": \"dspark\", \"num_speculative_tokens\": 7}'";
+  for (const std::string layout : {"", "-tp 2", "-tp 2 --enable-expert-parallel"})
+    EXPECT_EQ(generate_ids(layout + " " + spec, prompt, small), one) << layout;
 }
 
 // --load-format dummy: each rank builds only its own slices (model/dummy_shard.h), the same bytes
