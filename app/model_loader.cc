@@ -836,9 +836,6 @@ void attach_dspark(MiniMaxM3Runner& runner, const LoadedModel& loaded, const Mod
   // Tensor-parallel ranks (on one or several hosts): node 0's runner holds global rank 0, whose
   // residual stream is the whole model's.
   const MiniMaxM3& model = loaded.model();
-  M3_CHECK(model.num_host_kv_blocks() == 0,
-           "--speculative-config: method dspark with --kv-offloading-size: the drafter's cache has no host tier yet "
-           "(its blocks would come back without it); drop one of them");
   const std::filesystem::path dir =
       spec.model.empty() ? std::filesystem::path(options.model_dir) / "dspark" : std::filesystem::path(spec.model);
   M3_CHECK(std::filesystem::is_regular_file(dir / "config.json"),
@@ -881,9 +878,6 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
   config.max_model_len =
       static_cast<int>(options.max_model_len > 0 ? loaded.max_model_len : std::min(loaded.max_model_len, capacity));
   std::unique_ptr<EngineCore> core;
-  M3_CHECK(!config.speculative || config.speculative->method != "dspark" || !loaded.layout.attention_data_parallel(),
-           "--speculative-config: method dspark runs beside one rank for now, not with --data-parallel-size {}",
-           loaded.layout.config.data_parallel_size);
   if (loaded.layout.attention_data_parallel()) {
     // One engine lane per data-parallel copy: those of this host run here (with -tp 1 the lane's
     // thread is the rank's; with -tp > 1 the lane's runner drives the copy's ranks on their
@@ -891,6 +885,13 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
     const int tp = loaded.layout.config.tensor_parallel_size;
     std::vector<std::unique_ptr<ModelRunner>> lanes = loaded.make_copy_runners();
     const int local = static_cast<int>(lanes.size());
+    if (config.speculative && config.speculative->method == "dspark") {
+      // A drafter per copy: each lane has its own KV pool, so its own drafter cache.
+      M3_CHECK(local == loaded.layout.config.data_parallel_size,
+               "--speculative-config: method dspark with data-parallel copies on other hosts: their drafters would "
+               "run there, which m3serve does not do yet; keep the copies on one host");
+      for (auto& lane : lanes) attach_dspark(static_cast<MiniMaxM3Runner&>(*lane), loaded, options, *config.speculative);
+    }
     for (int d = local; d < loaded.layout.config.data_parallel_size; ++d) {
       M3_CHECK(d < static_cast<int>(loaded.copy_channels.size()) && loaded.copy_channels[d],
                "copy {}: held by another node, and node 0 has no channel to it", d);

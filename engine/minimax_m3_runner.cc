@@ -122,6 +122,7 @@ int64_t MiniMaxM3Runner::kv_block_bytes() const {
 }
 
 void MiniMaxM3Runner::copy_kv_blocks(const KvBlockCopies& copies) {
+  if (dspark_) dspark_->copy_blocks(copies);  // the drafter's part of the blocks, on the host
   if (!workers_) return ranks_[0]->copy_kv_blocks(copies);
   // Every node's ranks hold their shares of the same blocks: the followers copy theirs too.
   if (control_) control_->announce_kv_copies(copies);

@@ -185,6 +185,29 @@ void DSparkDrafter::rope(float* x, int heads, int32_t pos) const {
   }
 }
 
+void DSparkDrafter::copy_blocks(const KvBlockCopies& copies) {
+  const auto bytes = static_cast<size_t>(config_.num_layers) * 2 * kv_block_size_ * row_bytes_;
+  auto to_host = [&](const KvBlockCopy& c) {
+    M3_CHECK(c.block >= 0 && c.block < static_cast<int64_t>(blocks_.size()) && c.host_slot >= 0,
+             "DSpark drafter: copy of block {} to host slot {}", c.block, c.host_slot);
+    if (c.host_slot >= static_cast<int64_t>(host_slots_.size())) host_slots_.resize(c.host_slot + 1);
+    std::unique_ptr<uint8_t[]>& slot = host_slots_[c.host_slot];
+    const std::unique_ptr<uint8_t[]>& block = blocks_[c.block];
+    if (!block) return slot.reset();  // never written: nothing to keep
+    if (!slot) slot = std::make_unique<uint8_t[]>(bytes);
+    std::memcpy(slot.get(), block.get(), bytes);
+  };
+  for (const KvBlockCopy& c : copies.to_host) to_host(c);
+  for (const KvBlockCopy& c : copies.to_host_ahead) to_host(c);
+  for (const KvBlockCopy& c : copies.to_device) {
+    M3_CHECK(c.block >= 0 && c.block < static_cast<int64_t>(blocks_.size()) && c.host_slot >= 0 &&
+                 c.host_slot < static_cast<int64_t>(host_slots_.size()) && host_slots_[c.host_slot],
+             "DSpark drafter: host slot {} holds nothing to bring back into block {}", c.host_slot, c.block);
+    if (!blocks_[c.block]) blocks_[c.block] = std::make_unique<uint8_t[]>(bytes);
+    std::memcpy(blocks_[c.block].get(), host_slots_[c.host_slot].get(), bytes);
+  }
+}
+
 void DSparkDrafter::ingest(const StepBatch& batch, std::span<const float> taps) {
   const DSparkConfig& c = config_;
   const int64_t h = c.hidden_size, in = static_cast<int64_t>(c.target_layer_ids.size()) * h;

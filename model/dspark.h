@@ -99,6 +99,9 @@ class DSparkDrafter {
   void ingest(const StepBatch& batch, std::span<const float> taps);
   // Greedy drafts of a block (Markov head applied in order). keep_logits: fill base_logits.
   DSparkDrafts propose(const DSparkBlock& block, bool keep_logits = false) const;
+  // The host tier of the prefix cache (ops/kv_layout.h KvBlockCopies): the drafter's part of each
+  // block goes to the slot and comes back with the target's, copies to the host first.
+  void copy_blocks(const KvBlockCopies& copies);
 
  private:
   void rope(float* x, int heads, int32_t pos) const;
@@ -119,6 +122,7 @@ class DSparkDrafter {
   int64_t row_bytes_ = 0;
   // Per block: K then V of every layer, [layers][2][kv_block_size][kv_heads * head_dim] elements.
   std::vector<std::unique_ptr<uint8_t[]>> blocks_;
+  std::vector<std::unique_ptr<uint8_t[]>> host_slots_;  // the host tier's copies, by slot (null: none)
 };
 
 struct ModelWeights;

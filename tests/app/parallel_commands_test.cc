@@ -61,14 +61,16 @@ TEST(ParallelCommands, GenerateGivesOneRanksTokensUnderEveryLayout) {
 }
 
 // The DSpark drafter beside tensor-parallel ranks (it reads rank 0's taps, the whole residual
-// stream): the bundled model's text under -tp 2 and expert parallel, with and without it.
+// stream) and one per data-parallel copy: the bundled model's text under -tp 2, expert parallel
+// and DEP 2, with and without it.
 TEST(ParallelCommands, DSparkDrafterBesideTensorParallelRanks) {
   const char* small = "models/minimax-m3-small";
   const std::string prompt = "650,444,566,371,284,258,384,864,777,936,296,335,259,323,2356,272,4523,258,384";
   const std::vector<int> one = generate_ids("--ignore-eos", prompt, small);
   ASSERT_EQ(one.size(), 24u);
   const std::string spec = "--ignore-eos --speculative-config '{\"method\": \"dspark\", \"num_speculative_tokens\": 7}'";
-  for (const std::string layout : {"", "-tp 2", "-tp 2 --enable-expert-parallel"})
+  for (const std::string layout : {"", "-tp 2", "-tp 2 --enable-expert-parallel",
+                                   "--data-parallel-size 2 --enable-expert-parallel"})
     EXPECT_EQ(generate_ids(layout + " " + spec, prompt, small), one) << layout;
 }
 

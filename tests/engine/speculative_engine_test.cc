@@ -278,9 +278,11 @@ TEST(SpeculativeEngine, DraftsStayWithinMaxTokensAndSkipForcedRequests) {
 // The shipped small model on the CPU (f32), its drafter's files and the drafter's reference
 // prompts (held-out code, tests/model_small/dspark_reference.json).
 struct SmallModel {
-  explicit SmallModel(int64_t kv_blocks) : config(load_model_config(kDir)), host(load_weights(config, kDir)) {
+  explicit SmallModel(int64_t kv_blocks, int64_t host_blocks = 0)
+      : config(load_model_config(kDir)), host(load_weights(config, kDir)) {
     backend = make_cpu_backend();
     options.num_kv_blocks = kv_blocks;
+    options.num_host_kv_blocks = host_blocks;
     model = std::make_unique<MiniMaxM3>(config, load_weights(config, kDir), *backend, options);
     std::ifstream in("tests/model_small/dspark_reference.json");
     reference = nlohmann::json::parse(in);
@@ -365,6 +367,44 @@ TEST(SpeculativeEngine, DSparkDrafterOnTheSmallModel) {
     expect_same(twice_reference, hits, fmt::format("dspark k={} prefix-cache hits", k));
     EXPECT_GT(cache_stats.prefix_cache_hits_tokens, 0u);
   }
+}
+
+// The host tier of the prefix cache with the drafter: sessions whose prefixes were evicted from a
+// small pool come back from the host, the drafter's part of each block with them (else its
+// context there would be stale): the text is the text without speculation and without the tier.
+TEST(SpeculativeEngine, DSparkWithTheHostTierOfThePrefixCache) {
+  SmallModel m(64, 32);
+  std::vector<EngineRequest> reqs;
+  for (int round = 0; round < 2; ++round)
+    for (int session = 0; session < 3; ++session) {
+      auto prompt = m.reference["cases"][1 + session % 3]["prompt"].get<std::vector<int32_t>>();
+      prompt.resize(140);  // one full block and a part: the full block is the session's prefix
+      EngineRequest q;
+      q.id = fmt::format("s{}-r{}", session, round);
+      q.prompt_token_ids = prompt;
+      q.prompt_token_ids.push_back(3 + round);
+      q.sampling.max_tokens = 24;
+      q.sampling.temperature = 0.0f;
+      q.sampling.seed = 1;
+      q.sampling.ignore_eos = true;
+      reqs.push_back(std::move(q));
+    }
+  MiniMaxM3Runner plain_runner(*m.model);
+  EngineConfig plain;
+  plain.enable_prefix_caching = false;
+  const Results reference = run(plain_runner, plain, reqs, true);
+  MiniMaxM3Runner runner(*m.model);
+  runner.attach_dspark(m.drafter(KvDType::kF32));
+  SmallPoolRunner tiered(runner, 2);  // one session's blocks at a time: the others go to the host
+  tiered.with_host_blocks(32);
+  EngineConfig spec;  // prefix caching on
+  spec.speculative = spec_config(R"({"method":"dspark","num_speculative_tokens":7})");
+  EngineStats stats;
+  Results got = run(tiered, spec, reqs, true, nullptr, &stats);
+  for (auto& [id, r] : got) r.cached = reference.at(id).cached;
+  expect_same(reference, got, "dspark, small pool + host tier");
+  EXPECT_GT(stats.kv_offload_blocks_to_device, 0u);
+  EXPECT_GT(stats.spec_num_accepted_tokens, 0u);
 }
 
 // Two samples of tokens, one category per token (those seen fewer than 10 times pooled): the

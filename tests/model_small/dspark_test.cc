@@ -70,6 +70,53 @@ TEST(DSparkDrafter, MatchesThePyTorchReference) {
   }
 }
 
+// The host tier: the drafter's part of blocks copied out, overwritten, copied back, gives the
+// drafts of before (and the overwrite alone does not).
+TEST(DSparkDrafter, BlocksGoToTheHostTierAndComeBack) {
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  ModelConfig config = load_model_config(kTarget);
+  ModelWeights host = load_weights(config, kTarget);
+  ModelRuntimeOptions options;
+  options.num_kv_blocks = 8;
+  const int block = config.index_block_size;
+  std::unique_ptr<DSparkDrafter> drafter = make_dspark_drafter(kTarget / "dspark", config, host, 8 * int64_t(block), block);
+  MiniMaxM3 model(config, load_weights(config, kTarget), *backend, options);
+  model.set_tap_layers(drafter->config().target_layer_ids);
+  std::ifstream in("tests/model_small/dspark_reference.json");
+  const std::vector<int32_t> prompt = nlohmann::json::parse(in)["cases"][2]["prompt"].get<std::vector<int32_t>>();
+  SimpleKvAllocator kv(8, block);
+  const int seq = kv.add_sequence();
+  const StepBatch batch = kv.build_step({{seq, std::vector<int32_t>(prompt.begin(), prompt.end() - 1)}});
+  std::vector<float> logits(config.vocab_size);
+  model.forward(batch, logits.data());
+  drafter->ingest(batch, model.taps());
+  const std::vector<int32_t> table(batch.page_table.begin(), batch.page_table.begin() + batch.pages_per_seq);
+  DSparkBlock b;
+  b.anchor = prompt.back();
+  b.anchor_pos = static_cast<int32_t>(prompt.size() - 1);
+  b.block_table = table;
+  b.num_drafts = drafter->config().block_size;
+  const DSparkDrafts before = drafter->propose(b, true);
+
+  KvBlockCopies out, back;
+  for (size_t i = 0; i < table.size(); ++i) {
+    out.to_host.push_back({table[i], int64_t(i)});
+    back.to_device.push_back({table[i], int64_t(i)});
+  }
+  drafter->copy_blocks(out);
+  std::vector<float> noise(model.taps().size());
+  for (size_t i = 0; i < noise.size(); ++i) noise[i] = float((i * 2654435761u) % 1000) / 250.0f - 2.0f;
+  drafter->ingest(batch, noise);  // the pool's blocks now hold another context
+  EXPECT_NE(drafter->propose(b, true).base_logits, before.base_logits);
+  drafter->copy_blocks(back);
+  const DSparkDrafts after = drafter->propose(b, true);
+  EXPECT_EQ(after.tokens, before.tokens);
+  EXPECT_EQ(after.base_logits, before.base_logits);
+  KvBlockCopies empty_slot;
+  empty_slot.to_device.push_back({table[0], 31});
+  EXPECT_THROW(drafter->copy_blocks(empty_slot), Error);  // a slot that holds nothing
+}
+
 TEST(DSparkDrafter, ConfigErrorsNameTheField) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "m3-dspark-config-test";
   std::filesystem::create_directories(dir);
