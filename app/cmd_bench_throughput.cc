@@ -91,6 +91,16 @@ void run(BenchThroughputOptions o) {
                         {"num_steps", after.num_steps - before.num_steps},
                         {"num_preemptions", after.num_preemptions - before.num_preemptions},
                         {"failed", failed}};
+  // Speculative decoding: this run's verification steps, drafts and kept drafts (vLLM's counters).
+  const uint64_t spec_steps = after.spec_num_drafts - before.spec_num_drafts;
+  if (!o.engine.speculative_config.empty()) {
+    const uint64_t kept = after.spec_num_accepted_tokens - before.spec_num_accepted_tokens;
+    out["spec_decode"] = {{"num_drafts", spec_steps},
+                          {"num_draft_tokens", after.spec_num_draft_tokens - before.spec_num_draft_tokens},
+                          {"num_accepted_tokens", kept},
+                          {"mean_acceptance_length", spec_steps ? nlohmann::json(1.0 + double(kept) / spec_steps)
+                                                                : nlohmann::json(nullptr)}};
+  }
   if (o.json) {
     std::printf("%s\n", out.dump(2).c_str());
     return;
@@ -105,6 +115,16 @@ void run(BenchThroughputOptions o) {
               static_cast<unsigned long long>(after.num_preemptions - before.num_preemptions),
               failed ? fmt::format("; {} requests did not finish normally", failed).c_str()
                                   : "");
+  if (out.contains("spec_decode")) {
+    const nlohmann::json& sd = out["spec_decode"];
+    if (spec_steps == 0) {
+      std::printf("Speculative decoding: no step verified drafts (the drafter proposed none)\n");
+    } else {
+      std::printf("Speculative decoding: %llu verification steps, %llu of %llu drafts kept, mean acceptance length %.3f\n",
+                  static_cast<unsigned long long>(spec_steps), sd["num_accepted_tokens"].get<unsigned long long>(),
+                  sd["num_draft_tokens"].get<unsigned long long>(), sd["mean_acceptance_length"].get<double>());
+    }
+  }
 }
 
 }  // namespace

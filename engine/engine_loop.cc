@@ -408,6 +408,11 @@ int EngineLoop::max_drafts(const Sequence& seq) const {
 
 void EngineLoop::propose_drafts() {
   if (drafting_.empty()) return;
+  const std::optional<int>& limit = config_.speculative->disable_by_batch_size;
+  if (limit && static_cast<int>(scheduler_.running().size()) > *limit) {
+    drafting_.clear();  // a full batch verifies more than the kept drafts bring
+    return;
+  }
   draft_requests_.clear();
   for (Sequence* seq : drafting_)
     draft_requests_.push_back(

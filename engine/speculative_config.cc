@@ -20,7 +20,8 @@ constexpr const char* kKeys[] = {"method",
                                  "kv_cache_dtype",
                                  "attention_backend",
                                  "prompt_lookup_min",
-                                 "prompt_lookup_max"};
+                                 "prompt_lookup_max",
+                                 "disable_by_batch_size"};
 
 // prompt_lookup_min / _max of the n-gram drafter: an integer in [1, 64], or `fallback` when absent.
 int lookup_length(const nlohmann::json& spec, const char* key, int fallback) {
@@ -135,18 +136,26 @@ SpeculativeConfig parse_speculative_config(const std::string& json_text) {
     }
   }
   c.attention_backend = string_of(spec, "attention_backend", "");
+  if (spec.contains("disable_by_batch_size")) {
+    const nlohmann::json& v = spec.at("disable_by_batch_size");
+    M3_CHECK(v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= (int64_t(1) << 30),
+             "--speculative-config: disable_by_batch_size must be an integer >= 1, got {}", v.dump());
+    c.disable_by_batch_size = v.get<int>();
+  }
   return c;
 }
 
 std::string SpeculativeConfig::summary() const {
+  const std::string limit =
+      disable_by_batch_size ? fmt::format(", off above {} running requests", *disable_by_batch_size) : "";
   if (method == "ngram") {
-    return fmt::format("ngram, k={}, n-grams of {} to {} tokens, {} verification", num_speculative_tokens,
-                       prompt_lookup_min, prompt_lookup_max, rejection_name(rejection));
+    return fmt::format("ngram, k={}, n-grams of {} to {} tokens, {} verification{}", num_speculative_tokens,
+                       prompt_lookup_min, prompt_lookup_max, rejection_name(rejection), limit);
   }
-  return fmt::format("{}, k={}, {} drafts, {} verification, {} KV{}", method, num_speculative_tokens,
+  return fmt::format("{}, k={}, {} drafts, {} verification, {} KV{}{}", method, num_speculative_tokens,
                      probabilistic_drafts ? "probabilistic" : "greedy", rejection_name(rejection),
                      kv_cache_dtype ? std::string(kv_dtype_name(*kv_cache_dtype)) : std::string("the target's"),
-                     model.empty() ? "" : ", drafter " + model);
+                     model.empty() ? "" : ", drafter " + model, limit);
 }
 
 }  // namespace m3

@@ -17,6 +17,9 @@
 //                            the target's own, or k conditional rates in [0, 1]
 //   kv_cache_dtype           the drafter's KV cache ("auto": the target's)
 //   attention_backend        accepted and logged: m3serve picks its own kernels
+//   disable_by_batch_size    no drafting in a step while more requests than this are running
+//                            (vLLM's key; where verifying k + 1 tokens a request costs more than
+//                            the kept drafts bring, as on a busy CPU)
 #pragma once
 #include <optional>
 #include <string>
@@ -37,6 +40,7 @@ struct SpeculativeConfig {
   std::optional<KvDType> kv_cache_dtype;  // empty: the target's
   std::string attention_backend;       // as given; not used
   int prompt_lookup_min = 0, prompt_lookup_max = 0;  // ngram only
+  std::optional<int> disable_by_batch_size;
 
   // One line for logs and errors: "dspark, k=7, probabilistic drafts, standard verification, fp8_e4m3 KV".
   std::string summary() const;

@@ -86,6 +86,16 @@ TEST(SpeculativeConfig, Ngram) {
             std::string::npos);
 }
 
+TEST(SpeculativeConfig, DisableByBatchSize) {
+  const SpeculativeConfig c =
+      parse_speculative_config(R"({"method":"dspark","num_speculative_tokens":7,"disable_by_batch_size":4})");
+  ASSERT_TRUE(c.disable_by_batch_size.has_value());
+  EXPECT_EQ(*c.disable_by_batch_size, 4);
+  EXPECT_EQ(c.summary(), "dspark, k=7, greedy drafts, standard verification, the target's KV, off above 4 running requests");
+  EXPECT_NE(error_of(R"({"method":"ngram","num_speculative_tokens":3,"disable_by_batch_size":0})").find("disable_by_batch_size"),
+            std::string::npos);
+}
+
 TEST(SpeculativeConfig, ErrorsNameTheKey) {
   EXPECT_NE(error_of("[1]").find("JSON object"), std::string::npos);
   EXPECT_NE(error_of("{").find("JSON object"), std::string::npos);

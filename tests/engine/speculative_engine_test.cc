@@ -253,6 +253,28 @@ TEST(SpeculativeEngine, SyntheticReachesTheRequestedAcceptanceLength) {
 
 // No drafter guess reaches the model past max_tokens or the model's length, and requests that
 // force tokens or constrain them are never drafted for.
+// disable_by_batch_size: no drafts while more requests than that are running; the text is the
+// same, and drafting resumes as the batch drains.
+TEST(SpeculativeEngine, DisableByBatchSize) {
+  Loaded m = load(kSparse, KvDType::kF32, 400, DType::kF32);
+  MiniMaxM3Runner runner(*m.model);
+  const int vocab = runner.vocab_size();
+  const auto reqs = workload(vocab, 12, 0.0f);
+  EngineConfig plain;
+  plain.max_num_seqs = 12;
+  const Results reference = run(runner, plain, reqs, false);
+  EngineConfig spec = plain;
+  spec.speculative = spec_config(R"({"method":"ngram","num_speculative_tokens":3})");
+  EngineStats always, limited;
+  expect_same(reference, run(runner, spec, reqs, false, std::make_unique<OracleDrafter>(reqs, reference, vocab), &always),
+              "always drafting");
+  spec.speculative = spec_config(R"({"method":"ngram","num_speculative_tokens":3,"disable_by_batch_size":2})");
+  expect_same(reference, run(runner, spec, reqs, false, std::make_unique<OracleDrafter>(reqs, reference, vocab), &limited),
+              "drafting at most 2 running");
+  EXPECT_GT(limited.spec_num_drafts, 0u);  // the batch's tail
+  EXPECT_LT(limited.spec_num_drafts, always.spec_num_drafts);
+}
+
 TEST(SpeculativeEngine, DraftsStayWithinMaxTokensAndSkipForcedRequests) {
   Loaded m = load(kSparse, KvDType::kF32, 400, DType::kF32);
   MiniMaxM3Runner runner(*m.model);
