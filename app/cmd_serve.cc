@@ -128,6 +128,21 @@ void log_stats(const EngineStats& now, const EngineStats& before, double seconds
       (now.generation_tokens_total - before.generation_tokens_total) / seconds, now.num_running,
       now.num_waiting, 100.0 * now.kv_usage,
       queries > 0 ? 100.0 * static_cast<double>(now.prefix_cache_hits_tokens) / queries : 0.0);
+  // Speculative decoding over the interval, as vLLM logs it: mean acceptance length (the target's
+  // own token counted), drafted and accepted tokens, acceptance rate by position.
+  const uint64_t steps = now.spec_num_drafts - before.spec_num_drafts;
+  if (steps == 0) return;
+  const uint64_t drafted = now.spec_num_draft_tokens - before.spec_num_draft_tokens;
+  const uint64_t accepted = now.spec_num_accepted_tokens - before.spec_num_accepted_tokens;
+  std::string per_pos;
+  for (size_t i = 0; i < now.spec_accepted_per_pos.size(); ++i) {
+    const uint64_t b = i < before.spec_accepted_per_pos.size() ? before.spec_accepted_per_pos[i] : 0;
+    per_pos += fmt::format("{}{:.3f}", i ? ", " : "", double(now.spec_accepted_per_pos[i] - b) / double(steps));
+  }
+  M3_LOG_INFO("speculative decoding: mean acceptance length {:.2f}, accepted {} of {} drafted tokens ({:.1f}%), "
+              "per-position acceptance rate {}",
+              1.0 + double(accepted) / double(steps), accepted, drafted,
+              drafted ? 100.0 * double(accepted) / double(drafted) : 0.0, per_pos);
 }
 
 void run_serve(ServeArgs& a) {

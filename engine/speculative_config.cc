@@ -152,9 +152,9 @@ std::string SpeculativeConfig::summary() const {
     return fmt::format("ngram, k={}, n-grams of {} to {} tokens, {} verification{}", num_speculative_tokens,
                        prompt_lookup_min, prompt_lookup_max, rejection_name(rejection), limit);
   }
-  return fmt::format("{}, k={}, {} drafts, {} verification, {} KV{}{}", method, num_speculative_tokens,
+  return fmt::format("{}, k={}, {} drafts, {} verification, {} drafter cache{}{}", method, num_speculative_tokens,
                      probabilistic_drafts ? "probabilistic" : "greedy", rejection_name(rejection),
-                     kv_cache_dtype ? std::string(kv_dtype_name(*kv_cache_dtype)) : std::string("the target's"),
+                     kv_cache_dtype ? std::string(kv_dtype_name(*kv_cache_dtype)) : std::string("float32"),
                      model.empty() ? "" : ", drafter " + model, limit);
 }
 

@@ -15,7 +15,7 @@
 //   synthetic_acceptance_length / synthetic_acceptance_rates
 //                            synthetic only, exactly one of them: the mean tokens a step counting
 //                            the target's own, or k conditional rates in [0, 1]
-//   kv_cache_dtype           the drafter's KV cache ("auto": the target's)
+//   kv_cache_dtype           the DSpark drafter's cache: float32 (default, "auto"), bfloat16, fp8
 //   attention_backend        accepted and logged: m3serve picks its own kernels
 //   disable_by_batch_size    no drafting in a step while more requests than this are running
 //                            (vLLM's key; where verifying k + 1 tokens a request costs more than
@@ -37,12 +37,12 @@ struct SpeculativeConfig {
   bool probabilistic_drafts = false;
   RejectionMethod rejection = RejectionMethod::kStandard;
   std::vector<float> synthetic_rates;  // k rates when rejection is kSynthetic
-  std::optional<KvDType> kv_cache_dtype;  // empty: the target's
+  std::optional<KvDType> kv_cache_dtype;  // the DSpark drafter's cache; empty: float32
   std::string attention_backend;       // as given; not used
   int prompt_lookup_min = 0, prompt_lookup_max = 0;  // ngram only
   std::optional<int> disable_by_batch_size;
 
-  // One line for logs and errors: "dspark, k=7, probabilistic drafts, standard verification, fp8_e4m3 KV".
+  // One line for logs and errors: "dspark, k=7, probabilistic drafts, standard verification, fp8_e4m3 drafter cache".
   std::string summary() const;
 };
 

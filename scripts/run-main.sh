@@ -22,7 +22,7 @@ LOG=$(mktemp /tmp/m3serve-main.XXXXXX.log)
 "$BUILD_DIR/bin/m3serve" serve "$MODEL" --host 127.0.0.1 --port "$PORT" --served-model-name m3-small \
   --kv-cache-dtype nvfp4 --max-model-len 8192 --reasoning-parser minimax_m3 \
   --tool-call-parser minimax_m3 --enable-auto-tool-choice \
-  --speculative-config '{"method": "dspark", "num_speculative_tokens": 7}' >"$LOG" 2>&1 &
+  --speculative-config '{"method": "dspark", "num_speculative_tokens": 3}' >"$LOG" 2>&1 &
 SERVER=$!
 stop_server() { kill -TERM "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; }
 # (SIGTERM: a background job of a non-interactive shell ignores SIGINT.)
@@ -71,7 +71,7 @@ for line in sys.stdin:
 '
 
 echo
-echo "== speculative decoding: the DSpark drafter (models/minimax-m3-small/dspark) drafts 7 tokens a step, the model keeps"
+echo "== speculative decoding: the DSpark drafter (models/minimax-m3-small/dspark) drafts 3 tokens a step, the model keeps"
 echo "   the ones it would have written itself (the text is the same as without it), from GET /metrics:"
 curl -s "http://127.0.0.1:$PORT/metrics" | /usr/bin/python3 -c '
 import re, sys

@@ -31,7 +31,7 @@ TEST(SpeculativeConfig, SeedLinesParse) {
   EXPECT_EQ(*a.kv_cache_dtype, KvDType::kFP8);
   EXPECT_EQ(a.attention_backend, "FLASHINFER_TS");
   EXPECT_TRUE(a.model.empty());
-  EXPECT_EQ(a.summary(), "dspark, k=7, probabilistic drafts, standard verification, fp8_e4m3 KV");
+  EXPECT_EQ(a.summary(), "dspark, k=7, probabilistic drafts, standard verification, fp8_e4m3 drafter cache");
 
   const SpeculativeConfig b = parse_speculative_config(R"({"method":"dspark","num_speculative_tokens":3})");
   EXPECT_FALSE(b.probabilistic_drafts);
@@ -91,7 +91,7 @@ TEST(SpeculativeConfig, DisableByBatchSize) {
       parse_speculative_config(R"({"method":"dspark","num_speculative_tokens":7,"disable_by_batch_size":4})");
   ASSERT_TRUE(c.disable_by_batch_size.has_value());
   EXPECT_EQ(*c.disable_by_batch_size, 4);
-  EXPECT_EQ(c.summary(), "dspark, k=7, greedy drafts, standard verification, the target's KV, off above 4 running requests");
+  EXPECT_EQ(c.summary(), "dspark, k=7, greedy drafts, standard verification, float32 drafter cache, off above 4 running requests");
   EXPECT_NE(error_of(R"({"method":"ngram","num_speculative_tokens":3,"disable_by_batch_size":0})").find("disable_by_batch_size"),
             std::string::npos);
 }
