@@ -21,16 +21,32 @@ namespace {
 
 const std::filesystem::path kTarget = "models/minimax-m3-small";
 
-TEST(DSparkDrafter, MatchesThePyTorchReference) {
-  std::unique_ptr<Backend> backend = make_cpu_backend();
-  ModelConfig config = load_model_config(kTarget);
-  ModelWeights host = load_weights(config, kTarget);
+// The target (f32 on the CPU, a pool of 8 blocks) handing its taps to the shipped drafter.
+struct TargetAndDrafter {
+  TargetAndDrafter() : config(load_model_config(kTarget)), host(load_weights(config, kTarget)) {
+    backend = make_cpu_backend();
+    options.num_kv_blocks = 8;
+    block = config.index_block_size;
+    drafter = make_dspark_drafter(kTarget / "dspark", config, host, 8 * int64_t(block), block);
+    model = std::make_unique<MiniMaxM3>(config, load_weights(config, kTarget), *backend, options);
+    model->set_tap_layers(drafter->config().target_layer_ids);
+  }
+  ModelConfig config;
+  ModelWeights host;
   ModelRuntimeOptions options;
-  options.num_kv_blocks = 8;
-  const int block = config.index_block_size;
-  std::unique_ptr<DSparkDrafter> drafter = make_dspark_drafter(kTarget / "dspark", config, host, 8 * int64_t(block), block);
-  MiniMaxM3 model(config, load_weights(config, kTarget), *backend, options);
-  model.set_tap_layers(drafter->config().target_layer_ids);
+  int block = 0;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<DSparkDrafter> drafter;
+  std::unique_ptr<MiniMaxM3> model;
+};
+
+
+TEST(DSparkDrafter, MatchesThePyTorchReference) {
+  TargetAndDrafter t;
+  const ModelConfig& config = t.config;
+  const int block = t.block;
+  MiniMaxM3& model = *t.model;
+  DSparkDrafter* drafter = t.drafter.get();
 
   std::ifstream in("tests/model_small/dspark_reference.json");
   ASSERT_TRUE(in.good());
@@ -73,15 +89,11 @@ TEST(DSparkDrafter, MatchesThePyTorchReference) {
 // The host tier: the drafter's part of blocks copied out, overwritten, copied back, gives the
 // drafts of before (and the overwrite alone does not).
 TEST(DSparkDrafter, BlocksGoToTheHostTierAndComeBack) {
-  std::unique_ptr<Backend> backend = make_cpu_backend();
-  ModelConfig config = load_model_config(kTarget);
-  ModelWeights host = load_weights(config, kTarget);
-  ModelRuntimeOptions options;
-  options.num_kv_blocks = 8;
-  const int block = config.index_block_size;
-  std::unique_ptr<DSparkDrafter> drafter = make_dspark_drafter(kTarget / "dspark", config, host, 8 * int64_t(block), block);
-  MiniMaxM3 model(config, load_weights(config, kTarget), *backend, options);
-  model.set_tap_layers(drafter->config().target_layer_ids);
+  TargetAndDrafter t;
+  const ModelConfig& config = t.config;
+  const int block = t.block;
+  MiniMaxM3& model = *t.model;
+  DSparkDrafter* drafter = t.drafter.get();
   std::ifstream in("tests/model_small/dspark_reference.json");
   const std::vector<int32_t> prompt = nlohmann::json::parse(in)["cases"][2]["prompt"].get<std::vector<int32_t>>();
   SimpleKvAllocator kv(8, block);
