@@ -826,10 +826,11 @@ std::vector<std::unique_ptr<ModelRunner>> LoadedModel::make_copy_runners() const
 
 namespace {
 
-// --speculative-config method dspark: the drafter (its directory: "model", else dspark/ beside the
-// target's checkpoint) on the host beside the target's rank 0; it reads the target's embedding
-// and lm_head from the checkpoint's files.
-void attach_dspark(MiniMaxM3Runner& runner, const LoadedModel& loaded, const ModelOptions& options,
+// --speculative-config method dspark: a drafter (its directory: "model", else dspark/ beside the
+// target's checkpoint) on the host beside each runner's rank 0 (one per engine lane: each lane
+// has its own pool); they read the target's embedding and lm_head from the checkpoint's files,
+// opened once.
+void attach_dspark(const std::vector<MiniMaxM3Runner*>& runners, const LoadedModel& loaded, const ModelOptions& options,
                    const SpeculativeConfig& spec) {
   M3_CHECK(options.load_format != "dummy",
            "--speculative-config: method dspark needs the drafter's weights; --load-format dummy has none");
@@ -845,18 +846,21 @@ void attach_dspark(MiniMaxM3Runner& runner, const LoadedModel& loaded, const Mod
   const ModelWeights host = load_weights(model.config(), options.model_dir);
   // The drafter's cache: as asked, else float32 (it runs in fp32 on the host).
   const KvDType cache = spec.kv_cache_dtype.value_or(KvDType::kF32);
-  std::unique_ptr<DSparkDrafter> drafter = make_dspark_drafter(
-      dir, model.config(), host, model.num_kv_blocks() * model.block_size(), model.block_size(), cache);
-  M3_CHECK(spec.num_speculative_tokens <= drafter->config().block_size,
-           "--speculative-config: num_speculative_tokens {} is more than the drafter's block of {} "
-           "(dspark_block_size in {})",
-           spec.num_speculative_tokens, drafter->config().block_size, (dir / "config.json").string());
-  M3_LOG_INFO("DSpark drafter {}: {} layers, block of {}, taps after layers {}, Markov rank {}, {} drafts; host fp32, "
-              "{} cache",
-              dir.string(), drafter->config().num_layers, drafter->config().block_size,
-              fmt::join(drafter->config().target_layer_ids, ","), drafter->config().markov_rank,
-              spec.probabilistic_drafts ? "probabilistic" : "greedy", kv_dtype_name(cache));
-  runner.attach_dspark(std::move(drafter), spec.probabilistic_drafts);
+  for (MiniMaxM3Runner* runner : runners) {
+    std::unique_ptr<DSparkDrafter> drafter = make_dspark_drafter(
+        dir, model.config(), host, model.num_kv_blocks() * model.block_size(), model.block_size(), cache);
+    M3_CHECK(spec.num_speculative_tokens <= drafter->config().block_size,
+             "--speculative-config: num_speculative_tokens {} is more than the drafter's block of {} "
+             "(dspark_block_size in {})",
+             spec.num_speculative_tokens, drafter->config().block_size, (dir / "config.json").string());
+    if (runner == runners.front())
+      M3_LOG_INFO("DSpark drafter {}: {} layers, block of {}, taps after layers {}, Markov rank {}, {} drafts; host "
+                  "fp32, {} cache; {} of them (one per engine lane)",
+                  dir.string(), drafter->config().num_layers, drafter->config().block_size,
+                  fmt::join(drafter->config().target_layer_ids, ","), drafter->config().markov_rank,
+                  spec.probabilistic_drafts ? "probabilistic" : "greedy", kv_dtype_name(cache), runners.size());
+    runner->attach_dspark(std::move(drafter), spec.probabilistic_drafts);
+  }
 }
 
 }  // namespace
@@ -890,7 +894,9 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
       M3_CHECK(local == loaded.layout.config.data_parallel_size,
                "--speculative-config: method dspark with data-parallel copies on other hosts: their drafters would "
                "run there, which m3serve does not do yet; keep the copies on one host");
-      for (auto& lane : lanes) attach_dspark(static_cast<MiniMaxM3Runner&>(*lane), loaded, options, *config.speculative);
+      std::vector<MiniMaxM3Runner*> runners;
+      for (auto& lane : lanes) runners.push_back(static_cast<MiniMaxM3Runner*>(lane.get()));
+      attach_dspark(runners, loaded, options, *config.speculative);
     }
     for (int d = local; d < loaded.layout.config.data_parallel_size; ++d) {
       M3_CHECK(d < static_cast<int>(loaded.copy_channels.size()) && loaded.copy_channels[d],
@@ -916,7 +922,7 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
   } else {
     std::unique_ptr<ModelRunner> runner = loaded.make_runner();
     if (config.speculative && config.speculative->method == "dspark")
-      attach_dspark(static_cast<MiniMaxM3Runner&>(*runner), loaded, options, *config.speculative);
+      attach_dspark({static_cast<MiniMaxM3Runner*>(runner.get())}, loaded, options, *config.speculative);
     core = std::make_unique<EngineCore>(std::move(runner), config);
   }
   M3_LOG_INFO("KV cache: {} tokens ({} blocks of {}); max model len {}, so up to {:.2f} full-length requests at once",
