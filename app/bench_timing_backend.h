@@ -108,6 +108,15 @@ class TimingBackend final : public Backend {
                        int topk, float sm_scale, Tensor out) override {
     timed("paged_attention", [&] { inner_.paged_attention(cache, q, num_q_heads, selection, topk, sm_scale, out); });
   }
+  void draft_block_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads, const Tensor& block_k,
+                             const Tensor& block_v, int block_len, int window, float sm_scale, Tensor out) override {
+    timed("draft_block_attention",
+          [&] { inner_.draft_block_attention(cache, q, num_q_heads, block_k, block_v, block_len, window, sm_scale, out); });
+  }
+  void markov_drafts(const Tensor& base_logits, const Tensor& normed, const MarkovHeadWeights& head, int block_len,
+                     int32_t* ids, float* confidence) override {
+    timed("markov_drafts", [&] { inner_.markov_drafts(base_logits, normed, head, block_len, ids, confidence); });
+  }
   void swiglu_mlp(const Tensor& x, const LinearWeight& gate, const LinearWeight& up, const LinearWeight& down,
                   float alpha, float limit, Tensor out) override {
     timed("swiglu_mlp", [&] { inner_.swiglu_mlp(x, gate, up, down, alpha, limit, out); });

@@ -72,6 +72,35 @@ class ConsoleProgress final : public LoadProgress {
   int next_percent_ = 0;
 };
 
+// The directory of the DSpark drafter --speculative-config names: "model", else dspark/ beside the
+// target's checkpoint.
+std::filesystem::path dspark_dir(const SpeculativeConfig& spec, const ModelOptions& options) {
+  return spec.model.empty() ? std::filesystem::path(options.model_dir) / "dspark" : std::filesystem::path(spec.model);
+}
+
+// The drafter's cache dtype: as asked, else bfloat16 on the GPU and float32 on the CPU (the
+// activations' precision there).
+KvDType dspark_cache_dtype(const SpeculativeConfig& spec, const std::string& device) {
+  return spec.kv_cache_dtype.value_or(device == "cuda" ? KvDType::kBF16 : KvDType::kF32);
+}
+
+// Bytes of the DSpark drafter --speculative-config asks for: its share of each pool block (its
+// cache) and its weights' files (beside the target's on the device); zeros without one.
+struct DrafterBytes {
+  int64_t per_block = 0, weights = 0;
+};
+DrafterBytes dspark_bytes(const ModelOptions& o, const EngineOptions& engine, const std::string& device, int block_size) {
+  const std::optional<SpeculativeConfig> spec = speculative_config(engine);
+  DrafterBytes b;
+  if (!spec || spec->method != "dspark" || o.load_format == "dummy") return b;
+  const std::filesystem::path dir = dspark_dir(*spec, o);
+  if (!std::filesystem::is_regular_file(dir / "config.json")) return b;  // attach_dspark names the problem
+  b.per_block = dspark_kv_block_bytes(dir, block_size, dspark_cache_dtype(*spec, device));
+  for (const auto& f : std::filesystem::directory_iterator(dir))
+    if (f.path().extension() == ".safetensors") b.weights += static_cast<int64_t>(f.file_size());
+  return b;
+}
+
 // KV blocks --gpu-memory-utilization leaves: utilization x total GPU memory, minus what is already
 // in use (weights placed, other processes) and `reserve_bytes`, in blocks of block_bytes.
 int64_t gpu_kv_budget_blocks(double utilization, int64_t block_bytes, int64_t reserve_bytes) {
@@ -544,6 +573,10 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
            "--max-num-batched-tokens or lower --max-model-len (or leave --max-num-batched-tokens unset)",
            engine.batched_tokens(plan.max_model_len), plan.max_model_len);
   if (plan.device == "cuda") check_weights_fit_gpus(plan, o, engine);
+  // A DSpark drafter keeps its cache in blocks beside the target's (on each copy's rank 0; sized here
+  // as if on every rank): the pool's budgets count its share of a block.
+  const DrafterBytes drafter = dspark_bytes(o, engine, plan.device, layout.block_size);
+  const int64_t block_bytes = layout.block_bytes + drafter.per_block;
   if (!o.kv_offloading_size.empty()) {
     M3_CHECK(engine.enable_prefix_caching,
              "--kv-offloading-size is the host tier of the prefix cache, and --no-enable-prefix-caching turns that "
@@ -551,7 +584,7 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
     // The size is every rank's together: under -tp each rank holds its share of every slot, under
     // DEP each rank (a lane) holds whole blocks in slots of its own; either way slots x ranks x a
     // rank's block bytes.
-    plan.runtime.num_host_kv_blocks = kv_offload_slots(o.kv_offloading_size, layout.block_bytes, world, num_ranks);
+    plan.runtime.num_host_kv_blocks = kv_offload_slots(o.kv_offloading_size, block_bytes, world, num_ranks);
   }
   // Several hosts: meet the other nodes first (the control group), so a node that cannot join
   // fails before anyone reads weights.
@@ -670,7 +703,8 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
     if (world > 1)
       M3_LOG_INFO("rank {}: weights {} and placed on {} in {:.2f} s", g, dummy_shards ? "built" : "sliced", plan.device,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
-    if (gpu_budget_sizes_pool) gpu_budget[r] = gpu_kv_budget_blocks(utilization, layout.block_bytes, reserve);
+    if (gpu_budget_sizes_pool)
+      gpu_budget[r] = gpu_kv_budget_blocks(utilization, block_bytes, reserve + drafter.weights);
   };
   // Threads for `count` local ranks from `first`: each bound to its rank's GPU, or on the CPU given
   // its share of the cores (the CPU backend's loops share them between ranks).
@@ -703,15 +737,15 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   if (o.num_kv_blocks > 0) {
     pool = o.num_kv_blocks;
   } else if (!o.kv_cache_memory.empty()) {
-    pool = parse_memory_size(o.kv_cache_memory, "--kv-cache-memory") / layout.block_bytes;
-    M3_CHECK(pool > 0, "--kv-cache-memory {} holds no KV block ({} bytes each)", o.kv_cache_memory, layout.block_bytes);
+    pool = parse_memory_size(o.kv_cache_memory, "--kv-cache-memory") / block_bytes;
+    M3_CHECK(pool > 0, "--kv-cache-memory {} holds no KV block ({} bytes each)", o.kv_cache_memory, block_bytes);
   } else if (plan.device == "cuda") {
     const int64_t budget = *std::min_element(gpu_budget.begin(), gpu_budget.end());
     pool = demand.whole_gpu_budget ? budget : std::min(budget, wanted);
     M3_LOG_INFO("--gpu-memory-utilization {}: {} KV blocks of {} bytes per rank (budget {} blocks)", utilization, pool,
-                layout.block_bytes, budget);
+                block_bytes, budget);
   } else {
-    pool = std::max(per_sequence, std::min(kCpuKvBudgetBytes / layout.block_bytes, wanted));
+    pool = std::max(per_sequence, std::min(kCpuKvBudgetBytes / block_bytes, wanted));
   }
   // Across hosts too the engine's block ids index every rank's pool.
   if (nodes.control) pool = nodes.control->min_over_nodes(pool);
@@ -826,39 +860,52 @@ std::vector<std::unique_ptr<ModelRunner>> LoadedModel::make_copy_runners() const
 
 namespace {
 
-// --speculative-config method dspark: a drafter (its directory: "model", else dspark/ beside the
-// target's checkpoint) on the host beside each runner's rank 0 (one per engine lane: each lane
-// has its own pool); they read the target's embedding and lm_head from the checkpoint's files,
-// opened once.
+// --speculative-config method dspark: a drafter on each runner's rank 0 backend (one per engine
+// lane: each lane has its own pool), its cache beside the target's. It shares the target's
+// embedding and lm_head where rank 0 holds them whole; a vocab-parallel rank 0 gets whole copies
+// from the checkpoint's files (opened once).
 void attach_dspark(const std::vector<MiniMaxM3Runner*>& runners, const LoadedModel& loaded, const ModelOptions& options,
                    const SpeculativeConfig& spec) {
   M3_CHECK(options.load_format != "dummy",
            "--speculative-config: method dspark needs the drafter's weights; --load-format dummy has none");
-  // Tensor-parallel ranks (on one or several hosts): node 0's runner holds global rank 0, whose
-  // residual stream is the whole model's.
   const MiniMaxM3& model = loaded.model();
-  const std::filesystem::path dir =
-      spec.model.empty() ? std::filesystem::path(options.model_dir) / "dspark" : std::filesystem::path(spec.model);
+  const ModelConfig& config = model.config();
+  const std::filesystem::path dir = dspark_dir(spec, options);
   M3_CHECK(std::filesystem::is_regular_file(dir / "config.json"),
            "--speculative-config: method dspark: no drafter at {} (no config.json there); the drafter ships in "
            "dspark/ beside the model, or name its directory with \"model\"",
            dir.string());
-  const ModelWeights host = load_weights(model.config(), options.model_dir);
-  // The drafter's cache: as asked, else float32 (it runs in fp32 on the host).
-  const KvDType cache = spec.kv_cache_dtype.value_or(KvDType::kF32);
+  const KvDType cache = dspark_cache_dtype(spec, loaded.device);
+  std::optional<ModelWeights> host;  // the checkpoint's embedding and lm_head, for vocab-parallel ranks
   for (MiniMaxM3Runner* runner : runners) {
-    std::unique_ptr<DSparkDrafter> drafter = make_dspark_drafter(
-        dir, model.config(), host, model.num_kv_blocks() * model.block_size(), model.block_size(), cache);
+    MiniMaxM3& rank0 = runner->rank_zero();
+    const ModelWeights& w = rank0.weights();
+    const bool whole = w.embed.dim(0) == config.vocab_size && w.lm_head.out_features == config.vocab_size;
+    if (!whole && !host) host = load_weights(config, options.model_dir);
+    std::unique_ptr<DSparkDrafter> drafter;
+    runner->on_rank_zero([&] {
+      Backend& backend = rank0.backend();
+      Tensor embed = whole ? w.embed : backend.to_device(host->embed, "the DSpark drafter's embedding");
+      LinearWeight head = whole ? w.lm_head : host->lm_head;
+      if (!whole) {
+        head.weight = backend.to_device(head.weight, "the DSpark drafter's lm_head");
+        head.scale = backend.to_device(head.scale, "the DSpark drafter's lm_head scales");
+      }
+      drafter = load_dspark_drafter(dir, config, backend, std::move(embed), std::move(head), rank0.num_kv_blocks(),
+                                    rank0.block_size(), cache, rank0.num_host_kv_blocks());
+    });
     M3_CHECK(spec.num_speculative_tokens <= drafter->config().block_size,
              "--speculative-config: num_speculative_tokens {} is more than the drafter's block of {} "
              "(dspark_block_size in {})",
              spec.num_speculative_tokens, drafter->config().block_size, (dir / "config.json").string());
     if (runner == runners.front())
-      M3_LOG_INFO("DSpark drafter {}: {} layers, block of {}, taps after layers {}, Markov rank {}, {} drafts; host "
-                  "fp32, {} cache; {} of them (one per engine lane)",
+      M3_LOG_INFO("DSpark drafter {}: {} layers, block of {}, taps after layers {}, Markov rank {}, {} drafts; on the "
+                  "{} backend of rank 0, {} cache ({} bytes per block){}; {} of them (one per engine lane)",
                   dir.string(), drafter->config().num_layers, drafter->config().block_size,
                   fmt::join(drafter->config().target_layer_ids, ","), drafter->config().markov_rank,
-                  spec.probabilistic_drafts ? "probabilistic" : "greedy", kv_dtype_name(cache), runners.size());
+                  spec.probabilistic_drafts ? "probabilistic" : "greedy", rank0.backend().name(), kv_dtype_name(cache),
+                  drafter->kv_block_bytes(), whole ? "" : ", its own copy of the embedding and lm_head",
+                  runners.size());
     runner->attach_dspark(std::move(drafter), spec.probabilistic_drafts);
   }
 }

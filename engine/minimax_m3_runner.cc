@@ -35,15 +35,19 @@ int64_t MiniMaxM3Runner::max_position_embeddings() const { return ranks_[0]->con
 
 namespace {
 
-// engine/drafter.h's view of a DSpark drafter: one block per request, its first drafts.
+// engine/drafter.h's view of a DSpark drafter: one block per request, its first drafts, every
+// request of the step in one proposal on rank 0's thread.
 class DSparkProposer final : public Drafter {
  public:
-  DSparkProposer(const DSparkDrafter& drafter, bool probabilistic) : drafter_(drafter), probabilistic_(probabilistic) {}
+  DSparkProposer(DSparkDrafter& drafter, MiniMaxM3Runner& runner, bool probabilistic)
+      : drafter_(drafter), runner_(runner), probabilistic_(probabilistic) {}
   void propose(std::span<const DraftRequest> requests, std::vector<Draft>& drafts) override {
     drafts.assign(requests.size(), Draft());
-    const auto n = static_cast<int64_t>(requests.size());
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
-    for (int64_t i = 0; i < n; ++i) {
+    std::vector<DSparkBlock> blocks;
+    std::vector<size_t> which;
+    std::vector<SampleRow> sampling(requests.size());
+    std::vector<std::vector<double>> uniforms(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
       const DraftRequest& r = requests[i];
       DSparkBlock block;
       block.anchor = r.tokens.back();
@@ -51,83 +55,93 @@ class DSparkProposer final : public Drafter {
       block.block_table = r.block_table;
       block.num_drafts = std::min(r.max_drafts, drafter_.config().block_size);
       if (block.num_drafts < 1 || block.anchor_pos < 1) continue;
-      SampleRow sampling;
-      std::vector<double> uniforms;
       if (probabilistic_ && r.params && !r.params->greedy()) {
-        sampling.temperature = r.params->temperature;
-        sampling.top_k = r.params->top_k;
-        sampling.top_p = r.params->top_p;
-        sampling.min_p = r.params->min_p;
-        block.sampling = &sampling;
-        for (int j = 0; j < block.num_drafts; ++j) uniforms.push_back(draft_uniform(r.seed, r.output_index + j));
-        block.draw_uniforms = uniforms;
+        SampleRow& row = sampling[i];
+        row.temperature = r.params->temperature;
+        row.top_k = r.params->top_k;
+        row.top_p = r.params->top_p;
+        row.min_p = r.params->min_p;
+        block.sampling = &row;
+        for (int j = 0; j < block.num_drafts; ++j) uniforms[i].push_back(draft_uniform(r.seed, r.output_index + j));
+        block.draw_uniforms = uniforms[i];
       }
-      DSparkDrafts d = drafter_.propose(block);
-      drafts[i].tokens = std::move(d.tokens);
-      drafts[i].rows = std::move(d.rows);
+      blocks.push_back(block);
+      which.push_back(i);
+    }
+    if (blocks.empty()) return;
+    std::vector<DSparkDrafts> out;
+    runner_.on_rank_zero([&] { out = drafter_.propose(blocks); });
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      drafts[which[b]].tokens = std::move(out[b].tokens);
+      drafts[which[b]].rows = std::move(out[b].rows);
     }
   }
 
  private:
-  const DSparkDrafter& drafter_;
+  DSparkDrafter& drafter_;
+  MiniMaxM3Runner& runner_;
   bool probabilistic_;
 };
 
 }  // namespace
 
-MiniMaxM3Runner::~MiniMaxM3Runner() = default;
+MiniMaxM3Runner::~MiniMaxM3Runner() {
+  if (dspark_) ranks_[0]->set_taps(nullptr);  // the model may outlive the runner
+}
 
 void MiniMaxM3Runner::attach_dspark(std::unique_ptr<DSparkDrafter> drafter, bool probabilistic) {
   // Every tensor-parallel rank holds the whole residual stream after each layer's all-reduce:
   // rank 0's taps are the model's.
-  ranks_[0]->set_tap_layers(drafter->config().target_layer_ids);
+  ranks_[0]->set_taps(drafter.get());
   dspark_ = std::move(drafter);
-  dspark_proposer_ = std::make_unique<DSparkProposer>(*dspark_, probabilistic);
+  dspark_proposer_ = std::make_unique<DSparkProposer>(*dspark_, *this, probabilistic);
 }
 
-void MiniMaxM3Runner::feed_drafter(const StepBatch& batch) {
-  if (dspark_) dspark_->ingest(batch, ranks_[0]->taps());
+void MiniMaxM3Runner::on_rank_zero(const std::function<void()>& fn) {
+  if (!workers_) return fn();
+  workers_->run([&](int r) {
+    if (r == 0) fn();
+  });
 }
 
 void MiniMaxM3Runner::forward(const StepBatch& batch, float* logits) {
-  if (!workers_) {
-    ranks_[0]->forward(batch, logits);
-    return feed_drafter(batch);
-  }
+  if (!workers_) return ranks_[0]->forward(batch, logits);
   if (control_) control_->announce(StepKind::kForward, batch);
   workers_->run([&](int r) { ranks_[r]->forward(batch, r == 0 ? logits : nullptr); });
-  feed_drafter(batch);
 }
 
 void MiniMaxM3Runner::forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
                                      const std::vector<int32_t>& host_rows, float* host_logits) {
-  if (!workers_) {
-    ranks_[0]->forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
-    return feed_drafter(batch);
-  }
+  if (!workers_) return ranks_[0]->forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
   if (control_) control_->announce(StepKind::kForwardSample, batch);
   workers_->run([&](int r) {
     if (r == 0) ranks_[0]->forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
     else ranks_[r]->forward(batch, nullptr);
   });
-  feed_drafter(batch);
 }
 
 int64_t MiniMaxM3Runner::num_host_kv_blocks() const { return ranks_[0]->num_host_kv_blocks(); }
 
 int64_t MiniMaxM3Runner::kv_block_bytes() const {
-  int64_t bytes = 0;
+  int64_t bytes = dspark_ ? dspark_->kv_block_bytes() : 0;
   for (const MiniMaxM3* r : ranks_) bytes += r->kv_layout().block_bytes;
   return bytes;
 }
 
 void MiniMaxM3Runner::copy_kv_blocks(const KvBlockCopies& copies) {
-  if (dspark_) dspark_->copy_blocks(copies);  // the drafter's part of the blocks, on the host
-  if (!workers_) return ranks_[0]->copy_kv_blocks(copies);
+  // The drafter's part of the blocks goes with rank 0's, on its backend.
+  if (!workers_) {
+    ranks_[0]->copy_kv_blocks(copies);
+    if (dspark_) dspark_->copy_blocks(copies);
+    return;
+  }
   // Every node's ranks hold their shares of the same blocks: the followers copy theirs too.
   if (control_) control_->announce_kv_copies(copies);
   // On each rank's thread: its device is current there (CUDA), and the ranks copy side by side.
-  workers_->run([&](int r) { ranks_[r]->copy_kv_blocks(copies); });
+  workers_->run([&](int r) {
+    ranks_[r]->copy_kv_blocks(copies);
+    if (r == 0 && dspark_) dspark_->copy_blocks(copies);
+  });
 }
 
 KvCopyTimes MiniMaxM3Runner::kv_copy_times() const { return ranks_[0]->kv_copy_times(); }

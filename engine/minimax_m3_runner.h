@@ -15,6 +15,7 @@
 // (parallel/control_group.h): it announces each step to the other nodes' processes, which run it
 // on their ranks, before running it on its own; and so the KV block copies of the host tier.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -51,16 +52,18 @@ class MiniMaxM3Runner final : public ModelRunner {
   void copy_kv_blocks(const KvBlockCopies& copies) override;
   KvCopyTimes kv_copy_times() const override;  // rank 0's (the ranks copy side by side)
 
-  // Speculative decoding with a DSpark drafter (beside rank 0, on the host): rank 0's model hands
-  // it its taps after every forward, and drafter() proposes from them.
+  // Speculative decoding with a DSpark drafter on rank 0's backend: rank 0's model feeds its cache
+  // from its taps during every forward, and drafter() proposes on rank 0's thread.
   // probabilistic: drafts drawn from the drafter's distribution at the request's temperature
   // (greedy requests still draft greedily), else the Markov head's argmax.
   void attach_dspark(std::unique_ptr<DSparkDrafter> drafter, bool probabilistic = false);
   ~MiniMaxM3Runner() override;
   Drafter* drafter() override { return dspark_proposer_.get(); }
+  // Runs fn on rank 0's thread (where its device is current), or here with one rank.
+  void on_rank_zero(const std::function<void()>& fn);
+  MiniMaxM3& rank_zero() const { return *ranks_[0]; }
 
  private:
-  void feed_drafter(const StepBatch& batch);
   std::unique_ptr<DSparkDrafter> dspark_;
   std::unique_ptr<Drafter> dspark_proposer_;
   std::vector<MiniMaxM3*> ranks_;

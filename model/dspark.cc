@@ -8,11 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "formats/bf16.h"
-#include "formats/fp8_e4m3.h"
-#include "formats/rows.h"
 #include "model/config_fields.h"
 #include "model/weights.h"
+#include "ops/draft_heads.h"
 
 namespace m3 {
 namespace {
@@ -24,38 +22,6 @@ int required_int(const Fields& f, const char* key) {
   if (!v) f.reject(key, "required");
   if (*v <= 0 || *v > (int64_t(1) << 30)) f.reject(key, "must be a positive integer");
   return static_cast<int>(*v);
-}
-
-// Sum of a[i] b[i] in eight interleaved fp32 partial sums (vectorizes; a fixed order, so the
-// result does not depend on threads or batch).
-float dot(const float* a, const float* b, int64_t n) {
-  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) part[j] += a[i + j] * b[i + j];
-  float acc = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-  for (; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
-// y[o] = sum_i w[o, i] x[i], w row-major [out, in]; wide outputs (the lm_head) over threads.
-void matvec(const std::vector<float>& w, const float* x, int64_t in, int64_t out, float* y) {
-#pragma omp parallel for schedule(static) if (out * in >= (int64_t(1) << 21))
-  for (int64_t o = 0; o < out; ++o) y[o] = dot(w.data() + o * in, x, in);
-}
-
-// Gemma RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w), over `n` values, in place.
-void rms_norm(float* x, int64_t n, const std::vector<float>& w, float eps) {
-  double ss = 0.0;
-  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-  const float inv = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * inv * (1.0f + w[i]);
-}
-
-float swiglu_oai(float gate, float up, float alpha, float limit) {
-  gate = std::min(gate, limit);
-  up = std::clamp(up, -limit, limit);
-  return (up + 1.0f) * (gate / (1.0f + std::exp(-alpha * gate)));
 }
 
 }  // namespace
@@ -117,280 +83,226 @@ DSparkConfig load_dspark_config(const std::filesystem::path& dir) {
   return c;
 }
 
-DSparkDrafter::DSparkDrafter(DSparkConfig config, DSparkWeights weights, std::vector<float> embed,
-                             std::vector<float> lm_head, int64_t num_slots, int kv_block_size, KvDType cache_dtype)
+DSparkDrafter::DSparkDrafter(DSparkConfig config, DSparkWeights weights, MarkovHeadWeights host_heads,
+                             Backend& backend, Tensor embed, LinearWeight lm_head, int64_t num_kv_blocks,
+                             int kv_block_size, KvDType cache_dtype, int64_t num_host_kv_blocks)
     : config_(std::move(config)),
       w_(std::move(weights)),
+      host_heads_(std::move(host_heads)),
+      backend_(backend),
       embed_(std::move(embed)),
-      lm_head_(std::move(lm_head)),
-      num_slots_(num_slots),
-      kv_block_size_(kv_block_size),
-      cache_dtype_(cache_dtype) {
+      lm_head_(std::move(lm_head)) {
   const DSparkConfig& c = config_;
-  const auto vh = static_cast<size_t>(c.vocab_size) * c.hidden_size;
-  M3_CHECK(embed_.size() == vh && lm_head_.size() == vh, "DSpark drafter: the target's embed / lm_head must be [{}, {}]",
-           c.vocab_size, c.hidden_size);
-  M3_CHECK(num_slots > 0 && kv_block_size > 0, "DSpark drafter: {} KV slots in blocks of {}", num_slots, kv_block_size);
+  M3_CHECK(embed_.defined() && embed_.ndim() == 2 && embed_.dim(0) == c.vocab_size && embed_.dim(1) == c.hidden_size &&
+               lm_head_.out_features == c.vocab_size && lm_head_.in_features == c.hidden_size,
+           "DSpark drafter: the target's embed and lm_head must be [{}, {}] (the whole vocabulary)", c.vocab_size,
+           c.hidden_size);
+  M3_CHECK(num_kv_blocks > 0 && kv_block_size > 0, "DSpark drafter: {} KV blocks of {}", num_kv_blocks, kv_block_size);
   M3_CHECK(cache_dtype != KvDType::kNVFP4, "DSpark drafter: its cache holds float32, bfloat16 or fp8, not nvfp4");
-  for (int i = 0; i < c.rotary_dim / 2; ++i)
-    inv_freq_.push_back(1.0f / static_cast<float>(std::pow(c.rope_theta, (2.0 * i) / c.rotary_dim)));
-  row_bytes_ = kv_data_bytes(cache_dtype, c.num_kv_heads * c.head_dim);
-  blocks_.resize(static_cast<size_t>((num_slots + kv_block_size - 1) / kv_block_size));
+  M3_CHECK(w_.fc.size() == c.target_layer_ids.size() && static_cast<int>(w_.layers.size()) == c.num_layers,
+           "DSpark drafter: weights for {} taps and {} layers, the config has {} and {}", w_.fc.size(),
+           w_.layers.size(), c.target_layer_ids.size(), c.num_layers);
+  layout_ = KvLayout::make(kv_block_size, c.num_kv_heads, c.head_dim, 0, cache_dtype, cache_dtype,
+                           std::vector<bool>(c.num_layers, false));
+  pool_ = backend_.alloc({num_kv_blocks * layout_.block_bytes}, DType::kU8);
+  if (num_host_kv_blocks > 0)
+    host_tier_ = backend_.alloc_kv_host_tier(num_host_kv_blocks * layout_.block_bytes, "the DSpark drafter's host tier");
 }
 
-uint8_t* DSparkDrafter::row_at(int layer, int which, int64_t slot) const {
-  return blocks_[slot / kv_block_size_].get() +
-         ((int64_t(layer) * 2 + which) * kv_block_size_ + slot % kv_block_size_) * row_bytes_;
+int64_t DSparkDrafter::reserve_taps(int64_t tokens) {
+  taps_seen_ = 0;  // a step that failed part-way leaves no half sum behind
+  if (tokens <= tap_rows_) return tap_generation_;
+  const DSparkConfig& c = config_;
+  const DType act = backend_.activation_storage_dtype();
+  const int64_t kv = int64_t(c.num_kv_heads) * c.head_dim;
+  tap_rows_ = std::max<int64_t>(tokens, 2 * tap_rows_);
+  ctx_ = backend_.alloc({tap_rows_, c.hidden_size}, act);
+  ctx_part_ = backend_.alloc({tap_rows_, c.hidden_size}, act);
+  ctx_k_ = backend_.alloc({tap_rows_, kv}, act);
+  ctx_v_ = backend_.alloc({tap_rows_, kv}, act);
+  return ++tap_generation_;
 }
 
-void DSparkDrafter::store(int layer, int which, int64_t slot, const float* row) {
-  const int n = config_.num_kv_heads * config_.head_dim;
-  uint8_t* out = row_at(layer, which, slot);
-  switch (cache_dtype_) {
-    case KvDType::kF32: std::memcpy(out, row, size_t(n) * 4); break;
-    case KvDType::kBF16:
-      for (int i = 0; i < n; ++i) reinterpret_cast<uint16_t*>(out)[i] = bf16_encode(row[i]);
-      break;
-    default:
-      for (int i = 0; i < n; ++i) out[i] = fp8_e4m3_encode(row[i]);
-      break;
+void DSparkDrafter::tap(int index, const Tensor& x) {
+  const DSparkConfig& c = config_;
+  const int64_t t = x.dim(0);
+  M3_CHECK(t <= tap_rows_, "DSpark drafter: a tap of {} rows, room for {} (reserve_taps first)", t, tap_rows_);
+  Tensor ctx = ctx_.rows(0, t);
+  if (taps_seen_ == 0) {
+    backend_.linear(x, w_.fc[index], ctx);
+  } else {
+    Tensor part = ctx_part_.rows(0, t);
+    backend_.linear(x, w_.fc[index], part);
+    backend_.add_inplace(ctx, part);
   }
-}
-
-void DSparkDrafter::load(int layer, int which, int64_t slot, float* row) const {
-  const int n = config_.num_kv_heads * config_.head_dim;
-  const uint8_t* in = row_at(layer, which, slot);
-  switch (cache_dtype_) {
-    case KvDType::kF32: std::memcpy(row, in, size_t(n) * 4); break;
-    case KvDType::kBF16:
-      for (int i = 0; i < n; ++i) row[i] = bf16_decode(reinterpret_cast<const uint16_t*>(in)[i]);
-      break;
-    default:
-      for (int i = 0; i < n; ++i) row[i] = fp8_e4m3_decode(in[i]);
-      break;
-  }
-}
-
-void DSparkDrafter::rope(float* x, int heads, int32_t pos) const {
-  const int d = config_.head_dim, half = config_.rotary_dim / 2;
-  for (int h = 0; h < heads; ++h) {
-    float* v = x + static_cast<size_t>(h) * d;
-    for (int i = 0; i < half; ++i) {
-      const float angle = static_cast<float>(pos) * inv_freq_[i];
-      const float cs = std::cos(angle), sn = std::sin(angle);
-      const float a = v[i], b = v[i + half];
-      v[i] = a * cs - b * sn;
-      v[i + half] = b * cs + a * sn;
-    }
+  if (++taps_seen_ < static_cast<int>(c.target_layer_ids.size())) return;
+  taps_seen_ = 0;
+  // Every tap is in: the context rows into each layer's cache at the step's slots.
+  backend_.rms_norm(ctx, w_.hidden_norm, c.rms_norm_eps, ctx);
+  Tensor k = ctx_k_.rows(0, t), v = ctx_v_.rows(0, t);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const DSparkLayerWeights& lw = w_.layers[l];
+    const LinearOutput kv[] = {{&lw.k, k}, {&lw.v, v}};
+    backend_.linears(ctx, kv);
+    backend_.head_norm_rope(k, c.num_kv_heads, c.head_dim, lw.k_norm, c.rms_norm_eps, c.rotary_dim);
+    backend_.kv_insert(layer_view(l), k, v, Tensor());
   }
 }
 
 void DSparkDrafter::copy_blocks(const KvBlockCopies& copies) {
-  const auto bytes = static_cast<size_t>(config_.num_layers) * 2 * kv_block_size_ * row_bytes_;
-  auto to_host = [&](const KvBlockCopy& c) {
-    M3_CHECK(c.block >= 0 && c.block < static_cast<int64_t>(blocks_.size()) && c.host_slot >= 0,
-             "DSpark drafter: copy of block {} to host slot {}", c.block, c.host_slot);
-    if (c.host_slot >= static_cast<int64_t>(host_slots_.size())) host_slots_.resize(c.host_slot + 1);
-    std::unique_ptr<uint8_t[]>& slot = host_slots_[c.host_slot];
-    const std::unique_ptr<uint8_t[]>& block = blocks_[c.block];
-    if (!block) return slot.reset();  // never written: nothing to keep
-    if (!slot) slot = std::make_unique<uint8_t[]>(bytes);
-    std::memcpy(slot.get(), block.get(), bytes);
-  };
-  for (const KvBlockCopy& c : copies.to_host) to_host(c);
-  for (const KvBlockCopy& c : copies.to_host_ahead) to_host(c);
-  for (const KvBlockCopy& c : copies.to_device) {
-    M3_CHECK(c.block >= 0 && c.block < static_cast<int64_t>(blocks_.size()) && c.host_slot >= 0 &&
-                 c.host_slot < static_cast<int64_t>(host_slots_.size()) && host_slots_[c.host_slot],
-             "DSpark drafter: host slot {} holds nothing to bring back into block {}", c.host_slot, c.block);
-    if (!blocks_[c.block]) blocks_[c.block] = std::make_unique<uint8_t[]>(bytes);
-    std::memcpy(blocks_[c.block].get(), host_slots_[c.host_slot].get(), bytes);
-  }
+  if (copies.empty()) return;
+  M3_CHECK(host_tier_.defined(), "DSpark drafter: block copies to a host tier it was not given");
+  backend_.copy_kv_blocks(pool_, host_tier_, layout_.block_bytes, copies);
 }
 
-void DSparkDrafter::ingest(const StepBatch& batch, std::span<const float> taps) {
+void DSparkDrafter::ensure_step_buffers(int64_t rows) {
+  if (rows <= step_rows_) return;
   const DSparkConfig& c = config_;
-  const int64_t h = c.hidden_size, in = static_cast<int64_t>(c.target_layer_ids.size()) * h;
-  const int64_t tokens = batch.num_tokens();
-  M3_CHECK(static_cast<int64_t>(taps.size()) == tokens * in, "DSpark drafter: {} tokens need {} tap values, got {}",
-           tokens, tokens * in, taps.size());
-  const int64_t kv = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-  const auto block_bytes = static_cast<size_t>(c.num_layers) * 2 * kv_block_size_ * row_bytes_;
-  for (int64_t t = 0; t < tokens; ++t) {  // before the threads: a block's first write allocates it
-    const int64_t slot = batch.slot_mapping[t];
-    if (slot >= 0 && slot < num_slots_ && !blocks_[slot / kv_block_size_])
-      blocks_[slot / kv_block_size_] = std::make_unique<uint8_t[]>(block_bytes);
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t slot = batch.slot_mapping[t];
-    if (slot < 0 || slot >= num_slots_) continue;  // a padded row
-    std::vector<float> ctx(h), k(kv), v(kv);
-    matvec(w_.fc, taps.data() + t * in, in, h, ctx.data());
-    rms_norm(ctx.data(), h, w_.hidden_norm, c.rms_norm_eps);
-    for (int l = 0; l < c.num_layers; ++l) {
-      const DSparkLayerWeights& lw = w_.layers[l];
-      matvec(lw.k, ctx.data(), h, kv, k.data());
-      for (int g = 0; g < c.num_kv_heads; ++g) rms_norm(k.data() + g * c.head_dim, c.head_dim, lw.k_norm, c.rms_norm_eps);
-      rope(k.data(), c.num_kv_heads, batch.positions[t]);
-      store(l, 0, slot, k.data());
-      matvec(lw.v, ctx.data(), h, kv, v.data());
-      store(l, 1, slot, v.data());
-    }
-  }
+  const DType act = backend_.activation_storage_dtype();
+  const int64_t h = c.hidden_size, q = int64_t(c.num_heads) * c.head_dim, kv = int64_t(c.num_kv_heads) * c.head_dim;
+  step_rows_ = rows;
+  x_ = backend_.alloc({rows, h}, act);
+  hn_ = backend_.alloc({rows, h}, act);
+  q_ = backend_.alloc({rows, q}, act);
+  bk_ = backend_.alloc({rows, kv}, act);
+  bv_ = backend_.alloc({rows, kv}, act);
+  attn_ = backend_.alloc({rows, q}, act);
+  o_ = backend_.alloc({rows, h}, act);
+  mlp_ = backend_.alloc({rows, h}, act);
+  logits_ = backend_.alloc({rows, c.vocab_size}, act);
 }
 
-DSparkDrafts DSparkDrafter::propose(const DSparkBlock& block, bool keep_logits) const {
-  const DSparkConfig& c = config_;
-  const int n = c.block_size, d = c.head_dim, hq = c.num_heads, g = c.num_kv_heads, group = hq / g;
-  const int64_t h = c.hidden_size, kv = static_cast<int64_t>(g) * d, inter = c.intermediate_size;
-  M3_CHECK(block.num_drafts >= 1 && block.num_drafts <= n, "DSpark drafter: {} drafts from a block of {}",
-           block.num_drafts, n);
-  M3_CHECK(block.anchor >= 0 && block.anchor < c.vocab_size && block.anchor_pos >= 1,
-           "DSpark drafter: anchor {} at position {}", block.anchor, block.anchor_pos);
-  const int32_t p = block.anchor_pos - 1;  // the last committed position
-  // The context slots, oldest first: positions [max(0, first query's window start), p].
-  const int32_t first = std::max<int32_t>(0, block.anchor_pos - (c.sliding_window - 1));
-  std::vector<int64_t> ctx_slots;
-  std::vector<int32_t> ctx_pos;
-  for (int32_t pos = first; pos <= p; ++pos) {
-    const size_t page = static_cast<size_t>(pos / kv_block_size_);
-    M3_CHECK(page < block.block_table.size(), "DSpark drafter: position {} is past the request's {} blocks", pos,
-             block.block_table.size());
-    const int64_t slot = int64_t(block.block_table[page]) * kv_block_size_ + pos % kv_block_size_;
-    M3_CHECK(slot >= 0 && slot < num_slots_ && blocks_[slot / kv_block_size_],
-             "DSpark drafter: context position {} (slot {}) was never computed by the target", pos, slot);
-    ctx_slots.push_back(slot);
-    ctx_pos.push_back(pos);
-  }
-
-  // x: the block's hidden states [n, h], starting from the target's embeddings.
-  std::vector<float> x(static_cast<size_t>(n) * h);
-  for (int j = 0; j < n; ++j) {
-    const int32_t id = j == 0 ? block.anchor : c.noise_token_id;
-    std::copy_n(embed_.begin() + static_cast<int64_t>(id) * h, h, x.begin() + j * h);
-  }
-  std::vector<float> hn(h), q(static_cast<size_t>(n) * hq * d), bk(static_cast<size_t>(n) * kv),
-      bv(static_cast<size_t>(n) * kv), attn(static_cast<size_t>(hq) * d), o(h), gate(inter), up(inter), act(inter);
-  std::vector<float> scores, kctx, vctx;
-  for (int l = 0; l < c.num_layers; ++l) {
-    const DSparkLayerWeights& lw = w_.layers[l];
-    for (int j = 0; j < n; ++j) {
-      std::copy_n(x.begin() + j * h, h, hn.begin());
-      rms_norm(hn.data(), h, lw.input_norm, c.rms_norm_eps);
-      float* qj = q.data() + static_cast<size_t>(j) * hq * d;
-      matvec(lw.q, hn.data(), h, int64_t(hq) * d, qj);
-      matvec(lw.k, hn.data(), h, kv, bk.data() + j * kv);
-      matvec(lw.v, hn.data(), h, kv, bv.data() + j * kv);
-      for (int a = 0; a < hq; ++a) rms_norm(qj + a * d, d, lw.q_norm, c.rms_norm_eps);
-      for (int a = 0; a < g; ++a) rms_norm(bk.data() + j * kv + a * d, d, lw.k_norm, c.rms_norm_eps);
-      rope(qj, hq, block.anchor_pos + j);
-      rope(bk.data() + j * kv, g, block.anchor_pos + j);
-    }
-    // The context's K and V of this layer, as the cache holds them, read once.
-    kctx.resize(ctx_slots.size() * kv);
-    vctx.resize(ctx_slots.size() * kv);
-    for (size_t i = 0; i < ctx_slots.size(); ++i) {
-      load(l, 0, ctx_slots[i], kctx.data() + i * kv);
-      load(l, 1, ctx_slots[i], vctx.data() + i * kv);
-    }
-    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    for (int j = 0; j < n; ++j) {
-      const int32_t q_pos = block.anchor_pos + j;
-      const int32_t lo = q_pos - (c.sliding_window - 1);  // the window's oldest key position
-      for (int a = 0; a < hq; ++a) {
-        const int kvh = a / group;
-        const float* qa = q.data() + (static_cast<size_t>(j) * hq + a) * d;
-        // Context keys in the window, then the block's keys (all of them: non-causal).
-        scores.clear();
-        float mx = -std::numeric_limits<float>::infinity();
-        for (size_t i = 0; i < ctx_slots.size(); ++i) {
-          if (ctx_pos[i] < lo) {
-            scores.push_back(-std::numeric_limits<float>::infinity());
-            continue;
-          }
-          scores.push_back(dot(qa, kctx.data() + i * kv + kvh * d, d) * scale);
-          mx = std::max(mx, scores.back());
-        }
-        for (int b = 0; b < n; ++b) {
-          scores.push_back(dot(qa, bk.data() + b * kv + kvh * d, d) * scale);
-          mx = std::max(mx, scores.back());
-        }
-        double sum = 0.0;
-        for (float& s : scores) sum += (s = std::exp(s - mx));
-        float* out = attn.data() + a * d;
-        std::fill(out, out + d, 0.0f);
-        for (size_t i = 0; i < scores.size(); ++i) {
-          const float wgt = static_cast<float>(scores[i] / sum);
-          if (wgt == 0.0f) continue;
-          const float* vr = i < ctx_slots.size() ? vctx.data() + i * kv + kvh * d
-                                                 : bv.data() + (i - ctx_slots.size()) * kv + kvh * d;
-          for (int e = 0; e < d; ++e) out[e] += wgt * vr[e];
-        }
-      }
-      matvec(lw.o, attn.data(), int64_t(hq) * d, h, o.data());
-      for (int64_t e = 0; e < h; ++e) x[j * h + e] += o[e];
-    }
-    for (int j = 0; j < n; ++j) {
-      std::copy_n(x.begin() + j * h, h, hn.begin());
-      rms_norm(hn.data(), h, lw.post_attn_norm, c.rms_norm_eps);
-      matvec(lw.gate, hn.data(), h, inter, gate.data());
-      matvec(lw.up, hn.data(), h, inter, up.data());
-      for (int64_t e = 0; e < inter; ++e) act[e] = swiglu_oai(gate[e], up[e], c.swiglu_alpha, c.swiglu_limit);
-      matvec(lw.down, act.data(), inter, h, o.data());
-      for (int64_t e = 0; e < h; ++e) x[j * h + e] += o[e];
-    }
-  }
-
-  DSparkDrafts out;
-  const int64_t v = c.vocab_size, r = c.markov_rank;
-  std::vector<float> logits(v);
-  if (keep_logits) out.base_logits.resize(static_cast<size_t>(n) * v);
-  int32_t prev = block.anchor;
-  for (int j = 0; j < n; ++j) {
-    std::copy_n(x.begin() + j * h, h, hn.begin());
-    rms_norm(hn.data(), h, w_.final_norm, c.rms_norm_eps);
-    matvec(lm_head_, hn.data(), h, v, logits.data());
-    if (keep_logits) std::copy(logits.begin(), logits.end(), out.base_logits.begin() + j * v);
-    if (j >= block.num_drafts && !keep_logits) break;
-    const float* w1 = w_.markov_w1.data() + static_cast<int64_t>(prev) * r;
-    double conf = w_.confidence_b;
-    for (int64_t e = 0; e < h; ++e) conf += static_cast<double>(w_.confidence_w[e]) * hn[e];
-    if (c.confidence_with_markov)
-      for (int64_t e = 0; e < r; ++e) conf += static_cast<double>(w_.confidence_w[h + e]) * w1[e];
-    int32_t best = 0;
-    float best_logit = -std::numeric_limits<float>::infinity();
-    for (int64_t t = 0; t < v; ++t) {
-      logits[t] += dot(w_.markov_w2.data() + t * r, w1, r);
-      if (logits[t] > best_logit) best_logit = logits[t], best = static_cast<int32_t>(t);  // the lowest id on a tie
-    }
-    if (block.sampling && j < block.num_drafts && !sample_row_greedy(*block.sampling)) {
-      SampleRow row;  // the drafter's own distribution: no penalties, masks or biases
-      row.temperature = block.sampling->temperature;
-      row.top_k = block.sampling->top_k;
-      row.top_p = block.sampling->top_p;
-      row.min_p = block.sampling->min_p;
-      SampleBatch batch;
-      batch.add(row, nullptr, 0, nullptr, nullptr, 0, nullptr, 0);
-      SampleWorkspace ws;
-      out.rows.emplace_back();
-      sample_distribution(logits.data(), static_cast<int32_t>(v), batch.rows[0], batch, ws, out.rows.back());
-      M3_CHECK(j < static_cast<int>(block.draw_uniforms.size()), "DSpark drafter: {} draws for {} drafts",
-               block.draw_uniforms.size(), block.num_drafts);
-      best = out.rows.back().draw(block.draw_uniforms[j]);
-    }
-    if (j < block.num_drafts) {
-      out.tokens.push_back(best);
-      out.confidence.push_back(static_cast<float>(1.0 / (1.0 + std::exp(-conf))));
-    }
-    prev = best;
+std::vector<DSparkDrafts> DSparkDrafter::propose(std::span<const DSparkBlock> blocks, bool keep_logits) {
+  std::vector<DSparkDrafts> out(blocks.size());
+  const size_t per_step = std::max<size_t>(1, kMaxRowsPerStep / config_.block_size);
+  for (size_t i = 0; i < blocks.size(); i += per_step) {
+    const size_t n = std::min(per_step, blocks.size() - i);
+    propose_chunk(blocks.subspan(i, n), keep_logits, out.data() + i);
   }
   return out;
 }
 
-std::unique_ptr<DSparkDrafter> make_dspark_drafter(const std::filesystem::path& dspark_dir,
-                                                   const ModelConfig& target, const ModelWeights& tw,
-                                                   int64_t num_slots, int kv_block_size, KvDType cache_dtype) {
+void DSparkDrafter::propose_chunk(std::span<const DSparkBlock> blocks, bool keep_logits, DSparkDrafts* out) {
+  const DSparkConfig& c = config_;
+  const int n = c.block_size, bs = layout_.block_size;
+  const int64_t h = c.hidden_size, vocab = c.vocab_size;
+  const int r_count = static_cast<int>(blocks.size());
+  const int64_t rows = int64_t(r_count) * n;
+  // The step: block s's queries [anchor, noise...] at anchor_pos .. anchor_pos + n - 1.
+  StepBatch& b = step_;
+  b = StepBatch();
+  int32_t pages = 1;
+  for (const DSparkBlock& blk : blocks) {
+    M3_CHECK(blk.num_drafts >= 1 && blk.num_drafts <= n, "DSpark drafter: {} drafts from a block of {}",
+             blk.num_drafts, n);
+    M3_CHECK(blk.anchor >= 0 && blk.anchor < c.vocab_size && blk.anchor_pos >= 1,
+             "DSpark drafter: anchor {} at position {}", blk.anchor, blk.anchor_pos);
+    const size_t needed = static_cast<size_t>((blk.anchor_pos - 1) / bs + 1);  // the context's blocks
+    M3_CHECK(blk.block_table.size() >= needed, "DSpark drafter: a context of {} positions in {} blocks",
+             blk.anchor_pos, blk.block_table.size());
+    pages = std::max(pages, (blk.anchor_pos + n + bs - 1) / bs);
+  }
+  b.pages_per_seq = pages;
+  b.query_start.push_back(0);
+  for (int s = 0; s < r_count; ++s) {
+    const DSparkBlock& blk = blocks[s];
+    for (int j = 0; j < n; ++j) {
+      b.token_ids.push_back(j == 0 ? blk.anchor : c.noise_token_id);
+      b.positions.push_back(blk.anchor_pos + j);
+      b.token_seq.push_back(s);
+      b.slot_mapping.push_back(-1);  // the block's K and V stay in activations
+      b.logits_rows.push_back(static_cast<int32_t>(b.token_ids.size() - 1));
+    }
+    b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
+    b.seq_lens.push_back(blk.anchor_pos + n);
+    // Pages past the context's are never read (ops/attention.h): they repeat its last block.
+    const size_t have = std::min<size_t>(blk.block_table.size(), static_cast<size_t>(pages));
+    for (int p = 0; p < pages; ++p)
+      b.page_table.push_back(blk.block_table[std::min<size_t>(p, have - 1)]);
+  }
+  ensure_step_buffers(rows);
+  backend_.plan(b);
+  Tensor x = x_.rows(0, rows), hn = hn_.rows(0, rows), q = q_.rows(0, rows), bk = bk_.rows(0, rows);
+  Tensor bv = bv_.rows(0, rows), attn = attn_.rows(0, rows), o = o_.rows(0, rows), mlp = mlp_.rows(0, rows);
+  Tensor logits = logits_.rows(0, rows);
+  const float eps = c.rms_norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  backend_.embed(embed_, 0, x);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const DSparkLayerWeights& lw = w_.layers[l];
+    backend_.rms_norm(x, lw.input_norm, eps, hn);
+    const LinearOutput qkv[] = {{&lw.q, q}, {&lw.k, bk}, {&lw.v, bv}};
+    backend_.linears(hn, qkv);
+    backend_.head_norm_rope(q, c.num_heads, c.head_dim, lw.q_norm, eps, c.rotary_dim);
+    backend_.head_norm_rope(bk, c.num_kv_heads, c.head_dim, lw.k_norm, eps, c.rotary_dim);
+    backend_.draft_block_attention(layer_view(l), q, c.num_heads, bk, bv, n, c.sliding_window, scale, attn);
+    backend_.linear(attn, lw.o, o);
+    backend_.add_rms_norm(x, o, lw.post_attn_norm, eps, hn);
+    backend_.swiglu_mlp(hn, lw.gate, lw.up, lw.down, c.swiglu_alpha, c.swiglu_limit, mlp);
+    backend_.add_inplace(x, mlp);
+  }
+  backend_.rms_norm(x, w_.final_norm, eps, hn);
+  backend_.linear(hn, lm_head_, logits);
+  std::vector<int32_t> ids(rows);
+  std::vector<float> confidence(rows);
+  backend_.markov_drafts(logits, hn, w_.heads, n, ids.data(), confidence.data());
+
+  // Probabilistic blocks (and checks) read their rows on the host.
+  MarkovHeadView head;
+  head.w1 = host_heads_.w1.data_as<const float>();
+  head.w2 = host_heads_.w2.data_as<const float>();
+  head.vocab = vocab;
+  head.rank = c.markov_rank;
+  head.confidence_w = host_heads_.confidence_w.data_as<const float>();
+  head.confidence_b = host_heads_.confidence_b;
+  head.confidence_with_markov = host_heads_.confidence_with_markov;
+  head.hidden = h;
+  std::vector<float> base, normed, scratch;
+  for (int s = 0; s < r_count; ++s) {
+    const DSparkBlock& blk = blocks[s];
+    DSparkDrafts& d = out[s];
+    const int64_t row = int64_t(s) * n;
+    const bool sampled = blk.sampling && !sample_row_greedy(*blk.sampling);
+    if (sampled || keep_logits) {
+      base.resize(static_cast<size_t>(n) * vocab);
+      backend_.copy_to_host_f32(logits.rows(row, row + n), base.data());
+      if (keep_logits) d.base_logits = base;
+    }
+    if (!sampled) {
+      d.tokens.assign(ids.begin() + row, ids.begin() + row + blk.num_drafts);
+      d.confidence.assign(confidence.begin() + row, confidence.begin() + row + blk.num_drafts);
+      continue;
+    }
+    M3_CHECK(static_cast<int>(blk.draw_uniforms.size()) >= blk.num_drafts, "DSpark drafter: {} draws for {} drafts",
+             blk.draw_uniforms.size(), blk.num_drafts);
+    normed.resize(static_cast<size_t>(n) * h);
+    backend_.copy_to_host_f32(hn.rows(row, row + n), normed.data());
+    scratch.resize(vocab);
+    SampleRow sample_row;  // the drafter's own distribution: no penalties, masks or biases
+    sample_row.temperature = blk.sampling->temperature;
+    sample_row.top_k = blk.sampling->top_k;
+    sample_row.top_p = blk.sampling->top_p;
+    sample_row.min_p = blk.sampling->min_p;
+    SampleBatch batch;
+    batch.add(sample_row, nullptr, 0, nullptr, nullptr, 0, nullptr, 0);
+    SampleWorkspace ws;
+    std::vector<int32_t> drafted(blk.num_drafts);
+    std::vector<float> conf(blk.num_drafts);
+    d.rows.resize(blk.num_drafts);
+    markov_block(head, base.data(), normed.data(), blk.num_drafts, blk.anchor,
+                 [&](int j, const float* adjusted) {
+                   sample_distribution(adjusted, static_cast<int32_t>(vocab), batch.rows[0], batch, ws, d.rows[j]);
+                   return d.rows[j].draw(blk.draw_uniforms[j]);
+                 },
+                 drafted.data(), conf.data(), scratch.data());
+    d.tokens = std::move(drafted);
+    d.confidence = std::move(conf);
+  }
+}
+
+std::unique_ptr<DSparkDrafter> load_dspark_drafter(const std::filesystem::path& dspark_dir, const ModelConfig& target,
+                                                   Backend& backend, Tensor embed, LinearWeight lm_head,
+                                                   int64_t num_kv_blocks, int kv_block_size, KvDType cache_dtype,
+                                                   int64_t num_host_kv_blocks) {
   DSparkConfig c = load_dspark_config(dspark_dir);
   const std::string where = dspark_dir.string();
   M3_CHECK(c.vocab_size == target.vocab_size && c.hidden_size == target.hidden_size,
@@ -399,21 +311,31 @@ std::unique_ptr<DSparkDrafter> make_dspark_drafter(const std::filesystem::path& 
   for (int l : c.target_layer_ids)
     M3_CHECK(l < target.num_layers, "DSpark drafter {}: dspark_target_layer_ids holds {}, the target has {} layers",
              where, l, target.num_layers);
-  DSparkWeights w = load_dspark_weights(c, dspark_dir);
-  const auto n = static_cast<size_t>(target.vocab_size) * target.hidden_size;
-  M3_CHECK(tw.embed.device() == Device::kCpu && tw.lm_head.weight.device() == Device::kCpu,
-           "DSpark drafter: the target's embedding and lm_head must be read on the host");
-  std::vector<float> embed(n), head(n);
-  if (tw.embed.dtype() == DType::kF32) {
-    std::copy_n(tw.embed.data_as<const float>(), n, embed.data());
-  } else if (tw.embed.dtype() == DType::kBF16) {
-    bf16_to_f32(tw.embed.data_as<const uint16_t>(), embed.data(), n);
-  } else {
-    fp16_to_f32(tw.embed.data_as<const uint16_t>(), embed.data(), n);
+  // The backend plans one RoPE table, the target's: the drafter's frequencies must be its first ones.
+  const RopeConfig& rope = target.rope;
+  bool same_rope = c.rotary_dim <= rope.rotary_dim && rope.attention_factor == 1.0;
+  for (int i = 0; same_rope && i < c.rotary_dim / 2; ++i) {
+    const double mine = 1.0 / std::pow(c.rope_theta, (2.0 * i) / c.rotary_dim);
+    same_rope = std::abs(mine - rope.inv_freq[i]) <= 1e-6 * mine;
   }
-  dequantize_rows(tw.lm_head, 0, tw.lm_head.out_features, head.data());
-  return std::make_unique<DSparkDrafter>(std::move(c), std::move(w), std::move(embed), std::move(head), num_slots,
-                                         kv_block_size, cache_dtype);
+  M3_CHECK(same_rope,
+           "DSpark drafter {}: its RoPE (theta {}, {} rotated channels) is not the target's (theta {}, {} channels, "
+           "factor {}); m3serve's drafter shares the target's RoPE table",
+           where, c.rope_theta, c.rotary_dim, rope.theta, rope.rotary_dim, rope.attention_factor);
+  DSparkWeights host = load_dspark_weights(c, dspark_dir);
+  MarkovHeadWeights host_heads = host.heads;
+  // The host keeps its copies of the heads (probabilistic drafts); to_device leaves them be on the CPU.
+  DSparkWeights placed = place_dspark_weights(std::move(host), backend);
+  return std::make_unique<DSparkDrafter>(std::move(c), std::move(placed), std::move(host_heads), backend,
+                                         std::move(embed), std::move(lm_head), num_kv_blocks, kv_block_size,
+                                         cache_dtype, num_host_kv_blocks);
+}
+
+int64_t dspark_kv_block_bytes(const std::filesystem::path& dspark_dir, int kv_block_size, KvDType cache_dtype) {
+  const DSparkConfig c = load_dspark_config(dspark_dir);
+  return KvLayout::make(kv_block_size, c.num_kv_heads, c.head_dim, 0, cache_dtype, cache_dtype,
+                        std::vector<bool>(c.num_layers, false))
+      .block_bytes;
 }
 
 }  // namespace m3

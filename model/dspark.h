@@ -1,5 +1,5 @@
 // The DSpark drafter (docs/speculative-decoding.md "The DSpark drafter"): its config, weights and
-// its forward on the host in fp32 (the reference; the GPU path is not written yet).
+// its forward, written against ops/backend.h like the target (the CPU backend is its reference).
 //
 // For every token the target computes, the target's residual stream after the layers
 // target_layer_ids, concatenated, goes through fc and hidden_norm into c_t, and each drafter layer
@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/minimax_m3.h"
+#include "ops/backend.h"
 #include "ops/kv_layout.h"
 #include "ops/sampling.h"
 #include "ops/step_batch.h"
@@ -47,22 +49,26 @@ struct DSparkConfig {
 DSparkConfig load_dspark_config(const std::filesystem::path& dir);
 
 struct DSparkLayerWeights {
-  std::vector<float> input_norm, post_attn_norm, q_norm, k_norm;  // raw w of (1 + w)
-  std::vector<float> q, k, v, o, gate, up, down;                  // [out, in], dequantized
+  Tensor input_norm, post_attn_norm, q_norm, k_norm;  // F32: the raw w of (1 + w)
+  LinearWeight q, k, v, o, gate, up, down;           // as stored (MXFP8 or dense)
 };
 
 struct DSparkWeights {
-  std::vector<float> fc;  // [hidden, taps * hidden]
-  std::vector<float> hidden_norm, final_norm;
+  // fc [hidden, taps * hidden] cut into each tap's columns ([hidden, hidden] each): the drafter
+  // applies them as the target's layers pass the taps, summing as it goes.
+  std::vector<LinearWeight> fc;
+  Tensor hidden_norm, final_norm;  // F32 [hidden]
   std::vector<DSparkLayerWeights> layers;
-  std::vector<float> markov_w1, markov_w2;  // [vocab, rank] each
-  std::vector<float> confidence_w;          // [hidden + rank]
-  float confidence_b = 0.0f;
+  MarkovHeadWeights heads;  // F32
+  std::vector<std::shared_ptr<const void>> keep_alive;  // the checkpoint's mapping
 };
 
-// Every tensor of the drafter's checkpoint (language_model.model.dspark.*, MXFP8 or bf16 linears),
-// dequantized; a missing, misshapen or unexpected tensor is an error naming it.
+// Every tensor of the drafter's checkpoint (language_model.model.dspark.*, MXFP8 or bf16 linears)
+// on the host, quantized linears as stored; a missing, misshapen or unexpected tensor is an error
+// naming it.
 DSparkWeights load_dspark_weights(const DSparkConfig& config, const std::filesystem::path& dir);
+// The same weights on `backend`'s device (Backend::to_device: formats kept).
+DSparkWeights place_dspark_weights(DSparkWeights weights, Backend& backend);
 
 // One request's block to draft.
 struct DSparkBlock {
@@ -84,56 +90,78 @@ struct DSparkDrafts {
   std::vector<float> base_logits;  // [block_size, vocab]: only when asked (checks)
 };
 
-class DSparkDrafter {
+// The drafter on the target's backend (rank 0's), its KV cache in a pool of its own that shares the
+// target's block ids. It reads the target's residual stream as a LayerTaps (model/minimax_m3.h):
+// at each tap layer, fc's columns of that tap go into the context rows, and after the last one
+// hidden_norm and each layer's K (k_norm, RoPE) and V go into its cache at the step's slots, all as
+// run ops of the target's step (CUDA graphs record them with it). propose() runs one step of its
+// own on the backend: the blocks of every request through the layers, the target's lm_head, then
+// the Markov and confidence heads (greedy on the backend; probabilistic rows on the host).
+//
+// Its RoPE is the target's table (the backend holds one): load_dspark_drafter checks that the
+// drafter's frequencies are the target's first ones.
+class DSparkDrafter final : public LayerTaps {
  public:
-  // embed and lm_head: the target's, [vocab, hidden] fp32. num_slots: KV slots (pool blocks x
-  // kv_block_size tokens) the target addresses. cache_dtype: how its K and V are stored (f32,
-  // bf16, or fp8 e4m3 without a scale, as vLLM's fp8 caches of unscaled values); m3::Error for
-  // nvfp4.
-  DSparkDrafter(DSparkConfig config, DSparkWeights weights, std::vector<float> embed, std::vector<float> lm_head,
-                int64_t num_slots, int kv_block_size, KvDType cache_dtype = KvDType::kF32);
+  // embed [vocab, hidden] and lm_head: the target's whole (not vocab-parallel) tensors on the
+  // backend's device. host_heads: the Markov and confidence heads on the host (probabilistic
+  // drafts). num_kv_blocks blocks of kv_block_size tokens (the target's pool), num_host_kv_blocks
+  // host-tier slots; cache_dtype f32, bf16 or fp8 (m3::Error for nvfp4).
+  DSparkDrafter(DSparkConfig config, DSparkWeights weights, MarkovHeadWeights host_heads, Backend& backend,
+                Tensor embed, LinearWeight lm_head, int64_t num_kv_blocks, int kv_block_size, KvDType cache_dtype,
+                int64_t num_host_kv_blocks = 0);
 
   const DSparkConfig& config() const { return config_; }
-  // The target's taps of a step's tokens ([tokens, taps * hidden], row i for batch.token_ids[i]) into
-  // the drafter's cache at the step's slots.
-  void ingest(const StepBatch& batch, std::span<const float> taps);
-  // Greedy drafts of a block (Markov head applied in order). keep_logits: fill base_logits.
-  DSparkDrafts propose(const DSparkBlock& block, bool keep_logits = false) const;
+  KvDType cache_dtype() const { return layout_.kv_dtype; }
+  // Bytes of one pool block of the drafter's cache (all its layers' K and V).
+  int64_t kv_block_bytes() const { return layout_.block_bytes; }
+
+  // LayerTaps: the target's step feeds the cache.
+  const std::vector<int>& tap_layers() const override { return config_.target_layer_ids; }
+  int64_t reserve_taps(int64_t tokens) override;
+  void tap(int index, const Tensor& x) override;
+
+  // Drafts for each block (greedy ones by the backend's markov_drafts, probabilistic ones on the
+  // host), blocks of at most kMaxRowsPerStep / block_size requests per step of the backend. The
+  // backend's planned step is the drafter's afterwards. keep_logits: fill base_logits.
+  std::vector<DSparkDrafts> propose(std::span<const DSparkBlock> blocks, bool keep_logits = false);
   // The host tier of the prefix cache (ops/kv_layout.h KvBlockCopies): the drafter's part of each
-  // block goes to the slot and comes back with the target's, copies to the host first.
+  // block goes to the slot and comes back with the target's (Backend::copy_kv_blocks).
   void copy_blocks(const KvBlockCopies& copies);
 
+  static constexpr int kMaxRowsPerStep = 512;
+
  private:
-  void rope(float* x, int heads, int32_t pos) const;
+  void ensure_step_buffers(int64_t rows);
+  void propose_chunk(std::span<const DSparkBlock> blocks, bool keep_logits, DSparkDrafts* out);
+  KvLayerView layer_view(int layer) const { return layout_.layer_view(pool_.data_as<uint8_t>(), layer); }
 
   DSparkConfig config_;
   DSparkWeights w_;
-  std::vector<float> embed_, lm_head_;
-  int64_t num_slots_;
-  int kv_block_size_;
-  std::vector<float> inv_freq_;
-  // K and V of a slot of a layer: [kv_heads * head_dim] each. Blocks are allocated the first time
-  // the target writes them (host memory follows the blocks in use, not the pool's size).
-  // which: 0 = K, 1 = V.
-  void store(int layer, int which, int64_t slot, const float* row);
-  void load(int layer, int which, int64_t slot, float* row) const;
-  uint8_t* row_at(int layer, int which, int64_t slot) const;
-  KvDType cache_dtype_;
-  int64_t row_bytes_ = 0;
-  // Per block: K then V of every layer, [layers][2][kv_block_size][kv_heads * head_dim] elements.
-  std::vector<std::unique_ptr<uint8_t[]>> blocks_;
-  std::vector<std::unique_ptr<uint8_t[]>> host_slots_;  // the host tier's copies, by slot (null: none)
+  MarkovHeadWeights host_heads_;
+  Backend& backend_;
+  Tensor embed_;
+  LinearWeight lm_head_;
+  KvLayout layout_;
+  Tensor pool_, host_tier_;
+  // The taps' rows: context (fc summed over the taps, then hidden_norm), one tap's part, K and V.
+  Tensor ctx_, ctx_part_, ctx_k_, ctx_v_;
+  int64_t tap_rows_ = 0, tap_generation_ = 0;
+  int taps_seen_ = 0;
+  // The draft step: its batch (the backend reads it until the step ends) and activations.
+  StepBatch step_;
+  Tensor x_, hn_, q_, bk_, bv_, attn_, o_, mlp_, logits_;
+  int64_t step_rows_ = 0;
 };
 
-struct ModelWeights;
+// The drafter in `dspark_dir` for a target of `target_config` on `backend`: embed and lm_head the
+// target's whole tensors on the backend's device. Throws m3::Error naming what does not fit the
+// target (vocabulary, width, a tap layer it does not have, RoPE other than the target's).
+std::unique_ptr<DSparkDrafter> load_dspark_drafter(const std::filesystem::path& dspark_dir,
+                                                   const ModelConfig& target_config, Backend& backend, Tensor embed,
+                                                   LinearWeight lm_head, int64_t num_kv_blocks, int kv_block_size,
+                                                   KvDType cache_dtype, int64_t num_host_kv_blocks = 0);
 
-// The drafter in `dspark_dir` for a target of `target_config` whose weights are on the host
-// (`target_weights`: its embedding and lm_head are the drafter's), with a cache of `num_slots` KV
-// slots in blocks of kv_block_size tokens. Throws m3::Error naming what does not fit the target
-// (vocabulary, width, a tap layer it does not have).
-std::unique_ptr<DSparkDrafter> make_dspark_drafter(const std::filesystem::path& dspark_dir,
-                                                   const ModelConfig& target_config,
-                                                   const ModelWeights& target_weights, int64_t num_slots,
-                                                   int kv_block_size, KvDType cache_dtype = KvDType::kF32);
+// Bytes one pool block of the drafter in `dspark_dir` takes in a cache of `cache_dtype` (sizing).
+int64_t dspark_kv_block_bytes(const std::filesystem::path& dspark_dir, int kv_block_size, KvDType cache_dtype);
 
 }  // namespace m3

@@ -392,11 +392,11 @@ void MiniMaxM3::forward(const StepBatch& batch, float* logits) {
     ensure_dep_buffers(dep_max_tokens_);
   }
   backend_.plan(batch);
-  // Data-parallel steps exchange a per-step number of rows, which a recording would freeze; taps
-  // are copied to the host between the layers, which a recording cannot hold.
-  if (!tap_layers_.empty()) taps_.assign(static_cast<size_t>(t * tap_layers_.size() * config_.hidden_size), 0.0f);
-  if (is_uniform_decode(batch) && !partition_.ep && tap_layers_.empty()) {
-    const ReplayKey key{this, static_cast<int>(t), batch.num_seqs(), static_cast<int>(rows), act_.generation};
+  const int64_t taps_generation = taps_ ? taps_->reserve_taps(t) : 0;
+  // Data-parallel steps exchange a per-step number of rows, which a recording would freeze.
+  if (is_uniform_decode(batch) && !partition_.ep) {
+    const ReplayKey key{this, static_cast<int>(t), batch.num_seqs(), static_cast<int>(rows), act_.generation,
+                        taps_generation};
     backend_.run_replayable(key, [&] { run_layers(t, rows); });
   } else {
     run_layers(t, rows);
@@ -442,11 +442,11 @@ void MiniMaxM3::run_layers(int64_t t, int64_t rows) {
     mlp_block(l, a);
     if (l < last_layer) {
       backend_.add_rms_norm(x, mlp, weights_.layers[l + 1].input_norm, eps, h);
-      copy_tap(l, x);
-    } else if (!tap_layers_.empty() && std::count(tap_layers_.begin(), tap_layers_.end(), l)) {
+      tap(l, x);
+    } else if (is_tap_layer(l)) {
       backend_.add_inplace(x, mlp);  // the output of the last layer, which the final norm then reads
       last_added = true;
-      copy_tap(l, x);
+      tap(l, x);
     }
   }
   if (rows == 0) return;  // the residual stream is not read again
@@ -477,20 +477,25 @@ void MiniMaxM3::run_layers(int64_t t, int64_t rows) {
   backend_.concat_column_parts(all, tp.size(), logits_.rows(0, rows));
 }
 
-void MiniMaxM3::set_tap_layers(std::vector<int> layers) {
-  for (int l : layers)
-    M3_CHECK(l >= 0 && l < config_.num_layers, "tap layer {} is not one of the model's {} layers", l, config_.num_layers);
-  tap_layers_ = std::move(layers);
+void MiniMaxM3::set_taps(LayerTaps* taps) {
+  if (taps)
+    for (int l : taps->tap_layers())
+      M3_CHECK(l >= 0 && l < config_.num_layers, "tap layer {} is not one of the model's {} layers", l,
+               config_.num_layers);
+  taps_ = taps;
 }
 
-void MiniMaxM3::copy_tap(int layer, const Tensor& x) {
-  const auto it = std::find(tap_layers_.begin(), tap_layers_.end(), layer);
-  if (it == tap_layers_.end()) return;
-  const int64_t t = x.shape()[0], h = config_.hidden_size, n = static_cast<int64_t>(tap_layers_.size());
-  tap_scratch_.resize(static_cast<size_t>(t * h));
-  backend_.copy_to_host_f32(x, tap_scratch_.data());
-  const int64_t col = (it - tap_layers_.begin()) * h;
-  for (int64_t r = 0; r < t; ++r) std::copy_n(tap_scratch_.data() + r * h, h, taps_.data() + r * n * h + col);
+bool MiniMaxM3::is_tap_layer(int layer) const {
+  if (!taps_) return false;
+  const std::vector<int>& layers = taps_->tap_layers();
+  return std::find(layers.begin(), layers.end(), layer) != layers.end();
+}
+
+void MiniMaxM3::tap(int layer, const Tensor& x) {
+  if (!taps_) return;
+  const std::vector<int>& layers = taps_->tap_layers();
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (layers[i] == layer) taps_->tap(static_cast<int>(i), x);
 }
 
 }  // namespace m3

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -86,6 +87,20 @@ KvDType resolve_kv_dtype(const std::string& name, DType activation_dtype);
 // "float32"/"fp32"/"f32" -> kF32, "bfloat16"/"bf16" -> kBF16, "auto" -> kBF16; else m3::Error.
 DType parse_activation_dtype(const std::string& name);
 
+// What reads the residual stream between the layers (speculative decoding's drafter,
+// model/dspark.h). During forward(), after each tap layer (its output, before the final norm),
+// tap(i, x) with i the layer's index in tap_layers() and x [tokens, hidden]; the taps come in layer
+// order. tap() may only queue backend run ops on tensors that stay put (a step may be recorded as
+// a CUDA graph and replayed without calling it); reserve_taps(tokens), called before the step's
+// ops, makes room and returns a number that changes whenever one of its tensors moves.
+class LayerTaps {
+ public:
+  virtual ~LayerTaps() = default;
+  virtual const std::vector<int>& tap_layers() const = 0;
+  virtual int64_t reserve_taps(int64_t tokens) = 0;
+  virtual void tap(int index, const Tensor& x) = 0;
+};
+
 class MiniMaxM3 {
  public:
   // `weights` are the partition's (model/weight_shard.h; the full weights for whole_model()).
@@ -97,6 +112,7 @@ class MiniMaxM3 {
   const ModelRuntimeOptions& options() const { return options_; }
   const ModelWeights& weights() const { return weights_; }
   const ModelPartition& partition() const { return partition_; }
+  Backend& backend() const { return backend_; }
   // Tokens per KV page: config.index_block_size (128 for real models).
   int block_size() const { return layout_.block_size; }
   int64_t num_kv_blocks() const { return options_.num_kv_blocks; }
@@ -128,12 +144,9 @@ class MiniMaxM3 {
   void idle_step();
   bool attention_data_parallel() const { return partition_.ep != nullptr; }
 
-  // Speculative decoding's drafter (model/dspark.h) reads the residual stream after these layers
-  // (their outputs, before the final norm) for every token of each step: after forward(), taps()
-  // holds [tokens, layers.size() * hidden] fp32 on the host, the layers side by side in this order.
-  // Steps with taps run outside CUDA graphs (the copies sit between the layers). Empty: none.
-  void set_tap_layers(std::vector<int> layers);
-  const std::vector<float>& taps() const { return taps_; }
+  // Speculative decoding's drafter reads the residual stream (LayerTaps); null: nothing does. The
+  // taps must outlive the model or be unset first. m3::Error for a tap layer the model lacks.
+  void set_taps(LayerTaps* taps);
 
  private:
   struct Activations {
@@ -160,10 +173,10 @@ class MiniMaxM3 {
   void mlp_block(int layer, Activations& a);
   // embed .. lm_head of the planned step into logits_ (everything between plan() and the copy).
   void run_layers(int64_t tokens, int64_t logit_rows);
-  // x [tokens, hidden]: the output of `layer`, into taps_ when it is a tap layer.
-  void copy_tap(int layer, const Tensor& x);
-  std::vector<int> tap_layers_;
-  std::vector<float> taps_, tap_scratch_;
+  // x [tokens, hidden]: the output of `layer`, to the taps when it is a tap layer.
+  void tap(int layer, const Tensor& x);
+  bool is_tap_layer(int layer) const;
+  LayerTaps* taps_ = nullptr;
 
   ModelConfig config_;
   ModelWeights weights_;

@@ -402,52 +402,64 @@ ModelWeights place_weights(ModelWeights w, Backend& backend) {
 }  // namespace m3
 
 namespace m3 {
-namespace {
-
-std::vector<float> dense_f32(const LinearWeight& w) {
-  std::vector<float> out(static_cast<size_t>(w.out_features * w.in_features));
-  dequantize_rows(w, 0, w.out_features, out.data());
-  return out;
-}
-
-std::vector<float> f32_vector(const Tensor& t) {
-  const float* p = t.data_as<const float>();
-  return std::vector<float>(p, p + t.numel());
-}
-
-}  // namespace
 
 DSparkWeights load_dspark_weights(const DSparkConfig& c, const std::filesystem::path& dir) {
-  const SafetensorsCheckpoint ckpt = SafetensorsCheckpoint::open(dir);
-  Loader ld(ckpt, "DSpark drafter " + dir.string(), nullptr);
+  auto ckpt = std::make_shared<const SafetensorsCheckpoint>(SafetensorsCheckpoint::open(dir));
+  Loader ld(*ckpt, "DSpark drafter " + dir.string(), nullptr);
   const std::string p = "language_model.model.dspark.";
   const int64_t h = c.hidden_size, q = int64_t(c.num_heads) * c.head_dim, kv = int64_t(c.num_kv_heads) * c.head_dim;
   DSparkWeights w;
-  w.fc = dense_f32(ld.take_linear(p + "fc", h, int64_t(c.target_layer_ids.size()) * h));
-  w.hidden_norm = f32_vector(ld.take_f32(p + "hidden_norm.weight", {h}));
-  w.final_norm = f32_vector(ld.take_f32(p + "norm.weight", {h}));
+  w.keep_alive.push_back(ckpt);
+  const int taps = static_cast<int>(c.target_layer_ids.size());
+  const LinearWeight fc = ld.take_linear(p + "fc", h, int64_t(taps) * h);
+  // fc's columns of each tap: the drafter applies them as the target's layers pass the taps.
+  for (int i = 0; i < taps; ++i) w.fc.push_back(taps == 1 ? fc : fc.columns(int64_t(i) * h, int64_t(i + 1) * h));
+  w.hidden_norm = ld.take_f32(p + "hidden_norm.weight", {h});
+  w.final_norm = ld.take_f32(p + "norm.weight", {h});
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string b = p + "layers." + std::to_string(l) + ".";
     DSparkLayerWeights lw;
-    lw.input_norm = f32_vector(ld.take_f32(b + "input_layernorm.weight", {h}));
-    lw.post_attn_norm = f32_vector(ld.take_f32(b + "post_attention_layernorm.weight", {h}));
-    lw.q_norm = f32_vector(ld.take_f32(b + "self_attn.q_norm.weight", {c.head_dim}));
-    lw.k_norm = f32_vector(ld.take_f32(b + "self_attn.k_norm.weight", {c.head_dim}));
-    lw.q = dense_f32(ld.take_linear(b + "self_attn.q_proj", q, h));
-    lw.k = dense_f32(ld.take_linear(b + "self_attn.k_proj", kv, h));
-    lw.v = dense_f32(ld.take_linear(b + "self_attn.v_proj", kv, h));
-    lw.o = dense_f32(ld.take_linear(b + "self_attn.o_proj", h, q));
-    lw.gate = dense_f32(ld.take_linear(b + "mlp.gate_proj", c.intermediate_size, h));
-    lw.up = dense_f32(ld.take_linear(b + "mlp.up_proj", c.intermediate_size, h));
-    lw.down = dense_f32(ld.take_linear(b + "mlp.down_proj", h, c.intermediate_size));
+    lw.input_norm = ld.take_f32(b + "input_layernorm.weight", {h});
+    lw.post_attn_norm = ld.take_f32(b + "post_attention_layernorm.weight", {h});
+    lw.q_norm = ld.take_f32(b + "self_attn.q_norm.weight", {c.head_dim});
+    lw.k_norm = ld.take_f32(b + "self_attn.k_norm.weight", {c.head_dim});
+    lw.q = ld.take_linear(b + "self_attn.q_proj", q, h);
+    lw.k = ld.take_linear(b + "self_attn.k_proj", kv, h);
+    lw.v = ld.take_linear(b + "self_attn.v_proj", kv, h);
+    lw.o = ld.take_linear(b + "self_attn.o_proj", h, q);
+    lw.gate = ld.take_linear(b + "mlp.gate_proj", c.intermediate_size, h);
+    lw.up = ld.take_linear(b + "mlp.up_proj", c.intermediate_size, h);
+    lw.down = ld.take_linear(b + "mlp.down_proj", h, c.intermediate_size);
     w.layers.push_back(std::move(lw));
   }
-  w.markov_w1 = f32_vector(ld.take_f32(p + "markov_head.w1.weight", {c.vocab_size, c.markov_rank}));
-  w.markov_w2 = f32_vector(ld.take_f32(p + "markov_head.w2.weight", {c.vocab_size, c.markov_rank}));
+  w.heads.w1 = ld.take_f32(p + "markov_head.w1.weight", {c.vocab_size, c.markov_rank});
+  w.heads.w2 = ld.take_f32(p + "markov_head.w2.weight", {c.vocab_size, c.markov_rank});
   const int64_t conf_in = h + (c.confidence_with_markov ? c.markov_rank : 0);
-  w.confidence_w = f32_vector(ld.take_f32(p + "confidence_head.proj.weight", {1, conf_in}));
-  w.confidence_b = f32_vector(ld.take_f32(p + "confidence_head.proj.bias", {1}))[0];
+  w.heads.confidence_w = ld.take_f32(p + "confidence_head.proj.weight", {1, conf_in}).reshape({conf_in});
+  w.heads.confidence_b = ld.take_f32(p + "confidence_head.proj.bias", {1}).data_as<const float>()[0];
+  w.heads.confidence_with_markov = c.confidence_with_markov;
   ld.check_all_used();
+  return w;
+}
+
+DSparkWeights place_dspark_weights(DSparkWeights w, Backend& backend) {
+  WeightPlacer place(backend);
+  for (size_t i = 0; i < w.fc.size(); ++i) place(w.fc[i]);
+  place(w.hidden_norm, "dspark.hidden_norm");
+  place(w.final_norm, "dspark.norm");
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    DSparkLayerWeights& lw = w.layers[l];
+    const std::string b = "dspark.layers." + std::to_string(l) + ".";
+    place(lw.input_norm, b + "input_layernorm");
+    place(lw.post_attn_norm, b + "post_attention_layernorm");
+    place(lw.q_norm, b + "q_norm");
+    place(lw.k_norm, b + "k_norm");
+    for (LinearWeight* x : {&lw.q, &lw.k, &lw.v, &lw.o, &lw.gate, &lw.up, &lw.down}) place(*x);
+  }
+  place(w.heads.w1, "dspark.markov_head.w1");
+  place(w.heads.w2, "dspark.markov_head.w2");
+  place(w.heads.confidence_w, "dspark.confidence_head");
+  if (place.bytes() > 0) w.keep_alive.clear();
   return w;
 }
 

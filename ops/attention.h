@@ -73,6 +73,17 @@
 //     agree within the tolerances of docs/reference.md 6.
 //   - a row with no visible key outputs 0 and lse = -inf.
 //   - lse (optional) = natural log of sum_i exp(sm_scale * logit_i).
+//
+// draft_block_attention (the DSpark drafter, model/dspark.h): the planned step holds one block of
+// block_len queries per sequence s (tokens s * block_len ..), at positions P + 1 .. P + block_len
+// with P = seq_lens[s] - block_len - 1 its last context position. Query t at position q, head h
+// (KV head g) attends, with logits dot(q, k) * sm_scale in fp32, to
+//   - the cached keys of its sequence at positions max(0, q - window + 1) .. P (in position order;
+//     K and V decoded exactly from f32, bf16 or fp8 caches, queries as given), then
+//   - the block_k / block_v rows of every token of its block, later ones included (non-causal),
+// softmax in fp32 (max, exp, sum in key order, weights divided by the sum), out = sum of weight * V
+// in key order. The cache is read for positions <= P only: page-table entries past P's block may
+// hold any block id.
 #pragma once
 #include <cstdint>
 

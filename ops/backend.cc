@@ -75,4 +75,41 @@ void check_merge_candidates_args(int tokens, const Tensor& gathered, int cp_size
            selection.defined() ? shape_string(selection.shape()) : "");
 }
 
+void check_draft_block_args(const StepView& step, const KvLayerView& cache, int num_q_heads, int block_len, int window) {
+  M3_CHECK(block_len >= 1 && step.num_tokens == step.num_seqs * block_len,
+           "draft_block_attention: {} planned tokens are not {} blocks of {}", step.num_tokens, step.num_seqs, block_len);
+  M3_CHECK(window >= 1, "draft_block_attention: window {} must be positive", window);
+  M3_CHECK(cache.num_kv_heads > 0 && num_q_heads % cache.num_kv_heads == 0,
+           "draft_block_attention: {} query heads over {} KV heads", num_q_heads, cache.num_kv_heads);
+  M3_CHECK(cache.kv_dtype != KvDType::kNVFP4, "draft_block_attention: a {} cache (f32, bf16 or fp8 only)",
+           kv_dtype_name(cache.kv_dtype));
+}
+
+MarkovHeadView check_markov_drafts_args(const StepView& step, const Tensor& base_logits, const Tensor& normed,
+                                        const MarkovHeadWeights& head, int block_len) {
+  M3_CHECK(block_len >= 1 && step.num_tokens == step.num_seqs * block_len,
+           "markov_drafts: {} planned tokens are not {} blocks of {}", step.num_tokens, step.num_seqs, block_len);
+  M3_CHECK(head.w1.defined() && head.w2.defined() && head.w1.ndim() == 2 && head.w1.shape() == head.w2.shape() &&
+               head.w1.dtype() == DType::kF32 && head.w2.dtype() == DType::kF32,
+           "markov_drafts: w1 and w2 must be F32 [vocab, rank] alike");
+  MarkovHeadView v;
+  v.vocab = head.w1.dim(0);
+  v.rank = static_cast<int>(head.w1.dim(1));
+  M3_CHECK(base_logits.ndim() == 2 && base_logits.dim(0) == step.num_tokens && base_logits.dim(1) == v.vocab,
+           "markov_drafts: base logits {} for {} rows of {} tokens", shape_string(base_logits.shape()), step.num_tokens,
+           v.vocab);
+  M3_CHECK(normed.ndim() == 2 && normed.dim(0) == step.num_tokens, "markov_drafts: normed rows {} for {} rows",
+           shape_string(normed.shape()), step.num_tokens);
+  v.hidden = normed.dim(1);
+  v.confidence_with_markov = head.confidence_with_markov;
+  v.confidence_b = head.confidence_b;
+  M3_CHECK(head.confidence_w.defined() && head.confidence_w.dtype() == DType::kF32 &&
+               head.confidence_w.numel() == v.hidden + (v.confidence_with_markov ? v.rank : 0),
+           "markov_drafts: the confidence weight must be F32 [{}]", v.hidden + (v.confidence_with_markov ? v.rank : 0));
+  v.w1 = head.w1.data_as<const float>();
+  v.w2 = head.w2.data_as<const float>();
+  v.confidence_w = head.confidence_w.data_as<const float>();
+  return v;
+}
+
 }  // namespace m3

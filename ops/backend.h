@@ -27,6 +27,7 @@
 
 #include "core/tensor.h"
 #include "ops/attention.h"
+#include "ops/draft_heads.h"
 #include "ops/kv_layout.h"
 #include "ops/sampling.h"
 #include "ops/step_batch.h"
@@ -84,6 +85,7 @@ struct ReplayKey {
   int num_seqs = 0;
   int logit_rows = 0;
   int64_t buffers_generation = 0;  // bumped by the owner whenever a tensor the ops use moves
+  int64_t aux_generation = 0;      // the same for a second owner whose ops the step runs (a drafter)
 
   auto operator<=>(const ReplayKey&) const = default;
 };
@@ -100,6 +102,13 @@ void check_merge_candidates_args(int tokens, const Tensor& gathered, int cp_size
 // The checks of copy_kv_blocks' arguments every backend makes: U8 pool and host of whole blocks,
 // every block and host slot in range. m3::Error names the copy.
 void check_kv_block_copies(const Tensor& pool, const Tensor& host, int64_t block_bytes, const KvBlockCopies& copies);
+
+// The checks of the DSpark drafter's two ops that do not depend on the backend (uniform blocks,
+// a window, a cache it can read; the heads' shapes and dtypes); m3::Error names the op. The second
+// returns host views of the heads (valid on the CPU backend only: device pointers elsewhere).
+void check_draft_block_args(const StepView& step, const KvLayerView& cache, int num_q_heads, int block_len, int window);
+MarkovHeadView check_markov_drafts_args(const StepView& step, const Tensor& base_logits, const Tensor& normed,
+                                        const MarkovHeadWeights& head, int block_len);
 
 class Backend {
  public:
@@ -211,6 +220,18 @@ class Backend {
   // [T, Hkv, topk] or undefined (all blocks: full-attention layers).
   virtual void paged_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads,
                                const Tensor& selection, int topk, float sm_scale, Tensor out) = 0;
+  // The DSpark drafter's attention (ops/attention.h draft_block_attention): the planned step is
+  // blocks of block_len queries, one block per sequence (T = num_seqs * block_len); each query
+  // reads its sequence's cached context within `window` positions and every key of its block
+  // (block_k, block_v [T, Hkv * D] activations, non-causal). q [T, Hq * D] -> out [T, Hq * D].
+  virtual void draft_block_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads, const Tensor& block_k,
+                                     const Tensor& block_v, int block_len, int window, float sm_scale, Tensor out) = 0;
+  // The DSpark drafter's heads, greedy (ops/draft_heads.h), over the planned step's blocks of
+  // block_len rows: base_logits [T, vocab] and normed [T, hidden] activations; the anchor of block s
+  // is the planned token id of its first row. ids[s * block_len + j] (draft j of block s) and
+  // confidence[...] in host memory, T each. Like sample(), it ends a step: it waits for the device.
+  virtual void markov_drafts(const Tensor& base_logits, const Tensor& normed, const MarkovHeadWeights& head,
+                             int block_len, int32_t* ids, float* confidence) = 0;
   // SwiGLU-OAI MLP (dense layers, shared experts): out = down((clamp(up)+1) * g * sigmoid(alpha*g)),
   // g = min(gate, limit), up clamped to [-limit, limit].
   virtual void swiglu_mlp(const Tensor& x, const LinearWeight& gate, const LinearWeight& up,

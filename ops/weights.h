@@ -88,4 +88,13 @@ struct MlpWeights {
   std::vector<ExpertWeights> experts;
 };
 
+// The DSpark drafter's Markov and confidence heads (ops/draft_heads.h), as Backend::markov_drafts
+// reads them: F32 tensors on the backend's device.
+struct MarkovHeadWeights {
+  Tensor w1, w2;        // [vocab, rank]
+  Tensor confidence_w;  // [hidden + (confidence_with_markov ? rank : 0)]
+  float confidence_b = 0.0f;
+  bool confidence_with_markov = true;
+};
+
 }  // namespace m3

@@ -298,4 +298,60 @@ void cpu_paged_attention(const StepView& batch, const KvLayerView& cache,
   }
 }
 
+void cpu_draft_block_attention(const StepView& batch, const KvLayerView& cache, const float* q, int num_q_heads,
+                               const float* block_k, const float* block_v, int block_len, int window,
+                               float sm_scale, float* out) {
+  const int hkv = cache.num_kv_heads, d = cache.head_dim, bs = cache.block_size;
+  const int group = num_q_heads / hkv;
+#pragma omp parallel if (batch.num_tokens * num_q_heads >= 16)
+  {
+    std::vector<float> key(d), logits, acc(d);
+#pragma omp for collapse(2) schedule(dynamic, 4)
+    for (int t = 0; t < batch.num_tokens; ++t) {
+      for (int h = 0; h < num_q_heads; ++h) {
+        const int s = t / block_len, g = h / group, pos = batch.positions[t];
+        const int last = batch.seq_lens[s] - block_len - 1;  // the last context position
+        const int first = std::max(0, pos - window + 1);
+        const int32_t* pages = batch.page_table + int64_t(s) * batch.pages_per_seq;
+        const float* qh = q + (int64_t(t) * num_q_heads + h) * d;
+        const int context = std::max(0, last - first + 1), n = context + block_len;
+        auto block_row = [&](const float* rows, int i) {
+          return rows + ((int64_t(s) * block_len + i) * hkv + g) * d;
+        };
+        logits.resize(n);
+        float m = kNegInf;
+        for (int i = 0; i < n; ++i) {
+          if (i < context) {
+            const int p = first + i;
+            const int64_t phys = pages[p / bs];
+            cpu_kv_decode_row(cache.kv_dtype, cache.kv_row(phys, 0, g, p % bs), cache.kv_row_scales(phys, 0, g, p % bs),
+                              d, false, key.data());
+            logits[i] = dot(qh, key.data(), d) * sm_scale;
+          } else {
+            logits[i] = dot(qh, block_row(block_k, i - context), d) * sm_scale;
+          }
+          m = std::max(m, logits[i]);
+        }
+        float sum = 0.0f;
+        for (int i = 0; i < n; ++i) sum += (logits[i] = std::exp(logits[i] - m));
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int i = 0; i < n; ++i) {
+          const float p = logits[i] / sum;
+          const float* v = key.data();
+          if (i < context) {
+            const int kp = first + i;
+            const int64_t phys = pages[kp / bs];
+            cpu_kv_decode_row(cache.kv_dtype, cache.kv_row(phys, 1, g, kp % bs),
+                              cache.kv_row_scales(phys, 1, g, kp % bs), d, false, key.data());
+          } else {
+            v = block_row(block_v, i - context);
+          }
+          for (int c = 0; c < d; ++c) acc[c] += p * v[c];
+        }
+        std::memcpy(out + (int64_t(t) * num_q_heads + h) * d, acc.data(), sizeof(float) * d);
+      }
+    }
+  }
+}
+
 }  // namespace m3

@@ -48,6 +48,12 @@ void cpu_paged_attention(const StepView& batch, const KvLayerView& cache,
                          const float* q, int num_q_heads, const int32_t* selection, int topk,
                          float sm_scale, float* out, float* lse);
 
+// The DSpark drafter's attention (ops/attention.h draft_block_attention): q [T, Hq, D], block_k /
+// block_v [T, Hkv, D] (T = num_seqs * block_len) -> out [T, Hq, D].
+void cpu_draft_block_attention(const StepView& batch, const KvLayerView& cache, const float* q, int num_q_heads,
+                               const float* block_k, const float* block_v, int block_len, int window,
+                               float sm_scale, float* out);
+
 // Decodes one cached row (K, V or index-K) to fp32 exactly as stored: `e4m3_view` selects the
 // Q8KV4 view of NVFP4 values (code * scale rounded to E4M3). Exposed for tests and kernels.
 void cpu_kv_decode_row(KvDType dtype, const uint8_t* data, const uint8_t* scales, int dim,

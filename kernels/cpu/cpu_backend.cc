@@ -12,6 +12,7 @@
 #include "formats/bf16.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "ops/draft_heads.h"
 
 namespace m3 {
 namespace {
@@ -215,6 +216,40 @@ class CpuBackend final : public Backend {
     if (bf16_) {
       float* o = out.data_as<float>();
       for (int64_t i = 0; i < out.numel(); ++i) o[i] = bf16_round(o[i]);
+    }
+  }
+
+  void draft_block_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads, const Tensor& block_k,
+                             const Tensor& block_v, int block_len, int window, float sm_scale, Tensor out) override {
+    check_draft_block_args(view_, cache, num_q_heads, block_len, window);
+    const int64_t cols = int64_t(num_q_heads) * cache.head_dim, kv_cols = int64_t(cache.num_kv_heads) * cache.head_dim;
+    check_rows(q, view_.num_tokens, cols, "draft Q");
+    check_rows(block_k, view_.num_tokens, kv_cols, "draft block K");
+    check_rows(block_v, view_.num_tokens, kv_cols, "draft block V");
+    check_rows(out, view_.num_tokens, cols, "draft attention output");
+    cpu_draft_block_attention(view_, cache, q.data_as<const float>(), num_q_heads, block_k.data_as<const float>(),
+                              block_v.data_as<const float>(), block_len, window, sm_scale, out.data_as<float>());
+    if (bf16_) {
+      float* o = out.data_as<float>();
+      for (int64_t i = 0; i < out.numel(); ++i) o[i] = bf16_round(o[i]);
+    }
+  }
+
+  void markov_drafts(const Tensor& base_logits, const Tensor& normed, const MarkovHeadWeights& head, int block_len,
+                     int32_t* ids, float* confidence) override {
+    const MarkovHeadView view = check_markov_drafts_args(view_, base_logits, normed, head, block_len);
+    const int blocks = view_.num_tokens / block_len;
+#pragma omp parallel if (blocks > 1)
+    {
+      std::vector<float> scratch(view.vocab);
+#pragma omp for schedule(dynamic, 1)
+      for (int s = 0; s < blocks; ++s) {
+        const int64_t row = int64_t(s) * block_len;
+        markov_block(view, base_logits.data_as<const float>() + row * view.vocab,
+                     normed.data_as<const float>() + row * view.hidden, block_len, batch_->token_ids[row],
+                     [&](int, const float* logits) { return draft_argmax(logits, view.vocab); },
+                     ids + row, confidence + row, scratch.data());
+      }
     }
   }
 

@@ -300,8 +300,7 @@ TEST(SpeculativeEngine, DraftsStayWithinMaxTokensAndSkipForcedRequests) {
 // The shipped small model on the CPU (f32), its drafter's files and the drafter's reference
 // prompts (held-out code, tests/model_small/dspark_reference.json).
 struct SmallModel {
-  explicit SmallModel(int64_t kv_blocks, int64_t host_blocks = 0)
-      : config(load_model_config(kDir)), host(load_weights(config, kDir)) {
+  explicit SmallModel(int64_t kv_blocks, int64_t host_blocks = 0) : config(load_model_config(kDir)) {
     backend = make_cpu_backend();
     options.num_kv_blocks = kv_blocks;
     options.num_host_kv_blocks = host_blocks;
@@ -309,13 +308,13 @@ struct SmallModel {
     std::ifstream in("tests/model_small/dspark_reference.json");
     reference = nlohmann::json::parse(in);
   }
+  // The shipped drafter on the model's backend, reading its embedding and lm_head.
   std::unique_ptr<DSparkDrafter> drafter(KvDType cache) const {
-    return make_dspark_drafter(kDir / "dspark", config, host, options.num_kv_blocks * config.index_block_size,
-                               config.index_block_size, cache);
+    return load_dspark_drafter(kDir / "dspark", config, *backend, model->weights().embed, model->weights().lm_head,
+                               options.num_kv_blocks, config.index_block_size, cache, options.num_host_kv_blocks);
   }
   static inline const std::filesystem::path kDir = "models/minimax-m3-small";
   ModelConfig config;
-  ModelWeights host;  // the embedding and lm_head the drafter reads
   ModelRuntimeOptions options;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<MiniMaxM3> model;

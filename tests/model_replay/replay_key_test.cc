@@ -68,6 +68,14 @@ class RecordingBackend final : public Backend {
                        Tensor out) override {
     inner_->paged_attention(cache, q, hq, sel, topk, scale, out);
   }
+  void draft_block_attention(const KvLayerView& cache, const Tensor& q, int hq, const Tensor& k, const Tensor& v,
+                             int block_len, int window, float scale, Tensor out) override {
+    inner_->draft_block_attention(cache, q, hq, k, v, block_len, window, scale, out);
+  }
+  void markov_drafts(const Tensor& logits, const Tensor& normed, const MarkovHeadWeights& head, int block_len,
+                     int32_t* ids, float* confidence) override {
+    inner_->markov_drafts(logits, normed, head, block_len, ids, confidence);
+  }
   void swiglu_mlp(const Tensor& x, const LinearWeight& g, const LinearWeight& u, const LinearWeight& d, float a,
                   float l, Tensor out) override {
     inner_->swiglu_mlp(x, g, u, d, a, l, out);

@@ -1,7 +1,8 @@
-// The shipped DSpark drafter (models/minimax-m3-small/dspark) on the CPU against its PyTorch
+// The shipped DSpark drafter (models/minimax-m3-small/dspark) on the CPU backend against its PyTorch
 // reference (tools/train/dspark.py fixture: the target with f32 numerics and MSA, the drafter in
 // fp32): after each prompt, the same greedy drafts, base logits within 1e-4 and the same
-// confidence within 1e-3 (measured: logits within 5e-6). Also what the loader refuses.
+// confidence within 1e-3 (measured: logits within 5e-6), alone and four prompts in one step. Also
+// fewer drafts, the host tier and what the loader refuses.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -21,112 +22,153 @@ namespace {
 
 const std::filesystem::path kTarget = "models/minimax-m3-small";
 
-// The target (f32 on the CPU, a pool of 8 blocks) handing its taps to the shipped drafter.
+// The target (f32 on the CPU, a pool of 24 blocks and a host tier of 8) feeding the shipped
+// drafter through its taps.
 struct TargetAndDrafter {
-  TargetAndDrafter() : config(load_model_config(kTarget)), host(load_weights(config, kTarget)) {
+  TargetAndDrafter() : config(load_model_config(kTarget)) {
     backend = make_cpu_backend();
-    options.num_kv_blocks = 8;
+    options.num_kv_blocks = 24;
+    options.num_host_kv_blocks = 8;
     block = config.index_block_size;
-    drafter = make_dspark_drafter(kTarget / "dspark", config, host, 8 * int64_t(block), block);
     model = std::make_unique<MiniMaxM3>(config, load_weights(config, kTarget), *backend, options);
-    model->set_tap_layers(drafter->config().target_layer_ids);
+    drafter = load_dspark_drafter(kTarget / "dspark", config, *backend, model->weights().embed,
+                                  model->weights().lm_head, options.num_kv_blocks, block, KvDType::kF32,
+                                  options.num_host_kv_blocks);
+    model->set_taps(drafter.get());
   }
+  ~TargetAndDrafter() { model->set_taps(nullptr); }
   ModelConfig config;
-  ModelWeights host;
   ModelRuntimeOptions options;
   int block = 0;
   std::unique_ptr<Backend> backend;
-  std::unique_ptr<DSparkDrafter> drafter;
   std::unique_ptr<MiniMaxM3> model;
+  std::unique_ptr<DSparkDrafter> drafter;
 };
 
+std::vector<std::vector<int32_t>> reference_prompts() {
+  std::ifstream in("tests/model_small/dspark_reference.json");
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const nlohmann::json& c : ref["cases"]) prompts.push_back(c["prompt"].get<std::vector<int32_t>>());
+  return prompts;
+}
 
+// The four reference prompts' contexts (all but the last token) as four sequences, in two steps so
+// that the drafter's cache is filled across steps; their blocks (the page-table rows).
+std::vector<std::vector<int32_t>> prefill(TargetAndDrafter& t, SimpleKvAllocator& kv,
+                                          const std::vector<std::vector<int32_t>>& prompts) {
+  std::vector<int> seqs;
+  for (size_t i = 0; i < prompts.size(); ++i) seqs.push_back(kv.add_sequence());
+  std::vector<std::vector<int32_t>> tables(prompts.size());
+  for (int half = 0; half < 2; ++half) {
+    std::vector<StepChunk> chunks;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const size_t split = (prompts[i].size() - 1) / 2, end = half ? prompts[i].size() - 1 : split;
+      chunks.push_back({seqs[i], std::vector<int32_t>(prompts[i].begin() + (half ? split : 0), prompts[i].begin() + end)});
+    }
+    const StepBatch batch = kv.build_step(chunks);
+    std::vector<float> logits(batch.logits_rows.size() * size_t(t.config.vocab_size));
+    t.model->forward(batch, logits.data());
+    for (size_t i = 0; i < prompts.size(); ++i)
+      tables[i].assign(batch.page_table.begin() + i * batch.pages_per_seq,
+                       batch.page_table.begin() + (i + 1) * batch.pages_per_seq);
+  }
+  return tables;
+}
+
+std::vector<DSparkBlock> blocks_of(const std::vector<std::vector<int32_t>>& prompts,
+                                   const std::vector<std::vector<int32_t>>& tables, int drafts) {
+  std::vector<DSparkBlock> blocks;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    DSparkBlock b;
+    b.anchor = prompts[i].back();
+    b.anchor_pos = static_cast<int32_t>(prompts[i].size() - 1);
+    b.block_table = tables[i];
+    b.num_drafts = drafts;
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
+// All four prompts drafted in one step of the drafter, and each alone: the reference's drafts.
 TEST(DSparkDrafter, MatchesThePyTorchReference) {
   TargetAndDrafter t;
   const ModelConfig& config = t.config;
-  const int block = t.block;
-  MiniMaxM3& model = *t.model;
-  DSparkDrafter* drafter = t.drafter.get();
-
   std::ifstream in("tests/model_small/dspark_reference.json");
-  ASSERT_TRUE(in.good());
   const nlohmann::json ref = nlohmann::json::parse(in);
   ASSERT_EQ(ref["cases"].size(), 4u);
-  for (const nlohmann::json& c : ref["cases"]) {
-    const std::vector<int32_t> prompt = c["prompt"].get<std::vector<int32_t>>();
-    SimpleKvAllocator kv(8, block);
-    const int seq = kv.add_sequence();
-    // The context in two steps, so that the drafter's cache is filled across steps.
-    const size_t split = (prompt.size() - 1) / 2;
-    std::vector<int32_t> block_table;
-    for (auto [begin, end] : {std::pair<size_t, size_t>{0, split}, {split, prompt.size() - 1}}) {
-      const StepBatch batch = kv.build_step({{seq, std::vector<int32_t>(prompt.begin() + begin, prompt.begin() + end)}});
-      std::vector<float> logits(config.vocab_size);
-      model.forward(batch, logits.data());
-      drafter->ingest(batch, model.taps());
-      block_table.assign(batch.page_table.begin(), batch.page_table.begin() + batch.pages_per_seq);
-    }
-    DSparkBlock b;
-    b.anchor = prompt.back();
-    b.anchor_pos = static_cast<int32_t>(prompt.size() - 1);
-    b.block_table = block_table;
-    b.num_drafts = drafter->config().block_size;
-    const DSparkDrafts d = drafter->propose(b, /*keep_logits=*/true);
-    EXPECT_EQ(d.tokens, c["drafts"].get<std::vector<int32_t>>()) << "prompt of " << prompt.size();
+  const std::vector<std::vector<int32_t>> prompts = reference_prompts();
+  SimpleKvAllocator kv(t.options.num_kv_blocks, t.block);
+  const std::vector<std::vector<int32_t>> tables = prefill(t, kv, prompts);
+  const std::vector<DSparkBlock> blocks = blocks_of(prompts, tables, t.drafter->config().block_size);
+  const std::vector<DSparkDrafts> together = t.drafter->propose(blocks, /*keep_logits=*/true);
+  ASSERT_EQ(together.size(), blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const nlohmann::json& c = ref["cases"][i];
+    const DSparkDrafts d = t.drafter->propose(std::span(&blocks[i], 1), true)[0];
+    EXPECT_EQ(d.tokens, together[i].tokens) << "prompt " << i << " alone and in the batch";
+    EXPECT_EQ(d.tokens, c["drafts"].get<std::vector<int32_t>>()) << "prompt of " << prompts[i].size();
     const auto top_ids = c["base_top_ids"].get<std::vector<std::vector<int32_t>>>();
     const auto top_logits = c["base_top_logits"].get<std::vector<std::vector<float>>>();
     double worst = 0;
     for (size_t j = 0; j < top_ids.size(); ++j)
-      for (size_t i = 0; i < top_ids[j].size(); ++i)
-        worst = std::max<double>(worst, std::abs(d.base_logits[j * config.vocab_size + top_ids[j][i]] - top_logits[j][i]));
-    EXPECT_LT(worst, 1e-4) << "prompt of " << prompt.size();
+      for (size_t k = 0; k < top_ids[j].size(); ++k)
+        worst = std::max<double>(worst, std::abs(d.base_logits[j * config.vocab_size + top_ids[j][k]] - top_logits[j][k]));
+    EXPECT_LT(worst, 1e-4) << "prompt of " << prompts[i].size();
     const auto conf = c["confidence"].get<std::vector<float>>();
     for (size_t j = 0; j < conf.size(); ++j) EXPECT_NEAR(d.confidence[j], conf[j], 1e-3) << j;
-    std::printf("[dspark] prompt of %zu tokens: drafts match, base logits within %.2e\n", prompt.size(), worst);
+    std::printf("[dspark] prompt of %zu tokens: drafts match, base logits within %.2e\n", prompts[i].size(), worst);
   }
 }
 
-// The host tier: the drafter's part of blocks copied out, overwritten, copied back, gives the
-// drafts of before (and the overwrite alone does not).
+// Fewer drafts than the block: the first ones of the full block.
+TEST(DSparkDrafter, FewerDraftsAreTheFirstOnes) {
+  TargetAndDrafter t;
+  const std::vector<std::vector<int32_t>> prompts = reference_prompts();
+  SimpleKvAllocator kv(t.options.num_kv_blocks, t.block);
+  const std::vector<std::vector<int32_t>> tables = prefill(t, kv, prompts);
+  const std::vector<DSparkDrafts> all = t.drafter->propose(blocks_of(prompts, tables, t.drafter->config().block_size));
+  const std::vector<DSparkDrafts> three = t.drafter->propose(blocks_of(prompts, tables, 3));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(three[i].tokens.size(), 3u);
+    EXPECT_EQ(three[i].tokens, std::vector<int32_t>(all[i].tokens.begin(), all[i].tokens.begin() + 3));
+  }
+}
+
+// The host tier: the drafter's part of blocks copied out, overwritten by another context, copied
+// back, gives the drafts of before (and the overwrite alone does not).
 TEST(DSparkDrafter, BlocksGoToTheHostTierAndComeBack) {
   TargetAndDrafter t;
-  const ModelConfig& config = t.config;
-  const int block = t.block;
-  MiniMaxM3& model = *t.model;
-  DSparkDrafter* drafter = t.drafter.get();
-  std::ifstream in("tests/model_small/dspark_reference.json");
-  const std::vector<int32_t> prompt = nlohmann::json::parse(in)["cases"][2]["prompt"].get<std::vector<int32_t>>();
-  SimpleKvAllocator kv(8, block);
-  const int seq = kv.add_sequence();
-  const StepBatch batch = kv.build_step({{seq, std::vector<int32_t>(prompt.begin(), prompt.end() - 1)}});
-  std::vector<float> logits(config.vocab_size);
-  model.forward(batch, logits.data());
-  drafter->ingest(batch, model.taps());
-  const std::vector<int32_t> table(batch.page_table.begin(), batch.page_table.begin() + batch.pages_per_seq);
-  DSparkBlock b;
-  b.anchor = prompt.back();
-  b.anchor_pos = static_cast<int32_t>(prompt.size() - 1);
-  b.block_table = table;
-  b.num_drafts = drafter->config().block_size;
-  const DSparkDrafts before = drafter->propose(b, true);
+  const std::vector<std::vector<int32_t>> prompts = {reference_prompts()[2]};
+  SimpleKvAllocator kv(t.options.num_kv_blocks, t.block);
+  const std::vector<std::vector<int32_t>> tables = prefill(t, kv, prompts);
+  const std::vector<DSparkBlock> blocks = blocks_of(prompts, tables, t.drafter->config().block_size);
+  const DSparkDrafts before = t.drafter->propose(blocks, true)[0];
 
   KvBlockCopies out, back;
-  for (size_t i = 0; i < table.size(); ++i) {
-    out.to_host.push_back({table[i], int64_t(i)});
-    back.to_device.push_back({table[i], int64_t(i)});
-  }
-  drafter->copy_blocks(out);
-  std::vector<float> noise(model.taps().size());
-  for (size_t i = 0; i < noise.size(); ++i) noise[i] = float((i * 2654435761u) % 1000) / 250.0f - 2.0f;
-  drafter->ingest(batch, noise);  // the pool's blocks now hold another context
-  EXPECT_NE(drafter->propose(b, true).base_logits, before.base_logits);
-  drafter->copy_blocks(back);
-  const DSparkDrafts after = drafter->propose(b, true);
+  out.batch = 1;
+  back.batch = 2;
+  int64_t slot = 0;
+  for (int32_t b : tables[0])
+    if (b >= 0) {
+      out.to_host.push_back({b, slot});
+      back.to_device.push_back({b, slot++});
+    }
+  t.drafter->copy_blocks(out);
+  // Another context in the same blocks (a fresh allocator hands them out in the same order).
+  std::vector<int32_t> other = prompts[0];
+  for (int32_t& id : other) id = (id * 7 + 3) % t.config.vocab_size;
+  SimpleKvAllocator kv2(t.options.num_kv_blocks, t.block);
+  ASSERT_EQ(prefill(t, kv2, {other}), tables);
+  EXPECT_NE(t.drafter->propose(blocks, true)[0].base_logits, before.base_logits);
+  t.drafter->copy_blocks(back);
+  const DSparkDrafts after = t.drafter->propose(blocks, true)[0];
   EXPECT_EQ(after.tokens, before.tokens);
   EXPECT_EQ(after.base_logits, before.base_logits);
-  KvBlockCopies empty_slot;
-  empty_slot.to_device.push_back({table[0], 31});
-  EXPECT_THROW(drafter->copy_blocks(empty_slot), Error);  // a slot that holds nothing
+  KvBlockCopies outside;
+  outside.batch = 3;
+  outside.to_device.push_back({tables[0][0], 31});  // the tier has 8 slots
+  EXPECT_THROW(t.drafter->copy_blocks(outside), Error);
 }
 
 TEST(DSparkDrafter, ConfigErrorsNameTheField) {

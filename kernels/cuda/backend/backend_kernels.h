@@ -223,6 +223,33 @@ cudaError_t launch_generic_attention(const StepView& step, const KvLayerView& ca
                                      const uint16_t* q, int num_q_heads, const int32_t* selection,
                                      int topk, float sm_scale, uint16_t* out, cudaStream_t stream);
 
+// ops/backend.h draft_block_attention (the DSpark drafter): q, block_k, block_v, out bf16.
+cudaError_t launch_draft_block_attention(const StepView& step, const KvLayerView& cache, const uint16_t* q,
+                                         int num_q_heads, const uint16_t* block_k, const uint16_t* block_v,
+                                         int block_len, int window, float sm_scale, uint16_t* out,
+                                         cudaStream_t stream);
+// ops/backend.h markov_drafts (ops/draft_heads.h, greedy): block_len launches of the argmax scan
+// (keys: u64 scratch [rows], one candidate per row, zeroed first), then the ids and confidences.
+struct MarkovDraftArgs {
+  const uint16_t* base = nullptr;    // bf16 [rows, vocab]
+  const uint16_t* normed = nullptr;  // bf16 [rows, hidden]
+  const float* w1 = nullptr;         // [vocab, rank]
+  const float* w2 = nullptr;
+  const float* confidence_w = nullptr;
+  float confidence_b = 0.0f;
+  bool confidence_with_markov = true;
+  int64_t vocab = 0;
+  int rank = 0;
+  int64_t hidden = 0;
+  const int32_t* token_ids = nullptr;  // the planned ids: row s * block_len holds block s's anchor
+  int num_blocks = 0;
+  int block_len = 0;
+  unsigned long long* keys = nullptr;
+  int32_t* ids = nullptr;
+  float* confidence = nullptr;
+};
+cudaError_t launch_markov_drafts(const MarkovDraftArgs& args, cudaStream_t stream);
+
 // The fused attention input path: per token, head norm + RoPE of q (in place), of k and of
 // index-K, and the quantized write of k, v and index-K into the cache. k and index_k are also
 // left normed and roped in place, as the separate ops leave them.

@@ -409,6 +409,60 @@ class CudaBackend final : public Backend {
                "paged_attention");
   }
 
+  void draft_block_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads, const Tensor& block_k,
+                             const Tensor& block_v, int block_len, int window, float sm_scale, Tensor out) override {
+    check_draft_block_args(step_, cache, num_q_heads, block_len, window);
+    const int64_t cols = int64_t(num_q_heads) * cache.head_dim, kv_cols = int64_t(cache.num_kv_heads) * cache.head_dim;
+    check_act(q, step_.num_tokens, cols, "draft Q");
+    check_act(block_k, step_.num_tokens, kv_cols, "draft block K");
+    check_act(block_v, step_.num_tokens, kv_cols, "draft block V");
+    check_act(out, step_.num_tokens, cols, "draft attention output");
+    check_cuda(detail::launch_draft_block_attention(step_, cache, bf16_ptr(q), num_q_heads, bf16_ptr(block_k),
+                                                    bf16_ptr(block_v), block_len, window, sm_scale, bf16_ptr_mut(out),
+                                                    stream_),
+               "draft_block_attention (at most 32 query heads per KV head, head_dim <= 256)");
+  }
+
+  void markov_drafts(const Tensor& base_logits, const Tensor& normed, const MarkovHeadWeights& head, int block_len,
+                     int32_t* ids, float* confidence) override {
+    const MarkovHeadView view = check_markov_drafts_args(step_, base_logits, normed, head, block_len);
+    check_act(base_logits, step_.num_tokens, view.vocab, "draft base logits");
+    check_act(normed, step_.num_tokens, view.hidden, "draft normed rows");
+    M3_CHECK(head.w1.device() == Device::kCuda && head.w2.device() == Device::kCuda &&
+                 head.confidence_w.device() == Device::kCuda,
+             "cuda backend: markov_drafts' heads must be device tensors");
+    M3_CHECK(view.rank <= 12288, "cuda backend: markov_drafts of rank {} (at most 12288)", view.rank);
+    const size_t rows = size_t(std::max(1, step_.num_tokens));
+    markov_keys_.reserve(sizeof(unsigned long long) * rows, "markov_drafts keys");
+    markov_out_.reserve(2 * sizeof(int32_t) * rows, "markov_drafts outputs");
+    markov_out_pinned_.reserve(2 * sizeof(int32_t) * rows, "markov_drafts outputs (pinned)");
+    detail::MarkovDraftArgs a;
+    a.base = bf16_ptr(base_logits);
+    a.normed = bf16_ptr(normed);
+    a.w1 = view.w1;
+    a.w2 = view.w2;
+    a.confidence_w = view.confidence_w;
+    a.confidence_b = view.confidence_b;
+    a.confidence_with_markov = view.confidence_with_markov;
+    a.vocab = view.vocab;
+    a.rank = view.rank;
+    a.hidden = view.hidden;
+    a.token_ids = token_ids_;
+    a.num_blocks = step_.num_tokens / block_len;
+    a.block_len = block_len;
+    a.keys = markov_keys_.as<unsigned long long>();
+    a.ids = markov_out_.as<int32_t>();
+    a.confidence = reinterpret_cast<float*>(a.ids + rows);
+    check_cuda(detail::launch_markov_drafts(a, stream_), "markov_drafts");
+    check_cuda(cudaMemcpyAsync(markov_out_pinned_.as(), markov_out_.as(), 2 * sizeof(int32_t) * rows,
+                               cudaMemcpyDeviceToHost, stream_),
+               "markov_drafts outputs");
+    check_cuda(cudaStreamSynchronize(stream_), "markov_drafts");
+    const int32_t* host = markov_out_pinned_.as<int32_t>();
+    std::memcpy(ids, host, sizeof(int32_t) * step_.num_tokens);
+    std::memcpy(confidence, host + rows, sizeof(float) * step_.num_tokens);
+  }
+
   void swiglu_mlp(const Tensor& x, const LinearWeight& gate, const LinearWeight& up, const LinearWeight& down,
                   float alpha, float limit, Tensor out) override {
     const int64_t rows = x.dim(0), inter = gate.out_features;
@@ -644,6 +698,9 @@ class CudaBackend final : public Backend {
 
   // Scratch (grow-only).
   DeviceBuffer host_f32_{&scratch_moves_}, mlp_act_{&scratch_moves_};
+  // markov_drafts (grow-only): the argmax keys, the ids and confidences, and their host copy.
+  DeviceBuffer markov_keys_{&scratch_moves_}, markov_out_{&scratch_moves_};
+  PinnedBuffer markov_out_pinned_;
   // Sampling (grow-only).
   PinnedBuffer sample_pinned_, sample_ids_pinned_;
   DeviceBuffer sample_meta_{&scratch_moves_}, sample_ids_{&scratch_moves_}, sample_work_{&scratch_moves_};
