@@ -372,10 +372,15 @@ namespace {
 
 // A decode batch of uniform shape (one new token per sequence, its logits row wanted): the steps a
 // backend may replay from a recording (CUDA graphs), since only metadata contents change.
+// A step a backend may replay (CUDA graphs): the same number of tokens for every sequence, at most
+// 8 (a decode, or a speculative verification of up to 7 drafts), and a logits row for each token.
 bool is_uniform_decode(const StepBatch& b) {
-  if (b.num_tokens() != b.num_seqs() || b.logits_rows.size() != size_t(b.num_seqs())) return false;
-  for (int s = 0; s < b.num_seqs(); ++s)
-    if (b.query_start[s + 1] - b.query_start[s] != 1) return false;
+  const int s_count = b.num_seqs();
+  if (s_count < 1) return false;
+  const int q = b.query_start[1] - b.query_start[0];
+  if (q < 1 || q > 8 || b.num_tokens() != s_count * q || b.logits_rows.size() != size_t(b.num_tokens())) return false;
+  for (int s = 0; s < s_count; ++s)
+    if (b.query_start[s + 1] - b.query_start[s] != q) return false;
   return true;
 }
 

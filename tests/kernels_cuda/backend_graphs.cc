@@ -1,6 +1,7 @@
 // CUDA graphs (backend_check graphs): the same steps on a CUDA backend that launches every kernel
-// (--enforce-eager) and on one that replays recorded decode steps must give BITWISE identical
-// logits and KV caches, since replay only re-launches the eager kernels with new metadata.
+// (--enforce-eager) and on one that replays recorded decode steps (and speculative verification
+// steps: 4 or 8 tokens a sequence) must give BITWISE identical logits and KV caches, since replay
+// only re-launches the eager kernels with new metadata.
 //
 // Per model and KV dtype, both models see the same batches from one allocator:
 //   1. chunked prefill of a few sequences (eager on both: not a uniform decode shape);
@@ -83,6 +84,20 @@ class Driver {
     for (size_t i = 0; i < seqs.size(); ++i) next_[seqs[i]] = argmax(logits_e_.data() + i * vocab_, vocab_);
   }
 
+  // A speculative verification step of `seqs`: each its next token and q - 1 more (drafts), a
+  // logits row for every token; the next token is the last row's greedy one.
+  void verify(const std::vector<int>& seqs, int q) {
+    std::vector<StepChunk> chunks;
+    for (int s : seqs) {
+      StepChunk c{s, {next_[s]}, true};
+      for (int j = 1; j < q; ++j) c.tokens.push_back(int32_t((uint64_t(next_[s]) * 31 + j * 977) % vocab_));
+      chunks.push_back(std::move(c));
+    }
+    step(chunks, true);
+    for (size_t i = 0; i < seqs.size(); ++i)
+      next_[seqs[i]] = argmax(logits_e_.data() + ((i + 1) * q - 1) * size_t(vocab_), vocab_);
+  }
+
   int64_t logit_diffs() const { return logit_diffs_; }
   int64_t kv_diffs() const { return kv_diffs_; }
   int steps() const { return steps_; }
@@ -131,6 +146,10 @@ void check_replay(Report& rep, const std::string& name, const ModelConfig& confi
     for (size_t i = 0; i < prompt_lens.size(); ++i) batch.push_back(d.add_sequence(prompt_lens[i], int(i) * 7919));
     for (int i = 0; i < decode_steps; ++i) d.decode(batch);
     const CudaGraphStats first = cuda_graph_stats(*pair.graph_backend);
+    // Speculative verification steps (4 and 8 tokens a sequence): recorded and replayed like decode.
+    for (int q : {4, 8})
+      for (int i = 0; i < 3; ++i) d.verify(batch, q);
+    const CudaGraphStats verified = cuda_graph_stats(*pair.graph_backend);
 
     // A prefill in between, then the batch with the new sequence.
     std::vector<int> grown = batch;
@@ -152,7 +171,8 @@ void check_replay(Report& rep, const std::string& name, const ModelConfig& confi
     rep.add(tag + " logits differing from --enforce-eager (bitwise)", double(d.logit_diffs()), 0.0);
     rep.add(tag + " KV pool bytes differing from --enforce-eager", double(d.kv_diffs()), 0.0);
     // The graphs must really have been used, also after the drop (replays after the big batch).
-    const bool used = first.replays > 0 && mid.drops > 0 && last.replays > mid.replays && last.capture_failures == 0;
+    const bool used = first.replays > 0 && verified.replays >= first.replays + 2 && mid.drops > 0 &&
+                      last.replays > mid.replays && last.capture_failures == 0;
     rep.add(tag + " decode steps replayed from graphs (recorded, replayed, dropped and recorded again)",
             used ? 0.0 : 1.0, 0.0);
   } catch (const m3::Error& e) {

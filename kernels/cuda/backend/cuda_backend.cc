@@ -714,14 +714,17 @@ class CudaBackend final : public Backend {
   std::vector<detail::WeightView> expert_views_;  // expert_tables' scratch
 };
 
-// A uniform decode step (one token and one logits row per sequence) of a shape graphs are kept for.
+// A uniform decode step of a shape graphs are kept for: q tokens per sequence (1, or up to
+// kMaxGraphQueryTokens: a speculative verification step) and a logits row for each.
 bool graph_shape(const StepBatch& b) {
   const int s_count = b.num_seqs();
-  if (b.num_tokens() != s_count || b.logits_rows.size() != size_t(s_count) || s_count > cuda::kMaxGraphSeqs ||
-      b.query_start.size() != size_t(s_count) + 1)
+  if (s_count < 1 || s_count > cuda::kMaxGraphSeqs || b.query_start.size() != size_t(s_count) + 1) return false;
+  const int q = b.query_start[1] - b.query_start[0];
+  if (q < 1 || q > cuda::kMaxGraphQueryTokens || b.num_tokens() != s_count * q ||
+      b.logits_rows.size() != size_t(b.num_tokens()))
     return false;
   for (int s = 0; s < s_count; ++s)
-    if (b.query_start[s + 1] - b.query_start[s] != 1) return false;
+    if (b.query_start[s + 1] - b.query_start[s] != q) return false;
   return true;
 }
 

@@ -19,6 +19,7 @@ namespace m3::cuda {
 
 inline constexpr int kMaxGraphPages = 4096;  // page-table width buckets above this run eagerly
 inline constexpr int kMaxGraphSeqs = 256;    // larger decode batches run eagerly
+inline constexpr int kMaxGraphQueryTokens = 8;  // tokens per sequence of a recorded step (1 + 7 drafts)
 inline constexpr int kGraphCacheSize = 64;   // graphs kept (least recently used dropped first)
 
 // The page-table width a decode step of `pages` pages per sequence (at most) is recorded for: the
