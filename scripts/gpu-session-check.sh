@@ -105,11 +105,24 @@ if part speculative; then
   # Speculative decoding on the GPU: both drafters' ids against plain decoding (the small model),
   # the shipped DSpark drafter's acceptance and tokens/s through a cuda server (the 100 held-out
   # code prompts), and the M3.1 shape's verification steps measured beside their floors.
+  # The drafter's two ops against the CPU reference, and verification steps replayed from CUDA
+  # graphs against eager, bitwise.
+  timeout 120 $P/tests/kernels_cuda/backend_ops --filter draft_block > $L/sp-ops.log 2>&1
+  timeout 60 $P/tests/kernels_cuda/backend_ops --filter markov >> $L/sp-ops.log 2>&1
+  grep -E "FAIL|checks in" $L/sp-ops.log | sed 's/^/speculative ops: /' > $L/sp-summary.txt
+  timeout 150 $P/tests/kernels_cuda/backend_check graphs tests/model_golden/data/tiny-mixed \
+    tests/model_golden/data/tiny-sparse-local2 models/minimax-m3-small > $L/sp-graphs.log 2>&1
+  echo "speculative graphs rc $?: $(tail -1 $L/sp-graphs.log)" >> $L/sp-summary.txt
   PREBUILT=$P OUT=$L/sp TIME_BUDGET=150 STEP_TIMEOUT=40 scripts/gpu-check-model.sh speculative 2>&1 |
-    grep '^speculative' > $L/sp-summary.txt
+    grep '^speculative' >> $L/sp-summary.txt
+  # Acceptance and tokens/s through a cuda server: 16 clients at once (k = 0: no speculation), and
+  # one client at a time (the per-user speed).
   timeout 200 python3 tools/train/eval_spec.py --m3serve $P/bin/m3serve --device cuda --kv-cache-dtype nvfp4 \
-    --out $OUT/spec-eval-cuda.json >> $L/sp-summary.txt 2>&1
+    --k 0,3,7 --out $OUT/spec-eval-cuda.json >> $L/sp-summary.txt 2>&1
   echo "eval_spec cuda rc $?" >> $L/sp-summary.txt
+  timeout 150 python3 tools/train/eval_spec.py --m3serve $P/bin/m3serve --device cuda --kv-cache-dtype nvfp4 \
+    --k 0,3,7 --temperatures 0 --count 16 --concurrency 1 --out $OUT/spec-eval-cuda-c1.json >> $L/sp-summary.txt 2>&1
+  echo "eval_spec cuda concurrency 1 rc $?" >> $L/sp-summary.txt
   timeout 200 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 \
     --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64 \
     --context-lens 8192 --prefill-lens "" --spec-tokens 3,7 --no-op-breakdown --iters 5 --warmup 2 --json \

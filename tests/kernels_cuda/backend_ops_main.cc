@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
     add_dcp_cases(cases, quick);
     add_sampling_cases(cases, quick);
     add_kv_copy_cases(cases, quick);
+    add_draft_cases(cases, quick);
     add_batch_invariance_cases(cases, quick);
     return run_harness(cases, opt) ? 1 : 0;
   } catch (const std::exception& e) {

@@ -77,6 +77,7 @@ void add_msa_cases(CaseList& cases, bool quick);          // the MSA kernels' la
 void add_dcp_cases(CaseList& cases, bool quick);          // indexer DCP: candidates and merge
 void add_sampling_cases(CaseList& cases, bool quick);     // sample
 void add_kv_copy_cases(CaseList& cases, bool quick);      // copy_kv_blocks (the prefix cache's host tier)
+void add_draft_cases(CaseList& cases, bool quick);        // the DSpark drafter's attention and heads
 // --batch-invariant: rows alone against the same rows in batches, bitwise (linears, MLP, MoE)
 void add_batch_invariance_cases(CaseList& cases, bool quick);
 

@@ -58,11 +58,13 @@ def main():
     prompts = json.load(open(args.prompts))["prompts"][:args.count]
     results, failed = [], False
     for k in [int(x) for x in args.k.split(",")]:
+        # k = 0: the same server without speculation (the baseline's tokens/s).
         spec = {"method": args.method, "num_speculative_tokens": k}
         if args.method == "ngram":
             spec["prompt_lookup_min"] = 2
         port = EC.free_port()
-        server = EC.start_server(args, port, ["--speculative-config", json.dumps(spec), "--disable-log-stats"])
+        server = EC.start_server(args, port, (["--speculative-config", json.dumps(spec)] if k > 0 else [])
+                                 + ["--disable-log-stats"])
         try:
             for t in [float(x) for x in args.temperatures.split(",")]:
                 before = spec_counters(port)
@@ -80,14 +82,14 @@ def main():
                 d = {n: after[n] - before[n] for n in COUNTERS}
                 per_pos = [a - b for a, b in zip(after["per_pos"], before["per_pos"] or [0.0] * len(after["per_pos"]))]
                 length = 1.0 + d["num_accepted_tokens"] / d["num_drafts"] if d["num_drafts"] else None
-                row = {"method": args.method, "k": k, "temperature": t, "requests": len(prompts),
+                row = {"method": args.method if k > 0 else "none", "k": k, "concurrency": args.concurrency, "temperature": t, "requests": len(prompts),
                        "completion_tokens": tokens,
                        "mean_acceptance_length": round(length, 3) if length is not None else None,
                        "per_position": [round(x / d["num_drafts"], 3) for x in per_pos] if d["num_drafts"] else [],
                        "verification_steps": int(d["num_drafts"]), "tokens_per_s": round(tokens / seconds, 1)}
                 print(json.dumps(row), flush=True)
                 results.append(row)
-                if t == 0 and (length or 0.0) < args.min_length:
+                if k > 0 and t == 0 and (length or 0.0) < args.min_length:
                     print(f"FAILED: greedy k={k} acceptance length {length} < {args.min_length}")
                     failed = True
         finally:
