@@ -165,9 +165,11 @@ void check_replay(Report& rep, const std::string& name, const ModelConfig& confi
     const CudaGraphStats last = cuda_graph_stats(*pair.graph_backend);
 
     rep.note(fmt::format("{}: {} steps; graphs: {} eager, {} recorded, {} replayed, {} dropped, {} failed recordings "
-                         "(after the first batch: {} recorded, {} replayed)",
+                         "(after the first batch: {} recorded, {} replayed; after the verification steps: {} eager, {} "
+                         "recorded, {} replayed, {} dropped; after the big batch: {} replayed, {} dropped)",
                          tag, d.steps(), last.eager, last.captures, last.replays, last.drops, last.capture_failures,
-                         first.captures, first.replays));
+                         first.captures, first.replays, verified.eager, verified.captures, verified.replays,
+                         verified.drops, mid.replays, mid.drops));
     rep.add(tag + " logits differing from --enforce-eager (bitwise)", double(d.logit_diffs()), 0.0);
     rep.add(tag + " KV pool bytes differing from --enforce-eager", double(d.kv_diffs()), 0.0);
     // The graphs must really have been used, also after the drop (replays after the big batch).
