@@ -148,7 +148,7 @@ void check_replay(Report& rep, const std::string& name, const ModelConfig& confi
     const CudaGraphStats first = cuda_graph_stats(*pair.graph_backend);
     // Speculative verification steps (4 and 8 tokens a sequence): recorded and replayed like decode.
     for (int q : {4, 8})
-      for (int i = 0; i < 3; ++i) d.verify(batch, q);
+      for (int i = 0; i < 4; ++i) d.verify(batch, q);
     const CudaGraphStats verified = cuda_graph_stats(*pair.graph_backend);
 
     // A prefill in between, then the batch with the new sequence.

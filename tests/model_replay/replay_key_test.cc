@@ -121,15 +121,15 @@ std::vector<int32_t> prompt(int len, int salt) {
   return p;
 }
 
-TEST(ModelReplay, OnlyUniformDecodeStepsAreOffered) {
+TEST(ModelReplay, OnlyUniformStepsAreOffered) {
   Models m;
   SimpleKvAllocator alloc(256, m.config.index_block_size);
   const int a = alloc.add_sequence(), b = alloc.add_sequence(), c = alloc.add_sequence();
   // Prefill (several tokens per sequence): not offered.
   step_both(m, alloc.build_step({StepChunk{a, prompt(20, 1), false}, StepChunk{b, prompt(13, 2), false}}));
   EXPECT_TRUE(m.recording.keys.empty());
-  // Scoring rows (all logits of a chunk): not offered.
-  step_both(m, alloc.build_step({StepChunk{c, prompt(5, 3), true}}));
+  // Scoring rows (all logits of a chunk) of more than 8 tokens: not offered.
+  step_both(m, alloc.build_step({StepChunk{c, prompt(12, 3), true}}));
   EXPECT_TRUE(m.recording.keys.empty());
   // A mixed step (a decode token next to a prefill chunk): not offered.
   step_both(m, alloc.build_step({StepChunk{a, {7}, false}, StepChunk{c, prompt(4, 4), false}}));
@@ -154,6 +154,17 @@ TEST(ModelReplay, OnlyUniformDecodeStepsAreOffered) {
   EXPECT_EQ(k1.num_seqs, 1);
   EXPECT_EQ(k1.buffers_generation, k3.buffers_generation);
   EXPECT_FALSE(k1 == k3);
+
+  // A speculative verification step (the last token and 3 drafts of each sequence, a row each):
+  // offered as uniform, 4 tokens a sequence.
+  step_both(m, alloc.build_step({StepChunk{a, {1, 2, 3, 4}, true}, StepChunk{b, {5, 6, 7, 8}, true}}));
+  ASSERT_EQ(m.recording.keys.size(), 14u);
+  EXPECT_EQ(m.recording.keys.back().num_tokens, 8);
+  EXPECT_EQ(m.recording.keys.back().num_seqs, 2);
+  EXPECT_EQ(m.recording.keys.back().logit_rows, 8);
+  // One sequence with 4 tokens beside one with 3: not uniform, not offered.
+  step_both(m, alloc.build_step({StepChunk{a, {1, 2, 3, 4}, true}, StepChunk{b, {5, 6, 7}, true}}));
+  EXPECT_EQ(m.recording.keys.size(), 14u);
 }
 
 TEST(ModelReplay, KeyChangesWhenActivationsMove) {

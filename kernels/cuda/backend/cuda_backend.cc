@@ -697,13 +697,17 @@ class CudaBackend final : public Backend {
   DeviceBuffer inv_freq_{&scratch_moves_}, rope_cos_{&scratch_moves_}, rope_sin_{&scratch_moves_};
 
   // Scratch (grow-only).
-  DeviceBuffer host_f32_{&scratch_moves_}, mlp_act_{&scratch_moves_};
+  DeviceBuffer mlp_act_{&scratch_moves_};
+  // The buffers of the ops that wait for the device (copy_to_host_f32, sample, markov_drafts) are
+  // never in a recorded graph, so their moves drop none: a verification step's first logits copy
+  // or sampling of more rows than any decode must not cost the graphs just recorded.
+  DeviceBuffer host_f32_;
   // markov_drafts (grow-only): the argmax keys, the ids and confidences, and their host copy.
-  DeviceBuffer markov_keys_{&scratch_moves_}, markov_out_{&scratch_moves_};
+  DeviceBuffer markov_keys_, markov_out_;
   PinnedBuffer markov_out_pinned_;
   // Sampling (grow-only).
   PinnedBuffer sample_pinned_, sample_ids_pinned_;
-  DeviceBuffer sample_meta_{&scratch_moves_}, sample_ids_{&scratch_moves_}, sample_work_{&scratch_moves_};
+  DeviceBuffer sample_meta_, sample_ids_, sample_work_;
   std::vector<int32_t> sample_slots_;
   DeviceBuffer moe_logits_{&scratch_moves_}, moe_choice_expert_{&scratch_moves_},
       moe_choice_weight_{&scratch_moves_}, moe_choice_row_{&scratch_moves_}, moe_row_token_{&scratch_moves_},
