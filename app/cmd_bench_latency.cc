@@ -24,6 +24,7 @@
 #include <CLI/CLI.hpp>
 #include <omp.h>
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -41,6 +42,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "model/config.h"
+#include "model/dspark.h"
 #include "model/minimax_m3.h"
 #include "model/weights.h"
 #include "ops/sampling.h"
@@ -64,6 +66,7 @@ struct BenchLatencyOptions {
   bool json = false;
   std::string spec_tokens;  // k values: the floor of a speculative verification step (1 + k tokens a request)
   double spec_acceptance = 3.2;  // the acceptance length the verification step's tokens/s per user assumes
+  std::string spec_drafter;      // a DSpark drafter's directory: its steps timed beside the verification's
 };
 
 // What a step can touch, measured on the weights as stored (their formats do not change on a device).
@@ -260,6 +263,8 @@ struct BenchModel {
   std::unique_ptr<ModelRunner> runner;  // every rank
   std::string device;
   WeightBytes weights;
+  std::unique_ptr<DSparkDrafter> drafter;  // --spec-drafter, on rank 0's (timed) backend
+  std::vector<int> drafter_taps;           // its tap layers as run (clamped to the model's layers)
 };
 
 struct DecodeCase {
@@ -297,6 +302,27 @@ BenchModel load_bench_model(const BenchLatencyOptions& o, const std::vector<Deco
               kv_dtype_name(m.model->options().index_dtype), m.model->num_kv_blocks(),
               m.model->kv_pool_bytes() / 1048576.0);
   return m;
+}
+
+// --spec-drafter: the drafter of that directory on rank 0's timed backend, its weights the
+// directory's files, or random ones in its config's shapes with --load-format dummy. A model cut
+// to fewer layers (--num-layers) taps its last layer in place of those it lacks: the same work.
+void attach_bench_drafter(BenchModel& m, const BenchLatencyOptions& o) {
+  M3_CHECK(!o.spec_tokens.empty(), "--spec-drafter times the drafter beside the verification steps of --spec-tokens");
+  M3_CHECK(m.loaded.ranks.size() == 1, "--spec-drafter: one rank only (the drafter runs beside rank 0)");
+  const ModelConfig& config = m.model->config();
+  DSparkConfig d = load_dspark_config(o.spec_drafter);
+  for (int& l : d.target_layer_ids) l = std::min(l, config.num_layers - 1);
+  m.drafter_taps = d.target_layer_ids;
+  DSparkWeights w = o.model.load_format == "dummy" ? make_dummy_dspark_weights(d, o.model.seed)
+                                                   : load_dspark_weights(d, o.spec_drafter);
+  const ModelWeights& tw = m.model->weights();
+  M3_CHECK(tw.embed.dim(0) == config.vocab_size && tw.lm_head.out_features == config.vocab_size,
+           "--spec-drafter: rank 0 must hold the whole embedding and lm_head");
+  m.drafter = make_dspark_drafter(std::move(d), std::move(w), o.spec_drafter, config, m.model->backend(), tw.embed,
+                                  tw.lm_head, m.model->num_kv_blocks(), m.model->block_size(), KvDType::kBF16);
+  M3_LOG_INFO("bench: DSpark drafter {} ({} layers, taps {}), bf16 cache", o.spec_drafter,
+              m.drafter->config().num_layers, fmt::join(m.drafter_taps, ","));
 }
 
 nlohmann::json ops_json(const std::map<std::string, double>& seconds, int steps) {
@@ -380,6 +406,32 @@ nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const Dec
     v["acceptance_length"] = o.spec_acceptance;
     v["tokens_per_s_per_user"] = o.spec_acceptance / verify_s;
     v["plain_tokens_per_s_per_user"] = 1.0 / step_s;
+    if (m.drafter) {
+      // The drafter's whole cost: its cache fed inside the verification step (the taps), then its
+      // proposal step for every request (k drafts from a block of its block size).
+      m.model->set_taps(m.drafter.get());
+      const double with_taps_s = median(time_runs(o.warmup, o.iters, [&] {
+        m.runner->forward_sample(verify, verify_rows, verify_ids.data(), {}, nullptr);
+      }));
+      std::vector<std::vector<int32_t>> tables(c.batch);
+      std::vector<DSparkBlock> blocks(c.batch);
+      for (int s = 0; s < c.batch; ++s) {
+        tables[s].assign(verify.page_table.begin() + int64_t(s) * verify.pages_per_seq,
+                         verify.page_table.begin() + int64_t(s + 1) * verify.pages_per_seq);
+        blocks[s].anchor = verify.token_ids[verify.query_start[s]];
+        blocks[s].anchor_pos = c.context;
+        blocks[s].block_table = tables[s];
+        blocks[s].num_drafts = std::min(k, m.drafter->config().block_size);
+      }
+      const double draft_s = median(time_runs(o.warmup, o.iters, [&] { m.drafter->propose(blocks); }));
+      m.model->set_taps(nullptr);
+      v["drafter"] = {{"verify_step_with_taps_ms", with_taps_s * 1e3},
+                      {"taps_ms", (with_taps_s - verify_s) * 1e3},
+                      {"draft_step_ms", draft_s * 1e3},
+                      {"cycle_ms", (with_taps_s + draft_s) * 1e3},
+                      {"tokens_per_s_per_user", o.spec_acceptance / (with_taps_s + draft_s)},
+                      {"breakeven_acceptance_length", (with_taps_s + draft_s) / step_s}};
+    }
     r["verification"].push_back(v);
   }
   if (o.op_breakdown) {
@@ -463,6 +515,14 @@ void print_text(const nlohmann::json& out) {
                     v["breakeven_acceptance_length_distinct_selection"].get<double>(), v["step_ms"].get<double>(),
                     v["measured_breakeven_acceptance_length"].get<double>(), v["acceptance_length"].get<double>(),
                     v["tokens_per_s_per_user"].get<double>(), v["plain_tokens_per_s_per_user"].get<double>());
+      for (const auto& v : r["verification"])
+        if (v.contains("drafter"))
+          std::printf("         drafter k=%d: taps %.3f ms in the verification step, draft step %.3f ms: a cycle of "
+                      "%.3f ms, %.1f tok/s per user at acceptance %.2f, pays from %.2f\n",
+                      v["k"].get<int>(), v["drafter"]["taps_ms"].get<double>(),
+                      v["drafter"]["draft_step_ms"].get<double>(), v["drafter"]["cycle_ms"].get<double>(),
+                      v["drafter"]["tokens_per_s_per_user"].get<double>(), v["acceptance_length"].get<double>(),
+                      v["drafter"]["breakeven_acceptance_length"].get<double>());
     }
     if (r.contains("ops_ms")) {
       std::string line;
@@ -517,6 +577,7 @@ void run(BenchLatencyOptions o) {
   for (int l : prompts) prefill.push_back({l, (l + bs - 1) / bs});
   BenchModel m = load_bench_model(o, decode, prefill, bs);
   const ModelConfig& config = m.model->config();
+  if (!o.spec_drafter.empty()) attach_bench_drafter(m, o);
   for (const DecodeCase& c : decode)
     M3_CHECK(c.context <= config.max_position_embeddings, "--context-lens {} exceeds max_position_embeddings {}",
              c.context, config.max_position_embeddings);
@@ -607,6 +668,10 @@ void register_bench_latency(CLI::App& app) {
                   "decode: also the byte floor of a speculative verification step of 1 + k tokens a request, "
                   "for each k (comma-separated), and the acceptance length from which it beats plain decode "
                   "(the drafter not counted)");
+  cmd->add_option("--spec-drafter", o->spec_drafter,
+                  "with --spec-tokens: a DSpark drafter's directory (its config.json; its weights, or random ones "
+                  "with --load-format dummy) whose cost is timed beside each verification step: its cache fed "
+                  "inside the step, and its proposal step");
   cmd->add_flag("--json", o->json, "print the results as JSON");
   cmd->callback([o] { run(*o); });
 }

@@ -299,12 +299,10 @@ void DSparkDrafter::propose_chunk(std::span<const DSparkBlock> blocks, bool keep
   }
 }
 
-std::unique_ptr<DSparkDrafter> load_dspark_drafter(const std::filesystem::path& dspark_dir, const ModelConfig& target,
-                                                   Backend& backend, Tensor embed, LinearWeight lm_head,
-                                                   int64_t num_kv_blocks, int kv_block_size, KvDType cache_dtype,
-                                                   int64_t num_host_kv_blocks) {
-  DSparkConfig c = load_dspark_config(dspark_dir);
-  const std::string where = dspark_dir.string();
+std::unique_ptr<DSparkDrafter> make_dspark_drafter(DSparkConfig c, DSparkWeights host, const std::string& where,
+                                                   const ModelConfig& target, Backend& backend, Tensor embed,
+                                                   LinearWeight lm_head, int64_t num_kv_blocks, int kv_block_size,
+                                                   KvDType cache_dtype, int64_t num_host_kv_blocks) {
   M3_CHECK(c.vocab_size == target.vocab_size && c.hidden_size == target.hidden_size,
            "DSpark drafter {}: vocabulary {} and width {}, the target has {} and {}", where, c.vocab_size,
            c.hidden_size, target.vocab_size, target.hidden_size);
@@ -322,13 +320,22 @@ std::unique_ptr<DSparkDrafter> load_dspark_drafter(const std::filesystem::path& 
            "DSpark drafter {}: its RoPE (theta {}, {} rotated channels) is not the target's (theta {}, {} channels, "
            "factor {}); m3serve's drafter shares the target's RoPE table",
            where, c.rope_theta, c.rotary_dim, rope.theta, rope.rotary_dim, rope.attention_factor);
-  DSparkWeights host = load_dspark_weights(c, dspark_dir);
   MarkovHeadWeights host_heads = host.heads;
   // The host keeps its copies of the heads (probabilistic drafts); to_device leaves them be on the CPU.
   DSparkWeights placed = place_dspark_weights(std::move(host), backend);
   return std::make_unique<DSparkDrafter>(std::move(c), std::move(placed), std::move(host_heads), backend,
                                          std::move(embed), std::move(lm_head), num_kv_blocks, kv_block_size,
                                          cache_dtype, num_host_kv_blocks);
+}
+
+std::unique_ptr<DSparkDrafter> load_dspark_drafter(const std::filesystem::path& dspark_dir, const ModelConfig& target,
+                                                   Backend& backend, Tensor embed, LinearWeight lm_head,
+                                                   int64_t num_kv_blocks, int kv_block_size, KvDType cache_dtype,
+                                                   int64_t num_host_kv_blocks) {
+  DSparkConfig c = load_dspark_config(dspark_dir);
+  DSparkWeights w = load_dspark_weights(c, dspark_dir);
+  return make_dspark_drafter(std::move(c), std::move(w), dspark_dir.string(), target, backend, std::move(embed),
+                             std::move(lm_head), num_kv_blocks, kv_block_size, cache_dtype, num_host_kv_blocks);
 }
 
 int64_t dspark_kv_block_bytes(const std::filesystem::path& dspark_dir, int kv_block_size, KvDType cache_dtype) {

@@ -153,13 +153,24 @@ class DSparkDrafter final : public LayerTaps {
   int64_t step_rows_ = 0;
 };
 
-// The drafter in `dspark_dir` for a target of `target_config` on `backend`: embed and lm_head the
-// target's whole tensors on the backend's device. Throws m3::Error naming what does not fit the
-// target (vocabulary, width, a tap layer it does not have, RoPE other than the target's).
+// A drafter of `config` with host `weights` for a target of `target_config` on `backend`: embed and
+// lm_head the target's whole tensors on the backend's device. Throws m3::Error naming `source` and
+// what does not fit the target (vocabulary, width, a tap layer it does not have, RoPE other than
+// the target's).
+std::unique_ptr<DSparkDrafter> make_dspark_drafter(DSparkConfig config, DSparkWeights weights, const std::string& source,
+                                                   const ModelConfig& target_config, Backend& backend, Tensor embed,
+                                                   LinearWeight lm_head, int64_t num_kv_blocks, int kv_block_size,
+                                                   KvDType cache_dtype, int64_t num_host_kv_blocks = 0);
+// The same for the drafter in `dspark_dir` (its config.json and weights).
 std::unique_ptr<DSparkDrafter> load_dspark_drafter(const std::filesystem::path& dspark_dir,
                                                    const ModelConfig& target_config, Backend& backend, Tensor embed,
                                                    LinearWeight lm_head, int64_t num_kv_blocks, int kv_block_size,
                                                    KvDType cache_dtype, int64_t num_host_kv_blocks = 0);
+
+// Random weights of a drafter of `config` in the formats the M3.1 drafter ships (MXFP8 linears,
+// F32 norms and heads), deterministic in `seed`: benchmarks without a checkpoint (bench latency
+// --spec-drafter with --load-format dummy).
+DSparkWeights make_dummy_dspark_weights(const DSparkConfig& config, uint64_t seed);
 
 // Bytes one pool block of the drafter in `dspark_dir` takes in a cache of `cache_dtype` (sizing).
 int64_t dspark_kv_block_bytes(const std::filesystem::path& dspark_dir, int kv_block_size, KvDType cache_dtype);

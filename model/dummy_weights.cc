@@ -40,6 +40,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "formats/rows.h"
+#include "model/dspark.h"
 #include "model/dummy_shard.h"
 #include "model/weights.h"
 
@@ -270,7 +271,7 @@ Cut row_cut(Slice s, int64_t unit, int64_t in) { return {s.begin * unit, s.end()
 Cut column_cut(Slice s, int64_t unit, int64_t out) { return {0, out, s.begin * unit, s.end() * unit, out}; }
 
 // The one-rank layout's shard: everything (what make_parallel_layout gives a world of one).
-RankShard whole_model(const ModelConfig& c) {
+RankShard whole_shard(const ModelConfig& c) {
   RankShard s;
   s.q_heads = {0, c.num_heads};
   s.kv_heads = {0, c.num_kv_heads};
@@ -283,7 +284,7 @@ RankShard whole_model(const ModelConfig& c) {
   return s;
 }
 
-// Builds the slices `shard` holds of every tensor (the whole model for whole_model's shard):
+// Builds the slices `shard` holds of every tensor (the whole model for whole_shard's shard):
 // allocates them all first, then fills them from the pool.
 class DummyBuilder {
  public:
@@ -291,6 +292,8 @@ class DummyBuilder {
       : c_(c), seed_(splitmix64(seed)), s_(shard), threads_(threads), whole_(whole) {}
 
   ModelWeights build();
+  // A DSpark drafter's weights (the target's config gives the quantization tables only).
+  DSparkWeights build_dspark(const DSparkConfig& d);
 
  private:
   // A tensor of `shape` holding `region` of the full tensor `name`, queued for `job`'s fill.
@@ -557,10 +560,52 @@ ModelWeights DummyBuilder::build() {
   return w;
 }
 
+DSparkWeights DummyBuilder::build_dspark(const DSparkConfig& d) {
+  const int64_t H = d.hidden_size, hd = d.head_dim, Q = int64_t(d.num_heads) * hd, KV = int64_t(d.num_kv_heads) * hd;
+  const QuantScheme mx = QuantScheme::kMxfp8;
+  const float norm_noise = 0.02f;
+  const std::string p = "language_model.model.dspark.";
+  const int taps = static_cast<int>(d.target_layer_ids.size());
+  DSparkWeights w;
+  const LinearWeight fc = linear(p + "fc", H, int64_t(taps) * H, mx);
+  w.hidden_norm = normal_f32(p + "hidden_norm", {H}, norm_noise);
+  w.final_norm = normal_f32(p + "norm", {H}, norm_noise);
+  for (int l = 0; l < d.num_layers; ++l) {
+    const std::string b = p + "layers." + std::to_string(l) + ".";
+    DSparkLayerWeights lw;
+    lw.input_norm = normal_f32(b + "input_layernorm", {H}, norm_noise);
+    lw.post_attn_norm = normal_f32(b + "post_attention_layernorm", {H}, norm_noise);
+    lw.q_norm = normal_f32(b + "q_norm", {hd}, norm_noise);
+    lw.k_norm = normal_f32(b + "k_norm", {hd}, norm_noise);
+    lw.q = linear(b + "q_proj", Q, H, mx);
+    lw.k = linear(b + "k_proj", KV, H, mx);
+    lw.v = linear(b + "v_proj", KV, H, mx);
+    lw.o = linear(b + "o_proj", H, Q, mx);
+    lw.gate = linear(b + "gate_proj", d.intermediate_size, H, mx);
+    lw.up = linear(b + "up_proj", d.intermediate_size, H, mx);
+    lw.down = linear(b + "down_proj", H, d.intermediate_size, mx);
+    w.layers.push_back(std::move(lw));
+  }
+  w.heads.w1 = normal_f32(p + "markov_head.w1", {d.vocab_size, d.markov_rank}, 1.0f);
+  w.heads.w2 = normal_f32(p + "markov_head.w2", {d.vocab_size, d.markov_rank}, 0.01f);
+  const int64_t conf_in = H + (d.confidence_with_markov ? d.markov_rank : 0);
+  w.heads.confidence_w = normal_f32(p + "confidence_head", {conf_in}, 0.01f);
+  w.heads.confidence_with_markov = d.confidence_with_markov;
+  run_jobs();
+  for (int i = 0; i < taps; ++i) w.fc.push_back(taps == 1 ? fc : fc.columns(int64_t(i) * H, int64_t(i + 1) * H));
+  return w;
+}
+
 }  // namespace
 
+DSparkWeights make_dummy_dspark_weights(const DSparkConfig& config, uint64_t seed) {
+  ModelConfig target;  // the builder reads the target's quantization config only: none
+  const RankShard everything;
+  return DummyBuilder(target, seed, everything, 0, true).build_dspark(config);
+}
+
 ModelWeights make_dummy_weights(const ModelConfig& config, uint64_t seed, unsigned threads) {
-  const RankShard everything = whole_model(config);
+  const RankShard everything = whole_shard(config);
   return DummyBuilder(config, seed, everything, threads, true).build();
 }
 
