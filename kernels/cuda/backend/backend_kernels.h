@@ -223,11 +223,16 @@ cudaError_t launch_generic_attention(const StepView& step, const KvLayerView& ca
                                      const uint16_t* q, int num_q_heads, const int32_t* selection,
                                      int topk, float sm_scale, uint16_t* out, cudaStream_t stream);
 
-// ops/backend.h draft_block_attention (the DSpark drafter): q, block_k, block_v, out bf16.
+// ops/backend.h draft_block_attention (the DSpark drafter): q, block_k, block_v, out bf16. The
+// tiled kernel (keys split over CTAs, then merged) needs `scratch` of
+// draft_attention_scratch_floats() floats (0: the geometry takes the simple kernel, one CTA per
+// token and KV head); with less it runs the simple kernel.
+size_t draft_attention_scratch_floats(const StepView& step, const KvLayerView& cache, int num_q_heads, int block_len,
+                                      int window, int sm_count, int* splits, int* split_keys);
 cudaError_t launch_draft_block_attention(const StepView& step, const KvLayerView& cache, const uint16_t* q,
                                          int num_q_heads, const uint16_t* block_k, const uint16_t* block_v,
-                                         int block_len, int window, float sm_scale, uint16_t* out,
-                                         cudaStream_t stream);
+                                         int block_len, int window, float sm_scale, uint16_t* out, float* scratch,
+                                         size_t scratch_floats, int sm_count, cudaStream_t stream);
 // ops/backend.h markov_drafts (ops/draft_heads.h, greedy): block_len launches of the argmax scan
 // (keys: u64 scratch [rows], one candidate per row, zeroed first), then the ids and confidences.
 struct MarkovDraftArgs {

@@ -110,6 +110,9 @@ class CudaBackend final : public Backend {
     check_cuda(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "event");
     check_cuda(detail::init_linear_kernels(), "linear kernel attributes");
     gemm_ = std::make_unique<cuda::CublasLtGemm>();
+    int device = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device), "SM count");
   }
   ~CudaBackend() override {
     kv_copier_.reset();  // waits for its copies, which the compute stream may wait on
@@ -417,9 +420,14 @@ class CudaBackend final : public Backend {
     check_act(block_k, step_.num_tokens, kv_cols, "draft block K");
     check_act(block_v, step_.num_tokens, kv_cols, "draft block V");
     check_act(out, step_.num_tokens, cols, "draft attention output");
+    int splits = 0, split_keys = 0;
+    const size_t floats = detail::draft_attention_scratch_floats(step_, cache, num_q_heads, block_len, window, sm_count_,
+                                                                 &splits, &split_keys);
+    if (floats > 0) draft_attn_scratch_.reserve(floats * sizeof(float), "draft_block_attention splits");
     check_cuda(detail::launch_draft_block_attention(step_, cache, bf16_ptr(q), num_q_heads, bf16_ptr(block_k),
                                                     bf16_ptr(block_v), block_len, window, sm_scale, bf16_ptr_mut(out),
-                                                    stream_),
+                                                    floats > 0 ? draft_attn_scratch_.as<float>() : nullptr, floats,
+                                                    sm_count_, stream_),
                "draft_block_attention (at most 32 query heads per KV head, head_dim <= 256)");
   }
 
@@ -431,7 +439,7 @@ class CudaBackend final : public Backend {
     M3_CHECK(head.w1.device() == Device::kCuda && head.w2.device() == Device::kCuda &&
                  head.confidence_w.device() == Device::kCuda,
              "cuda backend: markov_drafts' heads must be device tensors");
-    M3_CHECK(view.rank <= 12288, "cuda backend: markov_drafts of rank {} (at most 12288)", view.rank);
+    M3_CHECK(view.rank <= 376, "cuda backend: markov_drafts of rank {} (at most 376)", view.rank);
     const size_t rows = size_t(std::max(1, step_.num_tokens));
     markov_keys_.reserve(sizeof(unsigned long long) * rows, "markov_drafts keys");
     markov_out_.reserve(2 * sizeof(int32_t) * rows, "markov_drafts outputs");
@@ -694,10 +702,11 @@ class CudaBackend final : public Backend {
   PinnedBuffer meta_pinned_;
   DeviceBuffer meta_{&scratch_moves_};
   int rope_half_ = 1;
+  int sm_count_ = 1;
   DeviceBuffer inv_freq_{&scratch_moves_}, rope_cos_{&scratch_moves_}, rope_sin_{&scratch_moves_};
 
   // Scratch (grow-only).
-  DeviceBuffer mlp_act_{&scratch_moves_};
+  DeviceBuffer mlp_act_{&scratch_moves_}, draft_attn_scratch_{&scratch_moves_};
   // The buffers of the ops that wait for the device (copy_to_host_f32, sample, markov_drafts) are
   // never in a recorded graph, so their moves drop none: a verification step's first logits copy
   // or sampling of more rows than any decode must not cost the graphs just recorded.

@@ -1,6 +1,7 @@
 // The DSpark drafter's two ops (ops/backend.h draft_block_attention, markov_drafts). Simple and
 // exact rather than fast, as the generic attention path: every dot product and sum runs in the CPU
 // reference's order with fp32 operations that are not contracted.
+#include <algorithm>
 #include <cstdint>
 
 #include "formats/bf16.h"
@@ -97,6 +98,163 @@ __global__ void draft_block_attention_kernel(const DraftAttnParams a) {
   }
 }
 
+// ---- draft_block_attention, tiled: one CTA per (block, KV head, key split) ----
+// The block's queries of one KV head (block_len x group rows) stay in shared memory; the split's
+// keys stream through it in tiles of kTileKeys (K, then V, decoded to fp32 once per CTA), with an
+// online softmax per query row; each split writes its unnormalised sums, and a second kernel merges
+// the splits. Keys are read once per (block, KV head) instead of once per query head, and every
+// load is coalesced. For head_dim dividing 256 and at most kTiledMaxAcc rows per thread; the
+// simple kernel above takes any other geometry.
+constexpr int kTiledThreads = 256, kTileKeys = 64, kTiledMaxAcc = 64;
+
+struct TiledAttnParams {
+  DraftAttnParams a;
+  int group, rows;  // query heads per KV head; rows = block_len * group
+  int splits, split_keys;  // key splits per (block, KV head), keys per split (a multiple of kTileKeys)
+  float* part_o;   // [blocks * hkv * splits, rows, head_dim] unnormalised sums
+  float* part_ml;  // [blocks * hkv * splits, rows, 2]: running max and sum
+};
+
+__global__ void __launch_bounds__(kTiledThreads) draft_attention_tiled_kernel(const TiledAttnParams p) {
+  extern __shared__ float tiled_buf[];
+  const DraftAttnParams& a = p.a;
+  const KvLayerView& c = a.cache;
+  const int s = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
+  const int hkv = c.num_kv_heads, d = c.head_dim, bs = c.block_size, n = a.block_len, rows = p.rows;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = kTiledThreads / 32;
+  float* qs = tiled_buf;                       // [rows][d]
+  float* sc = qs + rows * d;                   // [rows][kTileKeys]: scores, then weights
+  float* kv = sc + rows * kTileKeys;           // [kTileKeys][d + 1]
+  float* alpha = kv + kTileKeys * (d + 1);     // [rows]
+  float* row_m = alpha + rows;                 // [rows]
+  float* row_l = row_m + rows;                 // [rows]
+  const int first_token = s * n;
+  const int pos0 = a.step.positions[first_token];  // the block's first query: P + 1
+  const int last = a.step.seq_lens[s] - n - 1;      // P
+  const int ctx_first = max(0, pos0 - a.window + 1);
+  const int ctx = max(0, last - ctx_first + 1), keys = ctx + n;
+  const int32_t* pages = a.step.page_table + int64_t(s) * a.step.pages_per_seq;
+  // Query row r = j * group + h: token first_token + j, head g * group + h.
+  for (int e = threadIdx.x; e < rows * d; e += blockDim.x) {
+    const int r = e / d, ch = e - r * d, j = r / p.group, h = r - j * p.group;
+    qs[e] = bf16_decode(a.q[(int64_t(first_token + j) * a.num_q_heads + g * p.group + h) * d + ch]);
+  }
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) row_m[r] = -INFINITY, row_l[r] = 0.0f;
+  // Accumulators: this thread's channel ch and rows r0, r0 + per_ch, ...
+  const int per_ch = kTiledThreads / d, ch = threadIdx.x % d, r0 = threadIdx.x / d;
+  float acc[kTiledMaxAcc];
+#pragma unroll
+  for (int i = 0; i < kTiledMaxAcc; ++i) acc[i] = 0.0f;
+  // Key i's row: cached context (its dtype) or the block's bf16 activations.
+  auto key_row = [&](int i, int which, KvDType& dtype) -> const uint8_t* {
+    if (i < ctx) {
+      const int kp = ctx_first + i;
+      dtype = c.kv_dtype;
+      return c.kv_row(pages[kp / bs], which, g, kp % bs);
+    }
+    dtype = KvDType::kBF16;
+    const uint16_t* src = which == 0 ? a.block_k : a.block_v;
+    return reinterpret_cast<const uint8_t*>(src + ((int64_t(first_token) + (i - ctx)) * hkv + g) * d);
+  };
+  auto load_tile = [&](int base, int count, int which) {
+    for (int e = threadIdx.x; e < count * d; e += blockDim.x) {
+      const int k = e / d, x = e - k * d;
+      KvDType dtype;
+      const uint8_t* row = key_row(base + k, which, dtype);
+      kv[k * (d + 1) + x] = cached_value(dtype, row, nullptr, x, false);
+    }
+  };
+  const int begin = split * p.split_keys, end = min(keys, begin + p.split_keys);
+  __syncthreads();
+  for (int base = begin; base < end; base += kTileKeys) {
+    const int count = min(kTileKeys, end - base);
+    load_tile(base, count, 0);
+    __syncthreads();
+    // Scores: lane = key (two halves of 32), warps over rows; masked outside a query's window.
+    for (int r = warp; r < rows; r += warps) {
+      const int qpos = pos0 + r / p.group;
+      const float* q = qs + r * d;
+      for (int k = lane; k < kTileKeys; k += 32) {
+        float v = -INFINITY;
+        const int i = base + k;
+        if (k < count && (i >= ctx || ctx_first + i >= qpos - a.window + 1)) {
+          const float* kr = kv + k * (d + 1);
+          float dot = 0.0f;
+          for (int x = 0; x < d; ++x) dot = fmaf(q[x], kr[x], dot);
+          v = dot * a.sm_scale;
+        }
+        sc[r * kTileKeys + k] = v;
+      }
+    }
+    __syncthreads();
+    // Online softmax per row: a warp per row.
+    for (int r = warp; r < rows; r += warps) {
+      float* row = sc + r * kTileKeys;
+      float mx = fmaxf(row[lane], row[lane + 32]);
+      mx = warp_max(mx);
+      const float m_old = row_m[r], m_new = fmaxf(m_old, mx);
+      float sum = 0.0f;
+      for (int k = lane; k < kTileKeys; k += 32) {
+        const float e = m_new == -INFINITY ? 0.0f : expf(row[k] - m_new);
+        row[k] = e;
+        sum += e;
+      }
+      sum = warp_sum(sum);
+      if (lane == 0) {
+        const float scale = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+        alpha[r] = scale;
+        row_l[r] = row_l[r] * scale + sum;
+        row_m[r] = m_new;
+      }
+    }
+    __syncthreads();
+    load_tile(base, count, 1);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kTiledMaxAcc; ++i)
+      if (r0 + i * per_ch < rows) acc[i] *= alpha[r0 + i * per_ch];
+    for (int k = 0; k < count; ++k) {
+      const float v = kv[k * (d + 1) + ch];
+#pragma unroll
+      for (int i = 0; i < kTiledMaxAcc; ++i)
+        if (r0 + i * per_ch < rows) acc[i] = fmaf(sc[(r0 + i * per_ch) * kTileKeys + k], v, acc[i]);
+    }
+    __syncthreads();
+  }
+  const int64_t part = (int64_t(s) * hkv + g) * p.splits + split;
+#pragma unroll
+  for (int i = 0; i < kTiledMaxAcc; ++i)
+    if (r0 + i * per_ch < rows) p.part_o[(part * rows + r0 + i * per_ch) * d + ch] = acc[i];
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    p.part_ml[(part * rows + r) * 2] = row_m[r];
+    p.part_ml[(part * rows + r) * 2 + 1] = row_l[r];
+  }
+}
+
+// out[t, head] = the splits' sums merged: sum_c e^(m_c - M) o_c / sum_c e^(m_c - M) l_c.
+__global__ void draft_attention_merge_kernel(const TiledAttnParams p) {
+  const DraftAttnParams& a = p.a;
+  const int t = blockIdx.x, head = blockIdx.y, d = a.cache.head_dim, hkv = a.cache.num_kv_heads;
+  const int s = t / a.block_len, j = t - s * a.block_len, g = head / p.group, h = head - g * p.group;
+  const int r = j * p.group + h;
+  const int64_t first = (int64_t(s) * hkv + g) * p.splits;
+  float mx = -INFINITY;
+  for (int c = 0; c < p.splits; ++c) mx = fmaxf(mx, p.part_ml[((first + c) * p.rows + r) * 2]);
+  float l = 0.0f;
+  for (int c = 0; c < p.splits; ++c) {
+    const float m = p.part_ml[((first + c) * p.rows + r) * 2];
+    if (m != -INFINITY) l += expf(m - mx) * p.part_ml[((first + c) * p.rows + r) * 2 + 1];
+  }
+  for (int ch = threadIdx.x; ch < d; ch += blockDim.x) {
+    float o = 0.0f;
+    for (int c = 0; c < p.splits; ++c) {
+      const float m = p.part_ml[((first + c) * p.rows + r) * 2];
+      if (m != -INFINITY) o += expf(m - mx) * p.part_o[((first + c) * p.rows + r) * d + ch];
+    }
+    a.out[(int64_t(t) * a.num_q_heads + head) * d + ch] = f32_to_bf16_bits(l > 0.0f ? o / l : 0.0f);
+  }
+}
+
 // ---- markov_drafts: per draft j, every block's adjusted logits scanned for their argmax ----
 
 // A row's candidate as one u64 that compares as the argmax orders: the logit's bits mapped onto
@@ -112,54 +270,74 @@ __device__ __forceinline__ int32_t argmax_id(unsigned long long key) {
   return key == 0ull ? 0 : static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(key & 0xFFFFFFFFull));
 }
 
-// draft_head_dot's order: eight interleaved lanes, ((0+4)+(2+6))+((1+5)+(3+7)), then the tail.
-__device__ __forceinline__ float head_dot(const float* a, const float* b, int n) {
-  float lane[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-  const int n8 = n & ~7;
-  for (int i = 0; i < n8; i += 8)
-#pragma unroll
-    for (int l = 0; l < 8; ++l) lane[l] = __fadd_rn(lane[l], __fmul_rn(a[i + l], b[i + l]));
-  float acc = __fadd_rn(__fadd_rn(__fadd_rn(lane[0], lane[4]), __fadd_rn(lane[2], lane[6])),
-                        __fadd_rn(__fadd_rn(lane[1], lane[5]), __fadd_rn(lane[3], lane[7])));
-  for (int i = n8; i < n; ++i) acc = __fadd_rn(acc, __fmul_rn(a[i], b[i]));
-  return acc;
-}
-
 __device__ __forceinline__ int32_t markov_prev(const MarkovDraftArgs& a, int block, int j) {
   const int64_t first_row = int64_t(block) * a.block_len;
   return j == 0 ? a.token_ids[first_row] : argmax_id(a.keys[first_row + j - 1]);
 }
 
-constexpr int kMarkovThreads = 256;
-constexpr int kMarkovChunk = 4096;  // vocabulary entries per CTA
+// Draft j of every block at once: a CTA streams kMarkovRows vocabulary rows of w2 through shared
+// memory (read once per draft, whatever the batch) in tiles of 32, and each warp scores its
+// kMarkovReqPerWarp blocks' rows against them (lane = vocabulary row), each dot in
+// draft_head_dot's order; one atomicMax per (CTA, block) takes the best key into keys[row].
+constexpr int kMarkovThreads = 256, kMarkovWarps = kMarkovThreads / 32;
+constexpr int kMarkovReqPerWarp = 4, kMarkovReqPerCta = kMarkovWarps * kMarkovReqPerWarp;
+constexpr int kMarkovRows = 128;   // vocabulary rows per CTA
+constexpr int kMarkovMaxRank = 376;  // 32 rows of rank + 1 floats in 48 KB of shared memory
 
-// grid (vocab chunks, blocks): the best key of each chunk of draft j's adjusted row into keys[row].
 __global__ void __launch_bounds__(kMarkovThreads) markov_step_kernel(const MarkovDraftArgs a, int j) {
-  extern __shared__ float w1_prev[];  // [rank]
-  __shared__ unsigned long long warp_best[kMarkovThreads / 32];
-  const int block = blockIdx.y;
-  const int64_t row = int64_t(block) * a.block_len + j;
-  const int32_t prev = markov_prev(a, block, j);
-  for (int i = threadIdx.x; i < a.rank; i += blockDim.x) w1_prev[i] = a.w1[int64_t(prev) * a.rank + i];
-  __syncthreads();
-  const int64_t begin = int64_t(blockIdx.x) * kMarkovChunk;
-  const int64_t end = min(begin + kMarkovChunk, a.vocab);
-  unsigned long long best = 0ull;
-  for (int64_t v = begin + threadIdx.x; v < end; v += blockDim.x) {
-    const float logit = __fadd_rn(bf16_decode(a.base[row * a.vocab + v]), head_dot(a.w2 + v * a.rank, w1_prev, a.rank));
-    const unsigned long long key = argmax_key(logit, static_cast<int32_t>(v));
-    best = key > best ? key : best;
+  __shared__ float w2_tile[32 * (kMarkovMaxRank + 1)];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r = a.rank, stride = r + 1;  // padded: lane l reads row l, no bank conflicts
+  // This warp's blocks, their previous tokens and the start of their base rows.
+  int block[kMarkovReqPerWarp];
+  const float* w1[kMarkovReqPerWarp];
+  unsigned long long best[kMarkovReqPerWarp];
+#pragma unroll
+  for (int q = 0; q < kMarkovReqPerWarp; ++q) {
+    block[q] = blockIdx.y * kMarkovReqPerCta + warp * kMarkovReqPerWarp + q;
+    const int b = block[q] < a.num_blocks ? block[q] : 0;
+    w1[q] = a.w1 + int64_t(markov_prev(a, b, j)) * r;
+    best[q] = 0ull;
+  }
+  const int64_t begin = int64_t(blockIdx.x) * kMarkovRows;
+  for (int64_t tile = begin; tile < begin + kMarkovRows && tile < a.vocab; tile += 32) {
+    const int rows = static_cast<int>(a.vocab - tile < 32 ? a.vocab - tile : 32);
+    __syncthreads();
+    for (int e = threadIdx.x; e < rows * r; e += blockDim.x) {
+      const int row = e / r, col = e - row * r;
+      w2_tile[row * stride + col] = a.w2[(tile + row) * r + col];
+    }
+    __syncthreads();
+    if (lane >= rows) continue;
+    const float* w2 = w2_tile + lane * stride;
+    const int64_t v = tile + lane;
+#pragma unroll
+    for (int q = 0; q < kMarkovReqPerWarp; ++q) {
+      if (block[q] >= a.num_blocks) continue;
+      float part[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+      const int r8 = r & ~7;
+      for (int i = 0; i < r8; i += 8)
+#pragma unroll
+        for (int l = 0; l < 8; ++l) part[l] = __fadd_rn(part[l], __fmul_rn(w2[i + l], w1[q][i + l]));
+      float dot = __fadd_rn(__fadd_rn(__fadd_rn(part[0], part[4]), __fadd_rn(part[2], part[6])),
+                            __fadd_rn(__fadd_rn(part[1], part[5]), __fadd_rn(part[3], part[7])));
+      for (int i = r8; i < r; ++i) dot = __fadd_rn(dot, __fmul_rn(w2[i], w1[q][i]));
+      const int64_t row = int64_t(block[q]) * a.block_len + j;
+      const float logit = __fadd_rn(bf16_decode(a.base[row * a.vocab + v]), dot);
+      const unsigned long long key = argmax_key(logit, static_cast<int32_t>(v));
+      best[q] = key > best[q] ? key : best[q];
+    }
   }
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const unsigned long long other = __shfl_xor_sync(0xffffffffu, best, o);
-    best = other > best ? other : best;
-  }
-  if ((threadIdx.x & 31) == 0) warp_best[threadIdx.x >> 5] = best;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kMarkovThreads / 32; ++w) best = warp_best[w] > best ? warp_best[w] : best;
-    atomicMax(a.keys + row, best);
+  for (int q = 0; q < kMarkovReqPerWarp; ++q) {
+    unsigned long long b = best[q];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const unsigned long long other = __shfl_xor_sync(0xffffffffu, b, o);
+      b = other > b ? other : b;
+    }
+    if (lane == 0 && block[q] < a.num_blocks && b != 0ull)
+      atomicMax(a.keys + int64_t(block[q]) * a.block_len + j, b);
   }
 }
 
@@ -195,14 +373,49 @@ __global__ void markov_finish_kernel(const MarkovDraftArgs a) {
 
 }  // namespace
 
+size_t draft_attention_scratch_floats(const StepView& step, const KvLayerView& cache, int num_q_heads, int block_len,
+                                      int window, int sm_count, int* splits_out, int* split_keys_out) {
+  const int group = num_q_heads / cache.num_kv_heads, rows = block_len * group, d = cache.head_dim;
+  const bool tiled = d <= 256 && 256 % d == 0 && (rows + kTiledThreads / d - 1) / (kTiledThreads / d) <= kTiledMaxAcc;
+  if (!tiled || step.num_seqs == 0) return 0;
+  // Keys of a block: at most its window's context and the block (and what the pages hold).
+  int64_t keys = int64_t(window) + block_len;
+  if (step.max_blocks > 0) keys = std::min<int64_t>(keys, int64_t(step.max_blocks) * cache.block_size + block_len);
+  const int max_splits = static_cast<int>((keys + kTileKeys - 1) / kTileKeys);
+  const int pairs = step.num_seqs * cache.num_kv_heads;
+  const int splits = std::max(1, std::min(max_splits, (2 * sm_count + pairs - 1) / pairs));
+  const int64_t split_tiles = ((keys + kTileKeys - 1) / kTileKeys + splits - 1) / splits;
+  *splits_out = splits;
+  *split_keys_out = static_cast<int>(split_tiles * kTileKeys);
+  return size_t(pairs) * splits * rows * (d + 2);
+}
+
 cudaError_t launch_draft_block_attention(const StepView& step, const KvLayerView& cache, const uint16_t* q,
                                          int num_q_heads, const uint16_t* block_k, const uint16_t* block_v,
-                                         int block_len, int window, float sm_scale, uint16_t* out,
-                                         cudaStream_t stream) {
+                                         int block_len, int window, float sm_scale, uint16_t* out, float* scratch,
+                                         size_t scratch_floats, int sm_count, cudaStream_t stream) {
   if (step.num_tokens == 0) return cudaSuccess;
   const int group = num_q_heads / cache.num_kv_heads;
-  if (group > 32 || cache.head_dim > 32 * kMaxChannelsPerLane) return cudaErrorInvalidValue;
   DraftAttnParams a{step, cache, q, num_q_heads, block_k, block_v, block_len, window, sm_scale, out};
+  int splits = 0, split_keys = 0;
+  const size_t need = draft_attention_scratch_floats(step, cache, num_q_heads, block_len, window, sm_count, &splits,
+                                                     &split_keys);
+  if (need > 0 && scratch != nullptr && scratch_floats >= need) {
+    TiledAttnParams p{a, group, block_len * group, splits, split_keys, nullptr, nullptr};
+    const int d = cache.head_dim, rows = p.rows;
+    p.part_o = scratch;
+    p.part_ml = scratch + size_t(step.num_seqs) * cache.num_kv_heads * splits * rows * d;
+    const size_t smem = (size_t(rows) * d + size_t(rows) * kTileKeys + size_t(kTileKeys) * (d + 1) + 3 * size_t(rows)) *
+                        sizeof(float);
+    cudaError_t e = cudaFuncSetAttribute(draft_attention_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+    draft_attention_tiled_kernel<<<dim3(step.num_seqs, cache.num_kv_heads, splits), kTiledThreads, smem, stream>>>(p);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    draft_attention_merge_kernel<<<dim3(step.num_tokens, num_q_heads), 128, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
+  if (group > 32 || cache.head_dim > 32 * kMaxChannelsPerLane) return cudaErrorInvalidValue;
   const size_t smem = size_t(group) * (cache.head_dim + 32) * sizeof(float);
   draft_block_attention_kernel<<<dim3(step.num_tokens, cache.num_kv_heads), 32 * group, smem, stream>>>(a);
   return cudaGetLastError();
@@ -213,9 +426,11 @@ cudaError_t launch_markov_drafts(const MarkovDraftArgs& args, cudaStream_t strea
   const int64_t rows = int64_t(args.num_blocks) * args.block_len;
   cudaError_t e = cudaMemsetAsync(args.keys, 0, rows * sizeof(unsigned long long), stream);
   if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((args.vocab + kMarkovChunk - 1) / kMarkovChunk), args.num_blocks);
+  if (args.rank > kMarkovMaxRank) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((args.vocab + kMarkovRows - 1) / kMarkovRows),
+                  static_cast<unsigned>((args.num_blocks + kMarkovReqPerCta - 1) / kMarkovReqPerCta));
   for (int j = 0; j < args.block_len; ++j) {
-    markov_step_kernel<<<grid, kMarkovThreads, args.rank * sizeof(float), stream>>>(args, j);
+    markov_step_kernel<<<grid, kMarkovThreads, 0, stream>>>(args, j);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
   markov_finish_kernel<<<static_cast<unsigned>(rows), 32, 0, stream>>>(args);
