@@ -161,6 +161,7 @@ void add_draft_cases(CaseList& cases, bool quick) {
   }
   cases.push_back(std::make_unique<MarkovCase>(tiny_geometry(), 3, 5000, 16, true));
   cases.push_back(std::make_unique<MarkovCase>(tiny_geometry(), 2, 9000, 16, false));
+  cases.push_back(std::make_unique<MarkovCase>(tiny_geometry(), 2, 3000, 20, true));  // a rank that is no multiple of 8
   cases.push_back(std::make_unique<MarkovCase>(m3_geometry(), quick ? 33 : 70, 20000, 256, true));
 }
 

@@ -439,7 +439,7 @@ class CudaBackend final : public Backend {
     M3_CHECK(head.w1.device() == Device::kCuda && head.w2.device() == Device::kCuda &&
                  head.confidence_w.device() == Device::kCuda,
              "cuda backend: markov_drafts' heads must be device tensors");
-    M3_CHECK(view.rank <= 376, "cuda backend: markov_drafts of rank {} (at most 376)", view.rank);
+    M3_CHECK(view.rank <= 512, "cuda backend: markov_drafts of rank {} (at most 512)", view.rank);
     const size_t rows = size_t(std::max(1, step_.num_tokens));
     markov_keys_.reserve(sizeof(unsigned long long) * rows, "markov_drafts keys");
     markov_out_.reserve(2 * sizeof(int32_t) * rows, "markov_drafts outputs");

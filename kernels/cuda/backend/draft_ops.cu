@@ -103,9 +103,10 @@ __global__ void draft_block_attention_kernel(const DraftAttnParams a) {
 // keys stream through it in tiles of kTileKeys (K, then V, decoded to fp32 once per CTA), with an
 // online softmax per query row; each split writes its unnormalised sums, and a second kernel merges
 // the splits. Keys are read once per (block, KV head) instead of once per query head, and every
-// load is coalesced. For head_dim dividing 256 and at most kTiledMaxAcc rows per thread; the
-// simple kernel above takes any other geometry.
-constexpr int kTiledThreads = 256, kTileKeys = 64, kTiledMaxAcc = 64;
+// load is coalesced. For head_dim a multiple of 4 whose quarter divides the CTA's 256 threads, and at
+// most kTiledMaxRows rows per thread; the simple kernel above takes any other geometry.
+constexpr int kTiledThreads = 256, kTileKeys = 64;
+constexpr int kTiledMaxRows = 16;  // query rows per thread in the weighted sum (4 channels each)
 
 struct TiledAttnParams {
   DraftAttnParams a;
@@ -116,7 +117,8 @@ struct TiledAttnParams {
 };
 
 __global__ void __launch_bounds__(kTiledThreads) draft_attention_tiled_kernel(const TiledAttnParams p) {
-  extern __shared__ float tiled_buf[];
+  extern __shared__ float4 tiled_buf4[];  // float4: the V tile's rows are read as float4
+  float* tiled_buf = reinterpret_cast<float*>(tiled_buf4);
   const DraftAttnParams& a = p.a;
   const KvLayerView& c = a.cache;
   const int s = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
@@ -140,11 +142,12 @@ __global__ void __launch_bounds__(kTiledThreads) draft_attention_tiled_kernel(co
     qs[e] = bf16_decode(a.q[(int64_t(first_token + j) * a.num_q_heads + g * p.group + h) * d + ch]);
   }
   for (int r = threadIdx.x; r < rows; r += blockDim.x) row_m[r] = -INFINITY, row_l[r] = 0.0f;
-  // Accumulators: this thread's channel ch and rows r0, r0 + per_ch, ...
-  const int per_ch = kTiledThreads / d, ch = threadIdx.x % d, r0 = threadIdx.x / d;
-  float acc[kTiledMaxAcc];
+  // Weighted sums: this thread's 4 channels cg * 4 .. and rows rg, rg + row_groups, ...
+  const int groups = d / 4, row_groups = kTiledThreads / groups;
+  const int cg = threadIdx.x % groups, rg = threadIdx.x / groups;
+  float acc[kTiledMaxRows][4];
 #pragma unroll
-  for (int i = 0; i < kTiledMaxAcc; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < kTiledMaxRows; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   // Key i's row: cached context (its dtype) or the block's bf16 activations.
   auto key_row = [&](int i, int which, KvDType& dtype) -> const uint8_t* {
     if (i < ctx) {
@@ -156,12 +159,14 @@ __global__ void __launch_bounds__(kTiledThreads) draft_attention_tiled_kernel(co
     const uint16_t* src = which == 0 ? a.block_k : a.block_v;
     return reinterpret_cast<const uint8_t*>(src + ((int64_t(first_token) + (i - ctx)) * hkv + g) * d);
   };
+  // K rows padded to d + 1 (a lane per key reads down its row), V rows dense (float4 reads).
   auto load_tile = [&](int base, int count, int which) {
+    const int stride = which == 0 ? d + 1 : d;
     for (int e = threadIdx.x; e < count * d; e += blockDim.x) {
       const int k = e / d, x = e - k * d;
       KvDType dtype;
       const uint8_t* row = key_row(base + k, which, dtype);
-      kv[k * (d + 1) + x] = cached_value(dtype, row, nullptr, x, false);
+      kv[k * stride + x] = cached_value(dtype, row, nullptr, x, false);
     }
   };
   const int begin = split * p.split_keys, end = min(keys, begin + p.split_keys);
@@ -170,20 +175,35 @@ __global__ void __launch_bounds__(kTiledThreads) draft_attention_tiled_kernel(co
     const int count = min(kTileKeys, end - base);
     load_tile(base, count, 0);
     __syncthreads();
-    // Scores: lane = key (two halves of 32), warps over rows; masked outside a query's window.
-    for (int r = warp; r < rows; r += warps) {
-      const int qpos = pos0 + r / p.group;
-      const float* q = qs + r * d;
-      for (int k = lane; k < kTileKeys; k += 32) {
-        float v = -INFINITY;
-        const int i = base + k;
-        if (k < count && (i >= ctx || ctx_first + i >= qpos - a.window + 1)) {
-          const float* kr = kv + k * (d + 1);
-          float dot = 0.0f;
-          for (int x = 0; x < d; ++x) dot = fmaf(q[x], kr[x], dot);
-          v = dot * a.sm_scale;
+    // Scores: lane = keys lane and lane + 32, each warp 4 rows at a time (4 query and 2 key loads
+    // for 8 products); masked outside a query's window.
+    for (int rb = warp * 4; rb < rows; rb += warps * 4) {
+      float dot[4][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}};
+      const float* k0 = kv + lane * (d + 1);
+      const float* k1 = kv + (lane + 32) * (d + 1);
+      const float* q[4];
+#pragma unroll
+      for (int rr = 0; rr < 4; ++rr) q[rr] = qs + min(rb + rr, rows - 1) * d;
+      for (int x = 0; x < d; ++x) {
+        const float a0 = k0[x], a1 = k1[x];
+#pragma unroll
+        for (int rr = 0; rr < 4; ++rr) {
+          const float qv = q[rr][x];
+          dot[rr][0] = fmaf(qv, a0, dot[rr][0]);
+          dot[rr][1] = fmaf(qv, a1, dot[rr][1]);
         }
-        sc[r * kTileKeys + k] = v;
+      }
+#pragma unroll
+      for (int rr = 0; rr < 4; ++rr) {
+        const int r = rb + rr;
+        if (r >= rows) break;
+        const int qpos = pos0 + r / p.group;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int k = lane + 32 * h, i = base + k;
+          const bool visible = k < count && (i >= ctx || ctx_first + i >= qpos - a.window + 1);
+          sc[r * kTileKeys + k] = visible ? dot[rr][h] * a.sm_scale : -INFINITY;
+        }
       }
     }
     __syncthreads();
@@ -211,20 +231,37 @@ __global__ void __launch_bounds__(kTiledThreads) draft_attention_tiled_kernel(co
     load_tile(base, count, 1);
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < kTiledMaxAcc; ++i)
-      if (r0 + i * per_ch < rows) acc[i] *= alpha[r0 + i * per_ch];
+    for (int i = 0; i < kTiledMaxRows; ++i) {
+      const int r = rg + i * row_groups;
+      if (r < rows) {
+        const float f = alpha[r];
+        acc[i][0] *= f, acc[i][1] *= f, acc[i][2] *= f, acc[i][3] *= f;
+      }
+    }
     for (int k = 0; k < count; ++k) {
-      const float v = kv[k * (d + 1) + ch];
+      const float4 v = *reinterpret_cast<const float4*>(kv + k * d + cg * 4);
 #pragma unroll
-      for (int i = 0; i < kTiledMaxAcc; ++i)
-        if (r0 + i * per_ch < rows) acc[i] = fmaf(sc[(r0 + i * per_ch) * kTileKeys + k], v, acc[i]);
+      for (int i = 0; i < kTiledMaxRows; ++i) {
+        const int r = rg + i * row_groups;
+        if (r < rows) {
+          const float w = sc[r * kTileKeys + k];
+          acc[i][0] = fmaf(w, v.x, acc[i][0]);
+          acc[i][1] = fmaf(w, v.y, acc[i][1]);
+          acc[i][2] = fmaf(w, v.z, acc[i][2]);
+          acc[i][3] = fmaf(w, v.w, acc[i][3]);
+        }
+      }
     }
     __syncthreads();
   }
   const int64_t part = (int64_t(s) * hkv + g) * p.splits + split;
 #pragma unroll
-  for (int i = 0; i < kTiledMaxAcc; ++i)
-    if (r0 + i * per_ch < rows) p.part_o[(part * rows + r0 + i * per_ch) * d + ch] = acc[i];
+  for (int i = 0; i < kTiledMaxRows; ++i) {
+    const int r = rg + i * row_groups;
+    if (r < rows)
+      *reinterpret_cast<float4*>(p.part_o + (part * rows + r) * d + cg * 4) =
+          make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+  }
   for (int r = threadIdx.x; r < rows; r += blockDim.x) {
     p.part_ml[(part * rows + r) * 2] = row_m[r];
     p.part_ml[(part * rows + r) * 2 + 1] = row_l[r];
@@ -276,29 +313,39 @@ __device__ __forceinline__ int32_t markov_prev(const MarkovDraftArgs& a, int blo
 }
 
 // Draft j of every block at once: a CTA streams kMarkovRows vocabulary rows of w2 through shared
-// memory (read once per draft, whatever the batch) in tiles of 32, and each warp scores its
-// kMarkovReqPerWarp blocks' rows against them (lane = vocabulary row), each dot in
-// draft_head_dot's order; one atomicMax per (CTA, block) takes the best key into keys[row].
+// memory (read once per draft, whatever the batch) in tiles of 32, beside the w1 rows of its
+// kMarkovReqPerCta blocks' previous tokens; each warp scores its kMarkovReqPerWarp blocks against
+// the tile (lane = vocabulary row), each dot in draft_head_dot's order, from float4 reads (the w1
+// ones broadcast); one atomicMax per (CTA, block) takes the best key into keys[row].
 constexpr int kMarkovThreads = 256, kMarkovWarps = kMarkovThreads / 32;
 constexpr int kMarkovReqPerWarp = 4, kMarkovReqPerCta = kMarkovWarps * kMarkovReqPerWarp;
-constexpr int kMarkovRows = 128;   // vocabulary rows per CTA
-constexpr int kMarkovMaxRank = 376;  // 32 rows of rank + 1 floats in 48 KB of shared memory
+constexpr int kMarkovRows = 128;     // vocabulary rows per CTA
+constexpr int kMarkovMaxRank = 512;  // shared memory: 32 * (rank + 8) + 32 * (rank + 4) floats
+
+__host__ __device__ inline int markov_rank4(int rank) { return (rank + 3) & ~3; }
+inline size_t markov_smem_bytes(int rank) {
+  return sizeof(float) * (size_t(32) * (markov_rank4(rank) + 4) + size_t(kMarkovReqPerCta) * markov_rank4(rank));
+}
 
 __global__ void __launch_bounds__(kMarkovThreads) markov_step_kernel(const MarkovDraftArgs a, int j) {
-  __shared__ float w2_tile[32 * (kMarkovMaxRank + 1)];
+  extern __shared__ float4 markov_buf4[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int r = a.rank, stride = r + 1;  // padded: lane l reads row l, no bank conflicts
-  // This warp's blocks, their previous tokens and the start of their base rows.
+  const int r = a.rank, r4 = markov_rank4(r), stride = r4 + 4;  // 16-byte rows; lane l's row l conflict-free
+  float* w2_tile = reinterpret_cast<float*>(markov_buf4);
+  float* w1_rows = w2_tile + 32 * stride;  // [kMarkovReqPerCta][r4]
+  const int first_block = blockIdx.y * kMarkovReqPerCta;
+  for (int e = threadIdx.x; e < kMarkovReqPerCta * r; e += blockDim.x) {
+    const int q = e / r, col = e - q * r, b = first_block + q;
+    w1_rows[q * r4 + col] = b < a.num_blocks ? a.w1[int64_t(markov_prev(a, b, j)) * r + col] : 0.0f;
+  }
   int block[kMarkovReqPerWarp];
-  const float* w1[kMarkovReqPerWarp];
   unsigned long long best[kMarkovReqPerWarp];
 #pragma unroll
   for (int q = 0; q < kMarkovReqPerWarp; ++q) {
-    block[q] = blockIdx.y * kMarkovReqPerCta + warp * kMarkovReqPerWarp + q;
-    const int b = block[q] < a.num_blocks ? block[q] : 0;
-    w1[q] = a.w1 + int64_t(markov_prev(a, b, j)) * r;
+    block[q] = first_block + warp * kMarkovReqPerWarp + q;
     best[q] = 0ull;
   }
+  const int r8 = r & ~7;
   const int64_t begin = int64_t(blockIdx.x) * kMarkovRows;
   for (int64_t tile = begin; tile < begin + kMarkovRows && tile < a.vocab; tile += 32) {
     const int rows = static_cast<int>(a.vocab - tile < 32 ? a.vocab - tile : 32);
@@ -314,14 +361,23 @@ __global__ void __launch_bounds__(kMarkovThreads) markov_step_kernel(const Marko
 #pragma unroll
     for (int q = 0; q < kMarkovReqPerWarp; ++q) {
       if (block[q] >= a.num_blocks) continue;
+      const float* w1 = w1_rows + (warp * kMarkovReqPerWarp + q) * r4;
       float part[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-      const int r8 = r & ~7;
-      for (int i = 0; i < r8; i += 8)
-#pragma unroll
-        for (int l = 0; l < 8; ++l) part[l] = __fadd_rn(part[l], __fmul_rn(w2[i + l], w1[q][i + l]));
+      for (int i = 0; i < r8; i += 8) {
+        const float4 x0 = *reinterpret_cast<const float4*>(w2 + i), x1 = *reinterpret_cast<const float4*>(w2 + i + 4);
+        const float4 y0 = *reinterpret_cast<const float4*>(w1 + i), y1 = *reinterpret_cast<const float4*>(w1 + i + 4);
+        part[0] = __fadd_rn(part[0], __fmul_rn(x0.x, y0.x));
+        part[1] = __fadd_rn(part[1], __fmul_rn(x0.y, y0.y));
+        part[2] = __fadd_rn(part[2], __fmul_rn(x0.z, y0.z));
+        part[3] = __fadd_rn(part[3], __fmul_rn(x0.w, y0.w));
+        part[4] = __fadd_rn(part[4], __fmul_rn(x1.x, y1.x));
+        part[5] = __fadd_rn(part[5], __fmul_rn(x1.y, y1.y));
+        part[6] = __fadd_rn(part[6], __fmul_rn(x1.z, y1.z));
+        part[7] = __fadd_rn(part[7], __fmul_rn(x1.w, y1.w));
+      }
       float dot = __fadd_rn(__fadd_rn(__fadd_rn(part[0], part[4]), __fadd_rn(part[2], part[6])),
                             __fadd_rn(__fadd_rn(part[1], part[5]), __fadd_rn(part[3], part[7])));
-      for (int i = r8; i < r; ++i) dot = __fadd_rn(dot, __fmul_rn(w2[i], w1[q][i]));
+      for (int i = r8; i < r; ++i) dot = __fadd_rn(dot, __fmul_rn(w2[i], w1[i]));
       const int64_t row = int64_t(block[q]) * a.block_len + j;
       const float logit = __fadd_rn(bf16_decode(a.base[row * a.vocab + v]), dot);
       const unsigned long long key = argmax_key(logit, static_cast<int32_t>(v));
@@ -376,7 +432,9 @@ __global__ void markov_finish_kernel(const MarkovDraftArgs a) {
 size_t draft_attention_scratch_floats(const StepView& step, const KvLayerView& cache, int num_q_heads, int block_len,
                                       int window, int sm_count, int* splits_out, int* split_keys_out) {
   const int group = num_q_heads / cache.num_kv_heads, rows = block_len * group, d = cache.head_dim;
-  const bool tiled = d <= 256 && 256 % d == 0 && (rows + kTiledThreads / d - 1) / (kTiledThreads / d) <= kTiledMaxAcc;
+  // 4 channels a thread (so d / 4 channel groups divide the CTA), at most kTiledMaxRows rows each.
+  const bool tiled = d >= 4 && d <= 256 && d % 4 == 0 && (kTiledThreads * 4) % d == 0 &&
+                     (rows + kTiledThreads * 4 / d - 1) / (kTiledThreads * 4 / d) <= kTiledMaxRows;
   if (!tiled || step.num_seqs == 0) return 0;
   // Keys of a block: at most its window's context and the block (and what the pages hold).
   int64_t keys = int64_t(window) + block_len;
@@ -429,8 +487,11 @@ cudaError_t launch_markov_drafts(const MarkovDraftArgs& args, cudaStream_t strea
   if (args.rank > kMarkovMaxRank) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((args.vocab + kMarkovRows - 1) / kMarkovRows),
                   static_cast<unsigned>((args.num_blocks + kMarkovReqPerCta - 1) / kMarkovReqPerCta));
+  const size_t smem = markov_smem_bytes(args.rank);
+  e = cudaFuncSetAttribute(markov_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
   for (int j = 0; j < args.block_len; ++j) {
-    markov_step_kernel<<<grid, kMarkovThreads, 0, stream>>>(args, j);
+    markov_step_kernel<<<grid, kMarkovThreads, smem, stream>>>(args, j);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
   markov_finish_kernel<<<static_cast<unsigned>(rows), 32, 0, stream>>>(args);
