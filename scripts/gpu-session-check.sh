@@ -18,8 +18,9 @@
 # targets case per kernel (MSA_NCU_CASES, default "1,64,131072 8,8,131072"; at most about 560 s); linear =
 # backend_check bench --only linear and --only moe (at most 240 s; LINEAR_NCU=1 adds ncu of the streamed kernel: stall reasons per SASS instruction, 250 s). Each part fits one 600 s
 # device call; PARTS="main batch-invariant" runs both in one call when the time allows. speculative =
-# both drafters on cuda against plain decoding, the DSpark drafter's acceptance through a cuda
-# server, the M3.1 verification steps (at most about 550 s).
+# the drafter's op cases, verification steps from CUDA graphs, both drafters on cuda against plain
+# decoding, the DSpark drafter's acceptance through a cuda server, the M3.1 verification steps with
+# a drafter of the M3.1 drafter's shapes (at most about 590 s).
 PARTS=${PARTS:-main}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 P=${PREBUILT:-build-gpu-backend}
@@ -123,11 +124,21 @@ if part speculative; then
   timeout 150 python3 tools/train/eval_spec.py --m3serve $P/bin/m3serve --device cuda --kv-cache-dtype nvfp4 \
     --k 0,3,7 --temperatures 0 --count 16 --concurrency 1 --out $OUT/spec-eval-cuda-c1.json >> $L/sp-summary.txt 2>&1
   echo "eval_spec cuda concurrency 1 rc $?" >> $L/sp-summary.txt
-  timeout 200 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 \
+  timeout 300 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 \
     --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64 \
-    --context-lens 8192 --prefill-lens "" --spec-tokens 3,7 --no-op-breakdown --iters 5 --warmup 2 --json \
-    > $OUT/bench-latency-spec.json 2> $L/bench-spec.log
+    --context-lens 8192 --prefill-lens "" --spec-tokens 3,7 --spec-drafter bench/configs/minimax-m3.1/dspark \
+    --iters 5 --warmup 2 --json > $OUT/bench-latency-spec.json 2> $L/bench-spec.log
   echo "bench spec rc $?" >> $L/sp-summary.txt
+  python3 - $OUT/bench-latency-spec.json >> $L/sp-summary.txt 2>&1 <<'PY'
+import json, sys
+for c in json.load(open(sys.argv[1]))["decode"]:
+    for v in c.get("verification", []):
+        d = v.get("drafter", {})
+        print(f"spec b{c['batch']} k{v['k']}: decode {c['step_ms']:.2f} ms, verify {v['step_ms']:.2f} ms, "
+              f"taps {d.get('taps_ms', 0):.2f} ms, draft {d.get('draft_step_ms', 0):.2f} ms, "
+              f"{d.get('tokens_per_s_per_user', 0):.1f} tok/s/user at L={v['acceptance_length']} "
+              f"vs {v['plain_tokens_per_s_per_user']:.1f} plain")
+PY
 fi
 if part linear; then
   # The linear layers and the MoE kernels alone (backend_check bench: M3.1 shapes, random weights;
