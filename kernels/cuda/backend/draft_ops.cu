@@ -28,10 +28,25 @@ struct DraftAttnParams {
   uint16_t* out;
 };
 
+// Key i of block s's keys: a cached context row (i < ctx: position ctx_first + i, in the cache's
+// dtype) or row i - ctx of the block's own K or V (bf16 activations). which: 0 = K, 1 = V.
+__device__ __forceinline__ const uint8_t* draft_key_row(const DraftAttnParams& a, const int32_t* pages, int s, int g,
+                                                        int ctx, int ctx_first, int i, int which, KvDType& dtype) {
+  const KvLayerView& c = a.cache;
+  if (i < ctx) {
+    const int p = ctx_first + i;
+    dtype = c.kv_dtype;
+    return c.kv_row(pages[p / c.block_size], which, g, p % c.block_size);
+  }
+  dtype = KvDType::kBF16;
+  const uint16_t* rows = which == 0 ? a.block_k : a.block_v;
+  return reinterpret_cast<const uint8_t*>(rows + ((int64_t(s) * a.block_len + (i - ctx)) * c.num_kv_heads + g) * c.head_dim);
+}
+
 __global__ void draft_block_attention_kernel(const DraftAttnParams a) {
   extern __shared__ float draft_buf[];
   const KvLayerView& c = a.cache;
-  const int t = blockIdx.x, g = blockIdx.y, hkv = c.num_kv_heads, d = c.head_dim, bs = c.block_size;
+  const int t = blockIdx.x, g = blockIdx.y, hkv = c.num_kv_heads, d = c.head_dim;
   const int group = a.num_q_heads / hkv;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float* qv = draft_buf + warp * (d + 32);
@@ -44,16 +59,8 @@ __global__ void draft_block_attention_kernel(const DraftAttnParams a) {
   const int qh = g * group + warp;
   for (int i = lane; i < d; i += 32) qv[i] = bf16_decode(a.q[(int64_t(t) * a.num_q_heads + qh) * d + i]);
   __syncwarp();
-  // Key i: a cached context row, or a row of the block (bf16 activations).
-  auto row_of = [&](int i, int which, KvDType& dtype) -> const uint8_t* {
-    if (i < context) {
-      const int p = first + i;
-      dtype = c.kv_dtype;
-      return c.kv_row(pages[p / bs], which, g, p % bs);
-    }
-    dtype = KvDType::kBF16;
-    const uint16_t* rows = which == 0 ? a.block_k : a.block_v;
-    return reinterpret_cast<const uint8_t*>(rows + ((int64_t(s) * a.block_len + (i - context)) * hkv + g) * d);
+  auto row_of = [&](int i, int which, KvDType& dtype) {
+    return draft_key_row(a, pages, s, g, context, first, i, which, dtype);
   };
   auto logit = [&](int i) {
     KvDType dtype;
@@ -122,7 +129,7 @@ __global__ void __launch_bounds__(kTiledThreads) draft_attention_tiled_kernel(co
   const DraftAttnParams& a = p.a;
   const KvLayerView& c = a.cache;
   const int s = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
-  const int hkv = c.num_kv_heads, d = c.head_dim, bs = c.block_size, n = a.block_len, rows = p.rows;
+  const int hkv = c.num_kv_heads, d = c.head_dim, n = a.block_len, rows = p.rows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = kTiledThreads / 32;
   float* qs = tiled_buf;                       // [rows][d]
   float* sc = qs + rows * d;                   // [rows][kTileKeys]: scores, then weights
@@ -148,16 +155,8 @@ __global__ void __launch_bounds__(kTiledThreads) draft_attention_tiled_kernel(co
   float acc[kTiledMaxRows][4];
 #pragma unroll
   for (int i = 0; i < kTiledMaxRows; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-  // Key i's row: cached context (its dtype) or the block's bf16 activations.
-  auto key_row = [&](int i, int which, KvDType& dtype) -> const uint8_t* {
-    if (i < ctx) {
-      const int kp = ctx_first + i;
-      dtype = c.kv_dtype;
-      return c.kv_row(pages[kp / bs], which, g, kp % bs);
-    }
-    dtype = KvDType::kBF16;
-    const uint16_t* src = which == 0 ? a.block_k : a.block_v;
-    return reinterpret_cast<const uint8_t*>(src + ((int64_t(first_token) + (i - ctx)) * hkv + g) * d);
+  auto key_row = [&](int i, int which, KvDType& dtype) {
+    return draft_key_row(a, pages, s, g, ctx, ctx_first, i, which, dtype);
   };
   // K rows padded to d + 1 (a lane per key reads down its row), V rows dense (float4 reads).
   auto load_tile = [&](int base, int count, int which) {
