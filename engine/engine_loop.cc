@@ -245,17 +245,26 @@ void EngineLoop::plan_outputs(std::size_t i, Sequence& seq) {
       add_sample_row(sampling_, rows.sample_row + j, state);
       if (penalised && j < k) ++draft_counts_[seq.draft_tokens[static_cast<size_t>(j)]];
     }
+    if (seq.constraint) add_mask_rows(seq, out, std::span<const int32_t>(seq.draft_tokens.data(), k));
     return;
   }
   add_sample_row(sampling_, rows.sample_row, sampling_state(seq));
-  if (seq.constraint) {
-    const int32_t allowed_row = sampling_.add_allowed_row(token_mask_words(vocab_size_));
-    sampling_.rows.back().allowed_row = allowed_row;
-    const int remaining = std::min(seq.params().max_tokens - seq.num_output_tokens(),
-                                   config_.max_model_len - seq.num_tokens());
-    out.mask_job = static_cast<int>(mask_requests_.size());
-    mask_requests_.push_back({seq.constraint.get(), allowed_row, remaining});
+  if (seq.constraint) add_mask_rows(seq, out, {});
+}
+
+void EngineLoop::add_mask_rows(const Sequence& seq, SeqOutputs& out, std::span<const int32_t> drafts) {
+  // The last 1 + drafts.size() sampling rows: row j's mask is the constraint's after drafts [0, j).
+  const size_t rows = drafts.size() + 1, first = sampling_.rows.size() - rows;
+  int32_t allowed_row = -1;
+  for (size_t j = 0; j < rows; ++j) {
+    const int32_t row = sampling_.add_allowed_row(token_mask_words(vocab_size_));
+    if (j == 0) allowed_row = row;
+    sampling_.rows[first + j].allowed_row = row;
   }
+  const int remaining = std::min(seq.params().max_tokens - seq.num_output_tokens(),
+                                 config_.max_model_len - seq.num_tokens());
+  out.mask_job = static_cast<int>(mask_requests_.size());
+  mask_requests_.push_back({seq.constraint.get(), allowed_row, remaining, drafts});
 }
 
 void EngineLoop::start_masks() {
@@ -265,8 +274,10 @@ void EngineLoop::start_masks() {
   for (const MaskRequest& m : mask_requests_) {
     MaskWorker::Job job;
     job.constraint = m.constraint;
-    job.words = std::span<uint32_t>(sampling_.allowed.data() + static_cast<size_t>(m.allowed_row) * words, words);
+    job.words = std::span<uint32_t>(sampling_.allowed.data() + static_cast<size_t>(m.allowed_row) * words,
+                                    words * (m.drafts.size() + 1));
     job.remaining_tokens = m.remaining_tokens;
+    job.drafts = m.drafts;
     mask_jobs_.push_back(std::move(job));
   }
   mask_worker_.start(&mask_jobs_);
@@ -354,6 +365,12 @@ RequestOutput EngineLoop::advance_speculative(Sequence& seq, const SeqLogitsRows
   const float* host_rows =
       outs.sample_host_row >= 0 ? logits_.data() + static_cast<std::size_t>(outs.sample_host_row) * vocab_size_ : nullptr;
   RequestOutput out = make_output(seq);
+  if (outs.mask_job >= 0 && !mask_jobs_[outs.mask_job].error.empty()) {  // the constraint could not go on
+    if (!start_output(seq, out)) return out;
+    out.error = mask_jobs_[outs.mask_job].error;
+    finish(seq, out, FinishReason::kError);
+    return out;
+  }
   verified_.clear();
   try {
     if (outs.sample_index >= 0) {
@@ -397,10 +414,28 @@ RequestOutput EngineLoop::advance_speculative(Sequence& seq, const SeqLogitsRows
   return out;
 }
 
+namespace {
+
+// How many of `drafts` the constraint accepts in order (none after one that completes the output);
+// the constraint is left as it was.
+size_t allowed_prefix(TokenConstraint& constraint, std::span<const int32_t> drafts) {
+  size_t n = 0;
+  while (n < drafts.size() && !constraint.terminated() && constraint.accept(drafts[n])) ++n;
+  constraint.rollback(static_cast<int>(n));
+  return n;
+}
+
+}  // namespace
+
 int EngineLoop::max_drafts(const Sequence& seq) const {
   if (!drafter_ || seq.status != SeqStatus::kRunning || seq.num_tokens() - seq.num_computed_tokens != 1) return 0;
   const SamplingParams& p = seq.params();
-  if (seq.constraint || !p.forced_tokens.empty() || p.reasoning_budget >= 0) return 0;
+  if (!p.forced_tokens.empty() || p.reasoning_budget >= 0) return 0;
+  // A constrained request's rows are masked by its constraint through the drafts, on the device's
+  // sampling path; block verification and probabilistic drafts verify on the host, unmasked.
+  const SpeculativeConfig& spec = *config_.speculative;
+  if (seq.constraint && (spec.rejection == RejectionMethod::kBlock || (spec.probabilistic_drafts && !p.greedy())))
+    return 0;
   // Every draft kept plus the token after them must fit max_tokens and the model's length.
   const int room = std::min(p.max_tokens - seq.num_output_tokens(), config_.max_model_len - seq.num_tokens()) - 1;
   return std::max(0, std::min(config_.speculative->num_speculative_tokens, room));
@@ -432,6 +467,8 @@ void EngineLoop::propose_drafts() {
     const auto bad = std::find_if(d.begin(), d.end(), [&](int32_t t) { return t < 0 || t >= vocab_size_; });
     d.erase(bad, d.end());
     if (!rows.empty() && rows.size() < d.size()) d.resize(rows.size());  // a draft without its row is not usable
+    if (TokenConstraint* constraint = drafting_[i]->constraint.get())
+      d.resize(allowed_prefix(*constraint, d));  // the grammar's text: a draft past it is never kept
     if (!rows.empty()) rows.resize(d.size());
     drafting_[i]->draft_tokens = std::move(d);
     drafting_[i]->draft_rows = std::move(rows);

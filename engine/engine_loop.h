@@ -94,6 +94,9 @@ class EngineLoop {
     int mask_job = -1;            // into mask_jobs_ (a constrained sampling row)
   };
   std::vector<SeqOutputs> outputs_;  // parallel to the schedule
+  // Structured outputs: the masks of the last 1 + drafts.size() sampling rows of `seq`, filled
+  // beside the forward pass (mask_requests_).
+  void add_mask_rows(const Sequence& seq, SeqOutputs& out, std::span<const int32_t> drafts);
   SampleBatch sampling_;
   std::vector<int32_t> sampled_;
   std::vector<int32_t> host_rows_;  // indices into plan_.batch.logits_rows
@@ -101,8 +104,9 @@ class EngineLoop {
   // The step's structured-output masks: the rows' constraints, filled beside the forward pass.
   struct MaskRequest {
     TokenConstraint* constraint;
-    int32_t allowed_row;
+    int32_t allowed_row;  // the first of 1 + drafts.size() consecutive rows
     int remaining_tokens;
+    std::span<const int32_t> drafts;  // a verification's drafts (the sequence's), or empty
   };
   std::vector<MaskRequest> mask_requests_;
   std::vector<MaskWorker::Job> mask_jobs_;

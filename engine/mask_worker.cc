@@ -2,18 +2,30 @@
 
 #include <algorithm>
 #include <exception>
+#include <stdexcept>
+#include <string>
 
 namespace m3 {
 
 void fill_mask_job(MaskWorker::Job& job) {
+  const size_t rows = job.drafts.size() + 1, width = job.words.size() / rows;
+  int accepted = 0;
   try {
-    if (!job.constraint->fill_allowed(job.words, job.remaining_tokens)) {
-      std::fill(job.words.begin(), job.words.end(), ~0u);
+    for (size_t j = 0; j < rows; ++j) {
+      const std::span<uint32_t> row = job.words.subspan(j * width, width);
+      if (!job.constraint->fill_allowed(row, job.remaining_tokens - static_cast<int>(j)))
+        std::fill(row.begin(), row.end(), ~0u);
+      if (j + 1 == rows) break;
+      // The engine keeps only drafts the constraint accepts (EngineLoop::propose_drafts).
+      if (!job.constraint->accept(job.drafts[j]))
+        throw std::runtime_error("draft token " + std::to_string(job.drafts[j]) + " does not continue the constrained text");
+      ++accepted;
     }
   } catch (const std::exception& e) {
     job.error = e.what();
-    std::fill(job.words.begin(), job.words.end(), ~0u);  // the row's token is discarded anyway
+    std::fill(job.words.begin(), job.words.end(), ~0u);  // the rows' tokens are discarded anyway
   }
+  job.constraint->rollback(accepted);
 }
 
 MaskWorker::~MaskWorker() {

@@ -22,6 +22,9 @@ class MaskWorker {
     std::span<uint32_t> words;  // filled with the allowed tokens (all ones when none is excluded)
     int remaining_tokens = 0;
     std::string error;          // set when the constraint threw; the request fails with it
+    // A speculative verification: words holds drafts.size() + 1 masks back to back, mask j the
+    // tokens allowed after drafts [0, j) (the constraint walks through them, then rolls back).
+    std::span<const int32_t> drafts;
   };
 
   MaskWorker() = default;

@@ -20,6 +20,7 @@
 #include "engine/engine_loop.h"
 #include "engine/minimax_m3_runner.h"
 #include "model/dspark.h"
+#include "tests/engine/oracle_drafter.h"
 #include "tests/engine/real_model.h"
 
 namespace m3 {
@@ -100,35 +101,12 @@ void expect_same(const Results& reference, const Results& other, const std::stri
   }
 }
 
-// A drafter that knows the reference outputs and gets about a quarter of its guesses wrong, so
-// steps keep every draft, some, or none; past a reference's end it guesses token 5.
-class OracleDrafter final : public Drafter {
- public:
-  OracleDrafter(const std::vector<EngineRequest>& reqs, const Results& reference, int vocab) : vocab_(vocab) {
-    for (const EngineRequest& r : reqs) known_.push_back({r.prompt_token_ids, reference.at(r.id).tokens});
-  }
-  void propose(std::span<const DraftRequest> requests, std::vector<Draft>& drafts) override {
-    drafts.assign(requests.size(), Draft());
-    for (size_t i = 0; i < requests.size(); ++i) {
-      const std::span<const int32_t> tokens = requests[i].tokens;
-      for (const auto& [prompt, output] : known_) {
-        if (prompt.size() > tokens.size() || !std::equal(prompt.begin(), prompt.end(), tokens.begin())) continue;
-        const size_t done = tokens.size() - prompt.size();
-        for (int j = 0; j < requests[i].max_drafts; ++j) {
-          const size_t at = done + static_cast<size_t>(j);
-          int32_t t = at < output.size() ? output[at] : 5;
-          if (mix(at * 31 + tokens.size() * 7 + prompt.size()) % 4 == 0) t = (t + 1) % vocab_;
-          drafts[i].tokens.push_back(t);
-        }
-        break;
-      }
-    }
-  }
-
- private:
-  int vocab_;
-  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> known_;
-};
+// The oracle drafter (tests/engine/oracle_drafter.h) of these requests' reference outputs.
+std::unique_ptr<Drafter> oracle(const std::vector<EngineRequest>& reqs, const Results& reference, int vocab) {
+  test::OracleDrafter::Known known;
+  for (const EngineRequest& r : reqs) known.push_back({r.prompt_token_ids, reference.at(r.id).tokens});
+  return std::make_unique<test::OracleDrafter>(std::move(known), vocab);
+}
 
 SpeculativeConfig spec_config(const std::string& json) { return parse_speculative_config(json); }
 
@@ -153,7 +131,7 @@ void check_speculation(const std::filesystem::path& dir, KvDType kv, DType activ
     batch.max_num_seqs = 16;
     batch.max_num_batched_tokens = 96;
     EngineStats oracle_stats;
-    expect_same(reference, run(runner, batch, reqs, false, std::make_unique<OracleDrafter>(reqs, reference, vocab), &oracle_stats),
+    expect_same(reference, run(runner, batch, reqs, false, oracle(reqs, reference, vocab), &oracle_stats),
                 fmt::format("oracle k={} batch of 16", k));
     // Some steps keep every draft, some none.
     ASSERT_EQ(oracle_stats.spec_accepted_per_pos.size(), static_cast<size_t>(k));
@@ -169,7 +147,7 @@ void check_speculation(const std::filesystem::path& dir, KvDType kv, DType activ
 
     SmallPoolRunner small(runner, 30);  // 240 tokens of KV for 16 running requests
     EngineStats small_stats;
-    expect_same(reference, run(small, batch, reqs, false, std::make_unique<OracleDrafter>(reqs, reference, vocab), &small_stats),
+    expect_same(reference, run(small, batch, reqs, false, oracle(reqs, reference, vocab), &small_stats),
                 fmt::format("oracle k={} forced preemption", k));
     EXPECT_GT(small_stats.num_preemptions, 0u);
 
@@ -190,7 +168,7 @@ void check_speculation(const std::filesystem::path& dir, KvDType kv, DType activ
     Results both_reference = reference;
     both_reference.insert(again_reference.begin(), again_reference.end());
     EngineStats cache_stats;
-    const Results hits = run(runner, cached, both, true, std::make_unique<OracleDrafter>(both, both_reference, vocab), &cache_stats);
+    const Results hits = run(runner, cached, both, true, oracle(both, both_reference, vocab), &cache_stats);
     expect_same(both_reference, hits, fmt::format("oracle k={} prefix-cache hits", k));
     EXPECT_GT(cache_stats.prefix_cache_hits_tokens, 0u);
   }
@@ -200,7 +178,7 @@ void check_speculation(const std::filesystem::path& dir, KvDType kv, DType activ
     EngineConfig block = plain;
     block.max_num_seqs = 16;
     block.speculative = spec_config(R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":2,"rejection_sample_method":"block"})");
-    expect_same(reference, run(runner, block, reqs, false, std::make_unique<OracleDrafter>(reqs, reference, vocab)),
+    expect_same(reference, run(runner, block, reqs, false, oracle(reqs, reference, vocab)),
                 "block verification, batch of 16");
   }
 }
@@ -240,7 +218,7 @@ TEST(SpeculativeEngine, SyntheticReachesTheRequestedAcceptanceLength) {
     Results empty;
     for (const EngineRequest& r : reqs) empty[r.id] = Result();
     EngineStats stats;
-    const Results out = run(runner, config, reqs, false, std::make_unique<OracleDrafter>(reqs, empty, vocab), &stats);
+    const Results out = run(runner, config, reqs, false, oracle(reqs, empty, vocab), &stats);
     for (const auto& [id, r] : out) EXPECT_EQ(r.tokens.size(), 500u) << id;
     // The last steps of a request have fewer drafts (max_tokens), a bias of under 1% here.
     const double length = 1.0 + double(stats.spec_num_accepted_tokens) / double(stats.spec_num_drafts);
@@ -266,10 +244,10 @@ TEST(SpeculativeEngine, DisableByBatchSize) {
   EngineConfig spec = plain;
   spec.speculative = spec_config(R"({"method":"ngram","num_speculative_tokens":3})");
   EngineStats always, limited;
-  expect_same(reference, run(runner, spec, reqs, false, std::make_unique<OracleDrafter>(reqs, reference, vocab), &always),
+  expect_same(reference, run(runner, spec, reqs, false, oracle(reqs, reference, vocab), &always),
               "always drafting");
   spec.speculative = spec_config(R"({"method":"ngram","num_speculative_tokens":3,"disable_by_batch_size":2})");
-  expect_same(reference, run(runner, spec, reqs, false, std::make_unique<OracleDrafter>(reqs, reference, vocab), &limited),
+  expect_same(reference, run(runner, spec, reqs, false, oracle(reqs, reference, vocab), &limited),
               "drafting at most 2 running");
   EXPECT_GT(limited.spec_num_drafts, 0u);  // the batch's tail
   EXPECT_LT(limited.spec_num_drafts, always.spec_num_drafts);
@@ -289,7 +267,7 @@ TEST(SpeculativeEngine, DraftsStayWithinMaxTokensAndSkipForcedRequests) {
   EngineConfig spec = plain;
   spec.speculative = spec_config(R"({"method":"ngram","num_speculative_tokens":7})");
   EngineStats stats;
-  expect_same(reference, run(runner, spec, reqs, true, std::make_unique<OracleDrafter>(reqs, reference, vocab), &stats),
+  expect_same(reference, run(runner, spec, reqs, true, oracle(reqs, reference, vocab), &stats),
               "max_tokens 1 and 2, forced tokens");
   EXPECT_EQ(reference.at("s0").tokens.size(), 1u);
   EXPECT_EQ(reference.at("s1").tokens.size(), 2u);
