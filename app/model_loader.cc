@@ -85,11 +85,14 @@ KvDType dspark_cache_dtype(const SpeculativeConfig& spec, const std::string& dev
 }
 
 // Bytes of the DSpark drafter --speculative-config asks for: its share of each pool block (its
-// cache) and its weights' files (beside the target's on the device); zeros without one.
+// cache), and what it holds beside the target's weights on the device: its files, its Markov
+// heads widened to fp32, and under tensor parallelism (a vocab-parallel rank 0) whole copies of
+// the embedding and lm_head (bf16); zeros without one.
 struct DrafterBytes {
   int64_t per_block = 0, weights = 0;
 };
-DrafterBytes dspark_bytes(const ModelOptions& o, const EngineOptions& engine, const std::string& device, int block_size) {
+DrafterBytes dspark_bytes(const ModelOptions& o, const EngineOptions& engine, const std::string& device, int block_size,
+                          bool vocab_parallel) {
   const std::optional<SpeculativeConfig> spec = speculative_config(engine);
   DrafterBytes b;
   if (!spec || spec->method != "dspark" || o.load_format == "dummy") return b;
@@ -98,6 +101,9 @@ DrafterBytes dspark_bytes(const ModelOptions& o, const EngineOptions& engine, co
   b.per_block = dspark_kv_block_bytes(dir, block_size, dspark_cache_dtype(*spec, device));
   for (const auto& f : std::filesystem::directory_iterator(dir))
     if (f.path().extension() == ".safetensors") b.weights += static_cast<int64_t>(f.file_size());
+  const DSparkConfig c = load_dspark_config(dir);
+  b.weights += 2 * int64_t(c.vocab_size) * c.markov_rank * 4;
+  if (vocab_parallel) b.weights += 2 * int64_t(c.vocab_size) * c.hidden_size * 2;
   return b;
 }
 
@@ -575,7 +581,8 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   if (plan.device == "cuda") check_weights_fit_gpus(plan, o, engine);
   // A DSpark drafter keeps its cache in blocks beside the target's (on each copy's rank 0; sized here
   // as if on every rank): the pool's budgets count its share of a block.
-  const DrafterBytes drafter = dspark_bytes(o, engine, plan.device, layout.block_size);
+  const DrafterBytes drafter =
+      dspark_bytes(o, engine, plan.device, layout.block_size, plan.layout.config.tensor_parallel_size > 1);
   const int64_t block_bytes = layout.block_bytes + drafter.per_block;
   if (!o.kv_offloading_size.empty()) {
     M3_CHECK(engine.enable_prefix_caching,
