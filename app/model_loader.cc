@@ -884,7 +884,13 @@ void attach_dspark(const std::vector<MiniMaxM3Runner*>& runners, const LoadedMod
            dir.string());
   const KvDType cache = dspark_cache_dtype(spec, loaded.device);
   std::optional<ModelWeights> host;  // the checkpoint's embedding and lm_head, for vocab-parallel ranks
-  for (MiniMaxM3Runner* runner : runners) {
+  // Data-parallel copies of one rank each have no rank threads: lane i's GPU is made current here
+  // (as the lane's own thread does) while its drafter is built, then GPU 0 again.
+  const bool lane_devices = loaded.device == "cuda" && loaded.layout.attention_data_parallel() &&
+                            loaded.layout.config.tensor_parallel_size == 1;
+  for (size_t lane = 0; lane < runners.size(); ++lane) {
+    MiniMaxM3Runner* runner = runners[lane];
+    if (lane_devices) use_device(static_cast<int>(lane));
     MiniMaxM3& rank0 = runner->rank_zero();
     const ModelWeights& w = rank0.weights();
     const bool whole = w.embed.dim(0) == config.vocab_size && w.lm_head.out_features == config.vocab_size;
@@ -915,6 +921,7 @@ void attach_dspark(const std::vector<MiniMaxM3Runner*>& runners, const LoadedMod
                   runners.size());
     runner->attach_dspark(std::move(drafter), spec.probabilistic_drafts);
   }
+  if (lane_devices) use_device(0);
 }
 
 }  // namespace
