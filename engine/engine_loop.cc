@@ -230,6 +230,8 @@ void EngineLoop::plan_outputs(std::size_t i, Sequence& seq) {
     out.sample_host_row = static_cast<int>(host_rows_.size());
     for (int j = 0; j <= k; ++j) host_rows_.push_back(rows.sample_row + j);
   }
+  if (host_verify && seq.constraint)  // the host verifier masks the rows itself
+    add_mask_rows(seq, out, std::span<const int32_t>(seq.draft_tokens.data(), k), false);
   if (forced_token(seq) >= 0 || host_verify) return;
   out.sample_index = static_cast<int>(sampling_.rows.size());
   if (k > 0) {
@@ -245,21 +247,23 @@ void EngineLoop::plan_outputs(std::size_t i, Sequence& seq) {
       add_sample_row(sampling_, rows.sample_row + j, state);
       if (penalised && j < k) ++draft_counts_[seq.draft_tokens[static_cast<size_t>(j)]];
     }
-    if (seq.constraint) add_mask_rows(seq, out, std::span<const int32_t>(seq.draft_tokens.data(), k));
+    if (seq.constraint) add_mask_rows(seq, out, std::span<const int32_t>(seq.draft_tokens.data(), k), true);
     return;
   }
   add_sample_row(sampling_, rows.sample_row, sampling_state(seq));
-  if (seq.constraint) add_mask_rows(seq, out, {});
+  if (seq.constraint) add_mask_rows(seq, out, {}, true);
 }
 
-void EngineLoop::add_mask_rows(const Sequence& seq, SeqOutputs& out, std::span<const int32_t> drafts) {
-  // The last 1 + drafts.size() sampling rows: row j's mask is the constraint's after drafts [0, j).
-  const size_t rows = drafts.size() + 1, first = sampling_.rows.size() - rows;
+void EngineLoop::add_mask_rows(const Sequence& seq, SeqOutputs& out, std::span<const int32_t> drafts,
+                               bool sample_rows) {
+  // 1 + drafts.size() masks, mask j the constraint's after drafts [0, j); sample_rows: they are
+  // the last sampling rows' masks (else the host verifier reads them).
+  const size_t rows = drafts.size() + 1, first = sampling_.rows.size() - (sample_rows ? rows : 0);
   int32_t allowed_row = -1;
   for (size_t j = 0; j < rows; ++j) {
     const int32_t row = sampling_.add_allowed_row(token_mask_words(vocab_size_));
     if (j == 0) allowed_row = row;
-    sampling_.rows[first + j].allowed_row = row;
+    if (sample_rows) sampling_.rows[first + j].allowed_row = row;
   }
   const int remaining = std::min(seq.params().max_tokens - seq.num_output_tokens(),
                                  config_.max_model_len - seq.num_tokens());
@@ -388,6 +392,13 @@ RequestOutput EngineLoop::advance_speculative(Sequence& seq, const SeqLogitsRows
       if (!seq.draft_rows.empty()) step.draft_rows = std::span<const TokenDistribution>(seq.draft_rows).first(k);
       step.method = spec.rejection;
       step.synthetic_rates = rates;
+      if (outs.mask_job >= 0) {
+        const auto words = static_cast<size_t>(sampling_.allowed_words);
+        step.allowed = std::span<const uint32_t>(
+            sampling_.allowed.data() + static_cast<size_t>(mask_requests_[outs.mask_job].allowed_row) * words,
+            (k + 1) * words);
+        step.allowed_words = sampling_.allowed_words;
+      }
       verified_ = verifier_.verify(step).tokens;
     }
   } catch (const std::exception& e) {
@@ -431,11 +442,11 @@ int EngineLoop::max_drafts(const Sequence& seq) const {
   if (!drafter_ || seq.status != SeqStatus::kRunning || seq.num_tokens() - seq.num_computed_tokens != 1) return 0;
   const SamplingParams& p = seq.params();
   if (!p.forced_tokens.empty() || p.reasoning_budget >= 0) return 0;
-  // A constrained request's rows are masked by its constraint through the drafts, on the device's
-  // sampling path; block verification and probabilistic drafts verify on the host, unmasked.
+  // A constrained request's drafts are cut where the constraint refuses one (engine/mask_worker),
+  // which leaves the output the target's only for drafts that do not depend on the draws:
+  // probabilistic drafts of a sampled request would not be (the cut changes their distribution).
   const SpeculativeConfig& spec = *config_.speculative;
-  if (seq.constraint && (spec.rejection == RejectionMethod::kBlock || (spec.probabilistic_drafts && !p.greedy())))
-    return 0;
+  if (seq.constraint && spec.probabilistic_drafts && !p.greedy()) return 0;
   // Every draft kept plus the token after them must fit max_tokens and the model's length.
   const int room = std::min(p.max_tokens - seq.num_output_tokens(), config_.max_model_len - seq.num_tokens()) - 1;
   return std::max(0, std::min(config_.speculative->num_speculative_tokens, room));

@@ -94,9 +94,9 @@ class EngineLoop {
     int mask_job = -1;            // into mask_jobs_ (a constrained sampling row)
   };
   std::vector<SeqOutputs> outputs_;  // parallel to the schedule
-  // Structured outputs: the masks of the last 1 + drafts.size() sampling rows of `seq`, filled
-  // beside the forward pass (mask_requests_).
-  void add_mask_rows(const Sequence& seq, SeqOutputs& out, std::span<const int32_t> drafts);
+  // Structured outputs: the masks of `seq`'s 1 + drafts.size() rows (its last sampling rows, or the
+  // host verifier's), filled beside the forward pass (mask_requests_).
+  void add_mask_rows(const Sequence& seq, SeqOutputs& out, std::span<const int32_t> drafts, bool sample_rows);
   SampleBatch sampling_;
   std::vector<int32_t> sampled_;
   std::vector<int32_t> host_rows_;  // indices into plan_.batch.logits_rows

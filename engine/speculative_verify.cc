@@ -1,5 +1,6 @@
 #include "engine/speculative_verify.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -24,6 +25,13 @@ VerifiedTokens SpeculativeVerifier::verify(const SpeculativeStep& step) {
     row_state.output_counts = &counts;
     batch_.clear();
     add_sample_row(batch_, 0, row_state);
+    if (!step.allowed.empty()) {
+      const auto words = static_cast<size_t>(step.allowed_words);
+      M3_CHECK(step.allowed.size() == (k + 1) * words, "speculative verify: {} allowed words for {} rows of {}",
+               step.allowed.size(), k + 1, words);
+      batch_.rows[0].allowed_row = batch_.add_allowed_row(step.allowed_words);
+      std::copy_n(step.allowed.begin() + i * words, words, batch_.allowed.begin());
+    }
     sample_distribution(step.logits.data() + i * static_cast<size_t>(step.vocab), step.vocab, batch_.rows[0],
                         batch_, ws_, target_[i]);
   }

@@ -26,6 +26,10 @@ struct SpeculativeStep {
   std::span<const TokenDistribution> draft_rows;  // k (probabilistic drafts) or empty (greedy)
   RejectionMethod method = RejectionMethod::kStandard;
   std::span<const float> synthetic_rates;  // k, kSynthetic only
+  // Structured outputs: k + 1 allowed masks of allowed_words words each (row i's: the constraint
+  // after drafts [0, i)), or empty.
+  std::span<const uint32_t> allowed;
+  int32_t allowed_words = 0;
 };
 
 class SpeculativeVerifier {

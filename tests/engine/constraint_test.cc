@@ -162,8 +162,9 @@ TEST(EngineConstraint, MaxTokensAwareMasksFinishInTime) {
 // Speculative decoding under a constraint: each verification row is masked as the constraint stands
 // after the drafts before it, and drafts the grammar refuses are cut before the model sees them.
 // Greedy and seeded requests give plain decoding's text (the drafter is wrong a quarter of the
-// time, and its wrong guesses are often no valid continuation), drafts are kept, and synthetic
-// acceptance (which keeps drafts without comparing) still yields valid texts.
+// time, and its wrong guesses are often no valid continuation), drafts are kept; block
+// verification (on the host, with the same masks) and synthetic acceptance (which keeps drafts
+// without comparing) yield valid texts.
 TEST(EngineConstraint, SpeculativeDecodingKeepsTheConstrainedText) {
   for (const bool constrained_only : {true, false}) {
     const auto reqs = requests(24, constrained_only);
@@ -188,6 +189,27 @@ TEST(EngineConstraint, SpeculativeDecodingKeepsTheConstrainedText) {
                     static_cast<unsigned long long>(stats.spec_num_accepted_tokens),
                     static_cast<unsigned long long>(stats.spec_num_draft_tokens));
     }
+  }
+  // Block verification runs on the host with the same masks: greedy requests give plain decoding's
+  // text (the target is one-hot), sampled ones valid texts (their draws are the verifier's).
+  {
+    const auto reqs = requests(24, true);
+    test::FakeModel plain_model(8, 2048, kVocab);
+    auto reference = run(plain_model, {}, reqs);
+    test::OracleDrafter::Known known;
+    for (const EngineRequest& r : reqs) known.push_back({r.prompt_token_ids, reference[r.id].tokens});
+    EngineConfig config;
+    config.speculative =
+        parse_speculative_config(R"({"method":"ngram","num_speculative_tokens":3,"rejection_sample_method":"block"})");
+    test::FakeModel model(8, 2048, kVocab);
+    EngineStats stats;
+    auto out = run(model, config, reqs, std::make_unique<test::OracleDrafter>(known, kVocab), &stats);
+    for (const EngineRequest& r : reqs) {
+      ASSERT_EQ(out[r.id].reason, FinishReason::kStop) << r.id << " " << out[r.id].error;
+      expect_valid(text_of(out[r.id].tokens));
+      if (r.sampling.temperature == 0.0f) EXPECT_EQ(out[r.id].tokens, reference[r.id].tokens) << "block " << r.id;
+    }
+    EXPECT_GT(stats.spec_num_accepted_tokens, 0u);
   }
   const auto reqs = requests(16, true);
   EngineConfig config;
