@@ -750,7 +750,8 @@ class SeedCommandLines(unittest.TestCase):
             self.assertNotIn("Could not convert", err)
 
     def test_each_unsupported_option_is_named(self):
-        code, err = self.run_serve(self.line1(MODEL, "1"))
+        # Port 0: the seed line's 8000 may be taken by a suite running beside this one.
+        code, err = self.run_serve(self.line1(MODEL, "1") + ["--port", "0"])
         self.assertEqual(code, 1)
         self.assertIn("--speculative-config: method dspark: no drafter at", err)  # the tiny model ships none
         line = self.line2(MODEL, "1")
