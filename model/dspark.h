@@ -98,7 +98,7 @@ struct DSparkDrafts {
 // own on the backend: the blocks of every request through the layers, the target's lm_head, then
 // the Markov and confidence heads (greedy on the backend; probabilistic rows on the host).
 //
-// Its RoPE is the target's table (the backend holds one): load_dspark_drafter checks that the
+// Its RoPE is the target's table (the backend holds one): make_dspark_drafter checks that the
 // drafter's frequencies are the target's first ones.
 class DSparkDrafter final : public LayerTaps {
  public:
