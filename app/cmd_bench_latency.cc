@@ -264,7 +264,6 @@ struct BenchModel {
   std::string device;
   WeightBytes weights;
   std::unique_ptr<DSparkDrafter> drafter;  // --spec-drafter, on rank 0's (timed) backend
-  std::vector<int> drafter_taps;           // its tap layers as run (clamped to the model's layers)
 };
 
 struct DecodeCase {
@@ -313,7 +312,6 @@ void attach_bench_drafter(BenchModel& m, const BenchLatencyOptions& o) {
   const ModelConfig& config = m.model->config();
   DSparkConfig d = load_dspark_config(o.spec_drafter);
   for (int& l : d.target_layer_ids) l = std::min(l, config.num_layers - 1);
-  m.drafter_taps = d.target_layer_ids;
   DSparkWeights w = o.model.load_format == "dummy" ? make_dummy_dspark_weights(d, o.model.seed)
                                                    : load_dspark_weights(d, o.spec_drafter);
   const ModelWeights& tw = m.model->weights();
@@ -322,7 +320,7 @@ void attach_bench_drafter(BenchModel& m, const BenchLatencyOptions& o) {
   m.drafter = make_dspark_drafter(std::move(d), std::move(w), o.spec_drafter, config, m.model->backend(), tw.embed,
                                   tw.lm_head, m.model->num_kv_blocks(), m.model->block_size(), KvDType::kBF16);
   M3_LOG_INFO("bench: DSpark drafter {} ({} layers, taps {}), bf16 cache", o.spec_drafter,
-              m.drafter->config().num_layers, fmt::join(m.drafter_taps, ","));
+              m.drafter->config().num_layers, fmt::join(m.drafter->config().target_layer_ids, ","));
 }
 
 nlohmann::json ops_json(const std::map<std::string, double>& seconds, int steps) {

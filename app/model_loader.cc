@@ -98,10 +98,10 @@ DrafterBytes dspark_bytes(const ModelOptions& o, const EngineOptions& engine, co
   if (!spec || spec->method != "dspark" || o.load_format == "dummy") return b;
   const std::filesystem::path dir = dspark_dir(*spec, o);
   if (!std::filesystem::is_regular_file(dir / "config.json")) return b;  // attach_dspark names the problem
-  b.per_block = dspark_kv_block_bytes(dir, block_size, dspark_cache_dtype(*spec, device));
+  const DSparkConfig c = load_dspark_config(dir);
+  b.per_block = dspark_kv_layout(c, block_size, dspark_cache_dtype(*spec, device)).block_bytes;
   for (const auto& f : std::filesystem::directory_iterator(dir))
     if (f.path().extension() == ".safetensors") b.weights += static_cast<int64_t>(f.file_size());
-  const DSparkConfig c = load_dspark_config(dir);
   b.weights += 2 * int64_t(c.vocab_size) * c.markov_rank * 4;
   if (vocab_parallel) b.weights += 2 * int64_t(c.vocab_size) * c.hidden_size * 2;
   return b;

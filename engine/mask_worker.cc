@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <exception>
-#include <stdexcept>
-#include <string>
+
+#include "core/error.h"
 
 namespace m3 {
 
@@ -18,7 +18,7 @@ void fill_mask_job(MaskWorker::Job& job) {
       if (j + 1 == rows) break;
       // The engine keeps only drafts the constraint accepts (EngineLoop::propose_drafts).
       if (!job.constraint->accept(job.drafts[j]))
-        throw std::runtime_error("draft token " + std::to_string(job.drafts[j]) + " does not continue the constrained text");
+        fail("draft token {} does not continue the constrained text", job.drafts[j]);
       ++accepted;
     }
   } catch (const std::exception& e) {

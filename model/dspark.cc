@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <fstream>
-#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -102,8 +100,7 @@ DSparkDrafter::DSparkDrafter(DSparkConfig config, DSparkWeights weights, MarkovH
   M3_CHECK(w_.fc.size() == c.target_layer_ids.size() && static_cast<int>(w_.layers.size()) == c.num_layers,
            "DSpark drafter: weights for {} taps and {} layers, the config has {} and {}", w_.fc.size(),
            w_.layers.size(), c.target_layer_ids.size(), c.num_layers);
-  layout_ = KvLayout::make(kv_block_size, c.num_kv_heads, c.head_dim, 0, cache_dtype, cache_dtype,
-                           std::vector<bool>(c.num_layers, false));
+  layout_ = dspark_kv_layout(c, kv_block_size, cache_dtype);
   pool_ = backend_.alloc({num_kv_blocks * layout_.block_bytes}, DType::kU8);
   if (num_host_kv_blocks > 0)
     host_tier_ = backend_.alloc_kv_host_tier(num_host_kv_blocks * layout_.block_bytes, "the DSpark drafter's host tier");
@@ -338,11 +335,9 @@ std::unique_ptr<DSparkDrafter> load_dspark_drafter(const std::filesystem::path& 
                              std::move(lm_head), num_kv_blocks, kv_block_size, cache_dtype, num_host_kv_blocks);
 }
 
-int64_t dspark_kv_block_bytes(const std::filesystem::path& dspark_dir, int kv_block_size, KvDType cache_dtype) {
-  const DSparkConfig c = load_dspark_config(dspark_dir);
+KvLayout dspark_kv_layout(const DSparkConfig& c, int kv_block_size, KvDType cache_dtype) {
   return KvLayout::make(kv_block_size, c.num_kv_heads, c.head_dim, 0, cache_dtype, cache_dtype,
-                        std::vector<bool>(c.num_layers, false))
-      .block_bytes;
+                        std::vector<bool>(c.num_layers, false));
 }
 
 }  // namespace m3

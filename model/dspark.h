@@ -172,7 +172,8 @@ std::unique_ptr<DSparkDrafter> load_dspark_drafter(const std::filesystem::path& 
 // --spec-drafter with --load-format dummy).
 DSparkWeights make_dummy_dspark_weights(const DSparkConfig& config, uint64_t seed);
 
-// Bytes one pool block of the drafter in `dspark_dir` takes in a cache of `cache_dtype` (sizing).
-int64_t dspark_kv_block_bytes(const std::filesystem::path& dspark_dir, int kv_block_size, KvDType cache_dtype);
+// The drafter's KV pool geometry: K and V of its layers in blocks of kv_block_size tokens (the
+// target's), no index-K. The drafter's pool uses it; loaders size pools with it.
+KvLayout dspark_kv_layout(const DSparkConfig& config, int kv_block_size, KvDType cache_dtype);
 
 }  // namespace m3

@@ -370,11 +370,10 @@ void MiniMaxM3::mlp_block(int layer, Activations& a) {
 
 namespace {
 
-// A decode batch of uniform shape (one new token per sequence, its logits row wanted): the steps a
-// backend may replay from a recording (CUDA graphs), since only metadata contents change.
-// A step a backend may replay (CUDA graphs): the same number of tokens for every sequence, at most
-// 8 (a decode, or a speculative verification of up to 7 drafts), and a logits row for each token.
-bool is_uniform_decode(const StepBatch& b) {
+// A step a backend may replay from a recording (CUDA graphs), since only metadata contents change:
+// the same number of tokens for every sequence, at most 8 (a decode, or a speculative verification
+// of up to 7 drafts), and a logits row for each token.
+bool is_uniform_step(const StepBatch& b) {
   const int s_count = b.num_seqs();
   if (s_count < 1) return false;
   const int q = b.query_start[1] - b.query_start[0];
@@ -399,7 +398,7 @@ void MiniMaxM3::forward(const StepBatch& batch, float* logits) {
   backend_.plan(batch);
   const int64_t taps_generation = taps_ ? taps_->reserve_taps(t) : 0;
   // Data-parallel steps exchange a per-step number of rows, which a recording would freeze.
-  if (is_uniform_decode(batch) && !partition_.ep) {
+  if (is_uniform_step(batch) && !partition_.ep) {
     const ReplayKey key{this, static_cast<int>(t), batch.num_seqs(), static_cast<int>(rows), act_.generation,
                         taps_generation};
     backend_.run_replayable(key, [&] { run_layers(t, rows); });

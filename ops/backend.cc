@@ -75,9 +75,18 @@ void check_merge_candidates_args(int tokens, const Tensor& gathered, int cp_size
            selection.defined() ? shape_string(selection.shape()) : "");
 }
 
+namespace {
+
+// The drafter's ops take a planned step of one block of block_len tokens per sequence.
+void check_draft_blocks(const StepView& step, int block_len, const char* op) {
+  M3_CHECK(block_len >= 1 && step.num_tokens == step.num_seqs * block_len, "{}: {} planned tokens are not {} blocks of {}",
+           op, step.num_tokens, step.num_seqs, block_len);
+}
+
+}  // namespace
+
 void check_draft_block_args(const StepView& step, const KvLayerView& cache, int num_q_heads, int block_len, int window) {
-  M3_CHECK(block_len >= 1 && step.num_tokens == step.num_seqs * block_len,
-           "draft_block_attention: {} planned tokens are not {} blocks of {}", step.num_tokens, step.num_seqs, block_len);
+  check_draft_blocks(step, block_len, "draft_block_attention");
   M3_CHECK(window >= 1, "draft_block_attention: window {} must be positive", window);
   M3_CHECK(cache.num_kv_heads > 0 && num_q_heads % cache.num_kv_heads == 0,
            "draft_block_attention: {} query heads over {} KV heads", num_q_heads, cache.num_kv_heads);
@@ -87,8 +96,7 @@ void check_draft_block_args(const StepView& step, const KvLayerView& cache, int 
 
 MarkovHeadView check_markov_drafts_args(const StepView& step, const Tensor& base_logits, const Tensor& normed,
                                         const MarkovHeadWeights& head, int block_len) {
-  M3_CHECK(block_len >= 1 && step.num_tokens == step.num_seqs * block_len,
-           "markov_drafts: {} planned tokens are not {} blocks of {}", step.num_tokens, step.num_seqs, block_len);
+  check_draft_blocks(step, block_len, "markov_drafts");
   M3_CHECK(head.w1.defined() && head.w2.defined() && head.w1.ndim() == 2 && head.w1.shape() == head.w2.shape() &&
                head.w1.dtype() == DType::kF32 && head.w2.dtype() == DType::kF32,
            "markov_drafts: w1 and w2 must be F32 [vocab, rank] alike");
@@ -96,7 +104,7 @@ MarkovHeadView check_markov_drafts_args(const StepView& step, const Tensor& base
   v.vocab = head.w1.dim(0);
   v.rank = static_cast<int>(head.w1.dim(1));
   M3_CHECK(base_logits.ndim() == 2 && base_logits.dim(0) == step.num_tokens && base_logits.dim(1) == v.vocab,
-           "markov_drafts: base logits {} for {} rows of {} tokens", shape_string(base_logits.shape()), step.num_tokens,
+           "markov_drafts: base logits {} for {} rows of {} logits", shape_string(base_logits.shape()), step.num_tokens,
            v.vocab);
   M3_CHECK(normed.ndim() == 2 && normed.dim(0) == step.num_tokens, "markov_drafts: normed rows {} for {} rows",
            shape_string(normed.shape()), step.num_tokens);

@@ -226,9 +226,10 @@ cudaError_t launch_generic_attention(const StepView& step, const KvLayerView& ca
 // ops/backend.h draft_block_attention (the DSpark drafter): q, block_k, block_v, out bf16. The
 // tiled kernel (keys split over CTAs, then merged) needs `scratch` of
 // draft_attention_scratch_floats() floats (0: the geometry takes the simple kernel, one CTA per
-// token and KV head); with less it runs the simple kernel.
+// token and KV head); with less it runs the simple kernel. splits / split_keys (may be null): the
+// key splits per block and KV head and the keys of each.
 size_t draft_attention_scratch_floats(const StepView& step, const KvLayerView& cache, int num_q_heads, int block_len,
-                                      int window, int sm_count, int* splits, int* split_keys);
+                                      int window, int sm_count, int* splits = nullptr, int* split_keys = nullptr);
 cudaError_t launch_draft_block_attention(const StepView& step, const KvLayerView& cache, const uint16_t* q,
                                          int num_q_heads, const uint16_t* block_k, const uint16_t* block_v,
                                          int block_len, int window, float sm_scale, uint16_t* out, float* scratch,
@@ -253,6 +254,8 @@ struct MarkovDraftArgs {
   int32_t* ids = nullptr;
   float* confidence = nullptr;
 };
+// Ranks up to kMarkovMaxRank (the shared memory of a w2 tile and the blocks' w1 rows).
+inline constexpr int kMarkovMaxRank = 512;
 cudaError_t launch_markov_drafts(const MarkovDraftArgs& args, cudaStream_t stream);
 
 // The fused attention input path: per token, head norm + RoPE of q (in place), of k and of

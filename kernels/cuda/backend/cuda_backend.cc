@@ -420,9 +420,8 @@ class CudaBackend final : public Backend {
     check_act(block_k, step_.num_tokens, kv_cols, "draft block K");
     check_act(block_v, step_.num_tokens, kv_cols, "draft block V");
     check_act(out, step_.num_tokens, cols, "draft attention output");
-    int splits = 0, split_keys = 0;
-    const size_t floats = detail::draft_attention_scratch_floats(step_, cache, num_q_heads, block_len, window, sm_count_,
-                                                                 &splits, &split_keys);
+    const size_t floats =
+        detail::draft_attention_scratch_floats(step_, cache, num_q_heads, block_len, window, sm_count_);
     if (floats > 0) draft_attn_scratch_.reserve(floats * sizeof(float), "draft_block_attention splits");
     check_cuda(detail::launch_draft_block_attention(step_, cache, bf16_ptr(q), num_q_heads, bf16_ptr(block_k),
                                                     bf16_ptr(block_v), block_len, window, sm_scale, bf16_ptr_mut(out),
@@ -439,7 +438,8 @@ class CudaBackend final : public Backend {
     M3_CHECK(head.w1.device() == Device::kCuda && head.w2.device() == Device::kCuda &&
                  head.confidence_w.device() == Device::kCuda,
              "cuda backend: markov_drafts' heads must be device tensors");
-    M3_CHECK(view.rank <= 512, "cuda backend: markov_drafts of rank {} (at most 512)", view.rank);
+    M3_CHECK(view.rank <= detail::kMarkovMaxRank, "cuda backend: markov_drafts of rank {} (at most {})", view.rank,
+             detail::kMarkovMaxRank);
     const size_t rows = size_t(std::max(1, step_.num_tokens));
     markov_keys_.reserve(sizeof(unsigned long long) * rows, "markov_drafts keys");
     markov_out_.reserve(2 * sizeof(int32_t) * rows, "markov_drafts outputs");

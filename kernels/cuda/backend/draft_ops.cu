@@ -319,7 +319,6 @@ __device__ __forceinline__ int32_t markov_prev(const MarkovDraftArgs& a, int blo
 constexpr int kMarkovThreads = 256, kMarkovWarps = kMarkovThreads / 32;
 constexpr int kMarkovReqPerWarp = 4, kMarkovReqPerCta = kMarkovWarps * kMarkovReqPerWarp;
 constexpr int kMarkovRows = 128;     // vocabulary rows per CTA
-constexpr int kMarkovMaxRank = 512;  // shared memory: 32 * (rank + 8) + 32 * (rank + 4) floats
 
 __host__ __device__ inline int markov_rank4(int rank) { return (rank + 3) & ~3; }
 inline size_t markov_smem_bytes(int rank) {
@@ -442,8 +441,8 @@ size_t draft_attention_scratch_floats(const StepView& step, const KvLayerView& c
   const int pairs = step.num_seqs * cache.num_kv_heads;
   const int splits = std::max(1, std::min(max_splits, (2 * sm_count + pairs - 1) / pairs));
   const int64_t split_tiles = ((keys + kTileKeys - 1) / kTileKeys + splits - 1) / splits;
-  *splits_out = splits;
-  *split_keys_out = static_cast<int>(split_tiles * kTileKeys);
+  if (splits_out) *splits_out = splits;
+  if (split_keys_out) *split_keys_out = static_cast<int>(split_tiles * kTileKeys);
   return size_t(pairs) * splits * rows * (d + 2);
 }
 
