@@ -200,7 +200,7 @@ void run_bench_http(BenchHttpOptions o) {
   M3_CHECK(!levels.empty(), "bench http: --streams is empty");
 
   LoadedModel loaded = load_model(o.model, o.engine, KvDemand{o.engine.max_num_seqs, 0, false});
-  if (loaded.follower()) return follow_node_zero(loaded);
+  if (loaded.follower()) return follow_node_zero(loaded, o.model, o.engine);
   std::unique_ptr<EngineCore> engine = make_engine(loaded, o.model, o.engine);
   text::Tokenizer tokenizer = text::Tokenizer::load(o.model.model_dir);
   auto model = std::make_shared<server::ModelContext>(server::ModelContext{

@@ -290,7 +290,7 @@ void run(BenchServeOptions o) {
   const int64_t per_seq = std::max(longest, conv);
   LoadedModel loaded =
       load_model(o.model, o.engine, KvDemand{std::max<int64_t>(max_level, o.conversations) + 1, per_seq});
-  if (loaded.follower()) return follow_node_zero(loaded);
+  if (loaded.follower()) return follow_node_zero(loaded, o.model, o.engine);
   std::unique_ptr<EngineCore> core = make_engine(loaded, o.model, o.engine);
   EngineCore& engine = *core;
   engine.start();

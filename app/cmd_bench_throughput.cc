@@ -44,7 +44,7 @@ void run(BenchThroughputOptions o) {
   // Every request can run at once (up to max_num_seqs): no preemption by default.
   LoadedModel loaded =
       load_model(o.model, o.engine, KvDemand{std::min(o.num_prompts, o.engine.max_num_seqs), per_seq});
-  if (loaded.follower()) return follow_node_zero(loaded);
+  if (loaded.follower()) return follow_node_zero(loaded, o.model, o.engine);
   std::unique_ptr<EngineCore> core = make_engine(loaded, o.model, o.engine);
   EngineCore& engine = *core;
 

@@ -31,7 +31,7 @@ void run(GenerateOptions o) {
   o.sampling.seed = o.sample_seed;
   locate_model(o.model);
   LoadedModel loaded = load_model(o.model, o.engine, KvDemand{});
-  if (loaded.follower()) return follow_node_zero(loaded);
+  if (loaded.follower()) return follow_node_zero(loaded, o.model, o.engine);
   std::unique_ptr<EngineCore> engine = make_engine(loaded, o.model, o.engine);
   EngineRequest request;
   request.id = "generate";

@@ -168,7 +168,7 @@ void run_serve(ServeArgs& a) {
   if (a.model.several_nodes() && a.model.node_rank > 0) {
     // A follower serves no HTTP: it loads its ranks (the same pool as node 0's) and runs node 0's steps.
     LoadedModel loaded = load_model(a.model, a.engine, KvDemand{a.engine.max_num_seqs, 0, true});
-    return follow_node_zero(loaded);
+    return follow_node_zero(loaded, a.model, a.engine);
   }
 
   server::ServeOptions& serve = a.serve;

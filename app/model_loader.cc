@@ -401,9 +401,9 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
                "prefilled in one step, so --max-num-batched-tokens must be >= --max-model-len");
   cmd.add_option("--speculative-config", o.speculative_config,
                  "speculative decoding, JSON as vLLM's: method ngram (prompt_lookup_min, prompt_lookup_max) or dspark "
-                 "(checked, then refused: its drafter is not in m3serve yet), num_speculative_tokens, "
+                 "(the drafter in dspark/ beside the model, or \"model\"), num_speculative_tokens, "
                  "rejection_sample_method standard|block|synthetic (synthetic_acceptance_length or _rates), "
-                 "draft_sample_method, kv_cache_dtype, attention_backend, model");
+                 "draft_sample_method greedy|probabilistic, kv_cache_dtype, attention_backend, disable_by_batch_size");
 }
 
 AttentionConfig parse_attention_config(const std::string& text) {
@@ -865,12 +865,6 @@ std::vector<std::unique_ptr<ModelRunner>> LoadedModel::make_copy_runners() const
   return copies;
 }
 
-namespace {
-
-// --speculative-config method dspark: a drafter on each runner's rank 0 backend (one per engine
-// lane: each lane has its own pool), its cache beside the target's. It shares the target's
-// embedding and lm_head where rank 0 holds them whole; a vocab-parallel rank 0 gets whole copies
-// from the checkpoint's files (opened once).
 void attach_dspark(const std::vector<MiniMaxM3Runner*>& runners, const LoadedModel& loaded, const ModelOptions& options,
                    const SpeculativeConfig& spec) {
   M3_CHECK(options.load_format != "dummy",
@@ -924,8 +918,6 @@ void attach_dspark(const std::vector<MiniMaxM3Runner*>& runners, const LoadedMod
   if (lane_devices) use_device(0);
 }
 
-}  // namespace
-
 std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions& options, const EngineOptions& engine) {
   check_engine_options(engine);
   M3_CHECK(!loaded.follower(), "node {}: a follower node runs node 0's steps (follow_node_zero), not an engine",
@@ -950,14 +942,15 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
     const int tp = loaded.layout.config.tensor_parallel_size;
     std::vector<std::unique_ptr<ModelRunner>> lanes = loaded.make_copy_runners();
     const int local = static_cast<int>(lanes.size());
-    if (config.speculative && config.speculative->method == "dspark") {
-      // A drafter per copy: each lane has its own KV pool, so its own drafter cache.
-      M3_CHECK(local == loaded.layout.config.data_parallel_size,
-               "--speculative-config: method dspark with data-parallel copies on other hosts: their drafters would "
-               "run there, which m3serve does not do yet; keep the copies on one host");
+    const bool dspark = config.speculative && config.speculative->method == "dspark";
+    int dspark_block_size = 0;
+    if (dspark) {
+      // A drafter per copy: each lane has its own KV pool, so its own drafter cache. Copies on other
+      // hosts have theirs there (app/node_follower); their lanes send them the blocks to draft.
       std::vector<MiniMaxM3Runner*> runners;
       for (auto& lane : lanes) runners.push_back(static_cast<MiniMaxM3Runner*>(lane.get()));
       attach_dspark(runners, loaded, options, *config.speculative);
+      dspark_block_size = load_dspark_config(dspark_dir(*config.speculative, options)).block_size;
     }
     for (int d = local; d < loaded.layout.config.data_parallel_size; ++d) {
       M3_CHECK(d < static_cast<int>(loaded.copy_channels.size()) && loaded.copy_channels[d],
@@ -971,7 +964,9 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
       g.kv_block_bytes = lanes.front()->kv_block_bytes();  // every copy's ranks hold the same shares
       g.copy = d;
       g.node = d / local;
-      lanes.push_back(std::make_unique<RemoteCopyRunner>(*loaded.copy_channels[d], g));
+      auto remote = std::make_unique<RemoteCopyRunner>(*loaded.copy_channels[d], g);
+      if (dspark) remote->attach_dspark(dspark_block_size, config.speculative->probabilistic_drafts);
+      lanes.push_back(std::move(remote));
     }
     const int threads_per_lane = std::max(1, omp_get_max_threads() / local);
     const bool gpu = loaded.device == "cuda";

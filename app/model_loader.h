@@ -21,6 +21,7 @@
 
 #include "app/model_source.h"
 #include "engine/engine_core.h"
+#include "engine/minimax_m3_runner.h"
 #include "engine/model_runner.h"
 #include "model/config.h"
 #include "model/minimax_m3.h"
@@ -203,6 +204,14 @@ struct LoadedModel {
 using BackendWrapper = std::function<std::unique_ptr<Backend>(Backend&, int rank)>;
 LoadedModel load_model(const ModelOptions& options, const EngineOptions& engine, const KvDemand& demand,
                        const BackendWrapper& wrap = {});
+
+// --speculative-config method dspark: a drafter on each runner's rank 0 backend (one per copy of
+// the model: each has its own pool), its cache beside the target's. It shares the target's
+// embedding and lm_head where rank 0 holds them whole; a vocab-parallel rank 0 gets whole copies
+// from the checkpoint's files (opened once). make_engine calls it for the copies of this process;
+// a follower node for the DEP copies it holds (app/node_follower).
+void attach_dspark(const std::vector<MiniMaxM3Runner*>& runners, const LoadedModel& loaded, const ModelOptions& options,
+                   const SpeculativeConfig& spec);
 
 // The engine over a loaded model (not started); not on a follower. max_model_len: the plan's when --max-model-len
 // was given (the constructor then rejects a pool too small for it), else capped at what the KV

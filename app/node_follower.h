@@ -9,7 +9,9 @@
 namespace m3::app {
 
 // Returns when node 0 said stop. Throws m3::Error naming node 0 when it was lost (nothing within
-// --node-timeout, a broken connection) or a step failed on this node's ranks.
-void follow_node_zero(LoadedModel& loaded);
+// --node-timeout, a broken connection) or a step failed on this node's ranks. The options are the
+// command's (the same on every node): under DEP with --speculative-config method dspark each copy
+// here gets its drafter, which drafts for node 0's requests on it.
+void follow_node_zero(LoadedModel& loaded, const ModelOptions& options, const EngineOptions& engine);
 
 }  // namespace m3::app

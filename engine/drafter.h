@@ -11,6 +11,7 @@
 #include "engine/request.h"
 #include "engine/speculative_config.h"
 #include "ops/sampling.h"
+#include "ops/token_constraint.h"
 
 namespace m3 {
 
@@ -26,6 +27,11 @@ struct DraftRequest {
   const SamplingParams* params = nullptr;
   uint64_t seed = 0;
   int output_index = 0;
+  // The request's structured-output constraint as it stands after `tokens` (null: none), and how
+  // many tokens the request may still produce. A drafter that follows constraints
+  // (Drafter::follows_constraints) drafts under its masks and leaves it as it found it.
+  TokenConstraint* constraint = nullptr;
+  int remaining_tokens = 0;
 };
 
 // A request's drafts, and the distribution each was drawn from when the drafter sampled them
@@ -40,6 +46,12 @@ class Drafter {
   virtual ~Drafter() = default;
   // drafts[i]: up to requests[i].max_drafts ids for request i; fewer or none when it has no guess.
   virtual void propose(std::span<const DraftRequest> requests, std::vector<Draft>& drafts) = 0;
+  // Whether drafts of a constrained request are drawn under the constraint's masks (draft j under
+  // the mask after drafts [0, j), ops/token_constraint.h DraftConstraintWalk: greedy drafts the
+  // best allowed token, probabilistic ones from the masked distribution), so none is ever refused.
+  // The engine cuts the drafts of other drafters where the constraint refuses one, which changes
+  // the distribution of probabilistic drafts: those requests then do not draft.
+  virtual bool follows_constraints() const { return false; }
 };
 
 // Prompt lookup (vLLM's "ngram"): the text's last n tokens, n from prompt_lookup_max down to

@@ -265,10 +265,8 @@ void EngineLoop::add_mask_rows(const Sequence& seq, SeqOutputs& out, std::span<c
     if (j == 0) allowed_row = row;
     if (sample_rows) sampling_.rows[first + j].allowed_row = row;
   }
-  const int remaining = std::min(seq.params().max_tokens - seq.num_output_tokens(),
-                                 config_.max_model_len - seq.num_tokens());
   out.mask_job = static_cast<int>(mask_requests_.size());
-  mask_requests_.push_back({seq.constraint.get(), allowed_row, remaining, drafts});
+  mask_requests_.push_back({seq.constraint.get(), allowed_row, remaining_tokens(seq), drafts});
 }
 
 void EngineLoop::start_masks() {
@@ -430,10 +428,10 @@ namespace {
 // How many of `drafts` the constraint accepts in order (none after one that completes the output);
 // the constraint is left as it was.
 size_t allowed_prefix(TokenConstraint& constraint, std::span<const int32_t> drafts) {
-  size_t n = 0;
-  while (n < drafts.size() && !constraint.terminated() && constraint.accept(drafts[n])) ++n;
-  constraint.rollback(static_cast<int>(n));
-  return n;
+  DraftConstraintWalk walk(constraint, 0);
+  while (walk.accepted() < static_cast<int>(drafts.size()) && !walk.terminated() && walk.accept(drafts[walk.accepted()])) {
+  }
+  return static_cast<size_t>(walk.accepted());
 }
 
 }  // namespace
@@ -442,14 +440,19 @@ int EngineLoop::max_drafts(const Sequence& seq) const {
   if (!drafter_ || seq.status != SeqStatus::kRunning || seq.num_tokens() - seq.num_computed_tokens != 1) return 0;
   const SamplingParams& p = seq.params();
   if (!p.forced_tokens.empty() || p.reasoning_budget >= 0) return 0;
-  // A constrained request's drafts are cut where the constraint refuses one (engine/mask_worker),
+  // A constrained request's drafts are cut where the constraint refuses one (propose_drafts),
   // which leaves the output the target's only for drafts that do not depend on the draws:
-  // probabilistic drafts of a sampled request would not be (the cut changes their distribution).
+  // probabilistic drafts of a sampled request would not be (the cut changes their distribution),
+  // unless the drafter draws them under the constraint's masks, when nothing is cut.
   const SpeculativeConfig& spec = *config_.speculative;
-  if (seq.constraint && spec.probabilistic_drafts && !p.greedy()) return 0;
+  if (seq.constraint && spec.probabilistic_drafts && !p.greedy() && !drafter_->follows_constraints()) return 0;
   // Every draft kept plus the token after them must fit max_tokens and the model's length.
-  const int room = std::min(p.max_tokens - seq.num_output_tokens(), config_.max_model_len - seq.num_tokens()) - 1;
+  const int room = remaining_tokens(seq) - 1;
   return std::max(0, std::min(config_.speculative->num_speculative_tokens, room));
+}
+
+int EngineLoop::remaining_tokens(const Sequence& seq) const {
+  return std::min(seq.params().max_tokens - seq.num_output_tokens(), config_.max_model_len - seq.num_tokens());
 }
 
 void EngineLoop::propose_drafts() {
@@ -461,8 +464,8 @@ void EngineLoop::propose_drafts() {
   }
   draft_requests_.clear();
   for (Sequence* seq : drafting_)
-    draft_requests_.push_back(
-        {seq->tokens, max_drafts(*seq), seq->block_table, &seq->params(), seq->seed, seq->num_output_tokens()});
+    draft_requests_.push_back({seq->tokens, max_drafts(*seq), seq->block_table, &seq->params(), seq->seed,
+                               seq->num_output_tokens(), seq->constraint.get(), remaining_tokens(*seq)});
   try {
     drafter_->propose(draft_requests_, drafts_);
   } catch (const std::exception& e) {

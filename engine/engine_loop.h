@@ -9,8 +9,11 @@
 // only committed tokens are ever hashed into the prefix cache. Standard verification of one-hot
 // drafts (n-gram, greedy drafters) and synthetic verification use the sampler's draw of every row
 // (on the device for a device runner); block verification and probabilistic drafts need the
-// target's distributions, so those rows come to the host. Requests with structured outputs or
-// forced tokens (tool_choice's opener, the reasoning budget) run without drafts.
+// target's distributions, so those rows come to the host. A request with structured outputs
+// drafts only tokens its constraint allows (cut where it refuses one, or drawn under its masks by
+// a drafter that follows constraints), and each verification row is masked as the constraint
+// stands after the drafts before it (engine/mask_worker.h). Requests with forced tokens
+// (tool_choice's opener, the reasoning budget) run without drafts.
 #pragma once
 #include <memory>
 #include <string>
@@ -68,6 +71,8 @@ class EngineLoop {
   RequestOutput advance_speculative(Sequence& seq, const SeqLogitsRows& rows, const SeqOutputs& outs);
   // Whether the drafter may guess for this request, and how many tokens at most (0: none).
   int max_drafts(const Sequence& seq) const;
+  // The tokens the request may still produce, the next one included (max_tokens, the model's length).
+  int remaining_tokens(const Sequence& seq) const;
   // The drafter's guesses for the requests in drafting_ (each after its step's tokens).
   void propose_drafts();
   // Hands the step's constrained rows to the mask worker and makes the batch wait for them.

@@ -9,23 +9,19 @@ namespace m3 {
 
 void fill_mask_job(MaskWorker::Job& job) {
   const size_t rows = job.drafts.size() + 1, width = job.words.size() / rows;
-  int accepted = 0;
+  DraftConstraintWalk walk(*job.constraint, job.remaining_tokens);
   try {
     for (size_t j = 0; j < rows; ++j) {
       const std::span<uint32_t> row = job.words.subspan(j * width, width);
-      if (!job.constraint->fill_allowed(row, job.remaining_tokens - static_cast<int>(j)))
-        std::fill(row.begin(), row.end(), ~0u);
+      if (!walk.next_mask(row)) std::fill(row.begin(), row.end(), ~0u);
       if (j + 1 == rows) break;
       // The engine keeps only drafts the constraint accepts (EngineLoop::propose_drafts).
-      if (!job.constraint->accept(job.drafts[j]))
-        fail("draft token {} does not continue the constrained text", job.drafts[j]);
-      ++accepted;
+      if (!walk.accept(job.drafts[j])) fail("draft token {} does not continue the constrained text", job.drafts[j]);
     }
   } catch (const std::exception& e) {
     job.error = e.what();
     std::fill(job.words.begin(), job.words.end(), ~0u);  // the rows' tokens are discarded anyway
   }
-  job.constraint->rollback(accepted);
 }
 
 MaskWorker::~MaskWorker() {

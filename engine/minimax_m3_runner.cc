@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/dspark_blocks.h"
 #include "model/dspark.h"
 #include "model/minimax_m3.h"
 #include "ops/rejection_sampling.h"
@@ -39,47 +40,19 @@ namespace {
 // request of the step in one proposal on rank 0's thread.
 class DSparkProposer final : public Drafter {
  public:
-  DSparkProposer(DSparkDrafter& drafter, MiniMaxM3Runner& runner, bool probabilistic)
-      : drafter_(drafter), runner_(runner), probabilistic_(probabilistic) {}
+  DSparkProposer(MiniMaxM3Runner& runner, int block_size, bool probabilistic)
+      : runner_(runner), block_size_(block_size), probabilistic_(probabilistic) {}
   void propose(std::span<const DraftRequest> requests, std::vector<Draft>& drafts) override {
-    drafts.assign(requests.size(), Draft());
-    std::vector<DSparkBlock> blocks;
-    std::vector<size_t> which;
-    std::vector<SampleRow> sampling(requests.size());
-    std::vector<std::vector<double>> uniforms(requests.size());
-    for (size_t i = 0; i < requests.size(); ++i) {
-      const DraftRequest& r = requests[i];
-      DSparkBlock block;
-      block.anchor = r.tokens.back();
-      block.anchor_pos = static_cast<int32_t>(r.tokens.size() - 1);
-      block.block_table = r.block_table;
-      block.num_drafts = std::min(r.max_drafts, drafter_.config().block_size);
-      if (block.num_drafts < 1 || block.anchor_pos < 1) continue;
-      if (probabilistic_ && r.params && !r.params->greedy()) {
-        SampleRow& row = sampling[i];
-        row.temperature = r.params->temperature;
-        row.top_k = r.params->top_k;
-        row.top_p = r.params->top_p;
-        row.min_p = r.params->min_p;
-        block.sampling = &row;
-        for (int j = 0; j < block.num_drafts; ++j) uniforms[i].push_back(draft_uniform(r.seed, r.output_index + j));
-        block.draw_uniforms = uniforms[i];
-      }
-      blocks.push_back(block);
-      which.push_back(i);
-    }
-    if (blocks.empty()) return;
+    const DSparkBlockSet set = dspark_blocks(requests, block_size_, probabilistic_, /*with_constraints=*/true);
     std::vector<DSparkDrafts> out;
-    runner_.on_rank_zero([&] { out = drafter_.propose(blocks); });
-    for (size_t b = 0; b < blocks.size(); ++b) {
-      drafts[which[b]].tokens = std::move(out[b].tokens);
-      drafts[which[b]].rows = std::move(out[b].rows);
-    }
+    if (!set.blocks.empty()) out = runner_.propose_dspark(set.blocks);
+    take_dspark_drafts(set, out, requests.size(), drafts);
   }
+  bool follows_constraints() const override { return true; }
 
  private:
-  DSparkDrafter& drafter_;
   MiniMaxM3Runner& runner_;
+  int block_size_;
   bool probabilistic_;
 };
 
@@ -94,7 +67,14 @@ void MiniMaxM3Runner::attach_dspark(std::unique_ptr<DSparkDrafter> drafter, bool
   // rank 0's taps are the model's.
   ranks_[0]->set_taps(drafter.get());
   dspark_ = std::move(drafter);
-  dspark_proposer_ = std::make_unique<DSparkProposer>(*dspark_, *this, probabilistic);
+  dspark_proposer_ = std::make_unique<DSparkProposer>(*this, dspark_->config().block_size, probabilistic);
+}
+
+std::vector<DSparkDrafts> MiniMaxM3Runner::propose_dspark(std::span<const DSparkBlock> blocks) {
+  M3_CHECK(dspark_, "this copy of the model has no DSpark drafter (--speculative-config method dspark)");
+  std::vector<DSparkDrafts> out;
+  on_rank_zero([&] { out = dspark_->propose(blocks); });
+  return out;
 }
 
 void MiniMaxM3Runner::on_rank_zero(const std::function<void()>& fn) {

@@ -17,6 +17,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/drafter.h"
@@ -26,6 +27,8 @@ namespace m3 {
 
 class ControlGroup;
 class DSparkDrafter;
+struct DSparkBlock;
+struct DSparkDrafts;
 class MiniMaxM3;
 class RankWorkers;
 
@@ -59,6 +62,9 @@ class MiniMaxM3Runner final : public ModelRunner {
   void attach_dspark(std::unique_ptr<DSparkDrafter> drafter, bool probabilistic = false);
   ~MiniMaxM3Runner() override;
   Drafter* drafter() override { return dspark_proposer_.get(); }
+  // The attached drafter's drafts for `blocks`, on rank 0's thread (what drafter() runs; a DEP copy
+  // on another host runs it for node 0's blocks, engine/remote_copy_runner.h).
+  std::vector<DSparkDrafts> propose_dspark(std::span<const DSparkBlock> blocks);
   // Runs fn on rank 0's thread (where its device is current), or here with one rank.
   void on_rank_zero(const std::function<void()>& fn);
   MiniMaxM3& rank_zero() const { return *ranks_[0]; }

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "engine/dspark_blocks.h"
 #include "parallel/control_group.h"
 
 namespace m3 {
@@ -23,41 +24,94 @@ void RemoteCopyRunner::forward(const StepBatch& batch, float* logits) {
 
 void RemoteCopyRunner::forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
                                       const std::vector<int32_t>& host_rows, float* host_logits) {
-  const SampleReply reply = channel_.run_remote_sample(batch, sampling, host_rows);
+  const RemoteReply reply = channel_.run_remote_sample(batch, sampling, host_rows);
   if (!reply.error.empty())
     fail("copy {} (data-parallel rank {} on node {}): its step failed there: {}", geometry_.copy, geometry_.copy,
          geometry_.node, reply.error);
   const size_t logits = host_rows.size() * static_cast<size_t>(geometry_.vocab_size);
-  M3_CHECK(reply.sampled_ids.size() == sampling.rows.size() && reply.host_logits.size() == logits,
+  M3_CHECK(reply.ids.size() == sampling.rows.size() && reply.host_logits.size() == logits,
            "copy {} on node {}: {} ids and {} logits back for {} rows to sample and {} logits rows", geometry_.copy,
-           geometry_.node, reply.sampled_ids.size(), reply.host_logits.size(), sampling.rows.size(), host_rows.size());
-  if (sampled_ids) std::copy(reply.sampled_ids.begin(), reply.sampled_ids.end(), sampled_ids);
+           geometry_.node, reply.ids.size(), reply.host_logits.size(), sampling.rows.size(), host_rows.size());
+  if (sampled_ids) std::copy(reply.ids.begin(), reply.ids.end(), sampled_ids);
   if (host_logits) std::copy(reply.host_logits.begin(), reply.host_logits.end(), host_logits);
   kv_copy_times_ = reply.kv_copy_times;
 }
 
 void RemoteCopyRunner::idle_step() { channel_.announce(StepKind::kIdleStep, StepBatch{}); }
 
+namespace {
+
+// engine/drafter.h's view of the copy's drafter: the step's blocks go over the channel, the drafts
+// come back.
+class RemoteDSparkProposer final : public Drafter {
+ public:
+  RemoteDSparkProposer(ControlGroup& channel, const RemoteCopyGeometry& geometry, int block_size, bool probabilistic)
+      : channel_(channel), geometry_(geometry), block_size_(block_size), probabilistic_(probabilistic) {}
+  void propose(std::span<const DraftRequest> requests, std::vector<Draft>& drafts) override {
+    const DSparkBlockSet set = dspark_blocks(requests, block_size_, probabilistic_, /*with_constraints=*/false);
+    std::vector<DSparkDrafts> out;
+    if (!set.blocks.empty()) {
+      const RemoteReply reply = channel_.run_remote_draft(encode_dspark_blocks(set));
+      if (!reply.error.empty())
+        fail("copy {} (data-parallel rank {} on node {}): its drafter failed there: {}", geometry_.copy,
+             geometry_.copy, geometry_.node, reply.error);
+      out = decode_dspark_drafts(reply.ids, set.blocks.size());
+    }
+    take_dspark_drafts(set, out, requests.size(), drafts);
+  }
+
+ private:
+  ControlGroup& channel_;
+  const RemoteCopyGeometry& geometry_;
+  int block_size_;
+  bool probabilistic_;
+};
+
+}  // namespace
+
+void RemoteCopyRunner::attach_dspark(int block_size, bool probabilistic) {
+  drafter_ = std::make_unique<RemoteDSparkProposer>(channel_, geometry_, block_size, probabilistic);
+}
+
 void RemoteCopyRunner::copy_kv_blocks(const KvBlockCopies& copies) { channel_.announce_kv_copies(copies); }
 
-RemoteCopyCounts serve_remote_copy(ControlGroup& channel, ModelRunner& runner, int copy) {
+RemoteCopyCounts serve_remote_copy(ControlGroup& channel, ModelRunner& runner, int copy, const RemoteDraftFn& draft) {
   RemoteCopyCounts n;
   while (std::optional<NodeCommand> command = channel.next_command()) {
     if (command->kind == StepKind::kRemoteSample) {
-      SampleReply reply;
+      RemoteReply reply;
       try {
-        reply.sampled_ids.resize(command->sampling.rows.size());
+        reply.ids.resize(command->sampling.rows.size());
         reply.host_logits.resize(command->host_rows.size() * static_cast<size_t>(runner.vocab_size()));
-        runner.forward_sample(command->step, command->sampling, reply.sampled_ids.data(), command->host_rows,
+        runner.forward_sample(command->step, command->sampling, reply.ids.data(), command->host_rows,
                               reply.host_logits.data());
       } catch (const std::exception& e) {
-        reply = SampleReply{};
+        reply = RemoteReply{};
         reply.error = e.what();
       }
       reply.kv_copy_times = runner.kv_copy_times();
       channel.reply(reply);
       ++n.steps;
       ++n.sampled;
+      continue;
+    }
+    if (command->kind == StepKind::kRemoteDraft) {
+      // A drafter's failure is node 0's requests' (they decode without drafts), not the copy's.
+      RemoteReply reply;
+      try {
+        M3_CHECK(draft, "node {}: copy {} has no DSpark drafter (node 0 and this node were started with "
+                        "different --speculative-config?)",
+                 channel.node_rank(), copy);
+        const DSparkBlockSet set = decode_dspark_blocks(command->words);
+        const std::vector<DSparkDrafts> drafts = draft(set.blocks);
+        reply.ids = encode_dspark_drafts(drafts);
+      } catch (const std::exception& e) {
+        reply = RemoteReply{};
+        reply.error = e.what();
+      }
+      reply.kv_copy_times = runner.kv_copy_times();
+      channel.reply(reply);
+      ++n.drafts;
       continue;
     }
     try {

@@ -2,17 +2,25 @@
 // engine lane for that copy schedules and samples-for as any lane does, but the step runs there.
 // Each call goes over the copy's channel (a control group of node 0 and the copy's node,
 // parallel/control_group.h): forward_sample sends the step and its sampling and waits for the
-// sampled ids and logits rows; idle_step and copy_kv_blocks are announced and run there.
+// sampled ids and logits rows; idle_step and copy_kv_blocks are announced and run there; so are the
+// proposals of the copy's DSpark drafter.
 // serve_remote_copy is the other end: the copy's node (app/node_follower) runs them on its own
 // runner (a MiniMaxM3Runner over the copy's ranks).
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
 
+#include "engine/drafter.h"
 #include "engine/model_runner.h"
 
 namespace m3 {
 
 class ControlGroup;
+struct DSparkBlock;
+struct DSparkDrafts;
 
 // What node 0 knows of the copy without asking: the same plan made the same pools everywhere.
 struct RemoteCopyGeometry {
@@ -45,11 +53,18 @@ class RemoteCopyRunner final : public ModelRunner {
   void copy_kv_blocks(const KvBlockCopies& copies) override;
   // As of the copy's last reply.
   KvCopyTimes kv_copy_times() const override { return kv_copy_times_; }
+  // Speculative decoding with the copy's DSpark drafter, which runs there (its cache lives beside
+  // the copy's pool): drafter() sends each proposal's blocks over the channel. Its drafts are not
+  // drawn under structured-output masks (constraints stay on node 0; the engine cuts the drafts
+  // they refuse). block_size: the drafter's (dspark_block_size).
+  void attach_dspark(int block_size, bool probabilistic);
+  Drafter* drafter() override { return drafter_.get(); }
 
  private:
   ControlGroup& channel_;
   RemoteCopyGeometry geometry_;
   KvCopyTimes kv_copy_times_;
+  std::unique_ptr<Drafter> drafter_;
 };
 
 // The copy's node: runs node 0's commands from `channel` on `runner` until node 0 says stop.
@@ -59,7 +74,12 @@ class RemoteCopyRunner final : public ModelRunner {
 struct RemoteCopyCounts {
   int64_t steps = 0;    // idle ones included
   int64_t sampled = 0;  // with requests of this copy's
+  int64_t drafts = 0;   // proposals of the copy's drafter
 };
-RemoteCopyCounts serve_remote_copy(ControlGroup& channel, ModelRunner& runner, int copy);
+// `draft`: the copy's DSpark drafter (MiniMaxM3Runner::propose_dspark), empty when it has none
+// (node 0's proposals are then answered with an error, and its requests decode without drafts).
+using RemoteDraftFn = std::function<std::vector<DSparkDrafts>(std::span<const DSparkBlock>)>;
+RemoteCopyCounts serve_remote_copy(ControlGroup& channel, ModelRunner& runner, int copy,
+                                   const RemoteDraftFn& draft = {});
 
 }  // namespace m3

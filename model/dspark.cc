@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "model/config_fields.h"
 #include "model/weights.h"
 #include "ops/draft_heads.h"
+#include "ops/token_constraint.h"
 
 namespace m3 {
 namespace {
@@ -243,7 +245,7 @@ void DSparkDrafter::propose_chunk(std::span<const DSparkBlock> blocks, bool keep
   std::vector<float> confidence(rows);
   backend_.markov_drafts(logits, hn, w_.heads, n, ids.data(), confidence.data());
 
-  // Probabilistic blocks (and checks) read their rows on the host.
+  // Probabilistic and constrained blocks (and checks) read their rows on the host.
   MarkovHeadView head;
   head.w1 = host_heads_.w1.data_as<const float>();
   head.w2 = host_heads_.w2.data_as<const float>();
@@ -253,44 +255,88 @@ void DSparkDrafter::propose_chunk(std::span<const DSparkBlock> blocks, bool keep
   head.confidence_b = host_heads_.confidence_b;
   head.confidence_with_markov = host_heads_.confidence_with_markov;
   head.hidden = h;
-  std::vector<float> base, normed, scratch;
+  std::vector<float> base, normed, scratch, masked;
   for (int s = 0; s < r_count; ++s) {
     const DSparkBlock& blk = blocks[s];
     DSparkDrafts& d = out[s];
     const int64_t row = int64_t(s) * n;
     const bool sampled = blk.sampling && !sample_row_greedy(*blk.sampling);
-    if (sampled || keep_logits) {
+    if (sampled || blk.constraint || keep_logits) {
       base.resize(static_cast<size_t>(n) * vocab);
       backend_.copy_to_host_f32(logits.rows(row, row + n), base.data());
       if (keep_logits) d.base_logits = base;
     }
-    if (!sampled) {
+    if (!sampled && !blk.constraint) {
       d.tokens.assign(ids.begin() + row, ids.begin() + row + blk.num_drafts);
       d.confidence.assign(confidence.begin() + row, confidence.begin() + row + blk.num_drafts);
       continue;
     }
-    M3_CHECK(static_cast<int>(blk.draw_uniforms.size()) >= blk.num_drafts, "DSpark drafter: {} draws for {} drafts",
-             blk.draw_uniforms.size(), blk.num_drafts);
+    M3_CHECK(!sampled || static_cast<int>(blk.draw_uniforms.size()) >= blk.num_drafts,
+             "DSpark drafter: {} draws for {} drafts", blk.draw_uniforms.size(), blk.num_drafts);
     normed.resize(static_cast<size_t>(n) * h);
     backend_.copy_to_host_f32(hn.rows(row, row + n), normed.data());
     scratch.resize(vocab);
-    SampleRow sample_row;  // the drafter's own distribution: no penalties, masks or biases
-    sample_row.temperature = blk.sampling->temperature;
-    sample_row.top_k = blk.sampling->top_k;
-    sample_row.top_p = blk.sampling->top_p;
-    sample_row.min_p = blk.sampling->min_p;
+    SampleRow sample_row;  // the drafter's own distribution: no penalties or biases
+    if (sampled) {
+      sample_row.temperature = blk.sampling->temperature;
+      sample_row.top_k = blk.sampling->top_k;
+      sample_row.top_p = blk.sampling->top_p;
+      sample_row.min_p = blk.sampling->min_p;
+    } else {
+      sample_row.temperature = 0.0f;
+    }
     SampleBatch batch;
     batch.add(sample_row, nullptr, 0, nullptr, nullptr, 0, nullptr, 0);
+    // A constrained block: draft j under the constraint's mask after drafts [0, j), so no draft is
+    // one the engine would cut, and a probabilistic draft's distribution is the masked one the
+    // target's row is verified against.
+    std::optional<DraftConstraintWalk> walk;
+    if (blk.constraint) {
+      walk.emplace(*blk.constraint, blk.remaining_tokens);
+      batch.allowed_words = token_mask_words(static_cast<int32_t>(vocab));
+      batch.add_allowed_row(batch.allowed_words);
+    }
+    const std::span<uint32_t> words(batch.allowed);
     SampleWorkspace ws;
     std::vector<int32_t> drafted(blk.num_drafts);
     std::vector<float> conf(blk.num_drafts);
-    d.rows.resize(blk.num_drafts);
-    markov_block(head, base.data(), normed.data(), blk.num_drafts, blk.anchor,
-                 [&](int j, const float* adjusted) {
-                   sample_distribution(adjusted, static_cast<int32_t>(vocab), batch.rows[0], batch, ws, d.rows[j]);
-                   return d.rows[j].draw(blk.draw_uniforms[j]);
-                 },
-                 drafted.data(), conf.data(), scratch.data());
+    if (sampled) d.rows.resize(blk.num_drafts);
+    int picked = 0;
+    try {
+      picked = markov_block(
+          head, base.data(), normed.data(), blk.num_drafts, blk.anchor,
+          [&](int j, const float* adjusted) -> int32_t {
+            const uint32_t* allowed = nullptr;
+            if (walk) {
+              if (walk->terminated()) return -1;  // the output is complete
+              batch.rows[0].allowed_row = walk->next_mask(words) ? 0 : -1;
+              allowed = batch.allowed_mask(batch.rows[0]);
+            }
+            int32_t id;
+            if (sampled) {
+              sample_distribution(adjusted, static_cast<int32_t>(vocab), batch.rows[0], batch, ws, d.rows[j]);
+              id = d.rows[j].draw(blk.draw_uniforms[j]);
+            } else if (allowed) {
+              masked.assign(adjusted, adjusted + vocab);
+              for (int64_t t = 0; t < vocab; ++t)
+                if (!((allowed[t / 32] >> (t % 32)) & 1u)) masked[t] = -INFINITY;
+              id = draft_argmax(masked.data(), vocab);
+            } else {
+              id = draft_argmax(adjusted, vocab);
+            }
+            if (walk && !walk->accept(id)) return -1;  // nothing allowed is left
+            return id;
+          },
+          drafted.data(), conf.data(), scratch.data());
+    } catch (const Error&) {
+      // The constraint cannot give a mask (its size limit): no drafts; the engine's own mask of the
+      // request's next row meets the same error and fails the request with it.
+      picked = 0;
+    }
+    walk.reset();  // the constraint as the engine left it
+    drafted.resize(picked);
+    conf.resize(picked);
+    if (sampled) d.rows.resize(picked);
     d.tokens = std::move(drafted);
     d.confidence = std::move(conf);
   }

@@ -25,6 +25,7 @@
 #include "ops/backend.h"
 #include "ops/kv_layout.h"
 #include "ops/sampling.h"
+#include "ops/token_constraint.h"
 #include "ops/step_batch.h"
 #include "ops/weights.h"
 
@@ -81,6 +82,11 @@ struct DSparkBlock {
   // drawn with draw_uniforms[j]. Null: greedy drafts (the argmax).
   const SampleRow* sampling = nullptr;
   std::span<const double> draw_uniforms;
+  // A structured-output constraint as it stands after the anchor (null: none): draft j is the best
+  // token (or a draw) among those its mask allows after drafts [0, j), with remaining_tokens - j
+  // tokens left to produce; the block ends where the output is complete. Left as it was found.
+  TokenConstraint* constraint = nullptr;
+  int remaining_tokens = 0;
 };
 
 struct DSparkDrafts {
@@ -96,7 +102,8 @@ struct DSparkDrafts {
 // hidden_norm and each layer's K (k_norm, RoPE) and V go into its cache at the step's slots, all as
 // run ops of the target's step (CUDA graphs record them with it). propose() runs one step of its
 // own on the backend: the blocks of every request through the layers, the target's lm_head, then
-// the Markov and confidence heads (greedy on the backend; probabilistic rows on the host).
+// the Markov and confidence heads (greedy on the backend; probabilistic and constrained blocks on
+// the host).
 //
 // Its RoPE is the target's table (the backend holds one): make_dspark_drafter checks that the
 // drafter's frequencies are the target's first ones.

@@ -27,7 +27,7 @@ int32_t draft_argmax(const float* logits, int64_t n) {
   return best;
 }
 
-void markov_block(const MarkovHeadView& h, const float* base, const float* normed, int n, int32_t anchor,
+int markov_block(const MarkovHeadView& h, const float* base, const float* normed, int n, int32_t anchor,
                   const std::function<int32_t(int j, const float* logits)>& pick, int32_t* ids, float* confidence,
                   float* scratch) {
   int32_t prev = anchor;
@@ -38,9 +38,11 @@ void markov_block(const MarkovHeadView& h, const float* base, const float* norme
     float c = draft_head_dot(h.confidence_w, normed + int64_t(j) * h.hidden, h.hidden);
     if (h.confidence_with_markov) c += draft_head_dot(h.confidence_w + h.hidden, w1, h.rank);
     confidence[j] = 1.0f / (1.0f + std::exp(-(c + h.confidence_b)));
-    ids[j] = pick(j, scratch);
-    prev = ids[j];
+    const int32_t id = pick(j, scratch);
+    if (id < 0) return j;
+    ids[j] = prev = id;
   }
+  return n;
 }
 
 }  // namespace m3

@@ -36,8 +36,9 @@ float draft_head_dot(const float* a, const float* b, int64_t n);
 int32_t draft_argmax(const float* logits, int64_t n);
 
 // One block: base [n, vocab] and normed [n, hidden] rows, in order; ids[j] = pick(j, logits_j)
-// (logits_j in `scratch`, [vocab]), confidence[j] as above.
-void markov_block(const MarkovHeadView& head, const float* base, const float* normed, int n, int32_t anchor,
+// (logits_j in `scratch`, [vocab]), confidence[j] as above. A pick below 0 ends the block there
+// (a constraint that allows no further token); returns the drafts picked.
+int markov_block(const MarkovHeadView& head, const float* base, const float* normed, int n, int32_t anchor,
                   const std::function<int32_t(int j, const float* logits)>& pick, int32_t* ids, float* confidence,
                   float* scratch);
 

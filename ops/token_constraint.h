@@ -41,4 +41,34 @@ class TokenConstraintSpec {
 
 inline int32_t token_mask_words(int32_t vocab) { return (vocab + 31) / 32; }
 
+// A constraint walked through drafted tokens (speculative decoding), then taken back to where it
+// stood: the mask of draft j is the constraint's after drafts [0, j), with `remaining_tokens - j`
+// tokens left to produce. The engine's verification masks and a drafter's draws walk the same way,
+// so both see the same masks.
+class DraftConstraintWalk {
+ public:
+  DraftConstraintWalk(TokenConstraint& constraint, int remaining_tokens)
+      : constraint_(constraint), remaining_(remaining_tokens) {}
+  ~DraftConstraintWalk() { constraint_.rollback(accepted_); }
+  DraftConstraintWalk(const DraftConstraintWalk&) = delete;
+  DraftConstraintWalk& operator=(const DraftConstraintWalk&) = delete;
+
+  // The next token's mask (TokenConstraint::fill_allowed); false: nothing excluded.
+  bool next_mask(std::span<uint32_t> words) { return constraint_.fill_allowed(words, remaining_ - accepted_); }
+  // Advances over the next token; false (nothing changes) when the constraint refuses it.
+  bool accept(int32_t token) {
+    if (!constraint_.accept(token)) return false;
+    ++accepted_;
+    return true;
+  }
+  // The tokens walked so far complete the output: nothing may follow them.
+  bool terminated() const { return constraint_.terminated(); }
+  int accepted() const { return accepted_; }
+
+ private:
+  TokenConstraint& constraint_;
+  int remaining_;
+  int accepted_ = 0;
+};
+
 }  // namespace m3

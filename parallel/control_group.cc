@@ -112,7 +112,7 @@ void send_vector(Communicator& comm, const std::vector<T>& v, DType dtype, int r
 
 }  // namespace
 
-SampleReply ControlGroup::run_remote_sample(const StepBatch& batch, const SampleBatch& sampling,
+RemoteReply ControlGroup::run_remote_sample(const StepBatch& batch, const SampleBatch& sampling,
                                             const std::vector<int32_t>& host_rows) {
   M3_CHECK(leader() && num_nodes() == 2, "control group: a remote step goes from node 0 over a copy's channel");
   sampling.wait_masks();
@@ -121,29 +121,44 @@ SampleReply ControlGroup::run_remote_sample(const StepBatch& batch, const Sample
   std::lock_guard lock(mutex_);  // the heartbeat must not come between the step and its reply
   M3_CHECK(!stopped_, "control group: a step after stop (the followers have left)");
   try {
-    return exchange_locked(step, sample);
+    return exchange_locked(step, &sample);
   } catch (const Error& e) {
     mark_lost(e.what());
     throw;
   }
 }
 
-SampleReply ControlGroup::exchange_locked(const StepMessage& step, SampleMessage& sample) {
+RemoteReply ControlGroup::run_remote_draft(std::vector<int32_t> words) {
+  M3_CHECK(leader() && num_nodes() == 2, "control group: a remote draft goes from node 0 over a copy's channel");
+  const StepMessage message = encode_remote_draft(std::move(words));
+  std::lock_guard lock(mutex_);
+  M3_CHECK(!stopped_, "control group: a draft after stop (the followers have left)");
+  try {
+    return exchange_locked(message, nullptr);
+  } catch (const Error& e) {
+    mark_lost(e.what());
+    throw;
+  }
+}
+
+RemoteReply ControlGroup::exchange_locked(const StepMessage& step, SampleMessage* sample) {
   send_message_locked(step);
-  Tensor header = Tensor::wrap(sample.header.data(), {kSampleHeaderWords}, DType::kI64, Device::kCpu);
-  comm_->broadcast(header, 0);
-  send_vector(*comm_, sample.payload, DType::kI32, 0);
+  if (sample) {
+    Tensor header = Tensor::wrap(sample->header.data(), {kSampleHeaderWords}, DType::kI64, Device::kCpu);
+    comm_->broadcast(header, 0);
+    send_vector(*comm_, sample->payload, DType::kI32, 0);
+  }
   std::array<int64_t, kReplyHeaderWords> words{};
   Tensor reply_header = Tensor::wrap(words.data(), {kReplyHeaderWords}, DType::kI64, Device::kCpu);
   comm_->broadcast(reply_header, 1);
   M3_CHECK(words[0] >= 0 && words[0] < (1 << 20) && words[1] >= 0 && words[1] < (int64_t{1} << 31) && words[2] >= 0 &&
                words[2] < (int64_t{1} << 40),
            "control group: a corrupt reply header ({}, {}, {})", words[0], words[1], words[2]);
-  SampleReply reply;
+  RemoteReply reply;
   std::vector<int32_t> error((words[0] + 3) / 4);
-  reply.sampled_ids.resize(words[1]);
+  reply.ids.resize(words[1]);
   reply.host_logits.resize(words[2]);
-  broadcast_vector(*comm_, reply.sampled_ids, DType::kI32, 1);
+  broadcast_vector(*comm_, reply.ids, DType::kI32, 1);
   broadcast_vector(*comm_, reply.host_logits, DType::kF32, 1);
   broadcast_vector(*comm_, error, DType::kI32, 1);
   reply.error.assign(reinterpret_cast<const char*>(error.data()), words[0]);
@@ -152,10 +167,10 @@ SampleReply ControlGroup::exchange_locked(const StepMessage& step, SampleMessage
   return reply;
 }
 
-void ControlGroup::reply(const SampleReply& reply) {
+void ControlGroup::reply(const RemoteReply& reply) {
   M3_CHECK(!leader(), "control group: node 0 asks for replies, it sends none");
   std::array<int64_t, kReplyHeaderWords> words = {
-      static_cast<int64_t>(reply.error.size()), static_cast<int64_t>(reply.sampled_ids.size()),
+      static_cast<int64_t>(reply.error.size()), static_cast<int64_t>(reply.ids.size()),
       static_cast<int64_t>(reply.host_logits.size()), std::bit_cast<int64_t>(reply.kv_copy_times.to_host_s),
       std::bit_cast<int64_t>(reply.kv_copy_times.to_device_s)};
   std::vector<int32_t> error((reply.error.size() + 3) / 4, 0);
@@ -163,7 +178,7 @@ void ControlGroup::reply(const SampleReply& reply) {
   std::lock_guard lock(mutex_);
   Tensor header = Tensor::wrap(words.data(), {kReplyHeaderWords}, DType::kI64, Device::kCpu);
   comm_->broadcast(header, 1);
-  send_vector(*comm_, reply.sampled_ids, DType::kI32, 1);
+  send_vector(*comm_, reply.ids, DType::kI32, 1);
   send_vector(*comm_, reply.host_logits, DType::kF32, 1);
   send_vector(*comm_, error, DType::kI32, 1);
 }
@@ -246,6 +261,12 @@ std::optional<NodeCommand> ControlGroup::next_command() {
         NodeCommand c;
         c.kind = StepKind::kCopyKvBlocks;
         c.copies = decode_kv_copies(message);
+        return c;
+      }
+      case StepKind::kRemoteDraft: {
+        NodeCommand c;
+        c.kind = StepKind::kRemoteDraft;
+        c.words = std::move(message.payload);
         return c;
       }
       default: {

@@ -29,13 +29,15 @@ namespace m3 {
 
 // What node 0 asks of the followers next: a step (kForward, kForwardSample, kIdleStep), the KV
 // block copies queued before one (kCopyKvBlocks), or on a copy's channel a step to sample
-// (kRemoteSample, with its sampling and the logits rows wanted back; answer with reply()).
+// (kRemoteSample, with its sampling and the logits rows wanted back; answer with reply()) or
+// blocks to draft (kRemoteDraft).
 struct NodeCommand {
   StepKind kind = StepKind::kForward;
   StepBatch step;
   KvBlockCopies copies;
   SampleBatch sampling;
   std::vector<int32_t> host_rows;
+  std::vector<int32_t> words;  // kRemoteDraft: the blocks to draft (answer with reply())
 };
 
 class ControlGroup {
@@ -66,8 +68,12 @@ class ControlGroup {
   // Node 0, on the channel of a DEP copy another node holds (a group of two): that node runs
   // the step and samples; returns its reply (whose error, when set, says why the step failed
   // there). The masks of `sampling` are waited for first. Throws m3::Error when the node is gone.
-  SampleReply run_remote_sample(const StepBatch& batch, const SampleBatch& sampling,
+  RemoteReply run_remote_sample(const StepBatch& batch, const SampleBatch& sampling,
                                 const std::vector<int32_t>& host_rows);
+  // Node 0, on a copy's channel: the copy's drafter drafts the blocks of `words`
+  // (engine/remote_drafts.h); returns its reply (the drafts' words in ids). Throws m3::Error when
+  // the node is gone.
+  RemoteReply run_remote_draft(std::vector<int32_t> words);
   // Node 0: ends the followers' loop (when start_heartbeat has put them in it); once, later calls
   // do nothing. Never throws (a follower that is gone is logged).
   void stop() noexcept;
@@ -81,13 +87,13 @@ class ControlGroup {
   // m3::Error naming node 0 and the control group when nothing came within the timeout or the
   // connection broke (node 0 lost).
   std::optional<NodeCommand> next_command();
-  // A follower, after a kRemoteSample command: its answer.
-  void reply(const SampleReply& reply);
+  // A follower, after a kRemoteSample or kRemoteDraft command: its answer.
+  void reply(const RemoteReply& reply);
 
  private:
   void send_locked(const StepMessage& message);  // mutex_ held
   void send_message_locked(const StepMessage& message);  // send_locked without the bookkeeping
-  SampleReply exchange_locked(const StepMessage& step, SampleMessage& sample);  // run_remote_sample's
+  RemoteReply exchange_locked(const StepMessage& step, SampleMessage* sample);  // the remote calls
   void mark_lost(const std::string& what);
   void receive_sampling(NodeCommand& command);    // a follower, after a kRemoteSample step
   void heartbeat_loop();

@@ -88,10 +88,25 @@ StepMessage encode_kv_copies(const KvBlockCopies& copies) {
   return m;
 }
 
+StepMessage encode_remote_draft(std::vector<int32_t> words) {
+  StepMessage m;
+  m.header[0] = static_cast<int64_t>(StepKind::kRemoteDraft);
+  m.header[kStepHeaderWords - 1] = static_cast<int64_t>(words.size());
+  m.payload = std::move(words);
+  return m;
+}
+
 void check_step_header(const std::array<int64_t, kStepHeaderWords>& header) {
-  M3_CHECK(header[0] >= 0 && header[0] <= static_cast<int64_t>(StepKind::kIdleStep),
+  M3_CHECK(header[0] >= 0 && header[0] <= static_cast<int64_t>(StepKind::kRemoteDraft),
            "step message: unknown kind {} (node 0 and this process run different m3serve builds?)", header[0]);
   if (header[0] == static_cast<int64_t>(StepKind::kCopyKvBlocks)) return check_copies_header(header);
+  if (header[0] == static_cast<int64_t>(StepKind::kRemoteDraft)) {
+    for (int w = 1; w < kStepHeaderWords - 1; ++w)
+      M3_CHECK(header[w] == 0, "step message: word {} of a remote draft's header is {}, not 0", w, header[w]);
+    M3_CHECK(header[kStepHeaderWords - 1] >= 0 && header[kStepHeaderWords - 1] < (int64_t{1} << 31),
+             "step message: a remote draft of {} words", header[kStepHeaderWords - 1]);
+    return;
+  }
   M3_CHECK(header[1] >= 0, "step message: pages_per_seq {}", header[1]);
   int64_t total = 0;
   for (size_t i = 0; i < kVectors.size(); ++i) {
@@ -105,7 +120,8 @@ void check_step_header(const std::array<int64_t, kStepHeaderWords>& header) {
 
 StepBatch decode_step(const StepMessage& m) {
   check_step_header(m.header);
-  M3_CHECK(m.kind() != StepKind::kCopyKvBlocks, "step message: KV copies are not a step (decode_kv_copies)");
+  M3_CHECK(m.kind() != StepKind::kCopyKvBlocks && m.kind() != StepKind::kRemoteDraft,
+           "step message: KV copies and remote drafts are not a step");
   M3_CHECK(static_cast<int64_t>(m.payload.size()) == m.payload_size(),
            "step message: {} payload words, the header says {}", m.payload.size(), m.payload_size());
   StepBatch batch;

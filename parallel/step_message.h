@@ -8,7 +8,8 @@
 //
 // Under DEP over several hosts, node 0 drives each copy held by another host over a channel of
 // its own (a control group of two): a kRemoteSample step is followed by its sampling (a
-// SampleMessage), and the copy's node answers with the sampled ids and logits rows (SampleReply).
+// SampleMessage), and the copy's node answers with the sampled ids and logits rows (RemoteReply);
+// a kRemoteDraft asks the copy's drafter for drafts the same way.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -29,6 +30,7 @@ enum class StepKind : int64_t {
   kCopyKvBlocks = 4,   // ModelRunner::copy_kv_blocks, before the step that needs them
   kRemoteSample = 5,   // forward_sample on the copy's node: a SampleMessage follows, a reply goes back
   kIdleStep = 6,       // ModelRunner::idle_step (a DEP copy joins its peers' step)
+  kRemoteDraft = 7,    // the copy's drafter proposes: the payload is the blocks, a reply goes back
 };
 
 inline constexpr int kStepHeaderWords = 11;  // kind, pages_per_seq, 8 vector sizes, payload size
@@ -44,10 +46,13 @@ struct StepMessage {
 StepMessage encode_step(StepKind kind, const StepBatch& batch = {});
 // Block ids and host slots must fit in int32 (an m3::Error names the one that does not).
 StepMessage encode_kv_copies(const KvBlockCopies& copies);
+// A kRemoteDraft: the header holds only the payload's size; the words are the engine's
+// (engine/remote_drafts.h), opaque here.
+StepMessage encode_remote_draft(std::vector<int32_t> words);
 // Checks the header (a known kind, sizes that add up to the payload, no negative size) and throws
 // m3::Error naming what is wrong: a corrupt message must not become a step.
 void check_step_header(const std::array<int64_t, kStepHeaderWords>& header);
-StepBatch decode_step(const StepMessage& message);          // any kind but kCopyKvBlocks
+StepBatch decode_step(const StepMessage& message);          // any kind but kCopyKvBlocks and kRemoteDraft
 KvBlockCopies decode_kv_copies(const StepMessage& message);  // kCopyKvBlocks
 
 // The sampling of a kRemoteSample step: SampleBatch's rows (their bytes: both ends run the same
@@ -66,10 +71,11 @@ SampleMessage encode_sampling(const SampleBatch& sampling, const std::vector<int
 void check_sample_header(const std::array<int64_t, kSampleHeaderWords>& header);
 void decode_sampling(const SampleMessage& message, SampleBatch& sampling, std::vector<int32_t>& host_rows);
 
-// The copy's node's answer to a kRemoteSample step.
-struct SampleReply {
+// The copy's node's answer to a kRemoteSample step (the sampled ids and logits rows) or to a
+// kRemoteDraft (the drafts' words in `ids`, engine/remote_drafts.h).
+struct RemoteReply {
   std::string error;  // empty: the step ran; else why it failed there
-  std::vector<int32_t> sampled_ids;
+  std::vector<int32_t> ids;
   std::vector<float> host_logits;
   KvCopyTimes kv_copy_times;  // the copy's so far
 };

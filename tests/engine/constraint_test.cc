@@ -14,6 +14,8 @@
 #include "grammar/compiled_grammar.h"
 #include "grammar/grammar_constraint.h"
 #include "grammar/structured_output.h"
+#include "ops/rejection_sampling.h"
+#include "tests/engine/chi_square.h"
 #include "tests/engine/oracle_drafter.h"
 
 namespace m3 {
@@ -222,6 +224,109 @@ TEST(EngineConstraint, SpeculativeDecodingKeepsTheConstrainedText) {
   for (const EngineRequest& r : reqs) {
     ASSERT_EQ(out[r.id].reason, FinishReason::kStop) << r.id << " " << out[r.id].error << " " << text_of(out[r.id].tokens);
     expect_valid(text_of(out[r.id].tokens));
+  }
+}
+
+// A drafter that follows constraints (Drafter::follows_constraints) with poor guesses: draft j comes
+// from the fake model's logits after an unrelated context, under the constraint's mask after
+// drafts [0, j); greedy requests get the best allowed token, sampled ones a draw at their
+// temperature with the distribution it came from (probabilistic drafts).
+class MaskedNoiseDrafter final : public Drafter {
+ public:
+  void propose(std::span<const DraftRequest> requests, std::vector<Draft>& drafts) override {
+    drafts.assign(requests.size(), Draft());
+    std::vector<float> logits(kVocab);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const DraftRequest& r = requests[i];
+      SampleRow row;
+      row.temperature = r.params->temperature;
+      row.top_p = r.params->top_p;
+      SampleBatch batch;
+      batch.add(row, nullptr, 0, nullptr, nullptr, 0, nullptr, 0);
+      batch.allowed_words = token_mask_words(kVocab);
+      batch.add_allowed_row(batch.allowed_words);
+      std::optional<DraftConstraintWalk> walk;
+      if (r.constraint) walk.emplace(*r.constraint, r.remaining_tokens);
+      SampleWorkspace ws;
+      for (int j = 0; j < r.max_drafts; ++j) {
+        if (walk && walk->terminated()) break;
+        batch.rows[0].allowed_row = walk && walk->next_mask(batch.allowed) ? 0 : -1;
+        test::fake_logits({7777, static_cast<int32_t>(r.tokens.size()), j}, kVocab, logits.data());
+        int32_t id;
+        if (sample_row_greedy(row)) {
+          id = sample_reference(logits.data(), kVocab, batch.rows[0], batch, ws);
+        } else {
+          TokenDistribution q;
+          sample_distribution(logits.data(), kVocab, batch.rows[0], batch, ws, q);
+          id = q.draw(draft_uniform(r.seed, r.output_index + j));
+          drafts[i].rows.push_back(std::move(q));
+        }
+        if (walk && !walk->accept(id)) {
+          if (!drafts[i].rows.empty() && drafts[i].rows.size() > drafts[i].tokens.size()) drafts[i].rows.pop_back();
+          break;
+        }
+        drafts[i].tokens.push_back(id);
+      }
+    }
+  }
+  bool follows_constraints() const override { return true; }
+};
+
+// Probabilistic drafts under a constraint, from a drafter that draws them under the constraint's
+// masks: greedy requests keep plain decoding's text, and sampled requests' tokens are distributed
+// as without speculation (two-sample chi-square over 1,500 seeds, standard and block verification),
+// although the drafter's distribution is not the target's.
+TEST(EngineConstraint, ProbabilisticDraftsUnderTheConstraintsMasksKeepTheDistribution) {
+  auto spec = array_constraint();
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 1504; ++i) {
+    EngineRequest r;
+    r.id = "p" + std::to_string(i);
+    r.prompt_token_ids = {3, 1, 4, 1, 5};
+    r.sampling.max_tokens = 16;
+    r.sampling.temperature = i < 4 ? 0.0f : 1.0f;
+    r.sampling.seed = 7000 + i;
+    r.sampling.constraint = spec;
+    r.eos_token_ids = {kEos};
+    reqs.push_back(std::move(r));
+  }
+  for (int i = 0; i < 4; ++i) reqs[size_t(i)].prompt_token_ids.push_back(10 + i);  // four greedy texts
+  EngineConfig plain_config;
+  plain_config.max_num_seqs = 64;
+  test::FakeModel plain_model(8, 4096, kVocab);
+  auto reference = run(plain_model, plain_config, reqs);
+  for (const char* method : {"standard", "block"}) {
+    EngineConfig config = plain_config;
+    config.speculative = parse_speculative_config(fmt::format(
+        R"({{"method":"ngram","num_speculative_tokens":3,"rejection_sample_method":"{}"}})", method));
+    test::FakeModel model(8, 4096, kVocab);
+    EngineStats stats;
+    auto out = run(model, config, reqs, std::make_unique<MaskedNoiseDrafter>(), &stats);
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(out[reqs[size_t(i)].id].tokens, reference[reqs[size_t(i)].id].tokens) << method << " greedy " << i;
+    for (const EngineRequest& r : reqs) {
+      ASSERT_EQ(out[r.id].reason, FinishReason::kStop) << method << " " << r.id << " " << out[r.id].error;
+      expect_valid(text_of(out[r.id].tokens));
+    }
+    EXPECT_GT(stats.spec_num_draft_tokens, 1000u) << method;
+    EXPECT_GT(stats.spec_num_accepted_tokens, 100u) << method;
+    for (size_t pos = 1; pos < 7; ++pos) {
+      std::vector<int32_t> a, b;  // -1: the text ended before
+      for (size_t i = 4; i < reqs.size(); ++i) {
+        const auto& want = reference[reqs[i].id].tokens;
+        const auto& got = out[reqs[i].id].tokens;
+        a.push_back(pos < want.size() ? want[pos] : -1);
+        b.push_back(pos < got.size() ? got[pos] : -1);
+      }
+      const auto [stat, df] = test::two_sample_chi_square(a, b);
+      const double critical = test::chi_square_critical_1e4(df);
+      std::printf("[constraint spec] masked probabilistic drafts, %s: token %zu chi-square %.1f, %d df (critical %.1f)\n",
+                  method, pos, stat, df, critical);
+      EXPECT_LT(stat, critical) << method << " token " << pos;
+    }
+    std::printf("[constraint spec] masked probabilistic drafts, %s: %llu of %llu drafts kept\n", method,
+                static_cast<unsigned long long>(stats.spec_num_accepted_tokens),
+                static_cast<unsigned long long>(stats.spec_num_draft_tokens));
   }
 }
 

@@ -10,7 +10,9 @@
 #include <string>
 
 #include "core/error.h"
+#include "engine/dspark_blocks.h"
 #include "engine/remote_copy_runner.h"
+#include "ops/rejection_sampling.h"
 #include "parallel/control_group.h"
 #include "parallel/gloo_communicator.h"
 #include "parallel/rank_workers.h"
@@ -154,6 +156,147 @@ TEST(RemoteCopy, StepsSamplingAndRepliesCrossTheChannelIntact) {
   ASSERT_NE(got.allowed_mask(got.rows[1]), nullptr);
   EXPECT_EQ(got.allowed_mask(got.rows[1])[0], 0x5u);
   EXPECT_EQ(copy.samplings[1].rows.size(), 0u);
+}
+
+// The copy's DSpark drafter runs there: node 0's proposals (one block per request that may draft:
+// anchor, position, table, the sampled requests' parameters and draws) arrive intact, the drafts and
+// the distributions of probabilistic ones come back; constraints stay on node 0 (drafts are cut
+// there); a copy without a drafter answers with an error, which reaches node 0 as an m3::Error, and
+// the channel serves on.
+TEST(RemoteCopy, DraftsComeFromTheCopysDrafter) {
+  RankWorkers nodes(2);
+  std::vector<std::unique_ptr<ControlGroup>> channel = connect(nodes, "copy.draft", std::chrono::seconds(20));
+  RecordingRunner copy;
+  std::vector<DSparkBlock> seen;
+  std::vector<std::vector<int32_t>> seen_tables;
+  std::vector<std::vector<double>> seen_draws;
+  std::vector<SampleRow> seen_sampling;
+  const RemoteDraftFn draft = [&](std::span<const DSparkBlock> blocks) {
+    std::vector<DSparkDrafts> out(blocks.size());
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      seen.push_back(blocks[b]);
+      seen_tables.emplace_back(blocks[b].block_table.begin(), blocks[b].block_table.end());
+      seen_draws.emplace_back(blocks[b].draw_uniforms.begin(), blocks[b].draw_uniforms.end());
+      seen_sampling.push_back(blocks[b].sampling ? *blocks[b].sampling : SampleRow{});
+      for (int j = 0; j < blocks[b].num_drafts; ++j) out[b].tokens.push_back(blocks[b].anchor + j + 1);
+      if (blocks[b].sampling) {
+        for (int j = 0; j < blocks[b].num_drafts; ++j) {
+          TokenDistribution row;
+          row.ids = {out[b].tokens[size_t(j)], 6};
+          row.mass = {0.75, 0.125 + j};
+          row.total = 0.875 + j;
+          out[b].rows.push_back(row);
+        }
+      }
+    }
+    return out;
+  };
+  RemoteCopyCounts counts;
+  std::string missing;
+  std::vector<Draft> drafts;
+  nodes.run([&](int r) {
+    if (r == 1) {
+      counts = serve_remote_copy(*channel[1], copy, 1, draft);
+      return;
+    }
+    channel[0]->start_heartbeat();
+    RemoteCopyRunner runner(*channel[0], RemoteCopyGeometry{16, 8, kVocab, 1024, 0, 0, 1, 1});
+    EXPECT_EQ(runner.drafter(), nullptr);
+    runner.attach_dspark(/*block_size=*/3, /*probabilistic=*/true);
+    ASSERT_NE(runner.drafter(), nullptr);
+    EXPECT_FALSE(runner.drafter()->follows_constraints());
+    SamplingParams greedy, sampled;
+    greedy.temperature = 0.0f;
+    sampled.temperature = 0.7f;
+    sampled.top_k = 4;
+    sampled.top_p = 0.9f;
+    const std::vector<int32_t> text_a = {1, 2, 3, 4}, text_b = {5, 6}, text_c = {2};
+    const std::vector<int32_t> table_a = {7}, table_b = {2, 5}, table_c = {1};
+    std::vector<DraftRequest> requests(3);
+    requests[0] = {text_a, 5, table_a, &greedy, 9, 3};       // more drafts than the block: 3
+    requests[1] = {text_b, 2, table_b, &sampled, 77, 10};    // sampled: draws go with it
+    requests[2] = {text_c, 2, table_c, &greedy, 1, 0};       // no context: no block
+    runner.drafter()->propose(requests, drafts);
+    channel[0]->stop();
+  });
+  EXPECT_EQ(counts.drafts, 1);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].anchor, 4);
+  EXPECT_EQ(seen[0].anchor_pos, 3);
+  EXPECT_EQ(seen[0].num_drafts, 3);
+  EXPECT_EQ(seen_tables[0], (std::vector<int32_t>{7}));
+  EXPECT_EQ(seen[0].sampling, nullptr);
+  EXPECT_EQ(seen[0].constraint, nullptr);
+  EXPECT_EQ(seen[1].anchor, 6);
+  EXPECT_EQ(seen[1].anchor_pos, 1);
+  EXPECT_EQ(seen_tables[1], (std::vector<int32_t>{2, 5}));
+  EXPECT_EQ(seen_sampling[1].temperature, 0.7f);
+  EXPECT_EQ(seen_sampling[1].top_k, 4);
+  EXPECT_EQ(seen_sampling[1].top_p, 0.9f);
+  EXPECT_EQ(seen_draws[1], (std::vector<double>{draft_uniform(77, 10), draft_uniform(77, 11)}));
+  ASSERT_EQ(drafts.size(), 3u);
+  EXPECT_EQ(drafts[0].tokens, (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_TRUE(drafts[0].rows.empty());
+  EXPECT_EQ(drafts[1].tokens, (std::vector<int32_t>{7, 8}));
+  ASSERT_EQ(drafts[1].rows.size(), 2u);
+  EXPECT_EQ(drafts[1].rows[1].ids, (std::vector<int32_t>{8, 6}));
+  EXPECT_EQ(drafts[1].rows[1].mass, (std::vector<double>{0.75, 1.125}));
+  EXPECT_EQ(drafts[1].rows[1].total, 1.875);
+  EXPECT_TRUE(drafts[2].tokens.empty());
+
+  // A copy without a drafter: an error on node 0 naming the copy; the channel serves on.
+  std::vector<std::unique_ptr<ControlGroup>> bare = connect(nodes, "copy.nodraft", std::chrono::seconds(20));
+  nodes.run([&](int r) {
+    if (r == 1) {
+      serve_remote_copy(*bare[1], copy, 1);
+      return;
+    }
+    bare[0]->start_heartbeat();
+    RemoteCopyRunner runner(*bare[0], RemoteCopyGeometry{16, 8, kVocab, 1024, 0, 0, 1, 1});
+    runner.attach_dspark(3, false);
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    const std::vector<int32_t> text = {1, 2}, table = {0};
+    std::vector<DraftRequest> requests = {{text, 2, table, &greedy, 1, 0}};
+    try {
+      runner.drafter()->propose(requests, drafts);
+    } catch (const Error& e) {
+      missing = e.what();
+    }
+    int32_t id = -1;
+    SampleBatch sampling;
+    SampleRow row;
+    row.seed = 4;
+    sampling.add(row, nullptr, 0, nullptr, nullptr, 0, nullptr, 0);
+    runner.forward_sample(step_of({3}), sampling, &id, {}, nullptr);
+    EXPECT_EQ(id, 304);
+    bare[0]->stop();
+  });
+  EXPECT_NE(missing.find("copy 1 (data-parallel rank 1 on node 1): its drafter failed there"), std::string::npos)
+      << missing;
+  EXPECT_NE(missing.find("has no DSpark drafter"), std::string::npos) << missing;
+}
+
+// The words of remote drafting are checked before they become a draft step.
+TEST(RemoteCopy, CorruptDraftWordsAreErrors) {
+  SamplingParams sampled;
+  sampled.temperature = 1.0f;
+  const std::vector<int32_t> text = {1, 2, 3}, table = {4};
+  std::vector<DraftRequest> requests = {{text, 2, table, &sampled, 5, 0}};
+  const DSparkBlockSet set = dspark_blocks(requests, 4, true, false);
+  const std::vector<int32_t> words = encode_dspark_blocks(set);
+  const DSparkBlockSet back = decode_dspark_blocks(words);
+  ASSERT_EQ(back.blocks.size(), 1u);
+  EXPECT_EQ(back.blocks[0].draw_uniforms.size(), 2u);
+  EXPECT_THROW(decode_dspark_blocks(std::span(words).first(words.size() - 1)), Error);  // cut short
+  std::vector<int32_t> longer = words;
+  longer.push_back(0);
+  EXPECT_THROW(decode_dspark_blocks(longer), Error);  // words left over
+  std::vector<int32_t> negative = words;
+  negative[0] = -1;
+  EXPECT_THROW(decode_dspark_blocks(negative), Error);
+  EXPECT_THROW(decode_dspark_drafts(std::vector<int32_t>{2, 0, 0}, 2), Error);
+  EXPECT_THROW(decode_dspark_drafts(std::vector<int32_t>{1, 1, 5, 2}, 1), Error);  // more rows than drafts
 }
 
 TEST(RemoteCopy, TheRunnerNeedsNodeZerosEndOfAChannelOfTwo) {

@@ -19,7 +19,12 @@
 #include "engine/drafter.h"
 #include "engine/engine_loop.h"
 #include "engine/minimax_m3_runner.h"
+#include "grammar/compiled_grammar.h"
+#include "grammar/grammar_constraint.h"
+#include "grammar/structured_output.h"
 #include "model/dspark.h"
+#include "text/tokenizer.h"
+#include "tests/engine/chi_square.h"
 #include "tests/engine/oracle_drafter.h"
 #include "tests/engine/real_model.h"
 
@@ -406,24 +411,6 @@ TEST(SpeculativeEngine, DSparkWithTheHostTierOfThePrefixCache) {
   EXPECT_GT(stats.spec_num_accepted_tokens, 0u);
 }
 
-// Two samples of tokens, one category per token (those seen fewer than 10 times pooled): the
-// chi-square statistic of their difference and its degrees of freedom.
-std::pair<double, int> two_sample_chi_square(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  std::map<int32_t, std::pair<int, int>> counts;
-  for (int32_t t : a) ++counts[t].first;
-  for (int32_t t : b) ++counts[t].second;
-  std::vector<std::pair<int, int>> cells;
-  std::pair<int, int> other{0, 0};
-  for (const auto& [t, c] : counts) {
-    if (c.first + c.second >= 10) cells.push_back(c);
-    else other.first += c.first, other.second += c.second;
-  }
-  if (other.first + other.second > 0) cells.push_back(other);
-  double stat = 0;
-  for (const auto& [x, y] : cells) stat += double(x - y) * (x - y) / (x + y);
-  return {stat, static_cast<int>(cells.size()) - 1};
-}
-
 // Probabilistic DSpark drafts (drawn at the request's temperature, verified with their
 // distributions, standard and block): greedy requests keep their text; sampled requests' tokens
 // after the first are distributed as without speculation (two-sample chi-square over 300 seeds).
@@ -469,9 +456,8 @@ TEST(SpeculativeEngine, DSparkProbabilisticDraftsKeepTheTargetsDistribution) {
         a.push_back(reference.at(id).tokens[pos]);
         b.push_back(got.at(id).tokens[pos]);
       }
-      const auto [stat, df] = two_sample_chi_square(a, b);
-      const double z = 3.719, w = 2.0 / (9.0 * std::max(df, 1));  // p = 1e-4, Wilson-Hilferty
-      const double critical = std::max(df, 1) * std::pow(1.0 - w + z * std::sqrt(w), 3.0);
+      const auto [stat, df] = test::two_sample_chi_square(a, b);
+      const double critical = test::chi_square_critical_1e4(df);
       std::printf("[spec e2e] dspark probabilistic %s: token %zu chi-square %.1f, %d df (critical %.1f)\n", method,
                   pos, stat, df, critical);
       EXPECT_LT(stat, critical) << method << " token " << pos;
@@ -479,6 +465,106 @@ TEST(SpeculativeEngine, DSparkProbabilisticDraftsKeepTheTargetsDistribution) {
     std::printf("[spec e2e] dspark probabilistic %s: acceptance length %.2f\n", method,
                 1.0 + double(stats.spec_num_accepted_tokens) / double(stats.spec_num_drafts));
   }
+}
+
+// A regex constraint (up to 12 lines of at most 40 characters, no tabs: code that the mask bites
+// now and then) over the small model's vocabulary, compiled as the server compiles structured
+// outputs.
+std::shared_ptr<const TokenConstraintSpec> short_lines_constraint(const ModelConfig& config) {
+  const text::Tokenizer tok = text::Tokenizer::load(SmallModel::kDir);
+  std::vector<std::optional<std::string>> bytes(static_cast<size_t>(config.vocab_size));
+  auto texts = std::make_shared<std::vector<std::string>>(static_cast<size_t>(config.vocab_size));
+  for (int32_t id = 0; id < config.vocab_size && id < tok.vocab_size(); ++id) {
+    std::optional<std::string> b = tok.token_bytes(id);
+    if (!b) continue;
+    (*texts)[static_cast<size_t>(id)] = *b;
+    if (!tok.is_special(id)) bytes[static_cast<size_t>(id)] = std::move(b);
+  }
+  auto vocabulary = std::make_shared<const grammar::Vocabulary>(bytes, config.eos_token_ids);
+  grammar::StructuredOutputSpec spec;
+  spec.kind = grammar::StructuredOutputSpec::Kind::kRegex;
+  spec.text = R"(([^\t\n]{0,40}\n){1,12})";
+  spec.field = "regex";
+  auto g = std::make_shared<grammar::CompiledGrammar>(grammar::structured_output_grammar(spec), vocabulary, "regex");
+  return std::make_shared<grammar::GrammarConstraintSpec>(g, texts, "");
+}
+
+// DSpark drafts under a structured-output constraint: the drafter drafts each token under the
+// constraint's mask after the drafts before it (the best allowed token, or a draw from the masked
+// distribution), so greedy requests keep plain decoding's text and keep drafts, and sampled
+// requests with probabilistic drafts draft too, their tokens distributed as without speculation
+// (two-sample chi-square over 240 seeds).
+TEST(SpeculativeEngine, DSparkDraftsUnderAConstraint) {
+  SmallModel m(64);
+  MiniMaxM3& model = *m.model;
+  const auto constraint = short_lines_constraint(m.config);
+  std::vector<EngineRequest> greedy;
+  for (int r = 0; r < 4; ++r) {
+    auto prompt = m.reference["cases"][r]["prompt"].get<std::vector<int32_t>>();
+    prompt.resize(std::min<size_t>(prompt.size(), 60 + 20 * r));
+    EngineRequest q;
+    q.id = fmt::format("g{}", r);
+    q.prompt_token_ids = prompt;
+    q.sampling.max_tokens = 40;
+    q.sampling.temperature = 0.0f;
+    q.sampling.seed = 1;
+    q.sampling.constraint = constraint;
+    q.eos_token_ids = m.config.eos_token_ids;
+    greedy.push_back(std::move(q));
+  }
+  EngineConfig plain;
+  MiniMaxM3Runner plain_runner(model);
+  const Results greedy_reference = run(plain_runner, plain, greedy, false);
+  {
+    MiniMaxM3Runner runner(model);
+    runner.attach_dspark(m.drafter(KvDType::kF32));
+    EngineConfig spec = plain;
+    spec.speculative = spec_config(R"({"method":"dspark","num_speculative_tokens":7})");
+    EngineStats stats;
+    expect_same(greedy_reference, run(runner, spec, greedy, false, nullptr, &stats), "dspark k=7 under a constraint");
+    const double length = 1.0 + double(stats.spec_num_accepted_tokens) / double(stats.spec_num_drafts);
+    std::printf("[spec e2e] dspark k=7 greedy under a regex: acceptance length %.2f\n", length);
+    EXPECT_GT(length, 1.5);
+  }
+  std::vector<EngineRequest> sampled;
+  auto prompt = m.reference["cases"][1]["prompt"].get<std::vector<int32_t>>();
+  prompt.resize(48);
+  for (int r = 0; r < 240; ++r) {
+    EngineRequest q;
+    q.id = fmt::format("s{}", r);
+    q.prompt_token_ids = prompt;
+    q.sampling.max_tokens = 7;
+    q.sampling.temperature = 1.0f;
+    q.sampling.seed = 4000 + r;
+    q.sampling.constraint = constraint;
+    q.eos_token_ids = m.config.eos_token_ids;
+    sampled.push_back(std::move(q));
+  }
+  plain.max_num_seqs = 64;
+  const Results reference = run(plain_runner, plain, sampled, false);
+  MiniMaxM3Runner runner(model);
+  runner.attach_dspark(m.drafter(KvDType::kF32), /*probabilistic=*/true);
+  EngineConfig spec = plain;
+  spec.speculative = spec_config(R"({"method":"dspark","num_speculative_tokens":3,"draft_sample_method":"probabilistic"})");
+  EngineStats stats;
+  const Results got = run(runner, spec, sampled, false, nullptr, &stats);
+  EXPECT_GT(stats.spec_num_accepted_tokens, 0u);
+  for (size_t pos = 1; pos < 7; ++pos) {
+    std::vector<int32_t> a, b;  // -1: the text ended before
+    for (const EngineRequest& q : sampled) {
+      const auto& want = reference.at(q.id).tokens;
+      const auto& have = got.at(q.id).tokens;
+      a.push_back(pos < want.size() ? want[pos] : -1);
+      b.push_back(pos < have.size() ? have[pos] : -1);
+    }
+    const auto [stat, df] = test::two_sample_chi_square(a, b);
+    const double critical = test::chi_square_critical_1e4(df);
+    std::printf("[spec e2e] dspark probabilistic under a regex: token %zu chi-square %.1f, %d df (critical %.1f)\n",
+                pos, stat, df, critical);
+    EXPECT_LT(stat, critical) << "token " << pos;
+  }
+  std::printf("[spec e2e] dspark probabilistic under a regex: acceptance length %.2f\n",
+              1.0 + double(stats.spec_num_accepted_tokens) / double(stats.spec_num_drafts));
 }
 
 TEST(NgramDrafter, LongestLatestMatch) {

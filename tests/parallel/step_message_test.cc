@@ -128,5 +128,20 @@ TEST(StepMessage, CorruptKvCopiesAreRefused) {
   EXPECT_THROW(encode_kv_copies(huge), Error);
 }
 
+// A remote draft's words are the engine's: the header holds only their count, and it is no step.
+TEST(StepMessage, RemoteDraftsCarryTheirWords) {
+  const StepMessage m = encode_remote_draft({4, 5, 6});
+  EXPECT_EQ(m.kind(), StepKind::kRemoteDraft);
+  EXPECT_EQ(m.payload_size(), 3);
+  EXPECT_NO_THROW(check_step_header(m.header));
+  EXPECT_THROW(decode_step(m), Error);
+  StepMessage stray = m;
+  stray.header[4] = 1;
+  EXPECT_THROW(check_step_header(stray.header), Error);
+  StepMessage negative = m;
+  negative.header[kStepHeaderWords - 1] = -3;
+  EXPECT_THROW(check_step_header(negative.header), Error);
+}
+
 }  // namespace
 }  // namespace m3
