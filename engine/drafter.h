@@ -39,6 +39,11 @@ struct DraftRequest {
 struct Draft {
   std::vector<int32_t> tokens;
   std::vector<TokenDistribution> rows;
+  // The drafter's estimate that draft i is kept once drafts [0, i) are (DSpark's confidence head;
+  // empty: none). It may read drafts [0, i), never draft i itself: adaptive verification cuts by
+  // it (engine/adaptive_verification.h), and a cut that depended on the draft it cuts would bias
+  // the verification of sampled requests.
+  std::vector<float> confidence;
 };
 
 class Drafter {

@@ -50,6 +50,7 @@ void take_dspark_drafts(const DSparkBlockSet& set, std::vector<DSparkDrafts>& ou
   for (size_t b = 0; b < set.blocks.size(); ++b) {
     drafts[set.which[b]].tokens = std::move(out[b].tokens);
     drafts[set.which[b]].rows = std::move(out[b].rows);
+    drafts[set.which[b]].confidence = std::move(out[b].confidence);
   }
 }
 
@@ -160,6 +161,8 @@ std::vector<int32_t> encode_dspark_drafts(std::span<const DSparkDrafts> drafts) 
   for (const DSparkDrafts& d : drafts) {
     w.push_back(static_cast<int32_t>(d.tokens.size()));
     w.insert(w.end(), d.tokens.begin(), d.tokens.end());
+    w.push_back(static_cast<int32_t>(d.confidence.size()));
+    for (float c : d.confidence) put_float(w, c);
     w.push_back(static_cast<int32_t>(d.rows.size()));
     for (const TokenDistribution& row : d.rows) {
       w.push_back(static_cast<int32_t>(row.ids.size()));
@@ -179,6 +182,8 @@ std::vector<DSparkDrafts> decode_dspark_drafts(std::span<const int32_t> words, s
   for (DSparkDrafts& d : out) {
     const int32_t tokens = in.count(kMaxDrafts, "drafts in a block");
     for (int32_t j = 0; j < tokens; ++j) d.tokens.push_back(in.next());
+    const int32_t confidences = in.count(tokens, "confidences in a block");
+    for (int32_t j = 0; j < confidences; ++j) d.confidence.push_back(in.next_float());
     const int32_t rows = in.count(tokens, "distributions in a block");
     d.rows.resize(rows);
     for (TokenDistribution& row : d.rows) {

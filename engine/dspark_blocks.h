@@ -37,7 +37,8 @@ void take_dspark_drafts(const DSparkBlockSet& set, std::vector<DSparkDrafts>& ou
 // throws m3::Error naming what is wrong, so a corrupt message never becomes a draft step.
 std::vector<int32_t> encode_dspark_blocks(const DSparkBlockSet& set);
 DSparkBlockSet decode_dspark_blocks(std::span<const int32_t> words);
-// The drafts of each block (tokens and the distributions of probabilistic ones) as words and back.
+// The drafts of each block (tokens, confidences and the distributions of probabilistic ones) as
+// words and back.
 std::vector<int32_t> encode_dspark_drafts(std::span<const DSparkDrafts> drafts);
 std::vector<DSparkDrafts> decode_dspark_drafts(std::span<const int32_t> words, size_t num_blocks);
 

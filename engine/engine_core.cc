@@ -441,6 +441,9 @@ EngineStats EngineCore::stats() const {
     sum.spec_num_drafts += s.spec_num_drafts;
     sum.spec_num_draft_tokens += s.spec_num_draft_tokens;
     sum.spec_num_accepted_tokens += s.spec_num_accepted_tokens;
+    sum.spec_adaptive_verification = sum.spec_adaptive_verification || s.spec_adaptive_verification;
+    sum.spec_num_unverified_draft_tokens += s.spec_num_unverified_draft_tokens;
+    sum.spec_verify_threshold = std::max(sum.spec_verify_threshold, s.spec_verify_threshold);
     if (sum.spec_accepted_per_pos.size() < s.spec_accepted_per_pos.size())
       sum.spec_accepted_per_pos.resize(s.spec_accepted_per_pos.size());
     for (std::size_t i = 0; i < s.spec_accepted_per_pos.size(); ++i)

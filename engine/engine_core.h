@@ -93,6 +93,12 @@ struct EngineStats {
   uint64_t spec_num_draft_tokens = 0;
   uint64_t spec_num_accepted_tokens = 0;
   std::vector<uint64_t> spec_accepted_per_pos;  // num_speculative_tokens entries when speculating
+  // Adaptive verification (engine/adaptive_verification.h): drafts proposed but not verified
+  // (m3:spec_decode_num_unverified_draft_tokens_total), and the last threshold of the running
+  // confidence product (m3:spec_decode_verify_threshold; a lane's, the largest over lanes).
+  bool spec_adaptive_verification = false;
+  uint64_t spec_num_unverified_draft_tokens = 0;
+  double spec_verify_threshold = 0.0;
   // vllm:iteration_tokens_total: tokens computed per step (prompt chunks + decodes), as counts per
   // bucket of kIterationTokenBuckets (not cumulative; the last is above the largest bound).
   std::array<uint64_t, kIterationTokenBuckets.size() + 1> iteration_tokens_counts{};

@@ -87,6 +87,10 @@ EngineLoop::EngineLoop(ModelRunner& runner, const EngineConfig& config, std::uni
     if (drafter) owned_drafter_ = std::move(drafter);
     else if (config_.speculative->method == "ngram") owned_drafter_ = make_model_free_drafter(*config_.speculative);
     drafter_ = owned_drafter_ ? owned_drafter_.get() : runner_.drafter();
+    if (config_.speculative->adaptive_verification) {
+      adaptive_.emplace();
+      counters_.spec_adaptive_verification = true;
+    }
     M3_CHECK(drafter_, "--speculative-config: method {} drafts with a model the runner holds, and it holds none",
              config_.speculative->method);
     counters_.spec_accepted_per_pos.assign(static_cast<size_t>(config_.speculative->num_speculative_tokens), 0);
@@ -473,6 +477,7 @@ void EngineLoop::propose_drafts() {
     M3_LOG_ERROR("drafter failed for {} request(s): {}", drafting_.size(), e.what());
     drafts_.assign(drafting_.size(), Draft());
   }
+  if (adaptive_) adaptive_->begin_proposal();
   for (size_t i = 0; i < drafting_.size(); ++i) {
     std::vector<int32_t>& d = drafts_[i].tokens;
     std::vector<TokenDistribution>& rows = drafts_[i].rows;
@@ -483,6 +488,11 @@ void EngineLoop::propose_drafts() {
     if (!rows.empty() && rows.size() < d.size()) d.resize(rows.size());  // a draft without its row is not usable
     if (TokenConstraint* constraint = drafting_[i]->constraint.get())
       d.resize(allowed_prefix(*constraint, d));  // the grammar's text: a draft past it is never kept
+    if (adaptive_) {
+      const size_t kept = adaptive_->keep(d.size(), drafts_[i].confidence);
+      counters_.spec_num_unverified_draft_tokens += d.size() - kept;
+      d.resize(kept);
+    }
     if (!rows.empty()) rows.resize(d.size());
     drafting_[i]->draft_tokens = std::move(d);
     drafting_[i]->draft_rows = std::move(rows);
@@ -508,6 +518,8 @@ bool EngineLoop::step() {
     }
   }
   if (sched.empty()) return false;
+  const Clock::time_point started = Clock::now();
+  const uint64_t generated_before = counters_.generation_tokens_total;
   ++counters_.num_steps;
   const auto bucket = std::lower_bound(kIterationTokenBuckets.begin(), kIterationTokenBuckets.end(), sched.num_tokens);
   ++counters_.iteration_tokens_counts[static_cast<std::size_t>(bucket - kIterationTokenBuckets.begin())];
@@ -562,6 +574,11 @@ bool EngineLoop::step() {
   }
   propose_drafts();
   counters_.num_preemptions = scheduler_.num_preemptions();
+  if (adaptive_) {
+    adaptive_->observe(sched.num_tokens, static_cast<int64_t>(counters_.generation_tokens_total - generated_before),
+                       std::chrono::duration<double>(Clock::now() - started).count());
+    counters_.spec_verify_threshold = adaptive_->threshold();
+  }
   return true;
 }
 

@@ -16,10 +16,12 @@
 // (tool_choice's opener, the reasoning budget) run without drafts.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "engine/adaptive_verification.h"
 #include "engine/drafter.h"
 #include "engine/engine_core.h"
 #include "engine/kv_manager.h"
@@ -130,6 +132,7 @@ class EngineLoop {
   std::vector<DraftRequest> draft_requests_;
   std::vector<Draft> drafts_;
   std::vector<int32_t> verified_;
+  std::optional<AdaptiveVerification> adaptive_;  // enable_adaptive_verification
 };
 
 }  // namespace m3

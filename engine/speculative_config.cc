@@ -21,7 +21,8 @@ constexpr const char* kKeys[] = {"method",
                                  "attention_backend",
                                  "prompt_lookup_min",
                                  "prompt_lookup_max",
-                                 "disable_by_batch_size"};
+                                 "disable_by_batch_size",
+                                 "enable_adaptive_verification"};
 
 // prompt_lookup_min / _max of the n-gram drafter: an integer in [1, 64], or `fallback` when absent.
 int lookup_length(const nlohmann::json& spec, const char* key, int fallback) {
@@ -142,6 +143,16 @@ SpeculativeConfig parse_speculative_config(const std::string& json_text) {
              "--speculative-config: disable_by_batch_size must be an integer >= 1, got {}", v.dump());
     c.disable_by_batch_size = v.get<int>();
   }
+  if (spec.contains("enable_adaptive_verification")) {
+    const nlohmann::json& v = spec.at("enable_adaptive_verification");
+    M3_CHECK(v.is_boolean(), "--speculative-config: enable_adaptive_verification must be true or false, got {}",
+             v.dump());
+    c.adaptive_verification = v.get<bool>();
+    M3_CHECK(!c.adaptive_verification || c.method == "dspark",
+             "--speculative-config: enable_adaptive_verification needs method dspark (it cuts drafts by the "
+             "drafter's confidence head; {} has none)",
+             c.method);
+  }
   return c;
 }
 
@@ -152,8 +163,9 @@ std::string SpeculativeConfig::summary() const {
     return fmt::format("ngram, k={}, n-grams of {} to {} tokens, {} verification{}", num_speculative_tokens,
                        prompt_lookup_min, prompt_lookup_max, rejection_name(rejection), limit);
   }
-  return fmt::format("{}, k={}, {} drafts, {} verification, {} drafter cache{}{}", method, num_speculative_tokens,
-                     probabilistic_drafts ? "probabilistic" : "greedy", rejection_name(rejection),
+  return fmt::format("{}, k={}, {} drafts, {}{} verification, {} drafter cache{}{}", method, num_speculative_tokens,
+                     probabilistic_drafts ? "probabilistic" : "greedy", adaptive_verification ? "adaptive " : "",
+                     rejection_name(rejection),
                      kv_cache_dtype ? std::string(kv_dtype_name(*kv_cache_dtype)) : std::string("float32"),
                      model.empty() ? "" : ", drafter " + model, limit);
 }

@@ -17,6 +17,9 @@
 //                            the target's own, or k conditional rates in [0, 1]
 //   kv_cache_dtype           the DSpark drafter's cache: float32 (default, "auto"), bfloat16, fp8
 //   attention_backend        accepted and logged: m3serve picks its own kernels
+//   enable_adaptive_verification
+//                            dspark only: verify a request's drafts only while the drafter's
+//                            confidence says they pay for their rows (engine/adaptive_verification.h)
 //   disable_by_batch_size    no drafting in a step while more requests than this are running
 //                            (vLLM's key; where verifying k + 1 tokens a request costs more than
 //                            the kept drafts bring, as on a busy CPU)
@@ -41,6 +44,7 @@ struct SpeculativeConfig {
   std::string attention_backend;       // as given; not used
   int prompt_lookup_min = 0, prompt_lookup_max = 0;  // ngram only
   std::optional<int> disable_by_batch_size;
+  bool adaptive_verification = false;
 
   // One line for logs and errors: "dspark, k=7, probabilistic drafts, standard verification, fp8_e4m3 drafter cache".
   std::string summary() const;

@@ -227,6 +227,15 @@ std::string ServerMetrics::render(const EngineStats& stats, const CacheConfigInf
       sample(out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", fmt::format("{},position=\"{}\"", l, i),
              static_cast<double>(stats.spec_accepted_per_pos[i]));
     }
+    if (stats.spec_adaptive_verification) {
+      header(out, "m3:spec_decode_num_unverified_draft_tokens_total", "counter",
+             "Draft tokens adaptive verification left out of their step (their confidence was below the threshold).");
+      sample(out, "m3:spec_decode_num_unverified_draft_tokens_total", l,
+             static_cast<double>(stats.spec_num_unverified_draft_tokens));
+      header(out, "m3:spec_decode_verify_threshold", "gauge",
+             "Adaptive verification's threshold on a draft's running confidence (0 until a token's cost is known).");
+      sample(out, "m3:spec_decode_verify_threshold", l, stats.spec_verify_threshold);
+    }
   }
   header(out, "vllm:num_preemptions_total", "counter",
          "Cumulative number of preemption from the engine.");
@@ -244,9 +253,6 @@ std::string ServerMetrics::render(const EngineStats& stats, const CacheConfigInf
            fmt::format("{},finished_reason=\"{}\"", l, kReasons[i]),
            static_cast<double>(finished_[i].load()));
   }
-
-  // vLLM's vllm:spec_decode_* counters appear with speculative decoding only, and m3serve has none
-  // yet (--speculative-config is refused): no counter that could only ever read 0.
 
   header(out, "vllm:time_to_first_token_seconds", "histogram",
          "Histogram of time to first token in seconds.");

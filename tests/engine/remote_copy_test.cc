@@ -296,7 +296,7 @@ TEST(RemoteCopy, CorruptDraftWordsAreErrors) {
   negative[0] = -1;
   EXPECT_THROW(decode_dspark_blocks(negative), Error);
   EXPECT_THROW(decode_dspark_drafts(std::vector<int32_t>{2, 0, 0}, 2), Error);
-  EXPECT_THROW(decode_dspark_drafts(std::vector<int32_t>{1, 1, 5, 2}, 1), Error);  // more rows than drafts
+  EXPECT_THROW(decode_dspark_drafts(std::vector<int32_t>{1, 1, 5, 0, 2}, 1), Error);  // more rows than drafts
 }
 
 TEST(RemoteCopy, TheRunnerNeedsNodeZerosEndOfAChannelOfTwo) {

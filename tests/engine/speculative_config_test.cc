@@ -96,6 +96,22 @@ TEST(SpeculativeConfig, DisableByBatchSize) {
             std::string::npos);
 }
 
+TEST(SpeculativeConfig, AdaptiveVerification) {
+  const SpeculativeConfig c = parse_speculative_config(
+      R"({"method":"dspark","num_speculative_tokens":7,"draft_sample_method":"probabilistic","enable_adaptive_verification":true})");
+  EXPECT_TRUE(c.adaptive_verification);
+  EXPECT_EQ(c.summary(), "dspark, k=7, probabilistic drafts, adaptive standard verification, float32 drafter cache");
+  EXPECT_FALSE(parse_speculative_config(
+                   R"({"method":"ngram","num_speculative_tokens":3,"enable_adaptive_verification":false})")
+                   .adaptive_verification);
+  EXPECT_NE(error_of(R"({"method":"ngram","num_speculative_tokens":3,"enable_adaptive_verification":true})")
+                .find("enable_adaptive_verification needs method dspark"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"method":"dspark","num_speculative_tokens":3,"enable_adaptive_verification":1})")
+                .find("must be true or false"),
+            std::string::npos);
+}
+
 TEST(SpeculativeConfig, ErrorsNameTheKey) {
   EXPECT_NE(error_of("[1]").find("JSON object"), std::string::npos);
   EXPECT_NE(error_of("{").find("JSON object"), std::string::npos);

@@ -347,6 +347,10 @@ TEST(SpeculativeEngine, DSparkDrafterOnTheSmallModel) {
     std::printf("[spec e2e] dspark k=%d: acceptance length %.2f\n", k, length);
     EXPECT_GT(length, 1.5) << "the shipped drafter keeps drafts on its own held-out code";
     if (k != 7) continue;  // batching, preemption and the prefix cache at the seed's k (CI time)
+    // Adaptive verification cuts drafts by the drafter's confidence: the text stays.
+    EngineConfig adaptive = spec;
+    adaptive.speculative = spec_config(R"({"method":"dspark","num_speculative_tokens":7,"enable_adaptive_verification":true})");
+    expect_same(reference, run(runner, adaptive, reqs, true), "dspark k=7 adaptive");
     EngineConfig batch = spec;
     batch.max_num_seqs = 8;
     batch.max_num_batched_tokens = 256;

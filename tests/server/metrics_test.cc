@@ -56,6 +56,14 @@ TEST(Metrics, RendersVllmNamesWithLabels) {
   EXPECT_TRUE(contains(spec_text, "vllm:spec_decode_num_draft_tokens_total{" + l + "} 30.0\n"));
   EXPECT_TRUE(contains(spec_text, "vllm:spec_decode_num_accepted_tokens_total{" + l + "} 17.0\n"));
   EXPECT_TRUE(contains(spec_text, "vllm:spec_decode_num_accepted_tokens_per_pos_total{" + l + ",position=\"2\"} 2.0\n"));
+  EXPECT_FALSE(contains(spec_text, "m3:spec_decode"));  // adaptive verification off: none of its series
+  spec.spec_adaptive_verification = true;
+  spec.spec_num_unverified_draft_tokens = 12;
+  spec.spec_verify_threshold = 0.25;
+  const std::string adaptive_text = metrics.render(spec);
+  EXPECT_TRUE(contains(adaptive_text, "m3:spec_decode_num_unverified_draft_tokens_total{" + l + "} 12.0\n"));
+  EXPECT_TRUE(contains(adaptive_text, "# TYPE m3:spec_decode_verify_threshold gauge\n"));
+  EXPECT_TRUE(contains(adaptive_text, "m3:spec_decode_verify_threshold{" + l + "} 0.25\n"));
   // Cumulative buckets: 0.03 falls in le=0.04, 3.0 in le=5.0.
   EXPECT_TRUE(
       contains(text, "vllm:time_to_first_token_seconds_bucket{" + l + ",le=\"0.02\"} 0.0\n"));

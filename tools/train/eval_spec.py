@@ -10,7 +10,7 @@ Needs only python3 and a built m3serve.
 
 Usage: python3 tools/train/eval_spec.py --m3serve build/bin/m3serve [--model models/minimax-m3-small]
            [--method dspark|ngram] [--k 3,7] [--temperatures 0,1] [--count 100] [--max-tokens 128]
-           [--device cpu|cuda] [--out FILE] [--min-length L]
+           [--device cpu|cuda] [--adaptive] [--out FILE] [--min-length L]
 """
 import argparse
 import concurrent.futures
@@ -51,6 +51,8 @@ def main():
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--kv-cache-dtype", default="auto")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--adaptive", action="store_true",
+                    help="enable_adaptive_verification (drafts cut by the drafter's confidence head)")
     ap.add_argument("--out")
     ap.add_argument("--min-length", type=float, default=0.0,
                     help="exit 1 when a greedy setting's mean acceptance length is below this")
@@ -62,6 +64,8 @@ def main():
         spec = {"method": args.method, "num_speculative_tokens": k}
         if args.method == "ngram":
             spec["prompt_lookup_min"] = 2
+        if args.adaptive:
+            spec["enable_adaptive_verification"] = True
         port = EC.free_port()
         server = EC.start_server(args, port, (["--speculative-config", json.dumps(spec)] if k > 0 else [])
                                  + ["--disable-log-stats"])
@@ -82,7 +86,8 @@ def main():
                 d = {n: after[n] - before[n] for n in COUNTERS}
                 per_pos = [a - b for a, b in zip(after["per_pos"], before["per_pos"] or [0.0] * len(after["per_pos"]))]
                 length = 1.0 + d["num_accepted_tokens"] / d["num_drafts"] if d["num_drafts"] else None
-                row = {"method": args.method if k > 0 else "none", "k": k, "concurrency": args.concurrency, "temperature": t, "requests": len(prompts),
+                row = {"method": args.method if k > 0 else "none", "k": k, "adaptive": args.adaptive and k > 0,
+                       "concurrency": args.concurrency, "temperature": t, "requests": len(prompts),
                        "completion_tokens": tokens,
                        "mean_acceptance_length": round(length, 3) if length is not None else None,
                        "per_position": [round(x / d["num_drafts"], 3) for x in per_pos] if d["num_drafts"] else [],
