@@ -433,8 +433,8 @@ namespace {
 // the constraint is left as it was.
 size_t allowed_prefix(TokenConstraint& constraint, std::span<const int32_t> drafts) {
   DraftConstraintWalk walk(constraint, 0);
-  while (walk.accepted() < static_cast<int>(drafts.size()) && !walk.terminated() && walk.accept(drafts[walk.accepted()])) {
-  }
+  for (const int32_t token : drafts)
+    if (walk.terminated() || !walk.accept(token)) break;
   return static_cast<size_t>(walk.accepted());
 }
 

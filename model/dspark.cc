@@ -169,6 +169,7 @@ void DSparkDrafter::ensure_step_buffers(int64_t rows) {
   o_ = backend_.alloc({rows, h}, act);
   mlp_ = backend_.alloc({rows, h}, act);
   logits_ = backend_.alloc({rows, c.vocab_size}, act);
+  head_in_ = backend_.alloc({rows, h}, act);
 }
 
 std::vector<DSparkDrafts> DSparkDrafter::propose(std::span<const DSparkBlock> blocks, bool keep_logits) {
@@ -201,6 +202,13 @@ void DSparkDrafter::propose_chunk(std::span<const DSparkBlock> blocks, bool keep
              blk.anchor_pos, blk.block_table.size());
     pages = std::max(pages, (blk.anchor_pos + n + bs - 1) / bs);
   }
+  // The whole block runs through the layers (its attention is non-causal), but draft j reads only
+  // rows [0, j] of the heads: the final norm's rows past the most drafts any block wants are not
+  // projected (a block of 7 drafting 3 projects 3 rows through the lm_head and the Markov head).
+  int m = 1;
+  for (const DSparkBlock& blk : blocks) m = std::max(m, blk.num_drafts);
+  if (keep_logits) m = n;
+  const int64_t head_rows = int64_t(r_count) * m;
   b.pages_per_seq = pages;
   b.query_start.push_back(0);
   for (int s = 0; s < r_count; ++s) {
@@ -210,7 +218,7 @@ void DSparkDrafter::propose_chunk(std::span<const DSparkBlock> blocks, bool keep
       b.positions.push_back(blk.anchor_pos + j);
       b.token_seq.push_back(s);
       b.slot_mapping.push_back(-1);  // the block's K and V stay in activations
-      b.logits_rows.push_back(static_cast<int32_t>(b.token_ids.size() - 1));
+      if (j < m) b.logits_rows.push_back(static_cast<int32_t>(b.token_ids.size() - 1));
     }
     b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
     b.seq_lens.push_back(blk.anchor_pos + n);
@@ -223,7 +231,7 @@ void DSparkDrafter::propose_chunk(std::span<const DSparkBlock> blocks, bool keep
   backend_.plan(b);
   Tensor x = x_.rows(0, rows), hn = hn_.rows(0, rows), q = q_.rows(0, rows), bk = bk_.rows(0, rows);
   Tensor bv = bv_.rows(0, rows), attn = attn_.rows(0, rows), o = o_.rows(0, rows), mlp = mlp_.rows(0, rows);
-  Tensor logits = logits_.rows(0, rows);
+  Tensor logits = logits_.rows(0, head_rows), head_in = m < n ? head_in_.rows(0, head_rows) : hn;
   const float eps = c.rms_norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   backend_.embed(embed_, 0, x);
   for (int l = 0; l < c.num_layers; ++l) {
@@ -240,10 +248,11 @@ void DSparkDrafter::propose_chunk(std::span<const DSparkBlock> blocks, bool keep
     backend_.add_inplace(x, mlp);
   }
   backend_.rms_norm(x, w_.final_norm, eps, hn);
-  backend_.linear(hn, lm_head_, logits);
-  std::vector<int32_t> ids(rows);
-  std::vector<float> confidence(rows);
-  backend_.markov_drafts(logits, hn, w_.heads, n, ids.data(), confidence.data());
+  if (m < n) backend_.gather_logits_rows(hn, head_in);
+  backend_.linear(head_in, lm_head_, logits);
+  std::vector<int32_t> ids(head_rows);
+  std::vector<float> confidence(head_rows);
+  backend_.markov_drafts(logits, head_in, w_.heads, m, ids.data(), confidence.data());
 
   // Probabilistic and constrained blocks (and checks) read their rows on the host.
   MarkovHeadView head;
@@ -259,11 +268,11 @@ void DSparkDrafter::propose_chunk(std::span<const DSparkBlock> blocks, bool keep
   for (int s = 0; s < r_count; ++s) {
     const DSparkBlock& blk = blocks[s];
     DSparkDrafts& d = out[s];
-    const int64_t row = int64_t(s) * n;
+    const int64_t row = int64_t(s) * m;
     const bool sampled = blk.sampling && !sample_row_greedy(*blk.sampling);
     if (sampled || blk.constraint || keep_logits) {
-      base.resize(static_cast<size_t>(n) * vocab);
-      backend_.copy_to_host_f32(logits.rows(row, row + n), base.data());
+      base.resize(static_cast<size_t>(m) * vocab);
+      backend_.copy_to_host_f32(logits.rows(row, row + m), base.data());
       if (keep_logits) d.base_logits = base;
     }
     if (!sampled && !blk.constraint) {
@@ -273,8 +282,8 @@ void DSparkDrafter::propose_chunk(std::span<const DSparkBlock> blocks, bool keep
     }
     M3_CHECK(!sampled || static_cast<int>(blk.draw_uniforms.size()) >= blk.num_drafts,
              "DSpark drafter: {} draws for {} drafts", blk.draw_uniforms.size(), blk.num_drafts);
-    normed.resize(static_cast<size_t>(n) * h);
-    backend_.copy_to_host_f32(hn.rows(row, row + n), normed.data());
+    normed.resize(static_cast<size_t>(m) * h);
+    backend_.copy_to_host_f32(head_in.rows(row, row + m), normed.data());
     scratch.resize(vocab);
     SampleRow sample_row;  // the drafter's own distribution: no penalties or biases
     if (sampled) {

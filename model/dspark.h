@@ -157,6 +157,7 @@ class DSparkDrafter final : public LayerTaps {
   // The draft step: its batch (the backend reads it until the step ends) and activations.
   StepBatch step_;
   Tensor x_, hn_, q_, bk_, bv_, attn_, o_, mlp_, logits_;
+  Tensor head_in_;  // the final norm's rows the heads read, gathered (when fewer than the block's)
   int64_t step_rows_ = 0;
 };
 

@@ -94,20 +94,23 @@ void check_draft_block_args(const StepView& step, const KvLayerView& cache, int 
            kv_dtype_name(cache.kv_dtype));
 }
 
-MarkovHeadView check_markov_drafts_args(const StepView& step, const Tensor& base_logits, const Tensor& normed,
-                                        const MarkovHeadWeights& head, int block_len) {
-  check_draft_blocks(step, block_len, "markov_drafts");
+MarkovHeadView check_markov_drafts_args(const StepView& step, int num_logit_rows, const Tensor& base_logits,
+                                        const Tensor& normed, const MarkovHeadWeights& head, int block_len) {
+  M3_CHECK(block_len >= 1 && step.num_seqs >= 1 && step.num_tokens % step.num_seqs == 0 &&
+               block_len <= step.num_tokens / step.num_seqs && num_logit_rows == step.num_seqs * block_len,
+           "markov_drafts: {} logits rows are not {} blocks of {} (of blocks of {} queries)", num_logit_rows,
+           step.num_seqs, block_len, step.num_seqs ? step.num_tokens / step.num_seqs : 0);
   M3_CHECK(head.w1.defined() && head.w2.defined() && head.w1.ndim() == 2 && head.w1.shape() == head.w2.shape() &&
                head.w1.dtype() == DType::kF32 && head.w2.dtype() == DType::kF32,
            "markov_drafts: w1 and w2 must be F32 [vocab, rank] alike");
   MarkovHeadView v;
   v.vocab = head.w1.dim(0);
   v.rank = static_cast<int>(head.w1.dim(1));
-  M3_CHECK(base_logits.ndim() == 2 && base_logits.dim(0) == step.num_tokens && base_logits.dim(1) == v.vocab,
-           "markov_drafts: base logits {} for {} rows of {} logits", shape_string(base_logits.shape()), step.num_tokens,
+  M3_CHECK(base_logits.ndim() == 2 && base_logits.dim(0) == num_logit_rows && base_logits.dim(1) == v.vocab,
+           "markov_drafts: base logits {} for {} rows of {} logits", shape_string(base_logits.shape()), num_logit_rows,
            v.vocab);
-  M3_CHECK(normed.ndim() == 2 && normed.dim(0) == step.num_tokens, "markov_drafts: normed rows {} for {} rows",
-           shape_string(normed.shape()), step.num_tokens);
+  M3_CHECK(normed.ndim() == 2 && normed.dim(0) == num_logit_rows, "markov_drafts: normed rows {} for {} rows",
+           shape_string(normed.shape()), num_logit_rows);
   v.hidden = normed.dim(1);
   v.confidence_with_markov = head.confidence_with_markov;
   v.confidence_b = head.confidence_b;

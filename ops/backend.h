@@ -107,8 +107,8 @@ void check_kv_block_copies(const Tensor& pool, const Tensor& host, int64_t block
 // a window, a cache it can read; the heads' shapes and dtypes); m3::Error names the op. The second
 // returns host views of the heads (valid on the CPU backend only: device pointers elsewhere).
 void check_draft_block_args(const StepView& step, const KvLayerView& cache, int num_q_heads, int block_len, int window);
-MarkovHeadView check_markov_drafts_args(const StepView& step, const Tensor& base_logits, const Tensor& normed,
-                                        const MarkovHeadWeights& head, int block_len);
+MarkovHeadView check_markov_drafts_args(const StepView& step, int num_logit_rows, const Tensor& base_logits,
+                                        const Tensor& normed, const MarkovHeadWeights& head, int block_len);
 
 class Backend {
  public:
@@ -226,10 +226,12 @@ class Backend {
   // (block_k, block_v [T, Hkv * D] activations, non-causal). q [T, Hq * D] -> out [T, Hq * D].
   virtual void draft_block_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads, const Tensor& block_k,
                                      const Tensor& block_v, int block_len, int window, float sm_scale, Tensor out) = 0;
-  // The DSpark drafter's heads, greedy (ops/draft_heads.h), over the planned step's blocks of
-  // block_len rows: base_logits [T, vocab] and normed [T, hidden] activations; the anchor of block s
-  // is the planned token id of its first row. ids[s * block_len + j] (draft j of block s) and
-  // confidence[...] in host memory, T each. Like sample(), it ends a step: it waits for the device.
+  // The DSpark drafter's heads, greedy (ops/draft_heads.h), over the planned step's logits rows in
+  // blocks of block_len, one block per sequence (L = num_seqs * block_len logits rows: the first
+  // block_len queries of each sequence, the drafts it wants): base_logits [L, vocab] and normed
+  // [L, hidden] activations; the anchor of block s is the planned token id of its first logits row.
+  // ids[s * block_len + j] (draft j of block s) and confidence[...] in host memory, L each. Like
+  // sample(), it ends a step: it waits for the device.
   virtual void markov_drafts(const Tensor& base_logits, const Tensor& normed, const MarkovHeadWeights& head,
                              int block_len, int32_t* ids, float* confidence) = 0;
   // SwiGLU-OAI MLP (dense layers, shared experts): out = down((clamp(up)+1) * g * sigmoid(alpha*g)),

@@ -237,8 +237,15 @@ class CpuBackend final : public Backend {
 
   void markov_drafts(const Tensor& base_logits, const Tensor& normed, const MarkovHeadWeights& head, int block_len,
                      int32_t* ids, float* confidence) override {
-    const MarkovHeadView view = check_markov_drafts_args(view_, base_logits, normed, head, block_len);
-    const int blocks = view_.num_tokens / block_len;
+    const std::vector<int32_t>& rows = batch_->logits_rows;
+    const MarkovHeadView view =
+        check_markov_drafts_args(view_, static_cast<int>(rows.size()), base_logits, normed, head, block_len);
+    const int blocks = view_.num_seqs, queries = view_.num_tokens / view_.num_seqs;
+    for (int s = 0; s < blocks; ++s)
+      for (int j = 0; j < block_len; ++j)
+        M3_CHECK(rows[size_t(s) * block_len + j] == s * queries + j,
+                 "markov_drafts: logits row {} of block {} is query {}, not its block's query {}", j, s,
+                 rows[size_t(s) * block_len + j], s * queries + j);
 #pragma omp parallel if (blocks > 1)
     {
       std::vector<float> scratch(view.vocab);
@@ -246,7 +253,7 @@ class CpuBackend final : public Backend {
       for (int s = 0; s < blocks; ++s) {
         const int64_t row = int64_t(s) * block_len;
         markov_block(view, base_logits.data_as<const float>() + row * view.vocab,
-                     normed.data_as<const float>() + row * view.hidden, block_len, batch_->token_ids[row],
+                     normed.data_as<const float>() + row * view.hidden, block_len, batch_->token_ids[rows[row]],
                      [&](int, const float* logits) { return draft_argmax(logits, view.vocab); },
                      ids + row, confidence + row, scratch.data());
       }

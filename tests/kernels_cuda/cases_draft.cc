@@ -4,7 +4,7 @@
 // drafter's heads) and the tiny one (the tiled kernel, keys split over CTAs), and on a head_dim of
 // 48 (the simple kernel). Markov: greedy drafts over a vocabulary that does not fill the
 // kernel's last chunk, ranks 16 and 256 (the M3.1 drafter's), with and without the Markov state in
-// the confidence head.
+// the confidence head, and 3 drafts of a block of 7 (the heads read only those rows).
 #include <cmath>
 #include <memory>
 
@@ -73,17 +73,21 @@ class DraftAttentionCase : public OpCase {
 
 class MarkovCase : public OpCase {
  public:
-  MarkovCase(Geometry g, int blocks, int64_t vocab, int rank, bool with_markov)
-      : g_(std::move(g)), blocks_(blocks), vocab_(vocab), rank_(rank), with_markov_(with_markov) {}
+  // heads: the drafts of each block of kBlockLen queries (its first rows are the logits rows).
+  MarkovCase(Geometry g, int blocks, int64_t vocab, int rank, bool with_markov, int heads = kBlockLen)
+      : g_(std::move(g)), blocks_(blocks), vocab_(vocab), rank_(rank), with_markov_(with_markov), heads_(heads) {}
   std::string name() const override {
-    return fmt::format("{} markov_drafts vocab {} rank {}{} ({} blocks)", g_.name, vocab_, rank_,
-                       with_markov_ ? "" : " confidence without markov", blocks_);
+    return fmt::format("{} markov_drafts vocab {} rank {}{} ({} blocks, {} drafts of {})", g_.name, vocab_, rank_,
+                       with_markov_ ? "" : " confidence without markov", blocks_, heads_, kBlockLen);
   }
   Geometry geometry() const override { return g_; }
   void build(std::mt19937_64& rng) override {
     std::vector<SeqSpec> seqs(blocks_, SeqSpec{kBlockLen, 300});
     step_ = make_step(seqs, g_.block_size, PageLayout::kDisjoint, 0, static_cast<int>(vocab_), rng);
-    const size_t t = step_.batch.num_tokens();
+    step_.batch.logits_rows.clear();
+    for (int s = 0; s < blocks_; ++s)
+      for (int j = 0; j < heads_; ++j) step_.batch.logits_rows.push_back(s * kBlockLen + j);
+    const size_t t = step_.batch.logits_rows.size();
     base_ = random_values(rng, t * vocab_, 3.0f);
     normed_ = random_values(rng, t * g_.hidden, 1.0f);
     auto f32 = [&](int64_t rows, int64_t cols, float scale) {
@@ -100,7 +104,7 @@ class MarkovCase : public OpCase {
   }
   BoundCase bind(Backend& b) const override {
     b.plan(step_.batch);
-    const int64_t t = step_.batch.num_tokens();
+    const int64_t t = static_cast<int64_t>(step_.batch.logits_rows.size());
     const Tensor base = act_on_backend(b, base_, t, vocab_), normed = act_on_backend(b, normed_, t, g_.hidden);
     MarkovHeadWeights head = head_;
     head.w1 = on_backend(b, head_.w1);
@@ -109,13 +113,14 @@ class MarkovCase : public OpCase {
     auto ids = std::make_shared<std::vector<int32_t>>(t, -7);
     auto conf = std::make_shared<std::vector<float>>(t, NAN);
     Backend* be = &b;
-    return {[=] { be->markov_drafts(base, normed, head, kBlockLen, ids->data(), conf->data()); },
+    const int heads = heads_;
+    return {[=] { be->markov_drafts(base, normed, head, heads, ids->data(), conf->data()); },
             [=] { return Outputs{ids_output(*ids), Output(*conf)}; }};
   }
   std::vector<Check> checks() const override {
     // Both backends sum in one order without contraction: the ids agree (a near-tie decided otherwise
     // would also change the drafts after it in its block); confidences within fp32 rounding.
-    const int rows = blocks_ * kBlockLen;
+    const int rows = blocks_ * heads_;
     return {{fmt::format("ids differing (of {})", rows), 0,
              [](const Outputs& got, const Outputs& want) {
                const std::vector<int32_t> a = output_ids(got[0]), b = output_ids(want[0]);
@@ -127,8 +132,8 @@ class MarkovCase : public OpCase {
             relative_error("confidence", 1, 1e-5)};
   }
   double bytes() const override {
-    const double rows = double(blocks_) * kBlockLen;
-    return rows * vocab_ * 2.0 + kBlockLen * 4.0 * vocab_ * rank_;  // base rows; w2 once per draft
+    const double rows = double(blocks_) * heads_;
+    return rows * vocab_ * 2.0 + heads_ * 4.0 * vocab_ * rank_;  // base rows; w2 once per draft
   }
 
  private:
@@ -137,6 +142,7 @@ class MarkovCase : public OpCase {
   int64_t vocab_;
   int rank_;
   bool with_markov_;
+  int heads_;
   Step step_;
   std::vector<float> base_, normed_;
   MarkovHeadWeights head_;
@@ -162,7 +168,9 @@ void add_draft_cases(CaseList& cases, bool quick) {
   cases.push_back(std::make_unique<MarkovCase>(tiny_geometry(), 3, 5000, 16, true));
   cases.push_back(std::make_unique<MarkovCase>(tiny_geometry(), 2, 9000, 16, false));
   cases.push_back(std::make_unique<MarkovCase>(tiny_geometry(), 2, 3000, 20, true));  // a rank that is no multiple of 8
+  cases.push_back(std::make_unique<MarkovCase>(tiny_geometry(), 4, 5000, 16, true, 3));  // 3 drafts of a block of 7
   cases.push_back(std::make_unique<MarkovCase>(m3_geometry(), quick ? 33 : 70, 20000, 256, true));
+  cases.push_back(std::make_unique<MarkovCase>(m3_geometry(), 16, 20000, 256, true, 3));
 }
 
 }  // namespace m3::test

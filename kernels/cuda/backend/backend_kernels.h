@@ -247,7 +247,8 @@ struct MarkovDraftArgs {
   int64_t vocab = 0;
   int rank = 0;
   int64_t hidden = 0;
-  const int32_t* token_ids = nullptr;  // the planned ids: row s * block_len holds block s's anchor
+  const int32_t* token_ids = nullptr;    // the planned ids
+  const int32_t* logits_rows = nullptr;  // the planned logits rows: token_ids[logits_rows[s * block_len]] is block s's anchor
   int num_blocks = 0;
   int block_len = 0;
   unsigned long long* keys = nullptr;

@@ -432,15 +432,15 @@ class CudaBackend final : public Backend {
 
   void markov_drafts(const Tensor& base_logits, const Tensor& normed, const MarkovHeadWeights& head, int block_len,
                      int32_t* ids, float* confidence) override {
-    const MarkovHeadView view = check_markov_drafts_args(step_, base_logits, normed, head, block_len);
-    check_act(base_logits, step_.num_tokens, view.vocab, "draft base logits");
-    check_act(normed, step_.num_tokens, view.hidden, "draft normed rows");
+    const MarkovHeadView view = check_markov_drafts_args(step_, num_logit_rows_, base_logits, normed, head, block_len);
+    check_act(base_logits, num_logit_rows_, view.vocab, "draft base logits");
+    check_act(normed, num_logit_rows_, view.hidden, "draft normed rows");
     M3_CHECK(head.w1.device() == Device::kCuda && head.w2.device() == Device::kCuda &&
                  head.confidence_w.device() == Device::kCuda,
              "cuda backend: markov_drafts' heads must be device tensors");
     M3_CHECK(view.rank <= detail::kMarkovMaxRank, "cuda backend: markov_drafts of rank {} (at most {})", view.rank,
              detail::kMarkovMaxRank);
-    const size_t rows = size_t(std::max(1, step_.num_tokens));
+    const size_t rows = size_t(std::max(1, num_logit_rows_));
     markov_keys_.reserve(sizeof(unsigned long long) * rows, "markov_drafts keys");
     markov_out_.reserve(2 * sizeof(int32_t) * rows, "markov_drafts outputs");
     markov_out_pinned_.reserve(2 * sizeof(int32_t) * rows, "markov_drafts outputs (pinned)");
@@ -456,7 +456,8 @@ class CudaBackend final : public Backend {
     a.rank = view.rank;
     a.hidden = view.hidden;
     a.token_ids = token_ids_;
-    a.num_blocks = step_.num_tokens / block_len;
+    a.logits_rows = logits_rows_;
+    a.num_blocks = num_logit_rows_ / block_len;
     a.block_len = block_len;
     a.keys = markov_keys_.as<unsigned long long>();
     a.ids = markov_out_.as<int32_t>();
@@ -467,8 +468,8 @@ class CudaBackend final : public Backend {
                "markov_drafts outputs");
     check_cuda(cudaStreamSynchronize(stream_), "markov_drafts");
     const int32_t* host = markov_out_pinned_.as<int32_t>();
-    std::memcpy(ids, host, sizeof(int32_t) * step_.num_tokens);
-    std::memcpy(confidence, host + rows, sizeof(float) * step_.num_tokens);
+    std::memcpy(ids, host, sizeof(int32_t) * num_logit_rows_);
+    std::memcpy(confidence, host + rows, sizeof(float) * num_logit_rows_);
   }
 
   void swiglu_mlp(const Tensor& x, const LinearWeight& gate, const LinearWeight& up, const LinearWeight& down,

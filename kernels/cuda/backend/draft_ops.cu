@@ -308,7 +308,7 @@ __device__ __forceinline__ int32_t argmax_id(unsigned long long key) {
 
 __device__ __forceinline__ int32_t markov_prev(const MarkovDraftArgs& a, int block, int j) {
   const int64_t first_row = int64_t(block) * a.block_len;
-  return j == 0 ? a.token_ids[first_row] : argmax_id(a.keys[first_row + j - 1]);
+  return j == 0 ? a.token_ids[a.logits_rows[first_row]] : argmax_id(a.keys[first_row + j - 1]);
 }
 
 // Draft j of every block at once: a CTA streams kMarkovRows vocabulary rows of w2 through shared
