@@ -13,25 +13,35 @@ constexpr double kMinTokenVariance = 0.25;  // tokens^2: the steps' sizes must d
 
 }  // namespace
 
-void AdaptiveVerification::observe(int64_t computed_tokens, int64_t committed_tokens, double seconds) {
-  if (computed_tokens <= 0 || !(seconds > 0)) return;
-  const double x = static_cast<double>(computed_tokens);
-  w_ = w_ * kCostDecay + 1.0;
-  x_ = x_ * kCostDecay + x;
-  y_ = y_ * kCostDecay + seconds;
-  xx_ = xx_ * kCostDecay + x * x;
-  xy_ = xy_ * kCostDecay + x * seconds;
+void AdaptiveVerification::observe(int64_t decode_tokens, int64_t prompt_tokens, int64_t committed_tokens,
+                                   double seconds) {
+  if (decode_tokens + prompt_tokens <= 0 || !(seconds > 0)) return;
   committed_ = committed_ * kRateDecay + static_cast<double>(committed_tokens);
   seconds_ = seconds_ * kRateDecay + seconds;
+  const double d = static_cast<double>(decode_tokens), p = static_cast<double>(prompt_tokens);
+  auto decay = [](double& sum, double x) { sum = sum * kCostDecay + x; };
+  decay(w_, 1.0);
+  decay(d_, d);
+  decay(p_, p);
+  decay(y_, seconds);
+  decay(dd_, d * d);
+  decay(pp_, p * p);
+  decay(dp_, d * p);
+  decay(dy_, d * seconds);
+  decay(py_, p * seconds);
   ++steps_;
 }
 
 double AdaptiveVerification::threshold() const {
   if (steps_ < kMinSteps || seconds_ <= 0) return 0.0;
-  const double mean_x = x_ / w_, mean_y = y_ / w_;
-  const double var_x = xx_ / w_ - mean_x * mean_x;
-  if (var_x < kMinTokenVariance) return 0.0;
-  const double cost = (xy_ / w_ - mean_x * mean_y) / var_x;  // seconds per token
+  // Centred (co)variances of the weighted steps.
+  const double md = d_ / w_, mp = p_ / w_, my = y_ / w_;
+  const double sdd = dd_ / w_ - md * md, spp = pp_ / w_ - mp * mp, sdp = dp_ / w_ - md * mp;
+  const double sdy = dy_ / w_ - md * my, spy = py_ / w_ - mp * my;
+  if (sdd < kMinTokenVariance) return 0.0;
+  double cost = sdy / sdd;  // seconds per decode token, prompts not varying
+  const double det = sdd * spp - sdp * sdp;
+  if (spp >= kMinTokenVariance && det > 1e-6 * sdd * spp) cost = (sdy * spp - spy * sdp) / det;
   if (!(cost > 0)) return 0.0;
   const double rate = committed_ / seconds_;  // tokens per second
   return std::clamp(rate * cost, 0.0, 1.0);

@@ -12,8 +12,8 @@
 // target's distribution (a cut that looked at draft i itself, as a threshold chosen from this
 // step's drafts would, could not promise that).
 //
-// The cost of a token is fitted over recent steps (a weighted least-squares line of seconds on
-// tokens). While every step has the same number of tokens that line is unknown, so one proposal
+// The cost of a row is fitted over recent steps (weighted least squares of a step's seconds on its
+// decode tokens and its prompt tokens; the decode slope is the cost of a row). While every step has the same number of tokens that line is unknown, so one proposal
 // in kProbeEvery verifies only the first half of each request's drafts, whatever their confidence
 // (a cut that depends on nothing the drafts hold): the steps then differ in size. Until the fit is
 // known every draft is verified.
@@ -28,9 +28,11 @@ class AdaptiveVerification {
  public:
   static constexpr uint64_t kProbeEvery = 16;
 
-  // A finished step: the tokens it computed, the tokens it committed (emitted), its wall seconds
-  // (the draft step after it included).
-  void observe(int64_t computed_tokens, int64_t committed_tokens, double seconds);
+  // A finished step: the tokens it computed for decoding requests (their last tokens and drafts)
+  // and for prompts, the tokens it committed (emitted), its wall seconds (the draft step after it
+  // included). A prompt's tokens cost another price than a verification's rows, so the fit has a
+  // slope for each.
+  void observe(int64_t decode_tokens, int64_t prompt_tokens, int64_t committed_tokens, double seconds);
   // The threshold for S_i: rate x cost, in [0, 1]; 0 while the cost of a token is unknown.
   double threshold() const;
   // How many of a request's `num_drafts` drafts to verify (a prefix), given the drafter's
@@ -42,9 +44,10 @@ class AdaptiveVerification {
   bool probing() const { return probing_; }
 
  private:
-  // Exponentially weighted sums of the steps (weight 1 for the newest).
-  double w_ = 0, x_ = 0, y_ = 0, xx_ = 0, xy_ = 0;  // tokens x, seconds y
-  double committed_ = 0, seconds_ = 0;              // for the rate
+  // Exponentially weighted sums of the steps (weight 1 for the newest): decode tokens d, prompt
+  // tokens p, seconds y.
+  double w_ = 0, d_ = 0, p_ = 0, y_ = 0, dd_ = 0, pp_ = 0, dp_ = 0, dy_ = 0, py_ = 0;
+  double committed_ = 0, seconds_ = 0;  // for the rate
   uint64_t steps_ = 0, proposals_ = 0;
   bool probing_ = false;
 };

@@ -520,6 +520,9 @@ bool EngineLoop::step() {
   if (sched.empty()) return false;
   const Clock::time_point started = Clock::now();
   const uint64_t generated_before = counters_.generation_tokens_total;
+  int64_t decode_tokens = 0;  // requests' last tokens and drafts; the rest are prompt chunks
+  for (const ScheduledSeq& s : sched.scheduled)
+    if (s.seq->num_computed_tokens == s.seq->num_tokens() - 1) decode_tokens += s.num_new_tokens;
   ++counters_.num_steps;
   const auto bucket = std::lower_bound(kIterationTokenBuckets.begin(), kIterationTokenBuckets.end(), sched.num_tokens);
   ++counters_.iteration_tokens_counts[static_cast<std::size_t>(bucket - kIterationTokenBuckets.begin())];
@@ -575,7 +578,8 @@ bool EngineLoop::step() {
   propose_drafts();
   counters_.num_preemptions = scheduler_.num_preemptions();
   if (adaptive_) {
-    adaptive_->observe(sched.num_tokens, static_cast<int64_t>(counters_.generation_tokens_total - generated_before),
+    adaptive_->observe(decode_tokens, sched.num_tokens - decode_tokens,
+                       static_cast<int64_t>(counters_.generation_tokens_total - generated_before),
                        std::chrono::duration<double>(Clock::now() - started).count());
     counters_.spec_verify_threshold = adaptive_->threshold();
   }

@@ -116,11 +116,14 @@ if part speculative; then
   echo "speculative graphs rc $?: $(tail -1 $L/sp-graphs.log)" >> $L/sp-summary.txt
   PREBUILT=$P OUT=$L/sp TIME_BUDGET=150 STEP_TIMEOUT=40 scripts/gpu-check-model.sh speculative 2>&1 |
     grep '^speculative' >> $L/sp-summary.txt
-  # Acceptance and tokens/s through a cuda server: 16 clients at once (k = 0: no speculation), and
-  # one client at a time (the per-user speed).
+  # Acceptance and tokens/s through a cuda server: 16 clients at once (k = 0: no speculation; then
+  # with adaptive verification), and one client at a time (the per-user speed).
   timeout 200 python3 tools/train/eval_spec.py --m3serve $P/bin/m3serve --device cuda --kv-cache-dtype nvfp4 \
     --k 0,3,7 --out $OUT/spec-eval-cuda.json >> $L/sp-summary.txt 2>&1
   echo "eval_spec cuda rc $?" >> $L/sp-summary.txt
+  timeout 150 python3 tools/train/eval_spec.py --m3serve $P/bin/m3serve --device cuda --kv-cache-dtype nvfp4 \
+    --k 3,7 --adaptive --out $OUT/spec-eval-cuda-adaptive.json >> $L/sp-summary.txt 2>&1
+  echo "eval_spec cuda adaptive rc $?" >> $L/sp-summary.txt
   timeout 150 python3 tools/train/eval_spec.py --m3serve $P/bin/m3serve --device cuda --kv-cache-dtype nvfp4 \
     --k 0,3,7 --temperatures 0 --count 16 --concurrency 1 --out $OUT/spec-eval-cuda-c1.json >> $L/sp-summary.txt 2>&1
   echo "eval_spec cuda concurrency 1 rc $?" >> $L/sp-summary.txt

@@ -20,6 +20,7 @@
 #include "fake_model.h"
 #include "ops/rejection_sampling.h"
 #include "tests/engine/chi_square.h"
+#include "tests/engine/test_drafts.h"
 
 namespace m3 {
 namespace {
@@ -30,16 +31,26 @@ TEST(AdaptiveVerification, ThresholdIsTheRateTimesTheCostOfAToken) {
   a.begin_proposal();
   EXPECT_EQ(a.threshold(), 0.0);
   EXPECT_EQ(a.keep(3, conf), 3u);  // nothing known: every draft
-  for (int i = 0; i < 20; ++i) a.observe(64, 40, 0.001 + 0.0005 * 64);  // one size only: no slope
+  for (int i = 0; i < 20; ++i) a.observe(64, 0, 40, 0.001 + 0.0005 * 64);  // one size only: no slope
   EXPECT_EQ(a.threshold(), 0.0);
   AdaptiveVerification b;
   // Steps of 32 and 64 tokens, 1 ms + 0.25 ms a token, committing 50 tokens each.
   for (int i = 0; i < 40; ++i) {
     const int tokens = i % 2 ? 32 : 64;
-    b.observe(tokens, 50, 0.001 + 0.00025 * tokens);
+    b.observe(tokens, 0, 50, 0.001 + 0.00025 * tokens);
   }
   const double mean_seconds = 0.001 + 0.00025 * 48;
   EXPECT_NEAR(b.threshold(), 50 / mean_seconds * 0.00025, 0.03);  // about 0.96 (the rate weighs recent steps more)
+  // Prompt chunks in the steps have a price of their own (here 0.05 ms a token, a fifth of a row's):
+  // the cost of a row stays 0.25 ms.
+  AdaptiveVerification c;
+  for (int i = 0; i < 60; ++i) {
+    const int tokens = i % 2 ? 32 : 64, prompt = (i / 2) % 3 * 200;
+    c.observe(tokens, prompt, 50, 0.001 + 0.00025 * tokens + 0.00005 * prompt);
+  }
+  const double seconds = 0.001 + 0.00025 * 48 + 0.00005 * 200;
+  EXPECT_NEAR(c.threshold(), 50 / seconds * 0.00025, 0.03);
+
   b.begin_proposal();
   EXPECT_EQ(b.keep(3, std::vector<float>{0.99f, 0.99f, 0.9f}), 2u);  // 0.98 then 0.88
   EXPECT_EQ(b.keep(3, std::vector<float>{0.5f, 1.0f, 1.0f}), 0u);
@@ -85,15 +96,7 @@ class ConfidentNoiseDrafter final : public Drafter {
         test::fake_logits(context, kVocab, logits.data());
         test::fake_logits({4242, static_cast<int32_t>(context.size())}, kVocab, noise.data());
         for (int v = 0; v < kVocab; ++v) logits[v] += 0.5f * noise[v];
-        int32_t id;
-        if (sample_row_greedy(row)) {
-          id = sample_reference(logits.data(), kVocab, batch.rows[0], batch, ws);
-        } else {
-          TokenDistribution q;
-          sample_distribution(logits.data(), kVocab, batch.rows[0], batch, ws, q);
-          id = q.draw(draft_uniform(r.seed, r.output_index + j));
-          drafts[i].rows.push_back(std::move(q));
-        }
+        const int32_t id = test::draw_test_draft(r, j, logits.data(), kVocab, batch, ws, drafts[i]);
         drafts[i].tokens.push_back(id);
         context.push_back(id);
       }

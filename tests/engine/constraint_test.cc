@@ -17,6 +17,7 @@
 #include "ops/rejection_sampling.h"
 #include "tests/engine/chi_square.h"
 #include "tests/engine/oracle_drafter.h"
+#include "tests/engine/test_drafts.h"
 
 namespace m3 {
 namespace {
@@ -252,15 +253,7 @@ class MaskedNoiseDrafter final : public Drafter {
         if (walk && walk->terminated()) break;
         batch.rows[0].allowed_row = walk && walk->next_mask(batch.allowed) ? 0 : -1;
         test::fake_logits({7777, static_cast<int32_t>(r.tokens.size()), j}, kVocab, logits.data());
-        int32_t id;
-        if (sample_row_greedy(row)) {
-          id = sample_reference(logits.data(), kVocab, batch.rows[0], batch, ws);
-        } else {
-          TokenDistribution q;
-          sample_distribution(logits.data(), kVocab, batch.rows[0], batch, ws, q);
-          id = q.draw(draft_uniform(r.seed, r.output_index + j));
-          drafts[i].rows.push_back(std::move(q));
-        }
+        const int32_t id = test::draw_test_draft(r, j, logits.data(), kVocab, batch, ws, drafts[i]);
         if (walk && !walk->accept(id)) {
           if (!drafts[i].rows.empty() && drafts[i].rows.size() > drafts[i].tokens.size()) drafts[i].rows.pop_back();
           break;
