@@ -403,7 +403,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
                  "speculative decoding, JSON as vLLM's: method ngram (prompt_lookup_min, prompt_lookup_max) or dspark "
                  "(the drafter in dspark/ beside the model, or \"model\"), num_speculative_tokens, "
                  "rejection_sample_method standard|block|synthetic (synthetic_acceptance_length or _rates), "
-                 "draft_sample_method greedy|probabilistic, kv_cache_dtype, attention_backend, disable_by_batch_size");
+                 "draft_sample_method greedy|probabilistic, kv_cache_dtype, attention_backend, disable_by_batch_size, "
+                 "enable_adaptive_verification (docs/speculative-decoding.md)");
 }
 
 AttentionConfig parse_attention_config(const std::string& text) {
