@@ -100,6 +100,9 @@ void run(BenchThroughputOptions o) {
                           {"num_accepted_tokens", kept},
                           {"mean_acceptance_length", spec_steps ? nlohmann::json(1.0 + double(kept) / spec_steps)
                                                                 : nlohmann::json(nullptr)}};
+    if (after.spec_adaptive_verification)
+      out["spec_decode"]["num_unverified_draft_tokens"] =
+          after.spec_num_unverified_draft_tokens - before.spec_num_unverified_draft_tokens;
   }
   if (o.json) {
     std::printf("%s\n", out.dump(2).c_str());

@@ -2,6 +2,7 @@
 // sampling on the backend with the request's parameters), greedy by default. Prints the ids (or
 // JSON) on stdout and the prefill / decode speeds on stderr.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -62,15 +63,21 @@ void run(GenerateOptions o) {
             {"num_accepted_tokens", stats.spec_num_accepted_tokens},
             {"accepted_per_pos", stats.spec_accepted_per_pos},
             {"mean_acceptance_length", nullptr}};
+    if (stats.spec_adaptive_verification) spec["num_unverified_draft_tokens"] = stats.spec_num_unverified_draft_tokens;
     if (stats.spec_num_drafts == 0) {
       std::fprintf(stderr, "speculative: no step verified drafts (the drafter proposed none)\n");
     } else {
       const double length = 1.0 + static_cast<double>(stats.spec_num_accepted_tokens) / stats.spec_num_drafts;
       spec["mean_acceptance_length"] = length;
-      std::fprintf(stderr, "speculative: %llu steps verified %llu drafts, kept %llu; mean acceptance length %.3f\n",
+      std::fprintf(stderr, "speculative: %llu steps verified %llu drafts, kept %llu; mean acceptance length %.3f%s\n",
                    static_cast<unsigned long long>(stats.spec_num_drafts),
                    static_cast<unsigned long long>(stats.spec_num_draft_tokens),
-                   static_cast<unsigned long long>(stats.spec_num_accepted_tokens), length);
+                   static_cast<unsigned long long>(stats.spec_num_accepted_tokens), length,
+                   stats.spec_adaptive_verification
+                       ? fmt::format("; {} drafts left out by adaptive verification",
+                                     stats.spec_num_unverified_draft_tokens)
+                             .c_str()
+                       : "");
     }
   }
   if (o.json) {

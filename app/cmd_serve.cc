@@ -139,10 +139,16 @@ void log_stats(const EngineStats& now, const EngineStats& before, double seconds
     const uint64_t b = i < before.spec_accepted_per_pos.size() ? before.spec_accepted_per_pos[i] : 0;
     per_pos += fmt::format("{}{:.3f}", i ? ", " : "", double(now.spec_accepted_per_pos[i] - b) / double(steps));
   }
+  const std::string adaptive =
+      now.spec_adaptive_verification
+          ? fmt::format("; adaptive verification left out {} drafts (threshold {:.3f})",
+                        now.spec_num_unverified_draft_tokens - before.spec_num_unverified_draft_tokens,
+                        now.spec_verify_threshold)
+          : "";
   M3_LOG_INFO("speculative decoding: mean acceptance length {:.2f}, accepted {} of {} drafted tokens ({:.1f}%), "
-              "per-position acceptance rate {}",
+              "per-position acceptance rate {}{}",
               1.0 + double(accepted) / double(steps), accepted, drafted,
-              drafted ? 100.0 * double(accepted) / double(drafted) : 0.0, per_pos);
+              drafted ? 100.0 * double(accepted) / double(drafted) : 0.0, per_pos, adaptive);
 }
 
 void run_serve(ServeArgs& a) {
