@@ -1,6 +1,7 @@
 #include "engine/engine_loop.h"
 
 #include <algorithm>
+#include <climits>
 #include <exception>
 
 #include "core/error.h"
@@ -438,20 +439,39 @@ size_t allowed_prefix(TokenConstraint& constraint, std::span<const int32_t> draf
   return static_cast<size_t>(walk.accepted());
 }
 
+// How many outputs from the next one on are sure not to be forced, judging by the output so far
+// (INT_MAX when none can be). A verification row on a forced index would be sampled instead.
+int unforced_run(const Sequence& seq) {
+  const SamplingParams& p = seq.params();
+  const int index = seq.num_output_tokens();
+  int run = INT_MAX;
+  // The reasoning closer at [budget, budget + closer) unless the reasoning ended before the budget.
+  const int budget = p.reasoning_budget, closer = static_cast<int>(p.reasoning_end.size());
+  if (budget >= 0 && (seq.reasoning_ended_at < 0 || seq.reasoning_ended_at > budget) && index < budget + closer)
+    run = std::max(0, budget - index);
+  // forced_tokens once forced_after has appeared: any token may complete forced_after, so a
+  // request drafts only once its forced tokens are behind it.
+  if (!p.forced_tokens.empty()) {
+    const int end = seq.forced_start < 0 ? INT_MAX : seq.forced_start + static_cast<int>(p.forced_tokens.size());
+    if (index < end) run = std::min(run, std::max(0, seq.forced_start < 0 ? 0 : seq.forced_start - index));
+  }
+  return run;
+}
+
 }  // namespace
 
 int EngineLoop::max_drafts(const Sequence& seq) const {
   if (!drafter_ || seq.status != SeqStatus::kRunning || seq.num_tokens() - seq.num_computed_tokens != 1) return 0;
   const SamplingParams& p = seq.params();
-  if (!p.forced_tokens.empty() || p.reasoning_budget >= 0) return 0;
   // A constrained request's drafts are cut where the constraint refuses one (propose_drafts),
   // which leaves the output the target's only for drafts that do not depend on the draws:
   // probabilistic drafts of a sampled request would not be (the cut changes their distribution),
   // unless the drafter draws them under the constraint's masks, when nothing is cut.
   const SpeculativeConfig& spec = *config_.speculative;
   if (seq.constraint && spec.probabilistic_drafts && !p.greedy() && !drafter_->follows_constraints()) return 0;
-  // Every draft kept plus the token after them must fit max_tokens and the model's length.
-  const int room = remaining_tokens(seq) - 1;
+  // Every draft kept plus the token after them must fit max_tokens and the model's length, and
+  // none of their rows may fall on a forced token (the reasoning budget's closer, forced_tokens).
+  const int room = std::min(remaining_tokens(seq), unforced_run(seq)) - 1;
   return std::max(0, std::min(config_.speculative->num_speculative_tokens, room));
 }
 

@@ -12,8 +12,8 @@
 // target's distributions, so those rows come to the host. A request with structured outputs
 // drafts only tokens its constraint allows (cut where it refuses one, or drawn under its masks by
 // a drafter that follows constraints), and each verification row is masked as the constraint
-// stands after the drafts before it (engine/mask_worker.h). Requests with forced tokens
-// (tool_choice's opener, the reasoning budget) run without drafts.
+// stands after the drafts before it (engine/mask_worker.h). No verification row falls on a forced
+// token (the reasoning budget's closer, forced_tokens): drafts stop before them.
 #pragma once
 #include <memory>
 #include <optional>

@@ -5,9 +5,9 @@
 // With every draft kept or none, the tokens are those sequential sampling could have given; the
 // distribution of the output is the target's (ops/rejection_sampling.h).
 //
-// Not handled here, so the caller's to keep away from speculation: structured outputs (the
-// allowed-token mask after each draft) and forced continuations (SamplingParams::forced_tokens,
-// the reasoning budget), which replace sampling rather than shape it.
+// The caller's to handle: structured outputs (SpeculativeStep::allowed, the masks after each
+// draft) and forced continuations (SamplingParams::forced_tokens, the reasoning budget), which
+// replace sampling rather than shape it: the engine never puts a verification row on one.
 #pragma once
 #include <cstdint>
 #include <span>

@@ -234,8 +234,6 @@ TEST(SpeculativeEngine, SyntheticReachesTheRequestedAcceptanceLength) {
   }
 }
 
-// No drafter guess reaches the model past max_tokens or the model's length, and requests that
-// force tokens or constrain them are never drafted for.
 // disable_by_batch_size: no drafts while more requests than that are running; the text is the
 // same, and drafting resumes as the batch drains.
 TEST(SpeculativeEngine, DisableByBatchSize) {
@@ -258,7 +256,11 @@ TEST(SpeculativeEngine, DisableByBatchSize) {
   EXPECT_LT(limited.spec_num_drafts, always.spec_num_drafts);
 }
 
-TEST(SpeculativeEngine, DraftsStayWithinMaxTokensAndSkipForcedRequests) {
+// No drafter guess reaches the model past max_tokens or the model's length, and no verification
+// row falls on a forced token: a request with forced_tokens drafts once they are behind it, one
+// with a reasoning budget drafts up to the budget (and after the forced closer), and the text is
+// plain decoding's.
+TEST(SpeculativeEngine, DraftsStayWithinMaxTokensAndOffForcedTokens) {
   Loaded m = load(kSparse, KvDType::kF32, 400, DType::kF32);
   MiniMaxM3Runner runner(*m.model);
   const int vocab = runner.vocab_size();
@@ -267,17 +269,31 @@ TEST(SpeculativeEngine, DraftsStayWithinMaxTokensAndSkipForcedRequests) {
   reqs[1].sampling.max_tokens = 2;
   reqs[2].sampling.forced_tokens = {7, 8, 9};
   reqs[2].sampling.forced_after = {};
+  reqs[2].sampling.max_tokens = 24;
+  reqs[3].sampling.reasoning_budget = 9;  // the closer {11, 12} at outputs 9 and 10
+  reqs[3].sampling.reasoning_end = {11, 12};
+  reqs[3].sampling.max_tokens = 30;
   EngineConfig plain;
   const Results reference = run(runner, plain, reqs, true);
   EngineConfig spec = plain;
   spec.speculative = spec_config(R"({"method":"ngram","num_speculative_tokens":7})");
   EngineStats stats;
   expect_same(reference, run(runner, spec, reqs, true, oracle(reqs, reference, vocab), &stats),
-              "max_tokens 1 and 2, forced tokens");
+              "max_tokens 1 and 2, forced tokens, a reasoning budget");
   EXPECT_EQ(reference.at("s0").tokens.size(), 1u);
   EXPECT_EQ(reference.at("s1").tokens.size(), 2u);
   EXPECT_EQ(std::vector<int32_t>(reference.at("s2").tokens.begin(), reference.at("s2").tokens.begin() + 3),
             (std::vector<int32_t>{7, 8, 9}));
+  EXPECT_EQ(std::vector<int32_t>(reference.at("s3").tokens.begin() + 9, reference.at("s3").tokens.begin() + 11),
+            (std::vector<int32_t>{11, 12}));
+  // The forced requests alone: they draft where nothing is forced.
+  for (const int r : {2, 3}) {
+    EngineStats alone;
+    const std::vector<EngineRequest> one = {reqs[size_t(r)]};
+    Results got = run(runner, spec, one, true, oracle(one, reference, vocab), &alone);
+    EXPECT_EQ(got.at(one[0].id).tokens, reference.at(one[0].id).tokens) << one[0].id;
+    EXPECT_GT(alone.spec_num_accepted_tokens, 0u) << one[0].id;
+  }
 }
 
 // The shipped small model on the CPU (f32), its drafter's files and the drafter's reference
