@@ -82,10 +82,7 @@ class ConfidentNoiseDrafter final : public Drafter {
     std::vector<float> logits(kVocab);
     for (size_t i = 0; i < requests.size(); ++i) {
       const DraftRequest& r = requests[i];
-      SampleRow row;
-      row.temperature = r.params->temperature;
-      SampleBatch batch;
-      batch.add(row, nullptr, 0, nullptr, nullptr, 0, nullptr, 0);
+      const SampleBatch batch = test::test_draft_batch(r);
       SampleWorkspace ws;
       std::vector<int32_t> context(r.tokens.begin(), r.tokens.end());
       std::vector<float> noise(kVocab);

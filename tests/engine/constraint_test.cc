@@ -239,11 +239,7 @@ class MaskedNoiseDrafter final : public Drafter {
     std::vector<float> logits(kVocab);
     for (size_t i = 0; i < requests.size(); ++i) {
       const DraftRequest& r = requests[i];
-      SampleRow row;
-      row.temperature = r.params->temperature;
-      row.top_p = r.params->top_p;
-      SampleBatch batch;
-      batch.add(row, nullptr, 0, nullptr, nullptr, 0, nullptr, 0);
+      SampleBatch batch = test::test_draft_batch(r);
       batch.allowed_words = token_mask_words(kVocab);
       batch.add_allowed_row(batch.allowed_words);
       std::optional<DraftConstraintWalk> walk;

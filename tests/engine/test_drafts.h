@@ -10,6 +10,17 @@
 
 namespace m3::test {
 
+// One row shaped as request r's draws are (its temperature and top_p; no penalties or biases),
+// for draw_test_draft.
+inline SampleBatch test_draft_batch(const DraftRequest& r) {
+  SampleRow row;
+  row.temperature = r.params->temperature;
+  row.top_p = r.params->top_p;
+  SampleBatch batch;
+  batch.add(row, nullptr, 0, nullptr, nullptr, 0, nullptr, 0);
+  return batch;
+}
+
 // Draft j of request r from logits [vocab] under batch.rows[0] (its temperature, its mask if it
 // has one): a greedy row's best token, else a draw with draft_uniform whose distribution is
 // appended to draft.rows. Returns the id; the caller appends it to draft.tokens.
