@@ -452,8 +452,9 @@ int unforced_run(const Sequence& seq) {
   // forced_tokens once forced_after has appeared: any token may complete forced_after, so a
   // request drafts only once its forced tokens are behind it.
   if (!p.forced_tokens.empty()) {
-    const int end = seq.forced_start < 0 ? INT_MAX : seq.forced_start + static_cast<int>(p.forced_tokens.size());
-    if (index < end) run = std::min(run, std::max(0, seq.forced_start < 0 ? 0 : seq.forced_start - index));
+    if (seq.forced_start < 0) return 0;
+    if (index < seq.forced_start + static_cast<int>(p.forced_tokens.size()))
+      run = std::min(run, std::max(0, seq.forced_start - index));
   }
   return run;
 }

@@ -75,42 +75,47 @@ void RemoteCopyRunner::attach_dspark(int block_size, bool probabilistic) {
 
 void RemoteCopyRunner::copy_kv_blocks(const KvBlockCopies& copies) { channel_.announce_kv_copies(copies); }
 
+namespace {
+
+// Answers a call of node 0's with fill's reply, or with the error fill threw: node 0 fails that
+// call's requests and the copy serves on.
+void answer(ControlGroup& channel, const ModelRunner& runner, const std::function<void(RemoteReply&)>& fill) {
+  RemoteReply reply;
+  try {
+    fill(reply);
+  } catch (const std::exception& e) {
+    reply = RemoteReply{};
+    reply.error = e.what();
+  }
+  reply.kv_copy_times = runner.kv_copy_times();
+  channel.reply(reply);
+}
+
+}  // namespace
+
 RemoteCopyCounts serve_remote_copy(ControlGroup& channel, ModelRunner& runner, int copy, const RemoteDraftFn& draft) {
   RemoteCopyCounts n;
   while (std::optional<NodeCommand> command = channel.next_command()) {
     if (command->kind == StepKind::kRemoteSample) {
-      RemoteReply reply;
-      try {
+      answer(channel, runner, [&](RemoteReply& reply) {
         reply.ids.resize(command->sampling.rows.size());
         reply.host_logits.resize(command->host_rows.size() * static_cast<size_t>(runner.vocab_size()));
         runner.forward_sample(command->step, command->sampling, reply.ids.data(), command->host_rows,
                               reply.host_logits.data());
-      } catch (const std::exception& e) {
-        reply = RemoteReply{};
-        reply.error = e.what();
-      }
-      reply.kv_copy_times = runner.kv_copy_times();
-      channel.reply(reply);
+      });
       ++n.steps;
       ++n.sampled;
       continue;
     }
     if (command->kind == StepKind::kRemoteDraft) {
       // A drafter's failure is node 0's requests' (they decode without drafts), not the copy's.
-      RemoteReply reply;
-      try {
+      answer(channel, runner, [&](RemoteReply& reply) {
         M3_CHECK(draft, "node {}: copy {} has no DSpark drafter (node 0 and this node were started with "
                         "different --speculative-config?)",
                  channel.node_rank(), copy);
         const DSparkBlockSet set = decode_dspark_blocks(command->words);
-        const std::vector<DSparkDrafts> drafts = draft(set.blocks);
-        reply.ids = encode_dspark_drafts(drafts);
-      } catch (const std::exception& e) {
-        reply = RemoteReply{};
-        reply.error = e.what();
-      }
-      reply.kv_copy_times = runner.kv_copy_times();
-      channel.reply(reply);
+        reply.ids = encode_dspark_drafts(draft(set.blocks));
+      });
       ++n.drafts;
       continue;
     }

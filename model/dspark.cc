@@ -264,7 +264,7 @@ void DSparkDrafter::propose_chunk(std::span<const DSparkBlock> blocks, bool keep
   head.confidence_b = host_heads_.confidence_b;
   head.confidence_with_markov = host_heads_.confidence_with_markov;
   head.hidden = h;
-  std::vector<float> base, normed, scratch, masked;
+  std::vector<float> base, normed, scratch;
   for (int s = 0; s < r_count; ++s) {
     const DSparkBlock& blk = blocks[s];
     DSparkDrafts& d = out[s];
@@ -315,23 +315,16 @@ void DSparkDrafter::propose_chunk(std::span<const DSparkBlock> blocks, bool keep
       picked = markov_block(
           head, base.data(), normed.data(), blk.num_drafts, blk.anchor,
           [&](int j, const float* adjusted) -> int32_t {
-            const uint32_t* allowed = nullptr;
             if (walk) {
               if (walk->terminated()) return -1;  // the output is complete
               batch.rows[0].allowed_row = walk->next_mask(words) ? 0 : -1;
-              allowed = batch.allowed_mask(batch.rows[0]);
             }
             int32_t id;
             if (sampled) {
               sample_distribution(adjusted, static_cast<int32_t>(vocab), batch.rows[0], batch, ws, d.rows[j]);
               id = d.rows[j].draw(blk.draw_uniforms[j]);
-            } else if (allowed) {
-              masked.assign(adjusted, adjusted + vocab);
-              for (int64_t t = 0; t < vocab; ++t)
-                if (!((allowed[t / 32] >> (t % 32)) & 1u)) masked[t] = -INFINITY;
-              id = draft_argmax(masked.data(), vocab);
-            } else {
-              id = draft_argmax(adjusted, vocab);
+            } else {  // a greedy row: the best token the mask allows
+              id = sample_reference(adjusted, static_cast<int32_t>(vocab), batch.rows[0], batch, ws);
             }
             if (walk && !walk->accept(id)) return -1;  // nothing allowed is left
             return id;

@@ -75,18 +75,9 @@ void check_merge_candidates_args(int tokens, const Tensor& gathered, int cp_size
            selection.defined() ? shape_string(selection.shape()) : "");
 }
 
-namespace {
-
-// The drafter's ops take a planned step of one block of block_len tokens per sequence.
-void check_draft_blocks(const StepView& step, int block_len, const char* op) {
-  M3_CHECK(block_len >= 1 && step.num_tokens == step.num_seqs * block_len, "{}: {} planned tokens are not {} blocks of {}",
-           op, step.num_tokens, step.num_seqs, block_len);
-}
-
-}  // namespace
-
 void check_draft_block_args(const StepView& step, const KvLayerView& cache, int num_q_heads, int block_len, int window) {
-  check_draft_blocks(step, block_len, "draft_block_attention");
+  M3_CHECK(block_len >= 1 && step.num_tokens == step.num_seqs * block_len,
+           "draft_block_attention: {} planned tokens are not {} blocks of {}", step.num_tokens, step.num_seqs, block_len);
   M3_CHECK(window >= 1, "draft_block_attention: window {} must be positive", window);
   M3_CHECK(cache.num_kv_heads > 0 && num_q_heads % cache.num_kv_heads == 0,
            "draft_block_attention: {} query heads over {} KV heads", num_q_heads, cache.num_kv_heads);
