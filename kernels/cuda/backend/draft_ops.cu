@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include <cuda_bf16.h>
+#include <mma.h>
+
 #include "formats/bf16.h"
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/cached_row.cuh"
@@ -106,161 +109,181 @@ __global__ void draft_block_attention_kernel(const DraftAttnParams a) {
 }
 
 // ---- draft_block_attention, tiled: one CTA per (block, KV head, key split) ----
-// The block's queries of one KV head (block_len x group rows) stay in shared memory; the split's
-// keys stream through it in tiles of kTileKeys (K, then V, decoded to fp32 once per CTA), with an
-// online softmax per query row; each split writes its unnormalised sums, and a second kernel merges
-// the splits. Keys are read once per (block, KV head) instead of once per query head, and every
-// load is coalesced. For head_dim a multiple of 4 whose quarter divides the CTA's 256 threads, and at
-// most kTiledMaxRows rows per thread; the simple kernel above takes any other geometry.
-constexpr int kTiledThreads = 256, kTileKeys = 64;
-constexpr int kTiledMaxRows = 16;  // query rows per thread in the weighted sum (4 channels each)
+// The block's queries of one KV head (rows = block_len x group, at most 128) stay in shared memory
+// as bf16; the split's keys stream through it in tiles of kTileKeys, and the two products run on
+// the tensor cores (WMMA, bf16 in, fp32 out): S = Q K^T per tile, then O += P V. Two passes over
+// the split's keys: the first finds each row's max, the second sums exp(s - max) and P V with O in
+// the warps' accumulator fragments (no rescaling). Each split writes its unnormalised sums; a
+// second kernel merges the splits. K, V and P meet the tensor cores in bf16 (the cache's bf16 and
+// fp8 values exactly, f32 ones rounded); sums are fp32. For head_dim a multiple of 16 up to 256;
+// the simple kernel above takes any other geometry.
+constexpr int kTiledThreads = 256, kTileKeys = 64, kTiledMaxRows = 128;
 
 struct TiledAttnParams {
   DraftAttnParams a;
   int group, rows;  // query heads per KV head; rows = block_len * group
   int splits, split_keys;  // key splits per (block, KV head), keys per split (a multiple of kTileKeys)
   float* part_o;   // [blocks * hkv * splits, rows, head_dim] unnormalised sums
-  float* part_ml;  // [blocks * hkv * splits, rows, 2]: running max and sum
+  float* part_ml;  // [blocks * hkv * splits, rows, 2]: max and sum
 };
 
+inline size_t tiled_smem_bytes(int rows, int d) {
+  const size_t rt = size_t((rows + 15) / 16) * 16;
+  const size_t tiles = 2 * size_t(kTileKeys) * d * 2 + rt * kTileKeys * 4;  // K, V (bf16) and S (fp32)
+  const size_t o = rt * d * 4;                                               // O staged at the end, over them
+  return rt * d * 2 + std::max(tiles, o) + rt * kTileKeys * 2 + 2 * rt * 4;  // + Q, P, row max and sum
+}
+
 __global__ void __launch_bounds__(kTiledThreads) draft_attention_tiled_kernel(const TiledAttnParams p) {
-  extern __shared__ float4 tiled_buf4[];  // float4: the V tile's rows are read as float4
-  float* tiled_buf = reinterpret_cast<float*>(tiled_buf4);
+  using namespace nvcuda;
+  extern __shared__ __align__(128) uint8_t tiled_buf[];  // WMMA tiles want 32-byte alignment
   const DraftAttnParams& a = p.a;
   const KvLayerView& c = a.cache;
   const int s = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int hkv = c.num_kv_heads, d = c.head_dim, n = a.block_len, rows = p.rows;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = kTiledThreads / 32;
-  float* qs = tiled_buf;                       // [rows][d]
-  float* sc = qs + rows * d;                   // [rows][kTileKeys]: scores, then weights
-  float* kv = sc + rows * kTileKeys;           // [kTileKeys][d + 1]
-  float* alpha = kv + kTileKeys * (d + 1);     // [rows]
-  float* row_m = alpha + rows;                 // [rows]
-  float* row_l = row_m + rows;                 // [rows]
+  const int rt = (rows + 15) / 16;  // row tiles: warp w < rt owns rows 16w .. 16w + 15
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  uint8_t* base_ptr = tiled_buf;
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(base_ptr);  // [rt*16][d]
+  uint8_t* tiles = base_ptr + size_t(rt) * 16 * d * 2;
+  __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(tiles);     // [kTileKeys][d]
+  __nv_bfloat16* vs = ks + kTileKeys * d;                           // [kTileKeys][d]
+  float* sc = reinterpret_cast<float*>(vs + kTileKeys * d);         // [rt*16][kTileKeys]
+  float* os = reinterpret_cast<float*>(tiles);                      // [rt*16][d], at the end
+  const size_t tiles_bytes = std::max(2 * size_t(kTileKeys) * d * 2 + size_t(rt) * 16 * kTileKeys * 4,
+                                      size_t(rt) * 16 * d * 4);
+  __nv_bfloat16* ps = reinterpret_cast<__nv_bfloat16*>(tiles + tiles_bytes);  // [rt*16][kTileKeys]
+  float* row_m = reinterpret_cast<float*>(ps + rt * 16 * kTileKeys);          // [rt*16]
+  float* row_l = row_m + rt * 16;                                              // [rt*16]
   const int first_token = s * n;
   const int pos0 = a.step.positions[first_token];  // the block's first query: P + 1
   const int last = a.step.seq_lens[s] - n - 1;      // P
   const int ctx_first = max(0, pos0 - a.window + 1);
   const int ctx = max(0, last - ctx_first + 1), keys = ctx + n;
   const int32_t* pages = a.step.page_table + int64_t(s) * a.step.pages_per_seq;
-  // Query row r = j * group + h: token first_token + j, head g * group + h.
-  for (int e = threadIdx.x; e < rows * d; e += blockDim.x) {
+  // Query row r = j * group + h: token first_token + j, head g * group + h; rows past `rows` zero.
+  for (int e = threadIdx.x; e < rt * 16 * d; e += blockDim.x) {
     const int r = e / d, ch = e - r * d, j = r / p.group, h = r - j * p.group;
-    qs[e] = bf16_decode(a.q[(int64_t(first_token + j) * a.num_q_heads + g * p.group + h) * d + ch]);
+    const uint16_t bits = r < rows ? a.q[(int64_t(first_token + j) * a.num_q_heads + g * p.group + h) * d + ch] : 0;
+    qs[e] = __ushort_as_bfloat16(bits);
   }
-  for (int r = threadIdx.x; r < rows; r += blockDim.x) row_m[r] = -INFINITY, row_l[r] = 0.0f;
-  // Weighted sums: this thread's 4 channels cg * 4 .. and rows rg, rg + row_groups, ...
-  const int groups = d / 4, row_groups = kTiledThreads / groups;
-  const int cg = threadIdx.x % groups, rg = threadIdx.x / groups;
-  float acc[kTiledMaxRows][4];
-#pragma unroll
-  for (int i = 0; i < kTiledMaxRows; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  for (int r = threadIdx.x; r < rt * 16; r += blockDim.x) row_m[r] = -INFINITY, row_l[r] = 0.0f;
   auto key_row = [&](int i, int which, KvDType& dtype) {
     return draft_key_row(a, pages, s, g, ctx, ctx_first, i, which, dtype);
   };
-  // K rows padded to d + 1 (a lane per key reads down its row), V rows dense (float4 reads).
-  auto load_tile = [&](int base, int count, int which) {
-    const int stride = which == 0 ? d + 1 : d;
-    for (int e = threadIdx.x; e < count * d; e += blockDim.x) {
+  // A tile's K (and V) rows as bf16; keys past `count` are zero.
+  auto load_tile = [&](int base, int count, bool with_v) {
+    for (int e = threadIdx.x; e < kTileKeys * d; e += blockDim.x) {
       const int k = e / d, x = e - k * d;
-      KvDType dtype;
-      const uint8_t* row = key_row(base + k, which, dtype);
-      kv[k * stride + x] = cached_value(dtype, row, nullptr, x, false);
+      float kx = 0.0f, vx = 0.0f;
+      if (k < count) {
+        KvDType dtype;
+        const uint8_t* krow = key_row(base + k, 0, dtype);
+        kx = cached_value(dtype, krow, nullptr, x, false);
+        if (with_v) {
+          const uint8_t* vrow = key_row(base + k, 1, dtype);
+          vx = cached_value(dtype, vrow, nullptr, x, false);
+        }
+      }
+      ks[e] = __float2bfloat16_rn(kx);
+      if (with_v) vs[e] = __float2bfloat16_rn(vx);
     }
+  };
+  // S = Q K^T for this warp's row tile into sc (fp32), then each of its rows' logits masked.
+  auto scores = [&](int base, int count) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kTileKeys / 16];
+#pragma unroll
+    for (int t = 0; t < kTileKeys / 16; ++t) wmma::fill_fragment(acc[t], 0.0f);
+    for (int x = 0; x < d; x += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> qa;
+      wmma::load_matrix_sync(qa, qs + warp * 16 * d + x, d);
+#pragma unroll
+      for (int t = 0; t < kTileKeys / 16; ++t) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> kb;
+        wmma::load_matrix_sync(kb, ks + t * 16 * d + x, d);
+        wmma::mma_sync(acc[t], qa, kb, acc[t]);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kTileKeys / 16; ++t)
+      wmma::store_matrix_sync(sc + warp * 16 * kTileKeys + t * 16, acc[t], kTileKeys, wmma::mem_row_major);
+    __syncwarp();
+    for (int rr = 0; rr < 16; ++rr) {
+      const int r = warp * 16 + rr;
+      const int qpos = pos0 + (r < rows ? r : 0) / p.group;
+      for (int k = lane; k < kTileKeys; k += 32) {
+        const int i = base + k;
+        const bool visible = r < rows && k < count && (i >= ctx || ctx_first + i >= qpos - a.window + 1);
+        sc[r * kTileKeys + k] = visible ? sc[r * kTileKeys + k] * a.sm_scale : -INFINITY;
+      }
+    }
+    __syncwarp();
   };
   const int begin = split * p.split_keys, end = min(keys, begin + p.split_keys);
   __syncthreads();
+  // Pass 1: each row's max over the split.
   for (int base = begin; base < end; base += kTileKeys) {
     const int count = min(kTileKeys, end - base);
-    load_tile(base, count, 0);
+    load_tile(base, count, false);
     __syncthreads();
-    // Scores: lane = keys lane and lane + 32, each warp 4 rows at a time (4 query and 2 key loads
-    // for 8 products); masked outside a query's window.
-    for (int rb = warp * 4; rb < rows; rb += warps * 4) {
-      float dot[4][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}};
-      const float* k0 = kv + lane * (d + 1);
-      const float* k1 = kv + (lane + 32) * (d + 1);
-      const float* q[4];
+    if (warp < rt) {
+      scores(base, count);
+      for (int rr = 0; rr < 16; ++rr) {
+        const int r = warp * 16 + rr;
+        const float mx = warp_max(fmaxf(sc[r * kTileKeys + lane], sc[r * kTileKeys + lane + 32]));
+        if (lane == 0) row_m[r] = fmaxf(row_m[r], mx);
+      }
+    }
+    __syncthreads();
+  }
+  // Pass 2: P = exp(s - max), its row sums, and O += P V in this warp's fragments.
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> o[256 / 16];
 #pragma unroll
-      for (int rr = 0; rr < 4; ++rr) q[rr] = qs + min(rb + rr, rows - 1) * d;
-      for (int x = 0; x < d; ++x) {
-        const float a0 = k0[x], a1 = k1[x];
-#pragma unroll
-        for (int rr = 0; rr < 4; ++rr) {
-          const float qv = q[rr][x];
-          dot[rr][0] = fmaf(qv, a0, dot[rr][0]);
-          dot[rr][1] = fmaf(qv, a1, dot[rr][1]);
+  for (int t = 0; t < 256 / 16; ++t) wmma::fill_fragment(o[t], 0.0f);
+  for (int base = begin; base < end; base += kTileKeys) {
+    const int count = min(kTileKeys, end - base);
+    load_tile(base, count, true);
+    __syncthreads();
+    if (warp < rt) {
+      scores(base, count);
+      for (int rr = 0; rr < 16; ++rr) {
+        const int r = warp * 16 + rr;
+        const float m = row_m[r];
+        float sum = 0.0f;
+        for (int k = lane; k < kTileKeys; k += 32) {
+          const float e = m == -INFINITY ? 0.0f : expf(sc[r * kTileKeys + k] - m);
+          const __nv_bfloat16 pb = __float2bfloat16_rn(e);
+          ps[r * kTileKeys + k] = pb;
+          sum += __bfloat162float(pb);  // the weights the product uses
         }
+        sum = warp_sum(sum);
+        if (lane == 0) row_l[r] += sum;
       }
+      __syncwarp();
+      for (int kk = 0; kk < kTileKeys; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> pa;
+        wmma::load_matrix_sync(pa, ps + warp * 16 * kTileKeys + kk, kTileKeys);
 #pragma unroll
-      for (int rr = 0; rr < 4; ++rr) {
-        const int r = rb + rr;
-        if (r >= rows) break;
-        const int qpos = pos0 + r / p.group;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int k = lane + 32 * h, i = base + k;
-          const bool visible = k < count && (i >= ctx || ctx_first + i >= qpos - a.window + 1);
-          sc[r * kTileKeys + k] = visible ? dot[rr][h] * a.sm_scale : -INFINITY;
-        }
-      }
-    }
-    __syncthreads();
-    // Online softmax per row: a warp per row.
-    for (int r = warp; r < rows; r += warps) {
-      float* row = sc + r * kTileKeys;
-      float mx = fmaxf(row[lane], row[lane + 32]);
-      mx = warp_max(mx);
-      const float m_old = row_m[r], m_new = fmaxf(m_old, mx);
-      float sum = 0.0f;
-      for (int k = lane; k < kTileKeys; k += 32) {
-        const float e = m_new == -INFINITY ? 0.0f : expf(row[k] - m_new);
-        row[k] = e;
-        sum += e;
-      }
-      sum = warp_sum(sum);
-      if (lane == 0) {
-        const float scale = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-        alpha[r] = scale;
-        row_l[r] = row_l[r] * scale + sum;
-        row_m[r] = m_new;
-      }
-    }
-    __syncthreads();
-    load_tile(base, count, 1);
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < kTiledMaxRows; ++i) {
-      const int r = rg + i * row_groups;
-      if (r < rows) {
-        const float f = alpha[r];
-        acc[i][0] *= f, acc[i][1] *= f, acc[i][2] *= f, acc[i][3] *= f;
-      }
-    }
-    for (int k = 0; k < count; ++k) {
-      const float4 v = *reinterpret_cast<const float4*>(kv + k * d + cg * 4);
-#pragma unroll
-      for (int i = 0; i < kTiledMaxRows; ++i) {
-        const int r = rg + i * row_groups;
-        if (r < rows) {
-          const float w = sc[r * kTileKeys + k];
-          acc[i][0] = fmaf(w, v.x, acc[i][0]);
-          acc[i][1] = fmaf(w, v.y, acc[i][1]);
-          acc[i][2] = fmaf(w, v.z, acc[i][2]);
-          acc[i][3] = fmaf(w, v.w, acc[i][3]);
+        for (int t = 0; t < 256 / 16; ++t) {
+          if (t * 16 >= d) break;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> vb;
+          wmma::load_matrix_sync(vb, vs + kk * d + t * 16, d);
+          wmma::mma_sync(o[t], pa, vb, o[t]);
         }
       }
     }
     __syncthreads();
   }
+  if (warp < rt) {
+#pragma unroll
+    for (int t = 0; t < 256 / 16; ++t) {
+      if (t * 16 >= d) break;
+      wmma::store_matrix_sync(os + warp * 16 * d + t * 16, o[t], d, wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
   const int64_t part = (int64_t(s) * hkv + g) * p.splits + split;
-#pragma unroll
-  for (int i = 0; i < kTiledMaxRows; ++i) {
-    const int r = rg + i * row_groups;
-    if (r < rows)
-      *reinterpret_cast<float4*>(p.part_o + (part * rows + r) * d + cg * 4) =
-          make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-  }
+  for (int e = threadIdx.x; e < rows * d; e += blockDim.x) p.part_o[part * rows * d + e] = os[e];
   for (int r = threadIdx.x; r < rows; r += blockDim.x) {
     p.part_ml[(part * rows + r) * 2] = row_m[r];
     p.part_ml[(part * rows + r) * 2 + 1] = row_l[r];
@@ -430,9 +453,8 @@ __global__ void markov_finish_kernel(const MarkovDraftArgs a) {
 size_t draft_attention_scratch_floats(const StepView& step, const KvLayerView& cache, int num_q_heads, int block_len,
                                       int window, int sm_count, int* splits_out, int* split_keys_out) {
   const int group = num_q_heads / cache.num_kv_heads, rows = block_len * group, d = cache.head_dim;
-  // 4 channels a thread (so d / 4 channel groups divide the CTA), at most kTiledMaxRows rows each.
-  const bool tiled = d >= 4 && d <= 256 && d % 4 == 0 && (kTiledThreads * 4) % d == 0 &&
-                     (rows + kTiledThreads * 4 / d - 1) / (kTiledThreads * 4 / d) <= kTiledMaxRows;
+  // WMMA tiles of 16: head_dim a multiple of 16 (at most 256), at most 128 query rows (a warp each).
+  const bool tiled = d % 16 == 0 && d <= 256 && rows <= kTiledMaxRows;
   if (!tiled || step.num_seqs == 0) return 0;
   // Keys of a block: at most its window's context and the block (and what the pages hold).
   int64_t keys = int64_t(window) + block_len;
@@ -461,8 +483,7 @@ cudaError_t launch_draft_block_attention(const StepView& step, const KvLayerView
     const int d = cache.head_dim, rows = p.rows;
     p.part_o = scratch;
     p.part_ml = scratch + size_t(step.num_seqs) * cache.num_kv_heads * splits * rows * d;
-    const size_t smem = (size_t(rows) * d + size_t(rows) * kTileKeys + size_t(kTileKeys) * (d + 1) + 3 * size_t(rows)) *
-                        sizeof(float);
+    const size_t smem = tiled_smem_bytes(rows, d);
     cudaError_t e = cudaFuncSetAttribute(draft_attention_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
     if (e != cudaSuccess) return e;
