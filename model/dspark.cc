@@ -156,6 +156,7 @@ void DSparkDrafter::copy_blocks(const KvBlockCopies& copies) {
 
 void DSparkDrafter::ensure_step_buffers(int64_t rows) {
   if (rows <= step_rows_) return;
+  ++step_generation_;
   const DSparkConfig& c = config_;
   const DType act = backend_.activation_storage_dtype();
   const int64_t h = c.hidden_size, q = int64_t(c.num_heads) * c.head_dim, kv = int64_t(c.num_kv_heads) * c.head_dim;
@@ -233,23 +234,29 @@ void DSparkDrafter::propose_chunk(std::span<const DSparkBlock> blocks, bool keep
   Tensor bv = bv_.rows(0, rows), attn = attn_.rows(0, rows), o = o_.rows(0, rows), mlp = mlp_.rows(0, rows);
   Tensor logits = logits_.rows(0, head_rows), head_in = m < n ? head_in_.rows(0, head_rows) : hn;
   const float eps = c.rms_norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  backend_.embed(embed_, 0, x);
-  for (int l = 0; l < c.num_layers; ++l) {
-    const DSparkLayerWeights& lw = w_.layers[l];
-    backend_.rms_norm(x, lw.input_norm, eps, hn);
-    const LinearOutput qkv[] = {{&lw.q, q}, {&lw.k, bk}, {&lw.v, bv}};
-    backend_.linears(hn, qkv);
-    backend_.head_norm_rope(q, c.num_heads, c.head_dim, lw.q_norm, eps, c.rotary_dim);
-    backend_.head_norm_rope(bk, c.num_kv_heads, c.head_dim, lw.k_norm, eps, c.rotary_dim);
-    backend_.draft_block_attention(layer_view(l), q, c.num_heads, bk, bv, n, c.sliding_window, scale, attn);
-    backend_.linear(attn, lw.o, o);
-    backend_.add_rms_norm(x, o, lw.post_attn_norm, eps, hn);
-    backend_.swiglu_mlp(hn, lw.gate, lw.up, lw.down, c.swiglu_alpha, c.swiglu_limit, mlp);
-    backend_.add_inplace(x, mlp);
-  }
-  backend_.rms_norm(x, w_.final_norm, eps, hn);
-  if (m < n) backend_.gather_logits_rows(hn, head_in);
-  backend_.linear(head_in, lm_head_, logits);
+  // Every block has block_size queries and its first m rows for the heads: a step the backend may
+  // replay (CUDA graphs) for a given number of blocks and m, up to the heads (markov_drafts waits
+  // for the device).
+  const ReplayKey key{this, static_cast<int>(rows), r_count, static_cast<int>(head_rows), step_generation_, 0};
+  backend_.run_replayable(key, [&] {
+    backend_.embed(embed_, 0, x);
+    for (int l = 0; l < c.num_layers; ++l) {
+      const DSparkLayerWeights& lw = w_.layers[l];
+      backend_.rms_norm(x, lw.input_norm, eps, hn);
+      const LinearOutput qkv[] = {{&lw.q, q}, {&lw.k, bk}, {&lw.v, bv}};
+      backend_.linears(hn, qkv);
+      backend_.head_norm_rope(q, c.num_heads, c.head_dim, lw.q_norm, eps, c.rotary_dim);
+      backend_.head_norm_rope(bk, c.num_kv_heads, c.head_dim, lw.k_norm, eps, c.rotary_dim);
+      backend_.draft_block_attention(layer_view(l), q, c.num_heads, bk, bv, n, c.sliding_window, scale, attn);
+      backend_.linear(attn, lw.o, o);
+      backend_.add_rms_norm(x, o, lw.post_attn_norm, eps, hn);
+      backend_.swiglu_mlp(hn, lw.gate, lw.up, lw.down, c.swiglu_alpha, c.swiglu_limit, mlp);
+      backend_.add_inplace(x, mlp);
+    }
+    backend_.rms_norm(x, w_.final_norm, eps, hn);
+    if (m < n) backend_.gather_logits_rows(hn, head_in);
+    backend_.linear(head_in, lm_head_, logits);
+  });
   std::vector<int32_t> ids(head_rows);
   std::vector<float> confidence(head_rows);
   backend_.markov_drafts(logits, head_in, w_.heads, m, ids.data(), confidence.data());

@@ -158,7 +158,7 @@ class DSparkDrafter final : public LayerTaps {
   StepBatch step_;
   Tensor x_, hn_, q_, bk_, bv_, attn_, o_, mlp_, logits_;
   Tensor head_in_;  // the final norm's rows the heads read, gathered (when fewer than the block's)
-  int64_t step_rows_ = 0;
+  int64_t step_rows_ = 0, step_generation_ = 0;
 };
 
 // A drafter of `config` with host `weights` for a target of `target_config` on `backend`: embed and

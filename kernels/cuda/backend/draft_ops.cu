@@ -371,9 +371,17 @@ __global__ void __launch_bounds__(kMarkovThreads) markov_step_kernel(const Marko
   for (int64_t tile = begin; tile < begin + kMarkovRows && tile < a.vocab; tile += 32) {
     const int rows = static_cast<int>(a.vocab - tile < 32 ? a.vocab - tile : 32);
     __syncthreads();
-    for (int e = threadIdx.x; e < rows * r; e += blockDim.x) {
-      const int row = e / r, col = e - row * r;
-      w2_tile[row * stride + col] = a.w2[(tile + row) * r + col];
+    if (r % 4 == 0) {  // float4 loads (the tile's rows are contiguous in w2)
+      const float4* src = reinterpret_cast<const float4*>(a.w2 + tile * r);
+      for (int e = threadIdx.x; e < rows * r / 4; e += blockDim.x) {
+        const int row = e / (r / 4), col = (e - row * (r / 4)) * 4;
+        *reinterpret_cast<float4*>(w2_tile + row * stride + col) = src[e];
+      }
+    } else {
+      for (int e = threadIdx.x; e < rows * r; e += blockDim.x) {
+        const int row = e / r, col = e - row * r;
+        w2_tile[row * stride + col] = a.w2[(tile + row) * r + col];
+      }
     }
     __syncthreads();
     if (lane >= rows) continue;
