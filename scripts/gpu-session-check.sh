@@ -20,7 +20,9 @@
 # device call; PARTS="main batch-invariant" runs both in one call when the time allows. speculative =
 # the drafter's op cases, verification steps from CUDA graphs, both drafters on cuda against plain
 # decoding, the DSpark drafter's acceptance through a cuda server, the M3.1 verification steps with
-# a drafter of the M3.1 drafter's shapes (at most about 590 s).
+# a drafter of the M3.1 drafter's shapes (at most about 590 s). trace = Nsight Compute's duration of
+# every kernel of one decode step at TRACE_BATCHES (default "1 64"), summed per kernel name against
+# the step's time (scripts/kernel_trace_summary.py; at most about 600 s, typically 150).
 PARTS=${PARTS:-main}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 P=${PREBUILT:-build-gpu-backend}
@@ -117,16 +119,24 @@ if part speculative; then
   PREBUILT=$P OUT=$L/sp TIME_BUDGET=150 STEP_TIMEOUT=40 scripts/gpu-check-model.sh speculative 2>&1 |
     grep '^speculative' >> $L/sp-summary.txt
   # Acceptance and tokens/s through a cuda server: 16 clients at once (k = 0: no speculation; then
-  # with adaptive verification), and one client at a time (the per-user speed).
+  # with adaptive verification), and one client at a time (the per-user speed). SPEC_EVALS picks
+  # which of the three run (default all: about 500 s of the part's 590).
+  evals=" ${SPEC_EVALS:-c16 adaptive c1} "
+  if [[ $evals == *" c16 "* ]]; then
   timeout 200 python3 tools/train/eval_spec.py --m3serve $P/bin/m3serve --device cuda --kv-cache-dtype nvfp4 \
     --k 0,3,7 --out $OUT/spec-eval-cuda.json >> $L/sp-summary.txt 2>&1
   echo "eval_spec cuda rc $?" >> $L/sp-summary.txt
+  fi
+  if [[ $evals == *" adaptive "* ]]; then
   timeout 150 python3 tools/train/eval_spec.py --m3serve $P/bin/m3serve --device cuda --kv-cache-dtype nvfp4 \
     --k 3,7 --adaptive --out $OUT/spec-eval-cuda-adaptive.json >> $L/sp-summary.txt 2>&1
   echo "eval_spec cuda adaptive rc $?" >> $L/sp-summary.txt
+  fi
+  if [[ $evals == *" c1 "* ]]; then
   timeout 150 python3 tools/train/eval_spec.py --m3serve $P/bin/m3serve --device cuda --kv-cache-dtype nvfp4 \
     --k 0,3,7 --temperatures 0 --count 16 --concurrency 1 --out $OUT/spec-eval-cuda-c1.json >> $L/sp-summary.txt 2>&1
   echo "eval_spec cuda concurrency 1 rc $?" >> $L/sp-summary.txt
+  fi
   timeout 300 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 \
     --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64 \
     --context-lens 8192 --prefill-lens "" --spec-tokens 3,7 --spec-drafter bench/configs/minimax-m3.1/dspark \
@@ -204,6 +214,25 @@ a, b = times(plain), times(inv)
 parts = ["%s %.2f -> %.2f ms (x%.2f)" % (k, a[k], b[k], b[k] / a[k]) for k in b if k in a]
 print("batch-invariant cost decode/prefill (M3.1 20 layers, ctx 8192, nvfp4 KV): " + ("; ".join(parts) or "no common case"))
 PY
+fi
+if part trace; then
+  # The decode step's kernels one by one: Nsight Compute's duration of every kernel of one graph
+  # replay (M3.1, 20 layers, 8K, NVFP4 KV; caches left warm, clocks as they run), summed per kernel
+  # name against the bench's step time. The difference is what the step loses between kernels.
+  for b in ${TRACE_BATCHES:-1 64}; do
+    timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 \
+      --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes $b \
+      --context-lens 8192 --prefill-lens "" --iters 5 --warmup 2 --no-op-breakdown --json \
+      > $OUT/trace-step-b$b.json 2> $L/trace-step-b$b.log
+    timeout 200 ncu --csv --print-kernel-base function --metrics gpu__time_duration.sum --cache-control none \
+      --clock-control none $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy \
+      --num-layers 20 --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' \
+      --batch-sizes $b --context-lens 8192 --prefill-lens "" --iters 1 --warmup 0 --no-op-breakdown --json \
+      > $L/trace-b$b.csv 2> $L/trace-ncu-b$b.log
+    echo "trace b$b: ncu rc $?" >> $L/t-summary.txt
+    gzip -c $L/trace-b$b.csv > $OUT/trace-b$b.csv.gz
+    python3 scripts/kernel_trace_summary.py $L/trace-b$b.csv $OUT/trace-step-b$b.json >> $L/t-summary.txt 2>&1
+  done
 fi
 if part main; then
 # The five sanitizer runs take about 100 s together (racecheck over the linear cases ~25 s).
