@@ -20,6 +20,7 @@
 #include <cmath>
 
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -169,6 +170,7 @@ __device__ __forceinline__ void attend_chunk(const uint8_t* kt, const uint8_t* v
 // kProbe (timing only, sparse nvfp4, wrong outputs): the tiles of one-row walks are not expanded.
 template <KvDType kFmt, bool kDense, bool kProbe = false>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs a) {
+  kernel_prologue();
   using C = AttnConfig<kFmt, kDense>;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int s_num_tiles, s_shared_walk;
@@ -467,6 +469,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
 }
 
 __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineArgs a) {
+  kernel_prologue();
   if (a.device_num_work != nullptr && int(blockIdx.x) >= *a.device_num_work) return;  // graph mode surplus
   const CombineWork w = a.work[blockIdx.x];
   const int group = a.num_q_heads / a.num_kv_heads;
@@ -512,9 +515,9 @@ cudaError_t launch_for(const AttentionArgs& a, cudaStream_t stream) {
   if (a.num_work == 0) return cudaSuccess;
   constexpr int kSmem = AttnConfig<kFmt, kDense>::kSmemBytes;
   if (kFmt == KvDType::kNVFP4 && !kDense && a.probe_skip_expand)
-    attention_kernel<kFmt, kDense, true><<<a.num_work, kThreads, kSmem, stream>>>(a);
+    launch_kernel(attention_kernel<kFmt, kDense, true>, a.num_work, kThreads, kSmem, stream, a);
   else
-    attention_kernel<kFmt, kDense><<<a.num_work, kThreads, kSmem, stream>>>(a);
+    launch_kernel(attention_kernel<kFmt, kDense>, a.num_work, kThreads, kSmem, stream, a);
   return cudaGetLastError();
 }
 
@@ -568,7 +571,7 @@ cudaError_t launch_dense_attention(const AttentionArgs& a, cudaStream_t stream) 
 
 cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream) {
   if (a.num_work == 0) return cudaSuccess;
-  combine_kernel<<<a.num_work, kThreads, 0, stream>>>(a);
+  launch_kernel(combine_kernel, a.num_work, kThreads, 0, stream, a);
   return cudaGetLastError();
 }
 

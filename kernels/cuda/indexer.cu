@@ -28,6 +28,7 @@
 
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -354,6 +355,7 @@ __device__ __forceinline__ void score_tiles(const IndexerArgs& a, const IndexerW
 
 template <KvDType kFmt, bool kProbe>
 __global__ void __launch_bounds__(kThreads) indexer_scores_kernel(const IndexerArgs a) {
+  kernel_prologue();
   using C = IndexerConfig<kFmt>;
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* q_tile = smem;
@@ -425,9 +427,9 @@ cudaError_t launch_for(const IndexerArgs& a, cudaStream_t stream) {
   if (a.num_work == 0) return cudaSuccess;
   constexpr int kSmem = IndexerConfig<kFmt>::kSmemBytes;
   if (kFmt == KvDType::kNVFP4 && a.probe_skip_decode)
-    indexer_scores_kernel<kFmt, true><<<a.num_work, kThreads, kSmem, stream>>>(a);
+    launch_kernel(indexer_scores_kernel<kFmt, true>, a.num_work, kThreads, kSmem, stream, a);
   else
-    indexer_scores_kernel<kFmt, false><<<a.num_work, kThreads, kSmem, stream>>>(a);
+    launch_kernel(indexer_scores_kernel<kFmt, false>, a.num_work, kThreads, kSmem, stream, a);
   return cudaGetLastError();
 }
 

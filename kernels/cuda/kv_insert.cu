@@ -6,6 +6,7 @@
 #include "formats/bf16.h"
 #include "formats/nvfp4.h"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -41,6 +42,7 @@ __device__ void encode_part(KvDType dtype, const uint16_t* src, uint8_t* row, ui
 }
 
 __global__ void __launch_bounds__(kThreads) kv_insert_kernel(const KvInsertArgs a) {
+  kernel_prologue();
   const int token = blockIdx.x;
   const int slot = a.step.slot_mapping[token];
   if (slot < 0) return;
@@ -67,6 +69,7 @@ __global__ void __launch_bounds__(kThreads) kv_insert_kernel(const KvInsertArgs 
 }
 
 __global__ void e4m3_table_kernel(uint2* table) {
+  kernel_prologue();
   const int scale = threadIdx.x;  // 256 threads: one scale byte each
   uint8_t bytes[8];
 #pragma unroll
@@ -82,12 +85,12 @@ __global__ void e4m3_table_kernel(uint2* table) {
 
 cudaError_t launch_kv_insert(const KvInsertArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0) return cudaSuccess;
-  kv_insert_kernel<<<a.num_tokens, kThreads, 0, stream>>>(a);
+  launch_kernel(kv_insert_kernel, a.num_tokens, kThreads, 0, stream, a);
   return cudaGetLastError();
 }
 
 cudaError_t build_e4m3_table(uint2* table, cudaStream_t stream) {
-  e4m3_table_kernel<<<1, 256, 0, stream>>>(table);
+  launch_kernel(e4m3_table_kernel, 1, 256, 0, stream, table);
   return cudaGetLastError();
 }
 

@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -86,6 +87,7 @@ __device__ __forceinline__ void stage_vt(const uint8_t* v, const uint2* table, u
 }
 
 __global__ void __launch_bounds__(kThreads) sparse_rows_kernel(const AttentionArgs a) {
+  kernel_prologue();
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float s_max[4][16], s_sum[4][16];
   __shared__ int s_num_tiles;
@@ -295,7 +297,7 @@ int sparse_rows_ctas_per_sm() { return ctas_per_sm(sparse_rows_kernel, kSmemByte
 cudaError_t launch_sparse_rows(const AttentionArgs& a, cudaStream_t stream) {
   if (a.num_work == 0) return cudaSuccess;
   if (a.cache.kv_dtype != KvDType::kNVFP4) return cudaErrorInvalidValue;
-  sparse_rows_kernel<<<a.num_work, kThreads, kSmemBytes, stream>>>(a);
+  launch_kernel(sparse_rows_kernel, a.num_work, kThreads, kSmemBytes, stream, a);
   return cudaGetLastError();
 }
 

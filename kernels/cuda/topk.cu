@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -45,6 +46,7 @@ __device__ __forceinline__ int block_exclusive_scan(int v, int* warp_sums, int& 
 }
 
 __global__ void __launch_bounds__(kThreads) topk_kernel(const TopkArgs a) {
+  kernel_prologue();
   extern __shared__ uint32_t keys[];
   __shared__ uint32_t hist[256];
   __shared__ int chosen[kMaxTopk];
@@ -175,7 +177,7 @@ cudaError_t init_topk_kernels() {
 cudaError_t launch_topk(const TopkArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0) return cudaSuccess;
   const size_t smem = size_t(a.max_candidates > 0 ? a.max_candidates : 1) * 4;
-  topk_kernel<<<a.num_tokens * a.index_heads, kThreads, smem, stream>>>(a);
+  launch_kernel(topk_kernel, a.num_tokens * a.index_heads, kThreads, smem, stream, a);
   return cudaGetLastError();
 }
 

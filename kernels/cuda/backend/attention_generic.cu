@@ -12,6 +12,7 @@
 #include "kernels/cuda/backend/cached_row.cuh"
 #include "kernels/cuda/backend/device_math.cuh"
 #include "kernels/cuda/backend/row_ops.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -27,6 +28,7 @@ __device__ __forceinline__ float seq_dot(const float* q, KvDType dtype, const ui
 // ---- kv insert: one warp per (token, row to write) ----
 __global__ void kv_insert_kernel(const StepView step, const KvLayerView cache, const uint16_t* k, const uint16_t* v,
                                  const uint16_t* index_k) {
+  kernel_prologue();
   extern __shared__ float insert_buf[];
   const int warp = threadIdx.x >> 5;
   const int hkv = cache.num_kv_heads;
@@ -57,6 +59,7 @@ __global__ void kv_insert_kernel(const StepView step, const KvLayerView cache, c
 __global__ void __launch_bounds__(128) indexer_kernel(const StepView step, const KvLayerView cache,
                                                       const uint16_t* index_q, const IndexerParams p,
                                                       int32_t* selection) {
+  kernel_prologue();
   extern __shared__ float indexer_buf[];
   const int t = blockIdx.x, j = blockIdx.y, di = cache.index_dim, bs = cache.block_size;
   float* q = indexer_buf;
@@ -150,6 +153,7 @@ struct AttnParams {
 };
 
 __global__ void attention_kernel(const AttnParams a) {
+  kernel_prologue();
   extern __shared__ float attn_buf[];
   const KvLayerView& c = a.cache;
   const int t = blockIdx.x, g = blockIdx.y, hkv = c.num_kv_heads, d = c.head_dim, bs = c.block_size;
@@ -259,7 +263,7 @@ cudaError_t launch_generic_kv_insert(const StepView& step, const KvLayerView& ca
   const int tasks = step.num_tokens * per_token;
   if (tasks == 0) return cudaSuccess;
   const int width = cache.head_dim > cache.index_dim ? cache.head_dim : cache.index_dim;
-  kv_insert_kernel<<<(tasks + 7) / 8, 256, 8 * width * sizeof(float), stream>>>(step, cache, k, v, index_k);
+  launch_kernel(kv_insert_kernel, (tasks + 7) / 8, 256, 8 * width * sizeof(float), stream, step, cache, k, v, index_k);
   return cudaGetLastError();
 }
 
@@ -267,7 +271,7 @@ cudaError_t launch_generic_indexer_topk(const StepView& step, const KvLayerView&
                                         const IndexerParams& params, int32_t* selection, cudaStream_t stream) {
   if (step.num_tokens == 0) return cudaSuccess;
   const size_t smem = (size_t(cache.index_dim) + step.max_blocks) * sizeof(float);
-  indexer_kernel<<<dim3(step.num_tokens, params.index_heads), 128, smem, stream>>>(step, cache, index_q, params,
+  launch_kernel(indexer_kernel, dim3(step.num_tokens, params.index_heads), 128, smem, stream, step, cache, index_q, params,
                                                                                    selection);
   return cudaGetLastError();
 }
@@ -280,7 +284,7 @@ cudaError_t launch_generic_attention(const StepView& step, const KvLayerView& ca
   if (group > 32 || cache.head_dim > 32 * kMaxChannelsPerLane) return cudaErrorInvalidValue;
   AttnParams a{step, cache, q, num_q_heads, selection, topk, sm_scale, out};
   const size_t smem = (size_t(step.max_blocks) + size_t(group) * (cache.head_dim + 32)) * sizeof(float);
-  attention_kernel<<<dim3(step.num_tokens, cache.num_kv_heads), 32 * group, smem, stream>>>(a);
+  launch_kernel(attention_kernel, dim3(step.num_tokens, cache.num_kv_heads), 32 * group, smem, stream, a);
   return cudaGetLastError();
 }
 

@@ -6,6 +6,7 @@
 // separate ops (same row_ops.cuh code).
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/row_ops.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -15,6 +16,7 @@ constexpr int kWarps = 8;
 // CTAs (token, group of kWarps rows); one warp per row of the token: q heads, k heads, v heads,
 // index-K. Several CTAs per token so that a decode step of few tokens still fills the GPU.
 __global__ void __launch_bounds__(kWarps * 32) attention_input_kernel(const AttentionInputArgs a) {
+  kernel_prologue();
   extern __shared__ float rows_buf[];
   const KvLayerView& c = a.cache;
   const int t = blockIdx.x, warp = threadIdx.x >> 5;
@@ -57,7 +59,7 @@ cudaError_t launch_attention_input(const AttentionInputArgs& a, cudaStream_t str
   const int width = a.cache.head_dim > a.cache.index_dim ? a.cache.head_dim : a.cache.index_dim;
   const int tasks = a.num_q_heads + 2 * a.cache.num_kv_heads + (a.index_k != nullptr ? 1 : 0);
   const dim3 grid(a.step.num_tokens, (tasks + kWarps - 1) / kWarps);
-  attention_input_kernel<<<grid, kWarps * 32, kWarps * width * sizeof(float), stream>>>(a);
+  launch_kernel(attention_input_kernel, grid, kWarps * 32, kWarps * width * sizeof(float), stream, a);
   return cudaGetLastError();
 }
 

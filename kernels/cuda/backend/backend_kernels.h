@@ -188,6 +188,10 @@ struct MoeRouteArgs {
   // token does not depend on how many tokens the step has (the tiled one, above 256 tokens, sums
   // in another order).
   bool batch_invariant = false;
+  // Steps of up to 16 tokens route in one launch whose last CTA runs the top-k and the scan; this
+  // counter of arrived CTAs must be zero before the launch and is zero after it. Null: three
+  // launches at every size.
+  int32_t* done = nullptr;
 };
 cudaError_t launch_moe_route(const MoeRouteArgs& args, cudaStream_t stream);
 // out[t] = bf16(bf16(routed_t * scale) + shared[t]) with routed_t the sum over the token's

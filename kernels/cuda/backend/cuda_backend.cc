@@ -724,6 +724,9 @@ class CudaBackend final : public Backend {
       moe_counts_{&scratch_moves_}, moe_items_{&scratch_moves_}, moe_num_items_{&scratch_moves_},
       moe_act_{&scratch_moves_}, moe_y_{&scratch_moves_}, moe_shared_act_{&scratch_moves_},
       moe_shared_{&scratch_moves_};
+  // The fused decode routing's arrival counter (detail::MoeRouteArgs::done): zero at allocation,
+  // set back to zero by the launch that counts to the end, never moved.
+  Tensor moe_route_done_ = cuda::device_tensor({1}, DType::kI32, "MoE routing counter");
   std::unordered_map<const void*, std::unique_ptr<ExpertTables>> expert_tables_;
   std::vector<detail::WeightView> expert_views_;  // expert_tables' scratch
 };
@@ -939,6 +942,7 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   r.item_rows = item_rows;
   r.max_items = max_items;
   r.batch_invariant = options_.batch_invariant;
+  r.done = moe_route_done_.data_as<int32_t>();
   check_cuda(detail::launch_moe_route(r, stream_), "MoE routing");
 
   // Routed experts over the permuted rows.

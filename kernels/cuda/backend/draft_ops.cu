@@ -11,6 +11,7 @@
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/cached_row.cuh"
 #include "kernels/cuda/backend/device_math.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -47,6 +48,7 @@ __device__ __forceinline__ const uint8_t* draft_key_row(const DraftAttnParams& a
 }
 
 __global__ void draft_block_attention_kernel(const DraftAttnParams a) {
+  kernel_prologue();
   extern __shared__ float draft_buf[];
   const KvLayerView& c = a.cache;
   const int t = blockIdx.x, g = blockIdx.y, hkv = c.num_kv_heads, d = c.head_dim;
@@ -135,6 +137,7 @@ inline size_t tiled_smem_bytes(int rows, int d) {
 }
 
 __global__ void __launch_bounds__(kTiledThreads) draft_attention_tiled_kernel(const TiledAttnParams p) {
+  kernel_prologue();
   using namespace nvcuda;
   extern __shared__ __align__(128) uint8_t tiled_buf[];  // WMMA tiles want 32-byte alignment
   const DraftAttnParams& a = p.a;
@@ -292,6 +295,7 @@ __global__ void __launch_bounds__(kTiledThreads) draft_attention_tiled_kernel(co
 
 // out[t, head] = the splits' sums merged: sum_c e^(m_c - M) o_c / sum_c e^(m_c - M) l_c.
 __global__ void draft_attention_merge_kernel(const TiledAttnParams p) {
+  kernel_prologue();
   const DraftAttnParams& a = p.a;
   const int t = blockIdx.x, head = blockIdx.y, d = a.cache.head_dim, hkv = a.cache.num_kv_heads;
   const int s = t / a.block_len, j = t - s * a.block_len, g = head / p.group, h = head - g * p.group;
@@ -349,6 +353,7 @@ inline size_t markov_smem_bytes(int rank) {
 }
 
 __global__ void __launch_bounds__(kMarkovThreads) markov_step_kernel(const MarkovDraftArgs a, int j) {
+  kernel_prologue();
   extern __shared__ float4 markov_buf4[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r = a.rank, r4 = markov_rank4(r), stride = r4 + 4;  // 16-byte rows; lane l's row l conflict-free
@@ -429,6 +434,7 @@ __global__ void __launch_bounds__(kMarkovThreads) markov_step_kernel(const Marko
 // One warp per row: its id, and its confidence (lanes 0..7 sum a residue class each, lane 0 adds
 // them in draft_head_dot's order).
 __global__ void markov_finish_kernel(const MarkovDraftArgs a) {
+  kernel_prologue();
   const int64_t row = blockIdx.x;
   const int block = static_cast<int>(row / a.block_len), j = static_cast<int>(row % a.block_len);
   const int lane = threadIdx.x;
@@ -495,14 +501,14 @@ cudaError_t launch_draft_block_attention(const StepView& step, const KvLayerView
     cudaError_t e = cudaFuncSetAttribute(draft_attention_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
     if (e != cudaSuccess) return e;
-    draft_attention_tiled_kernel<<<dim3(step.num_seqs, cache.num_kv_heads, splits), kTiledThreads, smem, stream>>>(p);
+    launch_kernel(draft_attention_tiled_kernel, dim3(step.num_seqs, cache.num_kv_heads, splits), kTiledThreads, smem, stream, p);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    draft_attention_merge_kernel<<<dim3(step.num_tokens, num_q_heads), 128, 0, stream>>>(p);
+    launch_kernel(draft_attention_merge_kernel, dim3(step.num_tokens, num_q_heads), 128, 0, stream, p);
     return cudaGetLastError();
   }
   if (group > 32 || cache.head_dim > 32 * kMaxChannelsPerLane) return cudaErrorInvalidValue;
   const size_t smem = size_t(group) * (cache.head_dim + 32) * sizeof(float);
-  draft_block_attention_kernel<<<dim3(step.num_tokens, cache.num_kv_heads), 32 * group, smem, stream>>>(a);
+  launch_kernel(draft_block_attention_kernel, dim3(step.num_tokens, cache.num_kv_heads), 32 * group, smem, stream, a);
   return cudaGetLastError();
 }
 
@@ -518,10 +524,10 @@ cudaError_t launch_markov_drafts(const MarkovDraftArgs& args, cudaStream_t strea
   e = cudaFuncSetAttribute(markov_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   for (int j = 0; j < args.block_len; ++j) {
-    markov_step_kernel<<<grid, kMarkovThreads, smem, stream>>>(args, j);
+    launch_kernel(markov_step_kernel, grid, kMarkovThreads, smem, stream, args, j);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
-  markov_finish_kernel<<<static_cast<unsigned>(rows), 32, 0, stream>>>(args);
+  launch_kernel(markov_finish_kernel, static_cast<unsigned>(rows), 32, 0, stream, args);
   return cudaGetLastError();
 }
 

@@ -8,12 +8,14 @@
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/device_math.cuh"
 #include "kernels/cuda/backend/row_ops.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
 
 __global__ void rope_tables_kernel(const int32_t* positions, int num_tokens, const float* inv_freq, int half,
                                    float factor, float* cos_out, float* sin_out) {
+  kernel_prologue();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= num_tokens * half) return;
   const int t = i / half, j = i % half;
@@ -24,6 +26,7 @@ __global__ void rope_tables_kernel(const int32_t* positions, int num_tokens, con
 
 __global__ void embed_kernel(const void* table, int table_dtype, int64_t rows, int64_t hidden, int64_t first_id,
                              const int32_t* ids, uint16_t* out) {
+  kernel_prologue();
   const int t = blockIdx.x;
   const int64_t id = int64_t(ids[t]) - first_id;
   const int64_t row = id * hidden;
@@ -42,6 +45,7 @@ __global__ void embed_kernel(const void* table, int table_dtype, int64_t rows, i
 }
 
 __global__ void gather_rows_kernel(const uint16_t* x, const int32_t* rows, int64_t cols, uint16_t* out) {
+  kernel_prologue();
   const uint16_t* src = x + int64_t(rows[blockIdx.x]) * cols;
   uint16_t* dst = out + int64_t(blockIdx.x) * cols;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
@@ -72,6 +76,7 @@ __device__ __forceinline__ void norm_row(const uint16_t* xr, const float* w, int
 
 // One CTA per row; the sum of squares in double as the reference.
 __global__ void rms_norm_kernel(const uint16_t* x, const float* w, int cols, float eps, uint16_t* out) {
+  kernel_prologue();
   const uint16_t* xr = x + int64_t(blockIdx.x) * cols;
   double ss = 0.0;
   for (int c = threadIdx.x; c < cols; c += blockDim.x) {
@@ -86,6 +91,7 @@ __global__ void rms_norm_kernel(const uint16_t* x, const float* w, int cols, flo
 // columns it wrote, and reads y[c] before it writes out[c], so out may alias x or y.
 __global__ void add_rms_norm_kernel(uint16_t* x, const uint16_t* y, const float* w, int cols, float eps,
                                     uint16_t* out) {
+  kernel_prologue();
   uint16_t* xr = x + int64_t(blockIdx.x) * cols;
   const uint16_t* yr = y + int64_t(blockIdx.x) * cols;
   double ss = 0.0;
@@ -107,6 +113,7 @@ __global__ void add_rms_norm_kernel(uint16_t* x, const uint16_t* y, const float*
 template <int C, bool kAdd>
 __global__ void rms_norm_vec_kernel(uint16_t* x, const uint16_t* y, const float* w, int cols, float eps,
                                     uint16_t* out) {
+  kernel_prologue();
   const int64_t base = int64_t(blockIdx.x) * cols;
   const int chunks = cols / 8;
   uint4 v[C];
@@ -182,7 +189,7 @@ bool launch_rms_norm_vec(uint16_t* x, const uint16_t* y, const float* w, int row
   const int chunks = cols / 8;
   const int threads = std::min(1024, (chunks + 31) / 32 * 32);
   const int per_thread = (chunks + threads - 1) / threads;
-  auto go = [&](auto kernel) { kernel<<<rows, threads, 0, stream>>>(x, y, w, cols, eps, out); };
+  auto go = [&](auto kernel) { launch_kernel(kernel, rows, threads, 0, stream, x, y, w, cols, eps, out); };
   switch (per_thread) {
     case 1: go(rms_norm_vec_kernel<1, kAdd>); return true;
     case 2: go(rms_norm_vec_kernel<2, kAdd>); return true;
@@ -193,6 +200,7 @@ bool launch_rms_norm_vec(uint16_t* x, const uint16_t* y, const float* w, int row
 }
 
 __global__ void gather_rows_vec_kernel(const uint16_t* x, const int32_t* rows, int64_t cols, uint16_t* out) {
+  kernel_prologue();
   const uint4* src = reinterpret_cast<const uint4*>(x + int64_t(rows[blockIdx.x]) * cols);
   uint4* dst = reinterpret_cast<uint4*>(out + int64_t(blockIdx.x) * cols);
   for (int64_t c = threadIdx.x; c < cols / 8; c += blockDim.x) dst[c] = src[c];
@@ -200,6 +208,7 @@ __global__ void gather_rows_vec_kernel(const uint16_t* x, const int32_t* rows, i
 
 // One warp per (token, head).
 __global__ void head_norm_rope_kernel(const HeadNormRopeArgs a) {
+  kernel_prologue();
   extern __shared__ float head_buf[];
   const int warp = threadIdx.x >> 5;
   const int item = blockIdx.x * (blockDim.x >> 5) + warp;
@@ -212,6 +221,7 @@ __global__ void head_norm_rope_kernel(const HeadNormRopeArgs a) {
 }
 
 __global__ void add_kernel(uint16_t* x, const uint16_t* y, int64_t n, bool vector) {
+  kernel_prologue();
   const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
   if (vector && i + 8 <= n) {
     uint4 a = *reinterpret_cast<const uint4*>(x + i);
@@ -231,6 +241,7 @@ __global__ void add_kernel(uint16_t* x, const uint16_t* y, int64_t n, bool vecto
 }
 
 __global__ void bf16_to_f32_kernel(const uint16_t* src, int64_t n, float* dst) {
+  kernel_prologue();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = bf16_bits_to_f32(src[i]);
 }
@@ -241,7 +252,7 @@ cudaError_t launch_rope_tables(const int32_t* positions, int num_tokens, const f
                                float attention_factor, float* cos, float* sin, cudaStream_t stream) {
   const int n = num_tokens * half;
   if (n == 0) return cudaSuccess;
-  rope_tables_kernel<<<(n + 255) / 256, 256, 0, stream>>>(positions, num_tokens, inv_freq, half, attention_factor,
+  launch_kernel(rope_tables_kernel, (n + 255) / 256, 256, 0, stream, positions, num_tokens, inv_freq, half, attention_factor,
                                                           cos, sin);
   return cudaGetLastError();
 }
@@ -249,7 +260,7 @@ cudaError_t launch_rope_tables(const int32_t* positions, int num_tokens, const f
 cudaError_t launch_embed(const void* table, int table_dtype, int64_t rows, int64_t hidden, int64_t first_id,
                          const int32_t* ids, int num_tokens, uint16_t* out, cudaStream_t stream) {
   if (num_tokens == 0) return cudaSuccess;
-  embed_kernel<<<num_tokens, 256, 0, stream>>>(table, table_dtype, rows, hidden, first_id, ids, out);
+  launch_kernel(embed_kernel, num_tokens, 256, 0, stream, table, table_dtype, rows, hidden, first_id, ids, out);
   return cudaGetLastError();
 }
 
@@ -257,9 +268,9 @@ cudaError_t launch_gather_rows(const uint16_t* x, const int32_t* rows, int n, in
                                cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (cols % 8 == 0 && (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out)) % 16 == 0)
-    gather_rows_vec_kernel<<<n, 256, 0, stream>>>(x, rows, cols, out);
+    launch_kernel(gather_rows_vec_kernel, n, 256, 0, stream, x, rows, cols, out);
   else
-    gather_rows_kernel<<<n, 256, 0, stream>>>(x, rows, cols, out);
+    launch_kernel(gather_rows_kernel, n, 256, 0, stream, x, rows, cols, out);
   return cudaGetLastError();
 }
 
@@ -268,7 +279,7 @@ cudaError_t launch_rms_norm(const uint16_t* x, const float* w, int rows, int col
   if (rows == 0) return cudaSuccess;
   // Without the add the vector kernel neither reads y nor writes x.
   if (!launch_rms_norm_vec<false>(const_cast<uint16_t*>(x), nullptr, w, rows, cols, eps, out, stream))
-    rms_norm_kernel<<<rows, 256, 0, stream>>>(x, w, cols, eps, out);
+    launch_kernel(rms_norm_kernel, rows, 256, 0, stream, x, w, cols, eps, out);
   return cudaGetLastError();
 }
 
@@ -276,7 +287,7 @@ cudaError_t launch_add_rms_norm(uint16_t* x, const uint16_t* y, const float* w, 
                                 uint16_t* out, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (!launch_rms_norm_vec<true>(x, y, w, rows, cols, eps, out, stream))
-    add_rms_norm_kernel<<<rows, 256, 0, stream>>>(x, y, w, cols, eps, out);
+    launch_kernel(add_rms_norm_kernel, rows, 256, 0, stream, x, y, w, cols, eps, out);
   return cudaGetLastError();
 }
 
@@ -284,7 +295,7 @@ cudaError_t launch_head_norm_rope(const HeadNormRopeArgs& a, cudaStream_t stream
   const int items = a.num_tokens * a.num_heads;
   if (items == 0) return cudaSuccess;
   constexpr int kWarps = 8;
-  head_norm_rope_kernel<<<(items + kWarps - 1) / kWarps, kWarps * 32, kWarps * a.head_dim * sizeof(float), stream>>>(a);
+  launch_kernel(head_norm_rope_kernel, (items + kWarps - 1) / kWarps, kWarps * 32, kWarps * a.head_dim * sizeof(float), stream, a);
   return cudaGetLastError();
 }
 
@@ -292,14 +303,14 @@ cudaError_t launch_add(uint16_t* x, const uint16_t* y, int64_t n, cudaStream_t s
   if (n == 0) return cudaSuccess;
   const int64_t threads = (n + 7) / 8;
   const bool vector = (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y)) % 16 == 0;
-  add_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(x, y, n, vector);
+  launch_kernel(add_kernel, static_cast<unsigned>((threads + 255) / 256), 256, 0, stream, x, y, n, vector);
   return cudaGetLastError();
 }
 
 cudaError_t launch_bf16_to_f32(const uint16_t* src, int64_t n, float* dst, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
-  bf16_to_f32_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(src, n, dst);
+  launch_kernel(bf16_to_f32_kernel, static_cast<unsigned>(blocks), 256, 0, stream, src, n, dst);
   return cudaGetLastError();
 }
 

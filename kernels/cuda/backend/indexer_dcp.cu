@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/cached_row.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -50,6 +51,7 @@ struct CandidateArgs {
 
 // Grid (T, parts * Hl). Shared: the query [Di] fp32, the slice's scores [ceil(max_blocks / cp)].
 __global__ void __launch_bounds__(kThreads) candidates_kernel(const CandidateArgs a) {
+  kernel_prologue();
   extern __shared__ float dcp_buf[];
   __shared__ int64_t red_v[kWarps];
   __shared__ int red_i[kWarps];
@@ -121,6 +123,7 @@ struct MergeArgs {
 
 // Grid (T, Hl). Shared: the cp_size * topk keys, then the chosen ids [topk].
 __global__ void __launch_bounds__(kThreads) merge_kernel(const MergeArgs a) {
+  kernel_prologue();
   extern __shared__ int64_t merge_buf[];
   __shared__ int64_t red_v[kWarps];
   __shared__ int red_i[kWarps];
@@ -183,7 +186,7 @@ cudaError_t launch_indexer_topk_candidates(const StepView& step, const KvLayerVi
   const size_t smem = (size_t(cache.index_dim) + size_t(slice)) * sizeof(float);
   if (cudaError_t e = allow_smem(candidates_kernel, smem); e != cudaSuccess) return e;
   const CandidateArgs a{step, cache, index_q_parts, parts, cp_size, cp_rank, params, candidates};
-  candidates_kernel<<<dim3(step.num_tokens, parts * params.index_heads), kThreads, smem, stream>>>(a);
+  launch_kernel(candidates_kernel, dim3(step.num_tokens, parts * params.index_heads), kThreads, smem, stream, a);
   return cudaGetLastError();
 }
 
@@ -194,7 +197,7 @@ cudaError_t launch_merge_topk_candidates(const StepView& step, const int64_t* ga
   const size_t smem = size_t(cp_size) * params.topk_blocks * sizeof(int64_t) + size_t(params.topk_blocks) * 4;
   if (cudaError_t e = allow_smem(merge_kernel, smem); e != cudaSuccess) return e;
   const MergeArgs a{step, gathered, cp_size, parts, part, params, selection};
-  merge_kernel<<<dim3(step.num_tokens, params.index_heads), kThreads, smem, stream>>>(a);
+  launch_kernel(merge_kernel, dim3(step.num_tokens, params.index_heads), kThreads, smem, stream, a);
   return cudaGetLastError();
 }
 

@@ -28,6 +28,7 @@
 #include "kernels/cuda/backend/linear_common.cuh"
 #include "kernels/cuda/backend/weight_decode.cuh"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -66,6 +67,7 @@ constexpr int skinny_chunks_per_batch() {
 template <WeightKind F, int MT, bool kSwiglu>
 __global__ void __launch_bounds__(kSkinnyWarps * 32, skinny_min_ctas<MT>())
     skinny_linear_kernel(const LinearArgs a) {
+  kernel_prologue();
   using Fmt = WeightFmt<F>;
   constexpr int E = Fmt::kElems, KC = 4 * E, NT = 2, NW = kSwiglu ? 2 : 1, SUBS = E / 8;
   constexpr int U = skinny_chunks_per_batch<MT, NW>();
@@ -302,6 +304,7 @@ __device__ float weight_value(const WeightView& w, int64_t n, int64_t k) {
 
 template <bool kSwiglu>
 __global__ void __launch_bounds__(256) simt_linear_kernel(const LinearArgs a) {
+  kernel_prologue();
   constexpr int NW = kSwiglu ? 2 : 1;
   const ItemInfo info = item_of(a, blockIdx.y);
   if (!info.valid) return;
@@ -363,13 +366,17 @@ cudaError_t launch_skinny(const LinearArgs& a, int items, cudaStream_t stream) {
   cfg.gridDim = dim3(items, slices, splits);
   cfg.blockDim = dim3(kSkinnyWarps * 32);
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = splits;
+  cudaLaunchAttribute attr[2];
   cfg.attrs = attr;
-  cfg.numAttrs = splits > 1 ? 1 : 0;
+  if (splits > 1) {
+    attr[0] = {};
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = splits;
+    cfg.numAttrs = 1;
+  }
+  add_programmatic_launch(cfg, attr);
   return cudaLaunchKernelEx(&cfg, skinny_linear_kernel<F, MT, kSwiglu>, a);
 }
 
@@ -454,8 +461,8 @@ cudaError_t launch_linear(const LinearArgs& a, cudaStream_t stream) {
   if (mma && a.x_stride % 8 != 0) mma = false;
   if (!mma) {
     const dim3 grid((a.n + 7) / 8, items);
-    if (swiglu) simt_linear_kernel<true><<<grid, 256, 0, stream>>>(a);
-    else simt_linear_kernel<false><<<grid, 256, 0, stream>>>(a);
+    if (swiglu) launch_kernel(simt_linear_kernel<true>, grid, 256, 0, stream, a);
+    else launch_kernel(simt_linear_kernel<false>, grid, 256, 0, stream, a);
     return cudaGetLastError();
   }
   return swiglu ? launch_kind<true>(a, items, stream) : launch_kind<false>(a, items, stream);

@@ -40,6 +40,7 @@
 #include "kernels/cuda/backend/mbarrier.cuh"
 #include "kernels/cuda/backend/weight_decode.cuh"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -520,6 +521,7 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHead
 template <WeightKind F, bool kSwiglu, int TTMAX>
 __global__ void __launch_bounds__(kThreads, StreamForm<TTMAX>::kCtasPerSm)
     streamed_linear_kernel(const LinearArgs a, int pairs) {
+  kernel_prologue();
   using L = StreamLayout<F, kSwiglu, TTMAX>;
   constexpr int S = L::kStages;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -603,7 +605,7 @@ cudaError_t launch_form(const LinearArgs& a, int max_items, cudaStream_t stream)
   const int64_t units = int64_t(max_items) * stream_chunks(a, StreamForm<TTMAX>::kTokens) * pairs;
   const int grid = int(std::min<int64_t>(units, int64_t(sms) * StreamForm<TTMAX>::kCtasPerSm));
   if (grid <= 0) return cudaSuccess;
-  streamed_linear_kernel<F, kSwiglu, TTMAX><<<grid, kThreads, L::kSmemBytes, stream>>>(a, pairs);
+  launch_kernel(streamed_linear_kernel<F, kSwiglu, TTMAX>, grid, kThreads, L::kSmemBytes, stream, a, pairs);
   return cudaGetLastError();
 }
 

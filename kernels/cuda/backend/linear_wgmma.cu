@@ -18,6 +18,7 @@
 #include "kernels/cuda/backend/linear_common.cuh"
 #include "kernels/cuda/backend/weight_decode.cuh"
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -75,6 +76,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
 
 template <WeightKind F, bool kSwiglu>
 __global__ void __launch_bounds__(256, 2) wgmma_linear_kernel(const LinearArgs a) {
+  kernel_prologue();
   using Fmt = WeightFmt<F>;
   constexpr int E = Fmt::kElems, NW = kSwiglu ? 2 : 1, BN = kRowsB / NW;  // features per CTA
   constexpr int A_CHUNKS = kRowsM * kStepK / 8 / 256;    // 16-byte x chunks per thread
@@ -213,7 +215,7 @@ template <WeightKind F, bool kSwiglu>
 cudaError_t launch_kind(const LinearArgs& a, int items, cudaStream_t stream) {
   constexpr int bn = kRowsB / (kSwiglu ? 2 : 1);
   const dim3 grid((a.n + bn - 1) / bn, items);
-  wgmma_linear_kernel<F, kSwiglu><<<grid, 256, kSmemBytes, stream>>>(a);
+  launch_kernel(wgmma_linear_kernel<F, kSwiglu>, grid, 256, kSmemBytes, stream, a);
   return cudaGetLastError();
 }
 

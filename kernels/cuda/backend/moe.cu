@@ -15,6 +15,7 @@
 
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/device_math.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -22,6 +23,10 @@ namespace {
 constexpr int kSmallTokens = 8;    // tokens per CTA of the decode-shaped router kernel
 constexpr int kSmallMaxTokens = 256;  // the decode-shaped kernel up to here, the tiled one above
 constexpr int kMaxGridY = 65535;      // the grid's y limit
+constexpr int kMaxExperts = 512;      // launch_moe_route refuses more
+// Up to here one launch routes (route_fused_kernel): its last CTA's 8 warps take the tokens' top-k
+// two at a time at most, about what one more launch would cost.
+constexpr int kFusedMaxTokens = 16;
 
 // The per-expert counters topk_kernel increments start at zero (zeroed here: one launch fewer
 // than a memset node; topk_kernel runs after the router in stream order).
@@ -80,6 +85,7 @@ __device__ void router_small_group(const MoeRouteArgs& a, int t0) {
 // time (one 16-byte weight load, one 8-byte load per token row), the whole loop's loads
 // independent. The 24 KB expert row is read from DRAM once and from L2 by the other token groups.
 __global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a) {
+  kernel_prologue();
   zero_expert_counts(a);
   // Token groups past the grid's y limit (batch-invariant prefill steps) come round again.
   for (int t0 = blockIdx.y * kSmallTokens; t0 < a.num_tokens; t0 += gridDim.y * kSmallTokens)
@@ -89,6 +95,7 @@ __global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a)
 
 // Prefill shape: 32 tokens x 64 experts per CTA, K steps of 32 through shared memory.
 __global__ void __launch_bounds__(256) router_tiled_kernel(const MoeRouteArgs a) {
+  kernel_prologue();
   zero_expert_counts(a);
   __shared__ float xs[32][33];
   __shared__ float ws[64][33];
@@ -124,19 +131,17 @@ __global__ void __launch_bounds__(256) router_tiled_kernel(const MoeRouteArgs a)
   }
 }
 
-// One warp per token: sigmoid, biased top-k, normalised weights, choices sorted by expert id,
+// One warp, one token: sigmoid, biased top-k, normalised weights, choices sorted by expert id,
 // per-held-expert counts (the atomic's old value is the choice's rank inside its expert; -1 for
-// an expert held elsewhere).
-__global__ void __launch_bounds__(256) topk_kernel(const MoeRouteArgs a) {
-  extern __shared__ float topk_buf[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int t = blockIdx.x * 8 + warp;
-  if (t >= a.num_tokens) return;
+// an expert held elsewhere). `buf` is the warp's 2 x num_experts floats of shared memory. The
+// logits are read through L2 (__ldcg): in the fused kernel other CTAs wrote them.
+__device__ void token_topk(const MoeRouteArgs& a, int t, float* buf) {
+  const int lane = threadIdx.x & 31;
   const int ne = a.num_experts;
-  float* p = topk_buf + warp * 2 * ne;
-  float* choice = p + ne;
+  float* p = buf;
+  float* choice = buf + ne;
   for (int e = lane; e < ne; e += 32) {
-    const float l = a.logits[int64_t(t) * ne + e];
+    const float l = __ldcg(a.logits + int64_t(t) * ne + e);
     const float s = 1.0f / (1.0f + expf(-l));
     p[e] = s;
     choice[e] = s + (a.bias != nullptr ? a.bias[e] : 0.0f);
@@ -166,81 +171,128 @@ __global__ void __launch_bounds__(256) topk_kernel(const MoeRouteArgs a) {
     if (lane == 0) choice[best_e] = -INFINITY;
     __syncwarp();
   }
-  if (lane != 0) return;
-  float sum = 0.0f;
-  for (int i = 0; i < a.top_k; ++i) sum += p[sel[i]];
-  float wts[16];
-  for (int i = 0; i < a.top_k; ++i) wts[i] = p[sel[i]] / sum;
-  // Insertion sort by expert id (k <= 16).
-  for (int i = 1; i < a.top_k; ++i) {
-    const int e = sel[i];
-    const float wv = wts[i];
-    int j = i - 1;
-    while (j >= 0 && sel[j] > e) {
-      sel[j + 1] = sel[j];
-      wts[j + 1] = wts[j];
-      --j;
+  if (lane == 0) {
+    float sum = 0.0f;
+    for (int i = 0; i < a.top_k; ++i) sum += p[sel[i]];
+    float wts[16];
+    for (int i = 0; i < a.top_k; ++i) wts[i] = p[sel[i]] / sum;
+    // Insertion sort by expert id (k <= 16).
+    for (int i = 1; i < a.top_k; ++i) {
+      const int e = sel[i];
+      const float wv = wts[i];
+      int j = i - 1;
+      while (j >= 0 && sel[j] > e) {
+        sel[j + 1] = sel[j];
+        wts[j + 1] = wts[j];
+        --j;
+      }
+      sel[j + 1] = e;
+      wts[j + 1] = wv;
     }
-    sel[j + 1] = e;
-    wts[j + 1] = wv;
+    for (int i = 0; i < a.top_k; ++i) {
+      const int64_t c = int64_t(t) * a.top_k + i;
+      a.choice_expert[c] = sel[i];
+      a.choice_weight[c] = wts[i];
+      const int held = sel[i] - a.first_expert;
+      a.choice_row[c] = held >= 0 && held < a.held_experts ? atomicAdd(&a.expert_count[held], 1) : -1;
+    }
   }
-  for (int i = 0; i < a.top_k; ++i) {
-    const int64_t c = int64_t(t) * a.top_k + i;
-    a.choice_expert[c] = sel[i];
-    a.choice_weight[c] = wts[i];
-    const int held = sel[i] - a.first_expert;
-    a.choice_row[c] = held >= 0 && held < a.held_experts ? atomicAdd(&a.expert_count[held], 1) : -1;
-  }
+  __syncwarp();  // the buffer is rewritten by the warp's next token
 }
 
-// One CTA of 1024 threads, one per held expert: per-expert row offsets and the work items (scans
-// in shared memory), then the permuted row of every (token, choice) pair of a held expert.
-__global__ void __launch_bounds__(1024) scan_kernel(const MoeRouteArgs a) {
+// One warp per token.
+__global__ void __launch_bounds__(256) topk_kernel(const MoeRouteArgs a) {
+  kernel_prologue();
+  extern __shared__ float topk_buf[];
+  const int warp = threadIdx.x >> 5;
+  const int t = blockIdx.x * 8 + warp;
+  if (t < a.num_tokens) token_topk(a, t, topk_buf + warp * 2 * a.num_experts);
+}
+
+// One CTA (any width): per-held-expert row offsets and the work items (inclusive scans in shared
+// memory, blockDim experts at a time), then the permuted row of every (token, choice) pair of a
+// held expert. Counts are read through L2 (the atomics of token_topk).
+__device__ void scan_and_permute(const MoeRouteArgs& a) {
   __shared__ int rows_scan[1024];
   __shared__ int items_scan[1024];
-  const int e = threadIdx.x;
-  const int count = e < a.held_experts ? a.expert_count[e] : 0;
-  const int n_items = (count + a.item_rows - 1) / a.item_rows;
-  rows_scan[e] = count;
-  items_scan[e] = n_items;
-  __syncthreads();
-  for (int o = 1; o < 1024; o <<= 1) {
-    const int r = e >= o ? rows_scan[e - o] : 0;
-    const int i = e >= o ? items_scan[e - o] : 0;
+  __shared__ int row_offset[kMaxExperts];
+  const int n = blockDim.x;
+  int rows_before = 0, items_before = 0;
+  for (int base = 0; base < a.held_experts; base += n) {
+    const int e = base + threadIdx.x;
+    const int count = e < a.held_experts ? __ldcg(a.expert_count + e) : 0;
+    const int n_items = (count + a.item_rows - 1) / a.item_rows;
+    rows_scan[threadIdx.x] = count;
+    items_scan[threadIdx.x] = n_items;
     __syncthreads();
-    rows_scan[e] += r;
-    items_scan[e] += i;
-    __syncthreads();
-  }
-  const int row_offset = rows_scan[e] - count, item_offset = items_scan[e] - n_items;
-  if (e < a.held_experts) {
-    for (int i = 0; i < n_items && item_offset + i < a.max_items; ++i) {
-      LinearItem item;
-      item.expert = e;
-      item.row_begin = row_offset + i * a.item_rows;
-      item.row_count = min(a.item_rows, count - i * a.item_rows);
-      item.pad = 0;
-      a.items[item_offset + i] = item;
+    for (int o = 1; o < n; o <<= 1) {
+      const int r = threadIdx.x >= o ? rows_scan[threadIdx.x - o] : 0;
+      const int i = threadIdx.x >= o ? items_scan[threadIdx.x - o] : 0;
+      __syncthreads();
+      rows_scan[threadIdx.x] += r;
+      items_scan[threadIdx.x] += i;
+      __syncthreads();
     }
+    const int first_row = rows_before + rows_scan[threadIdx.x] - count;
+    const int first_item = items_before + items_scan[threadIdx.x] - n_items;
+    if (e < a.held_experts) {
+      row_offset[e] = first_row;
+      for (int i = 0; i < n_items && first_item + i < a.max_items; ++i) {
+        LinearItem item;
+        item.expert = e;
+        item.row_begin = first_row + i * a.item_rows;
+        item.row_count = min(a.item_rows, count - i * a.item_rows);
+        item.pad = 0;
+        a.items[first_item + i] = item;
+      }
+    }
+    rows_before += rows_scan[n - 1];
+    items_before += items_scan[n - 1];
+    __syncthreads();  // the scans are rewritten by the next experts
   }
-  if (e == 1023) *a.num_items = min(items_scan[1023], a.max_items);
-  // Row offsets into shared memory (rows_scan is free once every thread has read its entry).
-  __syncthreads();
-  rows_scan[e] = row_offset;
-  __syncthreads();
-  for (int c = e; c < a.num_tokens * a.top_k; c += 1024) {
+  if (threadIdx.x == 0) *a.num_items = min(items_before, a.max_items);
+  for (int c = threadIdx.x; c < a.num_tokens * a.top_k; c += n) {
     const int rank_in_expert = a.choice_row[c];
     if (rank_in_expert < 0) continue;  // held elsewhere: stays -1
-    const int row = rows_scan[a.choice_expert[c] - a.first_expert] + rank_in_expert;
+    const int row = row_offset[a.choice_expert[c] - a.first_expert] + rank_in_expert;
     a.choice_row[c] = row;
     a.row_token[row] = c / a.top_k;
   }
+}
+
+__global__ void __launch_bounds__(1024) scan_kernel(const MoeRouteArgs a) {
+  kernel_prologue();
+  scan_and_permute(a);
+}
+
+// Decode steps (up to kFusedMaxTokens tokens) route in one launch instead of three: the router's
+// CTAs as router_small_kernel, then the last CTA to finish (a counter in a.done, which that CTA
+// sets back to zero, so a replayed graph finds it zero) runs the top-k of every token and the
+// scan. Two kernel boundaries less a MoE layer, which at batch 1 cost more than the work.
+__global__ void __launch_bounds__(256) route_fused_kernel(const MoeRouteArgs a) {
+  kernel_prologue();
+  zero_expert_counts(a);
+  router_small_group(a, blockIdx.y * kSmallTokens);
+  __shared__ bool last;
+  __threadfence();  // this CTA's logits (and zeroed counts) before its arrival
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(a.done, 1) == int(gridDim.x * gridDim.y) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  extern __shared__ float topk_buf[];
+  const int warp = threadIdx.x >> 5;
+  for (int t = warp; t < a.num_tokens; t += blockDim.x / 32) token_topk(a, t, topk_buf + warp * 2 * a.num_experts);
+  __syncthreads();
+  scan_and_permute(a);
+  if (threadIdx.x == 0) *a.done = 0;
 }
 
 // kShared: out = bf16(bf16(routed * scale) + shared); else bf16(routed * scale) (routed only).
 template <bool kShared>
 __global__ void combine_kernel(const uint16_t* y, const int32_t* choice_row, const float* choice_weight, int num_tokens,
                                int top_k, int hidden, float routed_scale, const uint16_t* shared, uint16_t* out) {
+  kernel_prologue();
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= hidden) return;
   // Tokens past the grid's y limit (65535: prefill steps without chunking) come round again.
@@ -263,18 +315,22 @@ __global__ void combine_kernel(const uint16_t* y, const int32_t* choice_row, con
 
 cudaError_t launch_moe_route(const MoeRouteArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0) return cudaSuccess;
-  if (a.num_experts > 512 || a.top_k > 16 || a.top_k > a.num_experts) return cudaErrorInvalidValue;
+  if (a.num_experts > kMaxExperts || a.top_k > 16 || a.top_k > a.num_experts) return cudaErrorInvalidValue;
   if (a.first_expert < 0 || a.held_experts < 1 || a.first_expert + a.held_experts > a.num_experts)
     return cudaErrorInvalidValue;
+  const size_t topk_smem = size_t(8) * 2 * a.num_experts * sizeof(float);
+  if (a.num_tokens <= kFusedMaxTokens && a.done != nullptr) {
+    const int groups = (a.num_tokens + kSmallTokens - 1) / kSmallTokens;
+    return launch_kernel(route_fused_kernel, dim3(a.num_experts, groups), 256, topk_smem, stream, a);
+  }
   if (a.num_tokens <= kSmallMaxTokens || a.batch_invariant) {
     const int groups = std::min((a.num_tokens + kSmallTokens - 1) / kSmallTokens, kMaxGridY);
-    router_small_kernel<<<dim3(a.num_experts, groups), 256, 0, stream>>>(a);
+    launch_kernel(router_small_kernel, dim3(a.num_experts, groups), 256, 0, stream, a);
   } else {
-    router_tiled_kernel<<<dim3((a.num_experts + 63) / 64, (a.num_tokens + 31) / 32), 256, 0, stream>>>(a);
+    launch_kernel(router_tiled_kernel, dim3((a.num_experts + 63) / 64, (a.num_tokens + 31) / 32), 256, 0, stream, a);
   }
-  const size_t topk_smem = size_t(8) * 2 * a.num_experts * sizeof(float);
-  topk_kernel<<<(a.num_tokens + 7) / 8, 256, topk_smem, stream>>>(a);
-  scan_kernel<<<1, 1024, 0, stream>>>(a);
+  launch_kernel(topk_kernel, (a.num_tokens + 7) / 8, 256, topk_smem, stream, a);
+  launch_kernel(scan_kernel, 1, 1024, 0, stream, a);
   return cudaGetLastError();
 }
 
@@ -284,7 +340,7 @@ cudaError_t launch_moe_combine(const uint16_t* y, const int32_t* choice_row, con
   if (num_tokens == 0) return cudaSuccess;
   const dim3 grid((hidden + 255) / 256, std::min(num_tokens, kMaxGridY));
   auto* kernel = shared != nullptr ? combine_kernel<true> : combine_kernel<false>;
-  kernel<<<grid, 256, 0, stream>>>(y, choice_row, choice_weight, num_tokens, top_k, hidden, routed_scale, shared, out);
+  launch_kernel(kernel, grid, 256, 0, stream, y, choice_row, choice_weight, num_tokens, top_k, hidden, routed_scale, shared, out);
   return cudaGetLastError();
 }
 

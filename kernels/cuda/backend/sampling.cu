@@ -25,6 +25,7 @@
 
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/device_math.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -266,6 +267,7 @@ __device__ void mask_and_penalise(const SampleArgs& a, const SampleRow& r, float
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
+  kernel_prologue();
   __shared__ Shared sh;
   const SampleRow r = a.rows[blockIdx.x];
   const int vocab = a.vocab;
@@ -460,7 +462,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
 
 cudaError_t launch_sample(const SampleArgs& args, cudaStream_t stream) {
   if (args.num_rows == 0) return cudaSuccess;
-  sample_kernel<<<args.num_rows, kThreads, 0, stream>>>(args);
+  launch_kernel(sample_kernel, args.num_rows, kThreads, 0, stream, args);
   return cudaGetLastError();
 }
 
