@@ -218,7 +218,8 @@ fi
 if part trace; then
   # The decode step's kernels one by one: Nsight Compute's duration of every kernel of one graph
   # replay (M3.1, 20 layers, 8K, NVFP4 KV; caches left warm, clocks as they run), summed per kernel
-  # name against the bench's step time. The difference is what the step loses between kernels.
+  # name beside the bench's step time. The profiler runs each kernel alone, so short kernels
+  # measure longer than inside the replay: the table ranks kernels, it does not time the gaps.
   for b in ${TRACE_BATCHES:-1 64}; do
     timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 \
       --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes $b \
