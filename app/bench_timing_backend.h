@@ -81,13 +81,8 @@ class TimingBackend final : public Backend {
   void kv_insert(const KvLayerView& cache, const Tensor& k, const Tensor& v, const Tensor& index_k) override {
     timed("kv_insert", [&] { inner_.kv_insert(cache, k, v, index_k); });
   }
-  void attention_input(const KvLayerView& cache, Tensor q, int num_q_heads, Tensor k, const Tensor& v,
-                       const Tensor& q_norm, const Tensor& k_norm, Tensor index_k, const Tensor& index_k_norm,
-                       float eps, int rope_dims, int index_rope_dims) override {
-    timed("attention_input", [&] {
-      inner_.attention_input(cache, q, num_q_heads, k, v, q_norm, k_norm, index_k, index_k_norm, eps, rope_dims,
-                             index_rope_dims);
-    });
+  void attention_input(const KvLayerView& cache, const AttentionInputs& in) override {
+    timed("attention_input", [&] { inner_.attention_input(cache, in); });
   }
   void indexer_topk(const KvLayerView& cache, const Tensor& index_q, const IndexerParams& params,
                     Tensor selection) override {

@@ -239,13 +239,28 @@ void MiniMaxM3::attention_block(int layer, Activations& a) {
   backend_.linears(h, std::span(projections, sparse ? 5 : 3));
   // The indexer reuses the main cos/sin truncated to index_head_dim channels.
   const int index_rope = sparse ? std::min(c.rope.rotary_dim, c.index_head_dim) : 0;
-  // q/k (and index-K) norms + RoPE and the cache write in one op (one kernel on the GPU).
-  backend_.attention_input(cache, q, q_heads_, k, v, w.q_norm, w.k_norm, ik, w.index_k_norm,
-                           c.rms_norm_eps, c.rope.rotary_dim, index_rope);
+  // q/k (and index-K, index-q) norms + RoPE and the cache write in one op (one kernel on the GPU).
+  AttentionInputs in;
+  in.q = q;
+  in.num_q_heads = q_heads_;
+  in.k = k;
+  in.v = v;
+  in.q_norm = w.q_norm;
+  in.k_norm = w.k_norm;
+  if (sparse) {
+    in.index_k = ik;
+    in.index_k_norm = w.index_k_norm;
+    in.index_q = iq;
+    in.index_q_norm = w.index_q_norm;
+    in.index_heads = index_heads_;
+  }
+  in.eps = c.rms_norm_eps;
+  in.rope_dims = c.rope.rotary_dim;
+  in.index_rope_dims = index_rope;
+  backend_.attention_input(cache, in);
 
   Tensor selection;
   if (sparse) {
-    backend_.head_norm_rope(iq, index_heads_, c.index_head_dim, w.index_q_norm, c.rms_norm_eps, index_rope);
     IndexerParams params;
     params.index_heads = index_heads_;
     params.topk_blocks = c.index_topk_blocks;

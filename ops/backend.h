@@ -41,6 +41,21 @@ struct LinearOutput {
   Tensor out;
 };
 
+// The operands of Backend::attention_input, all [T, heads * dim] activations normed and roped in
+// place (views; v is only read), the norms F32 [dim].
+struct AttentionInputs {
+  Tensor q;
+  int num_q_heads = 0;
+  Tensor k, v;
+  Tensor q_norm, k_norm;
+  Tensor index_k, index_k_norm;  // [T, Di]; undefined: no index cache (dense layers)
+  Tensor index_q, index_q_norm;  // [T, index_heads * Di]; undefined: no index queries
+  int index_heads = 0;
+  float eps = 1e-6f;
+  int rope_dims = 0;        // q and k
+  int index_rope_dims = 0;  // index_k and index_q
+};
+
 // What a backend is configured with before any op: the attention geometry of the model it will
 // run (to pre-size scratch and pick kernels), its RoPE table and the activation numerics.
 struct BackendConfig {
@@ -178,17 +193,18 @@ class Backend {
   virtual void kv_insert(const KvLayerView& cache, const Tensor& k, const Tensor& v,
                          const Tensor& index_k) = 0;
   // The attention input path in one op: head_norm_rope of q (num_q_heads, q_norm) and of k
-  // (cache.num_kv_heads, k_norm) over rope_dims, of index_k (one head, index_k_norm, over
-  // index_rope_dims) when defined, then kv_insert(cache, k, v, index_k). Same results as those
-  // calls (q, k and index_k are left normed and roped); backends may fuse it (CUDA: one launch).
-  virtual void attention_input(const KvLayerView& cache, Tensor q, int num_q_heads, Tensor k,
-                               const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
-                               Tensor index_k, const Tensor& index_k_norm, float eps,
-                               int rope_dims, int index_rope_dims) {
-    head_norm_rope(q, num_q_heads, cache.head_dim, q_norm, eps, rope_dims);
-    head_norm_rope(k, cache.num_kv_heads, cache.head_dim, k_norm, eps, rope_dims);
-    if (index_k.defined()) head_norm_rope(index_k, 1, cache.index_dim, index_k_norm, eps, index_rope_dims);
-    kv_insert(cache, k, v, index_k);
+  // (cache.num_kv_heads, k_norm) over rope_dims, of index_k (one head, index_k_norm) and of the
+  // index queries (index_heads, index_q_norm) over index_rope_dims when defined, then
+  // kv_insert(cache, k, v, index_k). Same results as those calls (q, k, index_k and index_q are
+  // left normed and roped); backends may fuse it (CUDA: one launch).
+  virtual void attention_input(const KvLayerView& cache, const AttentionInputs& in) {
+    head_norm_rope(in.q, in.num_q_heads, cache.head_dim, in.q_norm, in.eps, in.rope_dims);
+    head_norm_rope(in.k, cache.num_kv_heads, cache.head_dim, in.k_norm, in.eps, in.rope_dims);
+    if (in.index_k.defined())
+      head_norm_rope(in.index_k, 1, cache.index_dim, in.index_k_norm, in.eps, in.index_rope_dims);
+    if (in.index_q.defined())
+      head_norm_rope(in.index_q, in.index_heads, cache.index_dim, in.index_q_norm, in.eps, in.index_rope_dims);
+    kv_insert(cache, in.k, in.v, in.index_k);
   }
   // ops/attention.h indexer_topk: index_q [T, Hi * Di] -> selection I32 [T, Hi, topk_blocks].
   virtual void indexer_topk(const KvLayerView& cache, const Tensor& index_q,

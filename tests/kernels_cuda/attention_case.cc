@@ -57,6 +57,8 @@ void AttentionCase::build(std::mt19937_64& rng) {
       q_norm_ = random_f32(rng, g.head_dim, 0.3f);
       k_norm_ = random_f32(rng, g.head_dim, 0.3f);
       index_k_norm_ = random_f32(rng, g.index_dim, 0.3f);
+      index_q_ = random_values(rng, t * g.index_heads * g.index_dim, 2.0f);
+      index_q_norm_ = random_f32(rng, g.index_dim, 0.3f);
       break;
     case AttentionOp::kInsert:
       k_ = random_values(rng, t * kv_cols, 1.0f);
@@ -88,10 +90,27 @@ BoundCase AttentionCase::bind(Backend& b) const {
     case AttentionOp::kInput: {
       const Tensor q = act_on_backend(b, q_, t, q_cols), k = act_on_backend(b, k_, t, kv_cols);
       const Tensor v = act_on_backend(b, v_, t, kv_cols), ik = act_on_backend(b, index_k_, t, g.index_dim);
-      const Tensor qn = on_backend(b, q_norm_), kn = on_backend(b, k_norm_), ikn = on_backend(b, index_k_norm_);
-      const int index_rope = std::min(g.rotary_dim, g.index_dim);
-      return {[=, pool = pool] { be->attention_input(cache, q, g.heads, k, v, qn, kn, ik, ikn, kEps, g.rotary_dim, index_rope); },
-              [=] { return Outputs{{read_act(*be, q)}, {read_act(*be, k)}, {read_act(*be, ik)}, read_pool()}; }};
+      const Tensor iq = act_on_backend(b, index_q_, t, int64_t(g.index_heads) * g.index_dim);
+      AttentionInputs in;
+      in.q = q;
+      in.num_q_heads = g.heads;
+      in.k = k;
+      in.v = v;
+      in.q_norm = on_backend(b, q_norm_);
+      in.k_norm = on_backend(b, k_norm_);
+      in.index_k = ik;
+      in.index_k_norm = on_backend(b, index_k_norm_);
+      in.index_q = iq;
+      in.index_q_norm = on_backend(b, index_q_norm_);
+      in.index_heads = g.index_heads;
+      in.eps = kEps;
+      in.rope_dims = g.rotary_dim;
+      in.index_rope_dims = std::min(g.rotary_dim, g.index_dim);
+      return {[=, pool = pool] { be->attention_input(cache, in); },
+              [=] {
+                return Outputs{{read_act(*be, q)}, {read_act(*be, k)}, {read_act(*be, ik)}, read_pool(),
+                               {read_act(*be, iq)}};
+              }};
     }
     case AttentionOp::kInsert: {
       const Tensor k = act_on_backend(b, k_, t, kv_cols), v = act_on_backend(b, v_, t, kv_cols);

@@ -23,7 +23,7 @@ struct AttentionSetup {
   int shared_prefix_blocks = 0;
 };
 
-// Outputs: kInput: q, k, index_k (values), the pool (bytes); kInsert: the pool; kIndexer: the
+// Outputs: kInput: q, k, index_k (values), the pool (bytes), index_q (values); kInsert: the pool; kIndexer: the
 // selection (bytes, I32 [T, Hi, topk]); kSparse, kDense: the attention output (values).
 class AttentionCase : public OpCase {
  public:
@@ -48,7 +48,7 @@ class AttentionCase : public OpCase {
   KvLayout layout_;
   Tensor pool_;  // kInput, kInsert: history only; else every slot up to seq_len
   std::vector<float> q_, k_, v_, index_k_, index_q_;
-  Tensor q_norm_, k_norm_, index_k_norm_, selection_;
+  Tensor q_norm_, k_norm_, index_k_norm_, index_q_norm_, selection_;
 };
 
 }  // namespace m3::test

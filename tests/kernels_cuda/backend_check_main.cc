@@ -164,15 +164,25 @@ void run_bench(const std::string& only, const std::vector<int>& tokens) {
     const KvLayerView cache = layout.layer_view(pool.data_as<uint8_t>(), 0);
     Tensor q = backend->alloc({tokens, 64 * 128}, DType::kBF16), k = backend->alloc({tokens, 512}, DType::kBF16);
     Tensor v = backend->alloc({tokens, 512}, DType::kBF16), ik = backend->alloc({tokens, 128}, DType::kBF16);
+    Tensor iq = backend->alloc({tokens, 4 * 128}, DType::kBF16);
     Tensor norm = backend->alloc({128}, DType::kF32);
-    const double fused = time_us(
-        [&] { backend->attention_input(cache, q, 64, k, v, norm, norm, ik, norm, 1e-6f, 64, 64); }, 10,
-        "attention input bench");
+    AttentionInputs in;
+    in.q = q;
+    in.num_q_heads = 64;
+    in.k = k;
+    in.v = v;
+    in.q_norm = in.k_norm = in.index_k_norm = in.index_q_norm = norm;
+    in.index_k = ik;
+    in.index_q = iq;
+    in.index_heads = 4;
+    in.rope_dims = in.index_rope_dims = 64;
+    const double fused = time_us([&] { backend->attention_input(cache, in); }, 10, "attention input bench");
     const double unfused = time_us(
         [&] {
           backend->head_norm_rope(q, 64, 128, norm, 1e-6f, 64);
           backend->head_norm_rope(k, 4, 128, norm, 1e-6f, 64);
           backend->head_norm_rope(ik, 1, 128, norm, 1e-6f, 64);
+          backend->head_norm_rope(iq, 4, 128, norm, 1e-6f, 64);
           backend->kv_insert(cache, k, v, ik);
         },
         10, "attention input bench");

@@ -39,7 +39,8 @@ class OpCheckAttentionCase : public AttentionCase {
       case AttentionOp::kInput:
         // Cache bytes: exact when the normed rows agree exactly; count differing bytes.
         return {relative_error("q", 0, kTolRounding), relative_error("k", 1, kTolRounding),
-                relative_error("index_k", 2, kTolRounding), bytes_differing("cache bytes differing", 3, 64.0)};
+                relative_error("index_k", 2, kTolRounding), bytes_differing("cache bytes differing", 3, 64.0),
+                relative_error("index_q", 4, kTolRounding)};
       case AttentionOp::kInsert:
         // From identical bf16 rows the encoders agree bit for bit.
         return {bytes_differing("cache bytes differing", 0, kTolExact)};

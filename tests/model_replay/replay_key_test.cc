@@ -50,9 +50,8 @@ class RecordingBackend final : public Backend {
   void kv_insert(const KvLayerView& cache, const Tensor& k, const Tensor& v, const Tensor& ik) override {
     inner_->kv_insert(cache, k, v, ik);
   }
-  void attention_input(const KvLayerView& cache, Tensor q, int hq, Tensor k, const Tensor& v, const Tensor& qn,
-                       const Tensor& kn, Tensor ik, const Tensor& ikn, float eps, int rope, int irope) override {
-    inner_->attention_input(cache, q, hq, k, v, qn, kn, ik, ikn, eps, rope, irope);
+  void attention_input(const KvLayerView& cache, const AttentionInputs& in) override {
+    inner_->attention_input(cache, in);
   }
   void indexer_topk(const KvLayerView& cache, const Tensor& iq, const IndexerParams& p, Tensor sel) override {
     inner_->indexer_topk(cache, iq, p, sel);

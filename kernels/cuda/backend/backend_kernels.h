@@ -274,9 +274,12 @@ struct AttentionInputArgs {
   uint16_t* k = nullptr;
   const uint16_t* v = nullptr;
   uint16_t* index_k = nullptr;  // null: no index cache write
+  uint16_t* index_q = nullptr;  // [T, index_heads, index_dim]; null: none
+  int index_heads = 0;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
   const float* index_k_norm = nullptr;
+  const float* index_q_norm = nullptr;
   float eps = 1e-6f;
   int rope_dims = 0;
   int index_rope_dims = 0;

@@ -322,38 +322,45 @@ class CudaBackend final : public Backend {
     check_cuda(detail::launch_generic_kv_insert(step_, cache, bf16_ptr(k), bf16_ptr(v), ik, stream_), "kv_insert");
   }
 
-  void attention_input(const KvLayerView& cache, Tensor q, int num_q_heads, Tensor k, const Tensor& v,
-                       const Tensor& q_norm, const Tensor& k_norm, Tensor index_k, const Tensor& index_k_norm,
-                       float eps, int rope_dims, int index_rope_dims) override {
+  void attention_input(const KvLayerView& cache, const AttentionInputs& in) override {
     const int64_t kv_cols = int64_t(cache.num_kv_heads) * cache.head_dim;
-    check_act(q, step_.num_tokens, int64_t(num_q_heads) * cache.head_dim, "Q");
-    check_act(k, step_.num_tokens, kv_cols, "K");
-    check_act(v, step_.num_tokens, kv_cols, "V");
-    check_f32_vector(q_norm, cache.head_dim, "q_norm");
-    check_f32_vector(k_norm, cache.head_dim, "k_norm");
-    M3_CHECK(rope_dims % 2 == 0 && rope_dims <= cache.head_dim && rope_dims <= config_.rotary_dim,
-             "rope over {} channels of {} (rotary_dim {})", rope_dims, cache.head_dim, config_.rotary_dim);
+    check_act(in.q, step_.num_tokens, int64_t(in.num_q_heads) * cache.head_dim, "Q");
+    check_act(in.k, step_.num_tokens, kv_cols, "K");
+    check_act(in.v, step_.num_tokens, kv_cols, "V");
+    check_f32_vector(in.q_norm, cache.head_dim, "q_norm");
+    check_f32_vector(in.k_norm, cache.head_dim, "k_norm");
+    M3_CHECK(in.rope_dims % 2 == 0 && in.rope_dims <= cache.head_dim && in.rope_dims <= config_.rotary_dim,
+             "rope over {} channels of {} (rotary_dim {})", in.rope_dims, cache.head_dim, config_.rotary_dim);
+    if (in.index_k.defined() || in.index_q.defined())
+      M3_CHECK(in.index_rope_dims % 2 == 0 && in.index_rope_dims <= cache.index_dim &&
+                   in.index_rope_dims <= config_.rotary_dim,
+               "index rope over {} channels of {}", in.index_rope_dims, cache.index_dim);
     detail::AttentionInputArgs a;
-    if (index_k.defined()) {
-      check_act(index_k, step_.num_tokens, cache.index_dim, "index K");
-      check_f32_vector(index_k_norm, cache.index_dim, "index_k_norm");
-      M3_CHECK(index_rope_dims % 2 == 0 && index_rope_dims <= cache.index_dim &&
-                   index_rope_dims <= config_.rotary_dim,
-               "index rope over {} channels of {}", index_rope_dims, cache.index_dim);
-      a.index_k = bf16_ptr_mut(index_k);
-      a.index_k_norm = index_k_norm.data_as<const float>();
+    if (in.index_k.defined()) {
+      check_act(in.index_k, step_.num_tokens, cache.index_dim, "index K");
+      check_f32_vector(in.index_k_norm, cache.index_dim, "index_k_norm");
+      a.index_k = bf16_ptr_mut(in.index_k);
+      a.index_k_norm = in.index_k_norm.data_as<const float>();
+    }
+    if (in.index_q.defined()) {
+      M3_CHECK(in.index_heads > 0, "index Q without index heads");
+      check_act(in.index_q, step_.num_tokens, int64_t(in.index_heads) * cache.index_dim, "index Q");
+      check_f32_vector(in.index_q_norm, cache.index_dim, "index_q_norm");
+      a.index_q = bf16_ptr_mut(in.index_q);
+      a.index_q_norm = in.index_q_norm.data_as<const float>();
+      a.index_heads = in.index_heads;
     }
     a.step = step_;
     a.cache = cache;
-    a.q = bf16_ptr_mut(q);
-    a.num_q_heads = num_q_heads;
-    a.k = bf16_ptr_mut(k);
-    a.v = bf16_ptr(v);
-    a.q_norm = q_norm.data_as<const float>();
-    a.k_norm = k_norm.data_as<const float>();
-    a.eps = eps;
-    a.rope_dims = rope_dims;
-    a.index_rope_dims = index_rope_dims;
+    a.q = bf16_ptr_mut(in.q);
+    a.num_q_heads = in.num_q_heads;
+    a.k = bf16_ptr_mut(in.k);
+    a.v = bf16_ptr(in.v);
+    a.q_norm = in.q_norm.data_as<const float>();
+    a.k_norm = in.k_norm.data_as<const float>();
+    a.eps = in.eps;
+    a.rope_dims = in.rope_dims;
+    a.index_rope_dims = in.index_rope_dims;
     a.cos = rope_cos_.as<const float>();
     a.sin = rope_sin_.as<const float>();
     a.rope_half = rope_half_;
