@@ -32,7 +32,9 @@ if has prepare; then
   # lack (everything but glibc, libstdc++/libgcc and CUDA's) in $PREBUILT/device-libs, and
   # stripped, xz-compressed archives of binaries and libraries (libnccl, 200 MB, stays behind: the
   # GPU machine has its own, scripts/nccl-env.sh): $PREBUILT/device-pack-bin.txz (m3serve and
-  # the check binaries, ~3.5 MiB) and $PREBUILT/device-pack-libs.txz (the libraries, ~2.5 MiB).
+  # the check binaries, ~3.5 MiB) and $PREBUILT/device-pack-libs.txz (the libraries, ~2.5 MiB),
+  # and $PREBUILT/baseline-pack.txz (m3serve, backend_check and the libraries: this build as
+  # another one's BASELINE in scripts/gpu-session-check.sh).
   # The device tool takes the tracked tree plus the carry within 64 MiB; with the tree near 58 MiB
   # the two do not fit in one call, so the first call carries device-pack-libs.txz and unpacks
   # it, and the next (within the machine's 30 s of idle warmth, so the unpacked files are still
@@ -47,7 +49,7 @@ if has prepare; then
     grep -vE '/libc\.so|/libm\.so|/libdl\.so|/libpthread\.so|/librt\.so|/libstdc\+\+|/libgcc_s|/libcuda|/libcublas|/libnccl' |
     xargs -r -I{} cp -L {} "$dir/device-libs/"
   pack=$dir/device-pack
-  rm -f "$dir"/device-pack*.txz
+  rm -f "$dir"/device-pack*.txz "$dir/baseline-pack.txz"
   mkdir -p "$pack/bin" "$pack/tests/kernels_cuda" "$pack/tests/parallel"
   cp "$dir/tests/kernels_cuda/backend_ops" "$dir/tests/kernels_cuda/backend_check" "$pack/tests/kernels_cuda/"
   for extra in weight_decode_check msa_bench; do
@@ -61,8 +63,13 @@ if has prepare; then
   # libraries apart.
   XZ_OPT=-9e tar cJf "$dir/device-pack-bin.txz" -C "$pack" bin tests
   XZ_OPT=-9e tar cJf "$dir/device-pack-libs.txz" -C "$pack" device-libs
+  # The same binaries as a BASELINE for scripts/gpu-session-check.sh (m3serve and backend_check
+  # beside their libraries): another build, e.g. the commit before a change or the default options
+  # beside -DM3_CUDA_UNCHECKED=ON, measured in the same device call.
+  rm -rf "$pack/tests/kernels_cuda/backend_ops" "$pack/tests/parallel" "$pack"/tests/kernels_cuda/{weight_decode_check,msa_bench}
+  XZ_OPT=-9e tar cJf "$dir/baseline-pack.txz" -C "$pack" bin tests device-libs
   rm -rf "$pack"
-  ls -la "$dir/device-libs" "$dir"/device-pack-*.txz
+  ls -la "$dir/device-libs" "$dir"/device-pack-*.txz "$dir/baseline-pack.txz"
   tree_mib=$(git ls-files -z | xargs -0 cat | wc -c | awk '{printf "%.1f", $1 / 1048576}')
   echo "tracked tree: $tree_mib MiB; each call may carry 64 MiB minus that"
   exit 0

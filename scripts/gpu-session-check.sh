@@ -8,8 +8,10 @@
 # $OUT, the summaries last, one line per step (ops: "backend_ops: N checks in M cases, F failed";
 # --batch-invariant: its op cases, the determinism suite on cuda and the bench cost ratios).
 #   run: PREBUILT=build-gpu-backend bash scripts/gpu-session-check.sh, carrying the pack
-# BASELINE=dir (optional): a second m3serve (dir/baseline-pack.txz: bin/m3serve + device-libs, e.g.
-# the commit before a change) runs the same bench latency right after, into
+# BASELINE=dir (optional): a second build (dir/baseline-pack.txz, made by `PREBUILT=dir
+# scripts/gpu-check-model.sh prepare`: bin/m3serve, tests/kernels_cuda/backend_check and
+# device-libs; e.g. the commit before a change, or the default options beside a build with
+# -DM3_CUDA_UNCHECKED=ON) runs the same bench latency right after, into
 # $OUT/bench-latency-8192-baseline.json, so that before and after are measured in one run.
 # PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 700 s with
 # every step at its timeout, 800 with BASELINE: typically 320 s); batch-invariant = its op cases, the determinism
@@ -22,7 +24,9 @@
 # decoding, the DSpark drafter's acceptance through a cuda server, the M3.1 verification steps with
 # a drafter of the M3.1 drafter's shapes (at most about 590 s). trace = Nsight Compute's duration of
 # every kernel of one decode step at TRACE_BATCHES (default "1 64"), summed per kernel name against
-# the step's time (scripts/kernel_trace_summary.py; at most about 600 s, typically 150).
+# the step's time (scripts/kernel_trace_summary.py; at most about 600 s, typically 150). prefill =
+# the prefill-shaped kernels' op cases, kernel tables and the 8K prompt, beside BASELINE's (at most
+# about 560 s).
 PARTS=${PARTS:-main}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 P=${PREBUILT:-build-gpu-backend}
@@ -177,6 +181,53 @@ if part linear; then
       $P/tests/kernels_cuda/backend_check bench --only moe --tokens 64 > $OUT/ncu-streamed-sass.csv 2>&1
     echo "ncu streamed sass rc $?" >> $L/l-summary.txt
   fi
+fi
+if part prefill; then
+  # The prefill-shaped kernels (the wgmma GEMM, the tiled router) and an 8K prompt, beside
+  # BASELINE's binaries when given (its pack's bin/m3serve and, for the kernel tables,
+  # tests/kernels_cuda/backend_check): the linear, swiglu_mlp and moe op cases in full mode (their
+  # 2048-, 700- and 600-row cases run the wgmma kernel, the 300- and 2048-token MoE the tiled
+  # router), backend_check bench --only linear (2048 and 8192 rows) and --only moe (2048 and 8192
+  # tokens; at 128, the shared expert on the streamed kernel's wide form and on the wgmma kernel),
+  # and bench latency's 8192-token prefill of 20 M3.1 layers (at most about 570 s).
+  for f in linear swiglu "moe "; do
+    timeout 110 $P/tests/kernels_cuda/backend_ops --filter "$f" > "$L/pf-ops-${f% }.log" 2>&1
+    echo "prefill ops --filter '$f' rc $?: $(tail -1 "$L/pf-ops-${f% }.log")" >> $L/pf-summary.txt
+    grep '^FAIL' "$L/pf-ops-${f% }.log" | head -5 >> $L/pf-summary.txt
+  done
+  if [[ -n "${BASELINE:-}" ]]; then
+    python3 -c "import tarfile; tarfile.open('$BASELINE/baseline-pack.txz').extractall('$BASELINE')"
+  fi
+  pf_lat=(bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 --device cuda
+          --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1 --context-lens 8192
+          --prefill-lens 8192 --iters 3 --warmup 1 --json)
+  for side in new base; do
+    bin=$P; libs=$P/device-libs
+    if [[ $side == base ]]; then
+      [[ -n "${BASELINE:-}" ]] || continue
+      bin=$BASELINE; libs=$BASELINE/device-libs
+    fi
+    if [[ -x $bin/tests/kernels_cuda/backend_check ]]; then
+      LD_LIBRARY_PATH=$PWD/$libs:/usr/local/cuda/lib64 timeout 80 $bin/tests/kernels_cuda/backend_check bench --only linear \
+        > $OUT/bench-linear-$side.log 2>&1
+      echo "bench linear ($side) rc $?" >> $L/pf-summary.txt
+      grep -E " (2048|8192) " $OUT/bench-linear-$side.log | sed "s/^/$side /" >> $L/pf-summary.txt
+      LD_LIBRARY_PATH=$PWD/$libs:/usr/local/cuda/lib64 timeout 70 $bin/tests/kernels_cuda/backend_check bench --only moe \
+        --tokens 128,2048,8192 > $OUT/bench-moe-$side.log 2>&1
+      echo "bench moe ($side) rc $?" >> $L/pf-summary.txt
+      grep -E "^ *(2048|8192) |^ *128 .*(shared|wgmma)" $OUT/bench-moe-$side.log | sed "s/^/$side /" >> $L/pf-summary.txt
+    fi
+    LD_LIBRARY_PATH=$PWD/$libs:/usr/local/cuda/lib64 timeout 90 $bin/bin/m3serve "${pf_lat[@]}" \
+      > $OUT/bench-latency-prefill-$side.json 2> $L/pf-latency-$side.log
+    echo "bench latency prefill 8192 ($side) rc $?" >> $L/pf-summary.txt
+    python3 - $OUT/bench-latency-prefill-$side.json >> $L/pf-summary.txt 2>&1 <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1])).get("prefill", []):
+    ops = sorted(r.get("ops_ms", {}).items(), key=lambda kv: -kv[1])[:6]
+    print(f"  prompt {r['prompt_len']}: {r.get('time_ms', 0):.1f} ms, x floor {r.get('floor_ratio', 0):.2f};",
+          ", ".join(f"{k} {v:.1f}" for k, v in ops))
+PY
+  done
 fi
 if part batch-invariant; then
 if [[ ! -f $OUT/bench-latency-8192.json ]]; then

@@ -291,23 +291,37 @@ void run_moe_bench(const std::vector<int>& token_counts) {
     std::printf("%6d %-24s %9.1f %9.2f %9.0f %9.2f  (%d distinct experts, %d-row items)\n", tokens, "sum of kernels",
                 total_us, total_bytes / 1e6, total_bytes / total_us / 1e3, total_us / (total_bytes / kCopyBytesPerUs),
                 distinct, item_rows);
+    // One of the steps again on another kernel: an untimed launch first (with lazy module
+    // loading the first launch of a kernel loads it), then kIters timed with events.
+    auto time_alternative = [&](const cuda::detail::LinearArgs& l, int step, const char* label) {
+      check_cuda(cuda::detail::launch_linear(l, stream), label);
+      check_cuda(cudaEventRecord(ev[0], stream), "bench event");
+      for (int it = 0; it < kIters; ++it) check_cuda(cuda::detail::launch_linear(l, stream), label);
+      check_cuda(cudaEventRecord(ev[1], stream), "bench event");
+      check_cuda(cudaEventSynchronize(ev[1]), label);
+      float ms = 0;
+      check_cuda(cudaEventElapsedTime(&ms, ev[0], ev[1]), "bench event time");
+      const double us = 1e3 * ms / kIters;
+      std::printf("%6d %-24s %9.1f %9.2f %9.0f %9.2f %9.1f\n", tokens, label, us, step_bytes[step] / 1e6,
+                  step_bytes[step] / us / 1e3, us / (step_bytes[step] / kCopyBytesPerUs), step_flops[step] / us / 1e6);
+    };
     // The routed experts on the skinny kernel (the streamed one off), for comparison.
     if (gu.table_streamed_ok && item_rows == 16) {
       for (int step : {3, 4}) {
         cuda::detail::LinearArgs l = step == 3 ? gu : dn;
         l.table_streamed_ok = false;
-        // An untimed launch first: with lazy module loading the first launch of a kernel loads it.
-        check_cuda(cuda::detail::launch_linear(l, stream), "skinny experts");
-        check_cuda(cudaEventRecord(ev[0], stream), "bench event");
-        for (int it = 0; it < kIters; ++it) check_cuda(cuda::detail::launch_linear(l, stream), "skinny experts");
-        check_cuda(cudaEventRecord(ev[1], stream), "bench event");
-        check_cuda(cudaEventSynchronize(ev[1]), "skinny experts");
-        float ms = 0;
-        check_cuda(cudaEventElapsedTime(&ms, ev[0], ev[1]), "bench event time");
-        const double us = 1e3 * ms / kIters;
-        std::printf("%6d %-24s %9.1f %9.2f %9.0f %9.2f %9.1f\n", tokens,
-                    step == 3 ? "  gate/up, skinny kernel" : "  down, skinny kernel", us, step_bytes[step] / 1e6,
-                    step_bytes[step] / us / 1e3, us / (step_bytes[step] / kCopyBytesPerUs), step_flops[step] / us / 1e6);
+        time_alternative(l, step, step == 3 ? "  gate/up, skinny kernel" : "  down, skinny kernel");
+      }
+    }
+    // The shared expert (dense, mxfp8) at 33-256 rows takes the streamed kernel's wide form
+    // (64-row items); the wgmma kernel's 128-row items beside it, to place the crossover of the
+    // dense layers of decode batches 64-256 (the attention projections and o_proj are the same
+    // kind of weight).
+    if (tokens > 32 && tokens <= 256) {
+      for (int step : {0, 1}) {
+        cuda::detail::LinearArgs l = step == 0 ? sg : sd;
+        l.item_rows = cuda::detail::kWgmmaItemRows;
+        time_alternative(l, step, step == 0 ? "  shared g/u, wgmma" : "  shared down, wgmma");
       }
     }
 
