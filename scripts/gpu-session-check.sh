@@ -222,7 +222,11 @@ if part prefill; then
     echo "bench latency prefill 8192 ($side) rc $?" >> $L/pf-summary.txt
     python3 - $OUT/bench-latency-prefill-$side.json >> $L/pf-summary.txt 2>&1 <<'PY'
 import json, sys
-for r in json.load(open(sys.argv[1])).get("prefill", []):
+try:
+    prefill = json.load(open(sys.argv[1])).get("prefill", [])
+except (OSError, ValueError) as e:
+    sys.exit(f"  no bench JSON ({e.__class__.__name__}): see logs.tgz pf-latency-*.log")
+for r in prefill:
     ops = sorted(r.get("ops_ms", {}).items(), key=lambda kv: -kv[1])[:6]
     print(f"  prompt {r['prompt_len']}: {r.get('time_ms', 0):.1f} ms, x floor {r.get('floor_ratio', 0):.2f};",
           ", ".join(f"{k} {v:.1f}" for k, v in ops))
