@@ -38,6 +38,7 @@
 #include "kernels/cuda/backend/weight_decode.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -66,22 +67,6 @@ __device__ __forceinline__ uint32_t swizzled(int r, int c) { return uint32_t(r *
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Pins the accumulators in place: the compiler must not move their reads or writes across the
-// wgmma fence / wait that bracket the asynchronous MMAs.
-__device__ __forceinline__ void fence_operands(float (&d)[128]) {
-#pragma unroll
-  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-// Ordinary stores (and cp.async) to shared memory become visible to the tensor cores' async
-// proxy only after this fence in the writing thread.
-__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // 16 read-only bytes through L1: a run's second chunk finds the 32-byte sector its first brought
 // in (load_stream16's no-allocate loads would fetch it from L2 twice).
@@ -324,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_linear_kernel(const LinearA
       mbar_wait(&full[s], (kt / kStages) & 1);
       const uint32_t a_tile = base + s * kStageBytes + cw * (kTileBytesA / 2);
       const uint32_t b_tile = base + s * kStageBytes + kTileBytesA;
-      fence_operands(d);
+      wgmma_pin<256>(d);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kStepK / 16; ++ks)
@@ -332,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_linear_kernel(const LinearA
       wgmma_commit();
       // The previous step's MMAs are done: its stage goes back to the producer.
       wgmma_wait<1>();
-      fence_operands(d);
+      wgmma_pin<256>(d);
       if (kt > 0 && lane == 0) mbar_arrive(&empty[(kt - 1) % kStages]);
     }
   } else {
@@ -346,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_linear_kernel(const LinearA
     return;
   }
   wgmma_wait<0>();
-  fence_operands(d);
+  wgmma_pin<256>(d);
 
   OutScale scale[2];
 #pragma unroll
