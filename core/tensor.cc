@@ -1,5 +1,8 @@
 #include "core/tensor.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -22,21 +25,38 @@ int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
-Tensor Tensor::zeros(Shape shape, DType dtype) {
-  for (int64_t d : shape) M3_CHECK(d >= 0, "negative dimension in shape {}", shape_string(shape));
-  std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
-  std::size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded ? rounded : 64);
-  M3_CHECK(p != nullptr, "out of host memory allocating {} bytes", bytes);
-  std::memset(p, 0, rounded ? rounded : 64);
-  Tensor t;
-  t.data_ = p;
-  t.dtype_ = dtype;
-  t.device_ = Device::kCpu;
-  t.shape_ = std::move(shape);
-  t.owner_ = std::shared_ptr<void>(p, std::free);
-  return t;
+namespace {
+
+// Host tensors of 2 MiB and more are 2 MiB-aligned and advised to transparent huge pages: the CPU
+// backend reads the KV pool and the weights in slices scattered over hundreds of MiB (a block of
+// the pool holds every layer), where 4 KiB pages cost a TLB miss (a nested page walk in a VM)
+// every few KiB read.
+void* host_alloc(std::size_t bytes, const Shape& shape) {
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const std::size_t align = bytes >= kHuge ? kHuge : 64;
+  const std::size_t rounded = std::max<std::size_t>((bytes + align - 1) / align * align, align);
+  void* p = std::aligned_alloc(align, rounded);
+  M3_CHECK(p != nullptr, "out of host memory allocating {} bytes for a tensor of shape {}", bytes,
+           shape_string(shape));
+#ifdef MADV_HUGEPAGE
+  if (align == kHuge) ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
+#endif
+  return p;
 }
+
+Tensor host_tensor(Shape shape, DType dtype, bool zero) {
+  for (int64_t d : shape) M3_CHECK(d >= 0, "negative dimension in shape {}", shape_string(shape));
+  const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  void* p = host_alloc(bytes, shape);
+  if (zero) std::memset(p, 0, bytes);
+  return Tensor::wrap(p, std::move(shape), dtype, Device::kCpu, std::shared_ptr<void>(p, std::free));
+}
+
+}  // namespace
+
+Tensor Tensor::zeros(Shape shape, DType dtype) { return host_tensor(std::move(shape), dtype, true); }
+
+Tensor Tensor::uninitialized(Shape shape, DType dtype) { return host_tensor(std::move(shape), dtype, false); }
 
 Tensor Tensor::wrap(void* data, Shape shape, DType dtype, Device device,
                     std::shared_ptr<void> owner) {

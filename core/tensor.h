@@ -19,8 +19,11 @@ class Tensor {
  public:
   Tensor() = default;
 
-  // New zero-filled host tensor (64-byte aligned).
+  // New zero-filled host tensor: 64-byte aligned, and from 2 MiB on 2 MiB-aligned and advised to
+  // transparent huge pages.
   static Tensor zeros(Shape shape, DType dtype);
+  // The same without the zero fill (the caller writes every byte first).
+  static Tensor uninitialized(Shape shape, DType dtype);
   // Wraps existing memory; `owner` keeps it alive (may be null for borrowed memory).
   static Tensor wrap(void* data, Shape shape, DType dtype, Device device,
                      std::shared_ptr<void> owner = nullptr);

@@ -22,8 +22,6 @@
 // the vocabulary padding rows), then one pool of threads fills chunks of about 2^20 elements
 // (whole rows); as values depend on positions only, the bytes never depend on the thread count
 // or the chunking.
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -232,21 +230,6 @@ void fill_rows(const FillJob& job, const Tables& t, int64_t r0, int64_t r1) {
     fill_run(job, t, (g.row_begin + r) * g.cols + g.col_begin, g.width(), dst + r * row_bytes);
 }
 
-// Host memory without the zero fill of Tensor::zeros (the fill threads touch it first);
-// 2 MiB-aligned and huge-page advised when large.
-Tensor uninitialized(Shape shape, DType dtype) {
-  std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
-  const std::size_t align = bytes >= (std::size_t{2} << 20) ? (std::size_t{2} << 20) : 64;
-  std::size_t rounded = std::max<std::size_t>((bytes + align - 1) / align * align, align);
-  void* p = std::aligned_alloc(align, rounded);
-  M3_CHECK(p != nullptr, "out of host memory allocating {} bytes for dummy weights", bytes);
-#ifdef MADV_HUGEPAGE
-  if (align > 64) ::madvise(p, rounded, MADV_HUGEPAGE);
-#endif
-  return Tensor::wrap(p, std::move(shape), dtype, Device::kCpu,
-                      std::shared_ptr<void>(p, std::free));
-}
-
 // FNV-1a of a tensor's name: its stream, apart from the seed.
 uint64_t name_hash(std::string_view name) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -332,7 +315,7 @@ class DummyBuilder {
 };
 
 Tensor DummyBuilder::make(const std::string& name, Shape shape, DType dtype, Region g, FillJob job) {
-  Tensor t = uninitialized(std::move(shape), dtype);
+  Tensor t = Tensor::uninitialized(std::move(shape), dtype);
   M3_CHECK(t.numel() == g.dst_rows * g.width() && g.dst_rows >= g.rows() && g.rows() >= 0 && g.width() >= 0,
            "dummy weights: {} {} does not hold rows [{}, {}) x columns [{}, {}) padded to {} rows", name,
            shape_string(t.shape()), g.row_begin, g.row_end, g.col_begin, g.col_end, g.dst_rows);
@@ -405,7 +388,7 @@ LinearWeight DummyBuilder::linear(const std::string& name, int64_t out, int64_t 
     }
     case WeightFormat::kFp8:
       w.weight = make(name + ".weight", {P, C}, DType::kF8E4M3, weight_region(1), codes);
-      w.scale = uninitialized({1}, DType::kF32);
+      w.scale = Tensor::uninitialized({1}, DType::kF32);
       w.scale.data_as<float>()[0] = static_cast<float>(target / tables_.fp8_rms);
       break;
     case WeightFormat::kFp8Block: {

@@ -11,9 +11,18 @@
 #include "formats/bf16.h"
 #include "formats/fp8_e4m3.h"
 #include "formats/nvfp4.h"
+#include "formats/rows.h"
+#include "kernels/cpu/cpu_vec.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace m3 {
 namespace {
+
+using cpu::add_scaled;
+using cpu::dot;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
@@ -53,19 +62,6 @@ TokenView token_view(const StepView& b, int t) {
   return {s, b.positions[t], b.page_table + int64_t(s) * b.pages_per_seq};
 }
 
-// Eight interleaved partial sums in a fixed order (lane l takes i = l mod 8, then a pairwise
-// reduction and the tail): the same result for a given row whatever the batch, and 8 independent
-// chains instead of one long dependent one.
-float dot(const float* a, const float* b, int n) {
-  float lane[8] = {};
-  const int n8 = n & ~7;
-  for (int i = 0; i < n8; i += 8)
-    for (int l = 0; l < 8; ++l) lane[l] += a[i + l] * b[i + l];
-  float acc = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-  for (int i = n8; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
 // code * scale (and its E4M3 rounding, the Q8KV4 view) for every (scale byte, code) pair: an
 // exact table of the same function, so decoding a row costs a lookup per element.
 struct Nvfp4Tables {
@@ -84,10 +80,21 @@ const Nvfp4Tables& nvfp4_tables() {
   return tables;
 }
 
-}  // namespace
+const float* nvfp4_table(bool e4m3_view) {
+  return e4m3_view ? nvfp4_tables().e4m3_view.data() : nvfp4_tables().value.data();
+}
 
-void cpu_kv_decode_row(KvDType dtype, const uint8_t* data, const uint8_t* scales, int dim,
-                       bool e4m3_view, float* out) {
+// A loop over the rows of one block's slot fetches the next block's slot (`next`, null: none) a
+// slice per row: that slot is elsewhere in the pool (a block holds every layer), where the
+// hardware prefetchers would find it only after a few misses a page.
+inline void prefetch_slice(const uint8_t* next, int64_t slot_bytes, int row, int block_rows) {
+  if (next == nullptr) return;
+  for (int64_t b = row * slot_bytes / block_rows; b < (row + 1) * slot_bytes / block_rows; b += 64)
+    __builtin_prefetch(next + b);
+}
+
+void decode_row_portable(KvDType dtype, const uint8_t* data, const uint8_t* scales, int dim, bool e4m3_view,
+                         float* out) {
   switch (dtype) {
     case KvDType::kF32:
       std::memcpy(out, data, sizeof(float) * dim);
@@ -99,16 +106,138 @@ void cpu_kv_decode_row(KvDType dtype, const uint8_t* data, const uint8_t* scales
         out[i] = bf16_decode(h);
       }
       return;
-    case KvDType::kFP8:
-      for (int i = 0; i < dim; ++i) out[i] = fp8_e4m3_decode(data[i]);
+    case KvDType::kFP8: {
+      const auto& table = fp8_e4m3_table();
+      for (int i = 0; i < dim; ++i) out[i] = table[data[i]];
       return;
+    }
     case KvDType::kNVFP4: {
-      const float* table = e4m3_view ? nvfp4_tables().e4m3_view.data() : nvfp4_tables().value.data();
-      for (int i = 0; i < dim; ++i)
-        out[i] = table[scales[i / kNvfp4Group] * 16 + nvfp4_code_at(data, i)];
+      const float* table = nvfp4_table(e4m3_view);
+      for (int i = 0; i < dim; ++i) out[i] = table[scales[i / kNvfp4Group] * 16 + nvfp4_code_at(data, i)];
       return;
     }
   }
+}
+
+#if defined(__x86_64__)
+// The same table values as the loops below, looked up 8 at a time: the 16 values of a group's
+// scale sit in two registers (codes 0-7, 8-15); a code's low 3 bits pick the lane, bit 3 the
+// register.
+__attribute__((target("avx2"))) void nvfp4_row_avx2(const float* table, const uint8_t* data,
+                                                    const uint8_t* scales, int dim, float* out) {
+  for (int g = 0; g < dim / kNvfp4Group; ++g) {
+    const float* t = table + scales[g] * 16;
+    const __m256 low_codes = _mm256_loadu_ps(t), high_codes = _mm256_loadu_ps(t + 8);
+    // 8 bytes = 16 codes: element 2j is the low nibble of byte j, 2j+1 the high one.
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(data + g * kNvfp4Group / 2));
+    const __m128i lo = _mm_and_si128(bytes, _mm_set1_epi8(0x0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0f));
+    const __m128i codes = _mm_unpacklo_epi8(lo, hi);
+    for (int half = 0; half < 2; ++half) {
+      const __m256i idx = _mm256_cvtepu8_epi32(half ? _mm_srli_si128(codes, 8) : codes);
+      const __m256 a = _mm256_permutevar8x32_ps(low_codes, idx);
+      const __m256 b = _mm256_permutevar8x32_ps(high_codes, idx);
+      const __m256 bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));
+      _mm256_storeu_ps(out + g * kNvfp4Group + 8 * half, _mm256_blendv_ps(a, b, bit3));
+    }
+  }
+}
+
+__attribute__((target("avx2"))) void bf16_row_avx2(const uint8_t* data, int dim, float* out) {
+  int i = 0;
+  for (; i + 8 <= dim; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 2 * i));
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+  }
+  for (; i < dim; ++i) {
+    uint16_t h;
+    std::memcpy(&h, data + 2 * i, 2);
+    out[i] = bf16_decode(h);
+  }
+}
+
+__attribute__((target("avx2"))) void decode_row_avx2(KvDType dtype, const uint8_t* data, const uint8_t* scales,
+                                                    int dim, bool e4m3_view, float* out) {
+  if (dtype == KvDType::kBF16) return bf16_row_avx2(data, dim, out);
+  if (dtype == KvDType::kNVFP4 && dim % kNvfp4Group == 0)
+    return nvfp4_row_avx2(nvfp4_table(e4m3_view), data, scales, dim, out);
+  decode_row_portable(dtype, data, scales, dim, e4m3_view, out);
+}
+
+// The row loops of the indexer's block scores and of paged attention's two passes, compiled for
+// AVX2 so that the decode and the dot products inline (the portable loops are in the ops below).
+// Dot products run four rows at a time (cpu::dot4: the same sums side by side).
+constexpr int kRowsAtOnce = 4;
+constexpr int kMaxRowsDim = 512;  // rows this long or shorter go four at a time
+
+__attribute__((target("avx2"))) void index_rows_avx2(const KvLayerView& cache, int64_t phys, int rows,
+                                                    const uint8_t* next, const float* q, int heads, float* key,
+                                                    float* score, int64_t stride) {
+  const int di = cache.index_dim, bs = cache.block_size;
+  int r = 0;
+  if (di <= kMaxRowsDim) {
+    alignas(32) float keys[kRowsAtOnce * kMaxRowsDim];
+    const float* k4[kRowsAtOnce];
+    for (int i = 0; i < kRowsAtOnce; ++i) k4[i] = keys + i * di;
+    for (; r + kRowsAtOnce <= rows; r += kRowsAtOnce) {
+      for (int i = 0; i < kRowsAtOnce; ++i) {
+        prefetch_slice(next, cache.index_slot_bytes(), r + i, bs);
+        decode_row_avx2(cache.index_dtype, cache.index_row(phys, r + i), cache.index_row_scales(phys, r + i), di,
+                        true, keys + i * di);
+      }
+      for (int j = 0; j < heads; ++j) {
+        float s4[kRowsAtOnce];
+        cpu::dot4_avx2(q + size_t(j) * di, k4, di, s4);
+        for (int i = 0; i < kRowsAtOnce; ++i) score[j * stride] = std::max(score[j * stride], s4[i]);
+      }
+    }
+  }
+  for (; r < rows; ++r) {
+    prefetch_slice(next, cache.index_slot_bytes(), r, bs);
+    decode_row_avx2(cache.index_dtype, cache.index_row(phys, r), cache.index_row_scales(phys, r), di, true, key);
+    for (int j = 0; j < heads; ++j) score[j * stride] = std::max(score[j * stride], cpu::dot_avx2(q + size_t(j) * di, key, di));
+  }
+}
+
+// Pass 1 (which = 0): logits[h * n + key0 + r] = q_h . K_r; pass 2 (which = 1): acc_h += p_h,r V_r.
+__attribute__((target("avx2"))) void attention_rows_avx2(const KvLayerView& cache, int64_t phys, int which, int g,
+                                                        int rows, const uint8_t* next, bool q8kv4, int group,
+                                                        const float* qg, float* logits, int n, int key0,
+                                                        float* row, float* acc) {
+  const int d = cache.head_dim, bs = cache.block_size;
+  auto decode = [&](int r, float* out) {
+    prefetch_slice(next, cache.kv_slot_bytes(), r, bs);
+    decode_row_avx2(cache.kv_dtype, cache.kv_row(phys, which, g, r), cache.kv_row_scales(phys, which, g, r), d,
+                    q8kv4, out);
+  };
+  int r = 0;
+  if (which == 0 && d <= kMaxRowsDim) {
+    alignas(32) float keys[kRowsAtOnce * kMaxRowsDim];
+    const float* k4[kRowsAtOnce];
+    for (int i = 0; i < kRowsAtOnce; ++i) k4[i] = keys + i * d;
+    for (; r + kRowsAtOnce <= rows; r += kRowsAtOnce) {
+      for (int i = 0; i < kRowsAtOnce; ++i) decode(r + i, keys + i * d);
+      for (int h = 0; h < group; ++h) cpu::dot4_avx2(qg + size_t(h) * d, k4, d, logits + size_t(h) * n + key0 + r);
+    }
+  }
+  for (; r < rows; ++r) {
+    decode(r, row);
+    if (which == 0)
+      for (int h = 0; h < group; ++h) logits[size_t(h) * n + key0 + r] = cpu::dot_avx2(qg + size_t(h) * d, row, d);
+    else
+      for (int h = 0; h < group; ++h) cpu::add_scaled_avx2(logits[size_t(h) * n + key0 + r], row, acc + size_t(h) * d, d);
+  }
+}
+#endif
+
+}  // namespace
+
+void cpu_kv_decode_row(KvDType dtype, const uint8_t* data, const uint8_t* scales, int dim,
+                       bool e4m3_view, float* out) {
+#if defined(__x86_64__)
+  if (cpu::vec_avx2()) return decode_row_avx2(dtype, data, scales, dim, e4m3_view, out);
+#endif
+  decode_row_portable(dtype, data, scales, dim, e4m3_view, out);
 }
 
 void cpu_kv_insert(const StepView& batch, const KvLayerView& cache, const float* k,
@@ -142,8 +271,13 @@ void cpu_indexer_block_scores(const KvLayerView& cache, const int32_t* pages, in
   const int di = cache.index_dim, bs = cache.block_size;
   const int64_t phys = pages[block];
   const int rows = std::min(bs, pos - block * bs + 1);
+  const uint8_t* next = block < pos / bs ? cache.index_slot(pages[block + 1]) : nullptr;
   for (int j = 0; j < heads; ++j) score[j * stride] = kNegInf;
+#if defined(__x86_64__)
+  if (cpu::vec_avx2()) return index_rows_avx2(cache, phys, rows, next, q, heads, key, score, stride);
+#endif
   for (int r = 0; r < rows; ++r) {
+    prefetch_slice(next, cache.index_slot_bytes(), r, bs);
     cpu_kv_decode_row(cache.index_dtype, cache.index_row(phys, r), cache.index_row_scales(phys, r),
                       di, /*e4m3_view=*/true, key);
     for (int j = 0; j < heads; ++j)
@@ -231,10 +365,21 @@ void cpu_paged_attention(const StepView& batch, const KvLayerView& cache,
         for (int b : blocks) n += std::min(bs, tv.pos - b * bs + 1);
         logits.assign(size_t(group) * n, 0.0f);
         int key = 0;
-        for (int b : blocks) {
+        for (size_t bi = 0; bi < blocks.size(); ++bi) {
+          const int b = blocks[bi];
           const int64_t phys = tv.pages[b];
           const int rows = std::min(bs, tv.pos - b * bs + 1);
+          const uint8_t* next = bi + 1 < blocks.size() ? cache.kv_slot(tv.pages[blocks[bi + 1]], 0, g) : nullptr;
+#if defined(__x86_64__)
+          if (cpu::vec_avx2()) {
+            attention_rows_avx2(cache, phys, 0, g, rows, next, q8kv4, group, qg.data(), logits.data(), n, key,
+                                row.data(), nullptr);
+            key += rows;
+            continue;
+          }
+#endif
           for (int r = 0; r < rows; ++r, ++key) {
+            prefetch_slice(next, cache.kv_slot_bytes(), r, bs);
             cpu_kv_decode_row(cache.kv_dtype, cache.kv_row(phys, 0, g, r),
                               cache.kv_row_scales(phys, 0, g, r), d, q8kv4, row.data());
             for (int h = 0; h < group; ++h)
@@ -275,16 +420,26 @@ void cpu_paged_attention(const StepView& batch, const KvLayerView& cache,
         // Pass 2: weighted sum of V.
         std::fill(acc.begin(), acc.end(), 0.0f);
         key = 0;
-        for (int b : blocks) {
+        for (size_t bi = 0; bi < blocks.size(); ++bi) {
+          const int b = blocks[bi];
           const int64_t phys = tv.pages[b];
           const int rows = std::min(bs, tv.pos - b * bs + 1);
+          const uint8_t* next = bi + 1 < blocks.size() ? cache.kv_slot(tv.pages[blocks[bi + 1]], 1, g) : nullptr;
+#if defined(__x86_64__)
+          if (cpu::vec_avx2()) {
+            attention_rows_avx2(cache, phys, 1, g, rows, next, q8kv4, group, nullptr, logits.data(), n, key,
+                                row.data(), acc.data());
+            key += rows;
+            continue;
+          }
+#endif
           for (int r = 0; r < rows; ++r, ++key) {
+            prefetch_slice(next, cache.kv_slot_bytes(), r, bs);
             cpu_kv_decode_row(cache.kv_dtype, cache.kv_row(phys, 1, g, r),
                               cache.kv_row_scales(phys, 1, g, r), d, q8kv4, row.data());
             for (int h = 0; h < group; ++h) {
               const float p = logits[size_t(h) * n + key];
-              float* a = acc.data() + size_t(h) * d;
-              for (int c = 0; c < d; ++c) a[c] += p * row[c];
+              add_scaled(p, row.data(), acc.data() + size_t(h) * d, d);
             }
           }
         }
@@ -346,7 +501,7 @@ void cpu_draft_block_attention(const StepView& batch, const KvLayerView& cache, 
           } else {
             v = block_row(block_v, i - context);
           }
-          for (int c = 0; c < d; ++c) acc[c] += p * v[c];
+          add_scaled(p, v, acc.data(), d);
         }
         std::memcpy(out + (int64_t(t) * num_q_heads + h) * d, acc.data(), sizeof(float) * d);
       }

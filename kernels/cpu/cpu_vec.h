@@ -1,0 +1,78 @@
+// fp32 row primitives of the CPU reference's attention ops. Each has a portable loop and, on CPUs
+// with AVX2, a vector form that computes the same bits: the same eight lanes in the same order,
+// a multiply then an add (never a fused multiply-add: the AVX2 forms are compiled without FMA),
+// the same final reduction. So a result depends on neither the machine nor the batch.
+#pragma once
+#include <cstdint>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace m3::cpu {
+
+// sum of a[i] * b[i]: lane l (0..7) accumulates i = l mod 8 over the multiples of 8, the lanes
+// reduce as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then the tail adds in order.
+float dot(const float* a, const float* b, int n);
+// out[j] = dot(a, b[j], n) for j < 4, computed side by side: four independent sums keep the adder
+// busy where one dot's eight lanes wait on each other.
+void dot4(const float* a, const float* const b[4], int n, float out[4]);
+// y[i] += p * x[i].
+void add_scaled(float p, const float* x, float* y, int n);
+
+// The portable forms, which the dispatching ones above must equal bit for bit (tests).
+float dot_portable(const float* a, const float* b, int n);
+void add_scaled_portable(float p, const float* x, float* y, int n);
+
+// Whether this CPU runs the AVX2 forms.
+bool vec_avx2();
+
+#if defined(__x86_64__)
+// The AVX2 forms, inline for loops compiled for AVX2 themselves (call them only where
+// vec_avx2()). target("avx2") without "fma": the compiler cannot contract the mul + add.
+
+// (l0+l4, l1+l5, l2+l6, l3+l7), then (s0+s2) + (s1+s3): dot's lane reduction.
+__attribute__((target("avx2"))) inline float reduce_lanes_avx2(__m256 lanes) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(lanes), _mm256_extractf128_ps(lanes, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+__attribute__((target("avx2"))) inline float dot_avx2(const float* a, const float* b, int n) {
+  __m256 lanes = _mm256_setzero_ps();
+  const int n8 = n & ~7;
+  for (int i = 0; i < n8; i += 8)
+    lanes = _mm256_add_ps(lanes, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  float acc = reduce_lanes_avx2(lanes);
+  for (int i = n8; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+__attribute__((target("avx2"))) inline void dot4_avx2(const float* a, const float* const b[4], int n, float out[4]) {
+  __m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0;
+  const int n8 = n & ~7;
+  for (int i = 0; i < n8; i += 8) {
+    const __m256 x = _mm256_loadu_ps(a + i);
+    l0 = _mm256_add_ps(l0, _mm256_mul_ps(x, _mm256_loadu_ps(b[0] + i)));
+    l1 = _mm256_add_ps(l1, _mm256_mul_ps(x, _mm256_loadu_ps(b[1] + i)));
+    l2 = _mm256_add_ps(l2, _mm256_mul_ps(x, _mm256_loadu_ps(b[2] + i)));
+    l3 = _mm256_add_ps(l3, _mm256_mul_ps(x, _mm256_loadu_ps(b[3] + i)));
+  }
+  out[0] = reduce_lanes_avx2(l0);
+  out[1] = reduce_lanes_avx2(l1);
+  out[2] = reduce_lanes_avx2(l2);
+  out[3] = reduce_lanes_avx2(l3);
+  for (int j = 0; j < 4; ++j)
+    for (int i = n8; i < n; ++i) out[j] += a[i] * b[j][i];
+}
+
+__attribute__((target("avx2"))) inline void add_scaled_avx2(float p, const float* x, float* y, int n) {
+  const __m256 pv = _mm256_set1_ps(p);
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(pv, _mm256_loadu_ps(x + i))));
+  for (; i < n; ++i) y[i] += p * x[i];
+}
+#endif
+
+}  // namespace m3::cpu
