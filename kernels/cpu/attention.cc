@@ -166,9 +166,9 @@ __attribute__((target("avx2"))) void decode_row_avx2(KvDType dtype, const uint8_
 
 // The row loops of the indexer's block scores and of paged attention's two passes, compiled for
 // AVX2 so that the decode and the dot products inline (the portable loops are in the ops below).
-// Dot products run four rows at a time (cpu::dot4: the same sums side by side).
-constexpr int kRowsAtOnce = 4;
-constexpr int kMaxRowsDim = 512;  // rows this long or shorter go four at a time
+// Dot products run eight rows at a time (cpu::dots_avx2: the same sums side by side).
+constexpr int kRowsAtOnce = 8;
+constexpr int kMaxRowsDim = 256;  // rows this long or shorter go eight at a time
 
 __attribute__((target("avx2"))) void index_rows_avx2(const KvLayerView& cache, int64_t phys, int rows,
                                                     const uint8_t* next, const float* q, int heads, float* key,
@@ -177,8 +177,8 @@ __attribute__((target("avx2"))) void index_rows_avx2(const KvLayerView& cache, i
   int r = 0;
   if (di <= kMaxRowsDim) {
     alignas(32) float keys[kRowsAtOnce * kMaxRowsDim];
-    const float* k4[kRowsAtOnce];
-    for (int i = 0; i < kRowsAtOnce; ++i) k4[i] = keys + i * di;
+    const float* row_ptrs[kRowsAtOnce];
+    for (int i = 0; i < kRowsAtOnce; ++i) row_ptrs[i] = keys + i * di;
     for (; r + kRowsAtOnce <= rows; r += kRowsAtOnce) {
       for (int i = 0; i < kRowsAtOnce; ++i) {
         prefetch_slice(next, cache.index_slot_bytes(), r + i, bs);
@@ -186,9 +186,9 @@ __attribute__((target("avx2"))) void index_rows_avx2(const KvLayerView& cache, i
                         true, keys + i * di);
       }
       for (int j = 0; j < heads; ++j) {
-        float s4[kRowsAtOnce];
-        cpu::dot4_avx2(q + size_t(j) * di, k4, di, s4);
-        for (int i = 0; i < kRowsAtOnce; ++i) score[j * stride] = std::max(score[j * stride], s4[i]);
+        float sums[kRowsAtOnce];
+        cpu::dots_avx2<kRowsAtOnce>(q + size_t(j) * di, row_ptrs, di, sums);
+        for (int i = 0; i < kRowsAtOnce; ++i) score[j * stride] = std::max(score[j * stride], sums[i]);
       }
     }
   }
@@ -213,11 +213,11 @@ __attribute__((target("avx2"))) void attention_rows_avx2(const KvLayerView& cach
   int r = 0;
   if (which == 0 && d <= kMaxRowsDim) {
     alignas(32) float keys[kRowsAtOnce * kMaxRowsDim];
-    const float* k4[kRowsAtOnce];
-    for (int i = 0; i < kRowsAtOnce; ++i) k4[i] = keys + i * d;
+    const float* row_ptrs[kRowsAtOnce];
+    for (int i = 0; i < kRowsAtOnce; ++i) row_ptrs[i] = keys + i * d;
     for (; r + kRowsAtOnce <= rows; r += kRowsAtOnce) {
       for (int i = 0; i < kRowsAtOnce; ++i) decode(r + i, keys + i * d);
-      for (int h = 0; h < group; ++h) cpu::dot4_avx2(qg + size_t(h) * d, k4, d, logits + size_t(h) * n + key0 + r);
+      for (int h = 0; h < group; ++h) cpu::dots_avx2<kRowsAtOnce>(qg + size_t(h) * d, row_ptrs, d, logits + size_t(h) * n + key0 + r);
     }
   }
   for (; r < rows; ++r) {
@@ -229,6 +229,42 @@ __attribute__((target("avx2"))) void attention_rows_avx2(const KvLayerView& cach
   }
 }
 #endif
+
+
+// score[j * stride] = max(score[j * stride], dot(q_j, key_r)) over rows r < rows in order, for the
+// heads j of q [heads, di] and keys [rows, di]: a block's score for one query.
+void max_dots_portable(const float* keys, int rows, int di, const float* q, int heads, float* score,
+                       int64_t stride) {
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < heads; ++j)
+      score[j * stride] = std::max(score[j * stride], cpu::dot_portable(q + size_t(j) * di, keys + size_t(r) * di, di));
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void max_dots_avx2(const float* keys, int rows, int di, const float* q, int heads,
+                                                  float* score, int64_t stride) {
+  int r = 0;
+  for (; r + kRowsAtOnce <= rows; r += kRowsAtOnce) {
+    const float* row_ptrs[kRowsAtOnce];
+    for (int i = 0; i < kRowsAtOnce; ++i) row_ptrs[i] = keys + size_t(r + i) * di;
+    for (int j = 0; j < heads; ++j) {
+      float sums[kRowsAtOnce];
+      cpu::dots_avx2<kRowsAtOnce>(q + size_t(j) * di, row_ptrs, di, sums);
+      for (int i = 0; i < kRowsAtOnce; ++i) score[j * stride] = std::max(score[j * stride], sums[i]);
+    }
+  }
+  for (; r < rows; ++r)
+    for (int j = 0; j < heads; ++j)
+      score[j * stride] = std::max(score[j * stride], cpu::dot_avx2(q + size_t(j) * di, keys + size_t(r) * di, di));
+}
+#endif
+
+void max_dots(const float* keys, int rows, int di, const float* q, int heads, float* score, int64_t stride) {
+#if defined(__x86_64__)
+  if (cpu::vec_avx2()) return max_dots_avx2(keys, rows, di, q, heads, score, stride);
+#endif
+  max_dots_portable(keys, rows, di, q, heads, score, stride);
+}
 
 }  // namespace
 
@@ -289,39 +325,76 @@ void cpu_indexer_topk(const StepView& batch, const KvLayerView& cache,
                       const float* index_q, const IndexerParams& params, int32_t* out) {
   const int hi = params.index_heads, di = cache.index_dim, bs = cache.block_size;
   const int topk = params.topk_blocks;
-#pragma omp parallel if (batch.num_tokens > 1)
+  // Tiles of consecutive tokens of one sequence (a prefill chunk's rows): each block is decoded
+  // once per tile, not once per token. A score is the same function of (query, block) as
+  // cpu_indexer_block_scores' (the DCP candidates rely on it): the max over the token's visible
+  // rows, in row order, of the same dot products.
+  constexpr int kTokenTile = 16;
+  std::vector<int> tile_begin;
+  for (int t = 0; t < batch.num_tokens; ++t)
+    if (tile_begin.empty() || t - tile_begin.back() == kTokenTile || batch.token_seq[t] != batch.token_seq[t - 1])
+      tile_begin.push_back(t);
+  tile_begin.push_back(batch.num_tokens);
+  const int tiles = static_cast<int>(tile_begin.size()) - 1;
+#pragma omp parallel if (tiles > 1)
   {
-    std::vector<float> q(size_t(hi) * di), key(di), score;
+    std::vector<float> q, keys(size_t(bs) * di), score;
     std::vector<int> order;
-#pragma omp for schedule(dynamic, 4)
-    for (int t = 0; t < batch.num_tokens; ++t) {
-      const TokenView tv = token_view(batch, t);
-      const int local = tv.pos / bs;
-      const int visible = local + 1;
-      for (int i = 0; i < hi * di; ++i)
-        q[i] = cpu_index_query_value(cache.index_dtype, index_q[int64_t(t) * hi * di + i]);
-      // Each block's score depends on that block's keys only (the DCP candidates rely on it).
-      score.resize(size_t(hi) * visible);
-      for (int b = 0; b < visible; ++b)
-        cpu_indexer_block_scores(cache, tv.pages, tv.pos, b, q.data(), hi, key.data(), score.data() + b,
-                                 visible);
-      const int seq_blocks = (batch.seq_lens[tv.seq] + bs - 1) / bs;
-      const int keep = std::min(topk, seq_blocks);
-      for (int j = 0; j < hi; ++j) {
-        float* s = score.data() + size_t(j) * visible;
-        for (int l = 0; l < params.local_blocks; ++l) s[std::max(local - l, 0)] = kPosInf;
-        for (int b = 0; b < std::min(params.init_blocks, visible); ++b) s[b] = kPosInf;
-        order.resize(visible);
-        std::iota(order.begin(), order.end(), 0);
-        const int n = std::min(keep, visible);
-        std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int a, int b) {
-          return s[a] > s[b] || (s[a] == s[b] && a < b);
-        });
-        int32_t* o = out + (int64_t(t) * hi + j) * topk;
-        int w = 0;
-        for (int i = 0; i < n; ++i)
-          if (s[order[i]] != kNegInf) o[w++] = order[i];
-        for (; w < topk; ++w) o[w] = -1;
+#pragma omp for schedule(dynamic, 1)
+    for (int tile = 0; tile < tiles; ++tile) {
+      const int t0 = tile_begin[tile], count = tile_begin[tile + 1] - t0;
+      const TokenView first = token_view(batch, t0);
+      int max_visible = 0;
+      for (int i = 0; i < count; ++i) max_visible = std::max(max_visible, batch.positions[t0 + i] / bs + 1);
+      q.resize(size_t(count) * hi * di);
+      for (size_t i = 0; i < q.size(); ++i)
+        q[i] = cpu_index_query_value(cache.index_dtype, index_q[int64_t(t0) * hi * di + int64_t(i)]);
+      // score[(i * hi + j) * max_visible + b]
+      score.assign(size_t(count) * hi * max_visible, kNegInf);
+      // A tile of one token (decode) scores each row as it is decoded, with the rows in cache.
+      for (int b = 0; count == 1 && b < max_visible; ++b)
+        cpu_indexer_block_scores(cache, first.pages, first.pos, b, q.data(), hi, keys.data(), score.data() + b,
+                                 max_visible);
+      for (int b = 0; count > 1 && b < max_visible; ++b) {
+        int rows = 0;  // rows of block b that some token of the tile sees
+        for (int i = 0; i < count; ++i) rows = std::max(rows, std::min(bs, batch.positions[t0 + i] - b * bs + 1));
+        const int64_t phys = first.pages[b];
+        const uint8_t* next = b + 1 < max_visible ? cache.index_slot(first.pages[b + 1]) : nullptr;
+        for (int r = 0; r < rows; ++r) {
+          prefetch_slice(next, cache.index_slot_bytes(), r, bs);
+          cpu_kv_decode_row(cache.index_dtype, cache.index_row(phys, r), cache.index_row_scales(phys, r), di,
+                            /*e4m3_view=*/true, keys.data() + size_t(r) * di);
+        }
+        for (int i = 0; i < count; ++i) {
+          const int token_rows = std::min(bs, batch.positions[t0 + i] - b * bs + 1);
+          if (token_rows > 0)
+            max_dots(keys.data(), token_rows, di, q.data() + size_t(i) * hi * di, hi,
+                     score.data() + size_t(i) * hi * max_visible + b, max_visible);
+        }
+      }
+      for (int i = 0; i < count; ++i) {
+        const int t = t0 + i;
+        const TokenView tv = token_view(batch, t);
+        const int local = tv.pos / bs;
+        const int visible = local + 1;
+        const int seq_blocks = (batch.seq_lens[tv.seq] + bs - 1) / bs;
+        const int keep = std::min(topk, seq_blocks);
+        for (int j = 0; j < hi; ++j) {
+          float* s = score.data() + (size_t(i) * hi + j) * max_visible;
+          for (int l = 0; l < params.local_blocks; ++l) s[std::max(local - l, 0)] = kPosInf;
+          for (int b = 0; b < std::min(params.init_blocks, visible); ++b) s[b] = kPosInf;
+          order.resize(visible);
+          std::iota(order.begin(), order.end(), 0);
+          const int n = std::min(keep, visible);
+          std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int a, int b) {
+            return s[a] > s[b] || (s[a] == s[b] && a < b);
+          });
+          int32_t* o = out + (int64_t(t) * hi + j) * topk;
+          int w = 0;
+          for (int k = 0; k < n; ++k)
+            if (s[order[k]] != kNegInf) o[w++] = order[k];
+          for (; w < topk; ++w) o[w] = -1;
+        }
       }
     }
   }

@@ -26,9 +26,9 @@ float dot(const float* a, const float* b, int n) {
   return vec_avx2() ? dot_avx2(a, b, n) : dot_portable(a, b, n);
 }
 
-void dot4(const float* a, const float* const b[4], int n, float out[4]) {
-  if (vec_avx2()) return dot4_avx2(a, b, n, out);
-  for (int j = 0; j < 4; ++j) out[j] = dot_portable(a, b[j], n);
+void dot8(const float* a, const float* const b[8], int n, float out[8]) {
+  if (vec_avx2()) return dots_avx2<8>(a, b, n, out);
+  for (int j = 0; j < 8; ++j) out[j] = dot_portable(a, b[j], n);
 }
 
 void add_scaled(float p, const float* x, float* y, int n) {
@@ -40,8 +40,8 @@ void add_scaled(float p, const float* x, float* y, int n) {
 #else
 bool vec_avx2() { return false; }
 float dot(const float* a, const float* b, int n) { return dot_portable(a, b, n); }
-void dot4(const float* a, const float* const b[4], int n, float out[4]) {
-  for (int j = 0; j < 4; ++j) out[j] = dot_portable(a, b[j], n);
+void dot8(const float* a, const float* const b[8], int n, float out[8]) {
+  for (int j = 0; j < 8; ++j) out[j] = dot_portable(a, b[j], n);
 }
 void add_scaled(float p, const float* x, float* y, int n) { add_scaled_portable(p, x, y, n); }
 #endif

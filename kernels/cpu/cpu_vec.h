@@ -14,9 +14,9 @@ namespace m3::cpu {
 // sum of a[i] * b[i]: lane l (0..7) accumulates i = l mod 8 over the multiples of 8, the lanes
 // reduce as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then the tail adds in order.
 float dot(const float* a, const float* b, int n);
-// out[j] = dot(a, b[j], n) for j < 4, computed side by side: four independent sums keep the adder
+// out[j] = dot(a, b[j], n) for j < 8, computed side by side: independent sums keep the adders
 // busy where one dot's eight lanes wait on each other.
-void dot4(const float* a, const float* const b[4], int n, float out[4]);
+void dot8(const float* a, const float* const b[8], int n, float out[8]);
 // y[i] += p * x[i].
 void add_scaled(float p, const float* x, float* y, int n);
 
@@ -48,22 +48,20 @@ __attribute__((target("avx2"))) inline float dot_avx2(const float* a, const floa
   return acc;
 }
 
-__attribute__((target("avx2"))) inline void dot4_avx2(const float* a, const float* const b[4], int n, float out[4]) {
-  __m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0;
+// out[j] = dot_avx2(a, b[j], n) for j < N, side by side (N independent chains of adds).
+template <int N>
+__attribute__((target("avx2"))) inline void dots_avx2(const float* a, const float* const* b, int n, float* out) {
+  __m256 lanes[N];
+  for (int j = 0; j < N; ++j) lanes[j] = _mm256_setzero_ps();
   const int n8 = n & ~7;
   for (int i = 0; i < n8; i += 8) {
     const __m256 x = _mm256_loadu_ps(a + i);
-    l0 = _mm256_add_ps(l0, _mm256_mul_ps(x, _mm256_loadu_ps(b[0] + i)));
-    l1 = _mm256_add_ps(l1, _mm256_mul_ps(x, _mm256_loadu_ps(b[1] + i)));
-    l2 = _mm256_add_ps(l2, _mm256_mul_ps(x, _mm256_loadu_ps(b[2] + i)));
-    l3 = _mm256_add_ps(l3, _mm256_mul_ps(x, _mm256_loadu_ps(b[3] + i)));
+    for (int j = 0; j < N; ++j) lanes[j] = _mm256_add_ps(lanes[j], _mm256_mul_ps(x, _mm256_loadu_ps(b[j] + i)));
   }
-  out[0] = reduce_lanes_avx2(l0);
-  out[1] = reduce_lanes_avx2(l1);
-  out[2] = reduce_lanes_avx2(l2);
-  out[3] = reduce_lanes_avx2(l3);
-  for (int j = 0; j < 4; ++j)
+  for (int j = 0; j < N; ++j) {
+    out[j] = reduce_lanes_avx2(lanes[j]);
     for (int i = n8; i < n; ++i) out[j] += a[i] * b[j][i];
+  }
 }
 
 __attribute__((target("avx2"))) inline void add_scaled_avx2(float p, const float* x, float* y, int n) {

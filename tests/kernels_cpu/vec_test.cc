@@ -34,19 +34,21 @@ std::vector<float> random_row(std::mt19937& rng, int n) {
   return x;
 }
 
-TEST(CpuVec, DotDot4AndAddScaledEqualThePortableLoopsBitForBit) {
+TEST(CpuVec, DotDot8AndAddScaledEqualThePortableLoopsBitForBit) {
   std::mt19937 rng(20261205);
   for (int n = 0; n <= 200; ++n) {
     for (int trial = 0; trial < 4; ++trial) {
       const std::vector<float> a = random_row(rng, n), b = random_row(rng, n);
       EXPECT_EQ(bits(cpu::dot(a.data(), b.data(), n)), bits(cpu::dot_portable(a.data(), b.data(), n)))
           << "n " << n << " trial " << trial;
-      std::vector<float> b1 = random_row(rng, n), b2 = random_row(rng, n), b3 = random_row(rng, n);
-      const float* b4[4] = {b.data(), b1.data(), b2.data(), b3.data()};
-      float out4[4];
-      cpu::dot4(a.data(), b4, n, out4);
-      for (int j = 0; j < 4; ++j)
-        EXPECT_EQ(bits(out4[j]), bits(cpu::dot_portable(a.data(), b4[j], n))) << "dot4 n " << n << " row " << j;
+      std::vector<std::vector<float>> rows8;
+      rows8.reserve(8);
+      const float* b8[8];
+      for (int j = 0; j < 8; ++j) b8[j] = rows8.emplace_back(random_row(rng, n)).data();
+      float out8[8];
+      cpu::dot8(a.data(), b8, n, out8);
+      for (int j = 0; j < 8; ++j)
+        EXPECT_EQ(bits(out8[j]), bits(cpu::dot_portable(a.data(), b8[j], n))) << "dot8 n " << n << " row " << j;
       const float p = random_row(rng, 1)[0];
       std::vector<float> y = random_row(rng, n), y_ref = y;
       cpu::add_scaled(p, a.data(), y.data(), n);
