@@ -1,6 +1,7 @@
 // The CPU reference backend: every op of ops/backend.h, exact, on host memory.
 #include "kernels/cpu/cpu_backend.h"
 
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -321,6 +322,7 @@ class CpuBackend final : public Backend {
   StepView view_;
   std::vector<float> cos_, sin_;  // [T, rotary_dim]
   cpu::Scratch scratch_;
+  std::vector<cpu::Scratch> expert_scratch_;  // one per thread: MoE experts run side by side
   std::vector<int32_t> expert_rows_;  // MoE routing bookkeeping, reused across steps
   std::vector<float> expert_weights_;
   SampleWorkspace sample_ws_;
@@ -340,7 +342,7 @@ void CpuBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& pa
            "MoE layer holds experts [{}, {}) of the config's {}", first, first + held, e_count);
   const float* xs = x.data_as<const float>();
   // Scratch slots: 0-1 swiglu_mlp, 2 shared output, 3 router probs, 4 routed sum, 5 gathered
-  // rows, 6 expert output.
+  // rows, 7 experts' outputs.
   float* shared = nullptr;
   if (params.add_shared) {
     shared = scratch_.shared(2, rows * hidden).data();
@@ -375,33 +377,61 @@ void CpuBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& pa
     }
   }
 
-  float* routed = scratch_.shared(4, rows * hidden).data();
-  std::fill(routed, routed + rows * hidden, 0.0f);
-  std::vector<int64_t> tokens;
-  std::vector<float> weights;
+  // Each held expert's rows (ascending token) and routing weights.
+  struct ExpertRows {
+    int expert;
+    std::vector<int64_t> tokens;
+    std::vector<float> weights;
+    int64_t offset = 0;  // of its output rows in `expert_out`
+  };
+  std::vector<ExpertRows> active;
+  int64_t assigned = 0;
   for (int e = first; e < first + held; ++e) {
-    tokens.clear();
-    weights.clear();
+    ExpertRows er{e, {}, {}};
     for (int64_t r = 0; r < rows; ++r)
       for (int i = 0; i < k; ++i)
         if (expert_rows_[r * k + i] == e) {
-          tokens.push_back(r);
-          weights.push_back(expert_weights_[r * k + i]);
+          er.tokens.push_back(r);
+          er.weights.push_back(expert_weights_[r * k + i]);
         }
-    if (tokens.empty()) continue;
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    float* gathered = scratch_.shared(5, n * hidden).data();
+    if (er.tokens.empty()) continue;
+    er.offset = assigned;
+    assigned += static_cast<int64_t>(er.tokens.size());
+    active.push_back(std::move(er));
+  }
+  // Every expert's output, computed by the same code whichever thread runs it (linear's tiles do
+  // not depend on the thread). With a few rows an expert (decode), experts run side by side, each
+  // on one thread with its own scratch: a projection of a few rows is too small to share out, and
+  // a parallel region per projection (three an expert) cost more than the products. With many
+  // rows (prefill) the experts run one after another, each projection's tiles over the threads.
+  float* expert_out = scratch_.shared(7, assigned * hidden).data();
+  const auto run_expert = [&](const ExpertRows& er, cpu::Scratch& scratch) {
+    const int64_t n = static_cast<int64_t>(er.tokens.size());
+    float* gathered = scratch.shared(5, n * hidden).data();
     for (int64_t i = 0; i < n; ++i)
-      std::memcpy(gathered + i * hidden, xs + tokens[i] * hidden, sizeof(float) * hidden);
-    float* y = scratch_.shared(6, n * hidden).data();
-    const ExpertWeights& ew = mlp.experts[e - first];
+      std::memcpy(gathered + i * hidden, xs + er.tokens[i] * hidden, sizeof(float) * hidden);
+    const ExpertWeights& ew = mlp.experts[er.expert - first];
     cpu::swiglu_mlp(gathered, n, ew.gate, ew.up, ew.down, params.swiglu_alpha, params.swiglu_limit,
-                    y, bf16_, scratch_);
-    for (int64_t i = 0; i < n; ++i) {
-      float* dst = routed + tokens[i] * hidden;
-      const float* src = y + i * hidden;
+                    expert_out + er.offset * hidden, bf16_, scratch);
+  };
+  const int threads = omp_get_max_threads();
+  const int n_active = static_cast<int>(active.size());
+  if (threads > 1 && n_active > 1 && assigned < 16 * int64_t(n_active)) {
+    if (static_cast<int>(expert_scratch_.size()) < threads) expert_scratch_.resize(threads);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < n_active; ++i) run_expert(active[i], expert_scratch_[omp_get_thread_num()]);
+  } else {
+    for (const ExpertRows& er : active) run_expert(er, scratch_);
+  }
+  // The routed sum in ascending expert id, as the reference adds it.
+  float* routed = scratch_.shared(4, rows * hidden).data();
+  std::fill(routed, routed + rows * hidden, 0.0f);
+  for (const ExpertRows& er : active) {
+    for (size_t i = 0; i < er.tokens.size(); ++i) {
+      float* dst = routed + er.tokens[i] * hidden;
+      const float* src = expert_out + (er.offset + int64_t(i)) * hidden;
       for (int64_t c = 0; c < hidden; ++c)
-        dst[c] = round_act(dst[c] + round_act(src[c] * weights[i], bf16_), bf16_);
+        dst[c] = round_act(dst[c] + round_act(src[c] * er.weights[i], bf16_), bf16_);
     }
   }
   float* o = out.data_as<float>();
