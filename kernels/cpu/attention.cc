@@ -143,22 +143,9 @@ __attribute__((target("avx2"))) void nvfp4_row_avx2(const float* table, const ui
   }
 }
 
-__attribute__((target("avx2"))) void bf16_row_avx2(const uint8_t* data, int dim, float* out) {
-  int i = 0;
-  for (; i + 8 <= dim; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 2 * i));
-    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
-  }
-  for (; i < dim; ++i) {
-    uint16_t h;
-    std::memcpy(&h, data + 2 * i, 2);
-    out[i] = bf16_decode(h);
-  }
-}
-
 __attribute__((target("avx2"))) void decode_row_avx2(KvDType dtype, const uint8_t* data, const uint8_t* scales,
                                                     int dim, bool e4m3_view, float* out) {
-  if (dtype == KvDType::kBF16) return bf16_row_avx2(data, dim, out);
+  if (dtype == KvDType::kBF16) return cpu::bf16_to_f32_avx2(data, dim, out);
   if (dtype == KvDType::kNVFP4 && dim % kNvfp4Group == 0)
     return nvfp4_row_avx2(nvfp4_table(e4m3_view), data, scales, dim, out);
   decode_row_portable(dtype, data, scales, dim, e4m3_view, out);

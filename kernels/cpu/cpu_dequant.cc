@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "formats/rows.h"
+#include "kernels/cpu/cpu_vec.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -74,14 +75,6 @@ __attribute__((target("avx2"))) void nvfp4_row(const uint8_t* packed, const uint
   if (i < n) nvfp4_row_to_f32(packed + i / 2, scales + i / kNvfp4Group, n - i, dst + i, divisor);
 }
 
-__attribute__((target("avx2"))) void bf16_row(const uint16_t* src, int64_t n, float* dst) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
-  }
-  bf16_to_f32(src + i, dst + i, n - i);
-}
 #endif
 
 }  // namespace
@@ -110,7 +103,7 @@ void dequantize_tile(const LinearWeight& w, int64_t row_begin, int64_t row_end, 
                     w.global_divisor != 0.0f ? w.global_divisor : 1.0f);
           break;
         default:
-          bf16_row(w.weight.data_as<const uint16_t>() + r * stride, in, dst);
+          cpu::bf16_to_f32_avx2(w.weight.data_as<const uint16_t>() + r * stride, in, dst);
           break;
       }
     }

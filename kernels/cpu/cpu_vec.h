@@ -64,6 +64,22 @@ __attribute__((target("avx2"))) inline void dots_avx2(const float* a, const floa
   }
 }
 
+// dst[i] = the bf16 src[i] (2 bytes each, any alignment) as fp32, exactly.
+__attribute__((target("avx2"))) inline void bf16_to_f32_avx2(const void* src, int64_t n, float* dst) {
+  const uint8_t* bytes = static_cast<const uint8_t*>(src);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 2 * i));
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+  }
+  for (; i < n; ++i) {
+    uint16_t h;
+    __builtin_memcpy(&h, bytes + 2 * i, 2);
+    const uint32_t u = uint32_t(h) << 16;
+    __builtin_memcpy(dst + i, &u, 4);
+  }
+}
+
 __attribute__((target("avx2"))) inline void add_scaled_avx2(float p, const float* x, float* y, int n) {
   const __m256 pv = _mm256_set1_ps(p);
   int i = 0;
