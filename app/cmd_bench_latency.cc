@@ -284,7 +284,10 @@ BenchModel load_bench_model(const BenchLatencyOptions& o, const std::vector<Deco
   int max_batch = 1;
   for (const DecodeCase& c : decode) largest = std::max(largest, c.blocks), max_batch = std::max(max_batch, c.batch);
   for (const PrefillCase& c : prefill) largest = std::max(largest, c.blocks);
-  const EngineOptions step{max_batch, o.chunk_size, false};  // the largest step: its activations stay out of the KV budget
+  EngineOptions step;  // the largest step: its activations stay out of the KV budget
+  step.max_num_seqs = max_batch;
+  step.max_num_batched_tokens = o.chunk_size;
+  step.enable_prefix_caching = false;
   BenchModel m;
   m.loaded = load_model(o.model, step, KvDemand{1, largest * block_size},
                         [&m](Backend& inner, int rank) {

@@ -27,19 +27,20 @@ int64_t shape_numel(const Shape& shape) {
 
 namespace {
 
-// Host tensors of 2 MiB and more are 2 MiB-aligned and advised to transparent huge pages: the CPU
+// Host tensors of 2 MiB and more start on a 2 MiB boundary and their whole 2 MiB pages are
+// advised to transparent huge pages (not the partial last one, so no memory is added): the CPU
 // backend reads the KV pool and the weights in slices scattered over hundreds of MiB (a block of
 // the pool holds every layer), where 4 KiB pages cost a TLB miss (a nested page walk in a VM)
 // every few KiB read.
 void* host_alloc(std::size_t bytes, const Shape& shape) {
   constexpr std::size_t kHuge = std::size_t{2} << 20;
   const std::size_t align = bytes >= kHuge ? kHuge : 64;
-  const std::size_t rounded = std::max<std::size_t>((bytes + align - 1) / align * align, align);
-  void* p = std::aligned_alloc(align, rounded);
-  M3_CHECK(p != nullptr, "out of host memory allocating {} bytes for a tensor of shape {}", bytes,
+  void* p = nullptr;
+  const int rc = ::posix_memalign(&p, align, std::max<std::size_t>(bytes, 1));
+  M3_CHECK(rc == 0 && p != nullptr, "out of host memory allocating {} bytes for a tensor of shape {}", bytes,
            shape_string(shape));
 #ifdef MADV_HUGEPAGE
-  if (align == kHuge) ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
+  if (align == kHuge) ::madvise(p, bytes / kHuge * kHuge, MADV_HUGEPAGE);  // advice only: failure changes nothing
 #endif
   return p;
 }

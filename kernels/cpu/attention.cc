@@ -198,13 +198,19 @@ __attribute__((target("avx2"))) void attention_rows_avx2(const KvLayerView& cach
                     q8kv4, out);
   };
   int r = 0;
-  if (which == 0 && d <= kMaxRowsDim) {
+  if (d <= kMaxRowsDim) {
     alignas(32) float keys[kRowsAtOnce * kMaxRowsDim];
     const float* row_ptrs[kRowsAtOnce];
     for (int i = 0; i < kRowsAtOnce; ++i) row_ptrs[i] = keys + i * d;
     for (; r + kRowsAtOnce <= rows; r += kRowsAtOnce) {
       for (int i = 0; i < kRowsAtOnce; ++i) decode(r + i, keys + i * d);
-      for (int h = 0; h < group; ++h) cpu::dots_avx2<kRowsAtOnce>(qg + size_t(h) * d, row_ptrs, d, logits + size_t(h) * n + key0 + r);
+      for (int h = 0; h < group; ++h) {
+        float* l = logits + size_t(h) * n + key0 + r;
+        if (which == 0)
+          cpu::dots_avx2<kRowsAtOnce>(qg + size_t(h) * d, row_ptrs, d, l);
+        else
+          cpu::add_scaled_rows_avx2<kRowsAtOnce>(l, row_ptrs, acc + size_t(h) * d, d);
+      }
     }
   }
   for (; r < rows; ++r) {

@@ -31,6 +31,11 @@ void dot8(const float* a, const float* const b[8], int n, float out[8]) {
   for (int j = 0; j < 8; ++j) out[j] = dot_portable(a, b[j], n);
 }
 
+void add_scaled8(const float* p, const float* const x[8], float* y, int n) {
+  if (vec_avx2()) return add_scaled_rows_avx2<8>(p, x, y, n);
+  for (int j = 0; j < 8; ++j) add_scaled_portable(p[j], x[j], y, n);
+}
+
 void add_scaled(float p, const float* x, float* y, int n) {
   if (vec_avx2())
     add_scaled_avx2(p, x, y, n);
@@ -44,6 +49,9 @@ void dot8(const float* a, const float* const b[8], int n, float out[8]) {
   for (int j = 0; j < 8; ++j) out[j] = dot_portable(a, b[j], n);
 }
 void add_scaled(float p, const float* x, float* y, int n) { add_scaled_portable(p, x, y, n); }
+void add_scaled8(const float* p, const float* const x[8], float* y, int n) {
+  for (int j = 0; j < 8; ++j) add_scaled_portable(p[j], x[j], y, n);
+}
 #endif
 
 }  // namespace m3::cpu

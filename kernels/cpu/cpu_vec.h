@@ -19,6 +19,8 @@ float dot(const float* a, const float* b, int n);
 void dot8(const float* a, const float* const b[8], int n, float out[8]);
 // y[i] += p * x[i].
 void add_scaled(float p, const float* x, float* y, int n);
+// y[i] += p[j] * x[j][i] for j = 0 .. 7 in order (eight add_scaled calls, y kept in registers).
+void add_scaled8(const float* p, const float* const x[8], float* y, int n);
 
 // The portable forms, which the dispatching ones above must equal bit for bit (tests).
 float dot_portable(const float* a, const float* b, int n);
@@ -62,6 +64,25 @@ __attribute__((target("avx2"))) inline void dots_avx2(const float* a, const floa
     out[j] = reduce_lanes_avx2(lanes[j]);
     for (int i = n8; i < n; ++i) out[j] += a[i] * b[j][i];
   }
+}
+
+// y[i] += p[j] * x[j][i] for j = 0 .. N - 1 in order: add_scaled N times, with y in registers
+// 64 elements at a time (the same products and sums, element by element, in the same order).
+template <int N>
+__attribute__((target("avx2"))) inline void add_scaled_rows_avx2(const float* p, const float* const* x, float* y,
+                                                                int n) {
+  int i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m256 acc[8];
+    for (int c = 0; c < 8; ++c) acc[c] = _mm256_loadu_ps(y + i + 8 * c);
+    for (int j = 0; j < N; ++j) {
+      const __m256 pv = _mm256_set1_ps(p[j]);
+      for (int c = 0; c < 8; ++c) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(pv, _mm256_loadu_ps(x[j] + i + 8 * c)));
+    }
+    for (int c = 0; c < 8; ++c) _mm256_storeu_ps(y + i + 8 * c, acc[c]);
+  }
+  for (; i < n; ++i)
+    for (int j = 0; j < N; ++j) y[i] += p[j] * x[j][i];
 }
 
 // dst[i] = the bf16 src[i] (2 bytes each, any alignment) as fp32, exactly.

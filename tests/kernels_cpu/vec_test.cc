@@ -34,7 +34,7 @@ std::vector<float> random_row(std::mt19937& rng, int n) {
   return x;
 }
 
-TEST(CpuVec, DotDot8AndAddScaledEqualThePortableLoopsBitForBit) {
+TEST(CpuVec, RowFormsEqualThePortableLoopsBitForBit) {
   std::mt19937 rng(20261205);
   for (int n = 0; n <= 200; ++n) {
     for (int trial = 0; trial < 4; ++trial) {
@@ -54,6 +54,10 @@ TEST(CpuVec, DotDot8AndAddScaledEqualThePortableLoopsBitForBit) {
       cpu::add_scaled(p, a.data(), y.data(), n);
       cpu::add_scaled_portable(p, a.data(), y_ref.data(), n);
       for (int i = 0; i < n; ++i) ASSERT_EQ(bits(y[i]), bits(y_ref[i])) << "n " << n << " element " << i;
+      const std::vector<float> p8 = random_row(rng, 8);
+      cpu::add_scaled8(p8.data(), b8, y.data(), n);
+      for (int j = 0; j < 8; ++j) cpu::add_scaled_portable(p8[j], b8[j], y_ref.data(), n);
+      for (int i = 0; i < n; ++i) ASSERT_EQ(bits(y[i]), bits(y_ref[i])) << "add_scaled8 n " << n << " element " << i;
     }
   }
 }
