@@ -17,10 +17,6 @@
 #include "kernels/cuda/backend/device_math.cuh"
 #include "kernels/cuda/launch.cuh"
 
-#ifndef M3_CUDA_UNCHECKED
-#define M3_CUDA_UNCHECKED 0
-#endif
-
 namespace m3::cuda::detail {
 namespace {
 
@@ -97,7 +93,6 @@ __global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a)
 }
 
 
-#if M3_CUDA_UNCHECKED
 // Prefill shape: a register-tiled fp32 GEMM on the SIMT pipes (fp32 products and sums, as the
 // reference's). A CTA of 128 threads takes 32 tokens x 128 experts, a thread 4 tokens x 8 experts
 // (tokens tt + 8 i, experts te + 16 j: the 16 lanes of a half-warp read 16 different expert rows,
@@ -105,7 +100,9 @@ __global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a)
 // 32 at a time through shared memory, the next 32's global loads in flight in registers during
 // the current 32's FMAs. Every logit sums its K in order, one FMA at a time (as the decode-shaped
 // kernel's lanes do within their part of K). The kernel it replaced (64 x 32 outputs a CTA, one
-// shared-memory load per FMA) ran at 8.4 TFLOP/s: 1.5 ms of an 8,192-token chunk.
+// shared-memory load per FMA) ran at 8.4 TFLOP/s: on an H100 the M3.1 routing step (router, top-k,
+// scan) of 2,048 / 8,192 tokens took 1,135 / 1,457 us with it, 385 / 573 us with this one
+// (docs/gpu-backend-notes.md, "Session 26").
 constexpr int kRouterTokens = 32, kRouterExperts = 128, kRouterK = 32, kRouterPitch = kRouterK + 4;
 constexpr int kRouterThreads = 128;
 
@@ -199,49 +196,6 @@ __global__ void __launch_bounds__(kRouterThreads, 3) router_tiled_kernel(const M
   }
 }
 
-#else
-
-// Prefill shape: 32 tokens x 64 experts per CTA, K steps of 32 through shared memory.
-constexpr int kRouterTokens = 32, kRouterExperts = 64, kRouterThreads = 256;
-
-__global__ void __launch_bounds__(256) router_tiled_kernel(const MoeRouteArgs a) {
-  kernel_prologue();
-  zero_expert_counts(a);
-  __shared__ float xs[32][33];
-  __shared__ float ws[64][33];
-  const int e0 = blockIdx.x * 64, t0 = blockIdx.y * 32;
-  const int te = threadIdx.x & 63, tt = threadIdx.x >> 6;
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int k0 = 0; k0 < a.hidden; k0 += 32) {
-    for (int i = threadIdx.x; i < 32 * 32; i += 256) {
-      const int r = i >> 5, c = i & 31;
-      const int t = t0 + r, k = k0 + c;
-      xs[r][c] = t < a.num_tokens && k < a.hidden ? bf16_bits_to_f32(a.x[int64_t(t) * a.hidden + k]) : 0.0f;
-    }
-    for (int i = threadIdx.x; i < 64 * 32; i += 256) {
-      const int r = i >> 5, c = i & 31;
-      const int e = e0 + r, k = k0 + c;
-      ws[r][c] = e < a.num_experts && k < a.hidden ? a.router[int64_t(e) * a.hidden + k] : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll 8
-    for (int kk = 0; kk < 32; ++kk) {
-      const float wv = ws[te][kk];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] += xs[tt + 4 * i][kk] * wv;
-    }
-    __syncthreads();
-  }
-  const int e = e0 + te;
-  if (e >= a.num_experts) return;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int t = t0 + tt + 4 * i;
-    if (t < a.num_tokens) a.logits[int64_t(t) * a.num_experts + e] = acc[i];
-  }
-}
-
-#endif  // M3_CUDA_UNCHECKED
 
 // One warp, one token: sigmoid, biased top-k, normalised weights, choices sorted by expert id,
 // per-held-expert counts (the atomic's old value is the choice's rank inside its expert; -1 for
