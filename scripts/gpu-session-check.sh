@@ -11,7 +11,7 @@
 # BASELINE=dir (optional): a second build (dir/baseline-pack.txz, made by `PREBUILT=dir
 # scripts/gpu-check-model.sh prepare`: bin/m3serve, tests/kernels_cuda/backend_check and
 # device-libs; e.g. the commit before a change, or the default options beside a build with
-# -DM3_CUDA_UNCHECKED=ON) runs the same bench latency right after, into
+# other CMake options) runs the same bench latency right after, into
 # $OUT/bench-latency-8192-baseline.json, so that before and after are measured in one run.
 # PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 700 s with
 # every step at its timeout, 800 with BASELINE: typically 320 s); batch-invariant = its op cases, the determinism

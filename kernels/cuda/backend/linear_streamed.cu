@@ -42,10 +42,6 @@
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/launch.cuh"
 
-#ifndef M3_CUDA_UNCHECKED
-#define M3_CUDA_UNCHECKED 0
-#endif
-
 namespace m3::cuda::detail {
 namespace {
 
@@ -522,48 +518,9 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHead
   mbar_arrive(sm.red_full);  // every lane, after its own stores
 }
 
-#if M3_CUDA_UNCHECKED
-// The first kPrefetchStages stages of the CTA's first unit, into L2, before the wait of
-// programmatic launch (launch.cuh): the producer's first copies then come from L2 while the ring
-// fills. Weights are never written by a kernel, so nothing here can race with the kernel before;
-// and a dense launch's units follow from the kernel's arguments alone (a grouped launch's items
-// are the routing's output, which that kernel writes: no prefetch). Lane l: row l % 16 of half
-// l / 16, one bulk prefetch each.
-constexpr int kPrefetchStages = 2;
-
-template <WeightKind F, bool kSwiglu, int TTMAX>
-__device__ __forceinline__ void prefetch_first_unit(const LinearArgs& a, int pairs) {
-  using L = StreamLayout<F, kSwiglu, TTMAX>;
-  constexpr int kTokens = StreamForm<TTMAX>::kTokens;
-  if (a.items != nullptr || a.table[0] != nullptr) return;
-  const int chunked = stream_items(a) * stream_chunks(a, kTokens);
-  if (int(blockIdx.x) >= chunked * pairs) return;
-  const StreamUnit un = stream_unit<kSwiglu, kTokens>(a, blockIdx.x, chunked);
-  if (un.item.row_count <= 0) return;
-  // Selected field by field: a half indexed at run time would put the unit in local memory.
-  const int lane = threadIdx.x & 31, r = lane & 15;
-  const bool second = lane >= 16;
-  const UnitHalf& h0 = un.half[0];
-  const UnitHalf& h1 = un.half[1];
-  const uint8_t* data = second ? h1.w.data : h0.w.data;
-  const int64_t row_bytes = second ? h1.w.row_bytes : h0.w.row_bytes;
-  const bool own_span = !kSwiglu && second;  // the SwiGLU halves share half 0's slice
-  const int n0 = own_span ? h1.n0 : h0.n0, n_limit = own_span ? h1.n_limit : h0.n_limit;
-  if (r >= n_limit - n0) return;
-  const int64_t bytes = min(row_bytes, int64_t(kPrefetchStages) * data_bytes<F>(L::kStageElems)) & ~int64_t(15);
-  if (bytes <= 0) return;
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(data + int64_t(n0 + r) * row_bytes),
-               "r"(uint32_t(bytes))
-               : "memory");
-}
-#endif  // M3_CUDA_UNCHECKED
-
 template <WeightKind F, bool kSwiglu, int TTMAX>
 __global__ void __launch_bounds__(kThreads, StreamForm<TTMAX>::kCtasPerSm)
     streamed_linear_kernel(const LinearArgs a, int pairs) {
-#if M3_CUDA_UNCHECKED
-  if (threadIdx.x >> 5 == kConsumerWarps) prefetch_first_unit<F, kSwiglu, TTMAX>(a, pairs);
-#endif
   kernel_prologue();
   using L = StreamLayout<F, kSwiglu, TTMAX>;
   constexpr int S = L::kStages;
