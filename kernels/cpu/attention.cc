@@ -157,32 +157,43 @@ __attribute__((target("avx2"))) void decode_row_avx2(KvDType dtype, const uint8_
 constexpr int kRowsAtOnce = 8;
 constexpr int kMaxRowsDim = 256;  // rows this long or shorter go eight at a time
 
+// max_dots (below) for AVX2: rows eight at a time, each head's maxima in row order.
+__attribute__((target("avx2"))) void max_dots_avx2(const float* keys, int rows, int di, const float* q, int heads,
+                                                  float* score, int64_t stride) {
+  int r = 0;
+  for (; r + kRowsAtOnce <= rows; r += kRowsAtOnce) {
+    const float* row_ptrs[kRowsAtOnce];
+    for (int i = 0; i < kRowsAtOnce; ++i) row_ptrs[i] = keys + size_t(r + i) * di;
+    for (int j = 0; j < heads; ++j) {
+      float sums[kRowsAtOnce];
+      cpu::dots_avx2<kRowsAtOnce>(q + size_t(j) * di, row_ptrs, di, sums);
+      for (int i = 0; i < kRowsAtOnce; ++i) score[j * stride] = std::max(score[j * stride], sums[i]);
+    }
+  }
+  for (; r < rows; ++r)
+    for (int j = 0; j < heads; ++j)
+      score[j * stride] = std::max(score[j * stride], cpu::dot_avx2(q + size_t(j) * di, keys + size_t(r) * di, di));
+}
+
 __attribute__((target("avx2"))) void index_rows_avx2(const KvLayerView& cache, int64_t phys, int rows,
                                                     const uint8_t* next, const float* q, int heads, float* key,
                                                     float* score, int64_t stride) {
   const int di = cache.index_dim, bs = cache.block_size;
+  auto decode = [&](int r, float* out) {
+    prefetch_slice(next, cache.index_slot_bytes(), r, bs);
+    decode_row_avx2(cache.index_dtype, cache.index_row(phys, r), cache.index_row_scales(phys, r), di, true, out);
+  };
   int r = 0;
   if (di <= kMaxRowsDim) {
     alignas(32) float keys[kRowsAtOnce * kMaxRowsDim];
-    const float* row_ptrs[kRowsAtOnce];
-    for (int i = 0; i < kRowsAtOnce; ++i) row_ptrs[i] = keys + i * di;
     for (; r + kRowsAtOnce <= rows; r += kRowsAtOnce) {
-      for (int i = 0; i < kRowsAtOnce; ++i) {
-        prefetch_slice(next, cache.index_slot_bytes(), r + i, bs);
-        decode_row_avx2(cache.index_dtype, cache.index_row(phys, r + i), cache.index_row_scales(phys, r + i), di,
-                        true, keys + i * di);
-      }
-      for (int j = 0; j < heads; ++j) {
-        float sums[kRowsAtOnce];
-        cpu::dots_avx2<kRowsAtOnce>(q + size_t(j) * di, row_ptrs, di, sums);
-        for (int i = 0; i < kRowsAtOnce; ++i) score[j * stride] = std::max(score[j * stride], sums[i]);
-      }
+      for (int i = 0; i < kRowsAtOnce; ++i) decode(r + i, keys + i * di);
+      max_dots_avx2(keys, kRowsAtOnce, di, q, heads, score, stride);
     }
   }
   for (; r < rows; ++r) {
-    prefetch_slice(next, cache.index_slot_bytes(), r, bs);
-    decode_row_avx2(cache.index_dtype, cache.index_row(phys, r), cache.index_row_scales(phys, r), di, true, key);
-    for (int j = 0; j < heads; ++j) score[j * stride] = std::max(score[j * stride], cpu::dot_avx2(q + size_t(j) * di, key, di));
+    decode(r, key);
+    max_dots_avx2(key, 1, di, q, heads, score, stride);
   }
 }
 
@@ -233,24 +244,6 @@ void max_dots_portable(const float* keys, int rows, int di, const float* q, int 
       score[j * stride] = std::max(score[j * stride], cpu::dot_portable(q + size_t(j) * di, keys + size_t(r) * di, di));
 }
 
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) void max_dots_avx2(const float* keys, int rows, int di, const float* q, int heads,
-                                                  float* score, int64_t stride) {
-  int r = 0;
-  for (; r + kRowsAtOnce <= rows; r += kRowsAtOnce) {
-    const float* row_ptrs[kRowsAtOnce];
-    for (int i = 0; i < kRowsAtOnce; ++i) row_ptrs[i] = keys + size_t(r + i) * di;
-    for (int j = 0; j < heads; ++j) {
-      float sums[kRowsAtOnce];
-      cpu::dots_avx2<kRowsAtOnce>(q + size_t(j) * di, row_ptrs, di, sums);
-      for (int i = 0; i < kRowsAtOnce; ++i) score[j * stride] = std::max(score[j * stride], sums[i]);
-    }
-  }
-  for (; r < rows; ++r)
-    for (int j = 0; j < heads; ++j)
-      score[j * stride] = std::max(score[j * stride], cpu::dot_avx2(q + size_t(j) * di, keys + size_t(r) * di, di));
-}
-#endif
 
 void max_dots(const float* keys, int rows, int di, const float* q, int heads, float* score, int64_t stride) {
 #if defined(__x86_64__)
