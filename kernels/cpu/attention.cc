@@ -120,26 +120,15 @@ void decode_row_portable(KvDType dtype, const uint8_t* data, const uint8_t* scal
 }
 
 #if defined(__x86_64__)
-// The same table values as the loops below, looked up 8 at a time: the 16 values of a group's
-// scale sit in two registers (codes 0-7, 8-15); a code's low 3 bits pick the lane, bit 3 the
-// register.
+// The same table values as the loops below, a group's 16 (its scale's row of the table) at a time.
 __attribute__((target("avx2"))) void nvfp4_row_avx2(const float* table, const uint8_t* data,
                                                     const uint8_t* scales, int dim, float* out) {
   for (int g = 0; g < dim / kNvfp4Group; ++g) {
     const float* t = table + scales[g] * 16;
-    const __m256 low_codes = _mm256_loadu_ps(t), high_codes = _mm256_loadu_ps(t + 8);
-    // 8 bytes = 16 codes: element 2j is the low nibble of byte j, 2j+1 the high one.
-    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(data + g * kNvfp4Group / 2));
-    const __m128i lo = _mm_and_si128(bytes, _mm_set1_epi8(0x0f));
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0f));
-    const __m128i codes = _mm_unpacklo_epi8(lo, hi);
-    for (int half = 0; half < 2; ++half) {
-      const __m256i idx = _mm256_cvtepu8_epi32(half ? _mm_srli_si128(codes, 8) : codes);
-      const __m256 a = _mm256_permutevar8x32_ps(low_codes, idx);
-      const __m256 b = _mm256_permutevar8x32_ps(high_codes, idx);
-      const __m256 bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));
-      _mm256_storeu_ps(out + g * kNvfp4Group + 8 * half, _mm256_blendv_ps(a, b, bit3));
-    }
+    __m256 v[2];
+    cpu::nvfp4_group_lookup_avx2(data + g * kNvfp4Group / 2, _mm256_loadu_ps(t), _mm256_loadu_ps(t + 8), v);
+    _mm256_storeu_ps(out + g * kNvfp4Group, v[0]);
+    _mm256_storeu_ps(out + g * kNvfp4Group + 8, v[1]);
   }
 }
 
@@ -234,7 +223,6 @@ __attribute__((target("avx2"))) void attention_rows_avx2(const KvLayerView& cach
 }
 #endif
 
-
 // score[j * stride] = max(score[j * stride], dot(q_j, key_r)) over rows r < rows in order, for the
 // heads j of q [heads, di] and keys [rows, di]: a block's score for one query.
 void max_dots_portable(const float* keys, int rows, int di, const float* q, int heads, float* score,
@@ -243,7 +231,6 @@ void max_dots_portable(const float* keys, int rows, int di, const float* q, int 
     for (int j = 0; j < heads; ++j)
       score[j * stride] = std::max(score[j * stride], cpu::dot_portable(q + size_t(j) * di, keys + size_t(r) * di, di));
 }
-
 
 void max_dots(const float* keys, int rows, int di, const float* q, int heads, float* score, int64_t stride) {
 #if defined(__x86_64__)

@@ -45,7 +45,8 @@ __attribute__((target("avx2,f16c"))) void mxfp8_row(const uint8_t* codes, const 
   if (i < n) mxfp8_row_to_f32(codes + i, scales + i / kMxfp8Block, n - i, dst + i);
 }
 
-// E2M1 through two in-register 8-entry tables (codes 0-7 positive, 8-15 negative).
+// E2M1 through the 16-entry table in two registers (codes 0-7 positive, 8-15 negative), times the
+// group scale.
 __attribute__((target("avx2"))) void nvfp4_row(const uint8_t* packed, const uint8_t* scales, int64_t n,
                                                float* dst, float divisor) {
   const auto& e2m1 = e2m1_table();
@@ -57,19 +58,12 @@ __attribute__((target("avx2"))) void nvfp4_row(const uint8_t* packed, const uint
   int64_t i = 0;
   for (; i + kNvfp4Group <= n; i += kNvfp4Group) {
     const __m256 s = _mm256_set1_ps(e4m3[scales[i / kNvfp4Group]]);
-    // 8 bytes = 16 codes: element 2j is the low nibble of byte j, 2j+1 the high one.
-    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + i / 2));
-    const __m128i lo = _mm_and_si128(bytes, _mm_set1_epi8(0x0f));
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0f));
-    const __m128i codes = _mm_unpacklo_epi8(lo, hi);  // 16 codes in element order
+    __m256 v[2];
+    cpu::nvfp4_group_lookup_avx2(packed + i / 2, lo_table, hi_table, v);
     for (int half = 0; half < 2; ++half) {
-      const __m256i idx = _mm256_cvtepu8_epi32(half ? _mm_srli_si128(codes, 8) : codes);
-      const __m256 pos = _mm256_permutevar8x32_ps(lo_table, idx);
-      const __m256 neg = _mm256_permutevar8x32_ps(hi_table, idx);
-      const __m256 is_neg = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));  // bit 3 -> sign bit
-      __m256 v = _mm256_mul_ps(_mm256_blendv_ps(pos, neg, is_neg), s);
-      if (divides) v = _mm256_div_ps(v, div);
-      _mm256_storeu_ps(dst + i + 8 * half, v);
+      v[half] = _mm256_mul_ps(v[half], s);
+      if (divides) v[half] = _mm256_div_ps(v[half], div);
+      _mm256_storeu_ps(dst + i + 8 * half, v[half]);
     }
   }
   if (i < n) nvfp4_row_to_f32(packed + i / 2, scales + i / kNvfp4Group, n - i, dst + i, divisor);

@@ -4,6 +4,9 @@
 // the same final reduction. So a result depends on neither the machine nor the batch.
 #pragma once
 #include <cstdint>
+#include <cstring>
+
+#include "formats/bf16.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -95,9 +98,24 @@ __attribute__((target("avx2"))) inline void bf16_to_f32_avx2(const void* src, in
   }
   for (; i < n; ++i) {
     uint16_t h;
-    __builtin_memcpy(&h, bytes + 2 * i, 2);
-    const uint32_t u = uint32_t(h) << 16;
-    __builtin_memcpy(dst + i, &u, 4);
+    std::memcpy(&h, bytes + 2 * i, 2);
+    dst[i] = bf16_decode(h);
+  }
+}
+
+// One NVFP4 group's 16 codes (8 bytes: element 2j is the low nibble of byte j, 2j+1 the high one)
+// looked up in a 16-entry table held in two registers (entries 0-7 in `low`, 8-15 in `high`): a
+// code's low 3 bits pick the lane, bit 3 the register. out[0]: elements 0-7, out[1]: 8-15.
+__attribute__((target("avx2"))) inline void nvfp4_group_lookup_avx2(const uint8_t* codes8, __m256 low, __m256 high,
+                                                                   __m256 out[2]) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes8));
+  const __m128i lo = _mm_and_si128(bytes, _mm_set1_epi8(0x0f));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0f));
+  const __m128i codes = _mm_unpacklo_epi8(lo, hi);  // 16 codes in element order
+  for (int half = 0; half < 2; ++half) {
+    const __m256i idx = _mm256_cvtepu8_epi32(half ? _mm_srli_si128(codes, 8) : codes);
+    const __m256 bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));
+    out[half] = _mm256_blendv_ps(_mm256_permutevar8x32_ps(low, idx), _mm256_permutevar8x32_ps(high, idx), bit3);
   }
 }
 

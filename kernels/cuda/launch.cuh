@@ -11,8 +11,7 @@
 //
 // The rule that keeps it exact: every kernel of kernels/cuda is launched through launch_kernel()
 // (or carries the attribute through add_programmatic_launch) and calls kernel_prologue() before it
-// touches global memory that a kernel may write, so nothing it reads or writes can race with the
-// kernel before it;
+// touches global memory, so nothing it reads or writes can race with the kernel before it;
 // everything the kernel does still happens after its predecessor finished, exactly as without
 // PDL. Only the scheduling overlaps. A kernel launched the ordinary way (library kernels such as
 // cuBLASLt's, grids above the size limit below) starts after its predecessor completes, as always;

@@ -248,9 +248,9 @@ void add_linear_cases(CaseList& cases, bool quick) {
       // A prefill-sized problem: 16 row tiles of the wgmma kernel, several K steps.
       if (!quick && n == 256) cases.push_back(std::make_unique<LinearCase>(f, n, k, 2048));
     }
-  // The wgmma kernel's tile edges: a partial 256-feature weight tile (n 320), a K tail inside the
-  // last 64-element step (k 1056, 16.5 steps: the 4-stage ring wraps four times) and a last item
-  // of 60 rows (700 rows), per tensor-core format.
+  // The wgmma kernel's tile edges: a partial last 128-feature weight tile (n 320), a K tail inside
+  // the last 64-element step (k 1056, 16.5 steps: the 2-stage ring wraps many times) and a last
+  // item of 60 rows (700 rows), per tensor-core format.
   if (!quick)
     for (int f : {0, 3, 5, 6, 7}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], 320, 1056, 700));
   // The attention projections' shapes in small: q, k, v, index q, index k (one 40-feature weight

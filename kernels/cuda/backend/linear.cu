@@ -15,7 +15,7 @@
 //  - wgmma (prefill-shaped, items of 128 rows; linear_wgmma.cu): 128 x 128 tiles (64 x 2 for
 //    SwiGLU), x staged by cp.async, weight chunks expanded into a swizzled bf16 shared tile,
 //    Hopper warpgroup MMAs from shared memory. (A warp-specialised 128 x 256 version measured
-//    25-30% slower on an H100 in session 26: docs/gpu-backend-notes.md.)
+//    25-35% slower on an H100 in session 26: docs/gpu-backend-notes.md.)
 // Weights that cannot be expanded exactly to bf16 (f32, f16, fp8 with 128x128 block scales) or
 // whose rows are not 16-byte chunks take an exact fp32 SIMT kernel (fixtures, odd shapes).
 #include <cooperative_groups.h>

@@ -196,7 +196,6 @@ __global__ void __launch_bounds__(kRouterThreads, 3) router_tiled_kernel(const M
   }
 }
 
-
 // One warp, one token: sigmoid, biased top-k, normalised weights, choices sorted by expert id,
 // per-held-expert counts (the atomic's old value is the choice's rank inside its expert; -1 for
 // an expert held elsewhere). `buf` is the warp's 2 x num_experts floats of shared memory. The
