@@ -7,9 +7,11 @@
 //           64-token tile (16 tokens each) and merge their online-softmax states at the end.
 //           (Rows alone over an NVFP4 cache run sparse_rows.cu's wgmma kernel instead; this walk
 //           serves bf16 and fp8 caches, the fallback of groups and the timing probe.)
-//   sparse, a group (2-4 rows of one sequence: draft tokens, prefill): one CTA per (group, KV
-//           head, part of the union of the rows' selected blocks); warp w owns row w and walks
-//           the tiles its row selected, so a block several rows selected is read once.
+//   sparse, a group (2-4 rows of one sequence: prefill): one CTA per (group, KV head, part of
+//           the union of the rows' selected blocks, sparse_union.cuh); warp w owns row w and
+//           walks the tiles its row selected, so a block several rows selected is read once.
+//           (Groups over an NVFP4 cache run sparse_groups.cu's wgmma kernel instead, but under
+//           the timing probe.)
 //   dense:  one CTA per (<= 4 rows of one sequence, KV head, block range); warp w owns row w and
 //           walks every tile, so a tile is staged once for 4 rows.
 // Splits write unnormalised partials (O, running max, normaliser) that combine_kernel merges.
@@ -21,6 +23,7 @@
 
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/sparse_union.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -51,21 +54,6 @@ struct AttnConfig {
   static constexpr int kSmemBytes = (kQApart ? kQBytes : 0) + kListBytes + kTableBytes +
                                     (kTileArea > kScratchBytes ? kTileArea : kScratchBytes);
 };
-
-// Ascending sort of n (a power of two <= kMaxGroupCandidates) keys in shared memory by the CTA.
-__device__ __forceinline__ void block_bitonic_sort(int* keys, int n) {
-  for (int size = 2; size <= n; size <<= 1)
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      __syncthreads();
-      for (int i = threadIdx.x; i < n / 2; i += kThreads) {
-        const int lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
-        const bool up = (lo & size) == 0;
-        const int a = keys[lo], b = keys[hi];
-        if ((a > b) == up) keys[lo] = b, keys[hi] = a;
-      }
-    }
-  __syncthreads();
-}
 
 // One warp's pass over `NT` n-tiles (8 tokens each) of the K/V tiles, rows = its 16 heads.
 // s_max (sparse only): the 4 warps of a row exchange their tile maxima through it, so all of them
@@ -224,69 +212,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
       slot_begin = w.begin, slot_end = w.end;
     } else {
       slot_begin = int(int64_t(a.topk) * w.begin / w.end), slot_end = int(int64_t(a.topk) * (w.begin + 1) / w.end);
-      // Candidates (block << 2 | row) of the rows' visible selected blocks, sorted: equal blocks
-      // become runs of at most 4 keys, one per row that selected the block.
-      const int n_cand = nrows * a.topk;
-      int n_sort = 2;
-      while (n_sort < n_cand) n_sort <<= 1;
-      for (int c = tid; c < n_sort; c += kThreads) {
-        int key = 0x7fffffff;
-        if (c < n_cand) {
-          const int r = c / a.topk, j = c % a.topk;
-          const int b = a.selection[(int64_t(row0 + r) * hkv + kv) * a.topk + j];
-          if (b >= 0 && b * bs <= a.step.positions[row0 + r]) key = b << 2 | r;
-        }
-        cand[c] = key;
-      }
-      block_bitonic_sort(cand, n_sort);
-      if (warp == 0) {
-        // The union in ascending block order: run heads keep their block and the OR of the run's
-        // rows; the warp compacts them 32 candidates at a time.
-        int n_union = 0, n_valid = 0;
-        for (int c0 = 0; c0 < n_sort; c0 += 32) {
-          const int c = c0 + lane;
-          const int key = c < n_sort ? cand[c] : 0x7fffffff;
-          const bool head = key != 0x7fffffff && (c == 0 || (cand[c - 1] >> 2) != (key >> 2));
-          int mask = 0;
-          if (head)
-            for (int k = c; k < n_sort && k < c + kSparseGroupRows && (cand[k] >> 2) == (key >> 2); ++k)
-              mask |= 1 << (cand[k] & 3);
-          int total;
-          const int at = n_union + warp_exclusive_scan(head ? 1 : 0, total);
-          n_valid += __popc(__ballot_sync(0xffffffffu, key != 0x7fffffff));
-          if (head) {
-            union_mask[at] = mask;
-            union_phys[at] = key >> 2;  // block id for now
-          }
-          n_union += total;
-        }
-        __syncwarp();
-        const bool shared = 4 * (n_valid - n_union) > n_valid;
-        if (shared) {
-          // This CTA's part of the union, and its tiles: a block's tiles up to the last visible key
-          // of the latest row that selected it.
-          const int u_begin = int(int64_t(n_union) * w.begin / w.end), u_end = int(int64_t(n_union) * (w.begin + 1) / w.end);
-          int n_tiles = 0;
-          for (int u0 = u_begin; u0 < u_end; u0 += 32) {
-            const int u = u0 + lane;
-            int count = 0;
-            if (u < u_end) {
-              const int b = union_phys[u];
-              const int last_row = 31 - __clz(union_mask[u]);
-              count = min(tiles_per_block, (a.step.positions[row0 + last_row] - b * bs) / kTileTokens + 1);
-              cand[u] = b;
-              union_phys[u] = pages[b];
-            }
-            int total;
-            const int at = n_tiles + warp_exclusive_scan(count, total);
-            for (int h = 0; h < count; ++h) part_tiles[at + h] = u << 2 | h;
-            n_tiles += total;
-          }
-          if (lane == 0) s_num_tiles = n_tiles;
-        }
-        if (lane == 0) s_shared_walk = shared;
-      }
-      __syncthreads();
+      // Together only when the rows share more than a quarter of their blocks: otherwise the union
+      // walk would leave most warps idle.
+      build_group_union<kThreads, 4, 3>(a, w, pages, GroupUnionLists{cand, union_phys, union_mask, part_tiles},
+                                        &s_num_tiles, &s_shared_walk);
       shared_walk = s_shared_walk;
       if (!shared_walk) walks = nrows;
     }

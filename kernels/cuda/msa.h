@@ -1,7 +1,8 @@
 // MiniMax Sparse Attention on Hopper (sm_90a): the CUDA side of the attention ops of
 // ops/attention.h (semantics there; the CPU reference in kernels/cpu/attention.h is the oracle).
 // Kernels: kv_insert.cu, indexer.cu (block scores; wgmma on fp8/nvfp4 index caches), topk.cu,
-// sparse_rows.cu (rows alone over an NVFP4 cache, wgmma), attention.cu (row groups, other KV
+// sparse_rows.cu and sparse_groups.cu (rows alone and row groups over an NVFP4 cache, wgmma; what
+// they share in sparse_nvfp4.cuh, the groups' union in sparse_union.cuh), attention.cu (other KV
 // dtypes, dense attention, the merge of splits); msa_schedule.cc builds each step's work lists,
 // msa_plan.cc uploads them and launches.
 //

@@ -52,6 +52,12 @@ __device__ __forceinline__ void wgmma_e4m3(float* d, const uint32_t (&a)[4], uin
   M3_WGMMA_OUT_32(d), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
       "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),     \
       "+f"(d[31])
+#define M3_WGMMA_OUT_128(d) \
+  M3_WGMMA_OUT_64(d), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), \
+      "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), \
+      "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), \
+      "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), \
+      "+f"(d[62]), "+f"(d[63])
 M3_WGMMA_E4M3(8, 9, "{%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1")
 M3_WGMMA_E4M3(16, 13, "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1")
 M3_WGMMA_E4M3(32, 21,
@@ -59,15 +65,25 @@ M3_WGMMA_E4M3(32, 21,
 M3_WGMMA_E4M3(64, 37,
               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
               "%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1")
+M3_WGMMA_E4M3(128, 69,
+              "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,"
+              "%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,"
+              "%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1")
 #undef M3_WGMMA_E4M3
 #undef M3_WGMMA_OUT_8
 #undef M3_WGMMA_OUT_16
 #undef M3_WGMMA_OUT_32
 #undef M3_WGMMA_OUT_64
+#undef M3_WGMMA_OUT_128
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most N committed groups of this warp's MMAs are pending (groups complete in order).
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 // Keeps the compiler from moving accumulator reads or writes across the asynchronous MMAs.
 template <int N>
 __device__ __forceinline__ void wgmma_pin(float* d) {
@@ -75,14 +91,33 @@ __device__ __forceinline__ void wgmma_pin(float* d) {
   for (int i = 0; i < N / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// D (+)= A * B for the warpgroup, m64n16k32, E4M3 inputs, fp32 accumulators, A and B in shared memory.
-__device__ __forceinline__ void wgmma_e4m3_ss16(float (&d)[8], uint64_t a, uint64_t b, bool acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "l"(a), "l"(b), "r"(int(acc)));
-}
+// D (+)= A * B for the warpgroup, m64nNk32, E4M3 inputs, fp32 accumulators, A and B in shared memory.
+// D: as wgmma_e4m3's.
+template <int N>
+__device__ __forceinline__ void wgmma_e4m3_ss(float* d, uint64_t a, uint64_t b, bool accumulate);
+
+#define M3_WGMMA_E4M3_SS(N, DREGS, ...)                                                                   \
+  template <>                                                                                              \
+  __device__ __forceinline__ void wgmma_e4m3_ss<N>(float* d, uint64_t a, uint64_t b, bool acc) {           \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #DREGS ", 0;\n"                                      \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 " __VA_ARGS__ ";\n}\n"            \
+                 : M3_WGMMA_SS_OUT_##N(d)                                                                  \
+                 : "l"(a), "l"(b), "r"(int(acc)));                                                         \
+  }
+#define M3_WGMMA_SS_OUT_16(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define M3_WGMMA_SS_OUT_64(d)                                                                                 \
+  M3_WGMMA_SS_OUT_16(d), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),     \
+      "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),     \
+      "+f"(d[31])
+M3_WGMMA_E4M3_SS(16, 10, "{%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1")
+M3_WGMMA_E4M3_SS(64, 34,
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
+                 "%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1")
+#undef M3_WGMMA_E4M3_SS
+#undef M3_WGMMA_SS_OUT_16
+#undef M3_WGMMA_SS_OUT_64
 
 // Four bf16 values (two words, element 0 in the low half of the first) to their saturating
 // round-to-nearest-even E4M3 bytes (element i in byte i): the hardware conversion, the same bytes

@@ -1,0 +1,334 @@
+// Sparse attention of a row group (2-4 query rows of one sequence: prefill chunks) over an NVFP4
+// KV cache (Q8KV4), on FP8 wgmma. One CTA (one warpgroup) per (group, KV head, part).
+//
+// The rows' selected blocks are merged into their sorted union (sparse_union.cuh). When the rows
+// share enough of them, the CTA walks its part of the union once for all rows, each 64-token tile
+// decoded once for 4 rows x 16 heads = 64 query columns (column 16r + h: row r, head h):
+//   S[64 columns][64 keys] = Q' K'^T   wgmma m64n64k32 x 4, both operands in shared memory: Q' =
+//        E4M3(q), K' the tile's keys decoded to their E4M3 view;
+//   per column the mask (keys past the row; tiles the row did not select), the running maximum
+//        and P8 = E4M3(448 exp(s - m)), packed straight into register A fragments. Warp r holds
+//        the 16 columns of row r, so the softmax needs no exchange between warps, and a warp whose
+//        row did not select the tile skips it (its P8 is zero);
+//   O[64 columns][128 dims] += P8 V'   wgmma m64n128k32 x 2, V' decoded and transposed into
+//        shared memory with its keys in the order of P8's fragments (group_vt_offset).
+// The ALUs decode while the tensor cores multiply: V' of tile i during its S, K' of tile i + 1
+// during tile i's PV (a wait for all pending MMAs each time: ptxas serialises wgmma when a wait
+// leaves some pending in this loop).
+// When the rows share few blocks the CTA walks each row alone over its part of the slots instead
+// (sparse_nvfp4.cuh's row walk): a union walk would mostly multiply masked columns.
+//
+// Numerics as the row walk's: a row meets its own tiles in ascending order, in the same 64-key
+// tiles (a tile it did not select adds exact zeros and leaves its maximum alone), so its running
+// maxima and P8 are the same; only the fp32 summation order inside the MMAs differs.
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/sparse_nvfp4.cuh"
+#include "kernels/cuda/sparse_union.cuh"
+
+namespace m3::cuda::detail {
+namespace {
+
+using namespace sparse_nvfp4;
+
+// Q' and K': 64 rows (columns / keys) x 128 bytes, K-major core matrices (wgmma_q_offset), the
+// head dimension in the order group_q_element gives.
+constexpr int kColumns = 4 * kMaxGroup;
+constexpr int kOperandBytes = 64 * kDim;
+// V'^T: per key half (32 keys) 16 dim groups of 8 dims x 2 key chunks of 16 (LBO 128 along keys,
+// SBO 272 along dims: a warp's transposed stores spread over the banks).
+constexpr int kGroupVtSbo = 272, kGroupVtHalf = 16 * kGroupVtSbo, kGroupVtBytes = 2 * kGroupVtHalf;
+// A union walk shares a tile among its rows; below 4 / 3 of a block per union entry the rows go
+// alone (the row walk's per-tile cost is about three quarters of the union walk's).
+constexpr int kShareNum = 4, kShareDen = 3;
+
+// cp.async stages of the union walk (the row walk takes sparse_nvfp4.cuh's kStages).
+constexpr int kGroupStages = 3;
+
+constexpr int kListBytes = (3 * kMaxGroupCandidates + kMaxGroupCandidates * kMaxTilesPerBlock) * 4;
+constexpr int kStageArea = (kGroupStages > kStages ? kGroupStages : kStages) * kStageBytes;
+constexpr int kSmemBytes = kTableBytes + 2 * kOperandBytes + kGroupVtBytes + kStageArea + kListBytes;
+// The row walk's areas alias the union walk's: its q tile the Q' area, its V'^T and P8^T the K'
+// and V'^T areas, its tile lists the union's tile list.
+static_assert(kQBytes <= kOperandBytes && kVtBytes + kPtBytes <= kOperandBytes + kGroupVtBytes &&
+                  kListInts <= kMaxGroupCandidates * kMaxTilesPerBlock,
+              "sparse_groups: the row walk's shared memory must fit the union walk's");
+
+// Logical byte p of a Q' / K' row holds this head-dimension element: thread t's decode of key
+// words s = 0..3 (elements 32t + 8s ..) lands at p = 32s + 8t .., so that a warp's 8-byte
+// stores fill all 32 banks.
+__device__ __forceinline__ int group_q_element(int p) { return 32 * ((p >> 3) & 3) + 8 * (p >> 5) + (p & 7); }
+
+__device__ __forceinline__ int operand_offset(int row, int p) { return wgmma_q_offset(row, p); }
+
+// V'^T position of (dim, logical key k of a tile): key half k >> 5, and inside it the order of
+// P8's A fragments (thread t's bytes 4t..4t+3 and 16+4t.. of a k32 step hold its accumulator
+// columns 2t, 2t+1, 8+2t, 9+2t and 16 + the same), so logical k = 32ks + 16h + 4t + i holds key
+// 32ks + 16h + 8(i >> 1) + 2t + (i & 1).
+__device__ __forceinline__ int group_vt_offset(int dim, int ks, int h, int t) {
+  return ks * kGroupVtHalf + (dim >> 3) * kGroupVtSbo + h * 128 + (dim & 7) * 16 + 4 * t;
+}
+
+// K' of a staged tile: keys 16w + g and + 8 of warp w, lane (g, t).
+__device__ __forceinline__ void decode_keys(const uint8_t* staged, const uint2* table, uint8_t* kt) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = warp * 16 + g + 8 * half;
+    const uint4 x = *reinterpret_cast<const uint4*>(staged + key * 64 + 16 * t);
+    const uint32_t words[4] = {x.x, x.y, x.z, x.w};
+    const uint16_t sc = *reinterpret_cast<const uint16_t*>(staged + kScaleOffset + key * 8 + 2 * t);
+    const uint2 tab[2] = {table[sc & 0xff], table[sc >> 8]};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint2 e;
+      nvfp4_word_to_e4m3(words[s], tab[s >> 1], e.x, e.y);
+      *reinterpret_cast<uint2*>(kt + operand_offset(key, 32 * s + 8 * t)) = e;
+    }
+  }
+}
+
+// V'^T of a staged tile: two units of 4 keys x 8 dims per thread.
+__device__ __forceinline__ void decode_values(const uint8_t* staged, const uint2* table, uint8_t* vt) {
+  const uint8_t* v = staged + kHalfBytes;
+#pragma unroll
+  for (int unit = 0; unit < 2; ++unit) {
+    const int u = threadIdx.x + kThreads * unit, dg = u & 15, q = u >> 4;
+    const int ks = q >> 3, h = (q >> 2) & 1, tq = q & 3;
+    const int key0 = 32 * ks + 16 * h + 2 * tq;
+    uint32_t lo[4], hi[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int key = key0 + 8 * (i >> 1) + (i & 1);
+      const uint32_t x = *reinterpret_cast<const uint32_t*>(v + key * (kDim / 2) + 4 * dg);
+      const uint8_t sc = v[kScaleOffset + key * (kDim / 16) + (dg >> 1)];
+      nvfp4_word_to_e4m3(x, table[sc], lo[i], hi[i]);
+    }
+    uint32_t cols[4];
+    transpose4x4(lo, cols);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) *reinterpret_cast<uint32_t*>(vt + group_vt_offset(8 * dg + j, ks, h, tq)) = cols[j];
+    transpose4x4(hi, cols);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) *reinterpret_cast<uint32_t*>(vt + group_vt_offset(8 * dg + 4 + j, ks, h, tq)) = cols[j];
+  }
+}
+
+// Two probabilities to E4M3 bytes, the first in the low byte.
+__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
+  uint16_t e;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(e) : "f"(hi), "f"(lo));
+  return e;
+}
+
+struct GroupSmem {
+  const uint2* table;
+  uint8_t* q;       // kOperandBytes
+  uint8_t* kt;      // kOperandBytes
+  uint8_t* vt;      // kGroupVtBytes
+  uint8_t* stages;  // kStageArea
+};
+
+__device__ __forceinline__ void union_walk(const AttentionArgs& a, const SparseWork& w, const GroupUnionLists& ul,
+                                           int num_tiles, const GroupSmem& sm) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int hkv = a.cache.num_kv_heads, group = a.num_q_heads / hkv;
+  const int tiles_per_block = a.cache.block_size / kTileTokens;
+  const int row0 = w.row, nrows = w.row_count, kv = w.kv_head;
+  auto issue = [&](int i) {
+    const int e = i < num_tiles ? ul.tiles[i] : 0;
+    issue_tile(a, kv, sm.stages + (i % kGroupStages) * kStageBytes, i < num_tiles,
+               ul.block[e >> 2] * tiles_per_block + (e & 3), ul.phys[e >> 2]);
+  };
+#pragma unroll
+  for (int s = 0; s < kGroupStages; ++s) issue(s);
+
+  // Q': rows past the group's and heads past the GQA group are zero columns.
+  for (int idx = tid; idx < kColumns * (kDim / 4); idx += kThreads) {
+    const int n = idx / (kDim / 4), p4 = (idx % (kDim / 4)) * 4, r = n >> 4, h = n & 15;
+    uint32_t v = 0;
+    if (r < nrows && h < group)
+      v = load_act4_e4m3(a.q, a.q_kind, (int64_t(row0 + r) * a.num_q_heads + kv * group + h) * kDim + group_q_element(p4));
+    *reinterpret_cast<uint32_t*>(sm.q + operand_offset(n, p4)) = v;
+  }
+  if (num_tiles > 0) {
+    cp_async_wait<kGroupStages - 1>();
+    __syncthreads();  // tile 0 (and the table) landed
+    decode_keys(sm.stages, sm.table, sm.kt);
+  }
+  fence_async_shared();
+  __syncthreads();
+
+  uint64_t qdesc[kDim / 32];
+#pragma unroll
+  for (int s = 0; s < kDim / 32; ++s) qdesc[s] = wgmma_desc(sm.q + 2 * s * kQCoreK, kQCoreK, kQCoreN);
+  const float c2 = a.sm_scale * kLog2e;
+  const int my_pos = warp < nrows ? a.step.positions[row0 + warp] : -1;
+  // This thread's columns: heads g (h = 0) and g + 8 (h = 1) of row `warp`; its keys of a tile:
+  // 8j + 2t + c. sd[4j + 2h + c] is (column h, key 8j + 2t + c); o[4j + 2h + c] (column h, dim
+  // 8j + 2t + c).
+  float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.0f, 0.0f};
+  float o[64];
+#pragma unroll
+  for (int c = 0; c < 64; ++c) o[c] = 0.0f;
+  uint32_t pa[2][4];
+
+  for (int i = 0; i < num_tiles; ++i) {
+    // K' of tile i is in place and visible; V'^T is free.
+    float sd[32];
+#pragma unroll
+    for (int c = 0; c < 32; ++c) sd[c] = 0.0f;
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < kDim / 32; ++s)
+      wgmma_e4m3_ss<64>(sd, qdesc[s], wgmma_desc(sm.kt + 2 * s * kQCoreK, kQCoreK, kQCoreN), s > 0);
+    wgmma_commit();
+    const uint8_t* staged = sm.stages + (i % kGroupStages) * kStageBytes;
+    decode_values(staged, sm.table, sm.vt);
+    cp_async_wait<kGroupStages - 2>();  // tile i + 1 landed (this thread's copies)
+    fence_async_shared();
+    wgmma_wait_all();
+    wgmma_pin<64>(sd);
+
+    const int e = ul.tiles[i];
+    const int key_pos0 = (ul.block[e >> 2] * tiles_per_block + (e & 3)) * kTileTokens;
+    const bool active = (ul.rows[e >> 2] >> warp & 1) && key_pos0 <= my_pos;  // the same for the warp
+    if (active) {
+      if (key_pos0 + kTileTokens - 1 > my_pos) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int c = 0; c < 2; ++c)
+            if (key_pos0 + 8 * j + 2 * t + c > my_pos) sd[4 * j + c] = sd[4 * j + 2 + c] = -INFINITY;
+      }
+      float bias[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float m = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) m = fmaxf(m, fmaxf(sd[4 * j + 2 * h], sd[4 * j + 2 * h + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        const float m_new = fmaxf(m_run[h], m);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        if (m_new > m_run[h]) {  // alpha is exactly 1 otherwise
+          const float alpha = ex2_approx((m_run[h] - m_use) * c2);
+          l_part[h] *= alpha;
+#pragma unroll
+          for (int j = 0; j < 16; ++j) o[4 * j + 2 * h] *= alpha, o[4 * j + 2 * h + 1] *= alpha;
+          m_run[h] = m_new;
+        }
+        bias[h] = fmaf(-m_use, c2, kLog2_448);
+      }
+      // P8 (the normaliser takes the unquantised values) into the A fragments of the two k32
+      // steps: pa[ks][h] keys 32ks + {2t, 2t+1, 8+2t, 9+2t}, pa[ks][2 + h] the same + 16.
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float p[4];
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                const int j = 4 * ks + 2 * hi + jj;
+                p[2 * jj + c] = ex2_approx(fmaf(sd[4 * j + 2 * h + c], c2, bias[h]));
+                l_part[h] += p[2 * jj + c];
+              }
+            pa[ks][2 * hi + h] = e4m3x2(p[0], p[1]) | e4m3x2(p[2], p[3]) << 16;
+          }
+    } else {
+#pragma unroll
+      for (int k = 0; k < 2; ++k)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) pa[k][r] = 0u;
+    }
+    __syncthreads();  // V'^T written, tile i + 1 staged, every warp past S (K' is free)
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks)
+      wgmma_e4m3<128>(o, pa[ks], wgmma_desc(sm.vt + ks * kGroupVtHalf, 128, kGroupVtSbo), true);
+    wgmma_commit();
+    issue(i + kGroupStages);  // into tile i's stage, decoded by now
+    if (i + 1 < num_tiles) decode_keys(sm.stages + ((i + 1) % kGroupStages) * kStageBytes, sm.table, sm.kt);
+    fence_async_shared();
+    wgmma_wait_all();
+    wgmma_pin<128>(o);
+    __syncthreads();  // K' of tile i + 1 written; every warp's PV is done with V'^T
+  }
+  cp_async_wait<0>();
+
+  if (warp >= nrows) return;
+  const int row = row0 + warp;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = l_part[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int head = g + 8 * h;
+    const float m = m_run[h];
+    if (w.partial >= 0) {
+      const int64_t p = (int64_t(w.partial) + int64_t(warp) * w.partial_stride) * kMaxGroup + head;
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+        *reinterpret_cast<float2*>(a.partial_o + p * kDim + 8 * j + 2 * t) = make_float2(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
+      if (t == 0) store_partial_ml(a, p, m, l);
+    } else if (head < group) {
+      const int64_t out_head = int64_t(row) * a.num_q_heads + kv * group + head;
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+        *reinterpret_cast<uint32_t*>(a.out + out_head * kDim + 8 * j + 2 * t) =
+            pack2<true>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      if (a.lse && t == 0) a.lse[out_head] = q8kv4_lse(m, l, a.sm_scale);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) sparse_groups_kernel(const AttentionArgs a) {
+  kernel_prologue();
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ int s_num_tiles, s_shared;
+  uint2* table = reinterpret_cast<uint2*>(smem);
+  uint8_t* q = smem + kTableBytes;
+  uint8_t* kt = q + kOperandBytes;
+  uint8_t* vt = kt + kOperandBytes;
+  uint8_t* stages = vt + kGroupVtBytes;
+  int* lists = reinterpret_cast<int*>(stages + kStageArea);
+  const GroupUnionLists ul{lists, lists + kMaxGroupCandidates, lists + 2 * kMaxGroupCandidates,
+                           lists + 3 * kMaxGroupCandidates};
+
+  if (a.device_num_work != nullptr && int(blockIdx.x) >= *a.device_num_work) return;  // graph mode surplus
+  const SparseWork w = static_cast<const SparseWork*>(a.work)[blockIdx.x];
+  const int32_t* pages = a.step.page_table + int64_t(a.step.token_seq[w.row]) * a.step.pages_per_seq;
+  // Requested now; the walk's first commit covers these copies.
+  for (int c = threadIdx.x; c < 128; c += kThreads) cp_async16(table + 2 * c, a.e4m3_table + 2 * c);
+  if (build_group_union<kThreads, kShareNum, kShareDen>(a, w, pages, ul, &s_num_tiles, &s_shared)) {
+    union_walk(a, w, ul, s_num_tiles, GroupSmem{table, q, kt, vt, stages});
+    return;
+  }
+  const int slot_begin = int(int64_t(a.topk) * w.begin / w.end), slot_end = int(int64_t(a.topk) * (w.begin + 1) / w.end);
+  const RowWalkSmem rs{q, table, kt, kt + kVtBytes, stages, ul.tiles};
+  for (int r = 0; r < w.row_count; ++r) {
+    if (r > 0) __syncthreads();  // the previous walk is done with the shared memory
+    row_walk(a, rs, w.row + r, w.kv_head, slot_begin, slot_end, w.partial < 0 ? -1 : w.partial + r * w.partial_stride);
+  }
+}
+
+}  // namespace
+
+cudaError_t init_sparse_groups_kernel() {
+  return cudaFuncSetAttribute(sparse_groups_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+}
+
+int sparse_groups_ctas_per_sm() { return ctas_per_sm(sparse_groups_kernel, kSmemBytes); }
+
+cudaError_t launch_sparse_groups(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.num_work == 0) return cudaSuccess;
+  if (a.cache.kv_dtype != KvDType::kNVFP4) return cudaErrorInvalidValue;
+  launch_kernel(sparse_groups_kernel, a.num_work, kThreads, kSmemBytes, stream, a);
+  return cudaGetLastError();
+}
+
+}  // namespace m3::cuda::detail
