@@ -63,10 +63,10 @@ if has prepare; then
   # libraries apart.
   XZ_OPT=-9e tar cJf "$dir/device-pack-bin.txz" -C "$pack" bin tests
   XZ_OPT=-9e tar cJf "$dir/device-pack-libs.txz" -C "$pack" device-libs
-  # The same binaries as a BASELINE for scripts/gpu-session-check.sh (m3serve and backend_check
-  # beside their libraries): another build, e.g. the commit before a change or the default options
-  # beside a build with other options, measured in the same device call.
-  rm -rf "$pack/tests/kernels_cuda/backend_ops" "$pack/tests/parallel" "$pack"/tests/kernels_cuda/{weight_decode_check,msa_bench}
+  # The same binaries as a BASELINE for scripts/gpu-session-check.sh (m3serve, backend_check and
+  # msa_bench beside their libraries): another build, e.g. the commit before a change or the default
+  # options beside a build with other options, measured in the same device call.
+  rm -rf "$pack/tests/kernels_cuda/backend_ops" "$pack/tests/parallel" "$pack"/tests/kernels_cuda/weight_decode_check
   XZ_OPT=-9e tar cJf "$dir/baseline-pack.txz" -C "$pack" bin tests device-libs
   rm -rf "$pack"
   ls -la "$dir/device-libs" "$dir"/device-pack-*.txz "$dir/baseline-pack.txz"

@@ -16,8 +16,10 @@
 # PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 700 s with
 # every step at its timeout, 800 with BASELINE: typically 320 s); batch-invariant = its op cases, the determinism
 # suite and the cost (at most about 430 s); msa = the MSA kernels alone: their op cases, the
-# msa_bench suites of issue 19 item 2 (targets, decode) and an Nsight Compute profile of one
-# targets case per kernel (MSA_NCU_CASES, default "1,64,131072 8,8,131072"; at most about 560 s); linear =
+# msa_bench suites of issue 19 item 2 (targets, decode, prefill; prefill also from BASELINE's
+# msa_bench when its pack has one) and an Nsight Compute profile of one
+# targets case per kernel (MSA_NCU_CASES, default "1,64,131072 8,8,131072"; at most about 560 s, 60 more with a
+# BASELINE); linear =
 # backend_check bench --only linear and --only moe (at most 240 s; LINEAR_NCU=1 adds ncu of the streamed kernel: stall reasons per SASS instruction, 250 s). Each part fits one 600 s
 # device call; PARTS="main batch-invariant" runs both in one call when the time allows. speculative =
 # the drafter's op cases, verification steps from CUDA graphs, both drafters on cuda against plain
@@ -86,6 +88,18 @@ if part msa; then
     echo "msa_bench decode --quick rc $?" >> $L/m-summary.txt
     timeout 60 $P/tests/kernels_cuda/msa_bench --suite prefill --quick > $OUT/msa-bench-prefill.log 2>&1
     echo "msa_bench prefill --quick rc $?" >> $L/m-summary.txt
+    grep '^prefill_' $OUT/msa-bench-prefill.log >> $L/m-summary.txt
+    # The same prefill suite from BASELINE's msa_bench (a pack made since session 27 carries it):
+    # the before/after of the prefill kernels in one call.
+    if [[ -n "${BASELINE:-}" ]]; then
+      python3 -c "import tarfile; tarfile.open('$BASELINE/baseline-pack.txz').extractall('$BASELINE')"
+      if [[ -x $BASELINE/tests/kernels_cuda/msa_bench ]]; then
+        LD_LIBRARY_PATH=$PWD/$BASELINE/device-libs:/usr/local/cuda/lib64 timeout 60 \
+          $BASELINE/tests/kernels_cuda/msa_bench --suite prefill --quick > $OUT/msa-bench-prefill-baseline.log 2>&1
+        echo "baseline msa_bench prefill --quick rc $?" >> $L/m-summary.txt
+        grep '^prefill_' $OUT/msa-bench-prefill-baseline.log >> $L/m-summary.txt
+      fi
+    fi
     timeout 30 $P/tests/kernels_cuda/msa_bench --fp8-mma-probe >> $L/m-summary.txt 2>&1
     # The MSA kernels' machine code, for counting instructions per tile here.
     command -v cuobjdump > /dev/null &&
