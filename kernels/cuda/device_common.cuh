@@ -104,12 +104,18 @@ __device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
   return pack2<true>(f.x, f.y);
 }
 
-// Saturating round-to-nearest-even E4M3 of (lo, hi) returned as an fp16 pair: the probability
-// path's P8 = E4M3(448 p) (docs/reference.md 3.2, cvt.satfinite as in production).
-__device__ __forceinline__ uint32_t f32x2_to_e4m3_as_f16x2(float lo, float hi) {
+// Saturating round-to-nearest-even E4M3 bytes of (lo, hi), lo in the low byte: the hardware
+// conversion of the probability path's P8 = E4M3(448 p) (docs/reference.md 3.2, cvt.satfinite as
+// in production) and of activations cast to E4M3.
+__device__ __forceinline__ uint32_t f32x2_to_e4m3x2(float lo, float hi) {
   uint16_t e;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(e) : "f"(hi), "f"(lo));
-  return e4m3x2_to_f16x2(e);
+  return e;
+}
+
+// The same, returned as an fp16 pair.
+__device__ __forceinline__ uint32_t f32x2_to_e4m3_as_f16x2(float lo, float hi) {
+  return e4m3x2_to_f16x2(f32x2_to_e4m3x2(lo, hi));
 }
 
 __device__ __forceinline__ float ex2_approx(float x) {

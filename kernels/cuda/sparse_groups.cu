@@ -58,8 +58,6 @@ static_assert(kQBytes <= kOperandBytes && kVtBytes + kPtBytes <= kOperandBytes +
 // stores fill all 32 banks.
 __device__ __forceinline__ int group_q_element(int p) { return 32 * ((p >> 3) & 3) + 8 * (p >> 5) + (p & 7); }
 
-__device__ __forceinline__ int operand_offset(int row, int p) { return wgmma_q_offset(row, p); }
-
 // V'^T position of (dim, logical key k of a tile): key half k >> 5, and inside it the order of
 // P8's A fragments (thread t's bytes 4t..4t+3 and 16+4t.. of a k32 step hold its accumulator
 // columns 2t, 2t+1, 8+2t, 9+2t and 16 + the same), so logical k = 32ks + 16h + 4t + i holds key
@@ -82,7 +80,7 @@ __device__ __forceinline__ void decode_keys(const uint8_t* staged, const uint2* 
     for (int s = 0; s < 4; ++s) {
       uint2 e;
       nvfp4_word_to_e4m3(words[s], tab[s >> 1], e.x, e.y);
-      *reinterpret_cast<uint2*>(kt + operand_offset(key, 32 * s + 8 * t)) = e;
+      *reinterpret_cast<uint2*>(kt + wgmma_q_offset(key, 32 * s + 8 * t)) = e;
     }
   }
 }
@@ -113,13 +111,6 @@ __device__ __forceinline__ void decode_values(const uint8_t* staged, const uint2
   }
 }
 
-// Two probabilities to E4M3 bytes, the first in the low byte.
-__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
-  uint16_t e;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(e) : "f"(hi), "f"(lo));
-  return e;
-}
-
 struct GroupSmem {
   const uint2* table;
   uint8_t* q;       // kOperandBytes
@@ -148,7 +139,7 @@ __device__ __forceinline__ void union_walk(const AttentionArgs& a, const SparseW
     uint32_t v = 0;
     if (r < nrows && h < group)
       v = load_act4_e4m3(a.q, a.q_kind, (int64_t(row0 + r) * a.num_q_heads + kv * group + h) * kDim + group_q_element(p4));
-    *reinterpret_cast<uint32_t*>(sm.q + operand_offset(n, p4)) = v;
+    *reinterpret_cast<uint32_t*>(sm.q + wgmma_q_offset(n, p4)) = v;
   }
   if (num_tiles > 0) {
     cp_async_wait<kGroupStages - 1>();
@@ -236,7 +227,7 @@ __device__ __forceinline__ void union_walk(const AttentionArgs& a, const SparseW
                 p[2 * jj + c] = ex2_approx(fmaf(sd[4 * j + 2 * h + c], c2, bias[h]));
                 l_part[h] += p[2 * jj + c];
               }
-            pa[ks][2 * hi + h] = e4m3x2(p[0], p[1]) | e4m3x2(p[2], p[3]) << 16;
+            pa[ks][2 * hi + h] = f32x2_to_e4m3x2(p[0], p[1]) | f32x2_to_e4m3x2(p[2], p[3]) << 16;
           }
     } else {
 #pragma unroll

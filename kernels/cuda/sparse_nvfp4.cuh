@@ -248,8 +248,7 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
       const float p0 = ex2_approx(fmaf(sd[4 * j + c], c2, bias[hc]));
       const float p1 = ex2_approx(fmaf(sd[4 * j + 2 + c], c2, bias[hc]));
       l_part[hc] += p0 + p1;
-      uint16_t e;
-      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(e) : "f"(p1), "f"(p0));
+      const uint32_t e = f32x2_to_e4m3x2(p0, p1);
       pt[pt_offset(head, warp * 16 + g)] = uint8_t(e);
       pt[pt_offset(head, warp * 16 + 8 + g)] = uint8_t(e >> 8);
     }

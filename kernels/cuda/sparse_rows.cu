@@ -1,7 +1,8 @@
 // Sparse attention of one query row over its selected blocks, NVFP4 KV cache (Q8KV4), on FP8
 // wgmma: the decode path of MSA. One CTA (one warpgroup) per (query token, KV head, selection slot
 // range) runs sparse_nvfp4.cuh's row walk; 4 CTAs fit on a multiprocessor (about 110 registers,
-// 42 KB of shared memory). Row groups (prefill) take sparse_groups.cu, other KV dtypes attention.cu.
+// 42 KB of shared memory). Row groups (prefill) and other KV dtypes take attention.cu (NVFP4 groups
+// sparse_groups.cu in a build with M3_CUDA_UNCHECKED).
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/sparse_nvfp4.cuh"
 

@@ -125,10 +125,7 @@ M3_WGMMA_E4M3_SS(64, 34,
 __device__ __forceinline__ uint32_t bf16x4_to_e4m3x4(uint2 raw) {
   const float f0 = __uint_as_float(raw.x << 16), f1 = __uint_as_float(raw.x & 0xffff0000u);
   const float f2 = __uint_as_float(raw.y << 16), f3 = __uint_as_float(raw.y & 0xffff0000u);
-  uint16_t lo, hi;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(f1), "f"(f0));
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(f3), "f"(f2));
-  return uint32_t(lo) | uint32_t(hi) << 16;
+  return f32x2_to_e4m3x2(f0, f1) | f32x2_to_e4m3x2(f2, f3) << 16;
 }
 
 // Four consecutive activations (bf16 bits or E4M3 bytes) at element i cast to E4M3 (saturating,
