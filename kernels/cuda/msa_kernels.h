@@ -160,14 +160,14 @@ cudaError_t init_indexer_kernels();
 cudaError_t init_topk_kernels();
 cudaError_t init_attention_kernels();
 cudaError_t init_sparse_rows_kernel();
-cudaError_t init_sparse_groups_kernel();  // built with M3_CUDA_UNCHECKED only
+cudaError_t init_sparse_groups_kernel();
 
 // CTAs of the indexer / sparse attention kernel for this cache dtype that fit on one
 // multiprocessor at once (for sizing work lists to whole waves).
 int indexer_ctas_per_sm(KvDType index_dtype);
 int sparse_attention_ctas_per_sm(KvDType kv_dtype);
 int sparse_rows_ctas_per_sm();
-int sparse_groups_ctas_per_sm();  // built with M3_CUDA_UNCHECKED only
+int sparse_groups_ctas_per_sm();
 
 cudaError_t build_e4m3_table(uint2* table, cudaStream_t stream);
 cudaError_t launch_kv_insert(const KvInsertArgs& args, cudaStream_t stream);
@@ -176,8 +176,7 @@ cudaError_t launch_topk(const TopkArgs& args, cudaStream_t stream);
 cudaError_t launch_sparse_attention(const AttentionArgs& args, cudaStream_t stream);
 // Rows alone (SparseWork row_count 1) over an NVFP4 cache, on wgmma (sparse_rows.cu).
 cudaError_t launch_sparse_rows(const AttentionArgs& args, cudaStream_t stream);
-// Row groups (SparseWork row_count 2..4) over an NVFP4 cache, on wgmma (sparse_groups.cu; built with
-// M3_CUDA_UNCHECKED only, until a GPU run has checked it).
+// Row groups (SparseWork row_count 2..4) over an NVFP4 cache, on wgmma (sparse_groups.cu).
 cudaError_t launch_sparse_groups(const AttentionArgs& args, cudaStream_t stream);
 cudaError_t launch_dense_attention(const AttentionArgs& args, cudaStream_t stream);
 cudaError_t launch_combine(const CombineArgs& args, cudaStream_t stream);

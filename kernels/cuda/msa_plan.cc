@@ -97,8 +97,7 @@ struct MsaPlan::Impl {
   int num_sms = 0;
   // CTAs that run at once (SMs x CTAs per SM) of the indexer and of sparse attention, with the
   // NVFP4 caches the work lists are tuned for (other dtypes fit as many or fewer).
-  // On NVFP4 caches rows alone run sparse_rows.cu's kernel; groups attention.cu's, or with
-  // M3_CUDA_UNCHECKED sparse_groups.cu's.
+  // On NVFP4 caches rows alone run sparse_rows.cu's kernel, groups sparse_groups.cu's.
   int indexer_slots = 0, sparse_rows_slots = 0, sparse_group_slots = 0;
   int64_t generation = 0;
   cudaEvent_t upload_done = nullptr;
@@ -154,16 +153,10 @@ MsaPlan::MsaPlan(const MsaConfig& config) : impl_(std::make_unique<Impl>()) {
   check_cuda(detail::init_topk_kernels(), "top-k kernel attributes");
   check_cuda(detail::init_attention_kernels(), "attention kernel attributes");
   check_cuda(detail::init_sparse_rows_kernel(), "sparse rows kernel attributes");
-#if M3_CUDA_UNCHECKED
   check_cuda(detail::init_sparse_groups_kernel(), "sparse groups kernel attributes");
-#endif
   impl_->indexer_slots = impl_->num_sms * detail::indexer_ctas_per_sm(KvDType::kNVFP4);
   impl_->sparse_rows_slots = impl_->num_sms * detail::sparse_rows_ctas_per_sm();
-#if M3_CUDA_UNCHECKED
   impl_->sparse_group_slots = impl_->num_sms * detail::sparse_groups_ctas_per_sm();
-#else
-  impl_->sparse_group_slots = impl_->num_sms * detail::sparse_attention_ctas_per_sm(KvDType::kNVFP4);
-#endif
   check_cuda(cudaEventCreateWithFlags(&impl_->upload_done, cudaEventDisableTiming), "event");
   impl_->table.reserve(256 * sizeof(uint2), "e4m3 table");
   check_cuda(detail::build_e4m3_table(static_cast<uint2*>(impl_->table.get()), nullptr), "e4m3 table");
@@ -352,14 +345,12 @@ void MsaPlan::attention(const KvLayerView& cache, const void* q, ActDType q_dtyp
     c.work = im.meta_at<CombineWork>(im.off_sparse_combine);
     c.num_work = im.stats.combine_sparse_launch;
     c.device_num_work = im.graph ? im.meta_at<int32_t>(im.off_counts) + 4 : nullptr;
-    // The wgmma kernels on the NVFP4 cache (rows alone; groups with M3_CUDA_UNCHECKED), not under
-    // the timing probe, which times the expanding kernel; attention.cu's walks otherwise.
+    // The wgmma kernels on the NVFP4 cache, not under the timing probe, which times the expanding
+    // kernel; attention.cu's walks otherwise.
     const bool wgmma = cache.kv_dtype == KvDType::kNVFP4 && !im.probe.skip_kv_expand;
-#if M3_CUDA_UNCHECKED
     if (wgmma)
       check_cuda(detail::launch_sparse_groups(a, stream), "sparse attention launch (row groups)");
     else
-#endif
       check_cuda(detail::launch_sparse_attention(a, stream), "sparse attention launch (row groups)");
     // Rows alone.
     a.work = im.meta_at<SparseWork>(im.off_sparse_rows);

@@ -1,26 +1,28 @@
 // Sparse attention of a row group (2-4 query rows of one sequence: prefill chunks) over an NVFP4
-// KV cache (Q8KV4), on FP8 wgmma. One CTA (one warpgroup) per (group, KV head, part).
+// KV cache (Q8KV4), on wgmma. One CTA (one warpgroup) per (group, KV head, part).
 //
-// The rows' selected blocks are merged into their sorted union (sparse_union.cuh). When the rows
-// share enough of them, the CTA walks its part of the union once for all rows, each 64-token tile
-// decoded once for 4 rows x 16 heads = 64 query columns (column 16r + h: row r, head h):
-//   S[64 columns][64 keys] = Q' K'^T   wgmma m64n64k32 x 4, both operands in shared memory: Q' =
-//        E4M3(q), K' the tile's keys decoded to their E4M3 view;
+// The rows' selected blocks are merged into their sorted union (sparse_union.cuh) and the CTA walks
+// its part of the union once for all rows, each 64-token tile decoded once for 4 rows x 16 heads =
+// 64 query columns (column 16r + h: row r, head h):
+//   S[64 columns][64 keys] = Q' K'^T   wgmma m64n64k16 x 8 in fp16: Q' = E4M3(q) as register A
+//        fragments loaded once, K' the tile's keys decoded to their E4M3 view and widened to fp16
+//        (exact) in shared memory. fp16, not E4M3 MMAs: Hopper's FP8 sums keep ~13 mantissa
+//        bits, and scores that far off move P8's roundings (and the LSE of rows with few keys)
+//        outside the reference's tolerance;
 //   per column the mask (keys past the row; tiles the row did not select), the running maximum
 //        and P8 = E4M3(448 exp(s - m)), packed straight into register A fragments. Warp r holds
 //        the 16 columns of row r, so the softmax needs no exchange between warps, and a warp whose
 //        row did not select the tile skips it (its P8 is zero);
-//   O[64 columns][128 dims] += P8 V'   wgmma m64n128k32 x 2, V' decoded and transposed into
-//        shared memory with its keys in the order of P8's fragments (group_vt_offset).
+//   O[64 columns][128 dims] += P8 V'   wgmma m64n128k32 x 2 (E4M3: P8 and V' are E4M3 values),
+//        V' decoded and transposed into shared memory with its keys in the order of P8's
+//        fragments (group_vt_offset).
 // The ALUs decode while the tensor cores multiply: V' of tile i during its S, K' of tile i + 1
 // during tile i's PV (a wait for all pending MMAs each time: ptxas serialises wgmma when a wait
 // leaves some pending in this loop).
-// When the rows share few blocks the CTA walks each row alone over its part of the slots instead
-// (sparse_nvfp4.cuh's row walk): a union walk would mostly multiply masked columns.
 //
-// Numerics as the row walk's: a row meets its own tiles in ascending order, in the same 64-key
-// tiles (a tile it did not select adds exact zeros and leaves its maximum alone), so its running
-// maxima and P8 are the same; only the fp32 summation order inside the MMAs differs.
+// Numerics (ops/attention.h Q8KV4): a row meets its own tiles in ascending order, 64 keys at a
+// time (a tile it did not select adds exact zeros and leaves its maximum alone); its running
+// maximum sets P8's scale, the normaliser sums the unquantised 448 exp(.).
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/sparse_nvfp4.cuh"
 #include "kernels/cuda/sparse_union.cuh"
@@ -30,33 +32,15 @@ namespace {
 
 using namespace sparse_nvfp4;
 
-// Q' and K': 64 rows (columns / keys) x 128 bytes, K-major core matrices (wgmma_q_offset), the
-// head dimension in the order group_q_element gives.
-constexpr int kColumns = 4 * kMaxGroup;
-constexpr int kOperandBytes = 64 * kDim;
+// K': 64 keys x 128 fp16 (wgmma_f16_offset).
+constexpr int kKtBytes = 64 * kDim * 2;
 // V'^T: per key half (32 keys) 16 dim groups of 8 dims x 2 key chunks of 16 (LBO 128 along keys,
 // SBO 272 along dims: a warp's transposed stores spread over the banks).
 constexpr int kGroupVtSbo = 272, kGroupVtHalf = 16 * kGroupVtSbo, kGroupVtBytes = 2 * kGroupVtHalf;
-// A union walk shares a tile among its rows; below 4 / 3 of a block per union entry the rows go
-// alone (the row walk's per-tile cost is about three quarters of the union walk's).
-constexpr int kShareNum = 4, kShareDen = 3;
-
-// cp.async stages of the union walk (the row walk takes sparse_nvfp4.cuh's kStages).
+// cp.async stages: 3 keep two tiles in flight while one is decoded.
 constexpr int kGroupStages = 3;
-
 constexpr int kListBytes = (3 * kMaxGroupCandidates + kMaxGroupCandidates * kMaxTilesPerBlock) * 4;
-constexpr int kStageArea = (kGroupStages > kStages ? kGroupStages : kStages) * kStageBytes;
-constexpr int kSmemBytes = kTableBytes + 2 * kOperandBytes + kGroupVtBytes + kStageArea + kListBytes;
-// The row walk's areas alias the union walk's: its q tile the Q' area, its V'^T and P8^T the K'
-// and V'^T areas, its tile lists the union's tile list.
-static_assert(kQBytes <= kOperandBytes && kVtBytes + kPtBytes <= kOperandBytes + kGroupVtBytes &&
-                  kListInts <= kMaxGroupCandidates * kMaxTilesPerBlock,
-              "sparse_groups: the row walk's shared memory must fit the union walk's");
-
-// Logical byte p of a Q' / K' row holds this head-dimension element: thread t's decode of key
-// words s = 0..3 (elements 32t + 8s ..) lands at p = 32s + 8t .., so that a warp's 8-byte
-// stores fill all 32 banks.
-__device__ __forceinline__ int group_q_element(int p) { return 32 * ((p >> 3) & 3) + 8 * (p >> 5) + (p & 7); }
+constexpr int kSmemBytes = kTableBytes + kKtBytes + kGroupVtBytes + kGroupStages * kStageBytes + kListBytes;
 
 // V'^T position of (dim, logical key k of a tile): key half k >> 5, and inside it the order of
 // P8's A fragments (thread t's bytes 4t..4t+3 and 16+4t.. of a k32 step hold its accumulator
@@ -66,21 +50,25 @@ __device__ __forceinline__ int group_vt_offset(int dim, int ks, int h, int t) {
   return ks * kGroupVtHalf + (dim >> 3) * kGroupVtSbo + h * 128 + (dim & 7) * 16 + 4 * t;
 }
 
-// K' of a staged tile: keys 16w + g and + 8 of warp w, lane (g, t).
+// K' of a staged tile, as fp16 (the E4M3 view, exact).
+// Lane (kq = lane & 7, tq = lane >> 3) of warp w decodes elements 32u..32u+31 (u = (tq + kq / 2)
+// & 3) of keys 16w + kq and + 8: the 8 lanes of a quarter-warp read 16 bytes of 8 different key
+// rows in distinct banks, and write 16 bytes of 8 different rows of one core matrix column.
 __device__ __forceinline__ void decode_keys(const uint8_t* staged, const uint2* table, uint8_t* kt) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kq = lane & 7, u = ((lane >> 3) + (kq >> 1)) & 3;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int key = warp * 16 + g + 8 * half;
-    const uint4 x = *reinterpret_cast<const uint4*>(staged + key * 64 + 16 * t);
+    const int key = warp * 16 + 8 * half + kq;
+    const uint4 x = *reinterpret_cast<const uint4*>(staged + key * 64 + 16 * u);
     const uint32_t words[4] = {x.x, x.y, x.z, x.w};
-    const uint16_t sc = *reinterpret_cast<const uint16_t*>(staged + kScaleOffset + key * 8 + 2 * t);
+    const uint16_t sc = *reinterpret_cast<const uint16_t*>(staged + kScaleOffset + key * 8 + 2 * u);
     const uint2 tab[2] = {table[sc & 0xff], table[sc >> 8]};
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      uint2 e;
-      nvfp4_word_to_e4m3(words[s], tab[s >> 1], e.x, e.y);
-      *reinterpret_cast<uint2*>(kt + wgmma_q_offset(key, 32 * s + 8 * t)) = e;
+      uint32_t lo, hi;
+      nvfp4_word_to_e4m3(words[s], tab[s >> 1], lo, hi);
+      *reinterpret_cast<uint4*>(kt + wgmma_f16_offset(key, 32 * u + 8 * s)) =
+          make_uint4(e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2(lo >> 16), e4m3x2_to_f16x2(hi), e4m3x2_to_f16x2(hi >> 16));
     }
   }
 }
@@ -113,10 +101,9 @@ __device__ __forceinline__ void decode_values(const uint8_t* staged, const uint2
 
 struct GroupSmem {
   const uint2* table;
-  uint8_t* q;       // kOperandBytes
-  uint8_t* kt;      // kOperandBytes
+  uint8_t* kt;      // kKtBytes
   uint8_t* vt;      // kGroupVtBytes
-  uint8_t* stages;  // kStageArea
+  uint8_t* stages;  // kGroupStages * kStageBytes
 };
 
 __device__ __forceinline__ void union_walk(const AttentionArgs& a, const SparseWork& w, const GroupUnionLists& ul,
@@ -133,14 +120,17 @@ __device__ __forceinline__ void union_walk(const AttentionArgs& a, const SparseW
 #pragma unroll
   for (int s = 0; s < kGroupStages; ++s) issue(s);
 
-  // Q': rows past the group's and heads past the GQA group are zero columns.
-  for (int idx = tid; idx < kColumns * (kDim / 4); idx += kThreads) {
-    const int n = idx / (kDim / 4), p4 = (idx % (kDim / 4)) * 4, r = n >> 4, h = n & 15;
-    uint32_t v = 0;
-    if (r < nrows && h < group)
-      v = load_act4_e4m3(a.q, a.q_kind, (int64_t(row0 + r) * a.num_q_heads + kv * group + h) * kDim + group_q_element(p4));
-    *reinterpret_cast<uint32_t*>(sm.q + wgmma_q_offset(n, p4)) = v;
-  }
+  // Q' of this warp's row as the A fragments of the 8 k16 steps (rows past the group's and heads
+  // past the GQA group are zero columns), loaded while tile 0 lands.
+  uint32_t qf[kDim / 16][4];
+  const int64_t q_row = (int64_t(row0 + warp) * a.num_q_heads + kv * group) * kDim;
+#pragma unroll
+  for (int ks = 0; ks < kDim / 16; ++ks)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int head = g + 8 * (r & 1), element = 16 * ks + 2 * t + 8 * (r >> 1);
+      qf[ks][r] = warp < nrows && head < group ? load_act2_e4m3_as_f16x2(a.q, a.q_kind, q_row + head * kDim + element) : 0u;
+    }
   if (num_tiles > 0) {
     cp_async_wait<kGroupStages - 1>();
     __syncthreads();  // tile 0 (and the table) landed
@@ -149,9 +139,6 @@ __device__ __forceinline__ void union_walk(const AttentionArgs& a, const SparseW
   fence_async_shared();
   __syncthreads();
 
-  uint64_t qdesc[kDim / 32];
-#pragma unroll
-  for (int s = 0; s < kDim / 32; ++s) qdesc[s] = wgmma_desc(sm.q + 2 * s * kQCoreK, kQCoreK, kQCoreN);
   const float c2 = a.sm_scale * kLog2e;
   const int my_pos = warp < nrows ? a.step.positions[row0 + warp] : -1;
   // This thread's columns: heads g (h = 0) and g + 8 (h = 1) of row `warp`; its keys of a tile:
@@ -170,8 +157,8 @@ __device__ __forceinline__ void union_walk(const AttentionArgs& a, const SparseW
     for (int c = 0; c < 32; ++c) sd[c] = 0.0f;
     wgmma_fence();
 #pragma unroll
-    for (int s = 0; s < kDim / 32; ++s)
-      wgmma_e4m3_ss<64>(sd, qdesc[s], wgmma_desc(sm.kt + 2 * s * kQCoreK, kQCoreK, kQCoreN), s > 0);
+    for (int ks = 0; ks < kDim / 16; ++ks)
+      wgmma_f16<64>(sd, qf[ks], wgmma_desc(sm.kt + 2 * ks * kF16CoreK, kF16CoreK, kF16CoreN), ks > 0);
     wgmma_commit();
     const uint8_t* staged = sm.stages + (i % kGroupStages) * kStageBytes;
     decode_values(staged, sm.table, sm.vt);
@@ -282,11 +269,10 @@ __global__ void __launch_bounds__(kThreads) sparse_groups_kernel(const Attention
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int s_num_tiles, s_shared;
   uint2* table = reinterpret_cast<uint2*>(smem);
-  uint8_t* q = smem + kTableBytes;
-  uint8_t* kt = q + kOperandBytes;
-  uint8_t* vt = kt + kOperandBytes;
+  uint8_t* kt = smem + kTableBytes;
+  uint8_t* vt = kt + kKtBytes;
   uint8_t* stages = vt + kGroupVtBytes;
-  int* lists = reinterpret_cast<int*>(stages + kStageArea);
+  int* lists = reinterpret_cast<int*>(stages + kGroupStages * kStageBytes);
   const GroupUnionLists ul{lists, lists + kMaxGroupCandidates, lists + 2 * kMaxGroupCandidates,
                            lists + 3 * kMaxGroupCandidates};
 
@@ -295,16 +281,11 @@ __global__ void __launch_bounds__(kThreads) sparse_groups_kernel(const Attention
   const int32_t* pages = a.step.page_table + int64_t(a.step.token_seq[w.row]) * a.step.pages_per_seq;
   // Requested now; the walk's first commit covers these copies.
   for (int c = threadIdx.x; c < 128; c += kThreads) cp_async16(table + 2 * c, a.e4m3_table + 2 * c);
-  if (build_group_union<kThreads, kShareNum, kShareDen>(a, w, pages, ul, &s_num_tiles, &s_shared)) {
-    union_walk(a, w, ul, s_num_tiles, GroupSmem{table, q, kt, vt, stages});
-    return;
-  }
-  const int slot_begin = int(int64_t(a.topk) * w.begin / w.end), slot_end = int(int64_t(a.topk) * (w.begin + 1) / w.end);
-  const RowWalkSmem rs{q, table, kt, kt + kVtBytes, stages, ul.tiles};
-  for (int r = 0; r < w.row_count; ++r) {
-    if (r > 0) __syncthreads();  // the previous walk is done with the shared memory
-    row_walk(a, rs, w.row + r, w.kv_head, slot_begin, slot_end, w.partial < 0 ? -1 : w.partial + r * w.partial_stride);
-  }
+  // The union is always walked together (a share threshold of 0): rows that share few blocks
+  // multiply masked columns, but the row walk's E4M3 scores are not exact enough for prefill rows.
+  // No visible selected block at all: an empty walk (zero output, LSE -inf).
+  const bool any = build_group_union<kThreads, 0, 1>(a, w, pages, ul, &s_num_tiles, &s_shared);
+  union_walk(a, w, ul, any ? s_num_tiles : 0, GroupSmem{table, kt, vt, stages});
 }
 
 }  // namespace

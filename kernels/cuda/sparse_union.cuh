@@ -1,6 +1,6 @@
 // The union of a row group's selected blocks: what a sparse attention CTA of 2-4 rows of one
 // sequence walks so that a block several rows selected is read (and decoded) once. Used by
-// attention.cu's group walk and sparse_groups.cu's (NVFP4 cache, wgmma; M3_CUDA_UNCHECKED builds).
+// attention.cu's group walk and sparse_groups.cu's (NVFP4 cache, wgmma).
 #pragma once
 #include <cstdint>
 

@@ -1,8 +1,10 @@
 // Hopper warpgroup MMAs (wgmma) on E4M3 operands, for the MSA kernels whose products are E4M3 x
 // E4M3 (the indexer over fp8/nvfp4 caches, attention over the NVFP4 KV cache). A CTA of 128
 // threads is one warpgroup. mma.sync with E4M3 inputs is no FP8 instruction on sm_90 (ptxas
-// converts the operands for fp16 HMMA); wgmma is, and accumulates in fp32 (msa_bench
-// --fp8-mma-probe measures it).
+// converts the operands for fp16 HMMA, which sums at fp32 accuracy: msa_bench --fp8-mma-probe);
+// wgmma is, and its fp32 accumulators keep only about 13 mantissa bits of each sum (Hopper's FP8
+// tensor cores truncate): scores off by ~1e-4 of the sum of |products|, enough to move E4M3
+// roundings of P downstream. wgmma_f16 takes E4M3 values exactly as fp16 and sums accurately.
 //
 // Operands in shared memory are K-major without swizzle: core matrices of 8 rows x 16 bytes (128
 // contiguous bytes), described by a start address, the byte offset between core matrices along K
@@ -22,6 +24,14 @@ namespace m3::cuda::detail {
 inline constexpr int kQCoreK = 128, kQCoreN = 8 * kQCoreK;
 __device__ __forceinline__ int wgmma_q_offset(int n, int p) {
   return (n >> 3) * kQCoreN + (p >> 4) * kQCoreK + (n & 7) * 16 + (p & 15);
+}
+
+// A K-major fp16 operand of up to 64 rows x 128 elements (wgmma_f16's B): core matrices of 8 rows
+// x 8 elements side by side along K (kF16CoreK apart), row groups kF16CoreN apart; k16 step ks
+// starts 2 * ks * kF16CoreK bytes on. Byte offset of (row n, element p):
+inline constexpr int kF16CoreK = 128, kF16CoreN = 16 * kF16CoreK;
+__device__ __forceinline__ int wgmma_f16_offset(int n, int p) {
+  return (n >> 3) * kF16CoreN + (p >> 3) * kF16CoreK + (n & 7) * 16 + (p & 7) * 2;
 }
 
 // Shared-memory matrix descriptor (no swizzle): start address, leading byte offset (between core
@@ -70,6 +80,27 @@ M3_WGMMA_E4M3(128, 69,
               "%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,"
               "%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1")
 #undef M3_WGMMA_E4M3
+
+// D (+)= A * B for the warpgroup: m64nNk16, fp16 inputs, fp32 accumulators; A from registers (this
+// warp's 16 rows: the mma.sync m16n8k16 A fragment, (row g, k 2t, 2t+1), (row g + 8, the same),
+// (row g, k 2t+8, 2t+9), (row g + 8, the same)), B K-major in shared memory. D: as wgmma_e4m3's.
+// Unlike the E4M3 MMAs, whose sums keep about 13 mantissa bits on Hopper, fp16 products sum at
+// fp32 accuracy: the scores that P8 is rounded from (sparse_groups.cu) come from these.
+template <int N>
+__device__ __forceinline__ void wgmma_f16(float* d, const uint32_t (&a)[4], uint64_t b, bool accumulate);
+#define M3_WGMMA_F16(N, DREGS, ...)                                                                     \
+  template <>                                                                                           \
+  __device__ __forceinline__ void wgmma_f16<N>(float* d, const uint32_t (&a)[4], uint64_t b, bool acc) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #DREGS ", 0;\n"                                   \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 " __VA_ARGS__ ";\n}\n"          \
+                 : M3_WGMMA_OUT_##N(d)                                                                  \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(acc)));                  \
+  }
+M3_WGMMA_F16(16, 13, "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0")
+M3_WGMMA_F16(64, 37,
+             "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
+             "%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0")
+#undef M3_WGMMA_F16
 #undef M3_WGMMA_OUT_8
 #undef M3_WGMMA_OUT_16
 #undef M3_WGMMA_OUT_32
@@ -135,6 +166,14 @@ __device__ __forceinline__ uint32_t load_act4_e4m3(const void* src, ActKind kind
   return bf16x4_to_e4m3x4(*reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(src) + i));
 }
 
+// Two activations (bf16 bits or E4M3 bytes) at element i as E4M3 values in an fp16 pair (element i
+// in the low half).
+__device__ __forceinline__ uint32_t load_act2_e4m3_as_f16x2(const void* src, ActKind kind, int64_t i) {
+  if (kind == ActKind::kE4M3) return e4m3x2_to_f16x2(*reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(src) + i));
+  const uint32_t raw = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(src) + i);
+  return f32x2_to_e4m3_as_f16x2(__uint_as_float(raw << 16), __uint_as_float(raw & 0xffff0000u));
+}
+
 // Generic-proxy stores to shared memory made visible to the tensor cores' (async proxy) reads.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
@@ -171,6 +210,32 @@ __device__ __forceinline__ void nvfp4_key_row(const uint8_t* tile, const uint2* 
   const uint2 tab[2] = {table[sc & 0xff], table[sc >> 8]};
 #pragma unroll
   for (int s = 0; s < 4; ++s) nvfp4_word_to_e4m3(w[s], tab[s >> 1], b[s][0], b[s][1]);
+}
+
+// The same key rows as fp16 MMA fragments (wgmma_f16: the scores' sums at fp32 accuracy). A k16
+// step ks takes from thread t positions 2t, 2t+1 and 2t+8, 2t+9 of each key row; thread t still
+// reads elements 32t..32t+31, whose 4-element group ks feeds k-step ks: positions 16ks + 2t + c
+// hold element 32t + 4ks + c, positions 16ks + 2t + 8 + c element 32t + 4ks + 2 + c. The query
+// rows are stored in the same order: logical fp16 p of a query row holds this element.
+__device__ __forceinline__ int f16_row_element(int p) {
+  const int ks = p >> 4, q = p & 15;
+  return 32 * ((q & 7) >> 1) + 4 * ks + 2 * (q >> 3) + (q & 1);
+}
+
+// Thread t's fp16 fragments of key row `row` of a staged 64-token nvfp4 tile (as nvfp4_key_row):
+// b[ks][0] feeds positions 2t, 2t+1 of k-step ks, b[ks][1] positions 2t+8, 2t+9. E4M3 values
+// are exact in fp16.
+__device__ __forceinline__ void nvfp4_key_row_f16(const uint8_t* tile, const uint2* table, int row, int t,
+                                                  uint32_t (&b)[8][2]) {
+  uint32_t e[4][2];
+  nvfp4_key_row(tile, table, row, t, e);
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      b[2 * s + j][0] = e4m3x2_to_f16x2(e[s][j]);
+      b[2 * s + j][1] = e4m3x2_to_f16x2(e[s][j] >> 16);
+    }
 }
 
 }  // namespace m3::cuda::detail
