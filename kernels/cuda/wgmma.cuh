@@ -1,5 +1,5 @@
-// Hopper warpgroup MMAs (wgmma) on E4M3 operands, for the MSA kernels whose products are E4M3 x
-// E4M3 (the indexer over fp8/nvfp4 caches, attention over the NVFP4 KV cache). A CTA of 128
+// Hopper warpgroup MMAs (wgmma) for the MSA kernels whose products are E4M3 x E4M3 (the indexer
+// over fp8/nvfp4 caches, attention over the NVFP4 KV cache), on E4M3 or fp16 operands. A CTA of 128
 // threads is one warpgroup. mma.sync with E4M3 inputs is no FP8 instruction on sm_90 (ptxas
 // converts the operands for fp16 HMMA, which sums at fp32 accuracy: msa_bench --fp8-mma-probe);
 // wgmma is, and its fp32 accumulators keep only about 13 mantissa bits of each sum (Hopper's FP8
@@ -85,7 +85,8 @@ M3_WGMMA_E4M3(128, 69,
 // warp's 16 rows: the mma.sync m16n8k16 A fragment, (row g, k 2t, 2t+1), (row g + 8, the same),
 // (row g, k 2t+8, 2t+9), (row g + 8, the same)), B K-major in shared memory. D: as wgmma_e4m3's.
 // Unlike the E4M3 MMAs, whose sums keep about 13 mantissa bits on Hopper, fp16 products sum at
-// fp32 accuracy: the scores that P8 is rounded from (sparse_groups.cu) come from these.
+// fp32 accuracy: the attention scores that P8 is rounded from (sparse_rows.cu, sparse_groups.cu)
+// come from these.
 template <int N>
 __device__ __forceinline__ void wgmma_f16(float* d, const uint32_t (&a)[4], uint64_t b, bool accumulate);
 #define M3_WGMMA_F16(N, DREGS, ...)                                                                     \
@@ -110,11 +111,6 @@ M3_WGMMA_F16(64, 37,
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-// Waits until at most N committed groups of this warp's MMAs are pending (groups complete in order).
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
 // Keeps the compiler from moving accumulator reads or writes across the asynchronous MMAs.
 template <int N>
 __device__ __forceinline__ void wgmma_pin(float* d) {
@@ -137,18 +133,9 @@ __device__ __forceinline__ void wgmma_e4m3_ss(float* d, uint64_t a, uint64_t b, 
   }
 #define M3_WGMMA_SS_OUT_16(d) \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-#define M3_WGMMA_SS_OUT_64(d)                                                                                 \
-  M3_WGMMA_SS_OUT_16(d), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
-      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),     \
-      "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),     \
-      "+f"(d[31])
 M3_WGMMA_E4M3_SS(16, 10, "{%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1")
-M3_WGMMA_E4M3_SS(64, 34,
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
-                 "%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1")
 #undef M3_WGMMA_E4M3_SS
 #undef M3_WGMMA_SS_OUT_16
-#undef M3_WGMMA_SS_OUT_64
 
 // Four bf16 values (two words, element 0 in the low half of the first) to their saturating
 // round-to-nearest-even E4M3 bytes (element i in byte i): the hardware conversion, the same bytes
@@ -169,7 +156,8 @@ __device__ __forceinline__ uint32_t load_act4_e4m3(const void* src, ActKind kind
 // Two activations (bf16 bits or E4M3 bytes) at element i as E4M3 values in an fp16 pair (element i
 // in the low half).
 __device__ __forceinline__ uint32_t load_act2_e4m3_as_f16x2(const void* src, ActKind kind, int64_t i) {
-  if (kind == ActKind::kE4M3) return e4m3x2_to_f16x2(*reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(src) + i));
+  if (kind == ActKind::kE4M3)
+    return e4m3x2_to_f16x2(*reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(src) + i));
   const uint32_t raw = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(src) + i);
   return f32x2_to_e4m3_as_f16x2(__uint_as_float(raw << 16), __uint_as_float(raw & 0xffff0000u));
 }

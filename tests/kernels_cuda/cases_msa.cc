@@ -329,8 +329,8 @@ std::vector<MsaShape> shapes(bool quick) {
   // row's P8 roundings and LSE, so these need the scores summed at fp32 accuracy.
   out.push_back({"decode_q8kv4_short", kNVFP4, kNVFP4, 16, 1, {{1, 1}, {2, 2}, {1, 3}, {4, 9}, {8, 30}, {1, 64}, {3, 70}}});
   // Prefill row groups over nvfp4 KV, GQA 8 (heads past the group are zero columns): a long
-  // context (random selections share few blocks: each row walks alone), a fresh 40-token prompt
-  // and a 9-block one (every row selects every visible block: the union walk, 3- and 4-row groups).
+  // context (random selections share few blocks: a group's union is mostly one row's), a fresh
+  // 40-token prompt and a 9-block one (every row selects every visible block; 3- and 4-row groups).
   out.push_back({"prefill_q8kv4_g8_groups", kNVFP4, kNVFP4, 32, 4, {{96, 20000}, {40, 40}, {70, 1100}}});
   // nvfp4 KV with fp8 index, prefill + decode mixed, GQA 16 full heads.
   out.push_back({"mixed_q8kv4_fp8idx_h64", kNVFP4, kFP8, 64, 4, {{3, 6000}, {50, 2000}, {1, 300}}, PageLayout::kDisjoint});
