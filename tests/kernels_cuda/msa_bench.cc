@@ -4,7 +4,8 @@
 //             [--case Q,B,TOKENS]
 //   msa_bench --fp8-mma-probe
 //   (--quick: a subset of every suite; --case: the one targets case, e.g. for a profiler;
-//   --fp8-mma-probe: how exactly the FP8 tensor-core MMA accumulates, against exact sums)
+//   --fp8-mma-probe: how exactly the FP8 tensor-core MMAs accumulate, mma.sync and wgmma (E4M3 and the
+//   same values as fp16), against exact sums)
 //
 // The "targets" suite is the M3.1 layer on one GPU (Hq 64 / Hkv 4 / Hi 4, one shared index-K),
 // Q = 1 and Q = 8 per request, 4K to 256K tokens, batch 1 to 64; it prints what issue 19 item 2
@@ -298,6 +299,48 @@ void print_targets(const Device& dev, const std::vector<Row>& rows) {
   }
 }
 
+// wgmma's sums over k = 128 of the same kind of operands, by E4M3 MMAs and by fp16 MMAs on the
+// widened values (what the sparse attention walks score with: wgmma.cuh), against exact sums.
+void wgmma_sum_probe_report(cudaStream_t s) {
+  constexpr int kTrials = 512;
+  std::mt19937_64 rng(7);
+  std::vector<uint8_t> a(size_t(kTrials) * 64 * 128), b(size_t(kTrials) * 16 * 128);
+  auto finite = [&] {
+    uint8_t v;
+    do v = uint8_t(rng()); while ((v & 0x7f) == 0x7f);
+    return v;
+  };
+  for (auto& v : a) v = finite();
+  for (auto& v : b) v = finite();
+  const size_t n = size_t(kTrials) * 64 * 16;
+  DeviceMem da = upload(a), db = upload(b), d8(n * 4), d16(n * 4);
+  MSA_CUDA(wgmma_sum_probe(da.as<uint8_t>(), db.as<uint8_t>(), d8.as<float>(), d16.as<float>(), kTrials, s));
+  MSA_CUDA(cudaStreamSynchronize(s));
+  const std::vector<float> o8 = download<float>(d8, n), o16 = download<float>(d16, n);
+  double worst[2] = {0, 0}, worst_rel[2] = {0, 0};
+  for (int tr = 0; tr < kTrials; ++tr)
+    for (int row = 0; row < 64; ++row)
+      for (int col = 0; col < 16; ++col) {
+        double exact = 0, mag = 0;
+        for (int k = 0; k < 128; ++k) {
+          const double p = double(fp8_e4m3_decode(a[(size_t(tr) * 64 + row) * 128 + k])) *
+                           fp8_e4m3_decode(b[(size_t(tr) * 16 + col) * 128 + k]);
+          exact += p;
+          mag += std::fabs(p);
+        }
+        const size_t e = (size_t(tr) * 64 + row) * 16 + col;
+        const float got[2] = {o8[e], o16[e]};
+        for (int m = 0; m < 2; ++m) {
+          const double err = std::fabs(double(got[m]) - exact);
+          worst[m] = std::max(worst[m], err / mag);
+          if (std::fabs(exact) > 0.1 * mag) worst_rel[m] = std::max(worst_rel[m], err / std::fabs(exact));
+        }
+      }
+  std::printf("wgmma probe (m64n16, k = 128, %d trials): max |err| / sum|products|: e4m3 k32 x 4 %.3g, fp16 k16 x 8 "
+              "%.3g; max |err| / |exact| where |exact| > 0.1 sum|products|: e4m3 %.3g, fp16 %.3g\n",
+              kTrials, worst[0], worst[1], worst_rel[0], worst_rel[1]);
+}
+
 // mma.sync m16n8k32 e4m3 against exact sums over k = 128, on random finite E4M3 operands: the
 // error relative to the sum of |products| (what an accumulator of fewer bits would lose) and to
 // |exact| where the sum does not cancel.
@@ -335,6 +378,7 @@ void fp8_mma_probe_report(cudaStream_t s) {
   std::printf("fp8 mma probe (m16n8k32 e4m3, k = 128, %d trials): max |err| / sum|products| %.3g (fp32 "
               "accumulation ~6e-8), max |err| / |exact| where |exact| > 0.1 sum|products| %.3g\n",
               kTrials, worst_abs, worst_rel);
+  wgmma_sum_probe_report(s);
 }
 
 // Prefill shapes: representative and stress cases of the vendor's 128-case selection (MiniMax-AI/MSA

@@ -1,5 +1,7 @@
 #include "tests/kernels_cuda/msa_bench_fill.h"
 
+#include "kernels/cuda/wgmma.cuh"
+
 namespace m3::cuda::testing {
 namespace {
 
@@ -85,7 +87,63 @@ __global__ void fp8_mma_probe_kernel(const uint8_t* a, const uint8_t* b, float* 
   for (int c = 0; c < 4; ++c) out[size_t(blockIdx.x) * 128 + lane * 4 + c] = d[c];
 }
 
+// One warpgroup per trial: B in shared memory twice (E4M3 K-major core matrices, and the same values
+// as fp16), A as register fragments (warp w: rows 16w..16w+15).
+__global__ void __launch_bounds__(128) wgmma_sum_probe_kernel(const uint8_t* a, const uint8_t* b, float* out_e4m3,
+                                                             float* out_f16) {
+  using namespace m3::cuda::detail;
+  __shared__ __align__(128) uint8_t b8[16 * 128];
+  __shared__ __align__(128) uint8_t b16[16 * 128 * 2];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const uint8_t* at = a + size_t(blockIdx.x) * 64 * 128;
+  const uint8_t* bt = b + size_t(blockIdx.x) * 16 * 128;
+  for (int i = tid; i < 16 * 64; i += 128) {  // byte pairs (row n, elements 2p, 2p + 1)
+    const int n = i >> 6, p = 2 * (i & 63);
+    const uint16_t pair = *reinterpret_cast<const uint16_t*>(bt + n * 128 + p);
+    *reinterpret_cast<uint16_t*>(b8 + wgmma_q_offset(n, p)) = pair;
+    *reinterpret_cast<uint32_t*>(b16 + wgmma_f16_offset(n, p)) = e4m3x2_to_f16x2(pair);
+  }
+  fence_async_shared();
+  __syncthreads();
+  auto word = [](const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); };
+  auto pair = [](const uint8_t* p) { return uint32_t(*reinterpret_cast<const uint16_t*>(p)); };
+  const uint8_t* r0 = at + (16 * warp + g) * 128;
+  const uint8_t* r1 = r0 + 8 * 128;
+  float d8[8], d16[8];
+  for (int c = 0; c < 8; ++c) d8[c] = d16[c] = 0.0f;
+  wgmma_fence();
+  for (int s = 0; s < 4; ++s) {
+    const uint32_t af[4] = {word(r0 + 32 * s + 4 * t), word(r1 + 32 * s + 4 * t), word(r0 + 32 * s + 16 + 4 * t),
+                            word(r1 + 32 * s + 16 + 4 * t)};
+    wgmma_e4m3<16>(d8, af, wgmma_desc(b8 + 2 * s * kQCoreK, kQCoreK, kQCoreN), s > 0);
+  }
+  for (int ks = 0; ks < 8; ++ks) {
+    const uint32_t af[4] = {e4m3x2_to_f16x2(pair(r0 + 16 * ks + 2 * t)), e4m3x2_to_f16x2(pair(r1 + 16 * ks + 2 * t)),
+                            e4m3x2_to_f16x2(pair(r0 + 16 * ks + 8 + 2 * t)),
+                            e4m3x2_to_f16x2(pair(r1 + 16 * ks + 8 + 2 * t))};
+    wgmma_f16<16>(d16, af, wgmma_desc(b16 + 2 * ks * kF16CoreK, kF16CoreK, kF16CoreN), ks > 0);
+  }
+  wgmma_commit();
+  wgmma_wait_all();
+  wgmma_pin<16>(d8);
+  wgmma_pin<16>(d16);
+  // d[4j + 2h + c]: row 16w + g + 8h, column 8j + 2t + c.
+  for (int j = 0; j < 2; ++j)
+    for (int h = 0; h < 2; ++h)
+      for (int c = 0; c < 2; ++c) {
+        const size_t e = (size_t(blockIdx.x) * 64 + 16 * warp + g + 8 * h) * 16 + 8 * j + 2 * t + c;
+        out_e4m3[e] = d8[4 * j + 2 * h + c];
+        out_f16[e] = d16[4 * j + 2 * h + c];
+      }
+}
+
 }  // namespace
+
+cudaError_t wgmma_sum_probe(const uint8_t* a, const uint8_t* b, float* out_e4m3, float* out_f16, int trials,
+                            cudaStream_t stream) {
+  wgmma_sum_probe_kernel<<<trials, 128, 0, stream>>>(a, b, out_e4m3, out_f16);
+  return cudaGetLastError();
+}
 
 cudaError_t fp8_mma_probe(const uint8_t* a, const uint8_t* b, float* out, int trials, cudaStream_t stream) {
   fp8_mma_probe_kernel<<<trials, 32, 0, stream>>>(a, b, out);

@@ -25,4 +25,12 @@ cudaError_t fix_nvfp4_scales(uint8_t* pool, int64_t num_blocks, int64_t block_by
 // major, b: [trial][8][128]), so that the host can compute the exact sums.
 cudaError_t fp8_mma_probe(const uint8_t* a, const uint8_t* b, float* out, int trials, cudaStream_t stream);
 
+// The same question for wgmma, the MMA the sparse attention walks and the indexer use: `trials`
+// warpgroups each multiply a [64][128] E4M3 A by a [16][128] E4M3 B (D = A B^T, k = 128) twice,
+// by 4 m64n16k32 E4M3 MMAs into one accumulator (out_e4m3) and by 8 m64n16k16 MMAs on the same
+// values widened to fp16 (out_f16). out[(trial * 64 + row) * 16 + column]; a is [trial][64][128],
+// b [trial][16][128].
+cudaError_t wgmma_sum_probe(const uint8_t* a, const uint8_t* b, float* out_e4m3, float* out_f16, int trials,
+                            cudaStream_t stream);
+
 }  // namespace m3::cuda::testing
