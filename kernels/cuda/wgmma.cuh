@@ -46,13 +46,25 @@ __device__ __forceinline__ uint64_t wgmma_desc(const void* smem, int lbo, int sb
 template <int N>
 __device__ __forceinline__ void wgmma_e4m3(float* d, const uint32_t (&a)[4], uint64_t b, bool accumulate);
 
-#define M3_WGMMA_E4M3(N, DREGS, ...)                                                                     \
-  template <>                                                                                            \
-  __device__ __forceinline__ void wgmma_e4m3<N>(float* d, const uint32_t (&a)[4], uint64_t b, bool acc) { \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #DREGS ", 0;\n"                                    \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 " __VA_ARGS__ ";\n}\n"          \
-                 : M3_WGMMA_OUT_##N(d)                                                                   \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(acc)));                   \
+// D (+)= A * B for the warpgroup: m64nNk16, fp16 inputs, fp32 accumulators; A from registers (this
+// warp's 16 rows: the mma.sync m16n8k16 A fragment, (row g, k 2t, 2t+1), (row g + 8, the same),
+// (row g, k 2t+8, 2t+9), (row g + 8, the same)), B K-major in shared memory. D: as wgmma_e4m3's.
+// Unlike the E4M3 MMAs, whose sums keep about 13 mantissa bits on Hopper, fp16 products sum at
+// fp32 accuracy: the attention scores that P8 is rounded from (sparse_rows.cu, sparse_groups.cu)
+// come from these.
+template <int N>
+__device__ __forceinline__ void wgmma_f16(float* d, const uint32_t (&a)[4], uint64_t b, bool accumulate);
+
+// One specialisation of FN<N> (register A, shared-memory B): TYPES the shape's k and the operand
+// types, IMM the immediates after scale-d, ARGS the operand list of N (M3_WGMMA_ARGS_N) and DREGS
+// the index of its scale-d operand.
+#define M3_WGMMA_RS(FN, N, TYPES, IMM, DREGS, ARGS)                                                  \
+  template <>                                                                                        \
+  __device__ __forceinline__ void FN<N>(float* d, const uint32_t (&a)[4], uint64_t b, bool acc) {     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #DREGS ", 0;\n"                                \
+                 "wgmma.mma_async.sync.aligned.m64n" #N TYPES " " ARGS ", p, " IMM ";\n}\n"           \
+                 : M3_WGMMA_OUT_##N(d)                                                               \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(acc)));               \
   }
 #define M3_WGMMA_OUT_8(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 #define M3_WGMMA_OUT_16(d) M3_WGMMA_OUT_8(d), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
@@ -68,40 +80,29 @@ __device__ __forceinline__ void wgmma_e4m3(float* d, const uint32_t (&a)[4], uin
       "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), \
       "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), \
       "+f"(d[62]), "+f"(d[63])
-M3_WGMMA_E4M3(8, 9, "{%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1")
-M3_WGMMA_E4M3(16, 13, "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1")
-M3_WGMMA_E4M3(32, 21,
-              "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1")
-M3_WGMMA_E4M3(64, 37,
-              "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
-              "%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1")
-M3_WGMMA_E4M3(128, 69,
-              "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,"
-              "%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,"
-              "%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1")
-#undef M3_WGMMA_E4M3
-
-// D (+)= A * B for the warpgroup: m64nNk16, fp16 inputs, fp32 accumulators; A from registers (this
-// warp's 16 rows: the mma.sync m16n8k16 A fragment, (row g, k 2t, 2t+1), (row g + 8, the same),
-// (row g, k 2t+8, 2t+9), (row g + 8, the same)), B K-major in shared memory. D: as wgmma_e4m3's.
-// Unlike the E4M3 MMAs, whose sums keep about 13 mantissa bits on Hopper, fp16 products sum at
-// fp32 accuracy: the attention scores that P8 is rounded from (sparse_rows.cu, sparse_groups.cu)
-// come from these.
-template <int N>
-__device__ __forceinline__ void wgmma_f16(float* d, const uint32_t (&a)[4], uint64_t b, bool accumulate);
-#define M3_WGMMA_F16(N, DREGS, ...)                                                                     \
-  template <>                                                                                           \
-  __device__ __forceinline__ void wgmma_f16<N>(float* d, const uint32_t (&a)[4], uint64_t b, bool acc) { \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #DREGS ", 0;\n"                                   \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 " __VA_ARGS__ ";\n}\n"          \
-                 : M3_WGMMA_OUT_##N(d)                                                                  \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(acc)));                  \
-  }
-M3_WGMMA_F16(16, 13, "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0")
-M3_WGMMA_F16(64, 37,
-             "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
-             "%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0")
-#undef M3_WGMMA_F16
+#define M3_WGMMA_ARGS_8 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, %8"
+#define M3_WGMMA_ARGS_16 "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12"
+#define M3_WGMMA_ARGS_32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20"
+#define M3_WGMMA_ARGS_64                                                                                   \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27," \
+  "%28,%29,%30,%31}, {%32,%33,%34,%35}, %36"
+#define M3_WGMMA_ARGS_128                                                                                  \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27," \
+  "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53," \
+  "%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68"
+M3_WGMMA_RS(wgmma_e4m3, 8, "k32.f32.e4m3.e4m3", "1, 1", 9, M3_WGMMA_ARGS_8)
+M3_WGMMA_RS(wgmma_e4m3, 16, "k32.f32.e4m3.e4m3", "1, 1", 13, M3_WGMMA_ARGS_16)
+M3_WGMMA_RS(wgmma_e4m3, 32, "k32.f32.e4m3.e4m3", "1, 1", 21, M3_WGMMA_ARGS_32)
+M3_WGMMA_RS(wgmma_e4m3, 64, "k32.f32.e4m3.e4m3", "1, 1", 37, M3_WGMMA_ARGS_64)
+M3_WGMMA_RS(wgmma_e4m3, 128, "k32.f32.e4m3.e4m3", "1, 1", 69, M3_WGMMA_ARGS_128)
+M3_WGMMA_RS(wgmma_f16, 16, "k16.f32.f16.f16", "1, 1, 0", 13, M3_WGMMA_ARGS_16)  // 0: B not transposed
+M3_WGMMA_RS(wgmma_f16, 64, "k16.f32.f16.f16", "1, 1, 0", 37, M3_WGMMA_ARGS_64)
+#undef M3_WGMMA_RS
+#undef M3_WGMMA_ARGS_8
+#undef M3_WGMMA_ARGS_16
+#undef M3_WGMMA_ARGS_32
+#undef M3_WGMMA_ARGS_64
+#undef M3_WGMMA_ARGS_128
 #undef M3_WGMMA_OUT_8
 #undef M3_WGMMA_OUT_16
 #undef M3_WGMMA_OUT_32

@@ -299,85 +299,79 @@ void print_targets(const Device& dev, const std::vector<Row>& rows) {
   }
 }
 
-// wgmma's sums over k = 128 of the same kind of operands, by E4M3 MMAs and by fp16 MMAs on the
-// widened values (what the sparse attention walks score with: wgmma.cuh), against exact sums.
+// Random finite E4M3 bytes (every code but the NaNs), for the MMA probes.
+std::vector<uint8_t> random_finite_e4m3(std::mt19937_64& rng, size_t n) {
+  std::vector<uint8_t> out(n);
+  for (auto& v : out)
+    do v = uint8_t(rng()); while ((v & 0x7f) == 0x7f);
+  return out;
+}
+
+// How far computed sums of 128 E4M3 products (row a . row b) are from the exact ones: relative to
+// the sum of |products| (what an accumulator of fewer bits would lose) and to |exact| where the
+// sum does not cancel.
+struct SumError {
+  double of_magnitude = 0, of_exact = 0;
+  void add(float got, const uint8_t* a, const uint8_t* b) {
+    double exact = 0, mag = 0;
+    for (int k = 0; k < 128; ++k) {
+      const double p = double(fp8_e4m3_decode(a[k])) * fp8_e4m3_decode(b[k]);
+      exact += p;
+      mag += std::fabs(p);
+    }
+    const double err = std::fabs(double(got) - exact);
+    of_magnitude = std::max(of_magnitude, err / mag);
+    if (std::fabs(exact) > 0.1 * mag) of_exact = std::max(of_exact, err / std::fabs(exact));
+  }
+};
+
+// wgmma's sums over k = 128, by E4M3 MMAs and by fp16 MMAs on the widened values (what the sparse
+// attention walks score with: wgmma.cuh), against exact sums.
 void wgmma_sum_probe_report(cudaStream_t s) {
   constexpr int kTrials = 512;
   std::mt19937_64 rng(7);
-  std::vector<uint8_t> a(size_t(kTrials) * 64 * 128), b(size_t(kTrials) * 16 * 128);
-  auto finite = [&] {
-    uint8_t v;
-    do v = uint8_t(rng()); while ((v & 0x7f) == 0x7f);
-    return v;
-  };
-  for (auto& v : a) v = finite();
-  for (auto& v : b) v = finite();
+  const std::vector<uint8_t> a = random_finite_e4m3(rng, size_t(kTrials) * 64 * 128);
+  const std::vector<uint8_t> b = random_finite_e4m3(rng, size_t(kTrials) * 16 * 128);
   const size_t n = size_t(kTrials) * 64 * 16;
   DeviceMem da = upload(a), db = upload(b), d8(n * 4), d16(n * 4);
   MSA_CUDA(wgmma_sum_probe(da.as<uint8_t>(), db.as<uint8_t>(), d8.as<float>(), d16.as<float>(), kTrials, s));
   MSA_CUDA(cudaStreamSynchronize(s));
   const std::vector<float> o8 = download<float>(d8, n), o16 = download<float>(d16, n);
-  double worst[2] = {0, 0}, worst_rel[2] = {0, 0};
+  SumError e4m3, f16;
   for (int tr = 0; tr < kTrials; ++tr)
     for (int row = 0; row < 64; ++row)
       for (int col = 0; col < 16; ++col) {
-        double exact = 0, mag = 0;
-        for (int k = 0; k < 128; ++k) {
-          const double p = double(fp8_e4m3_decode(a[(size_t(tr) * 64 + row) * 128 + k])) *
-                           fp8_e4m3_decode(b[(size_t(tr) * 16 + col) * 128 + k]);
-          exact += p;
-          mag += std::fabs(p);
-        }
         const size_t e = (size_t(tr) * 64 + row) * 16 + col;
-        const float got[2] = {o8[e], o16[e]};
-        for (int m = 0; m < 2; ++m) {
-          const double err = std::fabs(double(got[m]) - exact);
-          worst[m] = std::max(worst[m], err / mag);
-          if (std::fabs(exact) > 0.1 * mag) worst_rel[m] = std::max(worst_rel[m], err / std::fabs(exact));
-        }
+        const uint8_t* ar = &a[(size_t(tr) * 64 + row) * 128];
+        const uint8_t* br = &b[(size_t(tr) * 16 + col) * 128];
+        e4m3.add(o8[e], ar, br);
+        f16.add(o16[e], ar, br);
       }
   std::printf("wgmma probe (m64n16, k = 128, %d trials): max |err| / sum|products|: e4m3 k32 x 4 %.3g, fp16 k16 x 8 "
               "%.3g; max |err| / |exact| where |exact| > 0.1 sum|products|: e4m3 %.3g, fp16 %.3g\n",
-              kTrials, worst[0], worst[1], worst_rel[0], worst_rel[1]);
+              kTrials, e4m3.of_magnitude, f16.of_magnitude, e4m3.of_exact, f16.of_exact);
 }
 
-// mma.sync m16n8k32 e4m3 against exact sums over k = 128, on random finite E4M3 operands: the
-// error relative to the sum of |products| (what an accumulator of fewer bits would lose) and to
-// |exact| where the sum does not cancel.
+// mma.sync m16n8k32 e4m3 against exact sums over k = 128, then wgmma's (above).
 void fp8_mma_probe_report(cudaStream_t s) {
   constexpr int kTrials = 4096;
   std::mt19937_64 rng(5);
-  std::vector<uint8_t> a(size_t(kTrials) * 16 * 128), b(size_t(kTrials) * 8 * 128);
-  auto finite = [&] {
-    uint8_t v;
-    do v = uint8_t(rng()); while ((v & 0x7f) == 0x7f);
-    return v;
-  };
-  for (auto& v : a) v = finite();
-  for (auto& v : b) v = finite();
+  const std::vector<uint8_t> a = random_finite_e4m3(rng, size_t(kTrials) * 16 * 128);
+  const std::vector<uint8_t> b = random_finite_e4m3(rng, size_t(kTrials) * 8 * 128);
   DeviceMem da = upload(a), db = upload(b), dout(size_t(kTrials) * 128 * 4);
   MSA_CUDA(fp8_mma_probe(da.as<uint8_t>(), db.as<uint8_t>(), dout.as<float>(), kTrials, s));
   MSA_CUDA(cudaStreamSynchronize(s));
   const std::vector<float> out = download<float>(dout, size_t(kTrials) * 128);
-  double worst_abs = 0, worst_rel = 0;
+  SumError err;
   for (int tr = 0; tr < kTrials; ++tr)
     for (int e = 0; e < 128; ++e) {
       const int lane = e / 4, c = e % 4, g = lane >> 2, t = lane & 3;
       const int row = g + 8 * (c >> 1), col = 2 * t + (c & 1);
-      double exact = 0, mag = 0;
-      for (int k = 0; k < 128; ++k) {
-        const double p = double(fp8_e4m3_decode(a[(size_t(tr) * 16 + row) * 128 + k])) *
-                         fp8_e4m3_decode(b[(size_t(tr) * 8 + col) * 128 + k]);
-        exact += p;
-        mag += std::fabs(p);
-      }
-      const double err = std::fabs(double(out[size_t(tr) * 128 + e]) - exact);
-      worst_abs = std::max(worst_abs, err / mag);
-      if (std::fabs(exact) > 0.1 * mag) worst_rel = std::max(worst_rel, err / std::fabs(exact));
+      err.add(out[size_t(tr) * 128 + e], &a[(size_t(tr) * 16 + row) * 128], &b[(size_t(tr) * 8 + col) * 128]);
     }
   std::printf("fp8 mma probe (m16n8k32 e4m3, k = 128, %d trials): max |err| / sum|products| %.3g (fp32 "
               "accumulation ~6e-8), max |err| / |exact| where |exact| > 0.1 sum|products| %.3g\n",
-              kTrials, worst_abs, worst_rel);
+              kTrials, err.of_magnitude, err.of_exact);
   wgmma_sum_probe_report(s);
 }
 
