@@ -1,16 +1,18 @@
-// Hopper warpgroup MMAs (wgmma) for the MSA kernels whose products are E4M3 x E4M3 (the indexer
-// over fp8/nvfp4 caches, attention over the NVFP4 KV cache), on E4M3 or fp16 operands. A CTA of 128
-// threads is one warpgroup. mma.sync with E4M3 inputs is no FP8 instruction on sm_90 (ptxas
-// converts the operands for fp16 HMMA, which sums at fp32 accuracy: msa_bench --fp8-mma-probe);
-// wgmma is, and its fp32 accumulators keep only about 13 mantissa bits of each sum (Hopper's FP8
-// tensor cores truncate): scores off by ~1e-4 of the sum of |products|, enough to move E4M3
-// roundings of P downstream. wgmma_f16 takes E4M3 values exactly as fp16 and sums accurately.
+// Hopper warpgroup MMAs (wgmma): the MSA kernels' E4M3 x E4M3 products (the indexer over fp8/nvfp4
+// caches, attention over the NVFP4 KV cache), on E4M3 or fp16 operands, and the prefill GEMM's bf16
+// products (backend/linear_wgmma.cu). A warpgroup is 128 threads. mma.sync with E4M3 inputs is no FP8
+// instruction on sm_90 (ptxas converts the operands for fp16 HMMA, which sums at fp32 accuracy:
+// msa_bench --fp8-mma-probe); wgmma is, and its sums are far from fp32 (Hopper's FP8 tensor cores
+// truncate): the probe measured errors up to 1.0e-3 of the sum of |products| over k = 128 (fp16
+// operands: 5e-7), enough to move E4M3 roundings of P downstream. wgmma_f16 takes E4M3 values
+// exactly as fp16 and sums accurately.
 //
-// Operands in shared memory are K-major without swizzle: core matrices of 8 rows x 16 bytes (128
-// contiguous bytes), described by a start address, the byte offset between core matrices along K
-// (LBO) and between 8-row groups (SBO). An A operand from registers is the mma.sync m16n8k32 A
-// fragment of the warp's 16 rows (warp w: rows 16w..16w+15 of the m64 tile). D of m64nN: N / 2
-// floats per thread, for each 8 columns j: (row g, columns 8j + 2t, +1), (row g + 8, the same).
+// The MSA kernels' shared-memory operands are K-major without swizzle: core matrices of 8 rows x 16
+// bytes (128 contiguous bytes), described by a start address, the byte offset between core
+// matrices along K (LBO) and between 8-row groups (SBO). An A operand from registers is the
+// mma.sync m16n8k32 (E4M3) or m16n8k16 (16-bit) A fragment of the warp's 16 rows (warp w: rows
+// 16w..16w+15 of the m64 tile). D of m64nN: N / 2 floats per thread, for each 8 columns j: (row g,
+// columns 8j + 2t, +1), (row g + 8, the same).
 #pragma once
 #include <cstdint>
 
@@ -49,11 +51,17 @@ __device__ __forceinline__ void wgmma_e4m3(float* d, const uint32_t (&a)[4], uin
 // D (+)= A * B for the warpgroup: m64nNk16, fp16 inputs, fp32 accumulators; A from registers (this
 // warp's 16 rows: the mma.sync m16n8k16 A fragment, (row g, k 2t, 2t+1), (row g + 8, the same),
 // (row g, k 2t+8, 2t+9), (row g + 8, the same)), B K-major in shared memory. D: as wgmma_e4m3's.
-// Unlike the E4M3 MMAs, whose sums keep about 13 mantissa bits on Hopper, fp16 products sum at
-// fp32 accuracy: the attention scores that P8 is rounded from (sparse_rows.cu, sparse_groups.cu)
+// Unlike the E4M3 MMAs, whose sums are off by up to ~1e-3 of the sum of |products| on Hopper, fp16
+// products sum at fp32 accuracy: the attention scores that P8 is rounded from (sparse_rows.cu, sparse_groups.cu)
 // come from these.
 template <int N>
 __device__ __forceinline__ void wgmma_f16(float* d, const uint32_t (&a)[4], uint64_t b, bool accumulate);
+
+// D (+)= A * B for the warpgroup: m64nNk16, bf16 inputs, fp32 accumulators; A from registers (as
+// wgmma_f16's), B K-major in shared memory (any layout a descriptor names: the prefill GEMM's x
+// tiles are 128-byte swizzled). D: as wgmma_e4m3's.
+template <int N>
+__device__ __forceinline__ void wgmma_bf16(float* d, const uint32_t (&a)[4], uint64_t b, bool accumulate);
 
 // One specialisation of FN<N> (register A, shared-memory B): TYPES the shape's k and the operand
 // types, IMM the immediates after scale-d, ARGS the operand list of N (M3_WGMMA_ARGS_N) and DREGS
@@ -90,6 +98,30 @@ __device__ __forceinline__ void wgmma_f16(float* d, const uint32_t (&a)[4], uint
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27," \
   "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53," \
   "%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68"
+#define M3_WGMMA_OUT_192(d) \
+  M3_WGMMA_OUT_128(d), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), \
+      "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), \
+      "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), \
+      "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), \
+      "+f"(d[95])
+#define M3_WGMMA_OUT_256(d) \
+  M3_WGMMA_OUT_192(d), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), \
+      "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), \
+      "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), \
+      "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), \
+      "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#define M3_WGMMA_ARGS_192 \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27," \
+  "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53," \
+  "%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79," \
+  "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}, {%96,%97,%98,%99}, %100"
+#define M3_WGMMA_ARGS_256 \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27," \
+  "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53," \
+  "%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79," \
+  "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104," \
+  "%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125," \
+  "%126,%127}, {%128,%129,%130,%131}, %132"
 M3_WGMMA_RS(wgmma_e4m3, 8, "k32.f32.e4m3.e4m3", "1, 1", 9, M3_WGMMA_ARGS_8)
 M3_WGMMA_RS(wgmma_e4m3, 16, "k32.f32.e4m3.e4m3", "1, 1", 13, M3_WGMMA_ARGS_16)
 M3_WGMMA_RS(wgmma_e4m3, 32, "k32.f32.e4m3.e4m3", "1, 1", 21, M3_WGMMA_ARGS_32)
@@ -97,17 +129,25 @@ M3_WGMMA_RS(wgmma_e4m3, 64, "k32.f32.e4m3.e4m3", "1, 1", 37, M3_WGMMA_ARGS_64)
 M3_WGMMA_RS(wgmma_e4m3, 128, "k32.f32.e4m3.e4m3", "1, 1", 69, M3_WGMMA_ARGS_128)
 M3_WGMMA_RS(wgmma_f16, 16, "k16.f32.f16.f16", "1, 1, 0", 13, M3_WGMMA_ARGS_16)  // 0: B not transposed
 M3_WGMMA_RS(wgmma_f16, 64, "k16.f32.f16.f16", "1, 1, 0", 37, M3_WGMMA_ARGS_64)
+M3_WGMMA_RS(wgmma_bf16, 64, "k16.f32.bf16.bf16", "1, 1, 0", 37, M3_WGMMA_ARGS_64)
+M3_WGMMA_RS(wgmma_bf16, 128, "k16.f32.bf16.bf16", "1, 1, 0", 69, M3_WGMMA_ARGS_128)
+M3_WGMMA_RS(wgmma_bf16, 192, "k16.f32.bf16.bf16", "1, 1, 0", 101, M3_WGMMA_ARGS_192)
+M3_WGMMA_RS(wgmma_bf16, 256, "k16.f32.bf16.bf16", "1, 1, 0", 133, M3_WGMMA_ARGS_256)
 #undef M3_WGMMA_RS
 #undef M3_WGMMA_ARGS_8
 #undef M3_WGMMA_ARGS_16
 #undef M3_WGMMA_ARGS_32
 #undef M3_WGMMA_ARGS_64
 #undef M3_WGMMA_ARGS_128
+#undef M3_WGMMA_ARGS_192
+#undef M3_WGMMA_ARGS_256
 #undef M3_WGMMA_OUT_8
 #undef M3_WGMMA_OUT_16
 #undef M3_WGMMA_OUT_32
 #undef M3_WGMMA_OUT_64
 #undef M3_WGMMA_OUT_128
+#undef M3_WGMMA_OUT_192
+#undef M3_WGMMA_OUT_256
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

@@ -2,6 +2,7 @@
 // swiglu_mlp, moe (all experts, expert-parallel subsets, routed only).
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -39,11 +40,20 @@ LinearWeight random_weight(std::mt19937_64& rng, const char* name, int64_t out, 
 
 class LinearCase : public OpCase {
  public:
-  LinearCase(FormatCase f, int n, int k, int rows) : f_(f), n_(n), k_(k), rows_(rows) {}
-  std::string name() const override { return fmt::format("linear {} {}x{} rows {}", f_.name, n_, k_, rows_); }
+  // mx_exp_shift: added to every MXFP8 block exponent (the weights times 2^shift), so that blocks
+  // above kMxfp8FastMaxExp (134) take the kernels' exact float expansion beside fast ones.
+  LinearCase(FormatCase f, int n, int k, int rows, int mx_exp_shift = 0)
+      : f_(f), n_(n), k_(k), rows_(rows), mx_exp_shift_(mx_exp_shift) {}
+  std::string name() const override {
+    const std::string shift = mx_exp_shift_ ? fmt::format(" (block exponents +{})", mx_exp_shift_) : "";
+    return fmt::format("linear {}{} {}x{} rows {}", f_.name, shift, n_, k_, rows_);
+  }
   Geometry geometry() const override { return mlp_geometry("linear", 256); }
   void build(std::mt19937_64& rng) override {
     w_ = random_weight(rng, "w", n_, k_, f_);
+    if (mx_exp_shift_ != 0) {
+      for (uint8_t& e : w_.scale.span<uint8_t>()) e = uint8_t(std::min(254, e + mx_exp_shift_));
+    }
     x_ = random_values(rng, size_t(rows_) * k_, 1.0f);
   }
   BoundCase bind(Backend& b) const override {
@@ -60,6 +70,7 @@ class LinearCase : public OpCase {
  private:
   FormatCase f_;
   int n_, k_, rows_;
+  int mx_exp_shift_;
   LinearWeight w_;
   std::vector<float> x_;
 };
@@ -245,14 +256,19 @@ void add_linear_cases(CaseList& cases, bool quick) {
   for (const FormatCase& f : kFormats)
     for (const auto& [n, k] : {std::pair{256, 512}, std::pair{96, 256}, std::pair{40, 96}}) {
       for (int rows : row_counts) cases.push_back(std::make_unique<LinearCase>(f, n, k, rows));
-      // A prefill-sized problem: 16 row tiles of the wgmma kernel, several K steps.
+      // A prefill-sized problem: 8 row tiles of the wgmma kernel, several K steps.
       if (!quick && n == 256) cases.push_back(std::make_unique<LinearCase>(f, n, k, 2048));
     }
   // The wgmma kernel's tile edges: a partial last 128-feature weight tile (n 320), a K tail inside
-  // the last 64-element step (k 1056, 16.5 steps: the 2-stage ring wraps many times) and a last
-  // item of 60 rows (700 rows), per tensor-core format.
+  // the last 64-element step (k 1056, 16.5 steps: the 4-slot stage ring wraps many times; nvfp4
+  // and mxfp8 scale rows of 66 and 33 bytes, read byte by byte) and items of 256, 256 and 188 rows
+  // (700 rows: N 256 and 192), per tensor-core format.
   if (!quick)
     for (int f : {0, 3, 5, 6, 7}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], 320, 1056, 700));
+  // MXFP8 block exponents from about 130 to 139: the exact expansion where a warp's blocks pass
+  // 134, the fast one elsewhere (decode rows: skinny and streamed kernels; 300 rows: wgmma).
+  for (int rows : quick ? std::vector<int>{20} : std::vector<int>{1, 20, 150, 300})
+    cases.push_back(std::make_unique<LinearCase>(kFormats[5], 256, 512, rows, 12));
   // The attention projections' shapes in small: q, k, v, index q, index k (one 40-feature weight
   // ends inside a 16-feature slice), per format; then a mixed group (no fusion).
   const std::vector<int> projections = {256, 32, 40, 48, 16};

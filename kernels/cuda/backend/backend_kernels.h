@@ -75,7 +75,7 @@ struct LinearArgs {
   const LinearItem* items = nullptr;
   const int32_t* num_items = nullptr;
   int max_items = 0;
-  int item_rows = 16;  // rows per item: 16, 32 or 64 (skinny kernel), 128 (wgmma kernel)
+  int item_rows = 16;  // rows per item: 16, 32 or 64 (skinny kernel), 256 (wgmma kernel)
   uint16_t* out = nullptr;
   int64_t out_stride = 0;
   Epilogue epilogue = Epilogue::kStore;
@@ -99,7 +99,7 @@ int linear_item_rows(const WeightView& w, int k, int rows, bool grouped = false)
 // Rows per item in batch-invariant mode (CudaBackendOptions::batch_invariant), whatever the row
 // count: the item size picks the skinny kernel's instance, and with it the order in which a row's
 // K chunks are summed (chunks per warp batch, accumulator sets) and whether K is split over a
-// cluster (64-row items only) or the wgmma kernel runs (128). 16-row items: one fixed order per
+// cluster (64-row items only) or the wgmma kernel runs (256). 16-row items: one fixed order per
 // row, no split-K, and the decode shapes run as they do without the mode.
 inline constexpr int kBatchInvariantItemRows = 16;
 cudaError_t init_linear_kernels();
@@ -110,9 +110,9 @@ bool streamed_linear_ok(const LinearArgs& args);
 cudaError_t init_linear_streamed_kernels();
 cudaError_t launch_linear_streamed(const LinearArgs& args, int max_items, cudaStream_t stream);
 cudaError_t launch_linear(const LinearArgs& args, cudaStream_t stream);
-// The prefill-shaped kernel (items of 128 rows, Hopper wgmma; linear_wgmma.cu), for weights with
-// a tensor-core path (linear_has_mma_path); launch_linear dispatches here. `items`: item count.
-inline constexpr int kWgmmaItemRows = 128;
+// The prefill-shaped kernel (items of up to 256 rows, Hopper wgmma; linear_wgmma.cu), for weights
+// with a tensor-core path (linear_has_mma_path); launch_linear dispatches here. `items`: item count.
+inline constexpr int kWgmmaItemRows = 256;
 cudaError_t init_linear_wgmma_kernels();
 cudaError_t launch_linear_wgmma(const LinearArgs& args, int items, cudaStream_t stream);
 

@@ -12,10 +12,10 @@
 //    lane q of a quad owns kElems contiguous elements of every 4 * kElems. A CTA of 8 warps covers
 //    16 output features; its warps split K and reduce through shared memory (dense 64-row tiles
 //    with few feature slices also split K over a 2-CTA cluster, reduced through DSMEM).
-//  - wgmma (prefill-shaped, items of 128 rows; linear_wgmma.cu): 128 x 128 tiles (64 x 2 for
-//    SwiGLU), x staged by cp.async, weight chunks expanded into a swizzled bf16 shared tile,
-//    Hopper warpgroup MMAs from shared memory. (A warp-specialised 128 x 256 version measured
-//    25-35% slower on an H100 in session 26: docs/gpu-backend-notes.md.)
+//  - wgmma (prefill-shaped, items of up to 256 rows; linear_wgmma.cu): 128 weight rows x the
+//    item's rows a CTA, raw weight bytes and x rows staged by cp.async, the weights expanded to
+//    bf16 in registers as the MMA's A operand, x tiles read from shared memory (Hopper warpgroup
+//    MMAs with register A).
 // Weights that cannot be expanded exactly to bf16 (f32, f16, fp8 with 128x128 block scales) or
 // whose rows are not 16-byte chunks take an exact fp32 SIMT kernel (fixtures, odd shapes).
 #include <cooperative_groups.h>

@@ -1,17 +1,27 @@
-// Prefill-shaped linear layers (items of 128 rows) on Hopper's warpgroup MMA: y = x W^T with W
-// expanded to bf16 into shared memory (never a dequantized copy in device memory), fp32
-// accumulation in registers. Same numerics as the skinny kernel (linear.cu): exact bf16 expansion
-// of the weights, the second-level / per-tensor scale and the SwiGLU epilogue on the fp32 sum;
-// only the fp32 summation order differs.
+// Prefill-shaped linear layers (items of up to 256 rows) on Hopper's warpgroup MMA: y = x W^T with
+// the weights expanded to bf16 in registers (never a dequantized copy in memory), fp32
+// accumulation. Same numerics as the skinny kernel (linear.cu): exact bf16 expansion of the
+// weights, the second-level / per-tensor scale and the SwiGLU epilogue on the fp32 sum; only the
+// fp32 summation order differs.
 //
-// CTA: 256 threads = 2 warpgroups; tile 128 rows x 128 B rows (128 features, or 64 gate + 64 up
-// features for the fused SwiGLU, so a thread holds a feature's gate and up sums together), K steps
-// of 64. Both operands sit in shared memory in the 128-byte-swizzled K-major layout wgmma reads
-// through matrix descriptors: x rows staged by cp.async, weight chunks loaded to registers one K
-// step ahead and expanded into the B tile while the tensor cores run the current step
-// (wgmma.mma_async is asynchronous), two stages. Each warpgroup issues 4 m64n128k16 per K step.
-// (Three stages with the previous step's MMAs left running, wait_group 1, measured 2-9% slower:
-// docs/gpu-backend-notes.md, "Prefill, session 4".)
+// The weights are the MMA's A operand, from registers (wgmma m64nNk16, register A): a CTA takes
+// 128 weight rows (two warpgroups of 64: 128 features, or 64 gate + 64 up features for the fused
+// SwiGLU, so that a thread holds a feature's gate and up sums together) and the item's rows
+// (tokens) as B, N = 64, 128, 192 or 256 of them, from shared memory. Per K step of 64:
+//  - cp.async stages the x rows (a 128-byte-swizzled K-major tile, the layout wgmma reads through a
+//    descriptor) and the raw weight bytes (nvfp4 32, fp8 64, bf16 128 bytes a row, rows padded so
+//    that the 8 rows a warp reads at once fall in distinct banks), kStages - 1 steps ahead;
+//  - each thread reads its two weight rows' bytes with 16-byte loads, picks those of its A
+//    fragments (rows g and g + 8 of its warp's 16, elements 2t, 2t + 1 of every 8) with byte
+//    permutes and expands them to bf16 pairs, for the next step while the tensor cores run this
+//    one (two register sets of fragments);
+//  - the group / block scales come from global memory two steps ahead, into registers.
+// The weights cross shared memory once, compressed, and an x tile serves 128 weight rows. Every
+// wgmma wait is a full one (wgmma.wait_group 0): a partial wait makes ptxas serialise the MMAs.
+// The fp32 sums leave through shared memory: whole output rows by consecutive lanes, and the
+// SwiGLU's per-element code in a loop (unrolled over a thread's 64 outputs it made the kernel 20%
+// slower, by instruction-cache misses). A version with a producer warpgroup (mbarrier ring,
+// setmaxnreg 40 / 232) measured 22% slower on an H100 (docs/gpu-backend-notes.md, "Session 29").
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/backend/backend_kernels.h"
@@ -19,203 +29,351 @@
 #include "kernels/cuda/backend/weight_decode.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace m3::cuda::detail {
 namespace {
 
-constexpr int kRowsM = kWgmmaItemRows;  // rows per CTA (2 warpgroups x 64)
-static_assert(kRowsM == 128, "two warpgroups of 64 rows");
-constexpr int kRowsB = 128;      // B tile rows (weight rows, all weights together)
-constexpr int kStepK = 64;       // K elements per step: one 128-byte swizzle row
-constexpr int kStages = 2;
-constexpr int kTileBytesA = kRowsM * kStepK * 2;
-constexpr int kTileBytesB = kRowsB * kStepK * 2;
-constexpr int kStageBytes = kTileBytesA + kTileBytesB;
-// The swizzle pattern repeats every 1024 bytes and the descriptors assume tiles aligned to it:
-// the dynamic allocation is over-sized by one pattern and aligned by hand.
-constexpr int kSmemBytes = kStages * kStageBytes + 1024;
+constexpr int kThreads = 256;
+constexpr int kTileRows = 128;              // weight rows (MMA M) per CTA: 2 warpgroups x 64
+constexpr int kMaxTokens = kWgmmaItemRows;  // MMA N at most
+static_assert(kMaxTokens == 256, "N of one wgmma");
+constexpr int kStepK = 64;  // K elements per step: one 128-byte swizzle row of x
+constexpr int kStages = 4;
+constexpr int kXTileBytes = kMaxTokens * kStepK * 2;
+
+// Shared memory beyond the stages: the tile's row tables, read when a stage is issued instead of
+// held in registers (the accumulators take most of them).
+struct TileShared {
+  int64_t x_offset[kMaxTokens];          // element offset of token row r in x, -1 past the item
+  const uint8_t* weight_row[kTileRows];  // weight row of tile row m, null past n
+};
+
+// One weight row's bytes per K step in shared memory: kBytes of it, kPitch apart (the 8 rows a
+// warp reads at once land in distinct banks), copied as kChunks 16-byte pieces of kChunkElems
+// elements each.
+template <WeightKind F>
+struct RawLayout {
+  static constexpr int kBytes = F == WeightKind::kNvfp4 ? 32 : F == WeightKind::kBF16 ? 128 : 64;
+  static constexpr int kPitch = kBytes + 16;
+  static constexpr int kChunks = kBytes / 16;
+  static constexpr int kChunkElems = kStepK / kChunks;
+  // x tiles start on a 1024-byte swizzle pattern boundary.
+  static constexpr int kStageBytes = (kXTileBytes + kTileRows * kPitch + 1023) / 1024 * 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024 + int(sizeof(TileShared));
+};
 
 // Byte offset of 16-byte chunk `c` (0..7) of row `r` in a 128-byte-swizzled tile.
 __device__ __forceinline__ uint32_t swizzled(int r, int c) { return uint32_t(r * 128 + ((c ^ (r & 7)) << 4)); }
 
 // Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+__device__ __forceinline__ uint64_t swizzled_desc(uint32_t addr) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-// Ordinary stores (and cp.async) to shared memory become visible to the tensor cores' async
-// proxy only after this fence in the writing thread (then a barrier).
-// Pins the accumulators in place: the compiler must not move their reads or writes across the
-// wgmma fence / wait that bracket the asynchronous MMAs.
-__device__ __forceinline__ void fence_operands(float (&d)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// d[64 x 128] += A[64 x 16] B[128 x 16]^T, both bf16 from shared memory, fp32 accumulators in
-// the warpgroup's registers (thread layout of mma.sync m16n8 per 8 columns: d[4 j + 2 h + c] is
-// row 16 warp + g + 8 h, column 8 j + 2 q + c).
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+// cp.async of 16 bytes, zero-filled where !valid (src must still be a mapped address).
+__device__ __forceinline__ void cp_async16_or_zero(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 
-template <WeightKind F, bool kSwiglu>
-__global__ void __launch_bounds__(256, 2) wgmma_linear_kernel(const LinearArgs a) {
-  kernel_prologue();
-  using Fmt = WeightFmt<F>;
-  constexpr int E = Fmt::kElems, NW = kSwiglu ? 2 : 1, BN = kRowsB / NW;  // features per CTA
-  constexpr int A_CHUNKS = kRowsM * kStepK / 8 / 256;    // 16-byte x chunks per thread
-  constexpr int B_CHUNKS = kRowsB * (kStepK / E) / 256;  // weight chunks per thread
-  static_assert(A_CHUNKS >= 1 && B_CHUNKS >= 1, "tile shape");
-  extern __shared__ uint8_t smem_raw[];
-  const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  uint8_t* smem = smem_raw + (smem_base - smem_u32(smem_raw));
-
-  const ItemInfo info = item_of(a, blockIdx.y);
-  if (!info.valid) return;
-  const LinearItem item = info.item;
-  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-  const int n0 = blockIdx.x * BN;
-  WeightView w[NW];
-#pragma unroll
-  for (int j = 0; j < NW; ++j) w[j] = weight_of(a, j, item.expert);
-
-  // The x chunks this thread stages (row r, chunk c of each 64-element step) and the weight chunks
-  // it expands (B row `slot` = j * BN + feature, elements [col, col + E) of each step).
-  const uint16_t* arow[A_CHUNKS];
-  int a_r[A_CHUNKS], a_c[A_CHUNKS];
-#pragma unroll
-  for (int i = 0; i < A_CHUNKS; ++i) {
-    const int id = tid + i * 256;
-    a_r[i] = id / (kStepK / 8);
-    a_c[i] = id % (kStepK / 8);
-    arow[i] = a_r[i] < item.row_count ? a.x + src_row(a, item.row_begin + a_r[i]) * a.x_stride : nullptr;
+// The weight and feature of tile row m: kStore rows are features n0 + m; kSwiglu rows 16 i + h * 8 + g
+// are the gate (h 0) or up (h 1) row of feature n0 + 8 i + g.
+template <bool kSwiglu>
+__device__ __forceinline__ void tile_row_source(int m, int n0, int& j, int& feature) {
+  if constexpr (kSwiglu) {
+    j = (m >> 3) & 1;
+    feature = n0 + ((m >> 4) << 3) + (m & 7);
+  } else {
+    j = 0;
+    feature = n0 + m;
   }
-  const uint8_t* brow[B_CHUNKS];
-  const uint8_t* bscale[B_CHUNKS];
-  int b_slot[B_CHUNKS], b_col[B_CHUNKS];
-#pragma unroll
-  for (int i = 0; i < B_CHUNKS; ++i) {
-    const int id = tid + i * 256, per_row = kStepK / E;
-    const int slot = id / per_row;
-    const int j = slot / BN, n = n0 + slot % BN;
-    b_slot[i] = slot;
-    b_col[i] = (id % per_row) * E;
-    brow[i] = n < a.n ? w[j].data + int64_t(n) * w[j].row_bytes : nullptr;
-    bscale[i] = n < a.n && w[j].scale != nullptr ? w[j].scale + int64_t(n) * w[j].scale_stride : nullptr;
-  }
+}
 
-  auto stage_a = [&](int kt, int buf) {
-    uint8_t* dst = smem + buf * kStageBytes;
+// The scale bits of K step kt of one weight row: nvfp4 the 4 group scales (byte i: group 4 kt + i),
+// mxfp8 the 2 block scales; 0 for groups past k (their codes are zero) and for absent rows.
+// `whole`: the row's scale bytes may be read as one aligned word.
+template <WeightKind F>
+__device__ __forceinline__ uint32_t step_scales(const uint8_t* row, int kt, int k, bool whole) {
+  constexpr int kGroups = F == WeightKind::kNvfp4 ? 4 : F == WeightKind::kMxfp8 ? 2 : 0;
+  if constexpr (kGroups == 0) {
+    return 0u;
+  } else {
+    constexpr int kGroupElems = kStepK / kGroups;
+    if (row == nullptr) return 0u;
+    const int g0 = kGroups * kt;
+    if (whole && (g0 + kGroups) * kGroupElems <= k) {
+      if constexpr (kGroups == 4) return __ldg(reinterpret_cast<const uint32_t*>(row + g0));
+      else return __ldg(reinterpret_cast<const uint16_t*>(row + g0));
+    }
+    uint32_t v = 0u;
 #pragma unroll
-    for (int i = 0; i < A_CHUNKS; ++i) {
-      const int k = kt * kStepK + a_c[i] * 8;
-      uint8_t* d = dst + swizzled(a_r[i], a_c[i]);
-      if (arow[i] != nullptr && k < a.k) cp_async16(d, arow[i] + k);
-      else *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < kGroups; ++i)
+      if ((g0 + i) * kGroupElems < k) v |= uint32_t(__ldg(row + g0 + i)) << (8 * i);
+    return v;
+  }
+}
+
+__device__ __forceinline__ uint32_t prmt_reg(uint32_t lo, uint32_t hi, uint32_t sel) {
+  // prmt's default mode (a selector nibble with bit 3 set replicates the chosen byte's sign bit),
+  // with the selector in a register: __byte_perm ignores bit 3.
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(lo), "r"(hi), "r"(sel));
+  return r;
+}
+
+// Thread t's byte selectors (prmt) for expand_row: nvfp4 byte t of a word, both nibbles with their
+// signs replicated (decode_sub_fast's 0xC480 for byte 0); fp8 bytes 2t, 2t + 1 of an 8-byte chunk
+// with signs (fast path) and without (the float path).
+struct RowSelectors {
+  uint32_t nvfp4, fp8_signed, fp8_plain;
+  __device__ explicit RowSelectors(int t)
+      : nvfp4(0xC480u + 0x1111u * t),
+        fp8_signed((2u * t) | (8u | 2u * t) << 4 | (2u * t + 1u) << 8 | (8u | (2u * t + 1u)) << 12),
+        fp8_plain((2u * t) | (2u * t + 1u) << 4) {}
+};
+
+// Thread t's 8 bf16 pairs of one weight row for one K step: pair c holds elements 8c + 2t, 8c + 2t + 1
+// (nvfp4: times 2^-kNvfp4AccShift, decode_sub_fast's factor). `raw` is the row in the stage, read
+// whole with 16-byte loads (the four lanes of a quad read the same bytes: one broadcast).
+// kFast: fp8 / mxfp8 bytes through decode_sub_fast's integer path (mxfp8 block exponents up to
+// kMxfp8FastMaxExp), else through the float conversion; nvfp4 and bf16 have one path.
+template <WeightKind F, bool kFast>
+__device__ __forceinline__ void expand_row(const uint8_t* raw, int t, const RowSelectors& sel, uint32_t scales,
+                                           uint32_t (&p)[8]) {
+  if constexpr (F == WeightKind::kNvfp4) {
+    // Word c holds elements 8c..8c+7, byte t of it elements 8c + 2t (low nibble) and 8c + 2t + 1:
+    // [sx(n1) (n1 n0) sx(n0) (n0 x)] << 2 puts each magnitude at bf16 bits 6-8, each sign at bit 15.
+    const uint4 q0 = *reinterpret_cast<const uint4*>(raw), q1 = *reinterpret_cast<const uint4*>(raw + 16);
+    const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    const FastScale lo = fast_scale_of<F>(scales & 0xFFFFu), hi = fast_scale_of<F>(scales >> 16);
+    const uint32_t group[4] = {lo.pair[0], lo.pair[1], hi.pair[0], hi.pair[1]};
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+      p[c] = hmul2_bits((prmt_reg(w[c] << 4, w[c], sel.nvfp4) << 2) & 0x81C081C0u, group[c >> 1]);
+  } else if constexpr (F == WeightKind::kFp8 || F == WeightKind::kMxfp8) {
+    uint32_t w[16];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint4 q = *reinterpret_cast<const uint4*>(raw + 16 * i);
+      w[4 * i] = q.x, w[4 * i + 1] = q.y, w[4 * i + 2] = q.z, w[4 * i + 3] = q.w;
+    }
+    if constexpr (kFast) {
+      // Bytes b0 b1 -> [sx(b1) b1 sx(b0) b0] << 4, masked: bf16 bits of v * 2^-120, times 2^(S - 7).
+      uint32_t mul[2] = {mx_fast_pair(127u), mx_fast_pair(127u)};
+      if constexpr (F == WeightKind::kMxfp8) mul[0] = mx_fast_pair(scales & 0xFFu), mul[1] = mx_fast_pair(scales >> 8);
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+        p[c] = hmul2_bits((prmt_reg(w[2 * c], w[2 * c + 1], sel.fp8_signed) << 4) & 0x87F087F0u, mul[c >> 2]);
+    } else {
+      float mul[2] = {1.0f, 1.0f};
+      if constexpr (F == WeightKind::kMxfp8) {
+        mul[0] = ue8m0_decode(uint8_t(scales));
+        mul[1] = ue8m0_decode(uint8_t(scales >> 8));
+      }
+#pragma unroll
+      for (int c = 0; c < 8; ++c) p[c] = e4m3x2_to_bf16x2(__byte_perm(w[2 * c], w[2 * c + 1], sel.fp8_plain), mul[c >> 2]);
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) p[c] = *reinterpret_cast<const uint32_t*>(raw + 16 * c + 4 * t);
+  }
+}
+
+// One CTA's tile: the MMAs over K and the epilogue, for N token columns.
+template <WeightKind F, bool kSwiglu, int N>
+__device__ __forceinline__ void run_tile(const LinearArgs& a, const LinearItem& item, const WeightView& w0,
+                                         const WeightView& w1, uint8_t* smem, uint32_t smem_base, const TileShared& ts,
+                                         int n0, int k_tiles) {
+  using L = RawLayout<F>;
+  constexpr int NW = kSwiglu ? 2 : 1;
+  constexpr int kRawPerThread = kTileRows * L::kChunks / kThreads;
+  const int tid = threadIdx.x, lane = tid & 31, t = tid & 3;
+  const int m0 = 64 * (tid >> 7) + 16 * ((tid >> 5) & 3) + (lane >> 2);  // A rows m0 and m0 + 8
+  const RowSelectors sel(t);
+
+  const uint8_t* scale_row[2];
+  bool scale_whole[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int j, f;
+    tile_row_source<kSwiglu>(m0 + 8 * h, n0, j, f);
+    const WeightView& wj = j == 0 ? w0 : w1;
+    scale_row[h] = f < a.n && wj.scale != nullptr ? wj.scale + int64_t(f) * wj.scale_stride : nullptr;
+    const int align = F == WeightKind::kNvfp4 ? 4 : 2;
+    scale_whole[h] = wj.scale_stride % align == 0 && reinterpret_cast<uintptr_t>(wj.scale) % align == 0;
+  }
+  const int x_chunk = tid & 7, x_row = tid >> 3;
+  const uint16_t* const x = a.x;
+
+  auto issue_stage = [&](int kt) {
+    if (kt < k_tiles) {
+      const uint32_t base = smem_base + (kt % kStages) * L::kStageBytes;
+      const int kx = kt * kStepK + x_chunk * 8;
+#pragma unroll
+      for (int i = 0; i < N / 32; ++i) {
+        const int r = x_row + 32 * i;
+        const int64_t off = ts.x_offset[r];
+        const bool valid = off >= 0 && kx < a.k;
+        cp_async16_or_zero(base + swizzled(r, x_chunk), valid ? x + off + kx : x, valid);
+      }
+#pragma unroll
+      for (int i = 0; i < kRawPerThread; ++i) {
+        const int id = tid + i * kThreads, m = id / L::kChunks, ch = id % L::kChunks;
+        const uint8_t* row = ts.weight_row[m];
+        const bool valid = row != nullptr && kt * kStepK + ch * L::kChunkElems < a.k;
+        cp_async16_or_zero(base + kXTileBytes + m * L::kPitch + ch * 16,
+                           valid ? static_cast<const void*>(row + int64_t(kt) * L::kBytes + ch * 16) : x, valid);
+      }
     }
     cp_async_commit();
   };
-  uint4 braw[B_CHUNKS];
-  ChunkScale bsc[B_CHUNKS];
-  auto load_b = [&](int kt) {
+
+  float d[N / 2];
 #pragma unroll
-    for (int i = 0; i < B_CHUNKS; ++i) {
-      const int64_t k = int64_t(kt) * kStepK + b_col[i];
-      if (brow[i] != nullptr && k < a.k) {
-        braw[i] = load_stream16(brow[i] + Fmt::byte_offset(k));
-        bsc[i] = load_chunk_scale<F>(bscale[i], k);
-      } else {
-        braw[i] = make_uint4(0, 0, 0, 0);
-        bsc[i] = ChunkScale();
-      }
+  for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
+  uint32_t frag[2][4][4];  // [register set][k16 step][A fragment]
+  auto expand_step = [&](auto set, int kt, const uint32_t (&scales)[2]) {
+    constexpr int S = decltype(set)::value;
+    const uint8_t* raw = smem + (kt % kStages) * L::kStageBytes + kXTileBytes;
+    uint32_t p0[8], p1[8];
+    bool fast = true;
+    if constexpr (F == WeightKind::kMxfp8) {
+      const uint32_t top = max(max(scales[0] & 0xFFu, scales[0] >> 8), max(scales[1] & 0xFFu, scales[1] >> 8));
+      fast = !__any_sync(0xFFFFFFFFu, top > kMxfp8FastMaxExp);
+    }
+    if (fast) {
+      expand_row<F, true>(raw + m0 * L::kPitch, t, sel, scales[0], p0);
+      expand_row<F, true>(raw + (m0 + 8) * L::kPitch, t, sel, scales[1], p1);
+    } else {
+      expand_row<F, false>(raw + m0 * L::kPitch, t, sel, scales[0], p0);
+      expand_row<F, false>(raw + (m0 + 8) * L::kPitch, t, sel, scales[1], p1);
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      frag[S][s][0] = p0[2 * s];
+      frag[S][s][1] = p1[2 * s];
+      frag[S][s][2] = p0[2 * s + 1];
+      frag[S][s][3] = p1[2 * s + 1];
     }
   };
-  auto store_b = [&](int buf) {
-    uint8_t* dst = smem + buf * kStageBytes + kTileBytesA;
+  auto load_scales = [&](int kt, uint32_t (&s)[2]) {
 #pragma unroll
-    for (int i = 0; i < B_CHUNKS; ++i)
-#pragma unroll
-      for (int s = 0; s < E / 8; ++s)
-        *reinterpret_cast<uint4*>(dst + swizzled(b_slot[i], b_col[i] / 8 + s)) = decode_sub<F>(braw[i], s, bsc[i]);
+    for (int h = 0; h < 2; ++h) s[h] = kt < k_tiles ? step_scales<F>(scale_row[h], kt, a.k, scale_whole[h]) : 0u;
   };
 
-  float d[64];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) d[i] = 0.0f;
-
-  const int k_tiles = (a.k + kStepK - 1) / kStepK;
-  stage_a(0, 0);
-  load_b(0);
-  store_b(0);
-  cp_async_wait<0>();
+  for (int s = 0; s < kStages - 1; ++s) issue_stage(s);
+  uint32_t sc_next[2], sc_after[2];
+  load_scales(0, sc_next);
+  load_scales(1, sc_after);
+  cp_async_wait<kStages - 2>();
   fence_async_shared();
   __syncthreads();
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int cur = kt & 1;
-    const bool more = kt + 1 < k_tiles;
-    if (more) {
-      stage_a(kt + 1, cur ^ 1);
-      load_b(kt + 1);
-    }
-    const uint32_t a_tile = smem_base + cur * kStageBytes + wg * (kTileBytesA / 2);
-    const uint32_t b_tile = smem_base + cur * kStageBytes + kTileBytesA;
-    fence_operands(d);
+  expand_step(std::integral_constant<int, 0>(), 0, sc_next);
+
+  // Step kt: the MMAs of step kt from register set S, then (under them) stage kt + 1 waited for,
+  // stage kt + kStages - 1 issued into the slot step kt - 1 used (both warpgroups finished its
+  // MMAs before this step's barrier), step kt + 1's fragments expanded into the other set.
+  auto step = [&](auto set, int kt) {
+    constexpr int S = decltype(set)::value;
+    const uint32_t x_tile = smem_base + (kt % kStages) * L::kStageBytes;
+    wgmma_pin<N>(d);
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < kStepK / 16; ++ks) wgmma_m64n128k16(d, smem_desc(a_tile + ks * 32), smem_desc(b_tile + ks * 32));
+    for (int s = 0; s < 4; ++s) wgmma_bf16<N>(d, frag[S][s], swizzled_desc(x_tile + 32 * s), true);
     wgmma_commit();
-    // The next step's weights expand while the tensor cores run this one.
-    if (more) store_b(cur ^ 1);
-    wgmma_wait_all();
-    fence_operands(d);
-    if (more) {
-      cp_async_wait<0>();
-      fence_async_shared();
-    }
+    sc_next[0] = sc_after[0];
+    sc_next[1] = sc_after[1];
+    load_scales(kt + 2, sc_after);
+    cp_async_wait<kStages - 3>();
+    fence_async_shared();
     __syncthreads();
+    issue_stage(kt + kStages - 1);
+    if (kt + 1 < k_tiles) expand_step(std::integral_constant<int, 1 - S>(), kt + 1, sc_next);
+    wgmma_wait_all();
+    wgmma_pin<N>(d);
+  };
+  for (int kt = 0; kt < k_tiles; kt += 2) {
+    step(std::integral_constant<int, 0>(), kt);
+    if (kt + 1 < k_tiles) step(std::integral_constant<int, 1>(), kt + 1);
   }
+  // The epilogue goes through shared memory (the stages are free once every warp has waited for
+  // its MMAs): the sums by token row, then each output row written by consecutive lanes, and the
+  // SwiGLU's per-element code in a loop rather than unrolled over a thread's 64 outputs.
+  cp_async_wait<0>();
+  __syncthreads();
+  constexpr int kPitch = kTileRows + 4;  // floats; a warp's stores below hit 32 distinct banks
+  static_assert(N * kPitch * 4 <= kStages * L::kStageBytes, "epilogue tile");
+  float* sums = reinterpret_cast<float*>(smem);
+  // d[4 j + 2 h + c]: tile row m0 + 8 h, token 8 j + 2 t + c.
+#pragma unroll
+  for (int jj = 0; jj < N / 8; ++jj)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) sums[(8 * jj + 2 * t + c) * kPitch + m0 + 8 * h] = d[4 * jj + 2 * h + c];
+  __syncthreads();
+  const float acc_mul = F == WeightKind::kNvfp4 ? float(1 << kNvfp4AccShift) : 1.0f;
+  const OutScale os[2] = {OutScale::of(w0), kSwiglu ? OutScale::of(w1) : OutScale()};
+  const int rows = item.row_count;
+  constexpr int kFeatures = kSwiglu ? kTileRows / 2 : kTileRows;
+  for (int i = tid; i < rows * kFeatures; i += kThreads) {
+    const int tok = i / kFeatures, fl = i % kFeatures, f = n0 + fl;
+    if (f >= a.n) continue;
+    const float* srow = sums + tok * kPitch;
+    float v[NW];
+    if constexpr (kSwiglu) {
+      const int m = 16 * (fl >> 3) + (fl & 7);  // tile_row_source's gate row; up is 8 further
+      v[0] = srow[m] * acc_mul;
+      v[1] = srow[m + 8] * acc_mul;
+    } else {
+      v[0] = srow[fl] * acc_mul;
+    }
+    a.out[int64_t(item.row_begin + tok) * a.out_stride + f] = f32_to_bf16_bits(epilogue_value<kSwiglu>(a, os, v));
+  }
+}
 
-  const int g = lane >> 2, q = lane & 3;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = wg * 64 + warp * 16 + g + 8 * h;
-    if (row >= item.row_count) continue;
-    uint16_t* o = a.out + int64_t(item.row_begin + row) * a.out_stride;
-#pragma unroll
-    for (int j = 0; j < 16 / NW; ++j)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int col = n0 + j * 8 + 2 * q + c;
-        if (col >= a.n) continue;
-        float v[NW];
-#pragma unroll
-        for (int wi = 0; wi < NW; ++wi) v[wi] = d[4 * (j + wi * 8) + 2 * h + c];
-        o[col] = f32_to_bf16_bits(epilogue_value<kSwiglu>(a, w, v));
-      }
+template <WeightKind F, bool kSwiglu>
+__global__ void __launch_bounds__(kThreads, 1) wgmma_linear_kernel(const LinearArgs a) {
+  kernel_prologue();
+  using L = RawLayout<F>;
+  extern __shared__ uint8_t smem_raw[];
+  const ItemInfo info = item_of(a, blockIdx.y);
+  if (!info.valid) return;
+  const LinearItem item = info.item;
+
+  const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  uint8_t* smem = smem_raw + (smem_base - smem_u32(smem_raw));
+  TileShared& ts = *reinterpret_cast<TileShared*>(smem + kStages * L::kStageBytes);
+  const int tid = threadIdx.x;
+  const int n0 = blockIdx.x * (kSwiglu ? kTileRows / 2 : kTileRows);
+  const int k_tiles = (a.k + kStepK - 1) / kStepK;
+  const WeightView w0 = weight_of(a, 0, item.expert);
+  const WeightView w1 = kSwiglu ? weight_of(a, 1, item.expert) : w0;
+
+  for (int r = tid; r < kMaxTokens; r += kThreads)
+    ts.x_offset[r] = r < item.row_count ? src_row(a, item.row_begin + r) * a.x_stride : int64_t(-1);
+  if (tid < kTileRows) {
+    int j, f;
+    tile_row_source<kSwiglu>(tid, n0, j, f);
+    const WeightView& wj = j == 0 ? w0 : w1;
+    ts.weight_row[tid] = f < a.n ? wj.data + int64_t(f) * wj.row_bytes : nullptr;
   }
+  __syncthreads();
+
+  // N: the item's rows rounded up to 64 (the same choice in every warp of the CTA).
+  const int rows = item.row_count;
+  if (rows <= 64) run_tile<F, kSwiglu, 64>(a, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
+  else if (rows <= 128) run_tile<F, kSwiglu, 128>(a, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
+  else if (rows <= 192) run_tile<F, kSwiglu, 192>(a, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
+  else run_tile<F, kSwiglu, 256>(a, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
 }
 
 template <WeightKind F, bool kSwiglu>
 cudaError_t launch_kind(const LinearArgs& a, int items, cudaStream_t stream) {
-  constexpr int bn = kRowsB / (kSwiglu ? 2 : 1);
-  const dim3 grid((a.n + bn - 1) / bn, items);
-  launch_kernel(wgmma_linear_kernel<F, kSwiglu>, grid, 256, kSmemBytes, stream, a);
+  constexpr int features = kSwiglu ? kTileRows / 2 : kTileRows;
+  const dim3 grid((a.n + features - 1) / features, items);
+  launch_kernel(wgmma_linear_kernel<F, kSwiglu>, grid, kThreads, RawLayout<F>::kSmemBytes, stream, a);
   return cudaGetLastError();
 }
 
@@ -226,10 +384,10 @@ cudaError_t launch_epilogue(const LinearArgs& a, int items, cudaStream_t stream)
 
 template <WeightKind F>
 cudaError_t set_smem_limit() {
-  cudaError_t e = cudaFuncSetAttribute(wgmma_linear_kernel<F, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       kSmemBytes);
+  constexpr int bytes = RawLayout<F>::kSmemBytes;
+  cudaError_t e = cudaFuncSetAttribute(wgmma_linear_kernel<F, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(wgmma_linear_kernel<F, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  return cudaFuncSetAttribute(wgmma_linear_kernel<F, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
 }  // namespace
