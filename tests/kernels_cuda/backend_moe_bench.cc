@@ -314,7 +314,7 @@ void run_moe_bench(const std::vector<int>& token_counts) {
       }
     }
     // The shared expert (dense, mxfp8) at 33-256 rows takes the streamed kernel's wide form
-    // (64-row items); the wgmma kernel's 128-row items beside it, to place the crossover of the
+    // (64-row items); the wgmma kernel's items (up to 256 rows) beside it, to place the crossover of the
     // dense layers of decode batches 64-256 (the attention projections and o_proj are the same
     // kind of weight).
     if (tokens > 32 && tokens <= 256) {
