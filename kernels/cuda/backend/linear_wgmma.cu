@@ -113,14 +113,6 @@ __device__ __forceinline__ uint32_t step_scales(const uint8_t* row, int kt, int 
   }
 }
 
-__device__ __forceinline__ uint32_t prmt_reg(uint32_t lo, uint32_t hi, uint32_t sel) {
-  // prmt's default mode (a selector nibble with bit 3 set replicates the chosen byte's sign bit),
-  // with the selector in a register: __byte_perm ignores bit 3.
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(lo), "r"(hi), "r"(sel));
-  return r;
-}
-
 // Thread t's byte selectors (prmt) for expand_row: nvfp4 byte t of a word, both nibbles with their
 // signs replicated (decode_sub_fast's 0xC480 for byte 0); fp8 bytes 2t, 2t + 1 of an 8-byte chunk
 // with signs (fast path) and without (the float path).
@@ -133,8 +125,9 @@ struct RowSelectors {
 };
 
 // Thread t's 8 bf16 pairs of one weight row for one K step: pair c holds elements 8c + 2t, 8c + 2t + 1
-// (nvfp4: times 2^-kNvfp4AccShift, decode_sub_fast's factor). `raw` is the row in the stage, read
-// whole with 16-byte loads (the four lanes of a quad read the same bytes: one broadcast).
+// (nvfp4: times 2^-kNvfp4AccShift, decode_sub_fast's factor). `raw` is the row in the stage; nvfp4
+// and fp8 rows are read whole with 16-byte loads (the four lanes of a quad read the same bytes: one
+// broadcast), bf16 rows as the thread's own words.
 // kFast: fp8 / mxfp8 bytes through decode_sub_fast's integer path (mxfp8 block exponents up to
 // kMxfp8FastMaxExp), else through the float conversion; nvfp4 and bf16 have one path.
 template <WeightKind F, bool kFast>

@@ -147,6 +147,14 @@ __device__ __forceinline__ uint32_t prmt_sign(uint32_t lo, uint32_t hi) {
   return r;
 }
 
+// prmt_sign with the selector in a register (a per-thread byte choice): __byte_perm would ignore
+// the sign-replicating bit 3 of each selector nibble.
+__device__ __forceinline__ uint32_t prmt_reg(uint32_t lo, uint32_t hi, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(lo), "r"(hi), "r"(sel));
+  return r;
+}
+
 // mxfp8 / fp8: pair[0] = bf16 pair of 2^(S - 7) (S = UE8M0 exponent; 127 for per-tensor fp8),
 // S recoverable as (pair[0] & 0xFFFF) / 128 - 120 (also when S > kMxfp8FastMaxExp).
 // nvfp4: the two group scales times 2^(126 - kNvfp4AccShift), as bf16 pairs.
