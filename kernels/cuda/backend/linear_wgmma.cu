@@ -42,10 +42,20 @@ constexpr int kStepK = 64;  // K elements per step: one 128-byte swizzle row of 
 constexpr int kStages = 4;
 constexpr int kXTileBytes = kMaxTokens * kStepK * 2;
 
-// Shared memory beyond the stages: the tile's row tables, read when a stage is issued instead of
-// held in registers (the accumulators take most of them).
+// The x rows a thread copies: rows x_row + 32 i (i < N / 32) for x_row = tid / 8, each time the
+// same 16-byte column x_chunk = tid % 8 of the step's 64 elements.
+constexpr int kXRowsPerThread = kMaxTokens / 32;
+
+// Shared memory beyond the stages: the tile's x row addresses, read when a stage is issued instead
+// of held in registers (the accumulators take most of them). Thread x_row's are contiguous
+// (x_src[x_row * kXRowsPerThread + i]: token row x_row + 32 i), so that it loads two with one
+// 16-byte load and starts all its copies' address chains at once: read one row at a time (as
+// 64-bit element offsets with a sign for absent rows) each copy's chain waited for its own load,
+// the largest share of the warps' stalls in `ncu` (session 30).
 struct TileShared {
-  int64_t x_offset[kMaxTokens];          // element offset of token row r in x, -1 past the item
+  // The row's address in x, or a.x + 1 past the item's rows (odd: never a row; a.x stays mapped
+  // for the zero-filling copy).
+  uint64_t x_src[kMaxTokens];
   const uint8_t* weight_row[kTileRows];  // weight row of tile row m, null past n
 };
 
@@ -196,26 +206,36 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const LinearItem& 
     scale_whole[h] = wj.scale_stride % align == 0 && reinterpret_cast<uintptr_t>(wj.scale) % align == 0;
   }
   const int x_chunk = tid & 7, x_row = tid >> 3;
-  const uint16_t* const x = a.x;
+  const uint64_t* const x_src = ts.x_src + x_row * kXRowsPerThread;
+  // This thread's weight rows for the raw copies (chunk ch of row m), fixed for the tile.
+  const uint8_t* raw_row[kRawPerThread];
+#pragma unroll
+  for (int i = 0; i < kRawPerThread; ++i) raw_row[i] = ts.weight_row[(tid + i * kThreads) / L::kChunks];
 
   auto issue_stage = [&](int kt) {
     if (kt < k_tiles) {
       const uint32_t base = smem_base + (kt % kStages) * L::kStageBytes;
       const int kx = kt * kStepK + x_chunk * 8;
+      const bool k_valid = kx < a.k;
 #pragma unroll
-      for (int i = 0; i < N / 32; ++i) {
-        const int r = x_row + 32 * i;
-        const int64_t off = ts.x_offset[r];
-        const bool valid = off >= 0 && kx < a.k;
-        cp_async16_or_zero(base + swizzled(r, x_chunk), valid ? x + off + kx : x, valid);
+      for (int i = 0; i < N / 32; i += 2) {
+        const ulonglong2 pair = *reinterpret_cast<const ulonglong2*>(x_src + i);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const uint64_t src = j == 0 ? pair.x : pair.y;
+          const bool valid = k_valid && (src & 1u) == 0;
+          cp_async16_or_zero(base + swizzled(x_row + 32 * (i + j), x_chunk),
+                             reinterpret_cast<const void*>(valid ? src + 2u * kx : src & ~uint64_t(1)), valid);
+        }
       }
 #pragma unroll
       for (int i = 0; i < kRawPerThread; ++i) {
         const int id = tid + i * kThreads, m = id / L::kChunks, ch = id % L::kChunks;
-        const uint8_t* row = ts.weight_row[m];
-        const bool valid = row != nullptr && kt * kStepK + ch * L::kChunkElems < a.k;
+        const bool valid = raw_row[i] != nullptr && kt * kStepK + ch * L::kChunkElems < a.k;
         cp_async16_or_zero(base + kXTileBytes + m * L::kPitch + ch * 16,
-                           valid ? static_cast<const void*>(row + int64_t(kt) * L::kBytes + ch * 16) : x, valid);
+                           valid ? static_cast<const void*>(raw_row[i] + int64_t(kt) * L::kBytes + ch * 16)
+                                 : static_cast<const void*>(a.x),
+                           valid);
       }
     }
     cp_async_commit();
@@ -345,7 +365,9 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_linear_kernel(const LinearA
   const WeightView w1 = kSwiglu ? weight_of(a, 1, item.expert) : w0;
 
   for (int r = tid; r < kMaxTokens; r += kThreads)
-    ts.x_offset[r] = r < item.row_count ? src_row(a, item.row_begin + r) * a.x_stride : int64_t(-1);
+    ts.x_src[(r % 32) * kXRowsPerThread + r / 32] =
+        r < item.row_count ? reinterpret_cast<uint64_t>(a.x + src_row(a, item.row_begin + r) * a.x_stride)
+                           : reinterpret_cast<uint64_t>(a.x) + 1u;
   if (tid < kTileRows) {
     int j, f;
     tile_row_source<kSwiglu>(tid, n0, j, f);
