@@ -132,7 +132,7 @@ void run_moe_bench(const std::vector<int>& token_counts) {
     const Tensor x = device_act(random_values(rng, size_t(tokens) * kHidden, 1.0f), tokens, kHidden);
     const uint16_t* xp = x.data_as<const uint16_t>();
     const int per_expert = (pairs + kExperts - 1) / kExperts;
-    const int item_rows = cuda::detail::linear_item_rows(host_table[0], kHidden, per_expert, true);
+    const int item_rows = cuda::detail::linear_item_rows(host_table[0], kHidden, 0, per_expert, true);
     const int max_items = (pairs + item_rows - 1) / item_rows + std::min(kExperts, pairs);
     s.logits.reserve(sizeof(float) * tokens * kExperts, "logits");
     s.choice_expert.reserve(sizeof(int32_t) * pairs, "choices");
@@ -161,7 +161,7 @@ void run_moe_bench(const std::vector<int>& token_counts) {
     sg.k = kHidden;
     sg.w[0] = view_of(mlp.gate);
     sg.w[1] = view_of(mlp.up);
-    sg.item_rows = cuda::detail::linear_item_rows(sg.w[0], kHidden, tokens);
+    sg.item_rows = cuda::detail::linear_item_rows(sg.w[0], kHidden, 2 * kInter, tokens);
     sg.out = s.shared_act.as<uint16_t>();
     sg.out_stride = kInter;
     sg.epilogue = cuda::detail::Epilogue::kSwiglu;
@@ -172,7 +172,7 @@ void run_moe_bench(const std::vector<int>& token_counts) {
     sd.n = kHidden;
     sd.k = kInter;
     sd.w[0] = view_of(mlp.down);
-    sd.item_rows = cuda::detail::linear_item_rows(sd.w[0], kInter, tokens);
+    sd.item_rows = cuda::detail::linear_item_rows(sd.w[0], kInter, kHidden, tokens);
     sd.out = s.shared.as<uint16_t>();
     sd.out_stride = kHidden;
 
@@ -313,15 +313,19 @@ void run_moe_bench(const std::vector<int>& token_counts) {
         time_alternative(l, step, step == 3 ? "  gate/up, skinny kernel" : "  down, skinny kernel");
       }
     }
-    // The shared expert (dense, mxfp8) at 33-256 rows takes the streamed kernel's wide form
-    // (64-row items); the wgmma kernel's items (up to 256 rows) beside it, to place the crossover of the
-    // dense layers of decode batches 64-256 (the attention projections and o_proj are the same
-    // kind of weight).
+    // The shared expert (dense, mxfp8; 6144 weight rows) at 33-64 rows takes the streamed kernel's
+    // wide form (64-row items), at 65-256 the wgmma kernel (linear_item_rows): the other kernel
+    // beside it, for the crossover of the dense layers of decode batches 64-256. The alternative
+    // runs alone, back to back, with its 41 MB of weights left in L2 (H100: 50 MB), where the
+    // sequence above reads them cold: compare an alternative with the same line of another build,
+    // not with the line above it.
     if (tokens > 32 && tokens <= 256) {
       for (int step : {0, 1}) {
         cuda::detail::LinearArgs l = step == 0 ? sg : sd;
-        l.item_rows = cuda::detail::kWgmmaItemRows;
-        time_alternative(l, step, step == 0 ? "  shared g/u, wgmma" : "  shared down, wgmma");
+        const bool wgmma = l.item_rows == cuda::detail::kWgmmaItemRows;
+        l.item_rows = wgmma ? 64 : cuda::detail::kWgmmaItemRows;
+        time_alternative(l, step, step == 0 ? (wgmma ? "  shared g/u, streamed" : "  shared g/u, wgmma")
+                                            : (wgmma ? "  shared down, streamed" : "  shared down, wgmma"));
       }
     }
 

@@ -265,6 +265,14 @@ void add_linear_cases(CaseList& cases, bool quick) {
   // (700 rows: N 256 and 192), per tensor-core format.
   if (!quick)
     for (int f : {0, 3, 5, 6, 7}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], 320, 1056, 700));
+  // Dense layers wide enough for the wgmma kernel at 65-256 rows (6144 weight rows and more:
+  // linear_item_rows): one item of 150 rows (N 192) and one of 100 (N 128), where narrower layers
+  // take the streamed kernel.
+  if (!quick)
+    for (int f : {3, 5, 6, 7}) {
+      cases.push_back(std::make_unique<LinearCase>(kFormats[f], 6144, 256, 150));
+      cases.push_back(std::make_unique<LinearCase>(kFormats[f], 8192, 128, 100));
+    }
   // MXFP8 block exponents from about 130 to 139: the exact expansion where a warp's blocks pass
   // 134, the fast one elsewhere (decode rows: skinny and streamed kernels; 300 rows: wgmma).
   for (int rows : quick ? std::vector<int>{20} : std::vector<int>{1, 20, 150, 300})

@@ -51,7 +51,7 @@ LinearArgs args_for(const WeightView& w, int k, int rows) {
   a.n = 4096;
   a.k = k;
   a.w[0] = w;
-  a.item_rows = linear_item_rows(w, k, rows);
+  a.item_rows = linear_item_rows(w, k, a.n, rows);
   return a;
 }
 
@@ -131,14 +131,17 @@ TEST(LinearDispatch, StreamedKernelChecksActivationsEveryWeightAndTables) {
 
 TEST(LinearDispatch, RowsPerItem) {
   const WeightView w = mxfp8(6144);
-  EXPECT_EQ(linear_item_rows(w, 6144, 1), 16);
-  EXPECT_EQ(linear_item_rows(w, 6144, 32), 32);
-  EXPECT_EQ(linear_item_rows(w, 6144, 64), 64);
-  EXPECT_EQ(linear_item_rows(w, 6144, 200), 64);               // dense: skinny up to 256 rows
-  EXPECT_EQ(linear_item_rows(w, 6144, 200, true), kWgmmaItemRows);  // grouped: wgmma tiles
-  EXPECT_EQ(linear_item_rows(w, 6144, 300), kWgmmaItemRows);
+  EXPECT_EQ(linear_item_rows(w, 6144, 512, 1), 16);
+  EXPECT_EQ(linear_item_rows(w, 6144, 512, 32), 32);
+  EXPECT_EQ(linear_item_rows(w, 6144, 8192, 64), 64);
+  EXPECT_EQ(linear_item_rows(w, 6144, 512, 200), 64);     // a narrow dense layer: streamed up to 256 rows
+  EXPECT_EQ(linear_item_rows(w, 6144, 0, 200), 64);       // a fused launch's segments
+  EXPECT_EQ(linear_item_rows(w, 6144, 4096, 128), 64);               // 32 CTAs: streamed up to 256 rows
+  EXPECT_EQ(linear_item_rows(w, 6144, 6144, 65), kWgmmaItemRows);     // 48 CTAs: wgmma from 65 rows
+  EXPECT_EQ(linear_item_rows(w, 6144, 0, 200, true), kWgmmaItemRows);  // grouped: wgmma tiles
+  EXPECT_EQ(linear_item_rows(w, 6144, 512, 300), kWgmmaItemRows);
   // No tensor-core path (f32): 16-row items for the exact SIMT kernel.
-  EXPECT_EQ(linear_item_rows(dense(WeightKind::kF32, 384, 4), 384, 300), 16);
+  EXPECT_EQ(linear_item_rows(dense(WeightKind::kF32, 384, 4), 384, 8192, 300), 16);
 }
 
 }  // namespace

@@ -94,8 +94,10 @@ struct LinearArgs {
 // otherwise launch_linear uses the exact fp32 SIMT kernel.
 bool linear_has_mma_path(const WeightView& w, int k);
 // Rows per item the kernels prefer for a problem of `rows` rows (dense) or of about `rows` rows
-// per expert (grouped).
-int linear_item_rows(const WeightView& w, int k, int rows, bool grouped = false);
+// per expert (grouped). weight_rows: the weight rows a dense launch multiplies (out features;
+// twice that for a SwiGLU pair; 0 where only the skinny and streamed kernels may run, as for the
+// segments of one fused launch).
+int linear_item_rows(const WeightView& w, int k, int weight_rows, int rows, bool grouped = false);
 // Rows per item in batch-invariant mode (CudaBackendOptions::batch_invariant), whatever the row
 // count: the item size picks the skinny kernel's instance, and with it the order in which a row's
 // K chunks are summed (chunks per warp batch, accumulator sets) and whether K is split over a

@@ -615,7 +615,7 @@ class CudaBackend final : public Backend {
     a.n = static_cast<int>(weight.out_features);
     a.k = static_cast<int>(weight.in_features);
     a.w[0] = w;
-    a.item_rows = item_rows(w, a.k, a.rows);
+    a.item_rows = item_rows(w, a.k, a.n, a.rows);
     a.out = bf16_ptr_mut(out);
     a.out_stride = out.dim(1);
     check_cuda(detail::launch_linear(a, stream), weight.name.c_str());
@@ -628,7 +628,9 @@ class CudaBackend final : public Backend {
     const int k = static_cast<int>(first.in_features);
     // bf16: cuBLAS, except in batch-invariant mode, where bf16 takes the skinny kernel as well.
     if ((w0.kind == detail::WeightKind::kBF16 && !options_.batch_invariant) || x.dim(1) % 8 != 0) return false;
-    const int item_rows = this->item_rows(w0, k, static_cast<int>(rows));
+    // One launch of several weights has the skinny and streamed kernels only (weight_rows 0):
+    // above 256 rows each weight takes its own wgmma launch instead.
+    const int item_rows = this->item_rows(w0, k, /*weight_rows=*/0, static_cast<int>(rows));
     if (item_rows > 64) return false;
     detail::LinearArgs a;
     int slices = 0;
@@ -669,7 +671,7 @@ class CudaBackend final : public Backend {
     a.k = static_cast<int>(gate.in_features);
     a.w[0] = weight_view(gate);
     a.w[1] = weight_view(up);
-    a.item_rows = item_rows(a.w[0], a.k, rows);
+    a.item_rows = item_rows(a.w[0], a.k, 2 * a.n, rows);
     a.out = act;
     a.out_stride = gate.out_features;
     a.epilogue = detail::Epilogue::kSwiglu;
@@ -679,8 +681,9 @@ class CudaBackend final : public Backend {
   }
   // Rows per linear work item: the kernels' choice for the row count, or in batch-invariant mode
   // the one fixed size whose per-row sum order is the same in every batch (backend_kernels.h).
-  int item_rows(const detail::WeightView& w, int k, int rows, bool grouped = false) const {
-    return options_.batch_invariant ? detail::kBatchInvariantItemRows : detail::linear_item_rows(w, k, rows, grouped);
+  int item_rows(const detail::WeightView& w, int k, int weight_rows, int rows, bool grouped = false) const {
+    return options_.batch_invariant ? detail::kBatchInvariantItemRows
+                                    : detail::linear_item_rows(w, k, weight_rows, rows, grouped);
   }
   ExpertTables& expert_tables(const MlpWeights& mlp);
   // Changes whenever scratch a recorded graph may point at moves (cuda_graphs.h).
@@ -894,7 +897,8 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   ExpertTables& tables = expert_tables(mlp);
   // Rows per expert as the routing spreads them over all experts (the held ones get their share).
   const int per_expert = static_cast<int>((pairs + e_count - 1) / e_count);
-  const int item_rows = this->item_rows(tables.first[0], static_cast<int>(hidden), per_expert, /*grouped=*/true);
+  const int item_rows = this->item_rows(tables.first[0], static_cast<int>(hidden), /*weight_rows=*/0, per_expert,
+                                       /*grouped=*/true);
   const int max_items =
       static_cast<int>((held_pairs + item_rows - 1) / item_rows + std::min<int64_t>(held, held_pairs));
 

@@ -45,6 +45,14 @@ namespace {
 
 constexpr int kSkinnyWarps = 8;
 constexpr int kSkinnyMaxDenseRows = 256;
+// Dense layers of 65-256 rows with at least this many weight rows (48 CTAs) take the wgmma kernel
+// (one item, N up to 256) rather than the streamed kernel's wide form (64-row items, each
+// expanding the whole weight again). H100, session 30, 12 M3.1 layers at 8K (docs/gpu-backend-notes.md):
+// decode steps of 96 / 128 / 192 rows 20.2 / 21.6 / 25.5 ms against 20.4 / 22.1 / 27.0; the shared
+// expert at 256 rows 112 against 151 us (gate/up + SwiGLU), 56 against 81 (down). o_proj alone
+// (K 8192) is 8-12% slower on it at 96-128 rows, but the shared expert's 48 CTAs beside the routed
+// experts shorten the MoE op by more; requiring 16384 weight rows up to 128 rows gave 22.0 ms at 128.
+constexpr int kWgmmaMinDenseWeightRows = 6144;
 
 // 16-byte weight loads per lane per batch: 8, or 4 for 64-row tiles (their accumulators and x
 // fragments take the registers). Double-buffering smaller batches (issue the next batch's loads
@@ -427,15 +435,15 @@ bool linear_has_mma_path(const WeightView& w, int k) {
   return true;
 }
 
-int linear_item_rows(const WeightView& w, int k, int rows, bool grouped) {
+int linear_item_rows(const WeightView& w, int k, int weight_rows, int rows, bool grouped) {
   if (!linear_has_mma_path(w, k)) return 16;
   if (rows <= 16) return 16;
   if (rows <= 32) return 32;
   if (rows <= 64) return 64;
-  // A dense layer of up to kSkinnyMaxDenseRows rows stays memory-bound: 64-row skinny tiles read
-  // the weight from DRAM once (the other tiles of a slice hit L2, see skinny_linear_kernel) with
-  // n / 16 CTAs, where the wgmma kernel would have only n / 128.
-  if (!grouped && rows <= kSkinnyMaxDenseRows) return 64;
+  // A narrow dense layer of up to kSkinnyMaxDenseRows rows stays on the streamed kernel's wide
+  // form (64-row items): it reads the weight once with n / 16 CTAs, where the wgmma kernel would
+  // have only n / 128 (k_proj's 512 features: 4).
+  if (!grouped && rows <= kSkinnyMaxDenseRows && weight_rows < kWgmmaMinDenseWeightRows) return 64;
   return kWgmmaItemRows;
 }
 
