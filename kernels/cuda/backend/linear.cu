@@ -12,7 +12,8 @@
 //    lane q of a quad owns kElems contiguous elements of every 4 * kElems. A CTA of 8 warps covers
 //    16 output features; its warps split K and reduce through shared memory (dense 64-row tiles
 //    with few feature slices also split K over a 2-CTA cluster, reduced through DSMEM).
-//  - wgmma (prefill-shaped, items of up to 256 rows; linear_wgmma.cu): 128 weight rows x the
+//  - wgmma (items of up to 256 rows: prefill, grouped experts above 64 rows, dense layers of 65-256
+//    rows with at least kWgmmaMinDenseWeightRows weight rows; linear_wgmma.cu): 128 weight rows x the
 //    item's rows a CTA, raw weight bytes and x rows staged by cp.async, the weights expanded to
 //    bf16 in registers as the MMA's A operand, x tiles read from shared memory (Hopper warpgroup
 //    MMAs with register A).

@@ -1,5 +1,6 @@
 // The streamed skinny kernel: linear layers over items of at most 64 rows (decode steps, the
-// routed experts of a decode step, dense layers up to 256 rows) at the memory system's pace.
+// routed experts of a decode step, dense layers up to 64 rows and narrow ones up to 256) at the
+// memory system's pace.
 //
 // The skinny kernel (linear.cu) keeps its weight loads in registers, so a warp alternates between
 // waiting for its loads and expanding them, and every CTA ends on a reduction while its SM's
