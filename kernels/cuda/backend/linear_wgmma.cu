@@ -47,11 +47,11 @@ constexpr int kXTileBytes = kMaxTokens * kStepK * 2;
 constexpr int kXRowsPerThread = kMaxTokens / 32;
 
 // Shared memory beyond the stages: the tile's x row addresses, read when a stage is issued instead
-// of held in registers (the accumulators take most of them). Thread x_row's are contiguous
-// (x_src[x_row * kXRowsPerThread + i]: token row x_row + 32 i), so that it loads two with one
-// 16-byte load and starts all its copies' address chains at once: read one row at a time (as
-// 64-bit element offsets with a sign for absent rows) each copy's chain waited for its own load,
-// the largest share of the warps' stalls in `ncu` (session 30).
+// of held in registers (the accumulators take most of them). A thread's rows are contiguous
+// (x_src[x_row * kXRowsPerThread + i]: token row x_row + 32 i), so it loads them two at a time and
+// all its copies' address chains start together; loaded one row at a time, each copy waited for
+// its own shared load, the largest share of the warps' stalls in `ncu` (docs/gpu-backend-notes.md,
+// "Session 30").
 struct TileShared {
   // The row's address in x, or a.x + 1 past the item's rows (odd: never a row; a.x stays mapped
   // for the zero-filling copy).
