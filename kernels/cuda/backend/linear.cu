@@ -51,7 +51,7 @@ constexpr int kSkinnyMaxDenseRows = 256;
 // expanding the whole weight again). H100, session 30, 12 M3.1 layers at 8K (docs/gpu-backend-notes.md):
 // decode steps of 96 / 128 / 192 rows 20.2 / 21.6 / 25.5 ms against 20.4 / 22.1 / 27.0; the shared
 // expert at 256 rows 112 against 151 us (gate/up + SwiGLU), 56 against 81 (down). o_proj alone
-// (K 8192) is 8-12% slower on it at 96-128 rows, but the shared expert's 48 CTAs beside the routed
+// (K 8192) is 3-13% slower on it at 96-128 rows, but the shared expert's 48 CTAs beside the routed
 // experts shorten the MoE op by more; requiring 16384 weight rows up to 128 rows gave 22.0 ms at 128.
 constexpr int kWgmmaMinDenseWeightRows = 6144;
 
