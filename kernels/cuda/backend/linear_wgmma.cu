@@ -8,9 +8,14 @@
 // 128 weight rows (two warpgroups of 64: 128 features, or 64 gate + 64 up features for the fused
 // SwiGLU, so that a thread holds a feature's gate and up sums together) and the item's rows
 // (tokens) as B, N = 64, 128, 192 or 256 of them, from shared memory. Per K step of 64:
-//  - cp.async stages the x rows (a 128-byte-swizzled K-major tile, the layout wgmma reads through a
-//    descriptor) and the raw weight bytes (nvfp4 32, fp8 64, bf16 128 bytes a row, rows padded so
-//    that the 8 rows a warp reads at once fall in distinct banks), kStages - 1 steps ahead;
+//  - the x rows (a 128-byte-swizzled K-major tile, the layout wgmma reads through a descriptor)
+//    and the raw weight bytes (nvfp4 32, fp8 64, bf16 128 bytes a row, rows padded so that the 8
+//    rows a warp reads at once fall in distinct banks) are staged kStages - 1 steps ahead: the
+//    weights by cp.async, x by TMA where its rows are contiguous (one thread, N / 64 boxes onto
+//    the stage's mbarrier), else by cp.async from each row's address. TMA took the per-row address
+//    chains off the copy path: on an H100, q_proj at 8192 rows 545 -> 600 TFLOP/s, the expert down
+//    projection 363 -> 393, the 12-layer 8K prompt 238 -> 228 ms (docs/gpu-backend-notes.md,
+//    "Session 31");
 //  - each thread reads its two weight rows' bytes with 16-byte loads, picks those of its A
 //    fragments (rows g and g + 8 of its warp's 16, elements 2t, 2t + 1 of every 8) with byte
 //    permutes and expands them to bf16 pairs, for the next step while the tensor cores run this
@@ -22,10 +27,13 @@
 // SwiGLU's per-element code in a loop (unrolled over a thread's 64 outputs it made the kernel 20%
 // slower, by instruction-cache misses). A version with a producer warpgroup (mbarrier ring,
 // setmaxnreg 40 / 232) measured 22% slower on an H100 (docs/gpu-backend-notes.md, "Session 29").
+#include <cuda.h>
 #include <cuda_bf16.h>
+#include <cudaTypedefs.h>
 
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/linear_common.cuh"
+#include "kernels/cuda/backend/mbarrier.cuh"
 #include "kernels/cuda/backend/weight_decode.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -53,6 +61,8 @@ constexpr int kXRowsPerThread = kMaxTokens / 32;
 // its own shared load, the largest share of the warps' stalls in `ncu` (docs/gpu-backend-notes.md,
 // "Session 30").
 struct TileShared {
+  // kTmaX: the x tile of stage s has landed when barrier s completes its phase.
+  alignas(8) uint64_t x_full[kStages];
   // The row's address in x, or a.x + 1 past the item's rows (odd: never a row; a.x stays mapped
   // for the zero-filling copy).
   uint64_t x_src[kMaxTokens];
@@ -182,11 +192,13 @@ __device__ __forceinline__ void expand_row(const uint8_t* raw, int t, const RowS
   }
 }
 
-// One CTA's tile: the MMAs over K and the epilogue, for N token columns.
-template <WeightKind F, bool kSwiglu, int N>
-__device__ __forceinline__ void run_tile(const LinearArgs& a, const LinearItem& item, const WeightView& w0,
-                                         const WeightView& w1, uint8_t* smem, uint32_t smem_base, const TileShared& ts,
-                                         int n0, int k_tiles) {
+// One CTA's tile: the MMAs over K and the epilogue, for N token columns. kTmaX: the x tiles come
+// by TMA (x_map: x's rows, contiguous, in boxes of 64 elements x 64 rows, 128-byte swizzle: the
+// layout of the cp.async path), one thread issuing N / 64 boxes a step onto the stage's barrier.
+template <WeightKind F, bool kSwiglu, bool kTmaX, int N>
+__device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap* x_map, const LinearItem& item,
+                                         const WeightView& w0, const WeightView& w1, uint8_t* smem,
+                                         uint32_t smem_base, TileShared& ts, int n0, int k_tiles) {
   using L = RawLayout<F>;
   constexpr int NW = kSwiglu ? 2 : 1;
   constexpr int kRawPerThread = kTileRows * L::kChunks / kThreads;
@@ -215,10 +227,25 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const LinearItem& 
   auto issue_stage = [&](int kt) {
     if (kt < k_tiles) {
       const uint32_t base = smem_base + (kt % kStages) * L::kStageBytes;
+      if constexpr (kTmaX) {
+        if (tid == 0) {
+          uint64_t* bar = &ts.x_full[kt % kStages];
+          asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbar_addr(bar)),
+                       "r"(N * kStepK * 2)
+                       : "memory");
+#pragma unroll
+          for (int j = 0; j < N / 64; ++j)
+            asm volatile(
+                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+                    base + j * 64 * 128),
+                "l"(reinterpret_cast<uint64_t>(x_map)), "r"(kt * kStepK), "r"(item.row_begin + 64 * j), "r"(mbar_addr(bar))
+                : "memory");
+        }
+      }
       const int kx = kt * kStepK + x_chunk * 8;
       const bool k_valid = kx < a.k;
 #pragma unroll
-      for (int i = 0; i < N / 32; i += 2) {
+      for (int i = 0; i < (kTmaX ? 0 : N / 32); i += 2) {
         const ulonglong2 pair = *reinterpret_cast<const ulonglong2*>(x_src + i);
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -290,6 +317,7 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const LinearItem& 
   auto step = [&](auto set, int kt) {
     constexpr int S = decltype(set)::value;
     const uint32_t x_tile = smem_base + (kt % kStages) * L::kStageBytes;
+    if constexpr (kTmaX) mbar_wait(&ts.x_full[kt % kStages], (kt / kStages) & 1);
     wgmma_pin<N>(d);
     wgmma_fence();
 #pragma unroll
@@ -346,8 +374,9 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const LinearItem& 
   }
 }
 
-template <WeightKind F, bool kSwiglu>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_linear_kernel(const LinearArgs a) {
+template <WeightKind F, bool kSwiglu, bool kTmaX>
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_linear_kernel(const LinearArgs a, const __grid_constant__ CUtensorMap x_map) {
   kernel_prologue();
   using L = RawLayout<F>;
   extern __shared__ uint8_t smem_raw[];
@@ -364,10 +393,17 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_linear_kernel(const LinearA
   const WeightView w0 = weight_of(a, 0, item.expert);
   const WeightView w1 = kSwiglu ? weight_of(a, 1, item.expert) : w0;
 
-  for (int r = tid; r < kMaxTokens; r += kThreads)
-    ts.x_src[(r % 32) * kXRowsPerThread + r / 32] =
-        r < item.row_count ? reinterpret_cast<uint64_t>(a.x + src_row(a, item.row_begin + r) * a.x_stride)
-                           : reinterpret_cast<uint64_t>(a.x) + 1u;
+  if constexpr (kTmaX) {
+    if (tid == 0) {
+      for (int s = 0; s < kStages; ++s) mbar_init(&ts.x_full[s], 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
+    }
+  } else {
+    for (int r = tid; r < kMaxTokens; r += kThreads)
+      ts.x_src[(r % 32) * kXRowsPerThread + r / 32] =
+          r < item.row_count ? reinterpret_cast<uint64_t>(a.x + src_row(a, item.row_begin + r) * a.x_stride)
+                             : reinterpret_cast<uint64_t>(a.x) + 1u;
+  }
   if (tid < kTileRows) {
     int j, f;
     tile_row_source<kSwiglu>(tid, n0, j, f);
@@ -378,17 +414,53 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_linear_kernel(const LinearA
 
   // N: the item's rows rounded up to 64 (the same choice in every warp of the CTA).
   const int rows = item.row_count;
-  if (rows <= 64) run_tile<F, kSwiglu, 64>(a, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
-  else if (rows <= 128) run_tile<F, kSwiglu, 128>(a, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
-  else if (rows <= 192) run_tile<F, kSwiglu, 192>(a, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
-  else run_tile<F, kSwiglu, 256>(a, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
+  if (rows <= 64) run_tile<F, kSwiglu, kTmaX, 64>(a, &x_map, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
+  else if (rows <= 128) run_tile<F, kSwiglu, kTmaX, 128>(a, &x_map, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
+  else if (rows <= 192) run_tile<F, kSwiglu, kTmaX, 192>(a, &x_map, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
+  else run_tile<F, kSwiglu, kTmaX, 256>(a, &x_map, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
+}
+
+// The driver's tensor-map encoder, looked up once (an immutable driver symbol).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
+// x's tensor map for the kTmaX kernels when x's rows are contiguous (no row map, one weight, rows of
+// whole 16-byte chunks): [a.rows][a.k] bf16 with row stride x_stride, boxes of 64 x 64 elements in
+// the 128-byte swizzle; rows and columns past x read as zeros. False: the cp.async path.
+bool encode_x_map(const LinearArgs& a, CUtensorMap* map) {
+  if (a.x_rows != nullptr || a.num_segments > 0 || a.rows <= 0 || a.x_stride < a.k ||
+      reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || (a.x_stride * 2) % 16 != 0)
+    return false;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {cuuint64_t(a.k), cuuint64_t(a.rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(a.x_stride) * 2};
+  const cuuint32_t box[2] = {kStepK, 64};
+  const cuuint32_t element_strides[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(a.x), dims, strides, box,
+                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 template <WeightKind F, bool kSwiglu>
 cudaError_t launch_kind(const LinearArgs& a, int items, cudaStream_t stream) {
   constexpr int features = kSwiglu ? kTileRows / 2 : kTileRows;
   const dim3 grid((a.n + features - 1) / features, items);
-  launch_kernel(wgmma_linear_kernel<F, kSwiglu>, grid, kThreads, RawLayout<F>::kSmemBytes, stream, a);
+  CUtensorMap x_map{};
+  if (encode_x_map(a, &x_map))
+    launch_kernel(wgmma_linear_kernel<F, kSwiglu, true>, grid, kThreads, RawLayout<F>::kSmemBytes, stream, a, x_map);
+  else
+    launch_kernel(wgmma_linear_kernel<F, kSwiglu, false>, grid, kThreads, RawLayout<F>::kSmemBytes, stream, a, x_map);
   return cudaGetLastError();
 }
 
@@ -400,9 +472,12 @@ cudaError_t launch_epilogue(const LinearArgs& a, int items, cudaStream_t stream)
 template <WeightKind F>
 cudaError_t set_smem_limit() {
   constexpr int bytes = RawLayout<F>::kSmemBytes;
-  cudaError_t e = cudaFuncSetAttribute(wgmma_linear_kernel<F, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(wgmma_linear_kernel<F, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  for (auto kernel : {wgmma_linear_kernel<F, false, false>, wgmma_linear_kernel<F, false, true>,
+                      wgmma_linear_kernel<F, true, false>, wgmma_linear_kernel<F, true, true>}) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace
