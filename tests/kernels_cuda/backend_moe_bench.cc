@@ -3,7 +3,9 @@
 // bytes it must read, then the whole backend op (host-timed, and with events on the backend's
 // stream). The kernels are launched here one after the other on one stream as CudaBackend::moe
 // launches them (same launchers, same work items); the op runs the shared expert on a second
-// stream beside the routing and routed experts, so it takes less than their sum.
+// stream beside the routing and routed experts, so it takes less than their sum. Above 64-row
+// items the routed gate/up step includes the copy of the routed rows into permuted order (the
+// GEMM then reads them by TMA).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -240,7 +242,7 @@ void run_moe_bench(const std::vector<int>& token_counts) {
       mark(2);
       check_cuda(cuda::detail::launch_moe_route(r, stream), "route");
       mark(3);
-      check_cuda(cuda::detail::launch_linear(gu, stream), "experts gate/up");
+      check_cuda(cuda::detail::launch_moe_gate_up(gu, r, s.y.as<uint16_t>(), stream), "experts gate/up");
       mark(4);
       check_cuda(cuda::detail::launch_linear(dn, stream), "experts down");
       mark(5);

@@ -300,7 +300,7 @@ void add_linear_cases(CaseList& cases, bool quick) {
 
   // Expert parallel and routed only: each shape's ranks' slices (one of a single expert, fewer
   // than top_k), then the M3.1 routing (128 experts, top-4) at EP 4 (rank 1's [32, 64)). 300
-  // tokens take the tiled router and, for E8 k2, the wgmma items.
+  // tokens take the tensor-core router and, for E8 k2, the wgmma items over gathered rows.
   const MoeShape m3_routing = {"nvfp4-ct experts, mxfp8 shared", 128, 4, kFormats[7], kFormats[5]};
   const std::vector<std::pair<MoeShape, std::vector<MoeSlice>>> ep = {
       {shapes[0], {{0, 4}, {12, 4}, {3, 8}}},
@@ -340,6 +340,16 @@ void add_linear_cases(CaseList& cases, bool quick) {
   streamed.inter = 512;
   for (int rows : quick ? std::vector<int>{7, 150} : std::vector<int>{1, 7, 64, 150, 300})
     cases.push_back(std::make_unique<MoeCase>(streamed, rows));
+
+  // Router edges above 256 tokens: hidden 200 ends inside the tensor-core router's 32-element K
+  // step; hidden 100 (not a multiple of 8) takes the decode-shaped router and the combine's
+  // one-column form.
+  for (int hidden : {200, 100}) {
+    MoeShape odd = shapes[2];
+    odd.hidden = hidden;
+    odd.inter = 64;
+    cases.push_back(std::make_unique<MoeCase>(odd, 300));
+  }
 
   // A step of more tokens than a grid's y dimension holds (65,535: the combine's token loop; a
   // prefill without chunking), small enough for the CPU reference.

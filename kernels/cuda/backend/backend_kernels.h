@@ -187,8 +187,8 @@ struct MoeRouteArgs {
   int item_rows = 16;
   int max_items = 0;
   // Batch-invariant mode: the router logits always take the decode-shaped kernel, whose sum for a
-  // token does not depend on how many tokens the step has (the tiled one, above 256 tokens, sums
-  // in another order).
+  // token does not depend on how many tokens the step has (the tensor-core one, above 256 tokens,
+  // sums in another order).
   bool batch_invariant = false;
   // Steps of up to 16 tokens route in one launch whose last CTA runs the top-k and the scan; this
   // counter of arrived CTAs must be zero before the launch and is zero after it. Null: three
@@ -203,6 +203,12 @@ cudaError_t launch_moe_route(const MoeRouteArgs& args, cudaStream_t stream);
 cudaError_t launch_moe_combine(const uint16_t* y, const int32_t* choice_row, const float* choice_weight,
                                int num_tokens, int top_k, int hidden, float routed_scale,
                                const uint16_t* shared, uint16_t* out, cudaStream_t stream);
+
+// The routed experts' gate/up + SwiGLU: `a` as for launch_linear over the permuted rows, x with the
+// row map r.row_token (after launch_moe_route). Where the launch takes the wgmma kernel (items of
+// more than 64 rows), the routed rows of x are first copied into `gathered` ([held rows, k], the
+// permuted order; may be null) so that the GEMM reads contiguous rows, by TMA.
+cudaError_t launch_moe_gate_up(LinearArgs a, const MoeRouteArgs& r, uint16_t* gathered, cudaStream_t stream);
 
 // ---- attention, any geometry (the MSA kernels take the M3 shape) ----
 

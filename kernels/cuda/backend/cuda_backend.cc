@@ -979,7 +979,8 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   a.epilogue = detail::Epilogue::kSwiglu;
   a.swiglu_alpha = params.swiglu_alpha;
   a.swiglu_limit = params.swiglu_limit;
-  check_cuda(detail::launch_linear(a, stream_), "routed experts gate/up");
+  // The gathered rows go where the down projection writes later (moe_y_: as many rows, hidden wide).
+  check_cuda(detail::launch_moe_gate_up(a, r, moe_y_.as<uint16_t>(), stream_), "routed experts gate/up");
 
   detail::LinearArgs d = a;
   d.x = moe_act_.as<const uint16_t>();

@@ -91,11 +91,6 @@ __device__ __forceinline__ uint64_t swizzled_desc(uint32_t addr) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
-// cp.async of 16 bytes, zero-filled where !valid (src must still be a mapped address).
-__device__ __forceinline__ void cp_async16_or_zero(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
 // The weight and feature of tile row m: kStore rows are features n0 + m; kSwiglu rows 16 i + h * 8 + g
 // are the gate (h 0) or up (h 1) row of feature n0 + 8 i + g.
 template <bool kSwiglu>
@@ -434,8 +429,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// x's tensor map for the kTmaX kernels when x's rows are contiguous (no row map, one weight, rows of
-// whole 16-byte chunks): [a.rows][a.k] bf16 with row stride x_stride, boxes of 64 x 64 elements in
+// x's tensor map for the kTmaX kernels when x's rows are contiguous (no row map, no segments, rows
+// of whole 16-byte chunks): [a.rows][a.k] bf16 with row stride x_stride, boxes of 64 x 64 elements in
 // the 128-byte swizzle; rows and columns past x read as zeros. False: the cp.async path.
 bool encode_x_map(const LinearArgs& a, CUtensorMap* map) {
   if (a.x_rows != nullptr || a.num_segments > 0 || a.rows <= 0 || a.x_stride < a.k ||

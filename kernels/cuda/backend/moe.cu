@@ -1,7 +1,8 @@
-// MoE routing on the GPU: router logits (fp32 weight, fp32 accumulation), sigmoid + bias top-k
+// MoE routing on the GPU: router logits (fp32 weight, exact fp32 products), sigmoid + bias top-k
 // (ties to the lower expert id) and normalisation as the CPU reference, the permutation of the
 // (token, choice) pairs into rows grouped by expert with the grouped GEMM's work items, and the
-// weighted combine in ascending expert id with the reference's bf16 roundings.
+// weighted combine in ascending expert id with the reference's bf16 roundings; and the copy of
+// the routed rows into permuted order for the grouped GEMM's TMA.
 //
 // Expert parallel: routing covers all experts on every rank; only the choices of the experts this
 // rank holds are counted, permuted and given work items (in held-expert indices, which equal the
@@ -15,6 +16,7 @@
 
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/device_math.cuh"
+#include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/launch.cuh"
 
 namespace m3::cuda::detail {
@@ -93,106 +95,118 @@ __global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a)
 }
 
 
-// Prefill shape: a register-tiled fp32 GEMM on the SIMT pipes (fp32 products and sums, as the
-// reference's). A CTA of 128 threads takes 32 tokens x 128 experts, a thread 4 tokens x 8 experts
-// (tokens tt + 8 i, experts te + 16 j: the 16 lanes of a half-warp read 16 different expert rows,
-// which a row pitch of 36 floats spreads over all banks, and 2 token rows, broadcast). K advances
-// 32 at a time through shared memory, the next 32's global loads in flight in registers during
-// the current 32's FMAs. Every logit sums its K in order, one FMA at a time (as the decode-shaped
-// kernel's lanes do within their part of K). The kernel it replaced (64 x 32 outputs a CTA, one
-// shared-memory load per FMA) ran at 8.4 TFLOP/s: on an H100 the M3.1 routing step (router, top-k,
-// scan) of 2,048 / 8,192 tokens took 1,135 / 1,457 us with it, 385 / 573 us with this one
-// (docs/gpu-backend-notes.md, "Session 26").
-constexpr int kRouterTokens = 32, kRouterExperts = 128, kRouterK = 32, kRouterPitch = kRouterK + 4;
+// Prefill shape: the router GEMM on the tensor cores, as accurate as an fp32 dot product. Each
+// fp32 weight splits exactly into three bf16 parts, hi = bf16(w), mid = bf16(w - hi),
+// lo = bf16(w - hi - mid) (8 significant bits each cover fp32's 24; the differences are exact),
+// and x is bf16 already, so every product x * part is exact in fp32 and bf16 MMAs with fp32
+// accumulation sum the same terms an fp32 dot product sums, in another order: hi's products in one
+// accumulator, mid's and lo's (2^-8 and 2^-16 smaller) in a second, added at the end. The SIMT fp32
+// GEMM it replaced (a register-tiled kernel of 32 tokens x 128 experts a CTA) ran the M3.1 routing
+// step (router, top-k, scan) of 2,048 / 8,192 tokens in 385 / 573 us on an H100
+// (docs/gpu-backend-notes.md, "Session 31" has this one's).
+//
+// A CTA takes 64 tokens x 64 experts, four warps of 32 x 32 (mma.sync m16n8k16: 2 x 4 tiles, each
+// weight fragment split once and used by both token tiles). K advances 32 at a time through a
+// three-stage cp.async ring; rows are padded to 80 (x) and 160 (weights) bytes so that ldmatrix and
+// the weights' 8-byte fragment loads are free of bank conflicts.
+constexpr int kRouterTokens = 64, kRouterExperts = 64, kRouterK = 32, kRouterStages = 3;
 constexpr int kRouterThreads = 128;
+constexpr int kRouterPitch = kRouterK + 8;  // elements of a shared row, x (bf16) and weights (fp32)
 
-__global__ void __launch_bounds__(kRouterThreads, 3) router_tiled_kernel(const MoeRouteArgs a) {
+// The bf16 pairs (low half: the lower k) of hi, mid and lo for two consecutive weights.
+__device__ __forceinline__ void split_bf16x3(float2 w, uint32_t (&part)[3]) {
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {
+    const __nv_bfloat162 b = __float22bfloat162_rn(w);
+    part[j] = *reinterpret_cast<const uint32_t*>(&b);
+    const float2 f = __bfloat1622float2(b);
+    w = make_float2(__fsub_rn(w.x, f.x), __fsub_rn(w.y, f.y));
+  }
+}
+
+__global__ void __launch_bounds__(kRouterThreads) router_mma_kernel(const MoeRouteArgs a) {
   kernel_prologue();
   zero_expert_counts(a);
-  __shared__ __align__(16) float xs[kRouterTokens][kRouterPitch];
-  __shared__ __align__(16) float ws[kRouterExperts][kRouterPitch];
-  const int e0 = blockIdx.x * kRouterExperts, t0 = blockIdx.y * kRouterTokens;
-  const int tid = threadIdx.x, tt = tid >> 4, te = tid & 15;
-  // Global loads: x row tid / 4, 8 bf16 at (tid % 4) * 8; router rows tid / 8 + 16 i, 4 floats at
-  // (tid % 8) * 4 (a row's 32 floats by 8 lanes: whole 128-byte lines).
-  const int xr = tid >> 2, xc = (tid & 3) * 8, wr = tid >> 3, wc = (tid & 7) * 4;
-  const bool vec = a.hidden % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(a.router) % 16 == 0;
-  float xv[8];
-  float4 wv[8];
-  auto load = [&](int k0) {
-    const int t = t0 + xr;
-    if (vec) {
-      const bool ok = t < a.num_tokens && k0 + xc < a.hidden;
-      const uint4 raw = ok ? *reinterpret_cast<const uint4*>(a.x + int64_t(t) * a.hidden + k0 + xc) : make_uint4(0, 0, 0, 0);
-      const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  __shared__ __align__(16) uint16_t xs[kRouterStages][kRouterTokens][kRouterPitch];
+  __shared__ __align__(16) float ws[kRouterStages][kRouterExperts][kRouterPitch];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's tokens and experts in the tile
+  const int e0 = blockIdx.x * kRouterExperts;
+  const int k_steps = (a.hidden + kRouterK - 1) / kRouterK;
+  // Token tiles past the grid's y limit come round again.
+  for (int t0 = blockIdx.y * kRouterTokens; t0 < a.num_tokens; t0 += gridDim.y * kRouterTokens) {
+    // Stage s of step kt: x rows of 4 16-byte chunks (2 a thread), weight rows of 8 (4 a thread);
+    // rows past the tokens or experts and chunks past hidden (a multiple of 8) are zeros.
+    auto load_stage = [&](int kt) {
+      const int s = kt % kRouterStages, k0 = kt * kRouterK;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int id = tid + i * kRouterThreads, r = id >> 2, k = k0 + (id & 3) * 8;
+        const bool ok = t0 + r < a.num_tokens && k < a.hidden;
+        cp_async16_or_zero(smem_u32(&xs[s][r][(id & 3) * 8]), ok ? a.x + int64_t(t0 + r) * a.hidden + k : a.x, ok);
+      }
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        xv[2 * i] = __uint_as_float(w[i] << 16);
-        xv[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+        const int id = tid + i * kRouterThreads, r = id >> 3, k = k0 + (id & 7) * 4;
+        const bool ok = e0 + r < a.num_experts && k < a.hidden;
+        cp_async16_or_zero(smem_u32(&ws[s][r][(id & 7) * 4]),
+                           ok ? a.router + int64_t(e0 + r) * a.hidden + k : a.router, ok);
       }
-    } else {
+    };
+    float hi[2][4][4], rest[2][4][4];  // [token tile][expert tile][C fragment]
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int k = k0 + xc + i;
-        xv[i] = t < a.num_tokens && k < a.hidden ? bf16_bits_to_f32(a.x[int64_t(t) * a.hidden + k]) : 0.0f;
-      }
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) hi[m][n][c] = rest[m][n][c] = 0.0f;
+#pragma unroll
+    for (int kt = 0; kt < kRouterStages - 1; ++kt) {
+      if (kt < k_steps) load_stage(kt);
+      cp_async_commit();
     }
+    for (int kt = 0; kt < k_steps; ++kt) {
+      cp_async_wait<kRouterStages - 2>();
+      __syncthreads();  // stage kt landed for all; stage kt - 1 is free for step kt + 2
+      if (kt + kRouterStages - 1 < k_steps) load_stage(kt + kRouterStages - 1);
+      cp_async_commit();
+      const int s = kt % kRouterStages;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int e = e0 + wr + 16 * i;
-      const float* row = a.router + int64_t(e) * a.hidden + k0 + wc;
-      if (vec && e < a.num_experts && k0 + wc < a.hidden) {
-        wv[i] = *reinterpret_cast<const float4*>(row);
-      } else {
-        float f[4];
+      for (int kk = 0; kk < kRouterK; kk += 16) {
+        uint32_t af[2][4];
 #pragma unroll
-        for (int c = 0; c < 4; ++c) f[c] = e < a.num_experts && k0 + wc + c < a.hidden ? row[c] : 0.0f;
-        wv[i] = make_float4(f[0], f[1], f[2], f[3]);
-      }
-    }
-  };
-  float acc[4][8];
+        for (int m = 0; m < 2; ++m) ldmatrix_x4(af[m], &xs[s][wm + 16 * m + (lane & 15)][kk + (lane >> 4) * 8]);
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+        for (int n = 0; n < 4; ++n) {
+          const float* wr = &ws[s][wn + 8 * n + g][kk + 2 * q];
+          uint32_t b0[3], b1[3];
+          split_bf16x3(*reinterpret_cast<const float2*>(wr), b0);
+          split_bf16x3(*reinterpret_cast<const float2*>(wr + 8), b1);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
-  load(0);
-  for (int k0 = 0; k0 < a.hidden; k0 += kRouterK) {
-    *reinterpret_cast<float4*>(&xs[xr][xc]) = make_float4(xv[0], xv[1], xv[2], xv[3]);
-    *reinterpret_cast<float4*>(&xs[xr][xc + 4]) = make_float4(xv[4], xv[5], xv[6], xv[7]);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) *reinterpret_cast<float4*>(&ws[wr + 16 * i][wc]) = wv[i];
-    __syncthreads();
-    if (k0 + kRouterK < a.hidden) load(k0 + kRouterK);
-#pragma unroll 2
-    for (int kk = 0; kk < kRouterK; kk += 4) {
-      float4 x4[4], w4[8];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) x4[i] = *reinterpret_cast<const float4*>(&xs[tt + 8 * i][kk]);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) w4[j] = *reinterpret_cast<const float4*>(&ws[te + 16 * j][kk]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          acc[i][j] = fmaf(x4[i].x, w4[j].x, acc[i][j]);
-          acc[i][j] = fmaf(x4[i].y, w4[j].y, acc[i][j]);
-          acc[i][j] = fmaf(x4[i].z, w4[j].z, acc[i][j]);
-          acc[i][j] = fmaf(x4[i].w, w4[j].w, acc[i][j]);
+          for (int m = 0; m < 2; ++m) {
+            mma_16816<true>(hi[m][n], af[m], b0[0], b1[0]);
+            mma_16816<true>(rest[m][n], af[m], b0[1], b1[1]);
+            mma_16816<true>(rest[m][n], af[m], b0[2], b1[2]);
+          }
         }
+      }
     }
-    __syncthreads();
-  }
+    cp_async_wait<0>();
+    __syncthreads();  // the next token tile's first stages overwrite this one's
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int t = t0 + tt + 8 * i;
-    if (t >= a.num_tokens) continue;
+    for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int e = e0 + te + 16 * j;
-      if (e < a.num_experts) a.logits[int64_t(t) * a.num_experts + e] = acc[i][j];
-    }
+      for (int h = 0; h < 2; ++h) {
+        const int t = t0 + wm + 16 * m + g + 8 * h;
+        if (t >= a.num_tokens) continue;
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int e = e0 + wn + 8 * n + 2 * q + c;
+            if (e < a.num_experts) a.logits[int64_t(t) * a.num_experts + e] = hi[m][n][2 * h + c] + rest[m][n][2 * h + c];
+          }
+      }
   }
 }
 
@@ -353,26 +367,75 @@ __global__ void __launch_bounds__(256) route_fused_kernel(const MoeRouteArgs a) 
   if (threadIdx.x == 0) *a.done = 0;
 }
 
+// kCols consecutive bf16 (16-byte aligned when kCols is 8).
+template <int kCols>
+__device__ __forceinline__ void load_cols(const uint16_t* p, uint16_t (&v)[kCols]) {
+  if constexpr (kCols == 8) {
+    *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(p);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) v[j] = p[j];
+  }
+}
+template <int kCols>
+__device__ __forceinline__ void store_cols(uint16_t* p, const uint16_t (&v)[kCols]) {
+  if constexpr (kCols == 8) {
+    *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) p[j] = v[j];
+  }
+}
+
 // kShared: out = bf16(bf16(routed * scale) + shared); else bf16(routed * scale) (routed only).
-template <bool kShared>
+// A thread takes kCols consecutive columns of a token (8: one 16-byte load per choice row).
+template <bool kShared, int kCols>
 __global__ void combine_kernel(const uint16_t* y, const int32_t* choice_row, const float* choice_weight, int num_tokens,
                                int top_k, int hidden, float routed_scale, const uint16_t* shared, uint16_t* out) {
   kernel_prologue();
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= hidden) return;
+  const int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * kCols;
+  if (c0 >= hidden) return;
   // Tokens past the grid's y limit (65535: prefill steps without chunking) come round again.
   for (int t = blockIdx.y; t < num_tokens; t += gridDim.y) {
-    float routed = 0.0f;
+    float routed[kCols];
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) routed[j] = 0.0f;
     for (int i = 0; i < top_k; ++i) {
       const int64_t ci = int64_t(t) * top_k + i;
       const int row = choice_row[ci];
       if (row < 0) continue;  // an expert held by another rank: its row was never written
-      const float v = bf16_bits_to_f32(y[int64_t(row) * hidden + c]);
-      routed = round_bf16(__fadd_rn(routed, round_bf16(__fmul_rn(v, choice_weight[ci]))));
+      const float w = choice_weight[ci];
+      alignas(16) uint16_t v[kCols];
+      load_cols<kCols>(y + int64_t(row) * hidden + c0, v);
+#pragma unroll
+      for (int j = 0; j < kCols; ++j)
+        routed[j] = round_bf16(__fadd_rn(routed[j], round_bf16(__fmul_rn(bf16_bits_to_f32(v[j]), w))));
     }
-    const int64_t o = int64_t(t) * hidden + c;
-    const float scaled = round_bf16(__fmul_rn(routed, routed_scale));
-    out[o] = f32_to_bf16_bits(kShared ? __fadd_rn(scaled, bf16_bits_to_f32(shared[o])) : scaled);
+    const int64_t o = int64_t(t) * hidden + c0;
+    alignas(16) uint16_t s[kCols];
+    alignas(16) uint16_t r[kCols];
+    if constexpr (kShared) load_cols<kCols>(shared + o, s);
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      const float scaled = round_bf16(__fmul_rn(routed[j], routed_scale));
+      r[j] = f32_to_bf16_bits(kShared ? __fadd_rn(scaled, bf16_bits_to_f32(s[j])) : scaled);
+    }
+    store_cols<kCols>(out + o, r);
+  }
+}
+
+// xp[choice_row[c]] = x[c / top_k] for every choice of a held expert: the routed rows in their
+// permuted order, contiguous, for the grouped gate/up GEMM's TMA copies. One CTA a choice, 16 bytes
+// a thread (hidden a multiple of 8, rows 16-byte aligned).
+__global__ void __launch_bounds__(256) gather_rows_kernel(const uint16_t* x, int hidden, const int32_t* choice_row,
+                                                          int64_t pairs, int top_k, uint16_t* xp) {
+  kernel_prologue();
+  for (int64_t c = blockIdx.x; c < pairs; c += gridDim.x) {
+    const int row = choice_row[c];
+    if (row < 0) continue;
+    const uint4* src = reinterpret_cast<const uint4*>(x + (c / top_k) * hidden);
+    uint4* dst = reinterpret_cast<uint4*>(xp + int64_t(row) * hidden);
+    for (int i = threadIdx.x; i < hidden / 8; i += blockDim.x) dst[i] = src[i];
   }
 }
 
@@ -388,12 +451,16 @@ cudaError_t launch_moe_route(const MoeRouteArgs& a, cudaStream_t stream) {
     const int groups = (a.num_tokens + kSmallTokens - 1) / kSmallTokens;
     return launch_kernel(route_fused_kernel, dim3(a.num_experts, groups), 256, topk_smem, stream, a);
   }
-  if (a.num_tokens <= kSmallMaxTokens || a.batch_invariant) {
+  // The MMA router's 16-byte copies need 16-byte aligned rows.
+  const bool mma_ok = a.hidden % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(a.router) % 16 == 0;
+  if (a.num_tokens <= kSmallMaxTokens || a.batch_invariant || !mma_ok) {
     const int groups = std::min((a.num_tokens + kSmallTokens - 1) / kSmallTokens, kMaxGridY);
     launch_kernel(router_small_kernel, dim3(a.num_experts, groups), 256, 0, stream, a);
   } else {
-    launch_kernel(router_tiled_kernel, dim3((a.num_experts + kRouterExperts - 1) / kRouterExperts,
-                                            (a.num_tokens + kRouterTokens - 1) / kRouterTokens),
+    launch_kernel(router_mma_kernel,
+                  dim3((a.num_experts + kRouterExperts - 1) / kRouterExperts,
+                       std::min((a.num_tokens + kRouterTokens - 1) / kRouterTokens, kMaxGridY)),
                   kRouterThreads, 0, stream, a);
   }
   launch_kernel(topk_kernel, (a.num_tokens + 7) / 8, 256, topk_smem, stream, a);
@@ -405,10 +472,36 @@ cudaError_t launch_moe_combine(const uint16_t* y, const int32_t* choice_row, con
                                int num_tokens, int top_k, int hidden, float routed_scale, const uint16_t* shared,
                                uint16_t* out, cudaStream_t stream) {
   if (num_tokens == 0) return cudaSuccess;
-  const dim3 grid((hidden + 255) / 256, std::min(num_tokens, kMaxGridY));
-  auto* kernel = shared != nullptr ? combine_kernel<true> : combine_kernel<false>;
-  launch_kernel(kernel, grid, 256, 0, stream, y, choice_row, choice_weight, num_tokens, top_k, hidden, routed_scale, shared, out);
+  const int rows_y = std::min(num_tokens, kMaxGridY);
+  const bool wide = hidden % 8 == 0 &&
+                    ((reinterpret_cast<uintptr_t>(y) | reinterpret_cast<uintptr_t>(shared) |
+                      reinterpret_cast<uintptr_t>(out)) % 16) == 0;
+  if (wide) {
+    const dim3 grid((hidden / 8 + 127) / 128, rows_y);
+    auto* kernel = shared != nullptr ? combine_kernel<true, 8> : combine_kernel<false, 8>;
+    launch_kernel(kernel, grid, 128, 0, stream, y, choice_row, choice_weight, num_tokens, top_k, hidden, routed_scale,
+                  shared, out);
+  } else {
+    const dim3 grid((hidden + 255) / 256, rows_y);
+    auto* kernel = shared != nullptr ? combine_kernel<true, 1> : combine_kernel<false, 1>;
+    launch_kernel(kernel, grid, 256, 0, stream, y, choice_row, choice_weight, num_tokens, top_k, hidden, routed_scale,
+                  shared, out);
+  }
   return cudaGetLastError();
+}
+
+cudaError_t launch_moe_gate_up(LinearArgs a, const MoeRouteArgs& r, uint16_t* gathered, cudaStream_t stream) {
+  const bool contiguous_ok = a.item_rows > 64 && gathered != nullptr && a.x_rows != nullptr && a.x_stride == a.k &&
+                             a.k % 8 == 0 &&
+                             ((reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(gathered)) % 16) == 0;
+  if (contiguous_ok) {
+    const int64_t pairs = int64_t(r.num_tokens) * r.top_k;
+    launch_kernel(gather_rows_kernel, dim3(static_cast<unsigned>(std::min<int64_t>(pairs, 1 << 30))), 256, 0, stream,
+                  a.x, a.k, r.choice_row, pairs, r.top_k, gathered);
+    a.x = gathered;
+    a.x_rows = nullptr;
+  }
+  return launch_linear(a, stream);
 }
 
 }  // namespace m3::cuda::detail
