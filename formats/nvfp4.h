@@ -47,6 +47,21 @@ M3_HD uint8_t e2m1_encode(float x) {
   return static_cast<uint8_t>(c | (x < 0.0f ? 8u : 0u));
 }
 
+// e2m1_decode(e2m1_encode(x)): x rounded to the E2M1 value the encoder picks (zero and the small
+// values +0, NaN 6), as compares and selects; the scale search rounds 96 values a group this way.
+M3_HD float e2m1_round(float x) {
+  const float a = fabsf(x);
+  float m = 6.0f;  // saturates; NaN lands here too
+  if (a <= 5.0f) m = 4.0f;
+  if (a < 3.5f) m = 3.0f;
+  if (a <= 2.5f) m = 2.0f;
+  if (a < 1.75f) m = 1.5f;
+  if (a <= 1.25f) m = 1.0f;
+  if (a < 0.75f) m = 0.5f;
+  if (a <= 0.25f) return 0.0f;
+  return x < 0.0f ? -m : m;
+}
+
 // The E4M3 scale byte amax / 6 of a KV group whose largest magnitude is amax: where the scale
 // search starts.
 M3_HD uint8_t nvfp4_kv_scale(float amax) {
@@ -81,7 +96,7 @@ M3_HD float nvfp4_kv_group_error(const float* x, uint8_t sc) {
   const float sd = fp8_e4m3_decode(sc);
   float err = 0.0f;
   for (int i = 0; i < kNvfp4Group; ++i) {
-    const float d = fp8_e4m3_round(e2m1_decode(e2m1_encode(x[i] / sd)) * sd) - x[i];
+    const float d = fp8_e4m3_round(e2m1_round(x[i] / sd) * sd) - x[i];
     err = err + nvfp4_mul_rn(d, d);
   }
   return err;

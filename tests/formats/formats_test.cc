@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -311,6 +312,28 @@ TEST(FormatsE2M1, EncodeMatchesReference) {
   EXPECT_EQ(e2m1_encode(100.0f), 7);
   EXPECT_EQ(e2m1_encode(-100.0f), 15);
   EXPECT_EQ(e2m1_encode(-0.1f), 0);  // rounds to zero: +0, never code 8
+}
+
+// e2m1_round is the encode-decode round trip bit for bit (the device check covers all 2^32 floats):
+// a sweep of every 2^12th bit pattern, both signs, and each rounding boundary with its neighbours.
+TEST(FormatsE2M1, RoundIsEncodeThenDecode) {
+  auto same = [](float x) {
+    const float want = e2m1_decode(e2m1_encode(x)), got = e2m1_round(x);
+    return std::memcmp(&want, &got, sizeof want) == 0;
+  };
+  for (uint64_t b = 0; b < (uint64_t(1) << 32); b += 1u << 12) {
+    uint32_t u = static_cast<uint32_t>(b) | 0x5a5u;
+    float x;
+    std::memcpy(&x, &u, sizeof x);
+    ASSERT_TRUE(same(x)) << std::hex << u;
+  }
+  for (double m : {0.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0})
+    for (float x : {float(m), std::nextafter(float(m), -1.0f), std::nextafter(float(m), 9.0f)}) {
+      ASSERT_TRUE(same(x)) << x;
+      ASSERT_TRUE(same(-x)) << -x;
+    }
+  EXPECT_TRUE(same(std::numeric_limits<float>::quiet_NaN()));
+  EXPECT_TRUE(same(-std::numeric_limits<float>::infinity()));
 }
 
 TEST(FormatsNvfp4, EveryCodeAndScaleByte) {

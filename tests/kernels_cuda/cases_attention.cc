@@ -84,6 +84,18 @@ void add_attention_cases(CaseList& cases, bool quick) {
         cases.push_back(std::make_unique<OpCheckAttentionCase>(
             fmt::format("{} kv {} {}", g.name, kv_dtype_name(kv), attention_op_name(op)), s, op));
     }
+  // A prefill chunk of 4,100 tokens: the attention input's warps then walk several rows of their
+  // token (row groups merge above 2,048 CTAs), encoded rows after normed ones in the same buffer.
+  if (!quick)
+    for (KvDType kv : {KvDType::kBF16, KvDType::kNVFP4}) {
+      AttentionSetup s;
+      s.geometry = m3_geometry();
+      s.kv_dtype = s.index_dtype = kv;
+      s.seqs = {{1, 300}, {4100, 4100}};
+      cases.push_back(std::make_unique<OpCheckAttentionCase>(
+          fmt::format("{} kv {} {} 4101 tokens", s.geometry.name, kv_dtype_name(kv), attention_op_name(AttentionOp::kInput)),
+          s, AttentionOp::kInput));
+    }
 }
 
 }  // namespace m3::test

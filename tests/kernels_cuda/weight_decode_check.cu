@@ -2,10 +2,14 @@
 // must equal decode_sub (the float path, exact by construction) bit for bit, after the documented
 // power-of-two factor, for every fp8 byte x every UE8M0 exponent up to kMxfp8FastMaxExp (and the
 // exponent must round-trip through the scale pair for all 256), and for every e2m1 nibble x every
-// positive finite E4M3 group scale. Run on the GPU machine: prints the mismatch counts, exit 1 on
-// any mismatch.
+// positive finite E4M3 group scale. Also the formats/ codecs whose device forms differ from the
+// host's: the E4M3 encode over every float and decode over every byte (conversion instructions
+// against the integer rule), and e2m1_round against the E2M1 encode-decode round trip over every
+// float. Run on the GPU machine: prints the mismatch counts, exit 1 on any mismatch.
 #include <cstdio>
 
+#include "formats/fp8_e4m3.h"
+#include "formats/nvfp4.h"
 #include "kernels/cuda/backend/weight_decode.cuh"
 
 namespace m3::cuda::detail {
@@ -68,6 +72,27 @@ __global__ void check_nvfp4(const uint8_t* scales, Mismatch* m) {
   }
 }
 
+// Every float (2^32 bit patterns, 64 per thread): the device's E4M3 encode (the conversion
+// instruction) against the integer rule, and e2m1_round against the encode-decode round trip.
+__global__ void check_fp8_and_e2m1(Mismatch* fp8, Mismatch* e2m1) {
+  const uint32_t first = (blockIdx.x * blockDim.x + threadIdx.x) * 64u;
+  for (uint32_t i = 0; i < 64; ++i) {
+    const uint32_t u = first + i;
+    const float x = __uint_as_float(u);
+    const uint8_t got = fp8_e4m3_encode(x), want = fp8_e4m3_encode_bits(x);
+    if (got != want) record(fp8, u, got, want, 0);
+    const float r = e2m1_round(x), rr = e2m1_decode(e2m1_encode(x));
+    if (__float_as_uint(r) != __float_as_uint(rr)) record(e2m1, u, __float_as_uint(r), __float_as_uint(rr), 0);
+  }
+}
+
+// Every E4M3 byte: the device's decode (the conversion instruction) against the integer rule.
+__global__ void check_fp8_decode(Mismatch* m) {
+  const uint8_t b = static_cast<uint8_t>(threadIdx.x);
+  const uint32_t got = __float_as_uint(fp8_e4m3_decode(b)), want = __float_as_uint(fp8_e4m3_decode_bits(b));
+  if (got != want) record(m, b, got, want, 0);
+}
+
 }  // namespace
 }  // namespace m3::cuda::detail
 
@@ -85,21 +110,29 @@ int main() {
   }
   cudaMalloc(&fp4_scales, 512);
   cudaMemcpy(fp4_scales, host_scales, 512, cudaMemcpyHostToDevice);
-  cudaMalloc(&m, 2 * sizeof(Mismatch));
-  cudaMemset(m, 0, 2 * sizeof(Mismatch));
+  constexpr int kChecks = 5;
+  cudaMalloc(&m, kChecks * sizeof(Mismatch));
+  cudaMemset(m, 0, kChecks * sizeof(Mismatch));
   check_mxfp8<<<256, 256>>>(mx_scales, m);
   check_nvfp4<<<256, 256>>>(fp4_scales, m + 1);
-  Mismatch h[2] = {};
+  check_fp8_and_e2m1<<<(1u << 26) / 256, 256>>>(m + 2, m + 3);
+  check_fp8_decode<<<1, 256>>>(m + 4);
+  Mismatch h[kChecks] = {};
   const cudaError_t e = cudaMemcpy(h, m, sizeof(h), cudaMemcpyDeviceToHost);
   if (e != cudaSuccess) {
     std::printf("weight_decode_check: CUDA error %s\n", cudaGetErrorString(e));
     return 1;
   }
-  const char* names[2] = {"mxfp8", "nvfp4"};
-  for (int i = 0; i < 2; ++i)
-    std::printf("weight_decode_check %s: %d mismatches%s", names[i], h[i].count, h[i].count ? "" : "\n");
-  for (int i = 0; i < 2; ++i)
+  // "scale" is the input's bits for the three format checks.
+  const char* names[kChecks] = {"mxfp8", "nvfp4", "fp8_e4m3_encode (all floats)", "e2m1_round (all floats)",
+                                "fp8_e4m3_decode (all bytes)"};
+  bool failed = false;
+  for (int i = 0; i < kChecks; ++i) {
+    std::printf("weight_decode_check %s: %d mismatches", names[i], h[i].count);
     if (h[i].count)
-      std::printf(" (first: scale %u, got %04x, want %04x, word %08x)\n", h[i].scale, h[i].got, h[i].want, h[i].word);
-  return h[0].count != 0 || h[1].count != 0;
+      std::printf(" (first: scale %08x, got %08x, want %08x, word %08x)", h[i].scale, h[i].got, h[i].want, h[i].word);
+    std::printf("\n");
+    failed = failed || h[i].count != 0;
+  }
+  return failed;
 }

@@ -1,9 +1,19 @@
 // The fused attention input path: after the Q/K/V (+ index-K, index-q) projections, one launch
 // applies the per-head Gemma norms and partial RoPE and writes K, V and index-K quantized into the
 // paged cache. Unfused, the same work takes four head_norm_rope launches and kv_insert, each reading and
-// writing the rows again; here every row is read once, normed and roped in shared memory, and
-// written once (to the activation, and encoded to the cache). Results are bit-identical to the
-// separate ops (same row_ops.cuh code).
+// writing the rows again; here every row is read once, normed and roped, and written once (to the
+// activation, and encoded to the cache). Results are bit-identical to the separate ops (the same
+// operations in the same order as row_ops.cuh's).
+//
+// A warp takes one row (a head of one token) at a time and walks several rows of its token, so
+// that the per-token setup (cache slot, RoPE table entries) is paid once a warp. Rows of 128
+// (the M3 heads) stay in registers: lane l holds elements l + 32 i, the order in which
+// row_ops.cuh's loops visit them, so every sum and rounding is the same; the RoPE pairs (c,
+// c + half) sit in one lane when half is a multiple of 32. Other shapes take the shared-memory
+// row functions. Before, one warp a row, through shared memory: on an H100 the M3.1 layer's
+// 8192-token prefill took 977 us here, instruction-bound (docs/gpu-backend-notes.md, "Session 31").
+#include <algorithm>
+
 #include "kernels/cuda/backend/backend_kernels.h"
 #include "kernels/cuda/backend/row_ops.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -12,62 +22,197 @@ namespace m3::cuda::detail {
 namespace {
 
 constexpr int kWarps = 8;
+constexpr int kRegDim = 128;                // row width of the register path
+constexpr int kRegSlots = kRegDim / 32;     // elements a lane holds
+// CTAs wanted before a token's row groups merge. At 8192 tokens, two groups of 8 warps a token: the
+// 9 rows a token encodes to the cache (4 K, 4 V, index-K; the scale search makes each several
+// times a normed row's work) land on 9 different warps.
+constexpr int kTargetCtas = 16384;
 
-// CTAs (token, group of kWarps rows); one warp per row of the token: q heads, k heads, v heads,
-// index-K, index-q heads. Several CTAs per token so that a decode step of few tokens still fills
-// the GPU.
-__global__ void __launch_bounds__(kWarps * 32) attention_input_kernel(const AttentionInputArgs a) {
+// The RoPE table entries of a lane's pairs for one rotated width: slot s < half_slots pairs with
+// slot s + half_slots (channels c = lane + 32 s and c + half).
+struct LaneRope {
+  int half_slots = 0;  // rope_dims / 64: 0 (no rotation), 1 or 2
+  float cos0[2], sin0[2], cos1[2], sin1[2];
+};
+
+__device__ __forceinline__ LaneRope lane_rope(int rope_dims, const float* cos_row, const float* sin_row, int rope_half) {
+  LaneRope r;
+  r.half_slots = rope_dims / 64;
+  const int lane = threadIdx.x & 31, half = rope_dims / 2;
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    r.cos0[s] = r.sin0[s] = r.cos1[s] = r.sin1[s] = 0.0f;
+    if (s < r.half_slots) {
+      const int c = lane + 32 * s, j0 = c % rope_half, j1 = (c + half) % rope_half;
+      r.cos0[s] = cos_row[j0];
+      r.sin0[s] = sin_row[j0];
+      r.cos1[s] = cos_row[j1];
+      r.sin1[s] = sin_row[j1];
+    }
+  }
+  return r;
+}
+
+__device__ __forceinline__ void load_row(const uint16_t* src, float (&v)[kRegSlots]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < kRegSlots; ++i) v[i] = bf16_bits_to_f32(src[lane + 32 * i]);
+}
+
+__device__ __forceinline__ void store_row(const float (&v)[kRegSlots], uint16_t* dst) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < kRegSlots; ++i) dst[lane + 32 * i] = f32_to_bf16_bits(v[i]);
+}
+
+// warp_rms_norm_inplace + warp_rope_inplace on the registers (row_ops.cuh's arithmetic).
+__device__ __forceinline__ void norm_rope_row(float (&v)[kRegSlots], const float* w, float eps, const LaneRope& rope) {
+  const int lane = threadIdx.x & 31;
+  double ss = 0.0;
+#pragma unroll
+  for (int i = 0; i < kRegSlots; ++i) ss += double(v[i]) * double(v[i]);
+  ss = warp_sum(ss);
+  const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(static_cast<float>(ss / kRegDim), eps)));
+#pragma unroll
+  for (int i = 0; i < kRegSlots; ++i) v[i] = round_bf16(__fmul_rn(__fmul_rn(v[i], r), __fadd_rn(1.0f, w[lane + 32 * i])));
+  // Pairs (slot s, slot s + half_slots); the slots are compile-time register indices.
+  auto rotate = [&](float& a, float& b, int s) {
+    const float x0 = round_bf16(__fadd_rn(round_bf16(__fmul_rn(a, rope.cos0[s])), round_bf16(__fmul_rn(-b, rope.sin0[s]))));
+    const float x1 = round_bf16(__fadd_rn(round_bf16(__fmul_rn(b, rope.cos1[s])), round_bf16(__fmul_rn(a, rope.sin1[s]))));
+    a = x0;
+    b = x1;
+  };
+  if (rope.half_slots == 1) {
+    rotate(v[0], v[1], 0);
+  } else if (rope.half_slots == 2) {
+    rotate(v[0], v[2], 0);
+    rotate(v[1], v[3], 1);
+  }
+}
+
+// The row to the warp's shared buffer, for the cache encoder (which reads it in its own layout).
+__device__ __forceinline__ void stage_row(const float (&v)[kRegSlots], float* buf) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < kRegSlots; ++i) buf[lane + 32 * i] = v[i];
+  __syncwarp();
+}
+
+// Row `task` of token t: q heads, k heads, v heads, index-K, index-q heads. kRegs: the register
+// path (head and index dims kRegDim, RoPE halves multiples of 32).
+template <bool kRegs>
+__device__ __forceinline__ void input_row(const AttentionInputArgs& a, int t, int task, float* buf, int32_t slot,
+                                          int64_t block, int row, const float* cos_row, const float* sin_row,
+                                          const LaneRope& rope, const LaneRope& index_rope) {
+  const KvLayerView& c = a.cache;
+  const int hq = a.num_q_heads, hkv = c.num_kv_heads, d = c.head_dim;
+  const int ik_tasks = a.index_k != nullptr ? 1 : 0;
+  float v[kRegSlots];
+  if (task < hq) {
+    uint16_t* x = a.q + (int64_t(t) * hq + task) * d;
+    if constexpr (kRegs) {
+      load_row(x, v);
+      norm_rope_row(v, a.q_norm, a.eps, rope);
+      store_row(v, x);
+    } else {
+      warp_head_norm_rope(x, x, buf, d, a.q_norm, a.eps, a.rope_dims, cos_row, sin_row, a.rope_half);
+    }
+  } else if (task < hq + hkv) {
+    const int head = task - hq;
+    uint16_t* x = a.k + (int64_t(t) * hkv + head) * d;
+    if constexpr (kRegs) {
+      load_row(x, v);
+      norm_rope_row(v, a.k_norm, a.eps, rope);
+      store_row(v, x);
+      if (slot >= 0) stage_row(v, buf);
+    } else {
+      warp_head_norm_rope(x, x, buf, d, a.k_norm, a.eps, a.rope_dims, cos_row, sin_row, a.rope_half);
+    }
+    if (slot >= 0) warp_encode_row(c.kv_dtype, buf, d, c.kv_row(block, 0, head, row), c.kv_row_scales(block, 0, head, row));
+  } else if (task < hq + 2 * hkv) {
+    const int head = task - hq - hkv;
+    if (slot < 0) return;
+    const uint16_t* x = a.v + (int64_t(t) * hkv + head) * d;
+    if constexpr (kRegs) {
+      load_row(x, v);
+      stage_row(v, buf);
+    } else {
+      warp_load_bf16(x, buf, d);
+    }
+    warp_encode_row(c.kv_dtype, buf, d, c.kv_row(block, 1, head, row), c.kv_row_scales(block, 1, head, row));
+  } else if (task >= hq + 2 * hkv + ik_tasks) {
+    const int head = task - hq - 2 * hkv - ik_tasks;
+    uint16_t* x = a.index_q + (int64_t(t) * a.index_heads + head) * c.index_dim;
+    if constexpr (kRegs) {
+      load_row(x, v);
+      norm_rope_row(v, a.index_q_norm, a.eps, index_rope);
+      store_row(v, x);
+    } else {
+      warp_head_norm_rope(x, x, buf, c.index_dim, a.index_q_norm, a.eps, a.index_rope_dims, cos_row, sin_row,
+                          a.rope_half);
+    }
+  } else {
+    uint16_t* x = a.index_k + int64_t(t) * c.index_dim;
+    if constexpr (kRegs) {
+      load_row(x, v);
+      norm_rope_row(v, a.index_k_norm, a.eps, index_rope);
+      store_row(v, x);
+      if (slot >= 0) stage_row(v, buf);
+    } else {
+      warp_head_norm_rope(x, x, buf, c.index_dim, a.index_k_norm, a.eps, a.index_rope_dims, cos_row, sin_row,
+                          a.rope_half);
+    }
+    if (slot >= 0) warp_encode_row(c.index_dtype, buf, c.index_dim, c.index_row(block, row), c.index_row_scales(block, row));
+  }
+  __syncwarp();  // buf is rewritten by the warp's next row
+}
+
+// CTAs (token, group of rows); warp w of group y takes rows y * kWarps + w, stepping by
+// gridDim.y * kWarps.
+template <bool kRegs>
+__global__ void __launch_bounds__(kWarps * 32, 2) attention_input_kernel(const AttentionInputArgs a) {
   kernel_prologue();
   extern __shared__ float rows_buf[];
   const KvLayerView& c = a.cache;
   const int t = blockIdx.x, warp = threadIdx.x >> 5;
-  const int hq = a.num_q_heads, hkv = c.num_kv_heads, d = c.head_dim;
-  const int width = d > c.index_dim ? d : c.index_dim;
-  float* v = rows_buf + warp * width;
+  const int width = c.head_dim > c.index_dim ? c.head_dim : c.index_dim;
+  float* buf = rows_buf + warp * width;
+  const int tasks = a.num_q_heads + 2 * c.num_kv_heads + (a.index_k != nullptr ? 1 : 0) +
+                    (a.index_q != nullptr ? a.index_heads : 0);
+  const int first = blockIdx.y * kWarps + warp;
+  if (first >= tasks) return;
   const float* cos_row = a.cos + int64_t(t) * a.rope_half;
   const float* sin_row = a.sin + int64_t(t) * a.rope_half;
   const int32_t slot = a.step.slot_mapping[t];
   const int64_t block = slot / c.block_size;
   const int row = slot % c.block_size;
-  const int ik_tasks = a.index_k != nullptr ? 1 : 0;
-  const int tasks = hq + 2 * hkv + ik_tasks + (a.index_q != nullptr ? a.index_heads : 0);
-  for (int task = blockIdx.y * kWarps + warp; task < tasks; task += gridDim.y * kWarps) {
-    if (task < hq) {
-      uint16_t* x = a.q + (int64_t(t) * hq + task) * d;
-      warp_head_norm_rope(x, x, v, d, a.q_norm, a.eps, a.rope_dims, cos_row, sin_row, a.rope_half);
-    } else if (task < hq + hkv) {
-      const int head = task - hq;
-      uint16_t* x = a.k + (int64_t(t) * hkv + head) * d;
-      warp_head_norm_rope(x, x, v, d, a.k_norm, a.eps, a.rope_dims, cos_row, sin_row, a.rope_half);
-      if (slot >= 0) warp_encode_row(c.kv_dtype, v, d, c.kv_row(block, 0, head, row), c.kv_row_scales(block, 0, head, row));
-    } else if (task < hq + 2 * hkv) {
-      const int head = task - hq - hkv;
-      if (slot < 0) continue;
-      warp_load_bf16(a.v + (int64_t(t) * hkv + head) * d, v, d);
-      warp_encode_row(c.kv_dtype, v, d, c.kv_row(block, 1, head, row), c.kv_row_scales(block, 1, head, row));
-    } else if (task >= hq + 2 * hkv + ik_tasks) {
-      const int head = task - hq - 2 * hkv - ik_tasks;
-      uint16_t* x = a.index_q + (int64_t(t) * a.index_heads + head) * c.index_dim;
-      warp_head_norm_rope(x, x, v, c.index_dim, a.index_q_norm, a.eps, a.index_rope_dims, cos_row, sin_row,
-                          a.rope_half);
-    } else {
-      uint16_t* x = a.index_k + int64_t(t) * c.index_dim;
-      warp_head_norm_rope(x, x, v, c.index_dim, a.index_k_norm, a.eps, a.index_rope_dims, cos_row, sin_row,
-                          a.rope_half);
-      if (slot >= 0) warp_encode_row(c.index_dtype, v, c.index_dim, c.index_row(block, row), c.index_row_scales(block, row));
-    }
+  LaneRope rope, index_rope;
+  if constexpr (kRegs) {
+    rope = lane_rope(a.rope_dims, cos_row, sin_row, a.rope_half);
+    index_rope = lane_rope(a.index_rope_dims, cos_row, sin_row, a.rope_half);
   }
+  for (int task = first; task < tasks; task += gridDim.y * kWarps)
+    input_row<kRegs>(a, t, task, buf, slot, block, row, cos_row, sin_row, rope, index_rope);
 }
 
 }  // namespace
 
 cudaError_t launch_attention_input(const AttentionInputArgs& a, cudaStream_t stream) {
-  if (a.step.num_tokens == 0) return cudaSuccess;
-  const int width = a.cache.head_dim > a.cache.index_dim ? a.cache.head_dim : a.cache.index_dim;
-  const int tasks = a.num_q_heads + 2 * a.cache.num_kv_heads + (a.index_k != nullptr ? 1 : 0) +
+  const int tokens = a.step.num_tokens;
+  if (tokens == 0) return cudaSuccess;
+  const KvLayerView& c = a.cache;
+  const int width = c.head_dim > c.index_dim ? c.head_dim : c.index_dim;
+  const int tasks = a.num_q_heads + 2 * c.num_kv_heads + (a.index_k != nullptr ? 1 : 0) +
                     (a.index_q != nullptr ? a.index_heads : 0);
-  const dim3 grid(a.step.num_tokens, (tasks + kWarps - 1) / kWarps);
-  launch_kernel(attention_input_kernel, grid, kWarps * 32, kWarps * width * sizeof(float), stream, a);
+  // Enough CTAs for the GPU at decode sizes (one row a warp); few row groups a token in prefill.
+  const int groups = (tasks + kWarps - 1) / kWarps;
+  const int y = std::max(1, std::min(groups, (kTargetCtas + tokens - 1) / tokens));
+  const bool index_rows = a.index_k != nullptr || a.index_q != nullptr;
+  const bool regs = c.head_dim == kRegDim && (!index_rows || c.index_dim == kRegDim) && a.rope_dims % 64 == 0 &&
+                    a.rope_dims <= kRegDim && (!index_rows || (a.index_rope_dims % 64 == 0 && a.index_rope_dims <= kRegDim));
+  auto* kernel = regs ? attention_input_kernel<true> : attention_input_kernel<false>;
+  launch_kernel(kernel, dim3(tokens, y), kWarps * 32, kWarps * width * sizeof(float), stream, a);
   return cudaGetLastError();
 }
 
