@@ -85,7 +85,7 @@ void add_attention_cases(CaseList& cases, bool quick) {
             fmt::format("{} kv {} {}", g.name, kv_dtype_name(kv), attention_op_name(op)), s, op));
     }
   // A prefill chunk of 4,100 tokens: the attention input's warps then walk several rows of their
-  // token (row groups merge above 2,048 CTAs), encoded rows after normed ones in the same buffer.
+  // token (from 2,048 tokens one CTA a token), encoded rows after normed ones in the same buffer.
   if (!quick)
     for (KvDType kv : {KvDType::kBF16, KvDType::kNVFP4}) {
       AttentionSetup s;
