@@ -99,42 +99,52 @@ __device__ __forceinline__ void stage_row(const float (&v)[kRegSlots], float* bu
   __syncwarp();
 }
 
+// One rotated width's RoPE for a token: its table rows (the shared-memory path) and the lane's
+// entries (the register path).
+struct TokenRope {
+  int dims;
+  const float* cos_row;
+  const float* sin_row;
+  int table_half;
+  LaneRope lane;
+};
+
+// Norm + RoPE of the row at x, in place. `staged`: the result also in buf for the cache encoder
+// (the shared-memory path leaves it there anyway).
+template <bool kRegs>
+__device__ __forceinline__ void norm_rope_in_place(uint16_t* x, float* buf, int dim, const float* norm, float eps,
+                                                   const TokenRope& rope, bool staged) {
+  if constexpr (kRegs) {
+    float v[kRegSlots];
+    load_row(x, v);
+    norm_rope_row(v, norm, eps, rope.lane);
+    store_row(v, x);
+    if (staged) stage_row(v, buf);
+  } else {
+    warp_head_norm_rope(x, x, buf, dim, norm, eps, rope.dims, rope.cos_row, rope.sin_row, rope.table_half);
+  }
+}
+
 // Row `task` of token t: q heads, k heads, v heads, index-K, index-q heads. kRegs: the register
 // path (head and index dims kRegDim, RoPE halves multiples of 32).
 template <bool kRegs>
 __device__ __forceinline__ void input_row(const AttentionInputArgs& a, int t, int task, float* buf, int32_t slot,
-                                          int64_t block, int row, const float* cos_row, const float* sin_row,
-                                          const LaneRope& rope, const LaneRope& index_rope) {
+                                          int64_t block, int row, const TokenRope& rope, const TokenRope& index_rope) {
   const KvLayerView& c = a.cache;
   const int hq = a.num_q_heads, hkv = c.num_kv_heads, d = c.head_dim;
   const int ik_tasks = a.index_k != nullptr ? 1 : 0;
-  float v[kRegSlots];
   if (task < hq) {
-    uint16_t* x = a.q + (int64_t(t) * hq + task) * d;
-    if constexpr (kRegs) {
-      load_row(x, v);
-      norm_rope_row(v, a.q_norm, a.eps, rope);
-      store_row(v, x);
-    } else {
-      warp_head_norm_rope(x, x, buf, d, a.q_norm, a.eps, a.rope_dims, cos_row, sin_row, a.rope_half);
-    }
+    norm_rope_in_place<kRegs>(a.q + (int64_t(t) * hq + task) * d, buf, d, a.q_norm, a.eps, rope, false);
   } else if (task < hq + hkv) {
     const int head = task - hq;
-    uint16_t* x = a.k + (int64_t(t) * hkv + head) * d;
-    if constexpr (kRegs) {
-      load_row(x, v);
-      norm_rope_row(v, a.k_norm, a.eps, rope);
-      store_row(v, x);
-      if (slot >= 0) stage_row(v, buf);
-    } else {
-      warp_head_norm_rope(x, x, buf, d, a.k_norm, a.eps, a.rope_dims, cos_row, sin_row, a.rope_half);
-    }
+    norm_rope_in_place<kRegs>(a.k + (int64_t(t) * hkv + head) * d, buf, d, a.k_norm, a.eps, rope, slot >= 0);
     if (slot >= 0) warp_encode_row(c.kv_dtype, buf, d, c.kv_row(block, 0, head, row), c.kv_row_scales(block, 0, head, row));
   } else if (task < hq + 2 * hkv) {
     const int head = task - hq - hkv;
     if (slot < 0) return;
     const uint16_t* x = a.v + (int64_t(t) * hkv + head) * d;
     if constexpr (kRegs) {
+      float v[kRegSlots];
       load_row(x, v);
       stage_row(v, buf);
     } else {
@@ -143,26 +153,11 @@ __device__ __forceinline__ void input_row(const AttentionInputArgs& a, int t, in
     warp_encode_row(c.kv_dtype, buf, d, c.kv_row(block, 1, head, row), c.kv_row_scales(block, 1, head, row));
   } else if (task >= hq + 2 * hkv + ik_tasks) {
     const int head = task - hq - 2 * hkv - ik_tasks;
-    uint16_t* x = a.index_q + (int64_t(t) * a.index_heads + head) * c.index_dim;
-    if constexpr (kRegs) {
-      load_row(x, v);
-      norm_rope_row(v, a.index_q_norm, a.eps, index_rope);
-      store_row(v, x);
-    } else {
-      warp_head_norm_rope(x, x, buf, c.index_dim, a.index_q_norm, a.eps, a.index_rope_dims, cos_row, sin_row,
-                          a.rope_half);
-    }
+    norm_rope_in_place<kRegs>(a.index_q + (int64_t(t) * a.index_heads + head) * c.index_dim, buf, c.index_dim,
+                              a.index_q_norm, a.eps, index_rope, false);
   } else {
-    uint16_t* x = a.index_k + int64_t(t) * c.index_dim;
-    if constexpr (kRegs) {
-      load_row(x, v);
-      norm_rope_row(v, a.index_k_norm, a.eps, index_rope);
-      store_row(v, x);
-      if (slot >= 0) stage_row(v, buf);
-    } else {
-      warp_head_norm_rope(x, x, buf, c.index_dim, a.index_k_norm, a.eps, a.index_rope_dims, cos_row, sin_row,
-                          a.rope_half);
-    }
+    norm_rope_in_place<kRegs>(a.index_k + int64_t(t) * c.index_dim, buf, c.index_dim, a.index_k_norm, a.eps,
+                              index_rope, slot >= 0);
     if (slot >= 0) warp_encode_row(c.index_dtype, buf, c.index_dim, c.index_row(block, row), c.index_row_scales(block, row));
   }
   __syncwarp();  // buf is rewritten by the warp's next row
@@ -187,13 +182,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attention_input_kernel(const A
   const int32_t slot = a.step.slot_mapping[t];
   const int64_t block = slot / c.block_size;
   const int row = slot % c.block_size;
-  LaneRope rope, index_rope;
+  TokenRope rope{a.rope_dims, cos_row, sin_row, a.rope_half, {}};
+  TokenRope index_rope{a.index_rope_dims, cos_row, sin_row, a.rope_half, {}};
   if constexpr (kRegs) {
-    rope = lane_rope(a.rope_dims, cos_row, sin_row, a.rope_half);
-    index_rope = lane_rope(a.index_rope_dims, cos_row, sin_row, a.rope_half);
+    rope.lane = lane_rope(a.rope_dims, cos_row, sin_row, a.rope_half);
+    index_rope.lane = lane_rope(a.index_rope_dims, cos_row, sin_row, a.rope_half);
   }
   for (int task = first; task < tasks; task += gridDim.y * kWarps)
-    input_row<kRegs>(a, t, task, buf, slot, block, row, cos_row, sin_row, rope, index_rope);
+    input_row<kRegs>(a, t, task, buf, slot, block, row, rope, index_rope);
 }
 
 }  // namespace
