@@ -102,8 +102,8 @@ __global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a)
 // accumulation sum the same terms an fp32 dot product sums, in another order: hi's products in one
 // accumulator, mid's and lo's (2^-8 and 2^-16 smaller) in a second, added at the end. The SIMT fp32
 // GEMM it replaced (a register-tiled kernel of 32 tokens x 128 experts a CTA) ran the M3.1 routing
-// step (router, top-k, scan) of 2,048 / 8,192 tokens in 385 / 573 us on an H100
-// (docs/gpu-backend-notes.md, "Session 31" has this one's).
+// step (router, top-k, scan) of 2,048 / 8,192 tokens in 392 / 590 us on an H100, this one in
+// 147 / 243 us (docs/gpu-backend-notes.md, "Session 31").
 //
 // A CTA takes 64 tokens x 64 experts, four warps of 32 x 32 (mma.sync m16n8k16: 2 x 4 tiles, each
 // weight fragment split once and used by both token tiles). K advances 32 at a time through a
