@@ -200,12 +200,12 @@ fi
 if part prefill; then
   # The prefill-shaped kernels (the wgmma GEMM, the tiled router) and an 8K prompt, beside
   # BASELINE's binaries when given (its pack's bin/m3serve and, for the kernel tables,
-  # tests/kernels_cuda/backend_check): the linear, swiglu_mlp and moe op cases in full mode (their
-  # 2048-, 700- and 600-row cases run the wgmma kernel, the 300- and 2048-token MoE the tiled
-  # router), backend_check bench --only linear (2048 and 8192 rows) and --only moe (2048 and 8192
+  # tests/kernels_cuda/backend_check): the linear, swiglu_mlp, moe and attention_input op cases in
+  # full mode (their 2048-, 700- and 600-row cases run the wgmma kernel, the 300- and 2048-token MoE
+  # the tensor-core router, the 4,101-token attention input warps that walk several rows), backend_check bench --only linear (2048 and 8192 rows) and --only moe (2048 and 8192
   # tokens; at 128, the shared expert on the streamed kernel's wide form and on the wgmma kernel),
   # and bench latency's 8192-token prefill of 20 M3.1 layers (at most about 570 s).
-  for f in linear swiglu "moe "; do
+  for f in linear swiglu "moe " attention_input; do
     timeout 110 $P/tests/kernels_cuda/backend_ops --filter "$f" > "$L/pf-ops-${f% }.log" 2>&1
     echo "prefill ops --filter '$f' rc $?: $(tail -1 "$L/pf-ops-${f% }.log")" >> $L/pf-summary.txt
     grep '^FAIL' "$L/pf-ops-${f% }.log" | head -5 >> $L/pf-summary.txt
