@@ -7,8 +7,9 @@
 //   S[64 columns][64 keys] = Q' K'^T   wgmma m64n64k16 x 8 in fp16: Q' = E4M3(q) as register A
 //        fragments loaded once, K' the tile's keys decoded to their E4M3 view and widened to fp16
 //        (exact) in shared memory. fp16, not E4M3 MMAs: Hopper's FP8 sums are off by up to
-//        ~1e-3 of the sum of |products| (msa_bench --fp8-mma-probe), and scores that far off move P8's roundings (and the LSE of rows with few keys)
-//        outside the reference's tolerance;
+//        ~1e-3 of the sum of |products| (msa_bench --fp8-mma-probe), and scores that far off
+//        move P8's roundings (and the LSE of rows with few keys) outside the reference's
+//        tolerance;
 //   per column the mask (keys past the row; tiles the row did not select), the running maximum
 //        and P8 = E4M3(448 exp(s - m)), packed straight into register A fragments. Warp r holds
 //        the 16 columns of row r, so the softmax needs no exchange between warps, and a warp whose

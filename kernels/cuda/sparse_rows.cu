@@ -10,8 +10,9 @@
 //                                        16w..16w+15), q' = E4M3(q) as B in shared memory, in the
 //                                        permuted head-dim order of wgmma.cuh's f16_row_element.
 //                                        fp16, not E4M3 MMAs: Hopper's FP8 sums are off by up to
-//                                        ~1e-3 of the sum of |products|, and a row that sees few keys then misses the
-//                                        reference's LSE and P8 roundings (decode_q8kv4_short);
+//                                        ~1e-3 of the sum of |products|, and a row that sees few
+//                                        keys then misses the reference's LSE and P8 roundings
+//                                        (decode_q8kv4_short);
 //   tile maximum per head over the 4 warps, the running maximum, P8 = E4M3(448 exp(s - m));
 //   O^T[128 dims][16 heads] += V'^T P8^T wgmma m64n16k32 x 4 (two dim halves x two key halves),
 //                                        V' decoded and transposed into shared memory (4 keys x

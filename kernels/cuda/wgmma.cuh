@@ -52,8 +52,8 @@ __device__ __forceinline__ void wgmma_e4m3(float* d, const uint32_t (&a)[4], uin
 // warp's 16 rows: the mma.sync m16n8k16 A fragment, (row g, k 2t, 2t+1), (row g + 8, the same),
 // (row g, k 2t+8, 2t+9), (row g + 8, the same)), B K-major in shared memory. D: as wgmma_e4m3's.
 // Unlike the E4M3 MMAs, whose sums are off by up to ~1e-3 of the sum of |products| on Hopper, fp16
-// products sum at fp32 accuracy: the attention scores that P8 is rounded from (sparse_rows.cu, sparse_groups.cu)
-// come from these.
+// products sum at fp32 accuracy: the attention scores that P8 is rounded from (sparse_rows.cu,
+// sparse_groups.cu) come from these.
 template <int N>
 __device__ __forceinline__ void wgmma_f16(float* d, const uint32_t (&a)[4], uint64_t b, bool accumulate);
 

@@ -14,9 +14,9 @@
 //    with few feature slices also split K over a 2-CTA cluster, reduced through DSMEM).
 //  - wgmma (items of up to 256 rows: prefill, grouped experts above 64 rows, dense layers of 65-256
 //    rows with at least kWgmmaMinDenseWeightRows weight rows; linear_wgmma.cu): 128 weight rows x the
-//    item's rows a CTA, raw weight bytes and x rows staged by cp.async, the weights expanded to
-//    bf16 in registers as the MMA's A operand, x tiles read from shared memory (Hopper warpgroup
-//    MMAs with register A).
+//    item's rows a CTA, raw weight bytes staged by cp.async and x rows by TMA (cp.async where they
+//    are gathered), the weights expanded to bf16 in registers as the MMA's A operand, x tiles read
+//    from shared memory (Hopper warpgroup MMAs with register A).
 // Weights that cannot be expanded exactly to bf16 (f32, f16, fp8 with 128x128 block scales) or
 // whose rows are not 16-byte chunks take an exact fp32 SIMT kernel (fixtures, odd shapes).
 #include <cooperative_groups.h>

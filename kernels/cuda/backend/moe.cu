@@ -425,9 +425,11 @@ __global__ void combine_kernel(const uint16_t* y, const int32_t* choice_row, con
 }
 
 // xp[choice_row[c]] = x[c / top_k] for every choice of a held expert: the routed rows in their
-// permuted order, contiguous, for the grouped gate/up GEMM's TMA copies. One CTA a choice, 16 bytes
-// a thread (hidden a multiple of 8, rows 16-byte aligned).
-__global__ void __launch_bounds__(256) gather_rows_kernel(const uint16_t* x, int hidden, const int32_t* choice_row,
+// permuted order, contiguous, for the grouped gate/up GEMM's TMA copies. Driven by the choices,
+// not by row_token as launch_gather_rows would be: under expert parallelism only the device knows
+// how many permuted rows there are, and the row_token entries past them are stale. One CTA a
+// choice, 16 bytes a thread (hidden a multiple of 8, rows 16-byte aligned).
+__global__ void __launch_bounds__(256) permute_routed_rows_kernel(const uint16_t* x, int hidden, const int32_t* choice_row,
                                                           int64_t pairs, int top_k, uint16_t* xp) {
   kernel_prologue();
   for (int64_t c = blockIdx.x; c < pairs; c += gridDim.x) {
@@ -496,7 +498,7 @@ cudaError_t launch_moe_gate_up(LinearArgs a, const MoeRouteArgs& r, uint16_t* ga
                              ((reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(gathered)) % 16) == 0;
   if (contiguous_ok) {
     const int64_t pairs = int64_t(r.num_tokens) * r.top_k;
-    launch_kernel(gather_rows_kernel, dim3(static_cast<unsigned>(std::min<int64_t>(pairs, 1 << 30))), 256, 0, stream,
+    launch_kernel(permute_routed_rows_kernel, dim3(static_cast<unsigned>(std::min<int64_t>(pairs, 1 << 30))), 256, 0, stream,
                   a.x, a.k, r.choice_row, pairs, r.top_k, gathered);
     a.x = gathered;
     a.x_rows = nullptr;
