@@ -42,6 +42,12 @@ struct PlanArgs {
 
 std::string slice_text(const Slice& s) { return fmt::format("[{}, {})", s.begin, s.end()); }
 
+// serve's step budget on GPUs of --gpu-memory-gb. The plan knows no GPU's name, so an 80 GB A100
+// counts as large here, where serve on one keeps 2048 tokens (default_batched_tokens).
+int batched_tokens(const PlanArgs& a, int64_t max_model_len) {
+  return a.engine.batched_tokens(max_model_len, static_cast<int64_t>(a.gpu_memory_gb * 1e9), "");
+}
+
 nlohmann::json plan_json(const PlanArgs& a, const CapacityPlan& p, int64_t max_model_len) {
   const RankShard& r0 = p.layout.ranks.front();
   return {
@@ -56,6 +62,7 @@ nlohmann::json plan_json(const PlanArgs& a, const CapacityPlan& p, int64_t max_m
       {"kv_cache_dtype", kv_dtype_name(p.kv_layout.kv_dtype)},
       {"index_k_dtype", kv_dtype_name(p.kv_layout.index_dtype)},
       {"max_model_len", max_model_len},
+      {"max_num_batched_tokens", batched_tokens(a, max_model_len)},
       {"rank0",
        {{"q_heads", r0.q_heads.size},
         {"kv_heads", r0.kv_heads.size},
@@ -115,7 +122,7 @@ void print_plan(const PlanArgs& a, const ModelConfig& c, const CapacityPlan& p, 
               static_cast<long long>(p.token_bytes.index_k), std::string(kv_dtype_name(p.kv_layout.index_dtype)).c_str(),
               static_cast<long long>(p.token_bytes.total));
   std::printf("activation reserve per rank: %.2f GB (1 GiB context/workspaces + %d batched tokens + %d logits rows)\n",
-              gb(p.activation_reserve_bytes), a.engine.batched_tokens(max_model_len), a.engine.max_num_seqs);
+              gb(p.activation_reserve_bytes), batched_tokens(a, max_model_len), a.engine.max_num_seqs);
   std::printf("KV pool per rank: %.2f x %.1f GB - weights - reserve = %.2f GB = %lld blocks of %d tokens\n",
               a.gpu_memory_utilization, a.gpu_memory_gb, gb(p.kv_pool_bytes), static_cast<long long>(p.kv_blocks),
               p.kv_layout.block_size);
@@ -152,7 +159,7 @@ void run_plan(const PlanArgs& a) {
   r.gpu_memory_bytes = static_cast<int64_t>(a.gpu_memory_gb * 1e9);
   r.gpu_memory_utilization = a.gpu_memory_utilization;
   r.max_num_seqs = a.engine.max_num_seqs;
-  r.max_num_batched_tokens = a.engine.batched_tokens(mp.max_model_len);
+  r.max_num_batched_tokens = batched_tokens(a, mp.max_model_len);
   const CapacityPlan p = plan_capacity(mp.config, r);
   if (a.json) {
     std::printf("%s\n", plan_json(a, p, mp.max_model_len).dump(2).c_str());

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -134,7 +135,7 @@ int64_t gpu_kv_budget_blocks(double utilization, int64_t block_bytes, int64_t re
 // The figures `m3serve plan` prints, for the layout this loader runs: the same weight footprint
 // per rank, KV bytes per token and (on the GPU) activation reserve, and how many sequences of
 // max-model-len tokens the pool it sized holds.
-void log_plan(const ModelPlan& plan, int64_t pool_blocks, const EngineOptions& engine) {
+void log_plan(const ModelPlan& plan, int64_t pool_blocks, const EngineOptions& engine, int batched_tokens) {
   const ModelConfig& c = plan.config;
   const ParallelLayout& layout = plan.layout;
   const WeightFootprint weights = weight_footprint(c, layout.ranks.front());
@@ -143,7 +144,7 @@ void log_plan(const ModelPlan& plan, int64_t pool_blocks, const EngineOptions& e
   const std::string reserve =
       plan.device == "cuda"
           ? fmt::format(", activation reserve {:.2f} GB",
-                        gpu_activation_reserve_bytes(c, engine.batched_tokens(plan.max_model_len), engine.max_num_seqs) /
+                        gpu_activation_reserve_bytes(c, batched_tokens, engine.max_num_seqs) /
                             1e9)
           : "";
   M3_LOG_INFO("plan ({} rank{}, -tp {}{}{}): weights {:.2f} GB per rank, KV {} B + index-K {} B = {} B per token per "
@@ -157,28 +158,46 @@ void log_plan(const ModelPlan& plan, int64_t pool_blocks, const EngineOptions& e
 
 // Before any weight is read: each rank's slice of the weights (model/weight_footprint.h, from
 // config.json alone) plus the activation reserve must fit in --gpu-memory-utilization of its GPU.
-void check_weights_fit_gpus(const ModelPlan& plan, const ModelOptions& o, const EngineOptions& engine) {
+void check_weights_fit_gpus(const ModelPlan& plan, const ModelOptions& o, const EngineOptions& engine,
+                            int batched_tokens) {
 #if M3SERVE_WITH_CUDA
   const CudaDeviceInfo gpu = cuda_device_info();
   if (!gpu.available) return;  // resolve_device has refused this already
   const double utilization = o.gpu_memory_utilization.value_or(kDefaultGpuMemoryUtilization);
   const int64_t budget = static_cast<int64_t>(utilization * static_cast<double>(gpu.total_bytes));
   const int64_t reserve =
-      gpu_activation_reserve_bytes(plan.config, engine.batched_tokens(plan.max_model_len), engine.max_num_seqs);
+      gpu_activation_reserve_bytes(plan.config, batched_tokens, engine.max_num_seqs);
   int64_t largest = 0;
   for (const RankShard& r : plan.layout.ranks) largest = std::max(largest, weight_footprint(plan.config, r).total());
   M3_CHECK(largest + reserve < budget,
-           "{}: the weights need {:.1f} GB per rank with -tp {}{} (plus {:.1f} GB of activations), and each {} has "
-           "{:.1f} GB under --gpu-memory-utilization {} ({:.1f} GB in all); use more GPUs (-tp), expert parallel, or "
-           "`m3serve plan` to size a layout",
+           "{}: the weights need {:.1f} GB per rank with -tp {}{} (plus {:.1f} GB of activations for {} batched "
+           "tokens), and each {} has {:.1f} GB under --gpu-memory-utilization {} ({:.1f} GB in all); use more GPUs "
+           "(-tp), expert parallel, a smaller --max-num-batched-tokens, or `m3serve plan` to size a layout",
            o.model_dir, largest / 1e9, plan.layout.config.tensor_parallel_size,
-           plan.layout.config.enable_expert_parallel ? " and expert parallel" : "", reserve / 1e9, gpu.name,
-           budget / 1e9, utilization, gpu.total_bytes / 1e9);
+           plan.layout.config.enable_expert_parallel ? " and expert parallel" : "", reserve / 1e9, batched_tokens,
+           gpu.name, budget / 1e9, utilization, gpu.total_bytes / 1e9);
 #else
   (void)plan;
   (void)o;
   (void)engine;
+  (void)batched_tokens;
 #endif
+}
+
+// The step budget on this process's device: a GPU's memory and name choose vLLM's default.
+int local_batched_tokens(const EngineOptions& engine, const ModelPlan& plan) {
+  int64_t gpu_memory = 0;
+  std::string gpu_name;
+#if M3SERVE_WITH_CUDA
+  if (plan.device == "cuda") {
+    const CudaDeviceInfo gpu = cuda_device_info();
+    if (gpu.available) {
+      gpu_memory = gpu.total_bytes;
+      gpu_name = gpu.name;
+    }
+  }
+#endif
+  return engine.batched_tokens(plan.max_model_len, gpu_memory, gpu_name);
 }
 
 int cuda_device_count() {
@@ -316,11 +335,20 @@ std::optional<SpeculativeConfig> speculative_config(const EngineOptions& o) {
   return spec;
 }
 
-int EngineOptions::batched_tokens(int64_t max_model_len) const {
-  constexpr int kDefault = 2048;  // vLLM's DEFAULT_MAX_NUM_BATCHED_TOKENS
+int default_batched_tokens(int64_t gpu_memory_bytes, std::string_view gpu_name) {
+  // vLLM (EngineArgs, OPENAI_API_SERVER): its PR 17885 measured the larger budget lowering an
+  // A100's throughput, hence the name test.
+  std::string name(gpu_name);
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  const bool large_gpu = gpu_memory_bytes >= (int64_t{70} << 30) && name.find("a100") == std::string::npos;
+  return large_gpu ? 8192 : 2048;
+}
+
+int EngineOptions::batched_tokens(int64_t max_model_len, int64_t gpu_memory_bytes, std::string_view gpu_name) const {
   if (max_num_batched_tokens) return *max_num_batched_tokens;
-  if (enable_chunked_prefill) return kDefault;
-  return static_cast<int>(std::clamp<int64_t>(max_model_len, kDefault, INT_MAX));
+  const int budget = default_batched_tokens(gpu_memory_bytes, gpu_name);
+  if (enable_chunked_prefill) return budget;
+  return static_cast<int>(std::clamp<int64_t>(max_model_len, budget, INT_MAX));
 }
 
 void add_model_options(CLI::App& cmd, ModelOptions& o) {
@@ -393,7 +421,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
 void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--max-num-seqs", o.max_num_seqs, "requests running at once")->capture_default_str();
   cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
-                 "tokens per engine step (default 2048; with --no-enable-chunked-prefill max(max-model-len, 2048))");
+                 "tokens per engine step (default, as vLLM serve: 8192 on a GPU of 70 GiB or more other than an "
+                 "A100, else 2048; with --no-enable-chunked-prefill at least --max-model-len)");
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "reuse the KV of shared prompt prefixes (default on)");
   cmd.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", o.enable_chunked_prefill,
@@ -573,13 +602,14 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   const int world = plan.layout.config.world_size();
   const int num_ranks = world / o.nnodes;  // this process's
   const int first_rank = o.node_rank * num_ranks;
+  int batched_tokens = local_batched_tokens(engine, plan);
   // Before any weight is read (the engine checks it again against the length it resolves).
-  M3_CHECK(engine.enable_chunked_prefill || engine.batched_tokens(plan.max_model_len) >= plan.max_model_len,
+  M3_CHECK(engine.enable_chunked_prefill || batched_tokens >= plan.max_model_len,
            "--max-num-batched-tokens {} is smaller than the max model length {} with --no-enable-chunked-prefill: "
            "a prompt is prefilled in one step, so the step must hold the longest one; raise "
            "--max-num-batched-tokens or lower --max-model-len (or leave --max-num-batched-tokens unset)",
-           engine.batched_tokens(plan.max_model_len), plan.max_model_len);
-  if (plan.device == "cuda") check_weights_fit_gpus(plan, o, engine);
+           batched_tokens, plan.max_model_len);
+  if (plan.device == "cuda") check_weights_fit_gpus(plan, o, engine, batched_tokens);
   // A DSpark drafter keeps its cache in blocks beside the target's (on each copy's rank 0; sized here
   // as if on every rank): the pool's budgets count its share of a block.
   const DrafterBytes drafter =
@@ -607,6 +637,9 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
              "node {}: the nodes' KV host tiers differ ({} to {} slots per rank; this node's --kv-offloading-size "
              "'{}' gives {}): start every node with the same --kv-offloading-size",
              o.node_rank, fewest, most, o.kv_offloading_size, slots);
+    // Node 0's engine schedules the steps every node runs: the smallest default keeps them all
+    // within the activation reserve each checked above.
+    batched_tokens = static_cast<int>(nodes.control->min_over_nodes(batched_tokens));
   }
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -631,6 +664,7 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   LoadedModel m;
   m.device = plan.device;
   m.max_model_len = plan.max_model_len;
+  m.max_num_batched_tokens = batched_tokens;
   m.layout = plan.layout;
   m.first_rank = first_rank;
   m.ranks.resize(num_ranks);
@@ -638,8 +672,7 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   std::vector<int64_t> gpu_budget(num_ranks, 0);
   const double utilization = o.gpu_memory_utilization.value_or(kDefaultGpuMemoryUtilization);
   const int64_t reserve = plan.device == "cuda"
-                              ? gpu_activation_reserve_bytes(plan.config, engine.batched_tokens(plan.max_model_len),
-                                                             engine.max_num_seqs)
+                              ? gpu_activation_reserve_bytes(plan.config, batched_tokens, engine.max_num_seqs)
                               : 0;
   const bool gpu_budget_sizes_pool = plan.device == "cuda" && o.num_kv_blocks == 0 && o.kv_cache_memory.empty();
 
@@ -758,7 +791,7 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   // Across hosts too the engine's block ids index every rank's pool.
   if (nodes.control) pool = nodes.control->min_over_nodes(pool);
 
-  log_plan(plan, pool, engine);
+  log_plan(plan, pool, engine, batched_tokens);
 
   const auto build_rank = [&](int r) {
     RankModel& rank = m.ranks[r];
@@ -926,7 +959,7 @@ std::unique_ptr<EngineCore> make_engine(LoadedModel& loaded, const ModelOptions&
   const MiniMaxM3& model = loaded.model();
   EngineConfig config;
   config.max_num_seqs = engine.max_num_seqs;
-  config.max_num_batched_tokens = engine.batched_tokens(loaded.max_model_len);
+  config.max_num_batched_tokens = loaded.max_num_batched_tokens;
   config.enable_prefix_caching = engine.enable_prefix_caching;
   config.enable_chunked_prefill = engine.enable_chunked_prefill;
   config.seed = options.seed;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "app/model_source.h"
 #include "engine/engine_core.h"
@@ -97,10 +98,17 @@ struct EngineOptions {
   // --speculative-config: vLLM's JSON (engine/speculative_config.h); empty: no speculation.
   std::string speculative_config;
 
-  // Tokens per engine step: --max-num-batched-tokens, else vLLM's default: 2048, or with
-  // chunked prefill off max(max_model_len, 2048).
-  int batched_tokens(int64_t max_model_len) const;
+  // Tokens per engine step: --max-num-batched-tokens, else default_batched_tokens(gpu) (the
+  // device's; gpu_memory_bytes 0: the CPU), or with chunked prefill off max(max_model_len, that).
+  int batched_tokens(int64_t max_model_len, int64_t gpu_memory_bytes, std::string_view gpu_name) const;
 };
+
+// vLLM `serve`'s step budget when --max-num-batched-tokens is unset: 8192 tokens on a GPU of at
+// least 70 GiB other than an A100 (H100, H200), else 2048 (smaller GPUs, the CPU: pass 0 bytes).
+// On Hopper it matters beyond compatibility: a 2,048-token chunk leaves an M3.1 expert ~64 rows,
+// where the routed MoE takes about as long as at 8,192 tokens (docs/gpu-backend-notes.md
+// "Serving chunk size").
+int default_batched_tokens(int64_t gpu_memory_bytes, std::string_view gpu_name);
 
 void add_model_options(CLI::App& cmd, ModelOptions& options);
 void add_engine_options(CLI::App& cmd, EngineOptions& options);
@@ -166,6 +174,9 @@ struct LoadedModel {
   std::vector<std::unique_ptr<RankWorkers>> copy_workers;
   std::string device;
   int64_t max_model_len = 0;  // the plan's
+  // Tokens per engine step: --max-num-batched-tokens, else this GPU's default (the smallest over
+  // the nodes, so that no node's activation reserve is short of it).
+  int max_num_batched_tokens = 0;
   ParallelLayout layout;      // of every rank, on every node
   int first_rank = 0;         // global rank of ranks[0] (node_rank * ranks per node)
   // DEP over several hosts, by copy: on node 0 the channel to each copy another node holds, on

@@ -67,9 +67,10 @@ const std::string kDep4 =
 //  dense MLP: gate, up [12288, 6144] and down [6144, 12288], 77,856,768 each -> 3 layers 700,710,912
 //  shared expert (gate, up [3072, 6144], down [6144, 3072], 19,464,192 each) + router f32
 //    4 x 128 x 6144 + bias 4 x 128 = 3,146,240 -> 61,538,816 x 57 MoE layers = 3,507,712,512
-//  activation reserve: 2^30 + 2048 tokens x 2 x (4 x 6144 + 2 x 64 x 128 + 2 x 4 x 128 + 5 x 128 +
-//    12288 + 4 x (3072 + 6144) + 2 x 128) = 2048 x 184,064 = 376,963,072, + 64 rows x
-//    (200064 x 6 + 2 x 6144) = 77,611,008 -> 1,528,315,904
+//  activation reserve: 2^30 + 8192 tokens (serve's default on a GPU of 70 GiB or more) x 2 x
+//    (4 x 6144 + 2 x 64 x 128 + 2 x 4 x 128 + 5 x 128 + 12288 + 4 x (3072 + 6144) + 2 x 128)
+//    = 8192 x 184,064 = 1,507,852,288, + 64 rows x (200064 x 6 + 2 x 6144) = 77,611,008
+//    -> 2,659,205,120
 //  budget 0.95 x 288e9 = 273,600,000,000; a 262,144-token sequence is 2048 blocks of 128.
 TEST(PlanCommand, M31Dep4NvFp4HoldsSeventySixSequences) {
   const json p = plan_json("bench/configs/minimax-m3.1 " + kDep4 +
@@ -85,11 +86,12 @@ TEST(PlanCommand, M31Dep4NvFp4HoldsSeventySixSequences) {
   EXPECT_EQ(p.at("kv_bytes_per_token"), 34560);
   EXPECT_EQ(p.at("index_k_bytes_per_token"), 4320);
   EXPECT_EQ(p.at("kv_total_bytes_per_token"), 38880);
-  EXPECT_EQ(p.at("activation_reserve_bytes"), 1528315904);
-  // 273,600,000,000 - 74,084,725,248 - 1,528,315,904 = 197,986,958,848 B / (128 x 38,880 B) =
-  // 39,783 blocks; / 2048 = 19 sequences per rank, x 4 ranks = 76.
-  EXPECT_EQ(p.at("kv_pool_bytes_per_rank"), 197986958848);
-  EXPECT_EQ(p.at("kv_blocks_per_rank"), 39783);
+  EXPECT_EQ(p.at("max_num_batched_tokens"), 8192);
+  EXPECT_EQ(p.at("activation_reserve_bytes"), 2659205120);
+  // 273,600,000,000 - 74,084,725,248 - 2,659,205,120 = 196,856,069,632 B / (128 x 38,880 B) =
+  // 39,556 blocks; / 2048 = 19 sequences per rank, x 4 ranks = 76.
+  EXPECT_EQ(p.at("kv_pool_bytes_per_rank"), 196856069632);
+  EXPECT_EQ(p.at("kv_blocks_per_rank"), 39556);
   EXPECT_EQ(p.at("sequences_per_data_parallel_rank"), 19);
   EXPECT_EQ(p.at("max_concurrent_sequences"), 76);
   EXPECT_EQ(p.at("expert_parallel_size"), 4);
@@ -112,15 +114,36 @@ TEST(PlanCommand, M3Dep4Fp8KvHoldsTwentyEightSequences) {
   EXPECT_EQ(p.at("kv_bytes_per_token"), 61440);
   EXPECT_EQ(p.at("index_k_bytes_per_token"), 14592);
   EXPECT_EQ(p.at("kv_total_bytes_per_token"), 76032);
-  // 273,600,000,000 - 122,485,310,976 - 1,528,315,904 = 149,586,373,120 B / (128 x 76,032 B) =
-  // 15,370 blocks; / 2048 = 7 per rank, x 4 = 28.
-  EXPECT_EQ(p.at("kv_blocks_per_rank"), 15370);
+  // 273,600,000,000 - 122,485,310,976 - 2,659,205,120 = 148,455,483,904 B / (128 x 76,032 B) =
+  // 15,254 blocks; / 2048 = 7 per rank, x 4 = 28.
+  EXPECT_EQ(p.at("kv_blocks_per_rank"), 15254);
   EXPECT_EQ(p.at("max_concurrent_sequences"), 28);
-  // With fp8 index keys too (57 x 128 = 7,296 B, 68,736 B a token): 149,586,373,120 /
-  // (128 x 68,736) = 17,001 blocks = 8 per rank, 32 in all.
+  // With fp8 index keys too (57 x 128 = 7,296 B, 68,736 B a token): 148,455,483,904 /
+  // (128 x 68,736) = 16,873 blocks = 8 per rank, 32 in all.
   const json fp8_index = plan_json("bench/configs/minimax-m3 " + kDep4 + " --kv-cache-dtype fp8");
   EXPECT_EQ(fp8_index.at("index_k_bytes_per_token"), 7296);
   EXPECT_EQ(fp8_index.at("max_concurrent_sequences"), 32);
+}
+
+TEST(PlanCommand, StepBudgetIsServesDefaultForTheGpuMemory) {
+  // vLLM serve's rule: 8192 tokens a step on a GPU of at least 70 GiB (75.16 GB), else 2048;
+  // the reserve grows by the 6144 tokens' activations (184,064 B each for M3.1, above).
+  const std::string m31 = "bench/configs/minimax-m3.1 --num-gpus 8 -tp 8 --kv-cache-dtype nvfp4 ";
+  const json h200 = plan_json(m31 + "--gpu-memory-gb 141");
+  const json below = plan_json(m31 + "--gpu-memory-gb 75");
+  EXPECT_EQ(h200.at("max_num_batched_tokens"), 8192);
+  EXPECT_EQ(below.at("max_num_batched_tokens"), 2048);
+  EXPECT_EQ(plan_json(m31 + "--gpu-memory-gb 76").at("max_num_batched_tokens"), 8192);
+  EXPECT_EQ(h200.at("activation_reserve_bytes").get<int64_t>() - below.at("activation_reserve_bytes").get<int64_t>(),
+            int64_t{6144} * 184064);
+  // The option wins; without chunking a step holds the longest prompt.
+  EXPECT_EQ(plan_json(m31 + "--gpu-memory-gb 141 --max-num-batched-tokens 4096").at("max_num_batched_tokens"), 4096);
+  EXPECT_EQ(plan_json(m31 + "--gpu-memory-gb 141 --no-enable-chunked-prefill --max-model-len 32768")
+                .at("max_num_batched_tokens"),
+            32768);
+  EXPECT_EQ(plan_json(m31 + "--gpu-memory-gb 48 --no-enable-chunked-prefill --max-model-len 1024")
+                .at("max_num_batched_tokens"),
+            2048);
 }
 
 TEST(PlanCommand, Tp4OnH200SplitsHeadsAndVocab) {
