@@ -9,7 +9,9 @@
 //  - Out of that come the rank's weights, then the activation reserve (gpu_activation_reserve_bytes,
 //    the same the loader keeps out of the KV pool: 1 GiB for the CUDA context, cuBLASLt workspace
 //    and MSA schedules, plus the step's activations and logits at the engine options), computed
-//    for the whole model's widths, not the rank's share (an upper bound under -tp).
+//    for the whole model's widths, not the rank's share (an upper bound under -tp). Under
+//    data-parallel attention a rank's MoE runs over every copy's rows, so its routed-expert
+//    activations count D x the step's tokens, plus the gathered and returned rows.
 //  - What is left is KV blocks of the rank's own layout (its KV heads, the whole index-K); a
 //    sequence of max-model-len tokens takes ceil(len / block) blocks, and a data-parallel copy
 //    holds the sequences its tp ranks all have room for. Copies add up.
@@ -24,7 +26,8 @@
 namespace m3::app {
 
 // GPU memory one rank's step takes beyond the weights and the KV pool (see above).
-int64_t gpu_activation_reserve_bytes(const ModelConfig& config, int max_num_batched_tokens, int max_num_seqs);
+int64_t gpu_activation_reserve_bytes(const ModelConfig& config, const ParallelLayout& layout, int max_num_batched_tokens,
+                                     int max_num_seqs);
 
 // One token's bytes in a KV layout, split as K+V (all layers, the layout's KV heads) and index-K
 // (sparse layers); total is the layout's own (it pads each layer's slab to 256 bytes per block).

@@ -144,7 +144,7 @@ void log_plan(const ModelPlan& plan, int64_t pool_blocks, const EngineOptions& e
   const std::string reserve =
       plan.device == "cuda"
           ? fmt::format(", activation reserve {:.2f} GB",
-                        gpu_activation_reserve_bytes(c, batched_tokens, engine.max_num_seqs) /
+                        gpu_activation_reserve_bytes(c, layout, batched_tokens, engine.max_num_seqs) /
                             1e9)
           : "";
   M3_LOG_INFO("plan ({} rank{}, -tp {}{}{}): weights {:.2f} GB per rank, KV {} B + index-K {} B = {} B per token per "
@@ -166,7 +166,7 @@ void check_weights_fit_gpus(const ModelPlan& plan, const ModelOptions& o, const 
   const double utilization = o.gpu_memory_utilization.value_or(kDefaultGpuMemoryUtilization);
   const int64_t budget = static_cast<int64_t>(utilization * static_cast<double>(gpu.total_bytes));
   const int64_t reserve =
-      gpu_activation_reserve_bytes(plan.config, batched_tokens, engine.max_num_seqs);
+      gpu_activation_reserve_bytes(plan.config, plan.layout, batched_tokens, engine.max_num_seqs);
   int64_t largest = 0;
   for (const RankShard& r : plan.layout.ranks) largest = std::max(largest, weight_footprint(plan.config, r).total());
   M3_CHECK(largest + reserve < budget,
@@ -672,7 +672,8 @@ LoadedModel load_model(const ModelOptions& o, const EngineOptions& engine, const
   std::vector<int64_t> gpu_budget(num_ranks, 0);
   const double utilization = o.gpu_memory_utilization.value_or(kDefaultGpuMemoryUtilization);
   const int64_t reserve = plan.device == "cuda"
-                              ? gpu_activation_reserve_bytes(plan.config, batched_tokens, engine.max_num_seqs)
+                              ? gpu_activation_reserve_bytes(plan.config, plan.layout, batched_tokens,
+                                                             engine.max_num_seqs)
                               : 0;
   const bool gpu_budget_sizes_pool = plan.device == "cuda" && o.num_kv_blocks == 0 && o.kv_cache_memory.empty();
 

@@ -70,7 +70,10 @@ const std::string kDep4 =
 //  activation reserve: 2^30 + 8192 tokens (serve's default on a GPU of 70 GiB or more) x 2 x
 //    (4 x 6144 + 2 x 64 x 128 + 2 x 4 x 128 + 5 x 128 + 12288 + 4 x (3072 + 6144) + 2 x 128)
 //    = 8192 x 184,064 = 1,507,852,288, + 64 rows x (200064 x 6 + 2 x 6144) = 77,611,008
-//    -> 2,659,205,120
+//    -> 2,659,205,120 on one copy. Under DEP D a rank's MoE runs over D x 8192 rows: the other
+//    copies' (D - 1) x 8192 x 2 x (4 x (3072 + 6144) + 2 x 128) = (D - 1) x 608,174,080, and the
+//    gathered, returned and own rows (2 D + 1) x 8192 x 2 x 6144 = (2 D + 1) x 100,663,296;
+//    D 4: + 1,824,522,240 + 905,969,664 -> 5,389,697,024.
 //  budget 0.95 x 288e9 = 273,600,000,000; a 262,144-token sequence is 2048 blocks of 128.
 TEST(PlanCommand, M31Dep4NvFp4HoldsSeventySixSequences) {
   const json p = plan_json("bench/configs/minimax-m3.1 " + kDep4 +
@@ -87,11 +90,11 @@ TEST(PlanCommand, M31Dep4NvFp4HoldsSeventySixSequences) {
   EXPECT_EQ(p.at("index_k_bytes_per_token"), 4320);
   EXPECT_EQ(p.at("kv_total_bytes_per_token"), 38880);
   EXPECT_EQ(p.at("max_num_batched_tokens"), 8192);
-  EXPECT_EQ(p.at("activation_reserve_bytes"), 2659205120);
-  // 273,600,000,000 - 74,084,725,248 - 2,659,205,120 = 196,856,069,632 B / (128 x 38,880 B) =
-  // 39,556 blocks; / 2048 = 19 sequences per rank, x 4 ranks = 76.
-  EXPECT_EQ(p.at("kv_pool_bytes_per_rank"), 196856069632);
-  EXPECT_EQ(p.at("kv_blocks_per_rank"), 39556);
+  EXPECT_EQ(p.at("activation_reserve_bytes"), 5389697024);
+  // 273,600,000,000 - 74,084,725,248 - 5,389,697,024 = 194,125,577,728 B / (128 x 38,880 B) =
+  // 39,007 blocks; / 2048 = 19 sequences per rank, x 4 ranks = 76.
+  EXPECT_EQ(p.at("kv_pool_bytes_per_rank"), 194125577728);
+  EXPECT_EQ(p.at("kv_blocks_per_rank"), 39007);
   EXPECT_EQ(p.at("sequences_per_data_parallel_rank"), 19);
   EXPECT_EQ(p.at("max_concurrent_sequences"), 76);
   EXPECT_EQ(p.at("expert_parallel_size"), 4);
@@ -114,12 +117,12 @@ TEST(PlanCommand, M3Dep4Fp8KvHoldsTwentyEightSequences) {
   EXPECT_EQ(p.at("kv_bytes_per_token"), 61440);
   EXPECT_EQ(p.at("index_k_bytes_per_token"), 14592);
   EXPECT_EQ(p.at("kv_total_bytes_per_token"), 76032);
-  // 273,600,000,000 - 122,485,310,976 - 2,659,205,120 = 148,455,483,904 B / (128 x 76,032 B) =
-  // 15,254 blocks; / 2048 = 7 per rank, x 4 = 28.
-  EXPECT_EQ(p.at("kv_blocks_per_rank"), 15254);
+  // 273,600,000,000 - 122,485,310,976 - 5,389,697,024 (the reserve above) = 145,724,992,000 B /
+  // (128 x 76,032 B) = 14,973 blocks; / 2048 = 7 per rank, x 4 = 28.
+  EXPECT_EQ(p.at("kv_blocks_per_rank"), 14973);
   EXPECT_EQ(p.at("max_concurrent_sequences"), 28);
-  // With fp8 index keys too (57 x 128 = 7,296 B, 68,736 B a token): 148,455,483,904 /
-  // (128 x 68,736) = 16,873 blocks = 8 per rank, 32 in all.
+  // With fp8 index keys too (57 x 128 = 7,296 B, 68,736 B a token): 145,724,992,000 /
+  // (128 x 68,736) = 16,563 blocks = 8 per rank, 32 in all.
   const json fp8_index = plan_json("bench/configs/minimax-m3 " + kDep4 + " --kv-cache-dtype fp8");
   EXPECT_EQ(fp8_index.at("index_k_bytes_per_token"), 7296);
   EXPECT_EQ(fp8_index.at("max_concurrent_sequences"), 32);
