@@ -144,16 +144,15 @@ void log_plan(const ModelPlan& plan, int64_t pool_blocks, const EngineOptions& e
   const std::string reserve =
       plan.device == "cuda"
           ? fmt::format(", activation reserve {:.2f} GB",
-                        gpu_activation_reserve_bytes(c, layout, batched_tokens, engine.max_num_seqs) /
-                            1e9)
+                        gpu_activation_reserve_bytes(c, layout, batched_tokens, engine.max_num_seqs) / 1e9)
           : "";
   M3_LOG_INFO("plan ({} rank{}, -tp {}{}{}): weights {:.2f} GB per rank, KV {} B + index-K {} B = {} B per token per "
-              "rank{}; the pool holds {} sequences of {} tokens",
+              "rank{}; the pool holds {} sequences of {} tokens; step budget {} tokens",
               layout.config.world_size(), layout.config.world_size() == 1 ? "" : "s",
               layout.config.tensor_parallel_size,
               layout.attention_data_parallel() ? fmt::format(" x DEP {}", layout.config.data_parallel_size) : "",
               layout.config.enable_expert_parallel ? ", expert parallel" : "", weights.total() / 1e9, token.kv,
-              token.index_k, token.total, reserve, pool_blocks / per_sequence, plan.max_model_len);
+              token.index_k, token.total, reserve, pool_blocks / per_sequence, plan.max_model_len, batched_tokens);
 }
 
 // Before any weight is read: each rank's slice of the weights (model/weight_footprint.h, from

@@ -20,7 +20,8 @@
 # msa_bench when its pack has one) and an Nsight Compute profile of one
 # targets case per kernel (MSA_NCU_CASES, default "1,64,131072 8,8,131072"; at most about 560 s, 60 more with a
 # BASELINE); linear =
-# backend_check bench --only linear and --only moe (at most 240 s; LINEAR_NCU=1 adds ncu of the streamed kernel: stall reasons per SASS instruction, 250 s). Each part fits one 600 s
+# backend_check bench --only linear and --only moe (at most 240 s; LINEAR_NCU=1 adds ncu of the streamed kernel: stall reasons per SASS instruction, 250 s);
+# serving = bench serve with 8K prompts at --max-num-batched-tokens 2048 and at the default (at most about 300 s). Each part fits one 600 s
 # device call; PARTS="main batch-invariant" runs both in one call when the time allows. speculative =
 # the drafter's op cases, verification steps from CUDA graphs, both drafters on cuda against plain
 # decoding, the DSpark drafter's acceptance through a cuda server, the M3.1 verification steps with
@@ -245,6 +246,31 @@ for r in prefill:
     ops = sorted(r.get("ops_ms", {}).items(), key=lambda kv: -kv[1])[:6]
     print(f"  prompt {r['prompt_len']}: {r.get('time_ms', 0):.1f} ms, x floor {r.get('floor_ratio', 0):.2f};",
           ", ".join(f"{k} {v:.1f}" for k, v in ops))
+PY
+  done
+fi
+if part serving; then
+  # The step budget under load: bench serve (streaming clients in process) on SV_LAYERS (default 12)
+  # M3.1 layers with 8K prompts, at --max-num-batched-tokens 2048 and at the default (8192 on a GPU
+  # of 70 GiB or more): TTFT, the inter-token latency of decodes that share steps with prompt
+  # chunks, and throughput (at most about 300 s).
+  for budget in 2048 default; do
+    extra=(); [[ $budget == default ]] || extra=(--max-num-batched-tokens $budget)
+    timeout 140 $P/bin/m3serve bench serve --model bench/configs/minimax-m3.1 --load-format dummy \
+      --num-layers ${SV_LAYERS:-12} --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' \
+      --max-model-len 16384 --concurrency 1,8 --num-prompts 16 --input-len 8192 --output-len 64 --range-ratio 0 \
+      --conversations 0 "${extra[@]}" --json > $OUT/bench-serve-$budget.json 2> $L/serve-$budget.log
+    echo "bench serve budget $budget rc $?: $(grep -o 'step budget [0-9]* tokens' $L/serve-$budget.log | head -1)" >> $L/sv-summary.txt
+    python3 - $OUT/bench-serve-$budget.json >> $L/sv-summary.txt 2>&1 <<'PY'
+import json, sys
+try:
+    rows = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    sys.exit(f"  no bench JSON ({e.__class__.__name__}): see logs.tgz serve-*.log")
+for r in rows:
+    print(f"  c{r['concurrency']}: {r['requests_per_s']:.2f} req/s, {r['output_tokens_per_s']:.0f} out tok/s, TTFT p50 "
+          f"{r['ttft_p50_ms']:.0f} p99 {r['ttft_p99_ms']:.0f} ms, ITL mean {r['itl_mean_ms']:.1f} p99 {r['itl_p99_ms']:.1f} ms,"
+          f" failed {r['failed']}")
 PY
   done
 fi
