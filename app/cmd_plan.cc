@@ -178,7 +178,8 @@ void register_plan(CLI::App& app) {
       "how a deployment splits the model and how many sequences of --max-model-len tokens fit: weights, KV and "
       "index-K bytes per rank, from config.json alone. Usable memory per GPU is --gpu-memory-utilization x "
       "--gpu-memory-gb (GB = 1e9 bytes), less the rank's weights and the activation reserve (1 GiB + the step's "
-      "activations at --max-num-batched-tokens and logits at --max-num-seqs, as serve keeps)");
+      "activations at --max-num-batched-tokens and logits at --max-num-seqs, as serve keeps; unset, the step "
+      "budget is serve's default for that memory: 8192 tokens from 70 GiB, else 2048)");
   cmd->add_option("model", a.model_dir, "model directory (config.json), or a Hugging Face repo id (org/name)")
       ->required();
   add_hub_options(*cmd, a.hub);
