@@ -332,6 +332,27 @@ nlohmann::json ops_json(const std::map<std::string, double>& seconds, int steps)
   return ops;
 }
 
+// A decode step's ops against their own byte floors (app/op_bytes.h): calls and bytes per step,
+// the wait's round trip (one per timed call), and where the rate is known each op's time less
+// its waits over its bytes at that rate.
+void add_op_floors(nlohmann::json& r, const TimingBackend& timing, int steps, double bandwidth) {
+  nlohmann::json calls = nlohmann::json::object(), bytes = nlohmann::json::object();
+  for (const auto& [name, n] : timing.op_calls()) calls[name] = n / steps;
+  for (const auto& [name, b] : timing.op_bytes()) bytes[name] = b / steps;
+  r["ops_calls"] = calls;
+  r["ops_bytes"] = bytes;
+  r["op_sync_ms"] = timing.sync_seconds() * 1e3;
+  if (bandwidth <= 0) return;
+  nlohmann::json ratio = nlohmann::json::object();
+  for (const auto& [name, s] : timing.op_seconds()) {
+    const double b = timing.op_bytes().at(name);
+    if (b <= 0) continue;
+    const double busy = std::max(0.0, s - timing.op_calls().at(name) * timing.sync_seconds());
+    ratio[name] = busy / (b / bandwidth);
+  }
+  r["ops_floor_ratio"] = ratio;
+}
+
 // Runs fn warmup + iters times; returns each timed run's seconds.
 template <class Fn>
 std::vector<double> time_runs(int warmup, int iters, Fn&& fn) {
@@ -452,6 +473,7 @@ nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const Dec
     for (int i = 0; i < o.iters; ++i) step();
     m.timing->set_timing(false);
     r["ops_ms"] = ops_json(m.timing->op_seconds(), o.iters);
+    add_op_floors(r, *m.timing, o.iters, bandwidth);
   }
   return r;
 }
@@ -540,6 +562,13 @@ void print_text(const nlohmann::json& out) {
       std::string line;
       for (const auto& [name, ms] : r["ops_ms"].items()) line += fmt::format("  {} {:.3f}", name, ms.get<double>());
       std::printf("         ops ms/step (synchronised per op):%s\n", line.c_str());
+    }
+    if (r.contains("ops_floor_ratio")) {
+      std::string line;
+      for (const auto& [name, x] : r["ops_floor_ratio"].items())
+        line += fmt::format("  {} {:.2f} ({:.2f} MB)", name, x.get<double>(), r["ops_bytes"][name].get<double>() / 1e6);
+      std::printf("         ops x own byte floor (less a %.1f us wait a call):%s\n", r["op_sync_ms"].get<double>() * 1e3,
+                  line.c_str());
     }
   }
   std::printf("\nprefill %7s %6s %10s %10s %12s %11s %9s %9s\n", "tokens", "chunk", "time_ms", "tok/s", "TFLOP",

@@ -62,6 +62,22 @@ timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --lo
   --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64,128 --context-lens 8192 \
   --prefill-lens 8192 --spec-tokens 3,7 --iters 5 --warmup 2 --json > $OUT/bench-latency-8192.json 2> $L/bench.log
 echo "bench rc $?" > $L/b-summary.txt
+# Issue 19 item 1's per-op table: each op of the 8K decode steps against its own byte floor
+# (ops_floor_ratio: the op's time less one wait a call, over its bytes at 4.2 TB/s).
+python3 - $OUT/bench-latency-8192.json >> $L/b-summary.txt 2>&1 <<'PY'
+import json, sys
+try:
+    decode = json.load(open(sys.argv[1])).get("decode", [])
+except (OSError, ValueError) as e:
+    sys.exit(f"  no bench JSON ({e.__class__.__name__}): see logs.tgz bench.log")
+for r in decode:
+    if r.get("status") != "ok" or "ops_floor_ratio" not in r:
+        continue
+    ops = sorted(r["ops_ms"].items(), key=lambda kv: -kv[1])[:8]
+    print(f"  b{r['batch']}: {r['step_ms']:.2f} ms, x floor {r.get('floor_ratio', 0):.2f}; wait {r['op_sync_ms'] * 1e3:.0f} us"
+          " a call; op ms (x own floor): " +
+          ", ".join(f"{k} {v:.2f} ({r['ops_floor_ratio'].get(k, 0):.1f})" for k, v in ops))
+PY
 # Issue 19 item 1's second context: 128K (the KV cache is zeros, written by no prefill).
 timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 --device cuda \
   --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,16 --context-lens 131072 \

@@ -4,6 +4,7 @@
 // out by hand from models/minimax-m3-tiny/config.json).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -95,6 +96,30 @@ TEST(BenchLatency, TinyCheckpointReportsDecodeAndPrefillAgainstTheirFloors) {
   // The per-op breakdown covers the graph's ops.
   for (const char* op : {"moe", "swiglu_mlp", "paged_attention", "indexer_topk", "linear lm_head", "plan"})
     EXPECT_TRUE(b1.at("ops_ms").contains(op)) << op;
+  // Each op's own byte floor (app/op_bytes.h): together they cover the step's floor (every weight
+  // touched and the KV read once) plus the activations between ops; the KV ops read the step
+  // floor's KV, lm_head its weight.
+  for (const json* c : {&b1, &b4}) {
+    const json& bytes = c->at("ops_bytes");
+    double sum = 0;
+    for (const auto& [name, b] : bytes.items()) sum += b.get<double>();
+    EXPECT_GE(sum, c->at("floor_bytes").get<double>());
+    EXPECT_LT(sum, 1.5 * c->at("floor_bytes").get<double>());
+    EXPECT_GE(bytes.at("paged_attention").get<double>() + bytes.at("indexer_topk").get<double>(),
+              c->at("kv_bytes").get<double>());
+    EXPECT_GE(bytes.at("linear lm_head").get<double>(), w.at("lm_head_bytes").get<double>());
+    EXPECT_DOUBLE_EQ(c->at("ops_calls").at("moe").get<double>(), 3.0);  // one a MoE layer a step
+    // x floor = (time less one wait a call) / (bytes / --bandwidth).
+    const double moe_ms = c->at("ops_ms").at("moe").get<double>();
+    const double busy_ms = std::max(0.0, moe_ms - 3.0 * c->at("op_sync_ms").get<double>());
+    EXPECT_NEAR(c->at("ops_floor_ratio").at("moe").get<double>(), busy_ms / (bytes.at("moe").get<double>() / 1e11 * 1e3),
+                1e-6);
+  }
+  // The experts a batch of 4 touches: 5.47 of 8 a MoE layer against 2 (as the step floor).
+  EXPECT_NEAR(b4.at("ops_bytes").at("moe").get<double>() - b1.at("ops_bytes").at("moe").get<double>(),
+              3 * (8 * (1 - std::pow(0.75, 4)) - 2) * w.at("expert_bytes").get<double>() +
+                  3 * 3 * 256 * 2 * 4.0,  // x and out of 3 more rows a layer: hidden 256, f32 on the CPU
+              1.0);
 
   ASSERT_EQ(r.at("prefill").size(), 1u);
   const json& p = r.at("prefill")[0];
