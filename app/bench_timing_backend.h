@@ -1,6 +1,6 @@
 // TimingBackend: a Backend that forwards every call to another one and, while timing is on,
-// waits for each op to finish and adds its wall time, its calls and the bytes it must move
-// (app/op_bytes.h) to per-op totals (bench latency's per-op breakdown and per-op floors). The wait
+// waits for each op to finish and adds its wall time, its calls and the bytes and FLOPs it must
+// move and do (app/op_floors.h) to per-op totals (bench latency's per-op breakdown and per-op floors). The wait
 // is a copy_to_host_f32 of one activation element, which synchronises the CUDA stream, so on a
 // GPU every timed op also pays one launch + sync round trip (~10 us; sync_seconds() measures it):
 // the breakdown runs in its own pass, never in the pass whose step time is reported.
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "app/op_bytes.h"
+#include "app/op_floors.h"
 #include "ops/backend.h"
 
 namespace m3::app {
@@ -42,10 +42,12 @@ class TimingBackend final : public Backend {
     op_seconds_.clear();
     op_calls_.clear();
     op_bytes_.clear();
+    op_flops_.clear();
   }
   const std::map<std::string, double>& op_seconds() const { return op_seconds_; }
   const std::map<std::string, double>& op_calls() const { return op_calls_; }
   const std::map<std::string, double>& op_bytes() const { return op_bytes_; }
+  const std::map<std::string, double>& op_flops() const { return op_flops_; }
   // One wait's round trip with nothing to wait for, included once in every timed call.
   double sync_seconds() const { return sync_seconds_; }
 
@@ -65,6 +67,7 @@ class TimingBackend final : public Backend {
   // The step's sequence lengths are kept for the KV bytes of the attention ops.
   void plan(const StepBatch& batch) override {
     seq_lens_ = batch.seq_lens;
+    positions_ = batch.positions;
     timed("plan", [&] { inner_.plan(batch); }, [] { return 0.0; });
   }
   StepView planned_step() const override { return inner_.planned_step(); }
@@ -96,15 +99,18 @@ class TimingBackend final : public Backend {
   }
   void linear(const Tensor& x, const LinearWeight& weight, Tensor out) override {
     timed("linear " + last_part(weight.name), [&] { inner_.linear(x, weight, out); },
-          [&] { return tensor_bytes(x) + weight_bytes(weight) + tensor_bytes(out); });
+          [&] { return OpWork{tensor_bytes(x) + weight_bytes(weight) + tensor_bytes(out), linear_flops(x, weight)}; });
   }
   // Named after the first weight ("linears q_proj": the attention projections in one op).
   void linears(const Tensor& x, std::span<const LinearOutput> outputs) override {
     const std::string name = outputs.empty() ? std::string() : last_part(outputs[0].weight->name);
     timed("linears " + name, [&] { inner_.linears(x, outputs); }, [&] {
-      double bytes = tensor_bytes(x);
-      for (const LinearOutput& o : outputs) bytes += weight_bytes(*o.weight) + tensor_bytes(o.out);
-      return bytes;
+      OpWork w{tensor_bytes(x), 0.0};
+      for (const LinearOutput& o : outputs) {
+        w.bytes += weight_bytes(*o.weight) + tensor_bytes(o.out);
+        w.flops += linear_flops(x, *o.weight);
+      }
+      return w;
     });
   }
   void head_norm_rope(Tensor x, int num_heads, int head_dim, const Tensor& norm, float eps,
@@ -128,7 +134,8 @@ class TimingBackend final : public Backend {
   void indexer_topk(const KvLayerView& cache, const Tensor& index_q, const IndexerParams& params,
                     Tensor selection) override {
     timed("indexer_topk", [&] { inner_.indexer_topk(cache, index_q, params, selection); }, [&] {
-      return tensor_bytes(index_q) + tensor_bytes(selection) + index_read_bytes(cache, seq_lens_);
+      return OpWork{tensor_bytes(index_q) + tensor_bytes(selection) + index_read_bytes(cache, seq_lens_),
+                    indexer_flops(cache, index_q, positions_)};
     });
   }
   void indexer_topk_candidates(const KvLayerView& cache, const Tensor& index_q_parts, int parts,
@@ -138,8 +145,9 @@ class TimingBackend final : public Backend {
         [&] { inner_.indexer_topk_candidates(cache, index_q_parts, parts, params, cp_size, cp_rank, candidates); },
         [&] {
           // This rank's share of the blocks (context parallel over cp_size ranks).
-          return tensor_bytes(index_q_parts) + tensor_bytes(candidates) +
-                 index_read_bytes(cache, seq_lens_) / std::max(1, cp_size);
+          const int ranks = std::max(1, cp_size);
+          return OpWork{tensor_bytes(index_q_parts) + tensor_bytes(candidates) + index_read_bytes(cache, seq_lens_) / ranks,
+                        indexer_flops(cache, index_q_parts, positions_) / ranks};
         });
   }
   void merge_topk_candidates(const Tensor& gathered, int cp_size, int parts, int part, const IndexerParams& params,
@@ -152,8 +160,9 @@ class TimingBackend final : public Backend {
                        int topk, float sm_scale, Tensor out) override {
     timed("paged_attention", [&] { inner_.paged_attention(cache, q, num_q_heads, selection, topk, sm_scale, out); },
           [&] {
-            return tensor_bytes(q) + tensor_bytes(selection) + tensor_bytes(out) +
-                   attention_read_bytes(cache, seq_lens_, topk);
+            return OpWork{tensor_bytes(q) + tensor_bytes(selection) + tensor_bytes(out) +
+                              attention_read_bytes(cache, seq_lens_, topk),
+                          attention_flops(cache, q, num_q_heads, positions_, topk)};
           });
   }
   void draft_block_attention(const KvLayerView& cache, const Tensor& q, int num_q_heads, const Tensor& block_k,
@@ -173,11 +182,13 @@ class TimingBackend final : public Backend {
   void swiglu_mlp(const Tensor& x, const LinearWeight& gate, const LinearWeight& up, const LinearWeight& down,
                   float alpha, float limit, Tensor out) override {
     timed("swiglu_mlp", [&] { inner_.swiglu_mlp(x, gate, up, down, alpha, limit, out); }, [&] {
-      return tensor_bytes(x) + weight_bytes(gate) + weight_bytes(up) + weight_bytes(down) + tensor_bytes(out);
+      return OpWork{tensor_bytes(x) + weight_bytes(gate) + weight_bytes(up) + weight_bytes(down) + tensor_bytes(out),
+                    linear_flops(x, gate) + linear_flops(x, up) +
+                        2.0 * (x.defined() ? x.dim(0) : 0) * double(down.in_features) * double(down.out_features)};
     });
   }
   void moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) override {
-    timed("moe", [&] { inner_.moe(x, mlp, params, out); }, [&] { return moe_bytes(x, mlp, params, out); });
+    timed("moe", [&] { inner_.moe(x, mlp, params, out); }, [&] { return OpWork{moe_bytes(x, mlp, params, out), moe_flops(x, mlp, params)}; });
   }
   void add_inplace(Tensor x, const Tensor& y) override {
     timed("add_inplace", [&] { inner_.add_inplace(x, y); }, [&] { return 2 * tensor_bytes(x) + tensor_bytes(y); });
@@ -193,8 +204,9 @@ class TimingBackend final : public Backend {
     const std::size_t dot = name.rfind('.');
     return dot == std::string::npos ? name : name.substr(dot + 1);
   }
-  template <class Op, class Bytes>
-  void timed(const std::string& key, Op&& op, Bytes&& bytes) {
+  // work_of(): the op's OpWork (a bare byte count converts: its FLOPs are 0).
+  template <class Op, class Work>
+  void timed(const std::string& key, Op&& op, Work&& work_of) {
     if (!timing_) {
       op();
       return;
@@ -204,16 +216,21 @@ class TimingBackend final : public Backend {
     float sink = 0.0f;
     inner_.copy_to_host_f32(sync_, &sink);
     op_seconds_[key] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const OpWork w = as_work(work_of());
     op_calls_[key] += 1;
-    op_bytes_[key] += bytes();
+    op_bytes_[key] += w.bytes;
+    op_flops_[key] += w.flops;
   }
 
   Backend& inner_;
   bool timing_ = false;
   Tensor sync_;
   double sync_seconds_ = 0;
-  std::vector<int32_t> seq_lens_;  // the planned step's
-  std::map<std::string, double> op_seconds_, op_calls_, op_bytes_;
+  static OpWork as_work(double bytes) { return OpWork{bytes, 0.0}; }
+  static OpWork as_work(const OpWork& w) { return w; }
+
+  std::vector<int32_t> seq_lens_, positions_;  // the planned step's
+  std::map<std::string, double> op_seconds_, op_calls_, op_bytes_, op_flops_;
 };
 
 }  // namespace m3::app

@@ -332,7 +332,7 @@ nlohmann::json ops_json(const std::map<std::string, double>& seconds, int steps)
   return ops;
 }
 
-// A decode step's ops against their own byte floors (app/op_bytes.h): calls and bytes per step,
+// A decode step's ops against their own byte floors (app/op_floors.h): calls and bytes per step,
 // the wait's round trip (one per timed call), and where the rate is known each op's time less
 // its waits over its bytes at that rate.
 void add_op_floors(nlohmann::json& r, const TimingBackend& timing, int steps, double bandwidth) {
@@ -351,6 +351,22 @@ void add_op_floors(nlohmann::json& r, const TimingBackend& timing, int steps, do
     ratio[name] = busy / (b / bandwidth);
   }
   r["ops_floor_ratio"] = ratio;
+}
+
+// A prompt's ops against their FLOPs (app/op_floors.h): FLOPs per prompt, the rate each op's time
+// less its waits gives, and where the peak is known that time over the FLOPs at the peak.
+void add_op_flops(nlohmann::json& r, const TimingBackend& timing, double flops_peak) {
+  nlohmann::json flops = nlohmann::json::object(), rate = nlohmann::json::object(), ratio = nlohmann::json::object();
+  for (const auto& [name, f] : timing.op_flops()) {
+    if (f <= 0) continue;
+    const double busy = std::max(0.0, timing.op_seconds().at(name) - timing.op_calls().at(name) * timing.sync_seconds());
+    flops[name] = f;
+    if (busy > 0) rate[name] = f / busy;
+    if (flops_peak > 0) ratio[name] = busy / (f / flops_peak);
+  }
+  r["ops_flops"] = flops;
+  r["ops_flops_per_s"] = rate;
+  if (flops_peak > 0) r["ops_flop_floor_ratio"] = ratio;
 }
 
 // Runs fn warmup + iters times; returns each timed run's seconds.
@@ -510,6 +526,7 @@ nlohmann::json run_prefill(BenchModel& m, const BenchLatencyOptions& o, const Pr
     prompt();
     m.timing->set_timing(false);
     r["ops_ms"] = ops_json(m.timing->op_seconds(), 1);
+    add_op_flops(r, *m.timing, flops_peak);
   }
   return r;
 }
@@ -587,6 +604,15 @@ void print_text(const nlohmann::json& out) {
       std::string line;
       for (const auto& [name, ms] : r["ops_ms"].items()) line += fmt::format("  {} {:.2f}", name, ms.get<double>());
       std::printf("         ops ms/prompt (synchronised per op):%s\n", line.c_str());
+    }
+    if (r.contains("ops_flops_per_s")) {
+      std::string line;
+      for (const auto& [name, rate] : r["ops_flops_per_s"].items()) {
+        line += fmt::format("  {} {:.4g}", name, rate.get<double>() / 1e12);
+        if (r.contains("ops_flop_floor_ratio"))
+          line += fmt::format(" (x{:.2f})", r["ops_flop_floor_ratio"][name].get<double>());
+      }
+      std::printf("         ops TFLOP/s (x own FLOP floor):%s\n", line.c_str());
     }
   }
 }

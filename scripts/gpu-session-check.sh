@@ -260,8 +260,9 @@ except (OSError, ValueError) as e:
     sys.exit(f"  no bench JSON ({e.__class__.__name__}): see logs.tgz pf-latency-*.log")
 for r in prefill:
     ops = sorted(r.get("ops_ms", {}).items(), key=lambda kv: -kv[1])[:6]
-    print(f"  prompt {r['prompt_len']}: {r.get('time_ms', 0):.1f} ms, x floor {r.get('floor_ratio', 0):.2f};",
-          ", ".join(f"{k} {v:.1f}" for k, v in ops))
+    rate = r.get("ops_flops_per_s", {})
+    print(f"  prompt {r['prompt_len']}: {r.get('time_ms', 0):.1f} ms, x floor {r.get('floor_ratio', 0):.2f}; op ms"
+          " (TFLOP/s):", ", ".join(f"{k} {v:.1f}" + (f" ({rate[k] / 1e12:.0f})" if k in rate else "") for k, v in ops))
 PY
   done
 fi

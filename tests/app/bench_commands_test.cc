@@ -96,7 +96,7 @@ TEST(BenchLatency, TinyCheckpointReportsDecodeAndPrefillAgainstTheirFloors) {
   // The per-op breakdown covers the graph's ops.
   for (const char* op : {"moe", "swiglu_mlp", "paged_attention", "indexer_topk", "linear lm_head", "plan"})
     EXPECT_TRUE(b1.at("ops_ms").contains(op)) << op;
-  // Each op's own byte floor (app/op_bytes.h): together they cover the step's floor (every weight
+  // Each op's own byte floor (app/op_floors.h): together they cover the step's floor (every weight
   // touched and the KV read once) plus the activations between ops; the KV ops read the step
   // floor's KV, lm_head its weight.
   for (const json* c : {&b1, &b4}) {
@@ -130,6 +130,18 @@ TEST(BenchLatency, TinyCheckpointReportsDecodeAndPrefillAgainstTheirFloors) {
   // At least 2 x active params per token; the attention terms add more.
   EXPECT_GT(p.at("flops").get<double>(), 2.0 * 512 * w.at("active_params_per_token").get<double>());
   EXPECT_GT(p.at("floor_ratio").get<double>(), 0.0);
+  // The ops' FLOPs (app/op_floors.h) add up to the prompt's FLOP floor, chunk by chunk, and each
+  // op's ratio is its time less one wait a call over its FLOPs at --flops.
+  double op_flops = 0;
+  for (const auto& [name, f] : p.at("ops_flops").items()) op_flops += f.get<double>();
+  EXPECT_NEAR(op_flops, p.at("flops").get<double>(), 1e-9 * p.at("flops").get<double>());
+  for (const char* op : {"moe", "paged_attention", "indexer_topk", "linears q_proj", "linear lm_head"}) {
+    ASSERT_TRUE(p.at("ops_flops").contains(op)) << op;
+    const double f = p.at("ops_flops").at(op).get<double>();
+    EXPECT_NEAR(p.at("ops_flop_floor_ratio").at(op).get<double>() * f / 1e12,
+                p.at("ops_flops").at(op).get<double>() / p.at("ops_flops_per_s").at(op).get<double>(), 1e-9)
+        << op;
+  }
 }
 
 TEST(BenchLatency, DummyOneDenseLayerTouchesTheSameWeightsAtEveryBatch) {

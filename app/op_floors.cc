@@ -1,4 +1,4 @@
-#include "app/op_bytes.h"
+#include "app/op_floors.h"
 
 #include <algorithm>
 #include <cmath>
@@ -50,6 +50,44 @@ double attention_read_bytes(const KvLayerView& cache, std::span<const int32_t> s
   double tokens = 0;
   for (int32_t len : seq_lens) tokens += sparse ? std::min<int64_t>(len, selected) : len;
   return tokens * kv_token_bytes(cache);
+}
+
+double linear_flops(const Tensor& x, const LinearWeight& w) {
+  return x.defined() ? 2.0 * x.dim(0) * double(w.in_features) * double(w.out_features) : 0.0;
+}
+
+double moe_flops(const Tensor& x, const MlpWeights& mlp, const MoeParams& params) {
+  if (!x.defined()) return 0.0;
+  const double rows = static_cast<double>(x.dim(0));
+  double flops = mlp.router.defined() ? 2.0 * rows * double(mlp.router.numel()) : 0.0;
+  if (params.add_shared && mlp.gate.defined())
+    flops += linear_flops(x, mlp.gate) + linear_flops(x, mlp.up) + 2.0 * rows * mlp.down.in_features * mlp.down.out_features;
+  if (!mlp.experts.empty() && params.num_experts > 0) {
+    const ExpertWeights& e = mlp.experts.front();
+    const double per_choice = 2.0 * (double(e.gate.in_features) * e.gate.out_features +
+                                     double(e.up.in_features) * e.up.out_features +
+                                     double(e.down.in_features) * e.down.out_features);
+    const double held_share = double(mlp.experts.size()) / params.num_experts;
+    flops += rows * params.experts_per_token * held_share * per_choice;
+  }
+  return flops;
+}
+
+double indexer_flops(const KvLayerView& cache, const Tensor& index_q, std::span<const int32_t> positions) {
+  if (!index_q.defined() || cache.index_dim == 0) return 0.0;
+  double keys = 0;
+  for (int32_t p : positions) keys += p + 1.0;
+  return 2.0 * double(index_q.dim(1)) * keys;  // index_q's row: Hi x Di
+}
+
+double attention_flops(const KvLayerView& cache, const Tensor& q, int num_q_heads, std::span<const int32_t> positions,
+                       int topk_blocks) {
+  if (!q.defined() || num_q_heads <= 0) return 0.0;
+  const bool sparse = cache.index_dim > 0;
+  const int64_t selected = int64_t(topk_blocks) * cache.block_size;
+  double keys = 0;
+  for (int32_t p : positions) keys += sparse ? std::min<int64_t>(p + 1, selected) : p + 1;
+  return 4.0 * double(q.dim(1)) * keys;  // q's row: Hq x D
 }
 
 }  // namespace m3::app
