@@ -30,7 +30,8 @@
 # the step's time (scripts/kernel_trace_summary.py; at most about 600 s, typically 150). prefill =
 # the prefill-shaped kernels' op cases, kernel tables and the 8K prompt, beside BASELINE's (at most
 # about 560 s; PF_LAYERS, default 20, the prompt's M3.1 layers: 12 fit an H100's 80 GB; PF_LENS,
-# default 8192, the prompt lengths: "8192,65536" adds a 64K prompt, about 10 s an iteration at 12 layers).
+# default 8192, the prompt lengths: "8192,65536" adds a 64K prompt, about 10 s an iteration at 12 layers;
+# PF_CHUNK, default 8192, the chunk: 2048 is serve's step on smaller GPUs).
 PARTS=${PARTS:-main}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 P=${PREBUILT:-build-gpu-backend}
@@ -232,7 +233,7 @@ if part prefill; then
   fi
   pf_lat=(bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers ${PF_LAYERS:-20} --device cuda
           --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1 --context-lens 8192
-          --prefill-lens ${PF_LENS:-8192} --iters 3 --warmup 1 --json)
+          --prefill-lens ${PF_LENS:-8192} --chunk-size ${PF_CHUNK:-8192} --iters 3 --warmup 1 --json)
   for side in new base; do
     bin=$P; libs=$P/device-libs
     if [[ $side == base ]]; then
