@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <exception>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -209,12 +211,54 @@ void EngineLoop::fail_step(const std::vector<ScheduledSeq>& scheduled, const std
   }
 }
 
+void EngineLoop::compute_row_softmax() {
+  const std::size_t rows = host_rows_.size();
+  host_row_softmax_.assign(rows, RowLogSoftmax{});
+  std::vector<std::size_t> wanted;
+  for (std::size_t r = 0; r < rows; ++r)
+    if (host_row_top_k_[r] >= 0) wanted.push_back(r);
+  const auto run = [&](std::size_t first, std::size_t stride) {
+    for (std::size_t i = first; i < wanted.size(); i += stride) {
+      const std::size_t r = wanted[i];
+      host_row_softmax_[r] = row_log_softmax(
+          {logits_.data() + r * static_cast<std::size_t>(vocab_size_), static_cast<std::size_t>(vocab_size_)},
+          host_row_top_k_[r]);
+    }
+  };
+  // A row's result does not depend on the thread that computes it. Threads only where the rows
+  // outweigh starting them (a 200K-token row is ~1 ms on one core).
+  const std::size_t work = wanted.size() * static_cast<std::size_t>(vocab_size_);
+  const std::size_t threads =
+      std::min<std::size_t>({wanted.size(), std::max(1u, std::thread::hardware_concurrency()), 16});
+  if (threads < 2 || work < (std::size_t{1} << 19)) {
+    run(0, 1);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(run, t, threads);
+  run(0, threads);
+  for (std::thread& t : pool) t.join();
+}
+
+// A host row's logprobs, from its part computed after the forward when the row is one of this
+// step's host rows asking for k; else (no such row) computed here.
+PositionLogprobs EngineLoop::logprobs_of(const float* logits_row, int32_t token, int k) {
+  const std::span<const float> logits(logits_row, static_cast<std::size_t>(vocab_size_));
+  const auto at = reinterpret_cast<std::uintptr_t>(logits_row), base = reinterpret_cast<std::uintptr_t>(logits_.data());
+  const std::size_t row_bytes = sizeof(float) * static_cast<std::size_t>(vocab_size_);
+  if (at >= base && (at - base) % row_bytes == 0) {
+    const std::size_t r = (at - base) / row_bytes;
+    if (r < host_row_softmax_.size() && host_row_top_k_[r] == k) return position_logprobs(logits, host_row_softmax_[r], token);
+  }
+  return sampler_.logprobs(logits, token, k);
+}
+
 void EngineLoop::collect_prompt_logprobs(Sequence& seq, const SeqLogitsRows& rows, int first_host_row) {
   const int k = seq.params().prompt_logprobs;
   for (int j = 0; j < rows.num_prompt_rows; ++j) {
     const int pos = rows.first_prompt_pos + j;
     const float* row = logits_.data() + static_cast<std::size_t>(first_host_row + j) * vocab_size_;
-    seq.prompt_logprobs.push_back(sampler_.logprobs({row, static_cast<std::size_t>(vocab_size_)}, seq.tokens[pos + 1], k));
+    seq.prompt_logprobs.push_back(logprobs_of(row, seq.tokens[pos + 1], k));
   }
 }
 
@@ -224,7 +268,10 @@ void EngineLoop::plan_outputs(std::size_t i, Sequence& seq) {
   out = SeqOutputs();
   if (rows.num_prompt_rows > 0) {
     out.first_prompt_host_row = static_cast<int>(host_rows_.size());
-    for (int j = 0; j < rows.num_prompt_rows; ++j) host_rows_.push_back(rows.first_prompt_row + j);
+    for (int j = 0; j < rows.num_prompt_rows; ++j) {
+      host_rows_.push_back(rows.first_prompt_row + j);
+      host_row_top_k_.push_back(seq.params().prompt_logprobs);
+    }
   }
   // advance() appends nothing once max_tokens is reached (max_tokens = 0: the prompt alone).
   if (rows.sample_row < 0 || seq.num_output_tokens() >= seq.params().max_tokens) return;
@@ -233,7 +280,10 @@ void EngineLoop::plan_outputs(std::size_t i, Sequence& seq) {
   const bool host_verify = k > 0 && (config_.speculative->rejection == RejectionMethod::kBlock || !seq.draft_rows.empty());
   if (seq.params().logprobs >= 0 || host_verify) {
     out.sample_host_row = static_cast<int>(host_rows_.size());
-    for (int j = 0; j <= k; ++j) host_rows_.push_back(rows.sample_row + j);
+    for (int j = 0; j <= k; ++j) {
+      host_rows_.push_back(rows.sample_row + j);
+      host_row_top_k_.push_back(seq.params().logprobs);  // -1: the host verifier's row alone
+    }
   }
   if (host_verify && seq.constraint)  // the host verifier masks the rows itself
     add_mask_rows(seq, out, std::span<const int32_t>(seq.draft_tokens.data(), k), false);
@@ -322,8 +372,7 @@ bool EngineLoop::append_token(Sequence& seq, int32_t token, const float* logits_
     return true;
   }
   if (p.logprobs >= 0) {
-    const std::span<const float> logits(logits_row, static_cast<std::size_t>(vocab_size_));
-    out.logprobs.push_back(sampler_.logprobs(logits, token, p.logprobs));
+    out.logprobs.push_back(logprobs_of(logits_row, token, p.logprobs));
   }
 
   seq.tokens.push_back(token);
@@ -556,6 +605,7 @@ bool EngineLoop::step() {
   outputs_.resize(sched.scheduled.size());
   sampling_.clear();
   host_rows_.clear();
+  host_row_top_k_.clear();
   mask_requests_.clear();
   for (std::size_t i = 0; i < sched.scheduled.size(); ++i) plan_outputs(i, *sched.scheduled[i].seq);
   sampled_.assign(sampling_.rows.size(), -1);
@@ -571,6 +621,7 @@ bool EngineLoop::step() {
   }
   mask_worker_.wait();  // a runner that sampled nothing never waited
   sampling_.masks_ready = nullptr;
+  compute_row_softmax();
 
   drafting_.clear();
   for (std::size_t i = 0; i < sched.scheduled.size(); ++i) {

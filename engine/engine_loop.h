@@ -108,6 +108,12 @@ class EngineLoop {
   std::vector<int32_t> sampled_;
   std::vector<int32_t> host_rows_;  // indices into plan_.batch.logits_rows
   std::vector<float> logits_;       // [host_rows_.size(), vocab]
+  // Logprobs: per host row the top k its request asks for (-1: none), and each such row's
+  // token-free part (row_log_softmax), computed for all of them side by side after the forward.
+  std::vector<int> host_row_top_k_;
+  std::vector<RowLogSoftmax> host_row_softmax_;
+  void compute_row_softmax();
+  PositionLogprobs logprobs_of(const float* logits_row, int32_t token, int k);
   // The step's structured-output masks: the rows' constraints, filled beside the forward pass.
   struct MaskRequest {
     TokenConstraint* constraint;

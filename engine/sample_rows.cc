@@ -64,30 +64,38 @@ int32_t HostSampler::sample(std::span<const float> logits, const SamplingState& 
   return id;
 }
 
-PositionLogprobs HostSampler::logprobs(std::span<const float> logits, int32_t token, int k) {
-  const int vocab = static_cast<int>(logits.size());
+RowLogSoftmax row_log_softmax(std::span<const float> logits, int k) {
+  RowLogSoftmax row;
   float max_logit = kNegInf;
   for (float x : logits) max_logit = std::max(max_logit, x);
   double sum = 0.0;
   for (float x : logits) sum += std::exp(static_cast<double>(x) - max_logit);
-  const double log_norm = max_logit + std::log(sum);
-  auto logprob = [&](int32_t id) { return static_cast<float>(static_cast<double>(logits[id]) - log_norm); };
+  row.log_norm = max_logit + std::log(sum);
+  // The k best in one pass: ids come in ascending order, so a later id enters only with a strictly
+  // larger logit than the k-th kept (ties go to the lower id).
+  k = std::clamp(k, 0, static_cast<int>(logits.size()));
+  std::vector<int32_t>& top = row.top;
+  top.reserve(k);
+  for (int32_t id = 0; id < static_cast<int32_t>(logits.size()) && k > 0; ++id) {
+    const float x = logits[id];
+    if (static_cast<int>(top.size()) == k && !(x > logits[top.back()])) continue;
+    if (static_cast<int>(top.size()) == k) top.pop_back();
+    auto at = top.end();
+    while (at != top.begin() && x > logits[*(at - 1)]) --at;
+    top.insert(at, id);
+  }
+  return row;
+}
 
+PositionLogprobs position_logprobs(std::span<const float> logits, const RowLogSoftmax& row, int32_t token) {
+  auto logprob = [&](int32_t id) { return static_cast<float>(static_cast<double>(logits[id]) - row.log_norm); };
   PositionLogprobs out;
   out.token_id = token;
   out.logprob = logprob(token);
   const float token_logit = logits[token];
   out.rank = 1 + static_cast<int32_t>(std::count_if(logits.begin(), logits.end(), [&](float x) { return x > token_logit; }));
-  k = std::min(k, vocab);
-  if (k > 0) {
-    order_.resize(vocab);
-    std::iota(order_.begin(), order_.end(), 0);
-    std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
-    out.top.reserve(k);
-    for (int j = 0; j < k; ++j) out.top.push_back({order_[j], logprob(order_[j])});
-  }
+  out.top.reserve(row.top.size());
+  for (int32_t id : row.top) out.top.push_back({id, logprob(id)});
   return out;
 }
 

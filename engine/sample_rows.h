@@ -33,18 +33,31 @@ SampleRow sample_row_params(const SamplingState& state, int32_t logits_row);
 // request's logit bias).
 void add_sample_row(SampleBatch& batch, int32_t logits_row, const SamplingState& state);
 
+// What a row's logprobs take that does not depend on the token: log of its softmax's
+// normaliser (max + log of the sum of exp, in double) and its k most likely ids (descending logit,
+// ties by lower id). This is the costly part, a pass of exp over the vocabulary (~1 ms a
+// 200K-token row on one core), so EngineLoop computes a step's rows side by side.
+struct RowLogSoftmax {
+  double log_norm = 0.0;
+  std::vector<int32_t> top;
+};
+RowLogSoftmax row_log_softmax(std::span<const float> logits, int k);
+// log_softmax(logits)[token], its rank and the top k, from the row's token-free part.
+PositionLogprobs position_logprobs(std::span<const float> logits, const RowLogSoftmax& row, int32_t token);
+
 class HostSampler {
  public:
   // The token the backend would sample for `state` (the row add_sample_row builds, through
   // sample_batch_reference). `logits` is not modified.
   int32_t sample(std::span<const float> logits, const SamplingState& state);
   // log_softmax(logits)[token], its rank, and the top k (k may be 0).
-  PositionLogprobs logprobs(std::span<const float> logits, int32_t token, int k);
+  PositionLogprobs logprobs(std::span<const float> logits, int32_t token, int k) {
+    return position_logprobs(logits, row_log_softmax(logits, k), token);
+  }
 
  private:
   SampleBatch batch_;  // the one row of sample()
   SampleWorkspace ws_;
-  std::vector<int32_t> order_;  // logprobs' candidate ids
 };
 
 }  // namespace m3

@@ -49,6 +49,7 @@ struct Case {
   float top_p;
   int budget;
   bool prefix_caching;
+  int logprobs = -1;  // top logprobs a token (-1: none)
 };
 
 void run_case(const Case& c) {
@@ -70,6 +71,7 @@ void run_case(const Case& c) {
     r.sampling.temperature = c.temperature;
     r.sampling.top_p = c.top_p;
     r.sampling.ignore_eos = true;
+    r.sampling.logprobs = c.logprobs;
     loop.add(std::move(r), [&outputs](const RequestOutput& out) { outputs += out.new_token_ids.size(); }, i,
              Clock::now());
   }
@@ -96,6 +98,7 @@ int main() {
   const Case cases[] = {
       {"64 x decode, vocab 8K, greedy", 64, 512, 256, 8192, 0.0f, 1.0f, 8192, true},
       {"64 x decode, vocab 200K, greedy", 64, 512, 64, 200064, 0.0f, 1.0f, 8192, true},
+      {"64 x decode, vocab 200K, logprobs 5", 64, 512, 64, 200064, 0.0f, 1.0f, 8192, true, 5},
       {"64 x decode, vocab 200K, top_p .9", 64, 512, 32, 200064, 0.8f, 0.9f, 8192, true},
       {"256 x decode, vocab 8K, greedy", 256, 256, 128, 8192, 0.0f, 1.0f, 8192, true},
       {"1 x 1M-token prompt, chunks 8K", 1, 1 << 20, 4, 8192, 0.0f, 1.0f, 8192, true},

@@ -1,7 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
+#include <random>
+#include <vector>
 
 #include "engine/sample_rows.h"
 
@@ -271,6 +275,34 @@ TEST(HostSampler, LogprobsAreLogSoftmaxOfRawLogitsWithRankAndTopK) {
   EXPECT_NEAR(lp.top[0].logprob, 3.0 - std::log(z), 1e-6);
   EXPECT_TRUE(sampler.logprobs(logits, 1, 0).top.empty());
   EXPECT_EQ(sampler.logprobs(logits, 3, 0).rank, 1);
+}
+
+TEST(HostSampler, TopLogprobsInOnePassAreThoseOfAFullSort) {
+  // Rows with many ties (logits on a grid of 8 values) and k from 0 to past the vocabulary: the
+  // one-pass top k is the sorted order's first k (descending logit, ties by lower id), and the
+  // token-free part gives the same logprobs as the one-call path.
+  std::mt19937 rng(7);
+  for (int vocab : {1, 5, 64, 1000}) {
+    std::vector<float> logits(vocab);
+    for (float& x : logits) x = static_cast<float>(rng() % 8) * 0.5f - 2.0f;
+    std::vector<int32_t> sorted(vocab);
+    std::iota(sorted.begin(), sorted.end(), 0);
+    std::stable_sort(sorted.begin(), sorted.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    for (int k : {0, 1, 3, 20, vocab, vocab + 5}) {
+      const RowLogSoftmax row = row_log_softmax(logits, k);
+      const std::size_t expect = static_cast<std::size_t>(std::min(k, vocab));
+      ASSERT_EQ(row.top.size(), expect) << vocab << " " << k;
+      for (std::size_t j = 0; j < expect; ++j) EXPECT_EQ(row.top[j], sorted[j]) << vocab << " " << k << " " << j;
+      const int32_t token = static_cast<int32_t>(rng() % vocab);
+      double z = 0.0;
+      for (float x : logits) z += std::exp(static_cast<double>(x));
+      const PositionLogprobs lp = position_logprobs(logits, row, token);
+      EXPECT_NEAR(lp.logprob, logits[token] - std::log(z), 1e-6);
+      EXPECT_EQ(lp.rank, 1 + std::count_if(logits.begin(), logits.end(), [&](float x) { return x > logits[token]; }));
+      ASSERT_EQ(lp.top.size(), expect);
+      for (std::size_t j = 0; j < expect; ++j) EXPECT_NEAR(lp.top[j].logprob, logits[sorted[j]] - std::log(z), 1e-6);
+    }
+  }
 }
 
 TEST(SamplingParams, ValidateNamesTheField) {
