@@ -8,6 +8,11 @@
 # $OUT, the summaries last, one line per step (ops: "backend_ops: N checks in M cases, F failed";
 # --batch-invariant: its op cases, the determinism suite on cuda and the bench cost ratios).
 #   run: PREBUILT=build-gpu-backend bash scripts/gpu-session-check.sh, carrying the pack
+# The device tool copies the tracked tree plus the carry within 64 MiB, and the tree is ~63 MiB:
+# for the call, take the files no check reads out of the index (`git rm -r -q --cached
+# tools/train/results models/minimax-m3-small/model.safetensors`, both paths appended to
+# .git/info/exclude: ~37 MiB less), carry the packs, then restore (`git reset -q HEAD <paths>` and
+# empty .git/info/exclude). Never commit in that state.
 # BASELINE=dir (optional): a second build (dir/baseline-pack.txz, made by `PREBUILT=dir
 # scripts/gpu-check-model.sh prepare`: bin/m3serve, tests/kernels_cuda/backend_check and
 # device-libs; e.g. the commit before a change, or the default options beside a build with
