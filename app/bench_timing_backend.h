@@ -50,6 +50,10 @@ class TimingBackend final : public Backend {
   const std::map<std::string, double>& op_flops() const { return op_flops_; }
   // One wait's round trip with nothing to wait for, included once in every timed call.
   double sync_seconds() const { return sync_seconds_; }
+  // An op's timed seconds less its calls' waits (0 at least).
+  double busy_seconds(const std::string& op) const {
+    return std::max(0.0, op_seconds_.at(op) - op_calls_.at(op) * sync_seconds_);
+  }
 
   std::string_view name() const override { return inner_.name(); }
   Device device() const override { return inner_.device(); }

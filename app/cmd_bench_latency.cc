@@ -344,12 +344,8 @@ void add_op_floors(nlohmann::json& r, const TimingBackend& timing, int steps, do
   r["op_sync_ms"] = timing.sync_seconds() * 1e3;
   if (bandwidth <= 0) return;
   nlohmann::json ratio = nlohmann::json::object();
-  for (const auto& [name, s] : timing.op_seconds()) {
-    const double b = timing.op_bytes().at(name);
-    if (b <= 0) continue;
-    const double busy = std::max(0.0, s - timing.op_calls().at(name) * timing.sync_seconds());
-    ratio[name] = busy / (b / bandwidth);
-  }
+  for (const auto& [name, b] : timing.op_bytes())
+    if (b > 0) ratio[name] = timing.busy_seconds(name) / (b / bandwidth);
   r["ops_floor_ratio"] = ratio;
 }
 
@@ -359,7 +355,7 @@ void add_op_flops(nlohmann::json& r, const TimingBackend& timing, double flops_p
   nlohmann::json flops = nlohmann::json::object(), rate = nlohmann::json::object(), ratio = nlohmann::json::object();
   for (const auto& [name, f] : timing.op_flops()) {
     if (f <= 0) continue;
-    const double busy = std::max(0.0, timing.op_seconds().at(name) - timing.op_calls().at(name) * timing.sync_seconds());
+    const double busy = timing.busy_seconds(name);
     flops[name] = f;
     if (busy > 0) rate[name] = f / busy;
     if (flops_peak > 0) ratio[name] = busy / (f / flops_peak);

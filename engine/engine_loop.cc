@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdint>
 #include <exception>
 #include <thread>
 
@@ -240,25 +239,20 @@ void EngineLoop::compute_row_softmax() {
   for (std::thread& t : pool) t.join();
 }
 
-// A host row's logprobs, from its part computed after the forward when the row is one of this
-// step's host rows asking for k; else (no such row) computed here.
-PositionLogprobs EngineLoop::logprobs_of(const float* logits_row, int32_t token, int k) {
-  const std::span<const float> logits(logits_row, static_cast<std::size_t>(vocab_size_));
-  const auto at = reinterpret_cast<std::uintptr_t>(logits_row), base = reinterpret_cast<std::uintptr_t>(logits_.data());
-  const std::size_t row_bytes = sizeof(float) * static_cast<std::size_t>(vocab_size_);
-  if (at >= base && (at - base) % row_bytes == 0) {
-    const std::size_t r = (at - base) / row_bytes;
-    if (r < host_row_softmax_.size() && host_row_top_k_[r] == k) return position_logprobs(logits, host_row_softmax_[r], token);
-  }
-  return sampler_.logprobs(logits, token, k);
+// A host row's logprobs of `token`, from the part compute_row_softmax() gave the row.
+PositionLogprobs EngineLoop::logprobs_of(int host_row, int32_t token) const {
+  M3_CHECK(host_row >= 0 && static_cast<std::size_t>(host_row) < host_row_softmax_.size() &&
+               host_row_top_k_[host_row] >= 0,
+           "logprobs asked of host row {}, which has none this step", host_row);
+  const std::span<const float> logits(logits_.data() + static_cast<std::size_t>(host_row) * vocab_size_,
+                                      static_cast<std::size_t>(vocab_size_));
+  return position_logprobs(logits, host_row_softmax_[host_row], token);
 }
 
 void EngineLoop::collect_prompt_logprobs(Sequence& seq, const SeqLogitsRows& rows, int first_host_row) {
-  const int k = seq.params().prompt_logprobs;
   for (int j = 0; j < rows.num_prompt_rows; ++j) {
     const int pos = rows.first_prompt_pos + j;
-    const float* row = logits_.data() + static_cast<std::size_t>(first_host_row + j) * vocab_size_;
-    seq.prompt_logprobs.push_back(logprobs_of(row, seq.tokens[pos + 1], k));
+    seq.prompt_logprobs.push_back(logprobs_of(first_host_row + j, seq.tokens[pos + 1]));
   }
 }
 
@@ -359,7 +353,7 @@ bool EngineLoop::start_output(Sequence& seq, RequestOutput& out) {
   return true;
 }
 
-bool EngineLoop::append_token(Sequence& seq, int32_t token, const float* logits_row, RequestOutput& out) {
+bool EngineLoop::append_token(Sequence& seq, int32_t token, int host_row, RequestOutput& out) {
   const SamplingParams& p = seq.params();
   if (token < 0 || token >= vocab_size_) {  // a runner that broke its contract: fail this request only
     out.error = "sampling returned token " + std::to_string(token) + " outside the vocabulary";
@@ -372,7 +366,7 @@ bool EngineLoop::append_token(Sequence& seq, int32_t token, const float* logits_
     return true;
   }
   if (p.logprobs >= 0) {
-    out.logprobs.push_back(logprobs_of(logits_row, token, p.logprobs));
+    out.logprobs.push_back(logprobs_of(host_row, token));
   }
 
   seq.tokens.push_back(token);
@@ -398,7 +392,7 @@ bool EngineLoop::append_token(Sequence& seq, int32_t token, const float* logits_
   return true;
 }
 
-RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, const float* logits_row, const std::string* mask_error) {
+RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, int host_row, const std::string* mask_error) {
   RequestOutput out = make_output(seq);
   if (!start_output(seq, out)) return out;
   if (mask_error && !mask_error->empty()) {  // the constraint could not say what may come next
@@ -407,7 +401,7 @@ RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, const float* l
     return out;
   }
   const int32_t forced = forced_token(seq);
-  append_token(seq, forced >= 0 ? forced : sampled, logits_row, out);
+  append_token(seq, forced >= 0 ? forced : sampled, host_row, out);
   return out;
 }
 
@@ -466,8 +460,8 @@ RequestOutput EngineLoop::advance_speculative(Sequence& seq, const SeqLogitsRows
 
   if (!start_output(seq, out)) return out;
   for (size_t j = 0; j < verified_.size(); ++j) {
-    const float* row = host_rows ? host_rows + j * static_cast<std::size_t>(vocab_size_) : nullptr;
-    if (append_token(seq, verified_[j], row, out)) return out;
+    const int host_row = outs.sample_host_row >= 0 ? outs.sample_host_row + static_cast<int>(j) : -1;
+    if (append_token(seq, verified_[j], host_row, out)) return out;
   }
   // The last token and the kept drafts have their KV; the blocks past the text held only
   // rejected drafts.
@@ -637,10 +631,8 @@ bool EngineLoop::step() {
       out = advance_speculative(seq, rows, outs);
     } else {
       const int32_t sampled = outs.sample_index >= 0 ? sampled_[outs.sample_index] : -1;
-      const float* row =
-          outs.sample_host_row >= 0 ? logits_.data() + static_cast<std::size_t>(outs.sample_host_row) * vocab_size_ : nullptr;
       const std::string* mask_error = outs.mask_job >= 0 ? &mask_jobs_[outs.mask_job].error : nullptr;
-      out = advance(seq, sampled, row, mask_error);
+      out = advance(seq, sampled, outs.sample_host_row, mask_error);
     }
     seq.draft_tokens.clear();
     seq.draft_rows.clear();

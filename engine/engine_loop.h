@@ -59,16 +59,16 @@ class EngineLoop {
   // Decides what the runner must give back for scheduled sequence i: its SampleRow (unless the
   // token is forced or none is due) and host logits rows (prompt logprobs, logprobs).
   void plan_outputs(std::size_t i, Sequence& seq);
-  // Appends `sampled` (or the forced token), reports logprobs from `logits_row` (host logits of
-  // the sampling row, or null when none were asked for) and checks stop conditions; returns the
-  // output for the sink.
+  // Appends `sampled` (or the forced token), reports logprobs from host row `host_row` (the
+  // sampling row's host logits, or -1 when none were asked for) and checks stop conditions;
+  // returns the output for the sink.
   // `mask_error`: the constraint's failure to give this token's mask (the request fails), or null.
-  RequestOutput advance(Sequence& seq, int32_t sampled, const float* logits_row, const std::string* mask_error);
+  RequestOutput advance(Sequence& seq, int32_t sampled, int host_row, const std::string* mask_error);
   // advance()'s work before any token: first-token bookkeeping, max_tokens = 0, prompt logprobs.
   // False when the request finished.
   bool start_output(Sequence& seq, RequestOutput& out);
   // Appends one token (checked) and checks stop conditions; true when the request finished.
-  bool append_token(Sequence& seq, int32_t token, const float* logits_row, RequestOutput& out);
+  bool append_token(Sequence& seq, int32_t token, int host_row, RequestOutput& out);
   // A speculative request after the step: verification, then its kept drafts and next token.
   RequestOutput advance_speculative(Sequence& seq, const SeqLogitsRows& rows, const SeqOutputs& outs);
   // Whether the drafter may guess for this request, and how many tokens at most (0: none).
@@ -113,7 +113,7 @@ class EngineLoop {
   std::vector<int> host_row_top_k_;
   std::vector<RowLogSoftmax> host_row_softmax_;
   void compute_row_softmax();
-  PositionLogprobs logprobs_of(const float* logits_row, int32_t token, int k);
+  PositionLogprobs logprobs_of(int host_row, int32_t token) const;
   // The step's structured-output masks: the rows' constraints, filled beside the forward pass.
   struct MaskRequest {
     TokenConstraint* constraint;
