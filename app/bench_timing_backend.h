@@ -187,8 +187,7 @@ class TimingBackend final : public Backend {
                   float alpha, float limit, Tensor out) override {
     timed("swiglu_mlp", [&] { inner_.swiglu_mlp(x, gate, up, down, alpha, limit, out); }, [&] {
       return OpWork{tensor_bytes(x) + weight_bytes(gate) + weight_bytes(up) + weight_bytes(down) + tensor_bytes(out),
-                    linear_flops(x, gate) + linear_flops(x, up) +
-                        2.0 * (x.defined() ? x.dim(0) : 0) * double(down.in_features) * double(down.out_features)};
+                    linear_flops(x, gate) + linear_flops(x, up) + linear_flops(x, down)};
     });
   }
   void moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& params, Tensor out) override {

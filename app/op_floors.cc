@@ -61,7 +61,7 @@ double moe_flops(const Tensor& x, const MlpWeights& mlp, const MoeParams& params
   const double rows = static_cast<double>(x.dim(0));
   double flops = mlp.router.defined() ? 2.0 * rows * double(mlp.router.numel()) : 0.0;
   if (params.add_shared && mlp.gate.defined())
-    flops += linear_flops(x, mlp.gate) + linear_flops(x, mlp.up) + 2.0 * rows * mlp.down.in_features * mlp.down.out_features;
+    flops += linear_flops(x, mlp.gate) + linear_flops(x, mlp.up) + linear_flops(x, mlp.down);
   if (!mlp.experts.empty() && params.num_experts > 0) {
     const ExpertWeights& e = mlp.experts.front();
     const double per_choice = 2.0 * (double(e.gate.in_features) * e.gate.out_features +

@@ -37,7 +37,9 @@ double index_read_bytes(const KvLayerView& cache, std::span<const int32_t> seq_l
 // sparse layer (cache.index_dim > 0), every token on a full one.
 double attention_read_bytes(const KvLayerView& cache, std::span<const int32_t> seq_lens, int topk_blocks);
 
-double linear_flops(const Tensor& x, const LinearWeight& w);  // 2 x rows x in x out
+// 2 x rows x in x out: w over x's rows (x: any tensor of that many rows, e.g. the MLP's input for
+// its down projection).
+double linear_flops(const Tensor& x, const LinearWeight& w);
 // Router, the expected share of the routed experts this rank holds (k of E a token), and the
 // shared expert when added.
 double moe_flops(const Tensor& x, const MlpWeights& mlp, const MoeParams& params);

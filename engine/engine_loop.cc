@@ -233,13 +233,11 @@ void EngineLoop::compute_row_softmax() {
     run(0, 1);
     return;
   }
-  std::vector<std::thread> pool;
+  std::vector<std::jthread> pool;  // joined on leaving
   for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(run, t, threads);
   run(0, threads);
-  for (std::thread& t : pool) t.join();
 }
 
-// A host row's logprobs of `token`, from the part compute_row_softmax() gave the row.
 PositionLogprobs EngineLoop::logprobs_of(int host_row, int32_t token) const {
   M3_CHECK(host_row >= 0 && static_cast<std::size_t>(host_row) < host_row_softmax_.size() &&
                host_row_top_k_[host_row] >= 0,

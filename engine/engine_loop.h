@@ -59,6 +59,11 @@ class EngineLoop {
   // Decides what the runner must give back for scheduled sequence i: its SampleRow (unless the
   // token is forced or none is due) and host logits rows (prompt logprobs, logprobs).
   void plan_outputs(std::size_t i, Sequence& seq);
+  // After the forward: the token-free part of every host row that wants logprobs
+  // (host_row_softmax_), the rows side by side on host threads.
+  void compute_row_softmax();
+  // A host row's logprobs of `token`, from the part compute_row_softmax() gave the row.
+  PositionLogprobs logprobs_of(int host_row, int32_t token) const;
   // Appends `sampled` (or the forced token), reports logprobs from host row `host_row` (the
   // sampling row's host logits, or -1 when none were asked for) and checks stop conditions;
   // returns the output for the sink.
@@ -112,8 +117,6 @@ class EngineLoop {
   // token-free part (row_log_softmax), computed for all of them side by side after the forward.
   std::vector<int> host_row_top_k_;
   std::vector<RowLogSoftmax> host_row_softmax_;
-  void compute_row_softmax();
-  PositionLogprobs logprobs_of(int host_row, int32_t token) const;
   // The step's structured-output masks: the rows' constraints, filled beside the forward pass.
   struct MaskRequest {
     TokenConstraint* constraint;
