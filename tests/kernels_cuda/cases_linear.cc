@@ -278,9 +278,11 @@ void add_linear_cases(CaseList& cases, bool quick) {
   for (int rows : quick ? std::vector<int>{20} : std::vector<int>{1, 20, 150, 300})
     cases.push_back(std::make_unique<LinearCase>(kFormats[5], 256, 512, rows, 12));
   // The attention projections' shapes in small: q, k, v, index q, index k (one 40-feature weight
-  // ends inside a 16-feature slice), per format; then a mixed group (no fusion).
+  // ends inside a 16-feature slice, every small one inside a 128-feature wgmma tile), per format;
+  // then a mixed group (no fusion). Up to 256 rows the skinny / streamed kernels walk the
+  // segments, above (300, 600: a full item and a tail) the wgmma kernel's tiles.
   const std::vector<int> projections = {256, 32, 40, 48, 16};
-  for (int rows : quick ? std::vector<int>{1, 20, 300} : std::vector<int>{1, 3, 16, 20, 64, 150, 300}) {
+  for (int rows : quick ? std::vector<int>{1, 20, 300} : std::vector<int>{1, 3, 16, 20, 64, 150, 300, 600}) {
     for (int f : {3, 5, 6, 7, 0}) cases.push_back(std::make_unique<LinearsCase>(std::vector{kFormats[f]}, projections, 256, rows));
     cases.push_back(std::make_unique<LinearsCase>(std::vector{kFormats[5], kFormats[7]}, projections, 256, rows));
   }
@@ -294,8 +296,11 @@ void add_linear_cases(CaseList& cases, bool quick) {
       {"nvfp4-modelopt experts, bf16 shared", 8, 2, kFormats[6], kFormats[0]},
       {"f32 experts (simt), f32 shared", 8, 2, kFormats[1], kFormats[1]},
   };
+  // 200 tokens: experts of ~50 (E16 k4) and ~50 (E8 k2) rows, grouped 64-row items on the wgmma
+  // kernel's 64-row size; 300 and 2048: 256-row items, those of more than 64 rows on the 256 size
+  // and the experts' tails on the 64 size (two launches over one item list).
   for (const MoeShape& s : shapes)
-    for (int rows : quick ? std::vector<int>{1, 40} : std::vector<int>{1, 5, 40, 300, 2048})
+    for (int rows : quick ? std::vector<int>{1, 40, 200} : std::vector<int>{1, 5, 40, 200, 300, 2048})
       cases.push_back(std::make_unique<MoeCase>(s, rows));
 
   // Expert parallel and routed only: each shape's ranks' slices (one of a single expert, fewer
@@ -308,6 +313,12 @@ void add_linear_cases(CaseList& cases, bool quick) {
       {shapes[2], {{0, 4}, {4, 4}, {2, 1}}},
       {m3_routing, {{32, 32}}},
   };
+  // The M3.1 routing at 2,048 tokens (serve's step on smaller GPUs): experts of ~64 rows, all
+  // experts and EP 4's rank 1, on the wgmma kernel's 64-row size.
+  if (!quick) {
+    cases.push_back(std::make_unique<MoeCase>(m3_routing, 2048));
+    cases.push_back(std::make_unique<MoeCase>(m3_routing, 2048, MoeSlice{32, 32, true}));
+  }
   for (const auto& [s, slices] : ep)
     for (int rows : quick ? std::vector<int>{7, 300} : std::vector<int>{1, 7, 64, 300}) {
       cases.push_back(std::make_unique<MoeCase>(s, rows, MoeSlice{0, 0, false}));  // all experts, routed only
@@ -331,7 +342,7 @@ void add_linear_cases(CaseList& cases, bool quick) {
     for (const auto& [f, n, k] : {std::tuple{7, 8192, 3072}, std::tuple{6, 4096, 1280}, std::tuple{5, 4096, 2048},
                                   std::tuple{3, 2048, 1024}})
       for (int rows : {1, 5, 9, 16, 40, 100}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], n, k, rows));
-  for (int rows : quick ? std::vector<int>{3} : std::vector<int>{1, 16})
+  for (int rows : quick ? std::vector<int>{3} : std::vector<int>{1, 16, 700})
     for (int f : {5, 7})
       cases.push_back(std::make_unique<LinearsCase>(std::vector{kFormats[f]}, std::vector<int>{2048, 256, 256, 512, 128},
                                                     1024, rows));

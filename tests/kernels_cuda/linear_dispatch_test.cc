@@ -129,6 +129,29 @@ TEST(LinearDispatch, StreamedKernelChecksActivationsEveryWeightAndTables) {
   EXPECT_FALSE(streamed_linear_ok(a));
 }
 
+TEST(LinearDispatch, WgmmaKernelTakesLargeItemsAndGroupedSixtyFourRowItems) {
+  const WeightView w = nvfp4(6144);
+  const LinearItem items[1] = {};
+  const int32_t num_items = 1;
+  for (int rows : {1, 17, 64, 200}) {
+    LinearArgs dense = args_for(w, 6144, rows);
+    EXPECT_FALSE(linear_runs_wgmma(dense)) << rows;  // decode batches: streamed / skinny
+    LinearArgs grouped = dense;
+    grouped.items = items;
+    grouped.num_items = &num_items;
+    grouped.item_rows = linear_item_rows(w, 6144, 0, rows, /*grouped=*/true);
+    // Experts of 33-64 rows: the 64-row size; fewer rows stay on the streamed kernel.
+    EXPECT_EQ(linear_runs_wgmma(grouped), rows > 32) << rows;
+  }
+  EXPECT_TRUE(linear_runs_wgmma(args_for(w, 6144, 2048)));
+  // Batch-invariant mode's 16-row items never reach it.
+  LinearArgs invariant = args_for(w, 6144, 2048);
+  invariant.items = items;
+  invariant.num_items = &num_items;
+  invariant.item_rows = kBatchInvariantItemRows;
+  EXPECT_FALSE(linear_runs_wgmma(invariant));
+}
+
 TEST(LinearDispatch, RowsPerItem) {
   const WeightView w = mxfp8(6144);
   EXPECT_EQ(linear_item_rows(w, 6144, 512, 1), 16);

@@ -24,10 +24,11 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kRegDim = 128;                // row width of the register path
 constexpr int kRegSlots = kRegDim / 32;     // elements a lane holds
-// CTAs wanted before a token's row groups merge (from 2,048 tokens one CTA a token). Two groups a
-// token at 8192 tokens would put the 9 rows a token encodes to the cache on 9 different warps
-// (now one warp takes two): not measured yet (docs/gpu-backend-notes.md, "Session 31").
-constexpr int kTargetCtas = 2048;
+// CTAs wanted before a token's row groups merge (from 16,384 tokens one CTA a token). At 8,192
+// tokens a token keeps two row groups, so the 9 rows it encodes to the cache (K, V, index-K) fall
+// on 9 different warps; with one CTA a token, one warp took two of them and held its CTA
+// (docs/gpu-backend-notes.md, "Session 31" and "Session 33").
+constexpr int kTargetCtas = 16384;
 
 // The RoPE table entries of a lane's pairs for one rotated width: slot s < half_slots pairs with
 // slot s + half_slots (channels c = lane + 32 s and c + half).

@@ -49,14 +49,18 @@ enum class Epilogue : uint8_t {
 };
 
 // One weight of a multi-output linear launch (LinearArgs::seg): its 16-feature slices follow the
-// previous segment's in blockIdx.y, from slice_begin on.
+// previous segment's in the skinny / streamed kernels' grid from slice_begin on, its 128-feature
+// tiles in the wgmma kernel's blockIdx.x from tile_begin on.
 struct LinearSegment {
   WeightView w;
   uint16_t* out = nullptr;
   int64_t out_stride = 0;
   int n = 0;  // output features
   int slice_begin = 0;
+  int tile_begin = 0;
 };
+// The 128-feature tiles of a wgmma CTA (kStore; a SwiGLU CTA takes 64 gate and 64 up rows).
+inline constexpr int kWgmmaTileFeatures = 128;
 inline constexpr int kMaxLinearSegments = 6;
 
 // out[r] = epilogue(x[src(r)] . W^T) for the rows of every item. Dense: items are the row tiles
@@ -75,15 +79,15 @@ struct LinearArgs {
   const LinearItem* items = nullptr;
   const int32_t* num_items = nullptr;
   int max_items = 0;
-  int item_rows = 16;  // rows per item: 16, 32 or 64 (skinny kernel), 256 (wgmma kernel)
+  int item_rows = 16;  // rows per item: 16, 32 or 64 (streamed / skinny kernels, grouped 64: wgmma), 256 (wgmma)
   uint16_t* out = nullptr;
   int64_t out_stride = 0;
   Epilogue epilogue = Epilogue::kStore;
   float swiglu_alpha = 1.702f;
   float swiglu_limit = 7.0f;
-  // num_segments > 0: several weights of one kind over the same x in one launch (dense, kStore,
-  // item_rows <= 64; Backend::linears). w[0], n and out are then taken per segment; w[0] here
-  // names the shared kind for the dispatch.
+  // num_segments > 0: several weights of one kind over the same x in one launch (dense, kStore;
+  // Backend::linears). w[0], n and out are then taken per segment; w[0] here names the shared
+  // kind for the dispatch.
   LinearSegment seg[kMaxLinearSegments];
   int num_segments = 0;
   // Grouped: every view of table[] passes streamed_weight_ok (the host checked them all).
@@ -115,6 +119,13 @@ cudaError_t launch_linear(const LinearArgs& args, cudaStream_t stream);
 // The prefill-shaped kernel (items of up to 256 rows, Hopper wgmma; linear_wgmma.cu), for weights
 // with a tensor-core path (linear_has_mma_path); launch_linear dispatches here. `items`: item count.
 inline constexpr int kWgmmaItemRows = 256;
+// Whether launch_linear gives a tensor-core problem to the wgmma kernel: items of more than 64
+// rows, and grouped (routed-expert) items of 64 rows, which its 64-row size takes two CTAs an SM
+// (experts of 33-64 rows, e.g. M3.1's 128 experts at 1,025-2,048 tokens a step). Dense 64-row
+// launches (decode batches) stay on the streamed and skinny kernels, which read the weight once.
+inline bool linear_runs_wgmma(const LinearArgs& a) {
+  return a.item_rows > 64 || (a.items != nullptr && a.item_rows == 64);
+}
 cudaError_t init_linear_wgmma_kernels();
 cudaError_t launch_linear_wgmma(const LinearArgs& args, int items, cudaStream_t stream);
 
@@ -205,8 +216,8 @@ cudaError_t launch_moe_combine(const uint16_t* y, const int32_t* choice_row, con
                                const uint16_t* shared, uint16_t* out, cudaStream_t stream);
 
 // The routed experts' gate/up + SwiGLU: `a` as for launch_linear over the permuted rows, x with the
-// row map r.row_token (after launch_moe_route). Where the launch takes the wgmma kernel (items of
-// more than 64 rows), the routed rows of x are first copied into `gathered` ([held rows, k], the
+// row map r.row_token (after launch_moe_route). Where the launch takes the wgmma kernel
+// (linear_runs_wgmma), the routed rows of x are first copied into `gathered` ([held rows, k], the
 // permuted order; may be null) so that the GEMM reads contiguous rows, by TMA.
 cudaError_t launch_moe_gate_up(LinearArgs a, const MoeRouteArgs& r, uint16_t* gathered, cudaStream_t stream);
 

@@ -628,12 +628,12 @@ class CudaBackend final : public Backend {
     const int k = static_cast<int>(first.in_features);
     // bf16: cuBLAS, except in batch-invariant mode, where bf16 takes the skinny kernel as well.
     if ((w0.kind == detail::WeightKind::kBF16 && !options_.batch_invariant) || x.dim(1) % 8 != 0) return false;
-    // One launch of several weights has the skinny and streamed kernels only (weight_rows 0):
-    // above 256 rows each weight takes its own wgmma launch instead.
+    // Up to 256 rows the skinny and streamed kernels walk the segments (weight_rows 0: 64-row
+    // items at most); above, the wgmma kernel does, so that the small projections (k, v: 512
+    // features; index_k: 128, one wave's few CTAs alone) share a launch with q's tiles.
     const int item_rows = this->item_rows(w0, k, /*weight_rows=*/0, static_cast<int>(rows));
-    if (item_rows > 64) return false;
     detail::LinearArgs a;
-    int slices = 0;
+    int slices = 0, tiles = 0;
     for (size_t i = 0; i < outputs.size(); ++i) {
       const LinearWeight& weight = *outputs[i].weight;
       check_act(x, rows, weight.in_features, "input of " + weight.name);
@@ -648,6 +648,8 @@ class CudaBackend final : public Backend {
       seg.n = static_cast<int>(weight.out_features);
       seg.slice_begin = slices;
       slices += (seg.n + 15) / 16;
+      seg.tile_begin = tiles;
+      tiles += (seg.n + detail::kWgmmaTileFeatures - 1) / detail::kWgmmaTileFeatures;
     }
     a.num_segments = static_cast<int>(outputs.size());
     a.x = bf16_ptr(x);

@@ -12,8 +12,9 @@
 //    lane q of a quad owns kElems contiguous elements of every 4 * kElems. A CTA of 8 warps covers
 //    16 output features; its warps split K and reduce through shared memory (dense 64-row tiles
 //    with few feature slices also split K over a 2-CTA cluster, reduced through DSMEM).
-//  - wgmma (items of up to 256 rows: prefill, grouped experts above 64 rows, dense layers of 65-256
-//    rows with at least kWgmmaMinDenseWeightRows weight rows; linear_wgmma.cu): 128 weight rows x the
+//  - wgmma (items of up to 256 rows: prefill, grouped experts of 64 rows and more (items of up to
+//    64 rows on its 64-row size, two CTAs an SM), dense layers of 65-256 rows with at least
+//    kWgmmaMinDenseWeightRows weight rows; linear_wgmma.cu): 128 weight rows x the
 //    item's rows a CTA, raw weight bytes staged by cp.async and x rows by TMA (cp.async where they
 //    are gathered), the weights expanded to bf16 in registers as the MMA's A operand, x tiles read
 //    from shared memory (Hopper warpgroup MMAs with register A).
@@ -392,7 +393,7 @@ cudaError_t launch_skinny(const LinearArgs& a, int items, cudaStream_t stream) {
 
 template <WeightKind F, bool kSwiglu>
 cudaError_t launch_mma(const LinearArgs& a, int items, cudaStream_t stream) {
-  if (a.item_rows > 64) return launch_linear_wgmma(a, items, stream);
+  if (linear_runs_wgmma(a)) return launch_linear_wgmma(a, items, stream);
   if (streamed_linear_ok(a)) return launch_linear_streamed(a, items, stream);
   switch (a.item_rows) {
     case 16:
@@ -456,10 +457,11 @@ cudaError_t init_linear_kernels() {
 cudaError_t launch_linear(const LinearArgs& a, cudaStream_t stream) {
   const int items = a.items != nullptr ? a.max_items : (a.rows + a.item_rows - 1) / a.item_rows;
   if (a.num_segments > 0) {
-    // Only the skinny kernel walks segments; the caller (CudaBackend::fused_linears) checked that
-    // every weight shares w[0]'s kind and has the tensor-core path.
-    if (a.num_segments > kMaxLinearSegments || a.items != nullptr || a.item_rows > 64 ||
-        a.epilogue != Epilogue::kStore || a.x_stride % 8 != 0)
+    // The skinny, streamed and wgmma kernels walk segments (dense, kStore); the caller
+    // (CudaBackend::fused_linears) checked that every weight shares w[0]'s kind and has the
+    // tensor-core path.
+    if (a.num_segments > kMaxLinearSegments || a.items != nullptr ||
+        (a.item_rows > 64 && a.item_rows != kWgmmaItemRows) || a.epilogue != Epilogue::kStore || a.x_stride % 8 != 0)
       return cudaErrorInvalidValue;
     if (items <= 0) return cudaSuccess;
     return launch_kind<false>(a, items, stream);

@@ -46,6 +46,13 @@ __device__ __forceinline__ int segment_of(const LinearArgs& a, int slice) {
   return s;
 }
 
+// The same for the wgmma kernel's 128-feature tile `tile`.
+__device__ __forceinline__ int segment_of_tile(const LinearArgs& a, int tile) {
+  int s = 0;
+  while (s + 1 < a.num_segments && tile >= a.seg[s + 1].tile_begin) ++s;
+  return s;
+}
+
 // One output element from a row's fp32 dot products v (kSwiglu: gate and up) and the weights'
 // output factors: stored as it is (kStore) or gate and up combined (kSwiglu).
 template <bool kSwiglu>

@@ -7,7 +7,9 @@
 // The weights are the MMA's A operand, from registers (wgmma m64nNk16, register A): a CTA takes
 // 128 weight rows (two warpgroups of 64: 128 features, or 64 gate + 64 up features for the fused
 // SwiGLU, so that a thread holds a feature's gate and up sums together) and the item's rows
-// (tokens) as B, N = 64, 128, 192 or 256 of them, from shared memory. Per K step of 64:
+// (tokens) as B, N = 64, 128, 192 or 256 of them, from shared memory. The kernel comes in two
+// sizes (TileSize): items of up to 256 rows, one CTA an SM, and items of up to 64 rows (grouped
+// launches: small experts and the tails of large ones), two CTAs an SM. Per K step of 64:
 //  - the x rows (a 128-byte-swizzled K-major tile, the layout wgmma reads through a descriptor)
 //    and the raw weight bytes (nvfp4 32, fp8 64, bf16 128 bytes a row, rows padded so that the 8
 //    rows a warp reads at once fall in distinct banks) are staged kStages - 1 steps ahead: the
@@ -43,16 +45,25 @@ namespace m3::cuda::detail {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTileRows = 128;              // weight rows (MMA M) per CTA: 2 warpgroups x 64
-constexpr int kMaxTokens = kWgmmaItemRows;  // MMA N at most
-static_assert(kMaxTokens == 256, "N of one wgmma");
-constexpr int kStepK = 64;  // K elements per step: one 128-byte swizzle row of x
+constexpr int kTileRows = 128;  // weight rows (MMA M) per CTA: 2 warpgroups x 64
+constexpr int kStepK = 64;      // K elements per step: one 128-byte swizzle row of x
 constexpr int kStages = 4;
-constexpr int kXTileBytes = kMaxTokens * kStepK * 2;
 
-// The x rows a thread copies: rows x_row + 32 i (i < N / 32) for x_row = tid / 8, each time the
-// same 16-byte column x_chunk = tid % 8 of the step's 64 elements.
-constexpr int kXRowsPerThread = kMaxTokens / 32;
+// The most rows (MMA N) an item of the kernel may have: 256 (kWgmmaItemRows), or 64 for the
+// grouped launches' small items. Why a 64-row size: the K step's chain of waits costs about as
+// much at N = 64 as at N = 256, and the 256 size holds an SM alone (200-240 registers, ~160 KB
+// of shared memory), so an expert of a few dozen rows kept a whole SM for nearly a full item's
+// time. The 64 size fits two CTAs an SM (at most 128 registers, no spills: `-Xptxas -v`; ~60 KB
+// of shared memory for nvfp4), so two such chains overlap. At a 128-row maximum ptxas spills.
+template <int kMaxN>
+struct TileSize {
+  static_assert(kMaxN == 64 || kMaxN == kWgmmaItemRows, "N of one wgmma");
+  static constexpr int kXTileBytes = kMaxN * kStepK * 2;
+  // The x rows a thread copies: rows x_row + 32 i (i < N / 32) for x_row = tid / 8, each time the
+  // same 16-byte column x_chunk = tid % 8 of the step's 64 elements.
+  static constexpr int kXRowsPerThread = kMaxN / 32;
+  static constexpr int kMinCtasPerSm = kMaxN == 64 ? 2 : 1;
+};
 
 // Shared memory beyond the stages: the tile's x row addresses, read when a stage is issued instead
 // of held in registers (the accumulators take most of them). A thread's rows are contiguous
@@ -60,28 +71,43 @@ constexpr int kXRowsPerThread = kMaxTokens / 32;
 // all its copies' address chains start together; loaded one row at a time, each copy waited for
 // its own shared load, the largest share of the warps' stalls in `ncu` (docs/gpu-backend-notes.md,
 // "Session 30").
+template <int kMaxN>
 struct TileShared {
   // kTmaX: the x tile of stage s has landed when barrier s completes its phase.
-  alignas(8) uint64_t x_full[kStages];
+  alignas(16) uint64_t x_full[kStages];
   // The row's address in x, or a.x + 1 past the item's rows (odd: never a row; a.x stays mapped
   // for the zero-filling copy).
-  uint64_t x_src[kMaxTokens];
+  alignas(16) uint64_t x_src[kMaxN];
   const uint8_t* weight_row[kTileRows];  // weight row of tile row m, null past n
 };
 
 // One weight row's bytes per K step in shared memory: kBytes of it, kPitch apart (the 8 rows a
 // warp reads at once land in distinct banks), copied as kChunks 16-byte pieces of kChunkElems
 // elements each.
-template <WeightKind F>
+template <WeightKind F, int kMaxN>
 struct RawLayout {
   static constexpr int kBytes = F == WeightKind::kNvfp4 ? 32 : F == WeightKind::kBF16 ? 128 : 64;
   static constexpr int kPitch = kBytes + 16;
   static constexpr int kChunks = kBytes / 16;
   static constexpr int kChunkElems = kStepK / kChunks;
+  static constexpr int kXTileBytes = TileSize<kMaxN>::kXTileBytes;
   // x tiles start on a 1024-byte swizzle pattern boundary.
   static constexpr int kStageBytes = (kXTileBytes + kTileRows * kPitch + 1023) / 1024 * 1024;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 1024 + int(sizeof(TileShared));
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024 + int(sizeof(TileShared<kMaxN>));
 };
+
+// Where one CTA's features go: the launch's weight, or under segments (LinearArgs::seg, the fused
+// attention projections) the segment's.
+struct OutView {
+  int n;  // output features
+  uint16_t* out;
+  int64_t stride;
+};
+
+// Which items of a launch a kernel instance computes. A grouped launch of 256-row items runs
+// twice over one item list: the 256 size takes the items of more than 64 rows, the 64 size the
+// rest (the experts' tails); every CTA reads its item and returns when it belongs to the other.
+enum class ItemSizes : int { kAll, kAbove64, kUpTo64 };
 
 // Byte offset of 16-byte chunk `c` (0..7) of row `r` in a 128-byte-swizzled tile.
 __device__ __forceinline__ uint32_t swizzled(int r, int c) { return uint32_t(r * 128 + ((c ^ (r & 7)) << 4)); }
@@ -190,11 +216,15 @@ __device__ __forceinline__ void expand_row(const uint8_t* raw, int t, const RowS
 // One CTA's tile: the MMAs over K and the epilogue, for N token columns. kTmaX: the x tiles come
 // by TMA (x_map: x's rows, contiguous, in boxes of 64 elements x 64 rows, 128-byte swizzle: the
 // layout of the cp.async path), one thread issuing N / 64 boxes a step onto the stage's barrier.
-template <WeightKind F, bool kSwiglu, bool kTmaX, int N>
+template <WeightKind F, bool kSwiglu, bool kTmaX, int kMaxN, int N>
 __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap* x_map, const LinearItem& item,
                                          const WeightView& w0, const WeightView& w1, uint8_t* smem,
-                                         uint32_t smem_base, TileShared& ts, int n0, int k_tiles) {
-  using L = RawLayout<F>;
+                                         const OutView& o, uint32_t smem_base, TileShared<kMaxN>& ts, int n0,
+                                         int k_tiles) {
+  static_assert(N <= kMaxN, "an item's rows fit the instance");
+  using L = RawLayout<F, kMaxN>;
+  constexpr int kXRowsPerThread = TileSize<kMaxN>::kXRowsPerThread;
+  constexpr int kXTileBytes = L::kXTileBytes;
   constexpr int NW = kSwiglu ? 2 : 1;
   constexpr int kRawPerThread = kTileRows * L::kChunks / kThreads;
   const int tid = threadIdx.x, lane = tid & 31, t = tid & 3;
@@ -208,7 +238,7 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
     int j, f;
     tile_row_source<kSwiglu>(m0 + 8 * h, n0, j, f);
     const WeightView& wj = j == 0 ? w0 : w1;
-    scale_row[h] = f < a.n && wj.scale != nullptr ? wj.scale + int64_t(f) * wj.scale_stride : nullptr;
+    scale_row[h] = f < o.n && wj.scale != nullptr ? wj.scale + int64_t(f) * wj.scale_stride : nullptr;
     const int align = F == WeightKind::kNvfp4 ? 4 : 2;
     scale_whole[h] = wj.scale_stride % align == 0 && reinterpret_cast<uintptr_t>(wj.scale) % align == 0;
   }
@@ -355,7 +385,7 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
   constexpr int kFeatures = kSwiglu ? kTileRows / 2 : kTileRows;
   for (int i = tid; i < rows * kFeatures; i += kThreads) {
     const int tok = i / kFeatures, fl = i % kFeatures, f = n0 + fl;
-    if (f >= a.n) continue;
+    if (f >= o.n) continue;
     const float* srow = sums + tok * kPitch;
     float v[NW];
     if constexpr (kSwiglu) {
@@ -365,28 +395,42 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
     } else {
       v[0] = srow[fl] * acc_mul;
     }
-    a.out[int64_t(item.row_begin + tok) * a.out_stride + f] = f32_to_bf16_bits(epilogue_value<kSwiglu>(a, os, v));
+    o.out[int64_t(item.row_begin + tok) * o.stride + f] = f32_to_bf16_bits(epilogue_value<kSwiglu>(a, os, v));
   }
 }
 
-template <WeightKind F, bool kSwiglu, bool kTmaX>
-__global__ void __launch_bounds__(kThreads, 1)
-    wgmma_linear_kernel(const LinearArgs a, const __grid_constant__ CUtensorMap x_map) {
+template <WeightKind F, bool kSwiglu, bool kTmaX, int kMaxN>
+__global__ void __launch_bounds__(kThreads, TileSize<kMaxN>::kMinCtasPerSm)
+    wgmma_linear_kernel(const LinearArgs a, const __grid_constant__ CUtensorMap x_map, const ItemSizes sizes) {
   kernel_prologue();
-  using L = RawLayout<F>;
+  using L = RawLayout<F, kMaxN>;
+  constexpr int kXRowsPerThread = TileSize<kMaxN>::kXRowsPerThread;
   extern __shared__ uint8_t smem_raw[];
   const ItemInfo info = item_of(a, blockIdx.y);
   if (!info.valid) return;
   const LinearItem item = info.item;
+  if ((sizes == ItemSizes::kAbove64 && item.row_count <= 64) || (sizes == ItemSizes::kUpTo64 && item.row_count > 64))
+    return;
 
   const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* smem = smem_raw + (smem_base - smem_u32(smem_raw));
-  TileShared& ts = *reinterpret_cast<TileShared*>(smem + kStages * L::kStageBytes);
+  TileShared<kMaxN>& ts = *reinterpret_cast<TileShared<kMaxN>*>(smem + kStages * L::kStageBytes);
   const int tid = threadIdx.x;
-  const int n0 = blockIdx.x * (kSwiglu ? kTileRows / 2 : kTileRows);
   const int k_tiles = (a.k + kStepK - 1) / kStepK;
-  const WeightView w0 = weight_of(a, 0, item.expert);
+  int tile = blockIdx.x;
+  WeightView w0;
+  OutView o;
+  if (a.num_segments > 0) {  // several weights in one launch (kStore): this tile's
+    const int s = segment_of_tile(a, tile);
+    tile -= a.seg[s].tile_begin;
+    w0 = a.seg[s].w;
+    o = {a.seg[s].n, a.seg[s].out, a.seg[s].out_stride};
+  } else {
+    w0 = weight_of(a, 0, item.expert);
+    o = {a.n, a.out, a.out_stride};
+  }
   const WeightView w1 = kSwiglu ? weight_of(a, 1, item.expert) : w0;
+  const int n0 = tile * (kSwiglu ? kTileRows / 2 : kTileRows);
 
   if constexpr (kTmaX) {
     if (tid == 0) {
@@ -394,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
     }
   } else {
-    for (int r = tid; r < kMaxTokens; r += kThreads)
+    for (int r = tid; r < kMaxN; r += kThreads)
       ts.x_src[(r % 32) * kXRowsPerThread + r / 32] =
           r < item.row_count ? reinterpret_cast<uint64_t>(a.x + src_row(a, item.row_begin + r) * a.x_stride)
                              : reinterpret_cast<uint64_t>(a.x) + 1u;
@@ -403,16 +447,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     int j, f;
     tile_row_source<kSwiglu>(tid, n0, j, f);
     const WeightView& wj = j == 0 ? w0 : w1;
-    ts.weight_row[tid] = f < a.n ? wj.data + int64_t(f) * wj.row_bytes : nullptr;
+    ts.weight_row[tid] = f < o.n ? wj.data + int64_t(f) * wj.row_bytes : nullptr;
   }
   __syncthreads();
 
   // N: the item's rows rounded up to 64 (the same choice in every warp of the CTA).
   const int rows = item.row_count;
-  if (rows <= 64) run_tile<F, kSwiglu, kTmaX, 64>(a, &x_map, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
-  else if (rows <= 128) run_tile<F, kSwiglu, kTmaX, 128>(a, &x_map, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
-  else if (rows <= 192) run_tile<F, kSwiglu, kTmaX, 192>(a, &x_map, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
-  else run_tile<F, kSwiglu, kTmaX, 256>(a, &x_map, item, w0, w1, smem, smem_base, ts, n0, k_tiles);
+  if constexpr (kMaxN == 64) {
+    run_tile<F, kSwiglu, kTmaX, 64, 64>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, k_tiles);
+  } else {
+    if (rows <= 64) run_tile<F, kSwiglu, kTmaX, kMaxN, 64>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, k_tiles);
+    else if (rows <= 128)
+      run_tile<F, kSwiglu, kTmaX, kMaxN, 128>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, k_tiles);
+    else if (rows <= 192)
+      run_tile<F, kSwiglu, kTmaX, kMaxN, 192>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, k_tiles);
+    else run_tile<F, kSwiglu, kTmaX, kMaxN, 256>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, k_tiles);
+  }
 }
 
 // The driver's tensor-map encoder, looked up once (an immutable driver symbol).
@@ -429,11 +479,11 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// x's tensor map for the kTmaX kernels when x's rows are contiguous (no row map, no segments, rows
+// x's tensor map for the kTmaX kernels when x's rows are contiguous (no row map, rows
 // of whole 16-byte chunks): [a.rows][a.k] bf16 with row stride x_stride, boxes of 64 x 64 elements in
 // the 128-byte swizzle; rows and columns past x read as zeros. False: the cp.async path.
 bool encode_x_map(const LinearArgs& a, CUtensorMap* map) {
-  if (a.x_rows != nullptr || a.num_segments > 0 || a.rows <= 0 || a.x_stride < a.k ||
+  if (a.x_rows != nullptr || a.rows <= 0 || a.x_stride < a.k ||
       reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || (a.x_stride * 2) % 16 != 0)
     return false;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
@@ -447,15 +497,34 @@ bool encode_x_map(const LinearArgs& a, CUtensorMap* map) {
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+template <WeightKind F, bool kSwiglu, int kMaxN>
+void launch_size(const LinearArgs& a, const CUtensorMap& x_map, bool tma, dim3 grid, ItemSizes sizes,
+                 cudaStream_t stream) {
+  constexpr int smem = RawLayout<F, kMaxN>::kSmemBytes;
+  if (tma) launch_kernel(wgmma_linear_kernel<F, kSwiglu, true, kMaxN>, grid, kThreads, smem, stream, a, x_map, sizes);
+  else launch_kernel(wgmma_linear_kernel<F, kSwiglu, false, kMaxN>, grid, kThreads, smem, stream, a, x_map, sizes);
+}
+
 template <WeightKind F, bool kSwiglu>
 cudaError_t launch_kind(const LinearArgs& a, int items, cudaStream_t stream) {
   constexpr int features = kSwiglu ? kTileRows / 2 : kTileRows;
-  const dim3 grid((a.n + features - 1) / features, items);
+  static_assert(kTileRows == kWgmmaTileFeatures, "the segments' tile_begin counts these tiles");
+  int tiles = (a.n + features - 1) / features;
+  if (a.num_segments > 0) {
+    const LinearSegment& last = a.seg[a.num_segments - 1];
+    tiles = last.tile_begin + (last.n + features - 1) / features;
+  }
+  const dim3 grid(tiles, items);
   CUtensorMap x_map{};
-  if (encode_x_map(a, &x_map))
-    launch_kernel(wgmma_linear_kernel<F, kSwiglu, true>, grid, kThreads, RawLayout<F>::kSmemBytes, stream, a, x_map);
-  else
-    launch_kernel(wgmma_linear_kernel<F, kSwiglu, false>, grid, kThreads, RawLayout<F>::kSmemBytes, stream, a, x_map);
+  const bool tma = encode_x_map(a, &x_map);
+  if (a.item_rows <= 64) {
+    launch_size<F, kSwiglu, 64>(a, x_map, tma, grid, ItemSizes::kAll, stream);
+  } else if (a.items == nullptr) {
+    launch_size<F, kSwiglu, kWgmmaItemRows>(a, x_map, tma, grid, ItemSizes::kAll, stream);
+  } else {
+    launch_size<F, kSwiglu, kWgmmaItemRows>(a, x_map, tma, grid, ItemSizes::kAbove64, stream);
+    launch_size<F, kSwiglu, 64>(a, x_map, tma, grid, ItemSizes::kUpTo64, stream);
+  }
   return cudaGetLastError();
 }
 
@@ -464,25 +533,34 @@ cudaError_t launch_epilogue(const LinearArgs& a, int items, cudaStream_t stream)
   return dispatch_mma_kind(a.w[0].kind, [&](auto kind) { return launch_kind<decltype(kind)::value, kSwiglu>(a, items, stream); });
 }
 
-template <WeightKind F>
+template <WeightKind F, int kMaxN>
 cudaError_t set_smem_limit() {
-  constexpr int bytes = RawLayout<F>::kSmemBytes;
-  for (auto kernel : {wgmma_linear_kernel<F, false, false>, wgmma_linear_kernel<F, false, true>,
-                      wgmma_linear_kernel<F, true, false>, wgmma_linear_kernel<F, true, true>}) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  constexpr int bytes = RawLayout<F, kMaxN>::kSmemBytes;
+  for (auto kernel : {wgmma_linear_kernel<F, false, false, kMaxN>, wgmma_linear_kernel<F, false, true, kMaxN>,
+                      wgmma_linear_kernel<F, true, false, kMaxN>, wgmma_linear_kernel<F, true, true, kMaxN>}) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    // Two 64-row CTAs an SM need the carveout at its shared-memory maximum.
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
+}
+
+template <WeightKind F>
+cudaError_t set_smem_limits() {
+  const cudaError_t e = set_smem_limit<F, 64>();
+  return e != cudaSuccess ? e : set_smem_limit<F, kWgmmaItemRows>();
 }
 
 }  // namespace
 
 cudaError_t init_linear_wgmma_kernels() {
   cudaError_t e;
-  if ((e = set_smem_limit<WeightKind::kBF16>()) != cudaSuccess) return e;
-  if ((e = set_smem_limit<WeightKind::kFp8>()) != cudaSuccess) return e;
-  if ((e = set_smem_limit<WeightKind::kMxfp8>()) != cudaSuccess) return e;
-  return set_smem_limit<WeightKind::kNvfp4>();
+  if ((e = set_smem_limits<WeightKind::kBF16>()) != cudaSuccess) return e;
+  if ((e = set_smem_limits<WeightKind::kFp8>()) != cudaSuccess) return e;
+  if ((e = set_smem_limits<WeightKind::kMxfp8>()) != cudaSuccess) return e;
+  return set_smem_limits<WeightKind::kNvfp4>();
 }
 
 cudaError_t launch_linear_wgmma(const LinearArgs& a, int items, cudaStream_t stream) {

@@ -493,7 +493,7 @@ cudaError_t launch_moe_combine(const uint16_t* y, const int32_t* choice_row, con
 }
 
 cudaError_t launch_moe_gate_up(LinearArgs a, const MoeRouteArgs& r, uint16_t* gathered, cudaStream_t stream) {
-  const bool contiguous_ok = a.item_rows > 64 && gathered != nullptr && a.x_rows != nullptr && a.x_stride == a.k &&
+  const bool contiguous_ok = linear_runs_wgmma(a) && gathered != nullptr && a.x_rows != nullptr && a.x_stride == a.k &&
                              a.k % 8 == 0 &&
                              ((reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(gathered)) % 16) == 0;
   if (contiguous_ok) {
