@@ -82,6 +82,7 @@ class TimingBackend final : public Backend {
     timed("copy_kv_blocks", [&] { inner_.copy_kv_blocks(pool, host, block_bytes, copies); }, [] { return 0.0; });
   }
   KvCopyTimes kv_copy_times() const override { return inner_.kv_copy_times(); }
+  double measure_copy_rate(int64_t bytes, int repeats) override { return inner_.measure_copy_rate(bytes, repeats); }
   // Timed steps run their ops one by one (each is waited for); untimed ones may replay graphs.
   void run_replayable(const ReplayKey& key, const std::function<void()>& body) override {
     if (timing_) body();

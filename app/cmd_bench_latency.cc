@@ -35,7 +35,6 @@
 #include <sstream>
 
 #include "app/bench_timing_backend.h"
-#include "app/host_bandwidth.h"
 #include "app/commands.h"
 #include "app/model_loader.h"
 #include "app/model_source.h"
@@ -46,6 +45,9 @@
 #include "model/minimax_m3.h"
 #include "model/weights.h"
 #include "ops/sampling.h"
+#if M3SERVE_WITH_CUDA
+#include "kernels/cuda/backend/cuda_backend.h"
+#endif
 
 namespace m3::app {
 namespace {
@@ -60,7 +62,7 @@ struct BenchLatencyOptions {
   int chunk_size = 8192;
   int warmup = 2;
   int iters = 5;
-  double bandwidth = -1;  // bytes/s; < 0: 4.2e12 on cuda, none on cpu
+  double bandwidth = -1;  // bytes/s; < 0: the device's copy rate, measured
   double flops = -1;      // FLOP/s; < 0: 7.6e14 (bf16 dense) on cuda, none on cpu
   bool op_breakdown = true;
   bool json = false;
@@ -324,6 +326,15 @@ void attach_bench_drafter(BenchModel& m, const BenchLatencyOptions& o) {
                                   tw.lm_head, m.model->num_kv_blocks(), m.model->block_size(), KvDType::kBF16);
   M3_LOG_INFO("bench: DSpark drafter {} ({} layers, taps {}), bf16 cache", o.spec_drafter,
               m.drafter->config().num_layers, fmt::join(m.drafter->config().target_layer_ids, ","));
+}
+
+// The GPU the reports' rates were measured on, by name.
+std::string gpu_name() {
+#if M3SERVE_WITH_CUDA
+  const CudaDeviceInfo gpu = cuda_device_info();
+  if (gpu.available) return gpu.name;
+#endif
+  return "unnamed";
 }
 
 nlohmann::json ops_json(const std::map<std::string, double>& seconds, int steps) {
@@ -647,16 +658,16 @@ void run(BenchLatencyOptions o) {
   for (const PrefillCase& c : prefill)
     M3_CHECK(c.len <= config.max_position_embeddings, "--prefill-lens {} exceeds max_position_embeddings {}", c.len,
              config.max_position_embeddings);
-  // The floor's rate: as given, else the H200's measured copy rate on cuda, else this machine's
-  // copy rate measured now with the CPU backend's threads.
+  // The floor's rate: as given, else this device's copy rate measured now (bytes read plus written
+  // a second by a copy far larger than its caches: on the GPU a device-to-device copy, on the
+  // CPU the backend's threads copying host memory).
   std::string bandwidth_source = "--bandwidth";
   double bandwidth = o.bandwidth;
-  if (bandwidth < 0 && m.device == "cuda") {
-    bandwidth = 4.2e12;
-    bandwidth_source = "H200 copy rate";
-  } else if (bandwidth < 0) {
-    bandwidth = measure_host_copy_bandwidth();
-    bandwidth_source = fmt::format("measured copy rate of this machine ({} threads)", omp_get_max_threads());
+  if (bandwidth < 0) {
+    const bool gpu = m.device == "cuda";
+    bandwidth = m.timing->measure_copy_rate(int64_t{1} << (gpu ? 28 : 29), gpu ? 10 : 5);
+    bandwidth_source = gpu ? fmt::format("measured copy rate of this GPU ({})", gpu_name())
+                           : fmt::format("measured copy rate of this machine ({} threads)", omp_get_max_threads());
   }
   const double flops_peak = o.flops >= 0 ? o.flops : (m.device == "cuda" ? 7.6e14 : 0.0);
 
@@ -717,8 +728,8 @@ void register_bench_latency(CLI::App& app) {
   cmd->add_option("--iters", o->iters, "timed steps per decode case (median reported; prefill: iters / 2 runs)")
       ->capture_default_str();
   cmd->add_option("--bandwidth", o->bandwidth,
-                  "bytes/s of the decode floor (default 4.2e12 on cuda: H200 copy rate; on cpu this machine's copy "
-                  "rate, measured at start)");
+                  "bytes/s of the decode floor (default: the device's copy rate, measured after the model loads: "
+                  "a device-to-device copy on cuda, the backend's threads copying host memory on cpu)");
   cmd->add_option("--flops", o->flops, "FLOP/s of the prefill floor (default 7.6e14 on cuda: H200 bf16; none on cpu)");
   cmd->add_flag("--op-breakdown,!--no-op-breakdown", o->op_breakdown,
                 "decode: one more pass of iters steps, synchronised after every op, timed per op")

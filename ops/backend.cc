@@ -20,6 +20,10 @@ Tensor Backend::alloc_kv_host_tier(int64_t bytes, std::string_view what) {
   fail("backend {}: no host tier for KV blocks ({} of {} bytes asked for)", name(), what, bytes);
 }
 
+double Backend::measure_copy_rate(int64_t bytes, int) {
+  fail("backend {}: cannot measure its copy rate ({} bytes asked for)", name(), bytes);
+}
+
 void Backend::copy_kv_blocks(const Tensor&, const Tensor&, int64_t, const KvBlockCopies& copies) {
   fail("backend {}: cannot copy KV blocks to or from host memory ({} out, {} in)", name(),
        copies.to_host.size() + copies.to_host_ahead.size(), copies.to_device.size());

@@ -289,6 +289,14 @@ class Backend {
   // CUDA: timed with events on the copy stream). Default: zeros.
   virtual KvCopyTimes kv_copy_times() const { return {}; }
 
+  // ---- the memory system ----
+  // Bytes read plus bytes written per second by a copy of `bytes` within the backend's own memory
+  // (far larger than its caches), the best of `repeats` timed copies after one untimed copy: the
+  // rate a memory-bound step's floor is counted at (m3serve bench latency). The same count as the
+  // "copy 4.2 TB/s" of an H200. CPU: the OpenMP threads of its loops copying host memory; CUDA: a
+  // device-to-device copy timed with events. Default: m3::Error.
+  virtual double measure_copy_rate(int64_t bytes, int repeats);
+
   // ---- sampling: ends the step ----
   // Samples every row of `batch` (ops/sampling.h semantics) from logits [rows, vocab] as the head
   // wrote them (activation storage dtype), ids[i] for batch.rows[i] in host memory. The one op

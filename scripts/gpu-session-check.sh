@@ -3,8 +3,8 @@
 # carried (scripts/gpu-check-model.sh prepare; a part unpacked by an earlier call of the same warm
 # machine stays), checks that m3serve and the check binaries are all there, runs the checks (ops: the op harness backend_ops in full
 # mode, model-quick, graphs, decode-exact, serve; nccl: the NCCL Communicator on the GPUs here,
-# tests/parallel/nccl_communicator_check), the HTTP suite on cuda, the 20-layer M3.1 bench
-# latency (8K decode + 8K prefill, 128K decode at batch 1-16: 20 layers of routed experts take 82 GB) and the sanitizers; logs in $OUT/logs.tgz, the bench JSON in
+# tests/parallel/nccl_communicator_check), the HTTP suite on cuda, the M3.1 bench
+# latency (8K decode + 8K prefill, 128K decode at batch 1-16: M3_LAYERS layers: 20 on an H200, 12 on an H100) and the sanitizers; logs in $OUT/logs.tgz, the bench JSON in
 # $OUT, the summaries last, one line per step (ops: "backend_ops: N checks in M cases, F failed";
 # --batch-invariant: its op cases, the determinism suite on cuda and the bench cost ratios).
 #   run: PREBUILT=build-gpu-backend bash scripts/gpu-session-check.sh, carrying the pack
@@ -19,7 +19,8 @@
 # other CMake options) runs the same bench latency right after, into
 # $OUT/bench-latency-8192-baseline.json, so that before and after are measured in one run.
 # PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 700 s with
-# every step at its timeout, 800 with BASELINE: typically 320 s); batch-invariant = its op cases, the determinism
+# every step at its timeout, 800 with BASELINE: typically 320 s); decode = main's decode benches
+# alone (8K and 128K, the per-op table; with BASELINE its 8K steps too: at most 300 s); batch-invariant = its op cases, the determinism
 # suite and the cost (at most about 430 s); msa = the MSA kernels alone: their op cases, the
 # msa_bench suites of issue 19 item 2 (targets, decode, prefill; prefill also from BASELINE's
 # msa_bench when its pack has one) and an Nsight Compute profile of one
@@ -34,7 +35,7 @@
 # every kernel of one decode step at TRACE_BATCHES (default "1 64"), summed per kernel name against
 # the step's time (scripts/kernel_trace_summary.py; at most about 600 s, typically 150). prefill =
 # the prefill-shaped kernels' op cases, kernel tables and the 8K prompt, beside BASELINE's (at most
-# about 560 s; PF_LAYERS, default 20, the prompt's M3.1 layers: 12 fit an H100's 80 GB; PF_LENS,
+# about 560 s; PF_LAYERS, default M3_LAYERS, the prompt's M3.1 layers; PF_LENS,
 # default 8192, the prompt lengths: "8192,65536" adds a 64K prompt, about 10 s an iteration at 12 layers;
 # PF_CHUNK, default 8192, the chunk: 2048 is serve's step on smaller GPUs).
 PARTS=${PARTS:-main}
@@ -57,6 +58,10 @@ fi
 export LD_LIBRARY_PATH=$PWD/$P/device-libs:/usr/local/cuda/lib64
 source scripts/nccl-env.sh  # NCCL_NVLS_ENABLE=0, the wheel's libnccl.so.2
 L=/tmp/logs; mkdir -p $L/c $L/h $L/n $L/s
+# M3_LAYERS: the M3.1 layers of the decode benches and the trace; by default 20 where a GPU has
+# 120 GB or more (H200: 20 layers of routed experts take 82 GB) and 12 elsewhere (H100: 20 do not fit).
+gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+M3_LAYERS=${M3_LAYERS:-$(( ${gpu_mib:-0} >= 120000 ? 20 : 12 ))}
 if part main; then
 PREBUILT=$P OUT=$L/c TIME_BUDGET=270 STEP_TIMEOUT=40 OPS_TIMEOUT=130 MODEL_TIMEOUT=30 scripts/gpu-check-model.sh ops model-quick graphs decode-exact speculative serve 2>&1 | sed -n '/---- gpu-check-model summary/,$p' > $L/c-summary.txt
 # One line ("nccl: rc 0 in 4 s: nccl_communicator_check: N passed, 0 failed (world sizes ...)"), and
@@ -64,10 +69,13 @@ PREBUILT=$P OUT=$L/c TIME_BUDGET=270 STEP_TIMEOUT=40 OPS_TIMEOUT=130 MODEL_TIMEO
 PREBUILT=$P OUT=$L/n TIME_BUDGET=45 STEP_TIMEOUT=40 scripts/gpu-check-model.sh nccl 2>&1 |
   grep -E '^(nccl: |nccl-env|FAIL world)' > $L/n-summary.txt
 PREBUILT=$P OUT=$L/h TIME_BUDGET=40 HTTP_TIMEOUT=35 scripts/gpu-check-model.sh http 2>&1 | grep 'http suite' > $L/h-summary.txt
-timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 --device cuda \
+fi
+if part main || part decode; then
+echo "decode benches: $M3_LAYERS M3.1 layers (GPU memory ${gpu_mib:-?} MiB)" > $L/b-summary.txt
+timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS --device cuda \
   --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64,128 --context-lens 8192 \
   --prefill-lens 8192 --spec-tokens 3,7 --iters 5 --warmup 2 --json > $OUT/bench-latency-8192.json 2> $L/bench.log
-echo "bench rc $?" > $L/b-summary.txt
+echo "bench rc $?" >> $L/b-summary.txt
 # Issue 19 item 1's per-op table: each op of the 8K decode steps against its own byte floor
 # (ops_floor_ratio: the op's time less one wait a call, over its bytes at 4.2 TB/s).
 python3 - $OUT/bench-latency-8192.json >> $L/b-summary.txt 2>&1 <<'PY'
@@ -85,7 +93,7 @@ for r in decode:
           ", ".join(f"{k} {v:.2f} ({r['ops_floor_ratio'].get(k, 0):.1f})" for k, v in ops))
 PY
 # Issue 19 item 1's second context: 128K (the KV cache is zeros, written by no prefill).
-timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 --device cuda \
+timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS --device cuda \
   --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,16 --context-lens 131072 \
   --prefill-lens "" --iters 5 --warmup 2 --json > $OUT/bench-latency-131072.json 2> $L/bench-131072.log
 echo "bench 128K rc $?" >> $L/b-summary.txt
@@ -93,7 +101,7 @@ if [[ -n "${BASELINE:-}" ]]; then
   B=$BASELINE
   python3 -c "import tarfile; tarfile.open('$B/baseline-pack.txz').extractall('$B')"
   LD_LIBRARY_PATH=$PWD/$B/device-libs:/usr/local/cuda/lib64 timeout 100 $B/bin/m3serve bench latency \
-    --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 --device cuda --kv-cache-dtype nvfp4 \
+    --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS --device cuda --kv-cache-dtype nvfp4 \
     --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64,128 --context-lens 8192 \
     --prefill-lens 8192 --iters 5 --warmup 2 --json > $OUT/bench-latency-8192-baseline.json 2> $L/bench-baseline.log
   echo "baseline bench rc $?" >> $L/b-summary.txt
@@ -179,7 +187,7 @@ if part speculative; then
     --k 0,3,7 --temperatures 0 --count 16 --concurrency 1 --out $OUT/spec-eval-cuda-c1.json >> $L/sp-summary.txt 2>&1
   echo "eval_spec cuda concurrency 1 rc $?" >> $L/sp-summary.txt
   fi
-  timeout 300 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 \
+  timeout 300 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS \
     --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64 \
     --context-lens 8192 --prefill-lens "" --spec-tokens 3,7 --spec-drafter bench/configs/minimax-m3.1/dspark \
     --iters 5 --warmup 2 --json > $OUT/bench-latency-spec.json 2> $L/bench-spec.log
@@ -236,7 +244,7 @@ if part prefill; then
   if [[ -n "${BASELINE:-}" ]]; then
     python3 -c "import tarfile; tarfile.open('$BASELINE/baseline-pack.txz').extractall('$BASELINE')"
   fi
-  pf_lat=(bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers ${PF_LAYERS:-20} --device cuda
+  pf_lat=(bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers ${PF_LAYERS:-$M3_LAYERS} --device cuda
           --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1 --context-lens 8192
           --prefill-lens ${PF_LENS:-8192} --chunk-size ${PF_CHUNK:-8192} --iters 3 --warmup 1 --json)
   for side in new base; do
@@ -300,7 +308,7 @@ fi
 if part batch-invariant; then
 if [[ ! -f $OUT/bench-latency-8192.json ]]; then
   # The cost needs the same shape without the flag; the main part writes it with more batches.
-  timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 \
+  timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS \
     --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,64 \
     --context-lens 8192 --prefill-lens 8192 --iters 4 --warmup 1 --no-op-breakdown --json \
     > $OUT/bench-latency-8192.json 2> $L/bench.log
@@ -314,7 +322,7 @@ echo "batch-invariant ops: $(grep -c '^ok ' $L/bi-ops.log) ok, $(grep -c '^FAIL'
 grep '^FAIL' $L/bi-ops.log | head -10 >> $L/bi-summary.txt
 PREBUILT=$P OUT=$L/d TIME_BUDGET=160 DETERMINISM_TIMEOUT=150 scripts/gpu-check-model.sh determinism 2>&1 |
   grep -E '^determinism|^(FAIL|ERROR):' >> $L/bi-summary.txt
-timeout 110 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 --device cuda \
+timeout 110 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS --device cuda \
   --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,64 --context-lens 8192 \
   --prefill-lens 8192 --iters 4 --warmup 1 --no-op-breakdown --batch-invariant --json \
   > $OUT/bench-latency-8192-batch-invariant.json 2> $L/bench-batch-invariant.log
@@ -331,22 +339,22 @@ def times(j):
     return d
 a, b = times(plain), times(inv)
 parts = ["%s %.2f -> %.2f ms (x%.2f)" % (k, a[k], b[k], b[k] / a[k]) for k in b if k in a]
-print("batch-invariant cost decode/prefill (M3.1 20 layers, ctx 8192, nvfp4 KV): " + ("; ".join(parts) or "no common case"))
+print("batch-invariant cost decode/prefill (M3.1 M3_LAYERS layers, ctx 8192, nvfp4 KV): " + ("; ".join(parts) or "no common case"))
 PY
 fi
 if part trace; then
   # The decode step's kernels one by one: Nsight Compute's duration of every kernel of one graph
-  # replay (M3.1, 20 layers, 8K, NVFP4 KV; caches left warm, clocks as they run), summed per kernel
+  # replay (M3.1, M3_LAYERS layers, 8K, NVFP4 KV; caches left warm, clocks as they run), summed per kernel
   # name beside the bench's step time. The profiler runs each kernel alone, so short kernels
   # measure longer than inside the replay: the table ranks kernels, it does not time the gaps.
   for b in ${TRACE_BATCHES:-1 64}; do
-    timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers 20 \
+    timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS \
       --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes $b \
       --context-lens 8192 --prefill-lens "" --iters 5 --warmup 2 --no-op-breakdown --json \
       > $OUT/trace-step-b$b.json 2> $L/trace-step-b$b.log
     timeout 200 ncu --csv --print-kernel-base function --metrics gpu__time_duration.sum --cache-control none \
       --clock-control none $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy \
-      --num-layers 20 --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' \
+      --num-layers $M3_LAYERS --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' \
       --batch-sizes $b --context-lens 8192 --prefill-lens "" --iters 1 --warmup 0 --no-op-breakdown --json \
       > $L/trace-b$b.csv 2> $L/trace-ncu-b$b.log
     echo "trace b$b: ncu rc $?" >> $L/t-summary.txt

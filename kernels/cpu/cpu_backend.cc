@@ -13,6 +13,7 @@
 #include "formats/bf16.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/host_copy_rate.h"
 #include "ops/draft_heads.h"
 
 namespace m3 {
@@ -313,6 +314,7 @@ class CpuBackend final : public Backend {
     timed(copy_times_.to_host_s, [&] { save(copies.to_host_ahead); });
   }
   KvCopyTimes kv_copy_times() const override { return copy_times_; }
+  double measure_copy_rate(int64_t bytes, int repeats) override { return measure_host_copy_rate(bytes, repeats); }
 
  private:
   BackendConfig config_;

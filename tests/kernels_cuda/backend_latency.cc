@@ -25,7 +25,6 @@
 namespace m3::test {
 namespace {
 
-constexpr double kCopyBytesPerSecond = 4.2e12;  // measured H200 copy rate (docs/reference.md 8)
 
 // One decode step: `batch` requests of `context` tokens (the last one new), disjoint pages.
 StepBatch decode_step(int batch, int context, int block_size) {
@@ -74,6 +73,9 @@ void run_latency(const std::string& config_path, int layers, const std::string& 
 
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Backend> backend = make_cuda_backend();
+  const double copy_bytes_per_second = backend->measure_copy_rate(int64_t{1} << 28, 10);  // the floor's rate
+  std::printf("floors at this GPU's copy rate: %.2f TB/s (a device-to-device copy of 256 MiB)\n",
+              copy_bytes_per_second / 1e12);
   ModelWeights weights = place_weights(make_dummy_weights(config, 1), *backend);
   const LinearWeight lm_head = weights.lm_head;
   std::printf("dummy M3.1 weights, %d layers: %.1f s to build and upload\n", layers,
@@ -119,7 +121,7 @@ void run_latency(const std::string& config_path, int layers, const std::string& 
     cuda::check_cuda(cudaDeviceSynchronize(), "lm_head");
     const double head_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count() / iters;
     const double layer_us = (step_ms - head_ms) * 1e3 / layers;
-    const double floor_us = layer_floor_bytes(config, c.batch, c.context) / kCopyBytesPerSecond * 1e6;
+    const double floor_us = layer_floor_bytes(config, c.batch, c.context) / copy_bytes_per_second * 1e6;
     std::printf("%8d %6d %10.3f %10.3f %12.1f %12.1f %8.2f\n", c.context, c.batch, step_ms, head_ms, layer_us,
                 floor_us, layer_us / floor_us);
     std::fflush(stdout);

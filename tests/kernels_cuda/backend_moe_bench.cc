@@ -30,7 +30,6 @@ using cuda::detail::WeightView;
 
 constexpr int kHidden = 6144, kInter = 3072, kExperts = 128, kTopK = 4;
 constexpr float kNvfp4Divisor = 21504.0f;
-constexpr double kCopyBytesPerUs = 4.2e6;  // the measured H200 copy rate, 4.2 TB/s
 
 // A device weight of constant codes (timing only): NVFP4 codes 0x5a (3 and -1) with group scale
 // 0.5, or MXFP8 codes 0x38 (1.0) with block scale 2^-7.
@@ -81,6 +80,9 @@ struct Scratch {
 void run_moe_bench(const std::vector<int>& token_counts) {
   std::mt19937_64 rng(11);
   auto backend = make_cuda_backend();
+  // The "x floor" columns: bytes at this GPU's copy rate, measured now.
+  const double copy_bytes_per_us = backend->measure_copy_rate(int64_t{1} << 28, 10) / 1e6;
+  std::printf("floors at this GPU's copy rate: %.2f TB/s (a device-to-device copy of 256 MiB)\n", copy_bytes_per_us / 1e6);
   configure(*backend, {"moe bench", kHidden, 64, 4, 128, 4, 128, 128, 16, 1, 0, 64});
   MlpWeights mlp;
   mlp.gate = constant_weight(kInter, kHidden, WeightFormat::kMxfp8);
@@ -287,11 +289,11 @@ void run_moe_bench(const std::vector<int>& token_counts) {
       total_us += step_us[i];
       total_bytes += step_bytes[i];
       std::printf("%6d %-24s %9.1f %9.2f %9.0f %9.2f %9.1f\n", tokens, step_names[i], step_us[i],
-                  step_bytes[i] / 1e6, step_bytes[i] / step_us[i] / 1e3, step_us[i] / (step_bytes[i] / kCopyBytesPerUs),
+                  step_bytes[i] / 1e6, step_bytes[i] / step_us[i] / 1e3, step_us[i] / (step_bytes[i] / copy_bytes_per_us),
                   step_flops[i] / step_us[i] / 1e6);
     }
     std::printf("%6d %-24s %9.1f %9.2f %9.0f %9.2f  (%d distinct experts, %d-row items)\n", tokens, "sum of kernels",
-                total_us, total_bytes / 1e6, total_bytes / total_us / 1e3, total_us / (total_bytes / kCopyBytesPerUs),
+                total_us, total_bytes / 1e6, total_bytes / total_us / 1e3, total_us / (total_bytes / copy_bytes_per_us),
                 distinct, item_rows);
     // One of the steps again on another kernel: an untimed launch first (with lazy module
     // loading the first launch of a kernel loads it), then kIters timed with events.
@@ -305,7 +307,7 @@ void run_moe_bench(const std::vector<int>& token_counts) {
       check_cuda(cudaEventElapsedTime(&ms, ev[0], ev[1]), "bench event time");
       const double us = 1e3 * ms / kIters;
       std::printf("%6d %-24s %9.1f %9.2f %9.0f %9.2f %9.1f\n", tokens, label, us, step_bytes[step] / 1e6,
-                  step_bytes[step] / us / 1e3, us / (step_bytes[step] / kCopyBytesPerUs), step_flops[step] / us / 1e6);
+                  step_bytes[step] / us / 1e3, us / (step_bytes[step] / copy_bytes_per_us), step_flops[step] / us / 1e6);
     };
     // The routed experts on the skinny kernel (the streamed one off), for comparison.
     if (gu.table_streamed_ok && item_rows == 16) {
@@ -341,7 +343,7 @@ void run_moe_bench(const std::vector<int>& token_counts) {
     const double op_us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kIters;
     std::printf("%6d %-24s %9.1f %9.2f %9.0f %9.2f\n", tokens, "backend moe op (host)", op_us, total_bytes / 1e6,
-                total_bytes / op_us / 1e3, op_us / (total_bytes / kCopyBytesPerUs));
+                total_bytes / op_us / 1e3, op_us / (total_bytes / copy_bytes_per_us));
     // The same op timed with events on the backend's stream (what a step pays: the shared expert
     // runs on a forked stream beside route + routed experts, joined before the combine).
     const cudaStream_t op_stream = static_cast<cudaStream_t>(cuda_backend_stream(*backend));
@@ -353,7 +355,7 @@ void run_moe_bench(const std::vector<int>& token_counts) {
     check_cuda(cudaEventElapsedTime(&op_ms, ev[0], ev[1]), "bench event time");
     const double event_us = 1e3 * op_ms / kIters;
     std::printf("%6d %-24s %9.1f %9.2f %9.0f %9.2f\n", tokens, "backend moe op (events)", event_us,
-                total_bytes / 1e6, total_bytes / event_us / 1e3, event_us / (total_bytes / kCopyBytesPerUs));
+                total_bytes / 1e6, total_bytes / event_us / 1e3, event_us / (total_bytes / copy_bytes_per_us));
   }
   for (cudaEvent_t& e : ev) check_cuda(cudaEventDestroy(e), "bench event");
   check_cuda(cudaStreamDestroy(stream), "bench stream");

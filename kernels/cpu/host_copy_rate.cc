@@ -1,4 +1,4 @@
-#include "app/host_bandwidth.h"
+#include "kernels/cpu/host_copy_rate.h"
 
 #include <omp.h>
 
@@ -9,10 +9,10 @@
 
 #include "core/error.h"
 
-namespace m3::app {
+namespace m3 {
 
-double measure_host_copy_bandwidth(int64_t buffer_bytes, int repeats) {
-  M3_CHECK(buffer_bytes >= (int64_t{1} << 20) && repeats >= 1, "host bandwidth: a buffer of {} bytes, {} repeats",
+double measure_host_copy_rate(int64_t buffer_bytes, int repeats) {
+  M3_CHECK(buffer_bytes >= (int64_t{1} << 20) && repeats >= 1, "host copy rate: a buffer of {} bytes, {} repeats",
            buffer_bytes, repeats);
   // Chunks of 1 MiB shared out statically, so each thread touches (first) and copies the same
   // pages every time: on a machine with several memory nodes each thread copies its own node's.
@@ -40,8 +40,8 @@ double measure_host_copy_bandwidth(int64_t buffer_bytes, int repeats) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, 2.0 * static_cast<double>(bytes) / s);
   }
-  M3_CHECK(to[bytes - 1] == from[bytes - 1], "host bandwidth: the copy did not land");
+  M3_CHECK(to[bytes - 1] == from[bytes - 1], "host copy rate: the copy did not land");
   return best;
 }
 
-}  // namespace m3::app
+}  // namespace m3
