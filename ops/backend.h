@@ -294,7 +294,8 @@ class Backend {
   // (far larger than its caches), the best of `repeats` timed copies after one untimed copy: the
   // rate a memory-bound step's floor is counted at (m3serve bench latency). The same count as the
   // "copy 4.2 TB/s" of an H200. CPU: the OpenMP threads of its loops copying host memory; CUDA: a
-  // device-to-device copy timed with events. Default: m3::Error.
+  // device-to-device copy timed with events, its buffers cut to a quarter of the free memory each.
+  // Default: m3::Error.
   virtual double measure_copy_rate(int64_t bytes, int repeats);
 
   // ---- sampling: ends the step ----

@@ -759,10 +759,18 @@ bool graph_shape(const StepBatch& b) {
 }
 
 // cudaMemcpyAsync between two fresh buffers on the backend's stream, after every op queued before
-// (the step's ops do not overlap it), timed with events.
+// (the step's ops do not overlap it), timed with events. The buffers take at most a quarter of the
+// free memory each (a model and its KV pool may leave little), and at least 64 MiB: still beyond
+// the 50 MB L2 of an H100 / H200, so the copy runs at the memory's speed.
 double CudaBackend::measure_copy_rate(int64_t bytes, int repeats) {
   M3_CHECK(bytes >= (int64_t{1} << 20) && repeats >= 1, "cuda copy rate: a buffer of {} bytes, {} repeats", bytes,
            repeats);
+  size_t free_bytes = 0, total_bytes = 0;
+  check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "copy rate: free memory");
+  constexpr int64_t kLeast = int64_t{64} << 20;
+  bytes = std::min<int64_t>(bytes, int64_t(free_bytes / 4) / 256 * 256);
+  M3_CHECK(bytes >= kLeast, "cuda copy rate: {:.0f} MiB free, too little for two buffers of 64 MiB",
+           free_bytes / 1048576.0);
   const Tensor from = cuda::device_tensor({bytes}, DType::kU8, "the copy rate's source");
   const Tensor to = cuda::device_tensor({bytes}, DType::kU8, "the copy rate's destination");
   const auto event = [] {
