@@ -12,7 +12,9 @@
 # for the call, take the files no check reads out of the index (`git rm -r -q --cached
 # tools/train/results models/minimax-m3-small/model.safetensors`, both paths appended to
 # .git/info/exclude: ~37 MiB less), carry the packs, then restore (`git reset -q HEAD <paths>` and
-# empty .git/info/exclude). Never commit in that state.
+# empty .git/info/exclude). Never commit in that state. The small model's checks (model-quick,
+# speculative) need its weights: carry $PREBUILT/small-model-pack.txz too (~27 MiB; the tree, the
+# two device packs and it make ~63 MiB, so not with a BASELINE), else they report "not run".
 # BASELINE=dir (optional): a second build (dir/baseline-pack.txz, made by `PREBUILT=dir
 # scripts/gpu-check-model.sh prepare`: bin/m3serve, tests/kernels_cuda/backend_check and
 # device-libs; e.g. the commit before a change, or the default options beside a build with
@@ -44,6 +46,11 @@ P=${PREBUILT:-build-gpu-backend}
 for pack in "$P"/device-pack*.txz; do
   [[ -f $pack ]] && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$pack" "$P"
 done
+# The small model's weights when carried apart (gpu-check-model.sh prepare's small-model-pack.txz),
+# back where the tree keeps them.
+if [[ -f $P/small-model-pack.txz && ! -f models/minimax-m3-small/model.safetensors ]]; then
+  python3 -c "import tarfile; tarfile.open('$P/small-model-pack.txz').extractall('.')"
+fi
 for f in bin/m3serve tests/kernels_cuda/backend_ops tests/kernels_cuda/backend_check; do
   if [[ ! -x $P/$f ]]; then
     echo "missing $P/$f: carry $P/device-pack-bin.txz (scripts/gpu-check-model.sh prepare)"
