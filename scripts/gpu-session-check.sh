@@ -20,6 +20,8 @@
 # device-libs; e.g. the commit before a change, or the default options beside a build with
 # other CMake options) runs the same bench latency right after, into
 # $OUT/bench-latency-8192-baseline.json, so that before and after are measured in one run.
+# dense = the dense projections at decode sizes, new vs BASELINE (op cases, bench linear / moe,
+# bench latency's 8K decode steps at batches 1-128: at most about 330 s).
 # PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 700 s with
 # every step at its timeout, 800 with BASELINE: typically 320 s); decode = main's decode benches
 # alone (8K and 128K, the per-op table; with BASELINE its 8K steps too: at most 300 s); batch-invariant = its op cases, the determinism
@@ -234,6 +236,56 @@ if part linear; then
       $P/tests/kernels_cuda/backend_check bench --only moe --tokens 64 > $OUT/ncu-streamed-sass.csv 2>&1
     echo "ncu streamed sass rc $?" >> $L/l-summary.txt
   fi
+fi
+if part dense; then
+  # The dense projections at decode sizes (the wgmma kernel from 65 rows), beside BASELINE's when
+  # given: the linear and swiglu op cases, backend_check bench --only linear (q_proj / o_proj at
+  # 96-256 rows) and --only moe at 1 and 128 tokens (the shared expert beside the routed ones), and
+  # bench latency's 8K decode steps at batches 1, 32, 96 and 128 (new with the op breakdown, base
+  # without; at most about 330 s).
+  for f in "linear " swiglu; do
+    timeout 100 $P/tests/kernels_cuda/backend_ops --filter "$f" > "$L/dense-ops-${f% }.log" 2>&1
+    echo "dense ops --filter '$f' rc $?: $(tail -1 "$L/dense-ops-${f% }.log")" >> $L/d-summary.txt
+    grep '^FAIL' "$L/dense-ops-${f% }.log" | head -5 >> $L/d-summary.txt
+  done
+  if [[ -n "${BASELINE:-}" ]]; then
+    python3 -c "import tarfile; tarfile.open('$BASELINE/baseline-pack.txz').extractall('$BASELINE')"
+  fi
+  dense_lat=(bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS --device cuda
+             --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,32,96,128
+             --context-lens 8192 --prefill-lens "" --iters 5 --warmup 2 --json)
+  for side in new base; do
+    bin=$P
+    if [[ $side == base ]]; then
+      [[ -n "${BASELINE:-}" ]] || continue
+      bin=$BASELINE
+    fi
+    export LD_LIBRARY_PATH=$PWD/$bin/device-libs:/usr/local/cuda/lib64
+    timeout 40 $bin/tests/kernels_cuda/backend_check bench --only linear > $OUT/dense-linear-$side.log 2>&1
+    echo "bench linear ($side) rc $?" >> $L/d-summary.txt
+    grep -E "^(q_proj|o_proj).* (96|128|192|256) " $OUT/dense-linear-$side.log | sed "s/^/$side /" >> $L/d-summary.txt
+    timeout 30 $bin/tests/kernels_cuda/backend_check bench --only moe --tokens 1,128 > $OUT/dense-moe-$side.log 2>&1
+    echo "bench moe ($side) rc $?" >> $L/d-summary.txt
+    grep -E "^ *128 .*(shared|sum of|moe op)" $OUT/dense-moe-$side.log | sed "s/^/$side /" >> $L/d-summary.txt
+    extra=(); [[ $side == base ]] && extra=(--no-op-breakdown)
+    timeout 90 $bin/bin/m3serve "${dense_lat[@]}" "${extra[@]}" > $OUT/dense-latency-$side.json 2> $L/dense-latency-$side.log
+    echo "bench latency 8K decode ($side) rc $?" >> $L/d-summary.txt
+  done
+  export LD_LIBRARY_PATH=$PWD/$P/device-libs:/usr/local/cuda/lib64
+  python3 - $OUT/dense-latency-new.json $OUT/dense-latency-base.json >> $L/d-summary.txt 2>&1 <<'PY'
+import json, sys
+def cases(path):
+    try:
+        return {r["batch"]: r for r in json.load(open(path)).get("decode", []) if r.get("status") == "ok"}
+    except (OSError, ValueError):
+        return {}
+new, base = cases(sys.argv[1]), cases(sys.argv[2])
+for b, r in sorted(new.items()):
+    ops = sorted(r.get("ops_ms", {}).items(), key=lambda kv: -kv[1])[:6]
+    before = f"{base[b]['step_ms']:.2f} ms" if b in base else "-"
+    print(f"  b{b}: {r['step_ms']:.2f} ms (x{r.get('floor_ratio', 0):.2f} at {r.get('floor_ms', 0):.2f} ms floor), base {before};"
+          " op ms (x own floor): " + ", ".join(f"{k} {v:.2f} ({r.get('ops_floor_ratio', {}).get(k, 0):.1f})" for k, v in ops))
+PY
 fi
 if part prefill; then
   # The prefill-shaped kernels (the wgmma GEMM, the tiled router) and an 8K prompt, beside
