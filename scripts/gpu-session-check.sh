@@ -67,6 +67,21 @@ fi
 export LD_LIBRARY_PATH=$PWD/$P/device-libs:/usr/local/cuda/lib64
 source scripts/nccl-env.sh  # NCCL_NVLS_ENABLE=0, the wheel's libnccl.so.2
 L=/tmp/logs; mkdir -p $L/c $L/h $L/n $L/s
+# The op cases of each filter (after the part's name and a timeout in seconds): a summary line
+# each, "<part> ops --filter 'F' rc R: backend_ops: ...", and its first failures.
+op_cases() {
+  local part=$1 limit=$2 f log; shift 2
+  for f in "$@"; do
+    log="$L/$part-ops-${f% }.log"
+    timeout "$limit" $P/tests/kernels_cuda/backend_ops --filter "$f" > "$log" 2>&1
+    echo "$part ops --filter '$f' rc $?: $(tail -1 "$log")" >> $L/$part-summary.txt
+    grep '^FAIL' "$log" | head -5 >> $L/$part-summary.txt
+  done
+}
+# BASELINE's pack, unpacked beside it (once is enough; a second call rewrites the same files).
+unpack_baseline() {
+  [[ -z "${BASELINE:-}" ]] || python3 -c "import tarfile; tarfile.open('$BASELINE/baseline-pack.txz').extractall('$BASELINE')"
+}
 # M3_LAYERS: the M3.1 layers of the decode benches and the trace; by default 20 where a GPU has
 # 120 GB or more (H200: 20 layers of routed experts take 82 GB) and 12 elsewhere (H100: 20 do not fit).
 gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
@@ -108,7 +123,7 @@ timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --lo
 echo "bench 128K rc $?" >> $L/b-summary.txt
 if [[ -n "${BASELINE:-}" ]]; then
   B=$BASELINE
-  python3 -c "import tarfile; tarfile.open('$B/baseline-pack.txz').extractall('$B')"
+  unpack_baseline
   LD_LIBRARY_PATH=$PWD/$B/device-libs:/usr/local/cuda/lib64 timeout 100 $B/bin/m3serve bench latency \
     --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS --device cuda --kv-cache-dtype nvfp4 \
     --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,32,64,128 --context-lens 8192 \
@@ -133,7 +148,7 @@ if part msa; then
     # The same prefill suite from BASELINE's msa_bench (a pack made since session 27 carries it):
     # the before/after of the prefill kernels in one call.
     if [[ -n "${BASELINE:-}" ]]; then
-      python3 -c "import tarfile; tarfile.open('$BASELINE/baseline-pack.txz').extractall('$BASELINE')"
+      unpack_baseline
       if [[ -x $BASELINE/tests/kernels_cuda/msa_bench ]]; then
         LD_LIBRARY_PATH=$PWD/$BASELINE/device-libs:/usr/local/cuda/lib64 timeout 60 \
           $BASELINE/tests/kernels_cuda/msa_bench --suite prefill --quick > $OUT/msa-bench-prefill-baseline.log 2>&1
@@ -243,14 +258,8 @@ if part dense; then
   # 96-256 rows) and --only moe at 1 and 128 tokens (the shared expert beside the routed ones), and
   # bench latency's 8K decode steps at batches 1, 32, 96 and 128 (new with the op breakdown, base
   # without; at most about 330 s).
-  for f in "linear " swiglu; do
-    timeout 100 $P/tests/kernels_cuda/backend_ops --filter "$f" > "$L/dense-ops-${f% }.log" 2>&1
-    echo "dense ops --filter '$f' rc $?: $(tail -1 "$L/dense-ops-${f% }.log")" >> $L/d-summary.txt
-    grep '^FAIL' "$L/dense-ops-${f% }.log" | head -5 >> $L/d-summary.txt
-  done
-  if [[ -n "${BASELINE:-}" ]]; then
-    python3 -c "import tarfile; tarfile.open('$BASELINE/baseline-pack.txz').extractall('$BASELINE')"
-  fi
+  op_cases dense 100 "linear " swiglu
+  unpack_baseline
   dense_lat=(bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS --device cuda
              --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,32,96,128
              --context-lens 8192 --prefill-lens "" --iters 5 --warmup 2 --json)
@@ -262,17 +271,17 @@ if part dense; then
     fi
     export LD_LIBRARY_PATH=$PWD/$bin/device-libs:/usr/local/cuda/lib64
     timeout 40 $bin/tests/kernels_cuda/backend_check bench --only linear > $OUT/dense-linear-$side.log 2>&1
-    echo "bench linear ($side) rc $?" >> $L/d-summary.txt
-    grep -E "^(q_proj|o_proj).* (96|128|192|256) " $OUT/dense-linear-$side.log | sed "s/^/$side /" >> $L/d-summary.txt
+    echo "bench linear ($side) rc $?" >> $L/dense-summary.txt
+    grep -E "^(q_proj|o_proj).* (96|128|192|256) " $OUT/dense-linear-$side.log | sed "s/^/$side /" >> $L/dense-summary.txt
     timeout 30 $bin/tests/kernels_cuda/backend_check bench --only moe --tokens 1,128 > $OUT/dense-moe-$side.log 2>&1
-    echo "bench moe ($side) rc $?" >> $L/d-summary.txt
-    grep -E "^ *128 .*(shared|sum of|moe op)" $OUT/dense-moe-$side.log | sed "s/^/$side /" >> $L/d-summary.txt
+    echo "bench moe ($side) rc $?" >> $L/dense-summary.txt
+    grep -E "^ *128 .*(shared|sum of|moe op)" $OUT/dense-moe-$side.log | sed "s/^/$side /" >> $L/dense-summary.txt
     extra=(); [[ $side == base ]] && extra=(--no-op-breakdown)
     timeout 90 $bin/bin/m3serve "${dense_lat[@]}" "${extra[@]}" > $OUT/dense-latency-$side.json 2> $L/dense-latency-$side.log
-    echo "bench latency 8K decode ($side) rc $?" >> $L/d-summary.txt
+    echo "bench latency 8K decode ($side) rc $?" >> $L/dense-summary.txt
   done
   export LD_LIBRARY_PATH=$PWD/$P/device-libs:/usr/local/cuda/lib64
-  python3 - $OUT/dense-latency-new.json $OUT/dense-latency-base.json >> $L/d-summary.txt 2>&1 <<'PY'
+  python3 - $OUT/dense-latency-new.json $OUT/dense-latency-base.json >> $L/dense-summary.txt 2>&1 <<'PY'
 import json, sys
 def cases(path):
     try:
@@ -294,15 +303,9 @@ if part prefill; then
   # full mode (their 2048-, 700- and 600-row cases run the wgmma kernel, the 300- and 2048-token MoE
   # the tensor-core router, the 4,101-token attention input warps that walk several rows), backend_check bench --only linear (2048 and 8192 rows) and --only moe (2048 and 8192
   # tokens; at 128, the shared expert on the streamed kernel's wide form and on the wgmma kernel),
-  # and bench latency's 8192-token prefill of 20 M3.1 layers (at most about 570 s).
-  for f in linear swiglu "moe " attention_input; do
-    timeout 110 $P/tests/kernels_cuda/backend_ops --filter "$f" > "$L/pf-ops-${f% }.log" 2>&1
-    echo "prefill ops --filter '$f' rc $?: $(tail -1 "$L/pf-ops-${f% }.log")" >> $L/pf-summary.txt
-    grep '^FAIL' "$L/pf-ops-${f% }.log" | head -5 >> $L/pf-summary.txt
-  done
-  if [[ -n "${BASELINE:-}" ]]; then
-    python3 -c "import tarfile; tarfile.open('$BASELINE/baseline-pack.txz').extractall('$BASELINE')"
-  fi
+  # and bench latency's 8192-token prefill of PF_LAYERS M3.1 layers (at most about 570 s).
+  op_cases prefill 110 linear swiglu "moe " attention_input
+  unpack_baseline
   pf_lat=(bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers ${PF_LAYERS:-$M3_LAYERS} --device cuda
           --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1 --context-lens 8192
           --prefill-lens ${PF_LENS:-8192} --chunk-size ${PF_CHUNK:-8192} --iters 3 --warmup 1 --json)
@@ -315,17 +318,17 @@ if part prefill; then
     if [[ -x $bin/tests/kernels_cuda/backend_check ]]; then
       LD_LIBRARY_PATH=$PWD/$libs:/usr/local/cuda/lib64 timeout 80 $bin/tests/kernels_cuda/backend_check bench --only linear \
         > $OUT/bench-linear-$side.log 2>&1
-      echo "bench linear ($side) rc $?" >> $L/pf-summary.txt
-      grep -E " (2048|8192) " $OUT/bench-linear-$side.log | sed "s/^/$side /" >> $L/pf-summary.txt
+      echo "bench linear ($side) rc $?" >> $L/prefill-summary.txt
+      grep -E " (2048|8192) " $OUT/bench-linear-$side.log | sed "s/^/$side /" >> $L/prefill-summary.txt
       LD_LIBRARY_PATH=$PWD/$libs:/usr/local/cuda/lib64 timeout 70 $bin/tests/kernels_cuda/backend_check bench --only moe \
         --tokens 128,2048,8192 > $OUT/bench-moe-$side.log 2>&1
-      echo "bench moe ($side) rc $?" >> $L/pf-summary.txt
-      grep -E "^ *(2048|8192) |^ *128 .*(shared|wgmma)" $OUT/bench-moe-$side.log | sed "s/^/$side /" >> $L/pf-summary.txt
+      echo "bench moe ($side) rc $?" >> $L/prefill-summary.txt
+      grep -E "^ *(2048|8192) |^ *128 .*(shared|wgmma)" $OUT/bench-moe-$side.log | sed "s/^/$side /" >> $L/prefill-summary.txt
     fi
     LD_LIBRARY_PATH=$PWD/$libs:/usr/local/cuda/lib64 timeout 90 $bin/bin/m3serve "${pf_lat[@]}" \
       > $OUT/bench-latency-prefill-$side.json 2> $L/pf-latency-$side.log
-    echo "bench latency prefill 8192 ($side) rc $?" >> $L/pf-summary.txt
-    python3 - $OUT/bench-latency-prefill-$side.json >> $L/pf-summary.txt 2>&1 <<'PY'
+    echo "bench latency prefill 8192 ($side) rc $?" >> $L/prefill-summary.txt
+    python3 - $OUT/bench-latency-prefill-$side.json >> $L/prefill-summary.txt 2>&1 <<'PY'
 import json, sys
 try:
     prefill = json.load(open(sys.argv[1])).get("prefill", [])
