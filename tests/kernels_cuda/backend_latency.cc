@@ -25,7 +25,6 @@
 namespace m3::test {
 namespace {
 
-
 // One decode step: `batch` requests of `context` tokens (the last one new), disjoint pages.
 StepBatch decode_step(int batch, int context, int block_size) {
   StepBatch b;
@@ -74,7 +73,7 @@ void run_latency(const std::string& config_path, int layers, const std::string& 
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Backend> backend = make_cuda_backend();
   const double copy_bytes_per_second = backend->measure_copy_rate(int64_t{1} << 28, 10);  // the floor's rate
-  std::printf("floors at this GPU's copy rate: %.2f TB/s (a device-to-device copy of 256 MiB)\n",
+  std::printf("floors at this GPU's copy rate: %.2f TB/s (a device-to-device copy)\n",
               copy_bytes_per_second / 1e12);
   ModelWeights weights = place_weights(make_dummy_weights(config, 1), *backend);
   const LinearWeight lm_head = weights.lm_head;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "formats/fp8_e4m3.h"
+#include "kernels/cuda/backend/cuda_backend.h"
 #include "kernels/cuda/msa.h"
 #include "tests/kernels_cuda/msa_bench_fill.h"
 #include "tests/kernels_cuda/msa_testing.h"
@@ -55,28 +56,10 @@ Device probe_device() {
   MSA_CUDA(cudaGetDeviceProperties(&p, dev));
   d.sms = p.multiProcessorCount;
   d.l2_bytes = p.l2CacheSize;
-  const size_t bytes = size_t(2) << 30;
-  DeviceMem a(bytes), b(bytes);
-  MSA_CUDA(cudaMemset(a.as(), 1, bytes));
-  cudaEvent_t e0, e1;
-  MSA_CUDA(cudaEventCreate(&e0));
-  MSA_CUDA(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int i = 0; i < 8; ++i) {
-    MSA_CUDA(cudaEventRecord(e0));
-    MSA_CUDA(cudaMemcpyAsync(b.as(), a.as(), bytes, cudaMemcpyDeviceToDevice));
-    MSA_CUDA(cudaEventRecord(e1));
-    MSA_CUDA(cudaEventSynchronize(e1));
-    float t;
-    MSA_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    if (i >= 2) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  d.copy_bps = 2.0 * bytes / (ms[ms.size() / 2] * 1e-3);
+  // The floor's rate every bench and bench latency use: the CUDA backend's timed copy.
+  d.copy_bps = make_cuda_backend()->measure_copy_rate(int64_t{1} << 30, 6);
   std::printf("device: %s, %d SMs, L2 %.0f MB, measured copy %.2f TB/s (read + write)\n", p.name, d.sms,
               d.l2_bytes / 1e6, d.copy_bps / 1e12);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   return d;
 }
 

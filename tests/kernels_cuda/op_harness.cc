@@ -172,7 +172,7 @@ int run_harness(const CaseList& cases, const HarnessOptions& opt) {
   double copy_bytes_per_second = 0;
   if (opt.perf) {
     copy_bytes_per_second = make_cuda_backend()->measure_copy_rate(int64_t{1} << 28, 10);
-    std::printf("%% copy: of this GPU's copy rate, %.2f TB/s (a device-to-device copy of 256 MiB)\n",
+    std::printf("%% copy: of this GPU's copy rate, %.2f TB/s (a device-to-device copy)\n",
                 copy_bytes_per_second / 1e12);
     std::printf("%-70s %10s %9s %7s %9s %7s\n", "case (CUDA backend)", "us", "GB/s", "% copy", "TFLOP/s", "% bf16");
   }
