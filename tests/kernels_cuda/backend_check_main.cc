@@ -116,7 +116,7 @@ void run_bench(const std::string& only, const std::vector<int>& tokens) {
   for (const Shape_& s : shapes) {
     if (!want("linear")) break;
     const LinearWeight w = random_device_linear(rng, s.n, s.k, s.format);
-    for (int rows : {1, 8, 16, 32, 64, 128, 2048, 8192}) {
+    for (int rows : {1, 8, 16, 32, 64, 96, 128, 192, 256, 2048, 8192}) {
       Tensor x = backend->alloc({rows, s.k}, DType::kBF16), y = backend->alloc({rows, s.n}, DType::kBF16);
       const double us = time_us([&] { backend->linear(x, w, y); }, rows >= 1024 ? 5 : 20, "linear bench");
       const double bytes = double(w.nbytes()) + 2.0 * rows * (s.k + s.n);

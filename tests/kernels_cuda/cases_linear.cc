@@ -139,31 +139,35 @@ constexpr float kAlpha = 1.702f, kLimit = 7.0f;
 
 class SwigluCase : public OpCase {
  public:
-  SwigluCase(FormatCase f, int rows) : f_(f), rows_(rows) {}
-  std::string name() const override { return fmt::format("swiglu_mlp {} rows {}", f_.name, rows_); }
-  Geometry geometry() const override { return mlp_geometry("mlp", kMlpHidden); }
+  SwigluCase(FormatCase f, int rows, int hidden = kMlpHidden, int inter = kMlpInter)
+      : f_(f), rows_(rows), hidden_(hidden), inter_(inter) {}
+  std::string name() const override {
+    const std::string size = hidden_ == kMlpHidden && inter_ == kMlpInter ? "" : fmt::format(" {}x{}", hidden_, inter_);
+    return fmt::format("swiglu_mlp {}{} rows {}", f_.name, size, rows_);
+  }
+  Geometry geometry() const override { return mlp_geometry("mlp", hidden_); }
   void build(std::mt19937_64& rng) override {
-    gate_ = random_weight(rng, "gate", kMlpInter, kMlpHidden, f_);
-    up_ = random_weight(rng, "up", kMlpInter, kMlpHidden, f_);
-    down_ = random_weight(rng, "down", kMlpHidden, kMlpInter, f_);
-    x_ = random_values(rng, size_t(rows_) * kMlpHidden, 1.5f);
+    gate_ = random_weight(rng, "gate", inter_, hidden_, f_);
+    up_ = random_weight(rng, "up", inter_, hidden_, f_);
+    down_ = random_weight(rng, "down", hidden_, inter_, f_);
+    x_ = random_values(rng, size_t(rows_) * hidden_, 1.5f);
   }
   BoundCase bind(Backend& b) const override {
-    const Tensor x = act_on_backend(b, x_, rows_, kMlpHidden);
+    const Tensor x = act_on_backend(b, x_, rows_, hidden_);
     const LinearWeight g = on_backend(b, gate_), u = on_backend(b, up_), d = on_backend(b, down_);
-    const Tensor out = b.alloc({rows_, kMlpHidden}, b.activation_storage_dtype());
+    const Tensor out = b.alloc({rows_, hidden_}, b.activation_storage_dtype());
     Backend* be = &b;
     return {[=] { be->swiglu_mlp(x, g, u, d, kAlpha, kLimit, out); }, [=] { return Outputs{{read_act(*be, out)}}; }};
   }
   std::vector<Check> checks() const override { return {relative_error("", 0, kTolGemm)}; }
   double bytes() const override {
-    return double(gate_.nbytes() + up_.nbytes() + down_.nbytes()) + 2.0 * 2 * rows_ * kMlpHidden;
+    return double(gate_.nbytes() + up_.nbytes() + down_.nbytes()) + 2.0 * 2 * rows_ * hidden_;
   }
-  double flops() const override { return 2.0 * rows_ * 3 * kMlpInter * kMlpHidden; }
+  double flops() const override { return 2.0 * rows_ * 3 * inter_ * hidden_; }
 
  private:
   FormatCase f_;
-  int rows_;
+  int rows_, hidden_, inter_;
   LinearWeight gate_, up_, down_;
   std::vector<float> x_;
 };
@@ -273,6 +277,17 @@ void add_linear_cases(CaseList& cases, bool quick) {
       cases.push_back(std::make_unique<LinearCase>(kFormats[f], 6144, 256, 150));
       cases.push_back(std::make_unique<LinearCase>(kFormats[f], 8192, 128, 100));
     }
+  // Split-K over a cluster (wgmma_k_splits): dense layers of 65-256 rows with at least 6144 weight
+  // rows in 48 tiles, K of 32 steps and more. 2080 = 32.5 steps: 33 steps split 17 + 16, the last
+  // one a K tail; 200 rows: one item of N 256. The SwiGLU pair at 128 rows (gate + up 6144 rows,
+  // K 2048) splits its fused gate/up launch.
+  if (!quick) {
+    for (int f : {0, 5, 7}) {
+      cases.push_back(std::make_unique<LinearCase>(kFormats[f], 6144, 2080, 128));
+      cases.push_back(std::make_unique<LinearCase>(kFormats[f], 6144, 4096, 200));
+    }
+    for (int f : {5, 7}) cases.push_back(std::make_unique<SwigluCase>(kFormats[f], 128, 2048, 3072));
+  }
   // MXFP8 block exponents from about 130 to 139: the exact expansion where a warp's blocks pass
   // 134, the fast one elsewhere (decode rows: skinny and streamed kernels; 300 rows: wgmma).
   for (int rows : quick ? std::vector<int>{20} : std::vector<int>{1, 20, 150, 300})

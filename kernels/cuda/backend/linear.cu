@@ -14,7 +14,8 @@
 //    with few feature slices also split K over a 2-CTA cluster, reduced through DSMEM).
 //  - wgmma (items of up to 256 rows: prefill, grouped experts of 64 rows and more (items of up to
 //    64 rows on its 64-row size, two CTAs an SM), dense layers of 65-256 rows with at least
-//    kWgmmaMinDenseWeightRows weight rows; linear_wgmma.cu): 128 weight rows x the
+//    kWgmmaMinDenseWeightRows weight rows, their K split over a cluster when the tiles are too
+//    few to fill the GPU; linear_wgmma.cu): 128 weight rows x the
 //    item's rows a CTA, raw weight bytes staged by cp.async and x rows by TMA (cp.async where they
 //    are gathered), the weights expanded to bf16 in registers as the MMA's A operand, x tiles read
 //    from shared memory (Hopper warpgroup MMAs with register A).

@@ -23,12 +23,15 @@
 //    permutes and expands them to bf16 pairs, for the next step while the tensor cores run this
 //    one (two register sets of fragments);
 //  - the group / block scales come from global memory two steps ahead, into registers.
+// A dense launch of few 128-feature tiles (decode batches of 65-256 rows) splits K over a cluster of
+// 2-4 CTAs, which add their sums through distributed shared memory in rank order (wgmma_k_splits).
 // The weights cross shared memory once, compressed, and an x tile serves 128 weight rows. Every
 // wgmma wait is a full one (wgmma.wait_group 0): a partial wait makes ptxas serialise the MMAs.
 // The fp32 sums leave through shared memory: whole output rows by consecutive lanes, and the
 // SwiGLU's per-element code in a loop (unrolled over a thread's 64 outputs it made the kernel 20%
 // slower, by instruction-cache misses). A version with a producer warpgroup (mbarrier ring,
 // setmaxnreg 40 / 232) measured 22% slower on an H100 (docs/gpu-backend-notes.md, "Session 29").
+#include <cooperative_groups.h>
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cudaTypedefs.h>
@@ -102,6 +105,14 @@ struct OutView {
   int n;  // output features
   uint16_t* out;
   int64_t stride;
+};
+
+// The K steps of 64 one CTA sums: all of them, or under split-K (a dense launch with too few
+// 128-feature tiles to fill the GPU, wgmma_k_splits) the rank's share of a cluster's; `splits`
+// CTAs of one cluster then add their sums in rank order (deterministic) before the epilogue.
+struct KRange {
+  int begin, count;  // global first step, steps
+  int splits, rank;
 };
 
 // Which items of a launch a kernel instance computes. A grouped launch of 256-row items runs
@@ -220,7 +231,9 @@ template <WeightKind F, bool kSwiglu, bool kTmaX, int kMaxN, int N>
 __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap* x_map, const LinearItem& item,
                                          const WeightView& w0, const WeightView& w1, uint8_t* smem,
                                          const OutView& o, uint32_t smem_base, TileShared<kMaxN>& ts, int n0,
-                                         int k_tiles) {
+                                         const KRange& kr) {
+  // kt below counts this CTA's steps (stage slots, barrier phases); kr.begin + kt is the global step.
+  const int k_tiles = kr.count;
   static_assert(N <= kMaxN, "an item's rows fit the instance");
   using L = RawLayout<F, kMaxN>;
   constexpr int kXRowsPerThread = TileSize<kMaxN>::kXRowsPerThread;
@@ -263,11 +276,11 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
             asm volatile(
                 "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
                     base + j * 64 * 128),
-                "l"(reinterpret_cast<uint64_t>(x_map)), "r"(kt * kStepK), "r"(item.row_begin + 64 * j), "r"(mbar_addr(bar))
+                "l"(reinterpret_cast<uint64_t>(x_map)), "r"((kr.begin + kt) * kStepK), "r"(item.row_begin + 64 * j), "r"(mbar_addr(bar))
                 : "memory");
         }
       }
-      const int kx = kt * kStepK + x_chunk * 8;
+      const int kx = (kr.begin + kt) * kStepK + x_chunk * 8;
       const bool k_valid = kx < a.k;
 #pragma unroll
       for (int i = 0; i < (kTmaX ? 0 : N / 32); i += 2) {
@@ -283,9 +296,9 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
 #pragma unroll
       for (int i = 0; i < kRawPerThread; ++i) {
         const int id = tid + i * kThreads, m = id / L::kChunks, ch = id % L::kChunks;
-        const bool valid = raw_row[i] != nullptr && kt * kStepK + ch * L::kChunkElems < a.k;
+        const bool valid = raw_row[i] != nullptr && (kr.begin + kt) * kStepK + ch * L::kChunkElems < a.k;
         cp_async16_or_zero(base + kXTileBytes + m * L::kPitch + ch * 16,
-                           valid ? static_cast<const void*>(raw_row[i] + int64_t(kt) * L::kBytes + ch * 16)
+                           valid ? static_cast<const void*>(raw_row[i] + int64_t(kr.begin + kt) * L::kBytes + ch * 16)
                                  : static_cast<const void*>(a.x),
                            valid);
       }
@@ -323,7 +336,7 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
   };
   auto load_scales = [&](int kt, uint32_t (&s)[2]) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) s[h] = kt < k_tiles ? step_scales<F>(scale_row[h], kt, a.k, scale_whole[h]) : 0u;
+    for (int h = 0; h < 2; ++h) s[h] = kt < k_tiles ? step_scales<F>(scale_row[h], kr.begin + kt, a.k, scale_whole[h]) : 0u;
   };
 
 #pragma unroll
@@ -378,25 +391,37 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int c = 0; c < 2; ++c) sums[(8 * jj + 2 * t + c) * kPitch + m0 + 8 * h] = d[4 * jj + 2 * h + c];
-  __syncthreads();
+  // Split-K: every CTA of the cluster holds its partial sums; rank r finishes outputs r, r + splits,
+  // ... (in blocks of kThreads), adding the ranks' sums in rank order.
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  if (kr.splits > 1) cluster.sync();
+  else __syncthreads();
   const float acc_mul = F == WeightKind::kNvfp4 ? float(1 << kNvfp4AccShift) : 1.0f;
   const OutScale os[2] = {OutScale::of(w0), kSwiglu ? OutScale::of(w1) : OutScale()};
   const int rows = item.row_count;
   constexpr int kFeatures = kSwiglu ? kTileRows / 2 : kTileRows;
-  for (int i = tid; i < rows * kFeatures; i += kThreads) {
+  for (int i = tid + kr.rank * kThreads; i < rows * kFeatures; i += kThreads * kr.splits) {
     const int tok = i / kFeatures, fl = i % kFeatures, f = n0 + fl;
     if (f >= o.n) continue;
-    const float* srow = sums + tok * kPitch;
+    // tile_row_source's rows: kStore feature fl; kSwiglu its gate row m (up is 8 further).
+    const int m = kSwiglu ? 16 * (fl >> 3) + (fl & 7) : fl;
     float v[NW];
-    if constexpr (kSwiglu) {
-      const int m = 16 * (fl >> 3) + (fl & 7);  // tile_row_source's gate row; up is 8 further
-      v[0] = srow[m] * acc_mul;
-      v[1] = srow[m + 8] * acc_mul;
-    } else {
-      v[0] = srow[fl] * acc_mul;
+#pragma unroll
+    for (int j = 0; j < NW; ++j) v[j] = sums[tok * kPitch + m + 8 * j];
+    if (kr.splits > 1) {  // rank 0's sums, then rank 1's, ...: the same order whichever rank adds
+#pragma unroll
+      for (int j = 0; j < NW; ++j) v[j] = cluster.map_shared_rank(sums, 0)[tok * kPitch + m + 8 * j];
+      for (int r = 1; r < kr.splits; ++r) {
+        const float* peer = cluster.map_shared_rank(sums, r);
+#pragma unroll
+        for (int j = 0; j < NW; ++j) v[j] += peer[tok * kPitch + m + 8 * j];
+      }
     }
+#pragma unroll
+    for (int j = 0; j < NW; ++j) v[j] *= acc_mul;
     o.out[int64_t(item.row_begin + tok) * o.stride + f] = f32_to_bf16_bits(epilogue_value<kSwiglu>(a, os, v));
   }
+  if (kr.splits > 1) cluster.sync();  // the peers' sums stay until every rank has read them
 }
 
 template <WeightKind F, bool kSwiglu, bool kTmaX, int kMaxN>
@@ -417,6 +442,13 @@ __global__ void __launch_bounds__(kThreads, TileSize<kMaxN>::kMinCtasPerSm)
   TileShared<kMaxN>& ts = *reinterpret_cast<TileShared<kMaxN>*>(smem + kStages * L::kStageBytes);
   const int tid = threadIdx.x;
   const int k_tiles = (a.k + kStepK - 1) / kStepK;
+  // Split-K: the cluster's CTAs (along z) share the K steps out evenly, the first ones one more.
+  KRange kr{0, k_tiles, int(gridDim.z), int(blockIdx.z)};
+  if (kr.splits > 1) {
+    const int per = k_tiles / kr.splits, extra = k_tiles % kr.splits;
+    kr.begin = kr.rank * per + min(kr.rank, extra);
+    kr.count = per + (kr.rank < extra ? 1 : 0);
+  }
   int tile = blockIdx.x;
   WeightView w0;
   OutView o;
@@ -454,14 +486,14 @@ __global__ void __launch_bounds__(kThreads, TileSize<kMaxN>::kMinCtasPerSm)
   // N: the item's rows rounded up to 64 (the same choice in every warp of the CTA).
   const int rows = item.row_count;
   if constexpr (kMaxN == 64) {
-    run_tile<F, kSwiglu, kTmaX, 64, 64>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, k_tiles);
+    run_tile<F, kSwiglu, kTmaX, 64, 64>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, kr);
   } else {
-    if (rows <= 64) run_tile<F, kSwiglu, kTmaX, kMaxN, 64>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, k_tiles);
+    if (rows <= 64) run_tile<F, kSwiglu, kTmaX, kMaxN, 64>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, kr);
     else if (rows <= 128)
-      run_tile<F, kSwiglu, kTmaX, kMaxN, 128>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, k_tiles);
+      run_tile<F, kSwiglu, kTmaX, kMaxN, 128>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, kr);
     else if (rows <= 192)
-      run_tile<F, kSwiglu, kTmaX, kMaxN, 192>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, k_tiles);
-    else run_tile<F, kSwiglu, kTmaX, kMaxN, 256>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, k_tiles);
+      run_tile<F, kSwiglu, kTmaX, kMaxN, 192>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, kr);
+    else run_tile<F, kSwiglu, kTmaX, kMaxN, 256>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, kr);
   }
 }
 
@@ -497,12 +529,50 @@ bool encode_x_map(const LinearArgs& a, CUtensorMap* map) {
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// grid.z > 1: split-K, one cluster of grid.z CTAs along z per tile.
 template <WeightKind F, bool kSwiglu, int kMaxN>
 void launch_size(const LinearArgs& a, const CUtensorMap& x_map, bool tma, dim3 grid, ItemSizes sizes,
                  cudaStream_t stream) {
   constexpr int smem = RawLayout<F, kMaxN>::kSmemBytes;
-  if (tma) launch_kernel(wgmma_linear_kernel<F, kSwiglu, true, kMaxN>, grid, kThreads, smem, stream, a, x_map, sizes);
-  else launch_kernel(wgmma_linear_kernel<F, kSwiglu, false, kMaxN>, grid, kThreads, smem, stream, a, x_map, sizes);
+  const auto kernel = tma ? wgmma_linear_kernel<F, kSwiglu, true, kMaxN> : wgmma_linear_kernel<F, kSwiglu, false, kMaxN>;
+  if (grid.z == 1) {
+    launch_kernel(kernel, grid, kThreads, smem, stream, a, x_map, sizes);
+    return;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  cfg.attrs = attr;
+  attr[0] = {};
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = grid.z;
+  cfg.numAttrs = 1;
+  add_programmatic_launch(cfg, attr);
+  cudaLaunchKernelEx(&cfg, kernel, a, x_map, sizes);
+}
+
+// Split-K for a dense launch of 256-row items whose 128-feature tiles leave SMs idle (decode
+// batches of 65-256 rows: M3.1's o_proj has 48 tiles for 132 SMs, and one CTA walks all 128 of
+// its K steps): the most splits, up to kMaxKSplits, that keep the grid one wave at one CTA an SM
+// and give every split at least kMinSplitSteps steps. Grouped launches (experts) have CTAs enough.
+constexpr int kMaxKSplits = 4;
+constexpr int kMinSplitSteps = 16;
+int wgmma_k_splits(const LinearArgs& a, int ctas) {
+  if (a.items != nullptr || a.item_rows <= 64) return 1;
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 1;
+  const int k_tiles = (a.k + kStepK - 1) / kStepK;
+  int splits = 1;
+  while (splits < kMaxKSplits && int64_t(ctas) * (splits + 1) <= sms && k_tiles >= kMinSplitSteps * (splits + 1))
+    ++splits;
+  return splits;
 }
 
 template <WeightKind F, bool kSwiglu>
@@ -514,7 +584,7 @@ cudaError_t launch_kind(const LinearArgs& a, int items, cudaStream_t stream) {
     const LinearSegment& last = a.seg[a.num_segments - 1];
     tiles = last.tile_begin + (last.n + features - 1) / features;
   }
-  const dim3 grid(tiles, items);
+  const dim3 grid(tiles, items, wgmma_k_splits(a, tiles * items));
   CUtensorMap x_map{};
   const bool tma = encode_x_map(a, &x_map);
   if (a.item_rows <= 64) {
