@@ -65,8 +65,8 @@ class TimingBackend final : public Backend {
   void copy_to_host_f32(const Tensor& src, float* dst) override {
     timed("copy_logits_to_host", [&] { inner_.copy_to_host_f32(src, dst); }, [&] { return 2 * tensor_bytes(src); });
   }
-  void sample(const Tensor& logits, const SampleBatch& rows, int32_t* ids) override {
-    timed("sample", [&] { inner_.sample(logits, rows, ids); }, [&] { return tensor_bytes(logits); });
+  void sample(const Tensor& logits, const SampleBatch& rows, int32_t* ids, RowLogprobs* logprobs) override {
+    timed("sample", [&] { inner_.sample(logits, rows, ids, logprobs); }, [&] { return tensor_bytes(logits); });
   }
   // The step's sequence lengths are kept for the KV bytes of the attention ops.
   void plan(const StepBatch& batch) override {

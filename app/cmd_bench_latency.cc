@@ -400,7 +400,7 @@ nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const Dec
   // The serving path's step: forward, greedy sampling on the backend, the ids' copy (the one sync).
   const SampleBatch greedy = greedy_rows(batch);
   std::vector<int32_t> ids(size_t(c.batch));
-  const auto step = [&] { m.runner->forward_sample(batch, greedy, ids.data(), {}, nullptr); };
+  const auto step = [&] { m.runner->forward_sample(batch, greedy, ids.data(), nullptr, {}, nullptr); };
   const double step_s = median(time_runs(o.warmup, o.iters, step));
   const double weight_bytes = m.weights.touched(c.batch);
   const double kv_bytes = decode_kv_bytes(config, m.model->kv_layout(), c.batch, c.context);
@@ -444,7 +444,7 @@ nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const Dec
     const SampleBatch verify_rows = greedy_rows(verify);
     std::vector<int32_t> verify_ids(verify_rows.rows.size());
     const double verify_s = median(time_runs(o.warmup, o.iters, [&] {
-      m.runner->forward_sample(verify, verify_rows, verify_ids.data(), {}, nullptr);
+      m.runner->forward_sample(verify, verify_rows, verify_ids.data(), nullptr, {}, nullptr);
     }));
     v["step_ms"] = verify_s * 1e3;
     v["measured_breakeven_acceptance_length"] = verify_s / step_s;
@@ -456,7 +456,7 @@ nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const Dec
       // proposal step for every request (k drafts from a block of its block size).
       m.model->set_taps(m.drafter.get());
       const double with_taps_s = median(time_runs(o.warmup, o.iters, [&] {
-        m.runner->forward_sample(verify, verify_rows, verify_ids.data(), {}, nullptr);
+        m.runner->forward_sample(verify, verify_rows, verify_ids.data(), nullptr, {}, nullptr);
       }));
       std::vector<std::vector<int32_t>> tables(c.batch);
       std::vector<DSparkBlock> blocks(c.batch);

@@ -75,9 +75,9 @@ class LaneRunner final : public ModelRunner {
     inner_.forward(batch, logits);
   }
   void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
-                      const std::vector<int32_t>& host_rows, float* host_logits) override {
+                      RowLogprobs* logprobs, const std::vector<int32_t>& host_rows, float* host_logits) override {
     enter();
-    inner_.forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
+    inner_.forward_sample(batch, sampling, sampled_ids, logprobs, host_rows, host_logits);
   }
   void idle_step() override {
     enter();

@@ -210,47 +210,29 @@ void EngineLoop::fail_step(const std::vector<ScheduledSeq>& scheduled, const std
   }
 }
 
-void EngineLoop::compute_row_softmax() {
-  const std::size_t rows = host_rows_.size();
-  host_row_softmax_.assign(rows, RowLogSoftmax{});
-  std::vector<std::size_t> wanted;
-  for (std::size_t r = 0; r < rows; ++r)
-    if (host_row_top_k_[r] >= 0) wanted.push_back(r);
-  const auto run = [&](std::size_t first, std::size_t stride) {
-    for (std::size_t i = first; i < wanted.size(); i += stride) {
-      const std::size_t r = wanted[i];
-      host_row_softmax_[r] = row_log_softmax(
-          {logits_.data() + r * static_cast<std::size_t>(vocab_size_), static_cast<std::size_t>(vocab_size_)},
-          host_row_top_k_[r]);
-    }
-  };
-  // A row's result does not depend on the thread that computes it. Threads only where the rows
-  // outweigh starting them (a 200K-token row is ~1 ms on one core).
-  const std::size_t work = wanted.size() * static_cast<std::size_t>(vocab_size_);
-  const std::size_t threads =
-      std::min<std::size_t>({wanted.size(), std::max(1u, std::thread::hardware_concurrency()), 16});
-  if (threads < 2 || work < (std::size_t{1} << 19)) {
-    run(0, 1);
-    return;
-  }
-  std::vector<std::jthread> pool;  // joined on leaving
-  for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(run, t, threads);
-  run(0, threads);
-}
-
-PositionLogprobs EngineLoop::logprobs_of(int host_row, int32_t token) const {
-  M3_CHECK(host_row >= 0 && static_cast<std::size_t>(host_row) < host_row_softmax_.size() &&
-               host_row_top_k_[host_row] >= 0,
-           "logprobs asked of host row {}, which has none this step", host_row);
-  const std::span<const float> logits(logits_.data() + static_cast<std::size_t>(host_row) * vocab_size_,
-                                      static_cast<std::size_t>(vocab_size_));
-  return position_logprobs(logits, host_row_softmax_[host_row], token);
-}
-
-void EngineLoop::collect_prompt_logprobs(Sequence& seq, const SeqLogitsRows& rows, int first_host_row) {
+void EngineLoop::collect_prompt_logprobs(Sequence& seq, const SeqLogitsRows& rows, int first_logprob_row) {
   for (int j = 0; j < rows.num_prompt_rows; ++j) {
     const int pos = rows.first_prompt_pos + j;
-    seq.prompt_logprobs.push_back(logprobs_of(first_host_row + j, seq.tokens[pos + 1]));
+    seq.prompt_logprobs.push_back(position_logprobs(logprobs_[first_logprob_row + j], seq.tokens[pos + 1]));
+  }
+}
+
+void EngineLoop::add_logprob_rows(const Sequence& seq, const SeqLogitsRows& rows, int first_drawn, int32_t token,
+                                  SeqOutputs& out) {
+  const int top_k = seq.params().logprobs;
+  if (top_k < 0) return;
+  out.sample_logprob_row = static_cast<int>(sampling_.logprobs.size());
+  for (int j = 0; j <= rows.num_drafts; ++j) {
+    LogprobRow q;
+    q.logits_row = rows.sample_row + j;
+    q.top_k = top_k;
+    if (first_drawn < 0) {
+      q.token[0] = token;
+    } else {
+      q.drawn_by[0] = first_drawn + j;  // the row's own draw: a rejected draft's replacement, or the bonus token
+      if (j < rows.num_drafts) q.token[1] = seq.draft_tokens[static_cast<size_t>(j)];
+    }
+    sampling_.logprobs.push_back(q);
   }
 }
 
@@ -259,10 +241,13 @@ void EngineLoop::plan_outputs(std::size_t i, Sequence& seq) {
   SeqOutputs& out = outputs_[i];
   out = SeqOutputs();
   if (rows.num_prompt_rows > 0) {
-    out.first_prompt_host_row = static_cast<int>(host_rows_.size());
+    out.first_prompt_logprob_row = static_cast<int>(sampling_.logprobs.size());
     for (int j = 0; j < rows.num_prompt_rows; ++j) {
-      host_rows_.push_back(rows.first_prompt_row + j);
-      host_row_top_k_.push_back(seq.params().prompt_logprobs);
+      LogprobRow q;
+      q.logits_row = rows.first_prompt_row + j;
+      q.top_k = seq.params().prompt_logprobs;
+      q.token[0] = seq.tokens[static_cast<size_t>(rows.first_prompt_pos + j + 1)];
+      sampling_.logprobs.push_back(q);
     }
   }
   // advance() appends nothing once max_tokens is reached (max_tokens = 0: the prompt alone).
@@ -270,17 +255,19 @@ void EngineLoop::plan_outputs(std::size_t i, Sequence& seq) {
   const int k = rows.num_drafts;
   // Block verification and probabilistic drafts verify on the host, from the target's rows.
   const bool host_verify = k > 0 && (config_.speculative->rejection == RejectionMethod::kBlock || !seq.draft_rows.empty());
-  if (seq.params().logprobs >= 0 || host_verify) {
+  if (host_verify) {  // its logprobs too: the host computes them from these rows once it has the tokens
     out.sample_host_row = static_cast<int>(host_rows_.size());
-    for (int j = 0; j <= k; ++j) {
-      host_rows_.push_back(rows.sample_row + j);
-      host_row_top_k_.push_back(seq.params().logprobs);  // -1: the host verifier's row alone
-    }
+    for (int j = 0; j <= k; ++j) host_rows_.push_back(rows.sample_row + j);
+    if (seq.constraint)  // the host verifier masks the rows itself
+      add_mask_rows(seq, out, std::span<const int32_t>(seq.draft_tokens.data(), k), false);
+    return;
   }
-  if (host_verify && seq.constraint)  // the host verifier masks the rows itself
-    add_mask_rows(seq, out, std::span<const int32_t>(seq.draft_tokens.data(), k), false);
-  if (forced_token(seq) >= 0 || host_verify) return;
+  if (const int32_t forced = forced_token(seq); forced >= 0) {
+    add_logprob_rows(seq, rows, -1, forced, out);
+    return;
+  }
   out.sample_index = static_cast<int>(sampling_.rows.size());
+  add_logprob_rows(seq, rows, out.sample_index, -1, out);
   if (k > 0) {
     // Row j is drawn at output index + j with drafts [0, j) counted as outputs (penalties).
     SamplingState state = sampling_state(seq);
@@ -351,7 +338,7 @@ bool EngineLoop::start_output(Sequence& seq, RequestOutput& out) {
   return true;
 }
 
-bool EngineLoop::append_token(Sequence& seq, int32_t token, int host_row, RequestOutput& out) {
+bool EngineLoop::append_token(Sequence& seq, int32_t token, int logprob_row, RequestOutput& out) {
   const SamplingParams& p = seq.params();
   if (token < 0 || token >= vocab_size_) {  // a runner that broke its contract: fail this request only
     out.error = "sampling returned token " + std::to_string(token) + " outside the vocabulary";
@@ -364,7 +351,9 @@ bool EngineLoop::append_token(Sequence& seq, int32_t token, int host_row, Reques
     return true;
   }
   if (p.logprobs >= 0) {
-    out.logprobs.push_back(logprobs_of(host_row, token));
+    M3_CHECK(logprob_row >= 0 && static_cast<size_t>(logprob_row) < logprobs_.size(),
+             "request {}: no logprobs were computed for its token", seq.request.id);
+    out.logprobs.push_back(position_logprobs(logprobs_[static_cast<size_t>(logprob_row)], token));
   }
 
   seq.tokens.push_back(token);
@@ -390,7 +379,7 @@ bool EngineLoop::append_token(Sequence& seq, int32_t token, int host_row, Reques
   return true;
 }
 
-RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, int host_row, const std::string* mask_error) {
+RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, int logprob_row, const std::string* mask_error) {
   RequestOutput out = make_output(seq);
   if (!start_output(seq, out)) return out;
   if (mask_error && !mask_error->empty()) {  // the constraint could not say what may come next
@@ -399,7 +388,7 @@ RequestOutput EngineLoop::advance(Sequence& seq, int32_t sampled, int host_row, 
     return out;
   }
   const int32_t forced = forced_token(seq);
-  append_token(seq, forced >= 0 ? forced : sampled, host_row, out);
+  append_token(seq, forced >= 0 ? forced : sampled, logprob_row, out);
   return out;
 }
 
@@ -458,8 +447,14 @@ RequestOutput EngineLoop::advance_speculative(Sequence& seq, const SeqLogitsRows
 
   if (!start_output(seq, out)) return out;
   for (size_t j = 0; j < verified_.size(); ++j) {
-    const int host_row = outs.sample_host_row >= 0 ? outs.sample_host_row + static_cast<int>(j) : -1;
-    if (append_token(seq, verified_[j], host_row, out)) return out;
+    int logprob_row = outs.sample_logprob_row >= 0 ? outs.sample_logprob_row + static_cast<int>(j) : -1;
+    if (host_rows && seq.params().logprobs >= 0) {  // the host verifier's tokens: from its rows, here
+      const int32_t tokens[2] = {verified_[j], -1};
+      row_logprobs_reference(host_rows + j * static_cast<std::size_t>(vocab_size_), vocab_size_,
+                             seq.params().logprobs, tokens, logprobs_.emplace_back());
+      logprob_row = static_cast<int>(logprobs_.size()) - 1;
+    }
+    if (append_token(seq, verified_[j], logprob_row, out)) return out;
   }
   // The last token and the kept drafts have their KV; the blocks past the text held only
   // rejected drafts.
@@ -597,14 +592,14 @@ bool EngineLoop::step() {
   outputs_.resize(sched.scheduled.size());
   sampling_.clear();
   host_rows_.clear();
-  host_row_top_k_.clear();
   mask_requests_.clear();
   for (std::size_t i = 0; i < sched.scheduled.size(); ++i) plan_outputs(i, *sched.scheduled[i].seq);
   sampled_.assign(sampling_.rows.size(), -1);
+  logprobs_.assign(sampling_.logprobs.size(), RowLogprobs{});
   logits_.resize(host_rows_.size() * static_cast<std::size_t>(vocab_size_));
   start_masks();
   try {
-    runner_.forward_sample(plan_.batch, sampling_, sampled_.data(), host_rows_, logits_.data());
+    runner_.forward_sample(plan_.batch, sampling_, sampled_.data(), logprobs_.data(), host_rows_, logits_.data());
   } catch (const std::exception& e) {
     mask_worker_.wait();  // the constraints are the sequences'; nothing may still be filling
     M3_LOG_ERROR("engine step failed for {} request(s): {}", sched.scheduled.size(), e.what());
@@ -613,7 +608,6 @@ bool EngineLoop::step() {
   }
   mask_worker_.wait();  // a runner that sampled nothing never waited
   sampling_.masks_ready = nullptr;
-  compute_row_softmax();
 
   drafting_.clear();
   for (std::size_t i = 0; i < sched.scheduled.size(); ++i) {
@@ -622,7 +616,7 @@ bool EngineLoop::step() {
     const SeqOutputs& outs = outputs_[i];
     seq.num_computed_tokens += sched.scheduled[i].num_new_tokens - rows.num_drafts;  // drafts: once verified
     kv_.commit_computed(seq);
-    if (rows.num_prompt_rows > 0) collect_prompt_logprobs(seq, rows, outs.first_prompt_host_row);
+    if (rows.num_prompt_rows > 0) collect_prompt_logprobs(seq, rows, outs.first_prompt_logprob_row);
     if (rows.sample_row < 0) continue;
     RequestOutput out;
     if (rows.num_drafts > 0) {
@@ -630,7 +624,7 @@ bool EngineLoop::step() {
     } else {
       const int32_t sampled = outs.sample_index >= 0 ? sampled_[outs.sample_index] : -1;
       const std::string* mask_error = outs.mask_job >= 0 ? &mask_jobs_[outs.mask_job].error : nullptr;
-      out = advance(seq, sampled, outs.sample_host_row, mask_error);
+      out = advance(seq, sampled, outs.sample_logprob_row, mask_error);
     }
     seq.draft_tokens.clear();
     seq.draft_rows.clear();

@@ -57,23 +57,23 @@ class EngineLoop {
   struct SeqOutputs;
   void fail_step(const std::vector<ScheduledSeq>& scheduled, const std::string& message);
   // Decides what the runner must give back for scheduled sequence i: its SampleRow (unless the
-  // token is forced or none is due) and host logits rows (prompt logprobs, logprobs).
+  // token is forced or none is due), its logprob rows (prompt logprobs, logprobs) and host logits
+  // rows (the host's speculative verification).
   void plan_outputs(std::size_t i, Sequence& seq);
-  // After the forward: the token-free part of every host row that wants logprobs
-  // (host_row_softmax_), the rows side by side on host threads.
-  void compute_row_softmax();
-  // A host row's logprobs of `token`, from the part compute_row_softmax() gave the row.
-  PositionLogprobs logprobs_of(int host_row, int32_t token) const;
-  // Appends `sampled` (or the forced token), reports logprobs from host row `host_row` (the
-  // sampling row's host logits, or -1 when none were asked for) and checks stop conditions;
-  // returns the output for the sink.
+  // The logprob rows of the sampling row and its drafts' rows when the request wants logprobs:
+  // each asks about the id drawn for it (first_drawn + j, a row of sampling_) and, a draft's row,
+  // about its draft; or, first_drawn < 0, about `token` (a forced token).
+  void add_logprob_rows(const Sequence& seq, const SeqLogitsRows& rows, int first_drawn, int32_t token,
+                        SeqOutputs& out);
+  // Appends `sampled` (or the forced token), reports logprobs from logprobs_[logprob_row] (-1 when
+  // none were asked for) and checks stop conditions; returns the output for the sink.
   // `mask_error`: the constraint's failure to give this token's mask (the request fails), or null.
-  RequestOutput advance(Sequence& seq, int32_t sampled, int host_row, const std::string* mask_error);
+  RequestOutput advance(Sequence& seq, int32_t sampled, int logprob_row, const std::string* mask_error);
   // advance()'s work before any token: first-token bookkeeping, max_tokens = 0, prompt logprobs.
   // False when the request finished.
   bool start_output(Sequence& seq, RequestOutput& out);
   // Appends one token (checked) and checks stop conditions; true when the request finished.
-  bool append_token(Sequence& seq, int32_t token, int host_row, RequestOutput& out);
+  bool append_token(Sequence& seq, int32_t token, int logprob_row, RequestOutput& out);
   // A speculative request after the step: verification, then its kept drafts and next token.
   RequestOutput advance_speculative(Sequence& seq, const SeqLogitsRows& rows, const SeqOutputs& outs);
   // Whether the drafter may guess for this request, and how many tokens at most (0: none).
@@ -84,7 +84,7 @@ class EngineLoop {
   void propose_drafts();
   // Hands the step's constrained rows to the mask worker and makes the batch wait for them.
   void start_masks();
-  void collect_prompt_logprobs(Sequence& seq, const SeqLogitsRows& rows, int first_host_row);
+  void collect_prompt_logprobs(Sequence& seq, const SeqLogitsRows& rows, int first_logprob_row);
   void finish(Sequence& seq, RequestOutput& out, FinishReason reason);
   // Calls the sink; on a throwing sink the request is dropped (logged). Removes finished ones.
   // Returns whether the request is still in the engine.
@@ -101,8 +101,9 @@ class EngineLoop {
   // What the runner returns for the step: sampled ids and only the logits rows needed on the host.
   struct SeqOutputs {
     int sample_index = -1;        // into sampling_.rows / sampled_ (speculative: 1 + drafts rows from it)
-    int sample_host_row = -1;     // host logits row of the sampling row (logprobs; speculative: 1 + drafts rows)
-    int first_prompt_host_row = -1;
+    int sample_logprob_row = -1;  // into sampling_.logprobs / logprobs_: the sampling row's (speculative: 1 + drafts)
+    int sample_host_row = -1;     // host logits rows of the host's verification (1 + drafts rows)
+    int first_prompt_logprob_row = -1;  // into sampling_.logprobs / logprobs_
     int mask_job = -1;            // into mask_jobs_ (a constrained sampling row)
   };
   std::vector<SeqOutputs> outputs_;  // parallel to the schedule
@@ -111,12 +112,11 @@ class EngineLoop {
   void add_mask_rows(const Sequence& seq, SeqOutputs& out, std::span<const int32_t> drafts, bool sample_rows);
   SampleBatch sampling_;
   std::vector<int32_t> sampled_;
+  // The backend's answers to sampling_.logprobs, then those the host computes from host rows (a
+  // host verification's tokens, known only after it).
+  std::vector<RowLogprobs> logprobs_;
   std::vector<int32_t> host_rows_;  // indices into plan_.batch.logits_rows
   std::vector<float> logits_;       // [host_rows_.size(), vocab]
-  // Logprobs: per host row the top k its request asks for (-1: none), and each such row's
-  // token-free part (row_log_softmax), computed for all of them side by side after the forward.
-  std::vector<int> host_row_top_k_;
-  std::vector<RowLogSoftmax> host_row_softmax_;
   // The step's structured-output masks: the rows' constraints, filled beside the forward pass.
   struct MaskRequest {
     TokenConstraint* constraint;

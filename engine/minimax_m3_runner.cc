@@ -91,11 +91,11 @@ void MiniMaxM3Runner::forward(const StepBatch& batch, float* logits) {
 }
 
 void MiniMaxM3Runner::forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
-                                     const std::vector<int32_t>& host_rows, float* host_logits) {
-  if (!workers_) return ranks_[0]->forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
+                                     RowLogprobs* logprobs, const std::vector<int32_t>& host_rows, float* host_logits) {
+  if (!workers_) return ranks_[0]->forward_sample(batch, sampling, sampled_ids, logprobs, host_rows, host_logits);
   if (control_) control_->announce(StepKind::kForwardSample, batch);
   workers_->run([&](int r) {
-    if (r == 0) ranks_[0]->forward_sample(batch, sampling, sampled_ids, host_rows, host_logits);
+    if (r == 0) ranks_[0]->forward_sample(batch, sampling, sampled_ids, logprobs, host_rows, host_logits);
     else ranks_[r]->forward(batch, nullptr);
   });
 }

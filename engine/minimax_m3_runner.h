@@ -45,7 +45,7 @@ class MiniMaxM3Runner final : public ModelRunner {
   void forward(const StepBatch& batch, float* logits) override;
   // Samples on the model's backend (the CUDA backend: on the GPU, only ids and host_rows copied).
   void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
-                      const std::vector<int32_t>& host_rows, float* host_logits) override;
+                      RowLogprobs* logprobs, const std::vector<int32_t>& host_rows, float* host_logits) override;
   // A data-parallel-attention copy's part of its peers' step (MiniMaxM3::idle_step on each of its
   // ranks).
   void idle_step() override;

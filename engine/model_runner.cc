@@ -7,7 +7,7 @@
 namespace m3 {
 
 void ModelRunner::forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
-                                 const std::vector<int32_t>& host_rows, float* host_logits) {
+                                 RowLogprobs* logprobs, const std::vector<int32_t>& host_rows, float* host_logits) {
   const int vocab = vocab_size();
   const size_t rows = batch.logits_rows.size();
   std::vector<float> logits(rows * static_cast<size_t>(vocab));
@@ -19,6 +19,7 @@ void ModelRunner::forward_sample(const StepBatch& batch, const SampleBatch& samp
   }
   SampleWorkspace ws;
   sample_batch_reference(logits.data(), static_cast<int64_t>(rows), vocab, sampling, sampled_ids, ws);
+  logprobs_batch_reference(logits.data(), static_cast<int64_t>(rows), vocab, sampling, sampled_ids, logprobs);
 }
 
 void ModelRunner::copy_kv_blocks(const KvBlockCopies& copies) {

@@ -27,13 +27,14 @@ class ModelRunner {
   // logits for a token whatever else is in the batch. May throw m3::Error; the engine then fails
   // the step's requests and keeps serving.
   virtual void forward(const StepBatch& batch, float* logits) = 0;
-  // The step the engine runs: forward, then sampled_ids[i] for sampling.rows[i] (ops/sampling.h;
-  // SampleRow::logits_row indexes batch.logits_rows), and host_logits [host_rows.size(), vocab]
-  // holding the logits rows host_rows (indices into batch.logits_rows) for logprobs. A device
+  // The step the engine runs: forward, then sampled_ids[i] for sampling.rows[i] and logprobs[j]
+  // for sampling.logprobs[j] (ops/sampling.h; SampleRow::logits_row and LogprobRow::logits_row
+  // index batch.logits_rows), and host_logits [host_rows.size(), vocab] holding the logits rows
+  // host_rows (indices into batch.logits_rows) for the host's speculative verification. A device
   // runner samples where the logits are and copies only those rows. Default: forward() into a
   // host buffer and the reference (ops/sampling.h). Same contract on errors as forward().
   virtual void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
-                              const std::vector<int32_t>& host_rows, float* host_logits);
+                              RowLogprobs* logprobs, const std::vector<int32_t>& host_rows, float* host_logits);
   // Data-parallel lanes (EngineCore's second constructor): this lane's part of a step its peers
   // run while it has nothing scheduled (a model whose layers exchange with the other lanes' must
   // join every step). Default: nothing to join.

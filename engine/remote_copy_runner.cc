@@ -19,20 +19,25 @@ RemoteCopyRunner::RemoteCopyRunner(ControlGroup& channel, RemoteCopyGeometry geo
 void RemoteCopyRunner::forward(const StepBatch& batch, float* logits) {
   std::vector<int32_t> rows(batch.logits_rows.size());
   std::iota(rows.begin(), rows.end(), 0);
-  forward_sample(batch, SampleBatch{}, nullptr, rows, logits);
+  forward_sample(batch, SampleBatch{}, nullptr, nullptr, rows, logits);
 }
 
 void RemoteCopyRunner::forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
-                                      const std::vector<int32_t>& host_rows, float* host_logits) {
+                                      RowLogprobs* logprobs, const std::vector<int32_t>& host_rows,
+                                      float* host_logits) {
   const RemoteReply reply = channel_.run_remote_sample(batch, sampling, host_rows);
   if (!reply.error.empty())
     fail("copy {} (data-parallel rank {} on node {}): its step failed there: {}", geometry_.copy, geometry_.copy,
          geometry_.node, reply.error);
   const size_t logits = host_rows.size() * static_cast<size_t>(geometry_.vocab_size);
-  M3_CHECK(reply.ids.size() == sampling.rows.size() && reply.host_logits.size() == logits,
-           "copy {} on node {}: {} ids and {} logits back for {} rows to sample and {} logits rows", geometry_.copy,
-           geometry_.node, reply.ids.size(), reply.host_logits.size(), sampling.rows.size(), host_rows.size());
+  M3_CHECK(reply.ids.size() == sampling.rows.size() && reply.logprobs.size() == sampling.logprobs.size() &&
+               reply.host_logits.size() == logits,
+           "copy {} on node {}: {} ids, {} logprob rows and {} logits back for {} rows to sample, {} logprob rows and "
+           "{} logits rows",
+           geometry_.copy, geometry_.node, reply.ids.size(), reply.logprobs.size(), reply.host_logits.size(),
+           sampling.rows.size(), sampling.logprobs.size(), host_rows.size());
   if (sampled_ids) std::copy(reply.ids.begin(), reply.ids.end(), sampled_ids);
+  if (logprobs) std::copy(reply.logprobs.begin(), reply.logprobs.end(), logprobs);
   if (host_logits) std::copy(reply.host_logits.begin(), reply.host_logits.end(), host_logits);
   kv_copy_times_ = reply.kv_copy_times;
 }
@@ -99,9 +104,10 @@ RemoteCopyCounts serve_remote_copy(ControlGroup& channel, ModelRunner& runner, i
     if (command->kind == StepKind::kRemoteSample) {
       answer(channel, runner, [&](RemoteReply& reply) {
         reply.ids.resize(command->sampling.rows.size());
+        reply.logprobs.resize(command->sampling.logprobs.size());
         reply.host_logits.resize(command->host_rows.size() * static_cast<size_t>(runner.vocab_size()));
-        runner.forward_sample(command->step, command->sampling, reply.ids.data(), command->host_rows,
-                              reply.host_logits.data());
+        runner.forward_sample(command->step, command->sampling, reply.ids.data(), reply.logprobs.data(),
+                              command->host_rows, reply.host_logits.data());
       });
       ++n.steps;
       ++n.sampled;

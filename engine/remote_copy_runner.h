@@ -46,7 +46,7 @@ class RemoteCopyRunner final : public ModelRunner {
   // All of the batch's logits rows, through forward_sample with nothing to sample.
   void forward(const StepBatch& batch, float* logits) override;
   void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
-                      const std::vector<int32_t>& host_rows, float* host_logits) override;
+                      RowLogprobs* logprobs, const std::vector<int32_t>& host_rows, float* host_logits) override;
   void idle_step() override;
   int64_t num_host_kv_blocks() const override { return geometry_.num_host_kv_blocks; }
   int64_t kv_block_bytes() const override { return geometry_.kv_block_bytes; }

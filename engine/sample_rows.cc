@@ -5,6 +5,8 @@
 #include <limits>
 #include <numeric>
 
+#include "core/error.h"
+
 namespace m3 {
 namespace {
 
@@ -64,38 +66,16 @@ int32_t HostSampler::sample(std::span<const float> logits, const SamplingState& 
   return id;
 }
 
-RowLogSoftmax row_log_softmax(std::span<const float> logits, int k) {
-  RowLogSoftmax row;
-  float max_logit = kNegInf;
-  for (float x : logits) max_logit = std::max(max_logit, x);
-  double sum = 0.0;
-  for (float x : logits) sum += std::exp(static_cast<double>(x) - max_logit);
-  row.log_norm = max_logit + std::log(sum);
-  // The k best in one pass: ids come in ascending order, so a later id enters only with a strictly
-  // larger logit than the k-th kept (ties go to the lower id).
-  k = std::clamp(k, 0, static_cast<int>(logits.size()));
-  std::vector<int32_t>& top = row.top;
-  top.reserve(k);
-  for (int32_t id = 0; id < static_cast<int32_t>(logits.size()) && k > 0; ++id) {
-    const float x = logits[id];
-    if (static_cast<int>(top.size()) == k && !(x > logits[top.back()])) continue;
-    if (static_cast<int>(top.size()) == k) top.pop_back();
-    auto at = top.end();
-    while (at != top.begin() && x > logits[*(at - 1)]) --at;
-    top.insert(at, id);
-  }
-  return row;
-}
-
-PositionLogprobs position_logprobs(std::span<const float> logits, const RowLogSoftmax& row, int32_t token) {
-  auto logprob = [&](int32_t id) { return static_cast<float>(static_cast<double>(logits[id]) - row.log_norm); };
+PositionLogprobs position_logprobs(const RowLogprobs& row, int32_t token) {
+  const int t = row.token[0] == token ? 0 : row.token[1] == token ? 1 : -1;
+  M3_CHECK(t >= 0 && token >= 0, "logprobs of token {} asked of a row computed for tokens {} and {}", token,
+           row.token[0], row.token[1]);
   PositionLogprobs out;
   out.token_id = token;
-  out.logprob = logprob(token);
-  const float token_logit = logits[token];
-  out.rank = 1 + static_cast<int32_t>(std::count_if(logits.begin(), logits.end(), [&](float x) { return x > token_logit; }));
-  out.top.reserve(row.top.size());
-  for (int32_t id : row.top) out.top.push_back({id, logprob(id)});
+  out.logprob = row.logprob[t];
+  out.rank = row.rank[t];
+  out.top.reserve(static_cast<size_t>(row.num_top));
+  for (int i = 0; i < row.num_top; ++i) out.top.push_back({row.top_id[i], row.top_logprob[i]});
   return out;
 }
 

@@ -1,7 +1,7 @@
 // The engine's side of sampling: a request's state -> a SampleRow of the step's SampleBatch
 // (ops/sampling.h defines the semantics: mask -> logit bias -> penalties -> greedy | temperature -> min_p ->
-// top_k -> top_p -> draw; the backend samples the batch), and what the engine computes on the
-// host: logprobs, and one row by the reference (runners without a backend, tests).
+// top_k -> top_p -> draw; the backend samples the batch and answers its logprob rows), a backend's
+// logprobs -> a request's, and one row by the reference (runners without a backend, tests).
 // Logprobs are log_softmax of the raw logits (vLLM's default "raw_logprobs").
 #pragma once
 #include <cstdint>
@@ -33,27 +33,15 @@ SampleRow sample_row_params(const SamplingState& state, int32_t logits_row);
 // request's logit bias).
 void add_sample_row(SampleBatch& batch, int32_t logits_row, const SamplingState& state);
 
-// What a row's logprobs take that does not depend on the token: log of its softmax's
-// normaliser (max + log of the sum of exp, in double) and its k most likely ids (descending logit,
-// ties by lower id). This is the costly part, a pass of exp over the vocabulary (~1 ms a
-// 200K-token row on one core), so EngineLoop computes a step's rows side by side.
-struct RowLogSoftmax {
-  double log_norm = 0.0;
-  std::vector<int32_t> top;
-};
-RowLogSoftmax row_log_softmax(std::span<const float> logits, int k);
-// log_softmax(logits)[token], its rank and the top k, from the row's token-free part.
-PositionLogprobs position_logprobs(std::span<const float> logits, const RowLogSoftmax& row, int32_t token);
+// A request's logprobs of `token` from the backend's answer for its row (ops/sampling.h
+// RowLogprobs). m3::Error when the row was not asked about `token`.
+PositionLogprobs position_logprobs(const RowLogprobs& row, int32_t token);
 
 class HostSampler {
  public:
   // The token the backend would sample for `state` (the row add_sample_row builds, through
   // sample_batch_reference). `logits` is not modified.
   int32_t sample(std::span<const float> logits, const SamplingState& state);
-  // log_softmax(logits)[token], its rank, and the top k (k may be 0).
-  PositionLogprobs logprobs(std::span<const float> logits, int32_t token, int k) {
-    return position_logprobs(logits, row_log_softmax(logits, k), token);
-  }
 
  private:
   SampleBatch batch_;  // the one row of sample()

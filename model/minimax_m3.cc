@@ -424,7 +424,7 @@ void MiniMaxM3::forward(const StepBatch& batch, float* logits) {
 }
 
 void MiniMaxM3::forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
-                               const std::vector<int32_t>& host_rows, float* host_logits) {
+                               RowLogprobs* logprobs, const std::vector<int32_t>& host_rows, float* host_logits) {
   forward(batch, nullptr);
   const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());
   const int64_t vocab = config_.vocab_size;
@@ -437,11 +437,11 @@ void MiniMaxM3::forward_sample(const StepBatch& batch, const SampleBatch& sampli
     backend_.copy_to_host_f32(logits_.rows(host_rows[i], host_rows[j - 1] + 1), host_logits + int64_t(i) * vocab);
     i = j;
   }
-  if (sampling.rows.empty()) return;
+  if (sampling.rows.empty() && sampling.logprobs.empty()) return;
   for (const SampleRow& r : sampling.rows)
     M3_CHECK(r.logits_row >= 0 && r.logits_row < rows, "sampling row reads logits row {} of the step's {}",
              r.logits_row, rows);
-  backend_.sample(logits_.rows(0, rows), sampling, sampled_ids);
+  backend_.sample(logits_.rows(0, rows), sampling, sampled_ids, logprobs);
 }
 
 void MiniMaxM3::run_layers(int64_t t, int64_t rows) {

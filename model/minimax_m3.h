@@ -134,10 +134,11 @@ class MiniMaxM3 {
   void forward(const StepBatch& batch, float* logits);
   // One engine step that samples on the backend: forward, then the logits rows `host_rows`
   // (indices into batch.logits_rows, any order) to host_logits [host_rows.size(), vocab] (fp32),
-  // then sampled_ids[i] for sampling.rows[i] (SampleRow::logits_row indexes batch.logits_rows).
-  // Only those rows and the ids leave the device.
+  // then sampled_ids[i] for sampling.rows[i] and logprobs[j] for sampling.logprobs[j]
+  // (SampleRow::logits_row and LogprobRow::logits_row index batch.logits_rows). Only those rows,
+  // the ids and the logprobs leave the device.
   void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
-                      const std::vector<int32_t>& host_rows, float* host_logits);
+                      RowLogprobs* logprobs, const std::vector<int32_t>& host_rows, float* host_logits);
   // Data-parallel attention: this rank's part of a step its peers run while its copy has no tokens
   // of its own (the MoE layers' exchanges and its experts' work on the peers' tokens). Every rank
   // of the copy calls it for the same step (the copy's runner drives them together).

@@ -300,10 +300,12 @@ class Backend {
 
   // ---- sampling: ends the step ----
   // Samples every row of `batch` (ops/sampling.h semantics) from logits [rows, vocab] as the head
-  // wrote them (activation storage dtype), ids[i] for batch.rows[i] in host memory. The one op
-  // that waits for the device (the step's single synchronisation: only the ids come back).
-  // Default: copy the rows to the host and run the reference (backends override it).
-  virtual void sample(const Tensor& logits, const SampleBatch& batch, int32_t* ids);
+  // wrote them (activation storage dtype), ids[i] for batch.rows[i] in host memory, then answers
+  // every row of batch.logprobs, logprobs[j] for batch.logprobs[j] (null when there are none). The
+  // one op that waits for the device (the step's single synchronisation: only the ids and the
+  // logprobs come back). Default: copy the rows to the host and run the reference (backends
+  // override it).
+  virtual void sample(const Tensor& logits, const SampleBatch& batch, int32_t* ids, RowLogprobs* logprobs);
 };
 
 }  // namespace m3

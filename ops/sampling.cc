@@ -77,6 +77,73 @@ int32_t SampleBatch::add_allowed_row(int32_t words) {
   return row;
 }
 
+void check_logprob_rows(const SampleBatch& batch, int64_t num_rows, int32_t vocab) {
+  const auto drawn_rows = static_cast<int32_t>(batch.rows.size());
+  for (size_t j = 0; j < batch.logprobs.size(); ++j) {
+    const LogprobRow& q = batch.logprobs[j];
+    M3_CHECK(q.logits_row >= 0 && q.logits_row < num_rows, "logprobs: row {} reads logits row {} of {}", j,
+             q.logits_row, num_rows);
+    M3_CHECK(q.top_k >= 0 && q.top_k <= kMaxTopLogprobs, "logprobs: row {} asks for the top {} (0..{})", j, q.top_k,
+             kMaxTopLogprobs);
+    for (int t = 0; t < 2; ++t) {
+      M3_CHECK(q.drawn_by[t] >= -1 && q.drawn_by[t] < drawn_rows, "logprobs: row {} names the draw of row {} of {}",
+               j, q.drawn_by[t], drawn_rows);
+      M3_CHECK(q.drawn_by[t] >= 0 || (q.token[t] >= -1 && q.token[t] < vocab),
+               "logprobs: row {} asks about token {} of a vocabulary of {}", j, q.token[t], vocab);
+    }
+  }
+}
+
+void logprob_row_tokens(const LogprobRow& q, const int32_t* ids, int32_t (&tokens)[2]) {
+  for (int t = 0; t < 2; ++t) tokens[t] = q.drawn_by[t] >= 0 ? ids[q.drawn_by[t]] : q.token[t];
+}
+
+void row_logprobs_reference(const float* logits, int32_t vocab, int32_t top_k, const int32_t (&tokens)[2],
+                            RowLogprobs& out) {
+  float max_logit = kNegInf;
+  for (int32_t i = 0; i < vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+  double sum = 0.0;
+  for (int32_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max_logit);
+  const double log_norm = max_logit + std::log(sum);
+  const auto logprob = [&](int32_t id) { return static_cast<float>(static_cast<double>(logits[id]) - log_norm); };
+  out = RowLogprobs{};
+  for (int t = 0; t < 2; ++t) {
+    const int32_t token = tokens[t];
+    out.token[t] = token;
+    if (token < 0 || token >= vocab) continue;  // none (a drawn id is always inside)
+    out.logprob[t] = logprob(token);
+    const float x = logits[token];
+    out.rank[t] = 1 + static_cast<int32_t>(std::count_if(logits, logits + vocab, [&](float y) { return y > x; }));
+  }
+  // The k best in one pass over ascending ids, kept sorted: a later id enters only when it beats the
+  // k-th kept. "Beats": a larger logit, NaN below everything (so a lower id wins every tie).
+  const auto beats = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (std::isnan(logits[b]) && !std::isnan(logits[a])); };
+  const int k = std::min(top_k, vocab);
+  out.num_top = k;
+  int n = 0;
+  for (int32_t id = 0; id < vocab && k > 0; ++id) {
+    if (n == k && !beats(id, out.top_id[k - 1])) continue;
+    int at = n == k ? k - 1 : n++;
+    while (at > 0 && beats(id, out.top_id[at - 1])) {
+      out.top_id[at] = out.top_id[at - 1];
+      --at;
+    }
+    out.top_id[at] = id;
+  }
+  for (int i = 0; i < k; ++i) out.top_logprob[i] = logprob(out.top_id[i]);
+}
+
+void logprobs_batch_reference(const float* logits, int64_t num_rows, int32_t vocab, const SampleBatch& batch,
+                              const int32_t* ids, RowLogprobs* out) {
+  check_logprob_rows(batch, num_rows, vocab);
+  for (size_t j = 0; j < batch.logprobs.size(); ++j) {
+    const LogprobRow& q = batch.logprobs[j];
+    int32_t tokens[2];
+    logprob_row_tokens(q, ids, tokens);
+    row_logprobs_reference(logits + q.logits_row * int64_t(vocab), vocab, q.top_k, tokens, out[j]);
+  }
+}
+
 // Two passes: an 8-lane max the compiler turns into SIMD (a host-side 200K-vocab argmax per
 // request and step must cost microseconds), then the first index holding it.
 int32_t argmax_reference(const float* values, int64_t n) {

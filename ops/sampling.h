@@ -49,8 +49,38 @@ M3_HD bool sample_row_penalised(const SampleRow& r) {
   return r.repetition_penalty != 1.0f || r.frequency_penalty != 0.0f || r.presence_penalty != 0.0f;
 }
 
+// ---- Logprobs ----
+// vLLM's raw logprobs: log_softmax of a logits row as the head wrote it (no mask, bias, penalty or
+// temperature). The backend computes them beside the draw, so a step's logprobs leave the device as
+// a few numbers per row instead of the row (~200K floats). log_softmax(x)[i] = x[i] - log_norm with
+// log_norm = max + log(sum exp(x - max)); the reference sums in double, a device may sum exps of
+// floats (the logprobs are floats either way).
+inline constexpr int kMaxTopLogprobs = 20;  // OpenAI's top_logprobs limit, also vLLM's default
+
+// A logits row whose logprobs are wanted: its top_k most likely ids, and the logprob and rank of up
+// to two tokens. Token j is an id known when the batch is built (token[j] >= 0), or the id the same
+// batch draws for rows[drawn_by[j]] (drawn_by[j] >= 0, token[j] then ignored), or none (both -1).
+// Two because a speculative verification row emits either its draft or its own draw.
+struct LogprobRow {
+  int32_t logits_row = 0;
+  int32_t top_k = 0;  // 0..kMaxTopLogprobs
+  int32_t token[2] = {-1, -1};
+  int32_t drawn_by[2] = {-1, -1};
+};
+
+// A LogprobRow's answer. Plain words (it travels as its bytes between nodes).
+struct RowLogprobs {
+  int32_t token[2] = {-1, -1};  // the tokens asked about (drawn ids filled in), -1 for none
+  float logprob[2] = {0.0f, 0.0f};
+  int32_t rank[2] = {0, 0};     // 1 + number of ids with a strictly larger logit (vLLM's rank)
+  int32_t num_top = 0;
+  int32_t top_id[kMaxTopLogprobs] = {};  // the most likely ids: descending logit, ties by lower id, NaN last
+  float top_logprob[kMaxTopLogprobs] = {};
+};
+
 struct SampleBatch {
   std::vector<SampleRow> rows;
+  std::vector<LogprobRow> logprobs;  // rows whose logprobs are wanted (any logits row, drawn or not)
   std::vector<int32_t> ids;     // the rows' lists, back to back
   std::vector<int32_t> counts;  // parallel to ids: the count of an output-list id, else 0
   std::vector<float> biases;    // parallel to ids: the logit bias of a bias-list id, else 0
@@ -63,6 +93,7 @@ struct SampleBatch {
 
   void clear() {
     rows.clear();
+    logprobs.clear();
     ids.clear();
     counts.clear();
     biases.clear();
@@ -148,6 +179,21 @@ void sample_distribution(const float* logits, int32_t vocab, const SampleRow& ro
 // backend. Throws m3::Error when a row reads outside the logits.
 void sample_batch_reference(const float* logits, int64_t num_rows, int32_t vocab, const SampleBatch& batch,
                             int32_t* ids, SampleWorkspace& ws);
+
+// Checks `batch.logprobs` against logits [num_rows, vocab]: rows inside the logits, top_k in
+// 0..kMaxTopLogprobs, tokens inside the vocabulary, drawn_by naming a row of batch.rows. Throws
+// m3::Error naming the first bad one.
+void check_logprob_rows(const SampleBatch& batch, int64_t num_rows, int32_t vocab);
+// The reference for one row: logits[0, vocab) (not modified), the asked tokens as ids (-1: none).
+void row_logprobs_reference(const float* logits, int32_t vocab, int32_t top_k, const int32_t (&tokens)[2],
+                            RowLogprobs& out);
+// The tokens `q` asks about once the batch's draw gave ids[i] for batch.rows[i] (ids may be null
+// when no row is drawn from).
+void logprob_row_tokens(const LogprobRow& q, const int32_t* ids, int32_t (&tokens)[2]);
+// Every row of batch.logprobs by the reference from host logits [num_rows, vocab], after the draw:
+// out[j] for batch.logprobs[j]. Checks the rows first (check_logprob_rows).
+void logprobs_batch_reference(const float* logits, int64_t num_rows, int32_t vocab, const SampleBatch& batch,
+                              const int32_t* ids, RowLogprobs* out);
 
 // First index of the largest value (NaN never wins); 0 when nothing is larger than -inf.
 int32_t argmax_reference(const float* values, int64_t n);

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 #include <exception>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -91,8 +92,11 @@ void ControlGroup::announce_kv_copies(const KvBlockCopies& copies) {
 
 namespace {
 
-// A reply's header: error bytes, sampled ids, logits floats, then the copy times' bits.
-constexpr int kReplyHeaderWords = 5;
+// A reply's header: error bytes, sampled ids, logits floats, the copy times' bits (2), logprob rows.
+constexpr int kReplyHeaderWords = 6;
+static_assert(std::is_trivially_copyable_v<RowLogprobs> && sizeof(RowLogprobs) % sizeof(int32_t) == 0,
+              "RowLogprobs travels as its bytes");
+constexpr int64_t kRowLogprobsWords = sizeof(RowLogprobs) / sizeof(int32_t);
 
 // A receiver's side (v sized by the header that came first).
 template <typename T>
@@ -152,15 +156,19 @@ RemoteReply ControlGroup::exchange_locked(const StepMessage& step, SampleMessage
   Tensor reply_header = Tensor::wrap(words.data(), {kReplyHeaderWords}, DType::kI64, Device::kCpu);
   comm_->broadcast(reply_header, 1);
   M3_CHECK(words[0] >= 0 && words[0] < (1 << 20) && words[1] >= 0 && words[1] < (int64_t{1} << 31) && words[2] >= 0 &&
-               words[2] < (int64_t{1} << 40),
-           "control group: a corrupt reply header ({}, {}, {})", words[0], words[1], words[2]);
+               words[2] < (int64_t{1} << 40) && words[5] >= 0 && words[5] < (int64_t{1} << 24),
+           "control group: a corrupt reply header ({}, {}, {}, {})", words[0], words[1], words[2], words[5]);
   RemoteReply reply;
   std::vector<int32_t> error((words[0] + 3) / 4);
+  std::vector<int32_t> logprobs(words[5] * kRowLogprobsWords);
   reply.ids.resize(words[1]);
   reply.host_logits.resize(words[2]);
   broadcast_vector(*comm_, reply.ids, DType::kI32, 1);
   broadcast_vector(*comm_, reply.host_logits, DType::kF32, 1);
   broadcast_vector(*comm_, error, DType::kI32, 1);
+  broadcast_vector(*comm_, logprobs, DType::kI32, 1);
+  reply.logprobs.resize(words[5]);
+  if (!logprobs.empty()) std::memcpy(static_cast<void*>(reply.logprobs.data()), logprobs.data(), logprobs.size() * sizeof(int32_t));
   reply.error.assign(reinterpret_cast<const char*>(error.data()), words[0]);
   reply.kv_copy_times = {std::bit_cast<double>(words[3]), std::bit_cast<double>(words[4])};
   last_sent_ = std::chrono::steady_clock::now();
@@ -172,15 +180,18 @@ void ControlGroup::reply(const RemoteReply& reply) {
   std::array<int64_t, kReplyHeaderWords> words = {
       static_cast<int64_t>(reply.error.size()), static_cast<int64_t>(reply.ids.size()),
       static_cast<int64_t>(reply.host_logits.size()), std::bit_cast<int64_t>(reply.kv_copy_times.to_host_s),
-      std::bit_cast<int64_t>(reply.kv_copy_times.to_device_s)};
+      std::bit_cast<int64_t>(reply.kv_copy_times.to_device_s), static_cast<int64_t>(reply.logprobs.size())};
   std::vector<int32_t> error((reply.error.size() + 3) / 4, 0);
   if (!reply.error.empty()) std::memcpy(error.data(), reply.error.data(), reply.error.size());
+  std::vector<int32_t> logprobs(reply.logprobs.size() * kRowLogprobsWords);
+  if (!logprobs.empty()) std::memcpy(logprobs.data(), reply.logprobs.data(), logprobs.size() * sizeof(int32_t));
   std::lock_guard lock(mutex_);
   Tensor header = Tensor::wrap(words.data(), {kReplyHeaderWords}, DType::kI64, Device::kCpu);
   comm_->broadcast(header, 1);
   send_vector(*comm_, reply.ids, DType::kI32, 1);
   send_vector(*comm_, reply.host_logits, DType::kF32, 1);
   send_vector(*comm_, error, DType::kI32, 1);
+  send_vector(*comm_, logprobs, DType::kI32, 1);
 }
 
 void ControlGroup::heartbeat_loop() {

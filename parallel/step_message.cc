@@ -164,6 +164,9 @@ namespace {
 static_assert(std::is_trivially_copyable_v<SampleRow> && sizeof(SampleRow) % sizeof(int32_t) == 0,
               "SampleRow travels as its bytes");
 constexpr int64_t kRowWords = sizeof(SampleRow) / sizeof(int32_t);
+static_assert(std::is_trivially_copyable_v<LogprobRow> && sizeof(LogprobRow) % sizeof(int32_t) == 0,
+              "LogprobRow travels as its bytes");
+constexpr int64_t kLogprobRowWords = sizeof(LogprobRow) / sizeof(int32_t);
 
 }  // namespace
 
@@ -177,8 +180,10 @@ SampleMessage encode_sampling(const SampleBatch& sampling, const std::vector<int
               static_cast<int64_t>(sampling.allowed.size()),
               sampling.allowed_words,
               static_cast<int64_t>(host_rows.size()),
+              static_cast<int64_t>(sampling.logprobs.size()),
               0};
-  const int64_t total = rows * kRowWords + m.header[1] + m.header[2] + m.header[3] + m.header[4] + m.header[6];
+  const int64_t total = rows * kRowWords + m.header[1] + m.header[2] + m.header[3] + m.header[4] + m.header[6] +
+                        m.header[7] * kLogprobRowWords;
   m.header[kSampleHeaderWords - 1] = total;
   m.payload.resize(total);
   int32_t* at = m.payload.data();
@@ -188,7 +193,8 @@ SampleMessage encode_sampling(const SampleBatch& sampling, const std::vector<int
   at = std::copy(sampling.counts.begin(), sampling.counts.end(), at);
   for (float b : sampling.biases) *at++ = std::bit_cast<int32_t>(b);
   for (uint32_t w : sampling.allowed) *at++ = static_cast<int32_t>(w);
-  std::copy(host_rows.begin(), host_rows.end(), at);
+  at = std::copy(host_rows.begin(), host_rows.end(), at);
+  if (!sampling.logprobs.empty()) std::memcpy(at, sampling.logprobs.data(), sampling.logprobs.size() * sizeof(LogprobRow));
   return m;
 }
 
@@ -198,7 +204,7 @@ void check_sample_header(const std::array<int64_t, kSampleHeaderWords>& h) {
   M3_CHECK(h[1] == h[2], "sample message: {} list ids but {} counts", h[1], h[2]);
   M3_CHECK(h[3] == 0 || h[3] == h[1], "sample message: {} list ids but {} biases", h[1], h[3]);
   M3_CHECK(h[5] == 0 ? h[4] == 0 : h[4] % h[5] == 0, "sample message: {} bitmask words in rows of {}", h[4], h[5]);
-  const int64_t total = h[0] * kRowWords + h[1] + h[2] + h[3] + h[4] + h[6];
+  const int64_t total = h[0] * kRowWords + h[1] + h[2] + h[3] + h[4] + h[6] + h[7] * kLogprobRowWords;
   M3_CHECK(total == h[kSampleHeaderWords - 1], "sample message: the parts add up to {} words, the header says {}",
            total, h[kSampleHeaderWords - 1]);
 }
@@ -222,6 +228,9 @@ void decode_sampling(const SampleMessage& m, SampleBatch& sampling, std::vector<
   for (uint32_t& w : sampling.allowed) w = static_cast<uint32_t>(*at++);
   sampling.allowed_words = static_cast<int32_t>(m.header[5]);
   host_rows.assign(at, at + m.header[6]);
+  at += m.header[6];
+  sampling.logprobs.resize(m.header[7]);
+  if (m.header[7] > 0) std::memcpy(static_cast<void*>(sampling.logprobs.data()), at, m.header[7] * sizeof(LogprobRow));
   // The rows index the lists and bitmasks that came with them: a corrupt row must not read past them.
   const int64_t mask_rows = m.header[5] == 0 ? 0 : m.header[4] / m.header[5];
   for (const SampleRow& r : sampling.rows) {

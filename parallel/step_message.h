@@ -55,10 +55,10 @@ void check_step_header(const std::array<int64_t, kStepHeaderWords>& header);
 StepBatch decode_step(const StepMessage& message);          // any kind but kCopyKvBlocks and kRemoteDraft
 KvBlockCopies decode_kv_copies(const StepMessage& message);  // kCopyKvBlocks
 
-// The sampling of a kRemoteSample step: SampleBatch's rows (their bytes: both ends run the same
-// build, so the same layout), lists (ids, counts, biases as their bits) and bitmasks, and the
-// logits rows to send back.
-inline constexpr int kSampleHeaderWords = 8;  // rows, ids, counts, biases, allowed, allowed_words, host rows, payload
+// The sampling of a kRemoteSample step: SampleBatch's rows and logprob rows (their bytes: both ends
+// run the same build, so the same layout), lists (ids, counts, biases as their bits) and bitmasks,
+// and the logits rows to send back.
+inline constexpr int kSampleHeaderWords = 9;  // rows, ids, counts, biases, allowed, allowed_words, host rows, logprob rows, payload
 
 struct SampleMessage {
   std::array<int64_t, kSampleHeaderWords> header{};
@@ -71,11 +71,12 @@ SampleMessage encode_sampling(const SampleBatch& sampling, const std::vector<int
 void check_sample_header(const std::array<int64_t, kSampleHeaderWords>& header);
 void decode_sampling(const SampleMessage& message, SampleBatch& sampling, std::vector<int32_t>& host_rows);
 
-// The copy's node's answer to a kRemoteSample step (the sampled ids and logits rows) or to a
-// kRemoteDraft (the drafts' words in `ids`, engine/remote_drafts.h).
+// The copy's node's answer to a kRemoteSample step (the sampled ids, logprobs and logits rows) or
+// to a kRemoteDraft (the drafts' words in `ids`, engine/remote_drafts.h).
 struct RemoteReply {
   std::string error;  // empty: the step ran; else why it failed there
   std::vector<int32_t> ids;
+  std::vector<RowLogprobs> logprobs;  // travel as their bytes (same build at both ends)
   std::vector<float> host_logits;
   KvCopyTimes kv_copy_times;  // the copy's so far
 };

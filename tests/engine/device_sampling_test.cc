@@ -20,8 +20,8 @@ namespace {
 constexpr int kVocab = 97;
 
 // Keeps its logits to itself: samples every SampleRow from the batch's flat lists (rows in
-// reverse order, each from a batch holding only its own lists, so rows cannot lean on each other)
-// and copies out only host_rows.
+// reverse order, each from a batch holding only its own lists, so rows cannot lean on each other),
+// answers the logprob rows (also in reverse order) and copies out only host_rows.
 class DeviceSamplingModel final : public ModelRunner {
  public:
   DeviceSamplingModel(int block_size, int64_t num_blocks) : inner_(block_size, num_blocks, kVocab) {}
@@ -32,7 +32,7 @@ class DeviceSamplingModel final : public ModelRunner {
   void forward(const StepBatch&, float*) override { FAIL() << "the engine must sample through forward_sample"; }
 
   void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
-                      const std::vector<int32_t>& host_rows, float* host_logits) override {
+                      RowLogprobs* logprobs, const std::vector<int32_t>& host_rows, float* host_logits) override {
     device_.assign(batch.logits_rows.size() * kVocab, 0.0f);
     inner_.forward(batch, device_.data());
     for (size_t i = sampling.rows.size(); i-- > 0;) {
@@ -44,14 +44,22 @@ class DeviceSamplingModel final : public ModelRunner {
               r.num_bias ? sampling.biases.data() + r.bias_begin : nullptr, r.num_bias);
       sampled_ids[i] = sample_reference(device_.data() + size_t(r.logits_row) * kVocab, kVocab, one.rows[0], one, ws_);
     }
+    for (size_t j = sampling.logprobs.size(); j-- > 0;) {
+      const LogprobRow& q = sampling.logprobs[j];
+      ASSERT_LT(size_t(q.logits_row), batch.logits_rows.size());
+      int32_t tokens[2];
+      logprob_row_tokens(q, sampled_ids, tokens);
+      row_logprobs_reference(device_.data() + size_t(q.logits_row) * kVocab, kVocab, q.top_k, tokens, logprobs[j]);
+    }
     for (size_t i = 0; i < host_rows.size(); ++i)
       std::copy_n(device_.data() + size_t(host_rows[i]) * kVocab, kVocab, host_logits + i * kVocab);
     rows_sampled += sampling.rows.size();
+    rows_answered += sampling.logprobs.size();
     rows_copied += host_rows.size();
     rows_computed += batch.logits_rows.size();
   }
 
-  size_t rows_sampled = 0, rows_copied = 0, rows_computed = 0;
+  size_t rows_sampled = 0, rows_answered = 0, rows_copied = 0, rows_computed = 0;
 
  private:
   test::FakeModel inner_;
@@ -137,11 +145,21 @@ void expect_same(const Results& a, const Results& b) {
     const Collected& d = b.at(id);
     EXPECT_EQ(c.tokens, d.tokens) << id;
     EXPECT_EQ(c.reason, d.reason) << id;
-    ASSERT_EQ(c.logprobs.size(), d.logprobs.size()) << id;
-    for (size_t i = 0; i < c.logprobs.size(); ++i) EXPECT_EQ(c.logprobs[i].logprob, d.logprobs[i].logprob) << id;
-    ASSERT_EQ(c.prompt_logprobs.size(), d.prompt_logprobs.size()) << id;
-    for (size_t i = 0; i < c.prompt_logprobs.size(); ++i)
-      EXPECT_EQ(c.prompt_logprobs[i].logprob, d.prompt_logprobs[i].logprob) << id;
+    const auto same = [&](const std::vector<PositionLogprobs>& x, const std::vector<PositionLogprobs>& y) {
+      ASSERT_EQ(x.size(), y.size()) << id;
+      for (size_t i = 0; i < x.size(); ++i) {
+        EXPECT_EQ(x[i].token_id, y[i].token_id) << id << " " << i;
+        EXPECT_EQ(x[i].logprob, y[i].logprob) << id << " " << i;
+        EXPECT_EQ(x[i].rank, y[i].rank) << id << " " << i;
+        ASSERT_EQ(x[i].top.size(), y[i].top.size()) << id << " " << i;
+        for (size_t t = 0; t < x[i].top.size(); ++t) {
+          EXPECT_EQ(x[i].top[t].token_id, y[i].top[t].token_id) << id << " " << i;
+          EXPECT_EQ(x[i].top[t].logprob, y[i].top[t].logprob) << id << " " << i;
+        }
+      }
+    };
+    same(c.logprobs, d.logprobs);
+    same(c.prompt_logprobs, d.prompt_logprobs);
   }
 }
 
@@ -160,7 +178,7 @@ TEST(EngineDeviceSampling, SameOutputsAsHostSamplingForEveryParameterMix) {
             (std::vector<int32_t>{5, 6}));
 }
 
-TEST(EngineDeviceSampling, OnlyTheRowsThatNeedLogitsComeBackAndForcedTokensAreNotSampled) {
+TEST(EngineDeviceSampling, LogprobsAreAnsweredBesideTheDrawAndForcedTokensAreNotSampled) {
   std::vector<EngineRequest> reqs = parameter_mix();
   size_t generated = 0, forced = 0, logprob_rows = 0, prompt_rows = 0;
   DeviceSamplingModel device(8, 1024);
@@ -173,14 +191,16 @@ TEST(EngineDeviceSampling, OnlyTheRowsThatNeedLogitsComeBackAndForcedTokensAreNo
     if (r.sampling.prompt_logprobs >= 0) prompt_rows += r.prompt_token_ids.size() - 1;
   }
   EXPECT_EQ(device.rows_sampled, generated - forced);
-  EXPECT_EQ(device.rows_copied, logprob_rows + prompt_rows);
-  EXPECT_LT(device.rows_copied, device.rows_computed);
+  EXPECT_EQ(device.rows_answered, logprob_rows + prompt_rows);
+  EXPECT_GT(device.rows_answered, 0u);
+  // No logits row leaves the "device": logprobs come back as their answers.
+  EXPECT_EQ(device.rows_copied, 0u);
 
-  // Without logprobs nothing but ids leaves the "device".
   for (auto& r : reqs) r.sampling.logprobs = r.sampling.prompt_logprobs = -1;
   DeviceSamplingModel quiet(8, 1024);
   run(quiet, reqs);
   EXPECT_EQ(quiet.rows_copied, 0u);
+  EXPECT_EQ(quiet.rows_answered, 0u);
   EXPECT_GT(quiet.rows_sampled, 0u);
 }
 

@@ -31,7 +31,7 @@ class RecordingRunner final : public ModelRunner {
   int64_t max_position_embeddings() const override { return 1024; }
   void forward(const StepBatch&, float*) override { FAIL() << "the engine's lanes only call forward_sample"; }
   void forward_sample(const StepBatch& batch, const SampleBatch& sampling, int32_t* sampled_ids,
-                      const std::vector<int32_t>& host_rows, float* host_logits) override {
+                      RowLogprobs* logprobs, const std::vector<int32_t>& host_rows, float* host_logits) override {
     if (batch.token_ids.front() < 0) fail("a rank of the copy failed on token {}", batch.token_ids.front());
     steps.push_back(batch);
     samplings.push_back(sampling);
@@ -41,6 +41,15 @@ class RecordingRunner final : public ModelRunner {
     }
     for (size_t i = 0; i < host_rows.size(); ++i)
       for (int v = 0; v < kVocab; ++v) host_logits[i * kVocab + v] = batch.token_ids[host_rows[i]] + 0.5f * v;
+    // Logprob row j: its tokens (the drawn id filled in), rank = logits row, top ids = row + 1000.
+    for (size_t j = 0; j < sampling.logprobs.size(); ++j) {
+      const LogprobRow& q = sampling.logprobs[j];
+      RowLogprobs& r = logprobs[j];
+      logprob_row_tokens(q, sampled_ids, r.token);
+      r.rank[0] = q.logits_row;
+      r.num_top = q.top_k;
+      for (int t = 0; t < q.top_k; ++t) r.top_id[t] = q.logits_row + 1000 + t;
+    }
   }
   void idle_step() override { log += "idle;"; }
   void copy_kv_blocks(const KvBlockCopies& c) override { log += "copy " + std::to_string(c.batch) + ";"; }
@@ -116,15 +125,33 @@ TEST(RemoteCopy, StepsSamplingAndRepliesCrossTheChannelIntact) {
     KvBlockCopies kv;
     kv.batch = 4;
     runner.copy_kv_blocks(kv);
-    runner.forward_sample(step_of({10, 20, 30}), sampling, ids, {1, 2}, logits.data());
+    LogprobRow drawn;  // the logprobs of row 1's draw and of token 4, top 3
+    drawn.logits_row = 0;
+    drawn.top_k = 3;
+    drawn.drawn_by[0] = 1;
+    drawn.token[1] = 4;
+    LogprobRow literal;
+    literal.logits_row = 2;
+    literal.token[0] = 9;
+    sampling.logprobs = {drawn, literal};
+    RowLogprobs lp[2];
+    runner.forward_sample(step_of({10, 20, 30}), sampling, ids, lp, {1, 2}, logits.data());
     EXPECT_EQ(ids[0], 100 * 30 + 7);
     EXPECT_EQ(ids[1], 100 * 10 + 3);
+    EXPECT_EQ(lp[0].token[0], 100 * 10 + 3);
+    EXPECT_EQ(lp[0].token[1], 4);
+    EXPECT_EQ(lp[0].num_top, 3);
+    EXPECT_EQ(lp[0].top_id[2], 1002);
+    EXPECT_EQ(lp[1].token[0], 9);
+    EXPECT_EQ(lp[1].token[1], -1);
+    EXPECT_EQ(lp[1].rank[0], 2);
+    EXPECT_EQ(lp[1].num_top, 0);
     EXPECT_EQ(logits[0], 20.0f);
     EXPECT_EQ(logits[kVocab + 3], 31.5f);
     EXPECT_EQ(runner.kv_copy_times().to_device_s, 1.5);
     runner.idle_step();
     try {
-      runner.forward_sample(step_of({-5}), SampleBatch{}, nullptr, {}, nullptr);
+      runner.forward_sample(step_of({-5}), SampleBatch{}, nullptr, nullptr, {}, nullptr);
     } catch (const Error& e) {
       failure = e.what();
     }
@@ -155,6 +182,11 @@ TEST(RemoteCopy, StepsSamplingAndRepliesCrossTheChannelIntact) {
   EXPECT_EQ(got.allowed_words, 1);
   ASSERT_NE(got.allowed_mask(got.rows[1]), nullptr);
   EXPECT_EQ(got.allowed_mask(got.rows[1])[0], 0x5u);
+  ASSERT_EQ(got.logprobs.size(), 2u);
+  EXPECT_EQ(got.logprobs[0].drawn_by[0], 1);
+  EXPECT_EQ(got.logprobs[0].token[1], 4);
+  EXPECT_EQ(got.logprobs[0].top_k, 3);
+  EXPECT_EQ(got.logprobs[1].logits_row, 2);
   EXPECT_EQ(copy.samplings[1].rows.size(), 0u);
 }
 
@@ -268,7 +300,7 @@ TEST(RemoteCopy, DraftsComeFromTheCopysDrafter) {
     SampleRow row;
     row.seed = 4;
     sampling.add(row, nullptr, 0, nullptr, nullptr, 0, nullptr, 0);
-    runner.forward_sample(step_of({3}), sampling, &id, {}, nullptr);
+    runner.forward_sample(step_of({3}), sampling, &id, nullptr, {}, nullptr);
     EXPECT_EQ(id, 304);
     bare[0]->stop();
   });

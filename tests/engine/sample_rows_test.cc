@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/sample_rows.h"
 
 namespace m3 {
@@ -259,50 +260,30 @@ TEST(HostSampler, SeededDrawsDependOnlyOnSeedAndIndex) {
   EXPECT_NE(run1, other);
 }
 
-TEST(HostSampler, LogprobsAreLogSoftmaxOfRawLogitsWithRankAndTopK) {
-  HostSampler sampler;
-  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f};
-  double z = 0.0;
-  for (float x : logits) z += std::exp(x);
-  const PositionLogprobs lp = sampler.logprobs(logits, 2, 3);
-  EXPECT_EQ(lp.token_id, 2);
-  EXPECT_NEAR(lp.logprob, 2.0 - std::log(z), 1e-6);
-  EXPECT_EQ(lp.rank, 3);
-  ASSERT_EQ(lp.top.size(), 3u);
-  EXPECT_EQ(lp.top[0].token_id, 1);  // tie between 1 and 3: lower id first
-  EXPECT_EQ(lp.top[1].token_id, 3);
-  EXPECT_EQ(lp.top[2].token_id, 2);
-  EXPECT_NEAR(lp.top[0].logprob, 3.0 - std::log(z), 1e-6);
-  EXPECT_TRUE(sampler.logprobs(logits, 1, 0).top.empty());
-  EXPECT_EQ(sampler.logprobs(logits, 3, 0).rank, 1);
-}
-
-TEST(HostSampler, TopLogprobsInOnePassAreThoseOfAFullSort) {
-  // Rows with many ties (logits on a grid of 8 values) and k from 0 to past the vocabulary: the
-  // one-pass top k is the sorted order's first k (descending logit, ties by lower id), and the
-  // token-free part gives the same logprobs as the one-call path.
-  std::mt19937 rng(7);
-  for (int vocab : {1, 5, 64, 1000}) {
-    std::vector<float> logits(vocab);
-    for (float& x : logits) x = static_cast<float>(rng() % 8) * 0.5f - 2.0f;
-    std::vector<int32_t> sorted(vocab);
-    std::iota(sorted.begin(), sorted.end(), 0);
-    std::stable_sort(sorted.begin(), sorted.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-    for (int k : {0, 1, 3, 20, vocab, vocab + 5}) {
-      const RowLogSoftmax row = row_log_softmax(logits, k);
-      const std::size_t expect = static_cast<std::size_t>(std::min(k, vocab));
-      ASSERT_EQ(row.top.size(), expect) << vocab << " " << k;
-      for (std::size_t j = 0; j < expect; ++j) EXPECT_EQ(row.top[j], sorted[j]) << vocab << " " << k << " " << j;
-      const int32_t token = static_cast<int32_t>(rng() % vocab);
-      double z = 0.0;
-      for (float x : logits) z += std::exp(static_cast<double>(x));
-      const PositionLogprobs lp = position_logprobs(logits, row, token);
-      EXPECT_NEAR(lp.logprob, logits[token] - std::log(z), 1e-6);
-      EXPECT_EQ(lp.rank, 1 + std::count_if(logits.begin(), logits.end(), [&](float x) { return x > logits[token]; }));
-      ASSERT_EQ(lp.top.size(), expect);
-      for (std::size_t j = 0; j < expect; ++j) EXPECT_NEAR(lp.top[j].logprob, logits[sorted[j]] - std::log(z), 1e-6);
-    }
-  }
+TEST(PositionLogprobs, TheAskedTokensAnswerWithTheRowsTopK) {
+  RowLogprobs row;
+  row.token[0] = 7;
+  row.token[1] = 2;
+  row.logprob[0] = -0.5f;
+  row.logprob[1] = -3.0f;
+  row.rank[0] = 1;
+  row.rank[1] = 4;
+  row.num_top = 2;
+  row.top_id[0] = 7;
+  row.top_id[1] = 9;
+  row.top_logprob[0] = -0.5f;
+  row.top_logprob[1] = -1.5f;
+  const PositionLogprobs drawn = position_logprobs(row, 7), draft = position_logprobs(row, 2);
+  EXPECT_EQ(drawn.token_id, 7);
+  EXPECT_EQ(drawn.logprob, -0.5f);
+  EXPECT_EQ(drawn.rank, 1);
+  ASSERT_EQ(drawn.top.size(), 2u);
+  EXPECT_EQ(drawn.top[1].token_id, 9);
+  EXPECT_EQ(drawn.top[1].logprob, -1.5f);
+  EXPECT_EQ(draft.logprob, -3.0f);
+  EXPECT_EQ(draft.rank, 4);
+  EXPECT_THROW(position_logprobs(row, 5), Error);
+  EXPECT_THROW(position_logprobs(RowLogprobs{}, -1), Error);
 }
 
 TEST(SamplingParams, ValidateNamesTheField) {

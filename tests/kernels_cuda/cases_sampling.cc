@@ -5,9 +5,11 @@
 // output indices. The ids must be identical, except where the reference's own trace shows one of
 // its decisions (the draw, the top_p cut, a min_p test) within 1e-9 of the kept mass of a
 // boundary: there the two sums' rounding order may pick the neighbour. Also: the same ids on a
-// second run; in full mode the decode step of 128 rows at vocab 200064 (--perf times it).
+// second run; in full mode the decode step of 128 rows at vocab 200064 (--perf times it). And the
+// logprob rows beside the draw (LogprobsCase).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -185,8 +187,8 @@ class SampleCase : public OpCase {
     auto first = std::make_shared<std::vector<int32_t>>(batch_.rows.size(), -7);
     auto second = std::make_shared<std::vector<int32_t>>(batch_.rows.size(), -7);
     return {[=] {
-              be->sample(logits, *batch, first->data());
-              be->sample(logits, *batch, second->data());
+              be->sample(logits, *batch, first->data(), nullptr);
+              be->sample(logits, *batch, second->data(), nullptr);
             },
             [=] { return Outputs{ids_output(*first), ids_output(*second)}; }};
   }
@@ -229,9 +231,109 @@ class SampleCase : public OpCase {
   SampleBatch batch_;
 };
 
+// Backend::sample's logprob rows beside a draw: every logits row of `shape` asked for the top 0, 1,
+// 5 and 20 with literal tokens (and none), and rows asking about a row's draw and a draft (the
+// speculative verification's rows). The CUDA logprobs against the reference's from the CUDA ids
+// (a draw may differ at a boundary, SampleCase's business): the same tokens, ranks and top ids, and
+// logprobs within 2e-5 (float exps against the reference's double ones).
+// Outputs: ids, logprobs (RowLogprobs bytes).
+class LogprobsCase : public OpCase {
+ public:
+  LogprobsCase(int vocab, RowShape shape, int rows) : vocab_(vocab), shape_(shape), rows_(rows) {}
+  std::string name() const override { return fmt::format("logprobs vocab {} {} {} rows", vocab_, shape_name(shape_), rows_); }
+  Geometry geometry() const override { return sampling_geometry(); }
+
+  void build(std::mt19937_64& rng) override {
+    logits_ = make_logits(rng, shape_, rows_, vocab_);
+    batch_.clear();
+    for (int r = 0; r < rows_; ++r) {  // a draw per logits row (T=1, lists on odd rows)
+      SampleRow row;
+      row.logits_row = r;
+      add_row(batch_, row, r % 2 == 1, vocab_, rng);
+    }
+    for (int r = 0; r < rows_; ++r) {
+      const auto token = [&] { return int32_t(rng() % vocab_); };
+      for (int k : {0, 1, 5, kMaxTopLogprobs}) {
+        LogprobRow q;
+        q.logits_row = r;
+        q.top_k = k;
+        q.token[0] = k == 1 ? -1 : token();
+        q.token[1] = k == 5 ? token() : -1;
+        batch_.logprobs.push_back(q);
+      }
+      LogprobRow drawn;  // a verification row: its own draw and a draft
+      drawn.logits_row = r;
+      drawn.top_k = 3;
+      drawn.drawn_by[0] = int32_t(rng() % batch_.rows.size());
+      drawn.token[1] = token();
+      batch_.logprobs.push_back(drawn);
+    }
+  }
+
+  BoundCase bind(Backend& b) const override {
+    const Tensor logits = act_on_backend(b, logits_, rows_, vocab_);
+    Backend* be = &b;
+    const SampleBatch* batch = &batch_;
+    auto ids = std::make_shared<std::vector<int32_t>>(batch_.rows.size(), -7);
+    auto lp = std::make_shared<std::vector<RowLogprobs>>(batch_.logprobs.size());
+    return {[=] { be->sample(logits, *batch, ids->data(), lp->data()); },
+            [=] {
+              const auto* bytes = reinterpret_cast<const uint8_t*>(lp->data());
+              return Outputs{ids_output(*ids), std::vector<uint8_t>(bytes, bytes + lp->size() * sizeof(RowLogprobs))};
+            }};
+  }
+
+  std::vector<Check> checks() const override {
+    return {{fmt::format("({} rows) tokens, ranks, top ids", batch_.logprobs.size()), 0,
+             [this](const Outputs& got, const Outputs&) { return compare(got, false); }},
+            {"logprobs", 2e-5, [this](const Outputs& got, const Outputs&) { return compare(got, true); }}};
+  }
+  double bytes() const override { return 2.0 * double(batch_.logprobs.size()) * vocab_; }
+
+ private:
+  // Mismatched ids (count) or, `values`, the largest logprob difference (NaN equal to NaN).
+  double compare(const Outputs& got, bool values) const {
+    const std::vector<int32_t> ids = output_ids(got[0]);
+    std::vector<RowLogprobs> a(batch_.logprobs.size()), want(batch_.logprobs.size());
+    if (got[1].bytes.size() != a.size() * sizeof(RowLogprobs)) return 1e9;
+    std::memcpy(static_cast<void*>(a.data()), got[1].bytes.data(), got[1].bytes.size());
+    logprobs_batch_reference(logits_.data(), rows_, vocab_, batch_, ids.data(), want.data());
+    double worst = 0;
+    const auto diff = [](float x, float y) {
+      if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y) ? 0.0 : 1e9;
+      if (x == y) return 0.0;  // equal infinities
+      return std::abs(double(x) - double(y)) / std::max(1.0, std::abs(double(y)) * 1e-1);
+    };
+    for (size_t j = 0; j < a.size(); ++j) {
+      const RowLogprobs &x = a[j], &y = want[j];
+      if (values) {
+        for (int t = 0; t < 2; ++t) worst = std::max(worst, diff(x.logprob[t], y.logprob[t]));
+        for (int i = 0; i < std::min(x.num_top, y.num_top); ++i)
+          worst = std::max(worst, diff(x.top_logprob[i], y.top_logprob[i]));
+        continue;
+      }
+      bool same = x.num_top == y.num_top;
+      for (int t = 0; t < 2; ++t) same = same && x.token[t] == y.token[t] && x.rank[t] == y.rank[t];
+      for (int i = 0; same && i < y.num_top; ++i) same = x.top_id[i] == y.top_id[i];
+      worst += !same;
+    }
+    return worst;
+  }
+
+  int vocab_;
+  RowShape shape_;
+  int rows_;
+  std::vector<float> logits_;
+  SampleBatch batch_;
+};
+
 }  // namespace
 
 void add_sampling_cases(CaseList& cases, bool quick) {
+  for (int vocab : {200064, 1000, 37, 3})
+    for (RowShape shape : {RowShape::kPeaked, RowShape::kTied, RowShape::kNaN, RowShape::kAllMasked})
+      if (!quick || shape == RowShape::kPeaked || vocab != 200064)
+        cases.push_back(std::make_unique<LogprobsCase>(vocab, shape, 4));
   for (int vocab : {200064, 1000, 37, 3})
     for (RowShape shape : {RowShape::kPeaked, RowShape::kFlat, RowShape::kTied, RowShape::kNegInf, RowShape::kNaN,
                            RowShape::kAllMasked}) {
@@ -249,6 +351,8 @@ void add_sampling_cases(CaseList& cases, bool quick) {
                                   std::pair{"T=0.8 top_k=50 top_p=0.95", typical},
                                   std::pair{"same + repetition penalty", penalised}})
     cases.push_back(std::make_unique<SampleCase>(200064, name, row, 128));
+  // 32 draws and 160 logprob rows at vocab 200064 (--perf: the logits the logprob rows read).
+  cases.push_back(std::make_unique<LogprobsCase>(200064, RowShape::kPeaked, 32));
 }
 
 }  // namespace m3::test

@@ -327,4 +327,15 @@ struct SampleArgs {
 };
 cudaError_t launch_sample(const SampleArgs& args, cudaStream_t stream);
 
+// Logprobs of SampleBatch::logprobs (ops/sampling.h RowLogprobs), one CTA per row, after the draw.
+struct LogprobArgs {
+  const uint16_t* logits = nullptr;  // bf16 [*, vocab]; row q.logits_row
+  int vocab = 0;
+  const LogprobRow* rows = nullptr;
+  int num_rows = 0;
+  const int32_t* drawn = nullptr;  // the batch's sampled ids (SampleArgs::out), for LogprobRow::drawn_by
+  RowLogprobs* out = nullptr;      // [num_rows]
+};
+cudaError_t launch_logprobs(const LogprobArgs& args, cudaStream_t stream);
+
 }  // namespace m3::cuda::detail

@@ -514,16 +514,18 @@ class CudaBackend final : public Backend {
                "add_rms_norm");
   }
 
-  // ops/sampling.h on the GPU (sampling.cu): the rows and their id lists go up in one copy, the ids
-  // come back in one copy, whose wait is the step's only synchronisation.
-  void sample(const Tensor& logits, const SampleBatch& batch, int32_t* ids) override {
+  // ops/sampling.h on the GPU (sampling.cu): the rows, logprob rows and id lists go up in one copy,
+  // the ids and logprobs come back in two copies, whose wait is the step's only synchronisation.
+  void sample(const Tensor& logits, const SampleBatch& batch, int32_t* ids, RowLogprobs* logprobs) override {
     const int n = static_cast<int>(batch.rows.size());
-    if (n == 0) return;
+    const int num_logprobs = static_cast<int>(batch.logprobs.size());
+    if (n == 0 && num_logprobs == 0) return;
     batch.wait_masks();  // structured-output masks, computed on the host while the forward ran
     M3_CHECK(logits.defined() && logits.device() == Device::kCuda && logits.dtype() == DType::kBF16 &&
                  logits.ndim() == 2 && logits.dim(1) <= INT32_MAX,
              "cuda backend: sample needs device BF16 [rows, vocab] logits");
     const int64_t vocab = logits.dim(1), list_size = static_cast<int64_t>(batch.ids.size());
+    check_logprob_rows(batch, logits.dim(0), static_cast<int32_t>(vocab));
     M3_CHECK(batch.counts.size() == batch.ids.size(), "sample: {} ids but {} counts", batch.ids.size(),
              batch.counts.size());
     auto list_ok = [&](int32_t begin, int32_t num) { return begin >= 0 && num >= 0 && int64_t(begin) + num <= list_size; };
@@ -549,15 +551,16 @@ class CudaBackend final : public Backend {
         sample_slots_[i] = num_slots++;
       biased = biased || sample_row_biased(r);
     }
-    // One blob: rows | ids | counts | work slots | allowed masks | biases, 256-aligned.
-    constexpr int kParts = 6;
+    // One blob: rows | ids | counts | work slots | allowed masks | biases | logprob rows, 256-aligned.
+    constexpr int kParts = 7;
     const std::pair<const void*, size_t> parts[kParts] = {
         {batch.rows.data(), n * sizeof(SampleRow)},
         {batch.ids.data(), batch.ids.size() * sizeof(int32_t)},
         {batch.counts.data(), batch.counts.size() * sizeof(int32_t)},
         {sample_slots_.data(), n * sizeof(int32_t)},
         {batch.allowed.data(), batch.allowed.size() * sizeof(uint32_t)},
-        {batch.biases.data(), biased ? batch.biases.size() * sizeof(float) : 0}};
+        {batch.biases.data(), biased ? batch.biases.size() * sizeof(float) : 0},
+        {batch.logprobs.data(), num_logprobs * sizeof(LogprobRow)}};
     size_t offsets[kParts], bytes = 0;
     for (int i = 0; i < kParts; ++i) {
       offsets[i] = bytes;
@@ -565,8 +568,10 @@ class CudaBackend final : public Backend {
     }
     sample_pinned_.reserve(bytes, "sampling rows (pinned)");
     sample_meta_.reserve(bytes, "sampling rows");
-    sample_ids_pinned_.reserve(n * sizeof(int32_t), "sampled ids (pinned)");
-    sample_ids_.reserve(n * sizeof(int32_t), "sampled ids");
+    // Back: ids | logprobs, one pinned buffer.
+    const size_t ids_bytes = (n * sizeof(int32_t) + 255) / 256 * 256, logprob_bytes = num_logprobs * sizeof(RowLogprobs);
+    sample_ids_pinned_.reserve(ids_bytes + logprob_bytes, "sampled ids and logprobs (pinned)");
+    sample_ids_.reserve(ids_bytes + logprob_bytes, "sampled ids and logprobs");
     if (num_slots > 0) sample_work_.reserve(size_t(num_slots) * vocab * sizeof(float), "sampling rows with penalties");
     for (int i = 0; i < kParts; ++i)
       if (parts[i].second) std::memcpy(sample_pinned_.as<uint8_t>() + offsets[i], parts[i].first, parts[i].second);
@@ -587,11 +592,20 @@ class CudaBackend final : public Backend {
     a.work = sample_work_.as<float>();
     a.out = sample_ids_.as<int32_t>();
     check_cuda(detail::launch_sample(a, stream_), "sample");
-    check_cuda(cudaMemcpyAsync(sample_ids_pinned_.as(), sample_ids_.as(), n * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                               stream_),
-               "sampled ids");
+    detail::LogprobArgs l;
+    l.logits = a.logits;
+    l.vocab = a.vocab;
+    l.rows = reinterpret_cast<const LogprobRow*>(meta + offsets[6]);
+    l.num_rows = num_logprobs;
+    l.drawn = a.out;
+    l.out = reinterpret_cast<RowLogprobs*>(sample_ids_.as<uint8_t>() + ids_bytes);
+    check_cuda(detail::launch_logprobs(l, stream_), "logprobs");
+    check_cuda(cudaMemcpyAsync(sample_ids_pinned_.as(), sample_ids_.as(), ids_bytes + logprob_bytes,
+                               cudaMemcpyDeviceToHost, stream_),
+               "sampled ids and logprobs");
     check_cuda(cudaStreamSynchronize(stream_), "sample");
-    std::memcpy(ids, sample_ids_pinned_.as(), n * sizeof(int32_t));
+    if (n > 0) std::memcpy(ids, sample_ids_pinned_.as(), n * sizeof(int32_t));
+    if (num_logprobs > 0) std::memcpy(logprobs, sample_ids_pinned_.as<uint8_t>() + ids_bytes, logprob_bytes);
   }
 
  private:

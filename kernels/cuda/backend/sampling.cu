@@ -16,6 +16,14 @@
 //                      first (the reference's ascending order breaks ties by descending id)
 //   draw               inverse CDF in token-id order: blocked prefix sums in double, the first id
 //                      whose cumulative mass exceeds u * kept mass, u = counter_uniform(seed, index)
+// Logprobs (logprobs_kernel, after the draw, one CTA per LogprobRow of the raw bf16 row):
+//   max and sum of expf(x - max) in one pass (a thread's sum rescaled when its max grows, then
+//   the threads' sums to the row's max), in double, with the asked tokens' ranks (counts of larger
+//   logits); log_norm = max + log(sum), so a logprob differs from the reference's (exp in double)
+//   by the float exps' rounding, ~1e-6 at most; 16-byte loads, 4 in flight
+//   top k              the same radix select gives the k-th largest key (NaN keyed below -inf); the
+//                      larger keys are gathered in any order, the ties with it in id order (a scan
+//                      of tie counts), and one thread sorts the <= 20 (key descending, id ascending)
 // Every reduction has a fixed order (warp butterflies, then warps in index order; no float
 // atomics), so a row gives the same id on every run. Against the host reference the sums differ in
 // association only: a different id needs the draw (or the top_p cut, or a min_p test) within
@@ -166,9 +174,11 @@ __device__ int32_t block_argmax(const Load& load, int vocab, Shared& sh) {
   return block_min_max(best == m ? best_id : INT_MAX, false, sh);
 }
 
-// The k-th largest key among the candidates (key >= lo, value > -inf); count of them > k.
-template <class Load>
-__device__ uint32_t radix_select_kth(const Load& load, int vocab, uint32_t lo, int k, Shared& sh) {
+// The k-th largest of the keys visit_keys(f) hands f (each thread its share of the row), counting
+// repeats (1 <= k <= the row's length); `ties_in`: how many of the keys equal to it are among the k
+// largest (k minus the count of larger keys).
+template <class VisitKeys>
+__device__ uint32_t radix_select_kth(const VisitKeys& visit_keys, int k, int& ties_in, Shared& sh) {
   uint32_t prefix = 0;
   int remaining = k;
   const int shifts[3] = {21, 10, 0}, widths[3] = {11, 11, 10};
@@ -177,12 +187,9 @@ __device__ uint32_t radix_select_kth(const Load& load, int vocab, uint32_t lo, i
     const uint32_t high_mask = pass == 0 ? 0u : ~0u << (shift + widths[pass]);
     for (int b = threadIdx.x; b < bins; b += kThreads) sh.hist[b] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      const float x = load(i);
-      const uint32_t key = order_key(x);
-      if (x > -INFINITY && key >= lo && (key & high_mask) == prefix)
-        atomicAdd(&sh.hist[(key >> shift) & (bins - 1)], 1);
-    }
+    visit_keys([&](uint32_t key) {
+      if ((key & high_mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & (bins - 1)], 1);
+    });
     __syncthreads();
     // Thread t owns bins_per consecutive bins counted from the top.
     const int per = bins / kThreads;
@@ -207,6 +214,7 @@ __device__ uint32_t radix_select_kth(const Load& load, int vocab, uint32_t lo, i
     remaining = sh.found[0];
     __syncthreads();
   }
+  ties_in = remaining;
   return prefix;
 }
 
@@ -329,7 +337,18 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
       count += candidate(x, order_key(x));
     }
     count = block_sum(count, sh);
-    if (r.top_k < count) lo = max(lo, radix_select_kth(tempered, vocab, lo, r.top_k, sh));
+    if (r.top_k < count) {
+      // Non-candidates keyed 0, below every candidate (lo > 0): the k-th largest is a candidate.
+      const auto candidate_keys = [&](const auto& f) {
+        for (int i = threadIdx.x; i < vocab; i += kThreads) {
+          const float x = tempered(i);
+          const uint32_t key = order_key(x);
+          f(candidate(x, key) ? key : 0u);
+        }
+      };
+      int ties_in;
+      lo = max(lo, radix_select_kth(candidate_keys, r.top_k, ties_in, sh));
+    }
   }
 
   double total = 0.0;
@@ -458,11 +477,186 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
   if (threadIdx.x == 0) *out = found;
 }
 
+// A logit's key for the top k: NaN below everything (below -inf's key, which is > 0).
+__device__ __forceinline__ uint32_t logprob_key(float x) { return isnan(x) ? 0u : order_key(x); }
+
+// The 8 logits of a 16-byte word (ids 8c .. 8c + 7, the lower half of each 32 bits first).
+__device__ __forceinline__ void unpack8(const uint4& u, float (&x)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    x[2 * j] = __uint_as_float(w[j] << 16);
+    x[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+  }
+}
+
+// f(id, logit) for this thread's share of a bf16 row: 16-byte loads, 4 in flight, when the row is
+// 16-byte aligned (one memory pass over a 200K row from one SM is latency-bound otherwise).
+template <class F>
+__device__ void for_each_logit(const uint16_t* raw, int vocab, const F& f) {
+  constexpr int kLoads = 4;
+  int tail = 0;
+  if ((reinterpret_cast<uintptr_t>(raw) & 15u) == 0) {
+    const uint4* words = reinterpret_cast<const uint4*>(raw);
+    const int n = vocab / 8;
+    int c = threadIdx.x;
+    for (; c + (kLoads - 1) * kThreads < n; c += kLoads * kThreads) {
+      uint4 u[kLoads];
+#pragma unroll
+      for (int l = 0; l < kLoads; ++l) u[l] = words[c + l * kThreads];
+#pragma unroll
+      for (int l = 0; l < kLoads; ++l) {
+        float x[8];
+        unpack8(u[l], x);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) f(8 * (c + l * kThreads) + j, x[j]);
+      }
+    }
+    for (; c < n; c += kThreads) {
+      float x[8];
+      unpack8(words[c], x);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f(8 * c + j, x[j]);
+    }
+    tail = 8 * n;
+  }
+  for (int i = tail + threadIdx.x; i < vocab; i += kThreads) f(i, bf16_bits_to_f32(raw[i]));
+}
+
+// Passes over the raw row: (1) max with an online sum of expf(x - max) (rescaled when the max
+// grows) and the asked tokens' ranks; (2-4) the radix select of the k-th largest key; (5) the
+// gather, in id-ordered tiles until the k are found.
+__global__ void __launch_bounds__(kThreads) logprobs_kernel(LogprobArgs a) {
+  kernel_prologue();
+  __shared__ Shared sh;
+  __shared__ int32_t top_id[kMaxTopLogprobs];
+  __shared__ uint32_t top_key[kMaxTopLogprobs];
+  __shared__ int top_count;
+  const LogprobRow q = a.rows[blockIdx.x];
+  const int vocab = a.vocab;
+  const uint16_t* raw = a.logits + int64_t(q.logits_row) * vocab;
+  int32_t token[2];
+  float token_x[2];
+  for (int t = 0; t < 2; ++t) {
+    token[t] = q.drawn_by[t] >= 0 ? a.drawn[q.drawn_by[t]] : q.token[t];
+    token_x[t] = token[t] >= 0 && token[t] < vocab ? bf16_bits_to_f32(raw[token[t]]) : NAN;
+  }
+
+  float m = -INFINITY;
+  double s = 0.0;
+  int above[2] = {0, 0};
+  for_each_logit(raw, vocab, [&](int, float x) {
+    if (x > m) {  // a NaN never raises the max (as the reference's std::max)
+      s = s * static_cast<double>(expf(m - x)) + 1.0;  // exp(-inf) = 0 for the first finite value
+      m = x;
+    } else if (x != -INFINITY) {  // -inf adds 0 (and exp(-inf - -inf) would be NaN)
+      s += static_cast<double>(expf(x - m));
+    }
+    above[0] += x > token_x[0];
+    above[1] += x > token_x[1];
+  });
+  const float max_x = block_max(m, sh);
+  // A thread that saw only -inf (or nothing) adds nothing, unless the whole row is -inf: then NaN,
+  // as the reference's exp(-inf - -inf).
+  const double part = m == -INFINITY && max_x != -INFINITY ? 0.0 : s * static_cast<double>(expf(m - max_x));
+  const double sum = block_sum(part, sh);
+  above[0] = block_sum(above[0], sh);
+  above[1] = block_sum(above[1], sh);
+  const double log_norm = static_cast<double>(max_x) + log(sum);
+  const auto logprob = [&](float x) { return static_cast<float>(static_cast<double>(x) - log_norm); };
+
+  const int k = min(q.top_k, vocab);
+  if (k > 0) {
+    const auto keys = [&](const auto& f) { for_each_logit(raw, vocab, [&](int, float x) { f(logprob_key(x)); }); };
+    int ties_in;
+    const uint32_t kth = radix_select_kth(keys, k, ties_in, sh);
+    // The larger keys in any order (slots by atomics; the sort below fixes the order), the first
+    // ties_in ids holding kth in id order: tiles of kThreads * kChunk consecutive ids, a thread's
+    // kChunk (8) ids one 16-byte word when the row is aligned.
+    if (threadIdx.x == 0) top_count = 0;
+    __syncthreads();
+    const bool aligned = (reinterpret_cast<uintptr_t>(raw) & 15u) == 0;
+    int tie_carry = 0;
+    for (int tile = 0; tile < vocab; tile += kThreads * kChunk) {
+      const int begin = tile + threadIdx.x * kChunk;
+      float x[kChunk];
+      if (aligned && begin + kChunk <= vocab) {
+        unpack8(reinterpret_cast<const uint4*>(raw)[begin / kChunk], x);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) x[j] = begin + j < vocab ? bf16_bits_to_f32(raw[begin + j]) : NAN;
+      }
+      uint32_t key[kChunk];
+      int ties = 0;
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        key[j] = begin + j < vocab ? logprob_key(x[j]) : 0u;
+        ties += begin + j < vocab && key[j] == kth;
+      }
+      int tile_ties;
+      int tie_rank = tie_carry + block_exclusive_scan(ties, tile_ties, sh);
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        if (begin + j >= vocab) continue;
+        const bool take = key[j] > kth || (key[j] == kth && tie_rank++ < ties_in);
+        if (!take) continue;
+        const int slot = atomicAdd(&top_count, 1);
+        if (slot < kMaxTopLogprobs) {
+          top_id[slot] = begin + j;
+          top_key[slot] = key[j];
+        }
+      }
+      tie_carry += tile_ties;
+      __syncthreads();
+      if (top_count >= k) break;  // every thread read it before the next tile's atomics (after its scan)
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int n = min(top_count, k);
+      for (int i = 1; i < n; ++i) {  // insertion sort: key descending, id ascending
+        const int32_t id = top_id[i];
+        const uint32_t key = top_key[i];
+        int at = i;
+        while (at > 0 && (top_key[at - 1] < key || (top_key[at - 1] == key && top_id[at - 1] > id))) {
+          top_id[at] = top_id[at - 1];
+          top_key[at] = top_key[at - 1];
+          --at;
+        }
+        top_id[at] = id;
+        top_key[at] = key;
+      }
+      RowLogprobs& out = a.out[blockIdx.x];
+      out.num_top = n;
+      for (int i = 0; i < n; ++i) {
+        out.top_id[i] = top_id[i];
+        out.top_logprob[i] = logprob(bf16_bits_to_f32(raw[top_id[i]]));
+      }
+    }
+  } else if (threadIdx.x == 0) {
+    a.out[blockIdx.x].num_top = 0;
+  }
+  if (threadIdx.x == 0) {
+    RowLogprobs& out = a.out[blockIdx.x];
+    for (int t = 0; t < 2; ++t) {
+      const bool asked = token[t] >= 0 && token[t] < vocab;
+      out.token[t] = asked ? token[t] : -1;
+      out.logprob[t] = asked ? logprob(token_x[t]) : 0.0f;
+      out.rank[t] = asked ? 1 + above[t] : 0;
+    }
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_sample(const SampleArgs& args, cudaStream_t stream) {
   if (args.num_rows == 0) return cudaSuccess;
   launch_kernel(sample_kernel, args.num_rows, kThreads, 0, stream, args);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_logprobs(const LogprobArgs& args, cudaStream_t stream) {
+  if (args.num_rows == 0) return cudaSuccess;
+  launch_kernel(logprobs_kernel, args.num_rows, kThreads, 0, stream, args);
   return cudaGetLastError();
 }
 
