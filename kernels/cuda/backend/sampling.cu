@@ -16,6 +16,8 @@
 //                      first (the reference's ascending order breaks ties by descending id)
 //   draw               inverse CDF in token-id order: blocked prefix sums in double, the first id
 //                      whose cumulative mass exceeds u * kept mass, u = counter_uniform(seed, index)
+//   small set          when min_p and top_k leave <= 1024 candidates: top_p and the draw over them in
+//                      shared memory (draw_small_set) instead of the top_p search and draw passes
 // Logprobs (logprobs_kernel, after the draw, one CTA per LogprobRow of the raw bf16 row):
 //   max and sum of expf(x - max) in one pass (a thread's sum rescaled when its max grows, then
 //   the threads' sums to the row's max), in double, with the asked tokens' ranks (counts of larger
@@ -177,8 +179,9 @@ __device__ int32_t block_argmax(const Load& load, int vocab, Shared& sh) {
 // The k-th largest of the keys visit_keys(f) hands f (each thread its share of the row), counting
 // repeats (1 <= k <= the row's length); `ties_in`: how many of the keys equal to it are among the k
 // largest (k minus the count of larger keys).
+// `ties_total`: how many keys equal it.
 template <class VisitKeys>
-__device__ uint32_t radix_select_kth(const VisitKeys& visit_keys, int k, int& ties_in, Shared& sh) {
+__device__ uint32_t radix_select_kth(const VisitKeys& visit_keys, int k, int& ties_in, int& ties_total, Shared& sh) {
   uint32_t prefix = 0;
   int remaining = k;
   const int shifts[3] = {21, 10, 0}, widths[3] = {11, 11, 10};
@@ -204,6 +207,7 @@ __device__ uint32_t radix_select_kth(const VisitKeys& visit_keys, int k, int& ti
         if (c + sh.hist[b] >= remaining) {
           sh.u32[0] = uint32_t(b);
           sh.found[0] = remaining - c;
+          sh.found[1] = sh.hist[b];
           break;
         }
         c += sh.hist[b];
@@ -215,6 +219,7 @@ __device__ uint32_t radix_select_kth(const VisitKeys& visit_keys, int k, int& ti
     __syncthreads();
   }
   ties_in = remaining;
+  ties_total = sh.found[1];  // the last pass's bin: every bit of the key fixed
   return prefix;
 }
 
@@ -274,9 +279,102 @@ __device__ void mask_and_penalise(const SampleArgs& a, const SampleRow& r, float
   __syncthreads();
 }
 
+// At most kSmallSet candidates left after min_p and top_k (the usual top_k of 20-100): gathered
+// into shared memory and put in id order, then top_p and the draw run there, with the rules of the
+// full-row path below, instead of its passes over the row (a top_p search of up to 11 passes and a
+// draw that scans the row). The masses are the same exps; only their sums' association differs.
+constexpr int kSmallSet = 1024;
+struct SmallSet {
+  int32_t any_id[kSmallSet];  // gathered, in any order
+  float any_x[kSmallSet];
+  int32_t id[kSmallSet];      // in id order
+  float x[kSmallSet];
+  double p[kSmallSet];        // exp(x - max)
+  double kept[kSmallSet];     // p, or 0 when top_p drops it
+  int count;
+};
+
+template <class Tempered, class Candidate, class Prob>
+__device__ int32_t draw_small_set(const SampleRow& r, int vocab, const Tempered& tempered, const Candidate& candidate,
+                                  const Prob& prob, SmallSet& ss, Shared& sh) {
+  if (threadIdx.x == 0) ss.count = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float x = tempered(i);
+    if (!candidate(x, order_key(x))) continue;
+    const int slot = atomicAdd(&ss.count, 1);
+    if (slot < kSmallSet) {
+      ss.any_id[slot] = i;
+      ss.any_x[slot] = x;
+    }
+  }
+  __syncthreads();
+  const int n = min(ss.count, kSmallSet);
+  for (int e = threadIdx.x; e < n; e += kThreads) {  // ids are distinct: rank = how many are lower
+    const int32_t id = ss.any_id[e];
+    int rank = 0;
+    for (int f = 0; f < n; ++f) rank += ss.any_id[f] < id;
+    ss.id[rank] = id;
+    ss.x[rank] = ss.any_x[e];
+    ss.p[rank] = prob(ss.any_x[e]);
+  }
+  __syncthreads();
+  double total = 0.0;
+  for (int e = threadIdx.x; e < n; e += kThreads) total += ss.p[e];
+  total = block_sum(total, sh);
+  // top_p: walking up from the least likely (key ascending, ties by descending id), drop while the
+  // mass walked, this one included, stays <= (1 - top_p) * total; the most likely always stays.
+  const double drop = (1.0 - static_cast<double>(r.top_p)) * total;
+  for (int e = threadIdx.x; e < n; e += kThreads) {
+    double kept = ss.p[e];
+    if (r.top_p < 1.0f) {
+      const uint32_t key = order_key(ss.x[e]);
+      double before = 0.0;
+      bool most_likely = true;
+      for (int f = 0; f < n; ++f) {
+        const uint32_t kf = order_key(ss.x[f]);
+        if (kf < key || (kf == key && ss.id[f] > ss.id[e])) before += ss.p[f];
+        else if (f != e) most_likely = false;
+      }
+      if (!most_likely && before + ss.p[e] <= drop) kept = 0.0;
+    }
+    ss.kept[e] = kept;
+  }
+  __syncthreads();
+  double kept_total = 0.0;
+  for (int e = threadIdx.x; e < n; e += kThreads) kept_total += ss.kept[e];
+  kept_total = block_sum(kept_total, sh);
+  // The draw: the first id whose cumulative kept mass (id order) exceeds u * kept total; each
+  // thread a run of consecutive ids.
+  const double target = counter_uniform(r.seed, static_cast<uint64_t>(r.output_index)) * kept_total;
+  const int per = (n + kThreads - 1) / kThreads, begin = threadIdx.x * per, end = min(n, begin + per);
+  double own = 0.0;
+  int32_t last_kept = -1;
+  for (int e = begin; e < end; ++e) {
+    own += ss.kept[e];
+    if (ss.kept[e] > 0.0) last_kept = ss.id[e];
+  }
+  double all;
+  double c = block_exclusive_scan(own, all, sh);
+  int32_t local = INT_MAX;
+  if (c + own > target) {
+    for (int e = begin; e < end; ++e) {
+      if (!(ss.kept[e] > 0.0)) continue;
+      c += ss.kept[e];
+      if (c > target) {
+        local = ss.id[e];
+        break;
+      }
+    }
+  }
+  const int32_t found = block_min_max(local, false, sh);
+  return found != INT_MAX ? found : block_min_max(last_kept, true, sh);  // rounding put the target past the end
+}
+
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
   kernel_prologue();
   __shared__ Shared sh;
+  __shared__ SmallSet ss;
   const SampleRow r = a.rows[blockIdx.x];
   const int vocab = a.vocab;
   const uint16_t* raw = a.logits + int64_t(r.logits_row) * vocab;
@@ -330,14 +428,16 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
   }
   const auto candidate = [&](float x, uint32_t key) { return x > -INFINITY && key >= lo; };
 
-  if (r.top_k > 0) {
+  int kept_count = INT_MAX;  // the candidates after min_p and top_k (INT_MAX: not counted)
+  if (r.top_k > 0 || r.min_p > 0.0f) {
     int count = 0;
     for (int i = threadIdx.x; i < vocab; i += kThreads) {
       const float x = tempered(i);
       count += candidate(x, order_key(x));
     }
     count = block_sum(count, sh);
-    if (r.top_k < count) {
+    kept_count = count;
+    if (r.top_k > 0 && r.top_k < count) {
       // Non-candidates keyed 0, below every candidate (lo > 0): the k-th largest is a candidate.
       const auto candidate_keys = [&](const auto& f) {
         for (int i = threadIdx.x; i < vocab; i += kThreads) {
@@ -346,9 +446,18 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
           f(candidate(x, key) ? key : 0u);
         }
       };
-      int ties_in;
-      lo = max(lo, radix_select_kth(candidate_keys, r.top_k, ties_in, sh));
+      int ties_in, ties_total;
+      const uint32_t kth = radix_select_kth(candidate_keys, r.top_k, ties_in, ties_total, sh);
+      if (kth > lo) {
+        lo = kth;
+        kept_count = r.top_k - ties_in + ties_total;  // the larger keys and every tie with the k-th
+      }
     }
+  }
+  if (kept_count <= kSmallSet) {
+    const int32_t id = draw_small_set(r, vocab, tempered, candidate, prob, ss, sh);
+    if (threadIdx.x == 0) *out = id;
+    return;
   }
 
   double total = 0.0;
@@ -569,7 +678,8 @@ __global__ void __launch_bounds__(kThreads) logprobs_kernel(LogprobArgs a) {
   if (k > 0) {
     const auto keys = [&](const auto& f) { for_each_logit(raw, vocab, [&](int, float x) { f(logprob_key(x)); }); };
     int ties_in;
-    const uint32_t kth = radix_select_kth(keys, k, ties_in, sh);
+    int ties_total;
+    const uint32_t kth = radix_select_kth(keys, k, ties_in, ties_total, sh);
     // The larger keys in any order (slots by atomics; the sort below fixes the order), the first
     // ties_in ids holding kth in id order: tiles of kThreads * kChunk consecutive ids, a thread's
     // kChunk (8) ids one 16-byte word when the row is aligned.
