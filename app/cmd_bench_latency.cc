@@ -4,8 +4,9 @@
 // layers (--num-layers, the whole model may not fit one device) scales to the full depth.
 //
 // Decode case (batch B, context C): B requests of C - 1 cached tokens and one new token, each on
-// its own pages; a step is the serving path's: forward, greedy sampling on the backend and the
-// copy of the sampled ids (the step's one synchronisation). The KV pool is sized for the largest case that fits --kv-cache-memory and holds
+// its own pages; a step is the serving path's: forward, sampling on the backend (greedy, or
+// --temperature / --top-k / --top-p, and --logprobs answered beside the draw) and the copy of the
+// sampled ids (the step's one synchronisation). The KV pool is sized for the largest case that fits --kv-cache-memory and holds
 // zeros (no prefill writes it): the bytes read and the work done are those of a real step; only
 // the indexer's top-k choice among equal scores (ties go to the lower block) differs from real
 // data, and its cost does not depend on which blocks win.
@@ -69,6 +70,11 @@ struct BenchLatencyOptions {
   std::string spec_tokens;  // k values: the floor of a speculative verification step (1 + k tokens a request)
   double spec_acceptance = 3.2;  // the acceptance length the verification step's tokens/s per user assumes
   std::string spec_drafter;      // a DSpark drafter's directory: its steps timed beside the verification's
+  // The decode step's sampling (every request the same): greedy by default.
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  int logprobs = -1;  // top logprobs a token (-1: none)
 };
 
 // What a step can touch, measured on the weights as stored (their formats do not change on a device).
@@ -227,6 +233,26 @@ SampleBatch greedy_rows(const StepBatch& batch) {
     greedy.rows.push_back(row);
   }
   return greedy;
+}
+
+// The decode step's sampling: every row with the options' parameters (seeded by its row), and a
+// logprob row on each draw when --logprobs asks for them.
+SampleBatch decode_rows(const StepBatch& batch, const BenchLatencyOptions& o) {
+  SampleBatch rows = greedy_rows(batch);
+  for (size_t i = 0; i < rows.rows.size(); ++i) {
+    SampleRow& row = rows.rows[i];
+    row.temperature = o.temperature;
+    row.top_k = o.top_k;
+    row.top_p = o.top_p;
+    row.seed = i;
+    if (o.logprobs < 0) continue;
+    LogprobRow q;
+    q.logits_row = row.logits_row;
+    q.top_k = o.logprobs;
+    q.drawn_by[0] = static_cast<int32_t>(i);
+    rows.logprobs.push_back(q);
+  }
+  return rows;
 }
 
 // Chunks of one prompt of `len` tokens on pages 0..; logits of the prompt's last token only.
@@ -397,10 +423,11 @@ nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const Dec
     return r;
   }
   const StepBatch batch = decode_batch(c.batch, c.context, m.model->block_size(), config.vocab_size);
-  // The serving path's step: forward, greedy sampling on the backend, the ids' copy (the one sync).
-  const SampleBatch greedy = greedy_rows(batch);
+  // The serving path's step: forward, sampling on the backend, the ids' copy (the one sync).
+  const SampleBatch sampling = decode_rows(batch, o);
   std::vector<int32_t> ids(size_t(c.batch));
-  const auto step = [&] { m.runner->forward_sample(batch, greedy, ids.data(), nullptr, {}, nullptr); };
+  std::vector<RowLogprobs> logprobs(sampling.logprobs.size());
+  const auto step = [&] { m.runner->forward_sample(batch, sampling, ids.data(), logprobs.data(), {}, nullptr); };
   const double step_s = median(time_runs(o.warmup, o.iters, step));
   const double weight_bytes = m.weights.touched(c.batch);
   const double kv_bytes = decode_kv_bytes(config, m.model->kv_layout(), c.batch, c.context);
@@ -547,6 +574,14 @@ void print_text(const nlohmann::json& out) {
   if (out["bandwidth_bytes_per_s"].get<double>() > 0)
     std::printf("decode floor at %.1f GB/s (%s)\n", out["bandwidth_bytes_per_s"].get<double>() / 1e9,
                 out["bandwidth_source"].get<std::string>().c_str());
+  const nlohmann::json& sampling = out["sampling"];
+  std::printf("decode sampling: %s, logprobs %d\n",
+              sampling["temperature"].get<double>() > 0
+                  ? fmt::format("temperature {:g}, top_k {}, top_p {:g}", sampling["temperature"].get<float>(),
+                                sampling["top_k"].get<int>(), sampling["top_p"].get<float>())
+                        .c_str()
+                  : "greedy",
+              sampling["logprobs"].get<int>());
   std::printf("\ndecode %7s %6s %10s %10s %10s %11s %11s %9s %9s\n", "context", "batch", "step_ms", "layer_us", "tok/s",
               "floor_MB", "GB/s", "floor_ms", "x_floor");
   for (const auto& r : out["decode"]) {
@@ -686,6 +721,7 @@ void run(BenchLatencyOptions o) {
       {"bandwidth_bytes_per_s", bandwidth},
       {"bandwidth_source", bandwidth_source},
       {"peak_flops_per_s", flops_peak},
+      {"sampling", {{"temperature", o.temperature}, {"top_k", o.top_k}, {"top_p", o.top_p}, {"logprobs", o.logprobs}}},
       {"weights",
        {{"always_bytes", m.weights.always}, {"expert_bytes", m.weights.expert}, {"moe_layers", m.weights.moe_layers},
         {"num_experts", m.weights.num_experts}, {"experts_per_token", m.weights.experts_per_token},
@@ -746,6 +782,20 @@ void register_bench_latency(CLI::App& app) {
                   "with --spec-tokens: a DSpark drafter's directory (its config.json; its weights, or random ones "
                   "with --load-format dummy) whose cost is timed beside each verification step: its cache fed "
                   "inside the step, and its proposal step");
+  cmd->add_option("--temperature", o->temperature, "decode: every request's temperature (0: greedy)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--top-k", o->top_k, "decode: every request's top_k (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--top-p", o->top_p, "decode: every request's top_p, in (0, 1]")
+      ->check(CLI::Range(1e-6f, 1.0f))
+      ->capture_default_str();
+  cmd->add_option("--logprobs", o->logprobs,
+                  "decode: top logprobs each drawn token reports (0-20; the token's own logprob and rank too), "
+                  "answered beside the draw; -1: none")
+      ->check(CLI::Range(-1, kMaxTopLogprobs))
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "print the results as JSON");
   cmd->callback([o] { run(*o); });
 }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <climits>
 #include <exception>
-#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"

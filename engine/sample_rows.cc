@@ -1,16 +1,9 @@
 #include "engine/sample_rows.h"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
-#include <numeric>
-
 #include "core/error.h"
 
 namespace m3 {
 namespace {
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 bool masking(const SamplingState& state) {
   return state.output_index < state.params->min_tokens && !state.min_tokens_masked.empty();

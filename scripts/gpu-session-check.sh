@@ -24,7 +24,7 @@
 # bench latency's 8K decode steps at batches 1-128: at most about 330 s).
 # PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 700 s with
 # every step at its timeout, 800 with BASELINE: typically 320 s); decode = main's decode benches
-# alone (8K and 128K, the per-op table; with BASELINE its 8K steps too: at most 300 s); batch-invariant = its op cases, the determinism
+# alone (8K and 128K, the per-op table, 8K sampled with logprobs; with BASELINE its 8K steps too: at most 360 s); batch-invariant = its op cases, the determinism
 # suite and the cost (at most about 430 s); msa = the MSA kernels alone: their op cases, the
 # msa_bench suites of issue 19 item 2 (targets, decode, prefill; prefill also from BASELINE's
 # msa_bench when its pack has one) and an Nsight Compute profile of one
@@ -101,7 +101,7 @@ timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --lo
   --prefill-lens 8192 --spec-tokens 3,7 --iters 5 --warmup 2 --json > $OUT/bench-latency-8192.json 2> $L/bench.log
 echo "bench rc $?" >> $L/b-summary.txt
 # Issue 19 item 1's per-op table: each op of the 8K decode steps against its own byte floor
-# (ops_floor_ratio: the op's time less one wait a call, over its bytes at 4.2 TB/s).
+# (ops_floor_ratio: the op's time less one wait a call, over its bytes at the GPU's measured copy rate).
 python3 - $OUT/bench-latency-8192.json >> $L/b-summary.txt 2>&1 <<'PY'
 import json, sys
 try:
@@ -121,6 +121,26 @@ timeout 100 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --lo
   --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,8,16 --context-lens 131072 \
   --prefill-lens "" --iters 5 --warmup 2 --json > $OUT/bench-latency-131072.json 2> $L/bench-131072.log
 echo "bench 128K rc $?" >> $L/b-summary.txt
+if part decode; then
+  # Sampled decode (MiniMax's recommended temperature 1, top_k 40, top_p 0.95) with 5 logprobs a
+  # token: what the sample op costs beside greedy's.
+  timeout 60 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS \
+    --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' --batch-sizes 1,128 \
+    --context-lens 8192 --prefill-lens "" --temperature 1 --top-k 40 --top-p 0.95 --logprobs 5 --iters 5 --warmup 2 \
+    --json > $OUT/bench-latency-8192-sampled.json 2> $L/bench-sampled.log
+  echo "bench sampled rc $?" >> $L/b-summary.txt
+  python3 - $OUT/bench-latency-8192-sampled.json >> $L/b-summary.txt 2>&1 <<'PY'
+import json, sys
+try:
+    decode = json.load(open(sys.argv[1])).get("decode", [])
+except (OSError, ValueError) as e:
+    sys.exit(f"  no sampled bench JSON ({e.__class__.__name__}): see logs.tgz bench-sampled.log")
+for r in decode:
+    if r.get("status") == "ok":
+        print(f"  sampled b{r['batch']}: {r['step_ms']:.2f} ms, x floor {r.get('floor_ratio', 0):.2f}; "
+              f"sample op {r.get('ops_ms', {}).get('sample', 0):.3f} ms")
+PY
+fi
 if [[ -n "${BASELINE:-}" ]]; then
   B=$BASELINE
   unpack_baseline

@@ -174,6 +174,32 @@ TEST(BenchLatency, DummyOneDenseLayerTouchesTheSameWeightsAtEveryBatch) {
   EXPECT_EQ(r.at("prefill")[0].at("status"), "ok");
 }
 
+TEST(BenchLatency, SampledDecodeWithLogprobsRecordsItsSamplingAndTimesTheSampleOp) {
+  const json r = run_m3serve(fmt::format(
+      "bench latency --model {} --load-format dummy --num-layers 1 --device cpu --batch-sizes 3 --context-lens 256 "
+      "--prefill-lens '' --warmup 1 --iters 1 --temperature 0.8 --top-k 50 --top-p 0.95 --logprobs 5 --json",
+      kTiny));
+  ASSERT_TRUE(r.is_object());
+  const json& s = r.at("sampling");
+  EXPECT_FLOAT_EQ(s.at("temperature").get<float>(), 0.8f);
+  EXPECT_EQ(s.at("top_k"), 50);
+  EXPECT_FLOAT_EQ(s.at("top_p").get<float>(), 0.95f);
+  EXPECT_EQ(s.at("logprobs"), 5);
+  const json& b3 = decode_case(r, 3, 256);
+  expect_timed_decode(b3);
+  EXPECT_DOUBLE_EQ(b3.at("ops_calls").at("sample").get<double>(), 1.0);  // the draw and the logprobs: one op
+  EXPECT_GT(b3.at("ops_ms").at("sample").get<double>(), 0.0);
+  EXPECT_TRUE(r.at("prefill").empty());
+  // Greedy and no logprobs unless asked.
+  const json greedy = run_m3serve(fmt::format(
+      "bench latency --model {} --load-format dummy --num-layers 1 --device cpu --batch-sizes 1 --context-lens 256 "
+      "--prefill-lens '' --warmup 0 --iters 1 --no-op-breakdown --json",
+      kTiny));
+  ASSERT_TRUE(greedy.is_object());
+  EXPECT_EQ(greedy.at("sampling").at("temperature").get<double>(), 0.0);
+  EXPECT_EQ(greedy.at("sampling").at("logprobs"), -1);
+}
+
 TEST(BenchLatency, CasesWhosePoolExceedsTheBudgetAreSkipped) {
   // 2560 B per token across 4 layers: --kv-cache-memory 1MiB is a pool of 3 blocks of 128 tokens.
   const json r = run_m3serve(fmt::format(
