@@ -361,6 +361,15 @@ void add_linear_cases(CaseList& cases, bool quick) {
     for (int f : {5, 7})
       cases.push_back(std::make_unique<LinearsCase>(std::vector{kFormats[f]}, std::vector<int>{2048, 256, 256, 512, 128},
                                                     1024, rows));
+  // The attention projections as wide as a dense layer that takes the wgmma kernel at 65-256 rows
+  // (6,144 + 1,408 weight rows: 59 tiles; at K 2048 a 2-CTA split on 132 SMs), at decode batches
+  // of 65-256 rows.
+  if (!quick)
+    for (int k : {1024, 2048})
+      for (int rows : {100, 200})
+        for (int f : {5, 7})
+          cases.push_back(std::make_unique<LinearsCase>(std::vector{kFormats[f]},
+                                                        std::vector<int>{6144, 512, 256, 512, 128}, k, rows));
   MoeShape streamed = {"nvfp4-ct experts, mxfp8 shared", 32, 4, kFormats[7], kFormats[5]};
   streamed.hidden = 1024;
   streamed.inter = 512;
