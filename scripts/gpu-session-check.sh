@@ -32,7 +32,8 @@
 # BASELINE); linear =
 # backend_check bench --only linear and --only moe (at most 240 s; LINEAR_NCU=1 adds ncu of the streamed kernel: stall reasons per SASS instruction, 250 s);
 # serving = bench serve with 8K prompts at --max-num-batched-tokens 2048 and at the default (at most about 300 s). Each part fits one 600 s
-# device call; PARTS="main batch-invariant" runs both in one call when the time allows. speculative =
+# device call; PARTS="main batch-invariant" runs both in one call when the time allows. sampling = the
+# sample and logprobs op cases and each kernel's ncu duration on 128-row steps (at most about 200 s). speculative =
 # the drafter's op cases, verification steps from CUDA graphs, both drafters on cuda against plain
 # decoding, the DSpark drafter's acceptance through a cuda server, the M3.1 verification steps with
 # a drafter of the M3.1 drafter's shapes (at most about 590 s). trace = Nsight Compute's duration of
@@ -66,7 +67,8 @@ if [[ ! -d $P/device-libs ]]; then
 fi
 export LD_LIBRARY_PATH=$PWD/$P/device-libs:/usr/local/cuda/lib64
 source scripts/nccl-env.sh  # NCCL_NVLS_ENABLE=0, the wheel's libnccl.so.2
-L=/tmp/logs; mkdir -p $L/c $L/h $L/n $L/s
+# A warm machine keeps /tmp from the call before: its summaries must not join this call's table.
+L=/tmp/logs; rm -rf $L; mkdir -p $L/c $L/h $L/n $L/s
 # The op cases of each filter (after the part's name and a timeout in seconds): a summary line
 # each, "<part> ops --filter 'F' rc R: backend_ops: ...", and its first failures.
 op_cases() {
@@ -423,6 +425,21 @@ a, b = times(plain), times(inv)
 parts = ["%s %.2f -> %.2f ms (x%.2f)" % (k, a[k], b[k], b[k] / a[k]) for k in b if k in a]
 print("batch-invariant cost decode/prefill (M3.1 M3_LAYERS layers, ctx 8192, nvfp4 KV): " + ("; ".join(parts) or "no common case"))
 PY
+fi
+if part sampling; then
+  # The sampling and logprobs kernels: their op cases (full mode: every row shape, the 128-row
+  # decode steps, 160 logprob rows) and Nsight Compute's duration and DRAM reads of each kernel
+  # alone on the 128-row steps and the logprobs case (backend_ops --perf's times include the
+  # rows' upload and the constrained rows' copies).
+  op_cases sampling 150 "sample " "logprobs"
+  for c in "step of 128 rows greedy" "step of 128 rows T=1" "step of 128 rows T=0.8 top_k=50 top_p=0.95" \
+      "step of 128 rows same + repetition penalty" "logprobs vocab 200064 peaked 32"; do
+    k=sample_kernel
+    [[ $c == logprobs* ]] && k=logprobs_kernel
+    echo "sampling ncu $k '$c': $(timeout 60 ncu --kernel-name $k --launch-count 1 \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum $P/tests/kernels_cuda/backend_ops --filter "$c" 2>&1 |
+      awk '/gpu__time_duration|dram__bytes_read/ {printf "%s %s %s  ", $1, $3, $2}')" >> $L/sampling-summary.txt
+  done
 fi
 if part trace; then
   # The decode step's kernels one by one: Nsight Compute's duration of every kernel of one graph
