@@ -136,6 +136,8 @@ void row_logprobs_reference(const float* logits, int32_t vocab, int32_t top_k, c
 void logprobs_batch_reference(const float* logits, int64_t num_rows, int32_t vocab, const SampleBatch& batch,
                               const int32_t* ids, RowLogprobs* out) {
   check_logprob_rows(batch, num_rows, vocab);
+  M3_CHECK(batch.logprobs.empty() || out != nullptr, "logprobs: {} rows asked for and nowhere to put them",
+           batch.logprobs.size());
   for (size_t j = 0; j < batch.logprobs.size(); ++j) {
     const LogprobRow& q = batch.logprobs[j];
     int32_t tokens[2];

@@ -291,6 +291,7 @@ class CpuBackend final : public Backend {
     sample_batch_reference(x, logits.dim(0), vocab, batch, ids, sample_ws_);
     check_logprob_rows(batch, logits.dim(0), vocab);
     const auto n = static_cast<int64_t>(batch.logprobs.size());
+    M3_CHECK(n == 0 || logprobs != nullptr, "sample: {} logprob rows asked for and nowhere to put them", n);
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1 && n * vocab >= (int64_t{1} << 19))
     for (int64_t j = 0; j < n; ++j) {
       const LogprobRow& q = batch.logprobs[j];

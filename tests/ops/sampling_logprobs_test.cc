@@ -101,6 +101,7 @@ TEST(LogprobsBatchReference, DrawnTokensComeFromTheDrawAndBadRowsAreNamed) {
   EXPECT_EQ(out[0].logprob[0], expect.logprob[0]);
   EXPECT_EQ(out[0].rank[1], expect.rank[1]);
   EXPECT_EQ(out[0].top_id[0], expect.top_id[0]);
+  EXPECT_THROW(logprobs_batch_reference(logits.data(), 2, vocab, batch, ids, nullptr), Error);
 
   const auto message = [&](LogprobRow bad) {
     batch.logprobs = {bad};

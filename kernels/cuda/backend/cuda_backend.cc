@@ -526,6 +526,8 @@ class CudaBackend final : public Backend {
              "cuda backend: sample needs device BF16 [rows, vocab] logits");
     const int64_t vocab = logits.dim(1), list_size = static_cast<int64_t>(batch.ids.size());
     check_logprob_rows(batch, logits.dim(0), static_cast<int32_t>(vocab));
+    M3_CHECK(num_logprobs == 0 || logprobs != nullptr, "sample: {} logprob rows asked for and nowhere to put them",
+             num_logprobs);
     M3_CHECK(batch.counts.size() == batch.ids.size(), "sample: {} ids but {} counts", batch.ids.size(),
              batch.counts.size());
     auto list_ok = [&](int32_t begin, int32_t num) { return begin >= 0 && num >= 0 && int64_t(begin) + num <= list_size; };
