@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <exception>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -445,14 +446,24 @@ RequestOutput EngineLoop::advance_speculative(Sequence& seq, const SeqLogitsRows
   for (size_t j = 0; j < kept; ++j) ++counters_.spec_accepted_per_pos[j];
 
   if (!start_output(seq, out)) return out;
-  for (size_t j = 0; j < verified_.size(); ++j) {
-    int logprob_row = outs.sample_logprob_row >= 0 ? outs.sample_logprob_row + static_cast<int>(j) : -1;
-    if (host_rows && seq.params().logprobs >= 0) {  // the host verifier's tokens: from its rows, here
+  int first_logprob_row = outs.sample_logprob_row;
+  if (host_rows && seq.params().logprobs >= 0) {
+    // The host verifier's tokens are known only now: their logprobs from its rows, the rows side
+    // by side (a 200K-token row is ~1 ms on one core); a row's answer does not depend on the thread.
+    first_logprob_row = static_cast<int>(logprobs_.size());
+    logprobs_.resize(logprobs_.size() + verified_.size());
+    const auto score = [&](std::size_t j) {
       const int32_t tokens[2] = {verified_[j], -1};
       row_logprobs_reference(host_rows + j * static_cast<std::size_t>(vocab_size_), vocab_size_,
-                             seq.params().logprobs, tokens, logprobs_.emplace_back());
-      logprob_row = static_cast<int>(logprobs_.size()) - 1;
-    }
+                             seq.params().logprobs, tokens, logprobs_[static_cast<std::size_t>(first_logprob_row) + j]);
+    };
+    const bool threads = verified_.size() > 1 && verified_.size() * static_cast<std::size_t>(vocab_size_) >= (1u << 19);
+    std::vector<std::jthread> pool;  // joined on leaving the block
+    for (std::size_t j = threads ? 1 : verified_.size(); j < verified_.size(); ++j) pool.emplace_back(score, j);
+    for (std::size_t j = 0; j < (threads ? 1 : verified_.size()); ++j) score(j);
+  }
+  for (size_t j = 0; j < verified_.size(); ++j) {
+    const int logprob_row = first_logprob_row >= 0 ? first_logprob_row + static_cast<int>(j) : -1;
     if (append_token(seq, verified_[j], logprob_row, out)) return out;
   }
   // The last token and the kept drafts have their KV; the blocks past the text held only
