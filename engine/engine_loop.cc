@@ -457,10 +457,13 @@ RequestOutput EngineLoop::advance_speculative(Sequence& seq, const SeqLogitsRows
       row_logprobs_reference(host_rows + j * static_cast<std::size_t>(vocab_size_), vocab_size_,
                              seq.params().logprobs, tokens, logprobs_[static_cast<std::size_t>(first_logprob_row) + j]);
     };
-    const bool threads = verified_.size() > 1 && verified_.size() * static_cast<std::size_t>(vocab_size_) >= (1u << 19);
-    std::vector<std::jthread> pool;  // joined on leaving the block
-    for (std::size_t j = threads ? 1 : verified_.size(); j < verified_.size(); ++j) pool.emplace_back(score, j);
-    for (std::size_t j = 0; j < (threads ? 1 : verified_.size()); ++j) score(j);
+    if (verified_.size() > 1 && verified_.size() * static_cast<std::size_t>(vocab_size_) >= (1u << 19)) {
+      std::vector<std::jthread> pool;  // joined on leaving the block
+      for (std::size_t j = 1; j < verified_.size(); ++j) pool.emplace_back(score, j);
+      score(0);
+    } else {
+      for (std::size_t j = 0; j < verified_.size(); ++j) score(j);
+    }
   }
   for (size_t j = 0; j < verified_.size(); ++j) {
     const int logprob_row = first_logprob_row >= 0 ? first_logprob_row + static_cast<int>(j) : -1;

@@ -77,7 +77,9 @@ int32_t SampleBatch::add_allowed_row(int32_t words) {
   return row;
 }
 
-void check_logprob_rows(const SampleBatch& batch, int64_t num_rows, int32_t vocab) {
+void check_logprob_rows(const SampleBatch& batch, int64_t num_rows, int32_t vocab, const RowLogprobs* out) {
+  M3_CHECK(batch.logprobs.empty() || out != nullptr, "logprobs: {} rows asked for and nowhere to put them",
+           batch.logprobs.size());
   const auto drawn_rows = static_cast<int32_t>(batch.rows.size());
   for (size_t j = 0; j < batch.logprobs.size(); ++j) {
     const LogprobRow& q = batch.logprobs[j];
@@ -96,6 +98,13 @@ void check_logprob_rows(const SampleBatch& batch, int64_t num_rows, int32_t voca
 
 void logprob_row_tokens(const LogprobRow& q, const int32_t* ids, int32_t (&tokens)[2]) {
   for (int t = 0; t < 2; ++t) tokens[t] = q.drawn_by[t] >= 0 ? ids[q.drawn_by[t]] : q.token[t];
+}
+
+void logprob_row_reference(const float* logits, int32_t vocab, const LogprobRow& q, const int32_t* ids,
+                           RowLogprobs& out) {
+  int32_t tokens[2];
+  logprob_row_tokens(q, ids, tokens);
+  row_logprobs_reference(logits + q.logits_row * int64_t(vocab), vocab, q.top_k, tokens, out);
 }
 
 void row_logprobs_reference(const float* logits, int32_t vocab, int32_t top_k, const int32_t (&tokens)[2],
@@ -135,15 +144,8 @@ void row_logprobs_reference(const float* logits, int32_t vocab, int32_t top_k, c
 
 void logprobs_batch_reference(const float* logits, int64_t num_rows, int32_t vocab, const SampleBatch& batch,
                               const int32_t* ids, RowLogprobs* out) {
-  check_logprob_rows(batch, num_rows, vocab);
-  M3_CHECK(batch.logprobs.empty() || out != nullptr, "logprobs: {} rows asked for and nowhere to put them",
-           batch.logprobs.size());
-  for (size_t j = 0; j < batch.logprobs.size(); ++j) {
-    const LogprobRow& q = batch.logprobs[j];
-    int32_t tokens[2];
-    logprob_row_tokens(q, ids, tokens);
-    row_logprobs_reference(logits + q.logits_row * int64_t(vocab), vocab, q.top_k, tokens, out[j]);
-  }
+  check_logprob_rows(batch, num_rows, vocab, out);
+  for (size_t j = 0; j < batch.logprobs.size(); ++j) logprob_row_reference(logits, vocab, batch.logprobs[j], ids, out[j]);
 }
 
 // Two passes: an 8-lane max the compiler turns into SIMD (a host-side 200K-vocab argmax per

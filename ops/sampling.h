@@ -180,16 +180,19 @@ void sample_distribution(const float* logits, int32_t vocab, const SampleRow& ro
 void sample_batch_reference(const float* logits, int64_t num_rows, int32_t vocab, const SampleBatch& batch,
                             int32_t* ids, SampleWorkspace& ws);
 
-// Checks `batch.logprobs` against logits [num_rows, vocab]: rows inside the logits, top_k in
-// 0..kMaxTopLogprobs, tokens inside the vocabulary, drawn_by naming a row of batch.rows. Throws
-// m3::Error naming the first bad one.
-void check_logprob_rows(const SampleBatch& batch, int64_t num_rows, int32_t vocab);
+// Checks `batch.logprobs` against logits [num_rows, vocab] and their answers' place `out`: rows
+// inside the logits, top_k in 0..kMaxTopLogprobs, tokens inside the vocabulary, drawn_by naming a
+// row of batch.rows, `out` not null when there are rows. Throws m3::Error naming the first bad one.
+void check_logprob_rows(const SampleBatch& batch, int64_t num_rows, int32_t vocab, const RowLogprobs* out);
 // The reference for one row: logits[0, vocab) (not modified), the asked tokens as ids (-1: none).
 void row_logprobs_reference(const float* logits, int32_t vocab, int32_t top_k, const int32_t (&tokens)[2],
                             RowLogprobs& out);
 // The tokens `q` asks about once the batch's draw gave ids[i] for batch.rows[i] (ids may be null
 // when no row is drawn from).
 void logprob_row_tokens(const LogprobRow& q, const int32_t* ids, int32_t (&tokens)[2]);
+// The reference for `q` (checked) over host logits [*, vocab], after the draw gave `ids`.
+void logprob_row_reference(const float* logits, int32_t vocab, const LogprobRow& q, const int32_t* ids,
+                           RowLogprobs& out);
 // Every row of batch.logprobs by the reference from host logits [num_rows, vocab], after the draw:
 // out[j] for batch.logprobs[j]. Checks the rows first (check_logprob_rows).
 void logprobs_batch_reference(const float* logits, int64_t num_rows, int32_t vocab, const SampleBatch& batch,

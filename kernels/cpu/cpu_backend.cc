@@ -289,16 +289,10 @@ class CpuBackend final : public Backend {
     const auto vocab = static_cast<int32_t>(logits.dim(1));
     const float* x = logits.data_as<const float>();
     sample_batch_reference(x, logits.dim(0), vocab, batch, ids, sample_ws_);
-    check_logprob_rows(batch, logits.dim(0), vocab);
+    check_logprob_rows(batch, logits.dim(0), vocab, logprobs);
     const auto n = static_cast<int64_t>(batch.logprobs.size());
-    M3_CHECK(n == 0 || logprobs != nullptr, "sample: {} logprob rows asked for and nowhere to put them", n);
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1 && n * vocab >= (int64_t{1} << 19))
-    for (int64_t j = 0; j < n; ++j) {
-      const LogprobRow& q = batch.logprobs[j];
-      int32_t tokens[2];
-      logprob_row_tokens(q, ids, tokens);
-      row_logprobs_reference(x + q.logits_row * int64_t(vocab), vocab, q.top_k, tokens, logprobs[j]);
-    }
+    for (int64_t j = 0; j < n; ++j) logprob_row_reference(x, vocab, batch.logprobs[j], ids, logprobs[j]);
   }
 
   // The host tier is plain host memory; a copy is a memcpy per block, done before the call returns

@@ -47,9 +47,7 @@ class DeviceSamplingModel final : public ModelRunner {
     for (size_t j = sampling.logprobs.size(); j-- > 0;) {
       const LogprobRow& q = sampling.logprobs[j];
       ASSERT_LT(size_t(q.logits_row), batch.logits_rows.size());
-      int32_t tokens[2];
-      logprob_row_tokens(q, sampled_ids, tokens);
-      row_logprobs_reference(device_.data() + size_t(q.logits_row) * kVocab, kVocab, q.top_k, tokens, logprobs[j]);
+      logprob_row_reference(device_.data(), kVocab, q, sampled_ids, logprobs[j]);
     }
     for (size_t i = 0; i < host_rows.size(); ++i)
       std::copy_n(device_.data() + size_t(host_rows[i]) * kVocab, kVocab, host_logits + i * kVocab);

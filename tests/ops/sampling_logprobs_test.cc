@@ -106,7 +106,7 @@ TEST(LogprobsBatchReference, DrawnTokensComeFromTheDrawAndBadRowsAreNamed) {
   const auto message = [&](LogprobRow bad) {
     batch.logprobs = {bad};
     try {
-      check_logprob_rows(batch, 2, vocab);
+      check_logprob_rows(batch, 2, vocab, out);
     } catch (const Error& e) {
       return std::string(e.what());
     }

@@ -515,7 +515,7 @@ class CudaBackend final : public Backend {
   }
 
   // ops/sampling.h on the GPU (sampling.cu): the rows, logprob rows and id lists go up in one copy,
-  // the ids and logprobs come back in two copies, whose wait is the step's only synchronisation.
+  // the ids and logprobs come back in one copy, whose wait is the step's only synchronisation.
   void sample(const Tensor& logits, const SampleBatch& batch, int32_t* ids, RowLogprobs* logprobs) override {
     const int n = static_cast<int>(batch.rows.size());
     const int num_logprobs = static_cast<int>(batch.logprobs.size());
@@ -525,9 +525,7 @@ class CudaBackend final : public Backend {
                  logits.ndim() == 2 && logits.dim(1) <= INT32_MAX,
              "cuda backend: sample needs device BF16 [rows, vocab] logits");
     const int64_t vocab = logits.dim(1), list_size = static_cast<int64_t>(batch.ids.size());
-    check_logprob_rows(batch, logits.dim(0), static_cast<int32_t>(vocab));
-    M3_CHECK(num_logprobs == 0 || logprobs != nullptr, "sample: {} logprob rows asked for and nowhere to put them",
-             num_logprobs);
+    check_logprob_rows(batch, logits.dim(0), static_cast<int32_t>(vocab), logprobs);
     M3_CHECK(batch.counts.size() == batch.ids.size(), "sample: {} ids but {} counts", batch.ids.size(),
              batch.counts.size());
     auto list_ok = [&](int32_t begin, int32_t num) { return begin >= 0 && num >= 0 && int64_t(begin) + num <= list_size; };
