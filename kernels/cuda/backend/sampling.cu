@@ -23,9 +23,10 @@
 //   the threads' sums to the row's max), in double, with the asked tokens' ranks (counts of larger
 //   logits); log_norm = max + log(sum), so a logprob differs from the reference's (exp in double)
 //   by the float exps' rounding, ~1e-6 at most; 16-byte loads, 4 in flight
-//   top k              the same radix select gives the k-th largest key (NaN keyed below -inf); the
-//                      larger keys are gathered in any order, the ties with it in id order (a scan
-//                      of tie counts), and one thread sorts the <= 20 (key descending, id ascending)
+//   top k              the same radix select gives the k-th largest key (NaN keyed below -inf) and
+//                      how many tie with it; the larger keys are gathered in any order, the ties
+//                      too when all are in, else in id order (a scan of tie counts), and one thread
+//                      sorts the <= 20 (key descending, id ascending)
 // Every reduction has a fixed order (warp butterflies, then warps in index order; no float
 // atomics), so a row gives the same id on every run. Against the host reference the sums differ in
 // association only: a different id needs the draw (or the top_p cut, or a min_p test) within
@@ -680,14 +681,28 @@ __global__ void __launch_bounds__(kThreads) logprobs_kernel(LogprobArgs a) {
     int ties_in;
     int ties_total;
     const uint32_t kth = radix_select_kth(keys, k, ties_in, ties_total, sh);
-    // The larger keys in any order (slots by atomics; the sort below fixes the order), the first
-    // ties_in ids holding kth in id order: tiles of kThreads * kChunk consecutive ids, a thread's
+    // The larger keys in any order (slots by atomics; the sort below fixes the order), and the
+    // first ties_in ids holding kth: all of them when every tie is in (the usual case: one pass,
+    // no order needed), else in id order by tiles of kThreads * kChunk consecutive ids, a thread's
     // kChunk (8) ids one 16-byte word when the row is aligned.
     if (threadIdx.x == 0) top_count = 0;
     __syncthreads();
+    const auto take = [&](int id, uint32_t key) {
+      const int slot = atomicAdd(&top_count, 1);
+      if (slot < kMaxTopLogprobs) {
+        top_id[slot] = id;
+        top_key[slot] = key;
+      }
+    };
+    if (ties_total == ties_in) {
+      for_each_logit(raw, vocab, [&](int id, float x) {
+        const uint32_t key = logprob_key(x);
+        if (key >= kth) take(id, key);
+      });
+    }
     const bool aligned = (reinterpret_cast<uintptr_t>(raw) & 15u) == 0;
     int tie_carry = 0;
-    for (int tile = 0; tile < vocab; tile += kThreads * kChunk) {
+    for (int tile = 0; ties_total != ties_in && tile < vocab; tile += kThreads * kChunk) {
       const int begin = tile + threadIdx.x * kChunk;
       float x[kChunk];
       if (aligned && begin + kChunk <= vocab) {
@@ -708,13 +723,7 @@ __global__ void __launch_bounds__(kThreads) logprobs_kernel(LogprobArgs a) {
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
         if (begin + j >= vocab) continue;
-        const bool take = key[j] > kth || (key[j] == kth && tie_rank++ < ties_in);
-        if (!take) continue;
-        const int slot = atomicAdd(&top_count, 1);
-        if (slot < kMaxTopLogprobs) {
-          top_id[slot] = begin + j;
-          top_key[slot] = key[j];
-        }
+        if (key[j] > kth || (key[j] == kth && tie_rank++ < ties_in)) take(begin + j, key[j]);
       }
       tie_carry += tile_ties;
       __syncthreads();
