@@ -643,10 +643,15 @@ class CudaBackend final : public Backend {
     const int k = static_cast<int>(first.in_features);
     // bf16: cuBLAS, except in batch-invariant mode, where bf16 takes the skinny kernel as well.
     if ((w0.kind == detail::WeightKind::kBF16 && !options_.batch_invariant) || x.dim(1) % 8 != 0) return false;
-    // Up to 256 rows the skinny and streamed kernels walk the segments (weight_rows 0: 64-row
-    // items at most); above, the wgmma kernel does, so that the small projections (k, v: 512
-    // features; index_k: 128, one wave's few CTAs alone) share a launch with q's tiles.
-    const int item_rows = this->item_rows(w0, k, /*weight_rows=*/0, static_cast<int>(rows));
+    // Up to 64 rows the skinny and streamed kernels walk the segments; at 65-256 rows the wgmma
+    // kernel does when the segments together are as wide as a dense layer that takes it
+    // (kWgmmaMinDenseWeightRows: M3.1's q, k, v, index q and k are 9,856 rows, 77 tiles), else
+    // the streamed kernel's wide form; above, the wgmma kernel always, so that the small
+    // projections (k, v: 512 features; index_k: 128, one wave's few CTAs alone) share a launch
+    // with q's tiles.
+    int weight_rows = 0;
+    for (const LinearOutput& o : outputs) weight_rows += static_cast<int>(o.weight->out_features);
+    const int item_rows = this->item_rows(w0, k, weight_rows, static_cast<int>(rows));
     detail::LinearArgs a;
     int slices = 0, tiles = 0;
     for (size_t i = 0; i < outputs.size(); ++i) {
