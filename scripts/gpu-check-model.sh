@@ -329,7 +329,7 @@ if has determinism && [[ -x "${M3BIN:-}" ]]; then
 fi
 if has sanitize; then
   # memcheck over every op (quick shapes) and a whole model; racecheck over the linear kernels
-  # (shared-memory tiles, split-K reduction) and the generic attention kernels; initcheck over the
+  # (shared-memory tiles, split-K reduction), the generic attention kernels and sampling; initcheck over the
   # expert-parallel MoE cases.
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   sanitize() {  # name, tool, then the program and its arguments
@@ -344,6 +344,8 @@ if has sanitize; then
   sanitize model memcheck "$BIN" model --quick tests/model_golden/data/tiny-mixed
   sanitize linear racecheck "$OPS" --quick --seed 5 --filter linear
   sanitize attention racecheck "$OPS" --quick --seed 5 --filter "tiny kv nvfp4"
+  # Sampling and logprobs: a row's CTAs exchange through distributed shared memory.
+  sanitize sampling racecheck "$OPS" --quick --seed 5 --filter "vocab 37 "
   # Expert parallel: choices of experts held elsewhere must never read the skipped rows.
   sanitize moe-ep initcheck "$OPS" --quick --seed 17 --filter " ep ["
 fi

@@ -33,7 +33,7 @@
 # backend_check bench --only linear and --only moe (at most 240 s; LINEAR_NCU=1 adds ncu of the streamed kernel: stall reasons per SASS instruction, 250 s);
 # serving = bench serve with 8K prompts at --max-num-batched-tokens 2048 and at the default (at most about 300 s). Each part fits one 600 s
 # device call; PARTS="main batch-invariant" runs both in one call when the time allows. sampling = the
-# sample and logprobs op cases and each kernel's ncu duration on 128-row steps (at most about 200 s). speculative =
+# sample and logprobs op cases and each kernel's ncu duration on 128-row and 1-row steps (at most about 200 s). speculative =
 # the drafter's op cases, verification steps from CUDA graphs, both drafters on cuda against plain
 # decoding, the DSpark drafter's acceptance through a cuda server, the M3.1 verification steps with
 # a drafter of the M3.1 drafter's shapes (at most about 590 s). trace = Nsight Compute's duration of
@@ -433,7 +433,8 @@ if part sampling; then
   # rows' upload and the constrained rows' copies).
   op_cases sampling 150 "sample " "logprobs"
   for c in "step of 128 rows greedy" "step of 128 rows T=1" "step of 128 rows T=0.8 top_k=50 top_p=0.95" \
-      "step of 128 rows same + repetition penalty" "logprobs vocab 200064 peaked 32"; do
+      "step of 128 rows same + repetition penalty" "step of 1 rows greedy" "step of 1 rows T=1" \
+      "step of 1 rows T=0.8 top_k=50 top_p=0.95" "logprobs vocab 200064 peaked 32" "logprobs vocab 200064 peaked 1 "; do
     k=sample_kernel
     [[ $c == logprobs* ]] && k=logprobs_kernel
     echo "sampling ncu $k '$c': $(timeout 60 ncu --kernel-name $k --launch-count 1 \

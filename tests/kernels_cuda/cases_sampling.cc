@@ -59,6 +59,9 @@ std::vector<float> make_logits(std::mt19937_64& rng, RowShape shape, int rows, i
       x[i] = bf16_round(x[i]);
     }
     if (shape == RowShape::kAllMasked && r % 2) x[rng() % vocab] = 1.0f;  // one survivor on odd rows
+    // A NaN last on the first row: at small vocabularies a GPU thread's whole share of the row
+    // (seed 7 found a lone NaN dropped from the logprobs' sum).
+    if (shape == RowShape::kNaN && r == 0) x[vocab - 1] = std::nanf("");
   }
   return v;
 }
@@ -315,6 +318,14 @@ class LogprobsCase : public OpCase {
       bool same = x.num_top == y.num_top;
       for (int t = 0; t < 2; ++t) same = same && x.token[t] == y.token[t] && x.rank[t] == y.rank[t];
       for (int i = 0; same && i < y.num_top; ++i) same = x.top_id[i] == y.top_id[i];
+      if (!same && worst == 0) {  // the first row that differs, for the log
+        const auto show = [](const RowLogprobs& r) {
+          std::string s = fmt::format("tokens {} {} ranks {} {} top", r.token[0], r.token[1], r.rank[0], r.rank[1]);
+          for (int i = 0; i < std::min(r.num_top, kMaxTopLogprobs); ++i) s += fmt::format(" {}", r.top_id[i]);
+          return s;
+        };
+        fmt::print("  {} row {} (top {}): got {}; want {}\n", name(), j, batch_.logprobs[j].top_k, show(x), show(y));
+      }
       worst += !same;
     }
     return worst;
@@ -351,6 +362,11 @@ void add_sampling_cases(CaseList& cases, bool quick) {
                                   std::pair{"T=0.8 top_k=50 top_p=0.95", typical},
                                   std::pair{"same + repetition penalty", penalised}})
     cases.push_back(std::make_unique<SampleCase>(200064, name, row, 128));
+  // A step of one request (the kernels' latency: one row on one cluster).
+  for (const auto& [name, row] : {std::pair{"greedy", greedy}, std::pair{"T=1", plain},
+                                  std::pair{"T=0.8 top_k=50 top_p=0.95", typical}})
+    cases.push_back(std::make_unique<SampleCase>(200064, name, row, 1));
+  cases.push_back(std::make_unique<LogprobsCase>(200064, RowShape::kPeaked, 1));
   // 32 draws and 160 logprob rows at vocab 200064 (--perf: the logits the logprob rows read).
   cases.push_back(std::make_unique<LogprobsCase>(200064, RowShape::kPeaked, 32));
 }

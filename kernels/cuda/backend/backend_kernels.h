@@ -310,7 +310,7 @@ cudaError_t launch_attention_input(const AttentionInputArgs& args, cudaStream_t 
 
 // ---- sampling (sampling.cu) ----
 
-// One CTA per row of `rows` samples it from the bf16 logits (ops/sampling.h semantics) into out.
+// A cluster of CTAs per row of `rows` (sampling_row.cuh) samples it from the bf16 logits (ops/sampling.h semantics) into out.
 struct SampleArgs {
   const uint16_t* logits = nullptr;  // bf16 [*, vocab]; row r.logits_row
   int vocab = 0;
@@ -327,7 +327,7 @@ struct SampleArgs {
 };
 cudaError_t launch_sample(const SampleArgs& args, cudaStream_t stream);
 
-// Logprobs of SampleBatch::logprobs (ops/sampling.h RowLogprobs), one CTA per row, after the draw.
+// Logprobs of SampleBatch::logprobs (ops/sampling.h RowLogprobs), a cluster of CTAs per row, after the draw.
 struct LogprobArgs {
   const uint16_t* logits = nullptr;  // bf16 [*, vocab]; row q.logits_row
   int vocab = 0;
