@@ -33,7 +33,8 @@
 # backend_check bench --only linear and --only moe (at most 240 s; LINEAR_NCU=1 adds ncu of the streamed kernel: stall reasons per SASS instruction, 250 s);
 # serving = bench serve with 8K prompts at --max-num-batched-tokens 2048 and at the default (at most about 300 s). Each part fits one 600 s
 # device call; PARTS="main batch-invariant" runs both in one call when the time allows. sampling = the
-# sample and logprobs op cases and each kernel's ncu duration on 128-row and 1-row steps (at most about 200 s). speculative =
+# sample and logprobs op cases and each kernel's ncu duration on 128-row and 1-row steps (at most about 200 s;
+# SAMPLING_SOURCE=1 adds a line-by-line profile of each kernel's one-row step, about 60 s more). speculative =
 # the drafter's op cases, verification steps from CUDA graphs, both drafters on cuda against plain
 # decoding, the DSpark drafter's acceptance through a cuda server, the M3.1 verification steps with
 # a drafter of the M3.1 drafter's shapes (at most about 590 s). trace = Nsight Compute's duration of
@@ -441,6 +442,21 @@ if part sampling; then
       --metrics gpu__time_duration.sum,dram__bytes_read.sum $P/tests/kernels_cuda/backend_ops --filter "$c" 2>&1 |
       awk '/gpu__time_duration|dram__bytes_read/ {printf "%s %s %s  ", $1, $3, $2}')" >> $L/sampling-summary.txt
   done
+  if [[ -n "${SAMPLING_SOURCE:-}" ]]; then
+    # Where a one-row step's time goes, line by line: the full set's warp-state samples with the
+    # source, exported as the source page's CSV ($OUT/sampling-source-<kernel>.csv; the option
+    # that adds the CUDA lines is tried first, the SASS page alone if this ncu lacks it).
+    for k in sample_kernel logprobs_kernel; do
+      c="step of 1 rows T=0.8 top_k=50 top_p=0.95"
+      [[ $k == logprobs_kernel ]] && c="logprobs vocab 200064 peaked 1 "
+      timeout 120 ncu --kernel-name $k --launch-count 1 --set full --import-source yes -f -o $L/source-$k \
+        $P/tests/kernels_cuda/backend_ops --filter "$c" > $L/source-$k.log 2>&1
+      timeout 60 ncu --import $L/source-$k.ncu-rep --page source --csv --print-source cuda,sass \
+          > $OUT/sampling-source-$k.csv 2>> $L/source-$k.log ||
+        timeout 60 ncu --import $L/source-$k.ncu-rep --page source --csv > $OUT/sampling-source-$k.csv 2>> $L/source-$k.log
+      echo "sampling source $k: $(wc -l < $OUT/sampling-source-$k.csv) lines in sampling-source-$k.csv" >> $L/sampling-summary.txt
+    done
+  fi
 fi
 if part trace; then
   # The decode step's kernels one by one: Nsight Compute's duration of every kernel of one graph
