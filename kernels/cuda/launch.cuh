@@ -65,20 +65,36 @@ inline void add_programmatic_launch(cudaLaunchConfig_t& cfg, cudaLaunchAttribute
   a.val.programmaticStreamSerializationAllowed = 1;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) with the programmatic launch attribute. The kernel
-// must call kernel_prologue() first. Returns the launch's error (also left for cudaGetLastError).
+// launch_kernel with the grid's CTAs in thread-block clusters of `cluster` CTAs (distributed shared
+// memory, cluster barriers); a cluster of one CTA is an ordinary launch.
 template <class... Params, class... Args>
-cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                          Args&&... args) {
+cudaError_t launch_cluster_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, dim3 cluster, size_t smem,
+                                  cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attrs[1];
+  cudaLaunchAttribute attrs[2];
   cfg.attrs = attrs;
+  if (uint64_t(cluster.x) * cluster.y * cluster.z > 1) {
+    cudaLaunchAttribute& a = attrs[cfg.numAttrs++];
+    a = {};
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = cluster.x;
+    a.val.clusterDim.y = cluster.y;
+    a.val.clusterDim.z = cluster.z;
+  }
   add_programmatic_launch(cfg, attrs);
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with the programmatic launch attribute. The kernel
+// must call kernel_prologue() first. Returns the launch's error (also left for cudaGetLastError).
+template <class... Params, class... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          Args&&... args) {
+  return launch_cluster_kernel(kernel, grid, block, dim3(1, 1, 1), smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace m3::cuda

@@ -374,22 +374,8 @@ cudaError_t launch_skinny(const LinearArgs& a, int items, cudaStream_t stream) {
   constexpr int kMaxSplits = MT >= 4 ? 2 : 1;
   const int splits =
       a.items == nullptr ? skinny_splits(items * slices, num_chunks, U, skinny_min_ctas<MT>(), kMaxSplits) : 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(items, slices, splits);
-  cfg.blockDim = dim3(kSkinnyWarps * 32);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  cfg.attrs = attr;
-  if (splits > 1) {
-    attr[0] = {};
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = splits;
-    cfg.numAttrs = 1;
-  }
-  add_programmatic_launch(cfg, attr);
-  return cudaLaunchKernelEx(&cfg, skinny_linear_kernel<F, MT, kSwiglu>, a);
+  return launch_cluster_kernel(skinny_linear_kernel<F, MT, kSwiglu>, dim3(items, slices, splits),
+                               dim3(kSkinnyWarps * 32), dim3(1, 1, splits), 0, stream, a);
 }
 
 template <WeightKind F, bool kSwiglu>

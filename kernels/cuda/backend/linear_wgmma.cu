@@ -535,25 +535,7 @@ void launch_size(const LinearArgs& a, const CUtensorMap& x_map, bool tma, dim3 g
                  cudaStream_t stream) {
   constexpr int smem = RawLayout<F, kMaxN>::kSmemBytes;
   const auto kernel = tma ? wgmma_linear_kernel<F, kSwiglu, true, kMaxN> : wgmma_linear_kernel<F, kSwiglu, false, kMaxN>;
-  if (grid.z == 1) {
-    launch_kernel(kernel, grid, kThreads, smem, stream, a, x_map, sizes);
-    return;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  cfg.attrs = attr;
-  attr[0] = {};
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = grid.z;
-  cfg.numAttrs = 1;
-  add_programmatic_launch(cfg, attr);
-  cudaLaunchKernelEx(&cfg, kernel, a, x_map, sizes);
+  launch_cluster_kernel(kernel, grid, kThreads, dim3(1, 1, grid.z), smem, stream, a, x_map, sizes);
 }
 
 // Split-K for a dense launch of 256-row items whose 128-feature tiles leave SMs idle (decode

@@ -737,20 +737,7 @@ __global__ void __launch_bounds__(kThreads) logprobs_kernel(LogprobArgs a) {
 // kRowCtas CTAs a row, one cluster each.
 template <class Args>
 cudaError_t launch_rows(void (*kernel)(Args), const Args& args, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(args.num_rows * kRowCtas);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  cfg.attrs = attr;
-  attr[0] = {};
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kRowCtas;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.numAttrs = 1;
-  add_programmatic_launch(cfg, attr);
-  return cudaLaunchKernelEx(&cfg, kernel, args);
+  return launch_cluster_kernel(kernel, dim3(args.num_rows * kRowCtas), dim3(kThreads), dim3(kRowCtas), 0, stream, args);
 }
 
 }  // namespace

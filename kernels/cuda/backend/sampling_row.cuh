@@ -219,13 +219,6 @@ __device__ float row_max(float v, Shared& sh) {
   return r;
 }
 
-__device__ int32_t row_min_max(int32_t v, bool take_max, Shared& sh) {
-  const int32_t* all = exchange(block_min_max(v, take_max, sh), sh);
-  int32_t r = all[0];
-  for (int c = 1; c < kRowCtas; ++c) r = take_max ? max(r, all[c]) : min(r, all[c]);
-  return r;
-}
-
 // First id of the row's largest value (NaN never wins); 0 when nothing is larger than -inf.
 // visit(f) hands f(id, value) each of this CTA's values, in any order.
 struct ArgMax {
