@@ -3,9 +3,10 @@
 //
 //   backend_check model [--quick] [DIR...]        whole models on the committed checkpoints
 //   backend_check graphs [DIR...]                 decode by CUDA graph replay vs eager, bitwise
-//   backend_check bench [--only linear|attention|moe] [--tokens N,...]   M3.1 shapes: linear
-//                                                 layers, fused attention input, MoE kernels
-//                                                 (--tokens: those token counts only): time, GB/s
+//   backend_check bench [--only linear|split|attention|moe] [--tokens N,...]   M3.1 shapes:
+//                                                 linear layers, the wgmma split-K sweep, fused
+//                                                 attention input, MoE kernels (--tokens: those
+//                                                 token counts only): time, GB/s
 //   backend_check latency [--layers N] [--case CONTEXTxBATCH] [CONFIG]
 //                                                 decode steps of an N-layer M3.1 (dummy weights)
 // Exit status 1 when a case fails.
@@ -91,11 +92,12 @@ double time_us(const std::function<void()>& f, int iters, const char* what) {
 }
 
 // Decode- and prefill-shaped linear layers of M3.1 (hidden 6144): weight bytes read once per call.
-// only: the sections whose name contains it (linear, attention, moe; empty: all).
+// only: the sections whose name contains it (moe, linear split-k, linear, attention; empty: all).
 // tokens: the MoE bench's token counts (empty: its own list).
 void run_bench(const std::string& only, const std::vector<int>& tokens) {
   auto want = [&](const char* section) { return std::string(section).find(only) != std::string::npos; };
   if (want("moe")) run_moe_bench(tokens);
+  if (want("linear split-k")) run_splitk_bench();
   if (!want("linear") && !want("attention")) return;
   std::mt19937_64 rng(7);
   auto backend = make_cuda_backend();

@@ -35,5 +35,8 @@ void run_latency(const std::string& config_path, int layers, const std::string& 
 // The MoE op at the M3.1 shape for 1/8/64/128/8192 tokens (or `tokens`): every kernel timed with
 // CUDA events against the bytes it must read (backend_moe_bench.cc).
 void run_moe_bench(const std::vector<int>& tokens = {});
+// The wgmma kernel's split-K at decode sizes: every split count against the launcher's choice
+// (backend_splitk_bench.cc).
+void run_splitk_bench();
 
 }  // namespace m3::test

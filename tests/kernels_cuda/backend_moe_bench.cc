@@ -20,55 +20,15 @@
 #include "ops/backend.h"
 #include "tests/kernels_cuda/backend_checks.h"
 #include "tests/kernels_cuda/backend_testing.h"
+#include "tests/kernels_cuda/bench_weights.h"
 
 namespace m3::test {
 namespace {
 
 using cuda::check_cuda;
-using cuda::detail::WeightKind;
 using cuda::detail::WeightView;
 
 constexpr int kHidden = 6144, kInter = 3072, kExperts = 128, kTopK = 4;
-constexpr float kNvfp4Divisor = 21504.0f;
-
-// A device weight of constant codes (timing only): NVFP4 codes 0x5a (3 and -1) with group scale
-// 0.5, or MXFP8 codes 0x38 (1.0) with block scale 2^-7.
-LinearWeight constant_weight(int64_t out, int64_t in, WeightFormat format) {
-  LinearWeight w;
-  w.name = "moe bench";
-  w.out_features = out;
-  w.in_features = in;
-  w.format = format;
-  if (format == WeightFormat::kNvfp4) {
-    w.weight = cuda::device_tensor({out, in / 2}, DType::kU8, "bench expert");
-    w.scale = cuda::device_tensor({out, in / 16}, DType::kF8E4M3, "bench expert scale");
-    check_cuda(cudaMemset(w.weight.data(), 0x5a, w.weight.nbytes()), "bench fill");
-    check_cuda(cudaMemset(w.scale.data(), 0x30, w.scale.nbytes()), "bench fill");
-    w.global_divisor = kNvfp4Divisor;
-    w.global_scale = 1.0f / kNvfp4Divisor;
-  } else {
-    w.weight = cuda::device_tensor({out, in}, DType::kF8E4M3, "bench shared expert");
-    w.scale = cuda::device_tensor({out, in / 32}, DType::kU8, "bench shared expert scale");
-    check_cuda(cudaMemset(w.weight.data(), 0x38, w.weight.nbytes()), "bench fill");
-    check_cuda(cudaMemset(w.scale.data(), 120, w.scale.nbytes()), "bench fill");
-  }
-  return w;
-}
-
-WeightView view_of(const LinearWeight& w) {
-  WeightView v;
-  v.data = w.weight.data_as<const uint8_t>();
-  v.scale = w.scale.data_as<const uint8_t>();
-  v.row_bytes = w.weight.dim(1);
-  v.scale_stride = w.scale.dim(1);
-  if (w.format == WeightFormat::kNvfp4) {
-    v.kind = WeightKind::kNvfp4;
-    v.out_div = w.global_divisor;
-  } else {
-    v.kind = WeightKind::kMxfp8;
-  }
-  return v;
-}
 
 struct Scratch {
   cuda::DeviceBuffer logits, choice_expert, choice_weight, choice_row, row_token, counts, items, num_items, act, y,

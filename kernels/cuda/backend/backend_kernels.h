@@ -92,6 +92,9 @@ struct LinearArgs {
   int num_segments = 0;
   // Grouped: every view of table[] passes streamed_weight_ok (the host checked them all).
   bool table_streamed_ok = false;
+  // Dense launches on the wgmma kernel: K split over this many CTAs of a cluster (1-8); 0, the
+  // launcher's own choice (linear_wgmma.cu, wgmma_k_splits). Set by benchmarks' split-K sweeps only.
+  int k_splits = 0;
 };
 
 // True when the tensor-core kernels take this weight (exact bf16 expansion, aligned rows);

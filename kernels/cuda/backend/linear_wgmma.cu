@@ -24,13 +24,17 @@
 //    one (two register sets of fragments);
 //  - the group / block scales come from global memory two steps ahead, into registers.
 // A dense launch of few 128-feature tiles (decode batches of 65-256 rows) splits K over a cluster of
-// 2-4 CTAs, which add their sums through distributed shared memory in rank order (wgmma_k_splits).
+// 2-8 CTAs, which add their sums through distributed shared memory in rank order (wgmma_k_splits).
 // The weights cross shared memory once, compressed, and an x tile serves 128 weight rows. Every
 // wgmma wait is a full one (wgmma.wait_group 0): a partial wait makes ptxas serialise the MMAs.
 // The fp32 sums leave through shared memory: whole output rows by consecutive lanes, and the
 // SwiGLU's per-element code in a loop (unrolled over a thread's 64 outputs it made the kernel 20%
 // slower, by instruction-cache misses). A version with a producer warpgroup (mbarrier ring,
 // setmaxnreg 40 / 232) measured 22% slower on an H100 (docs/gpu-backend-notes.md, "Session 29").
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
 #include <cooperative_groups.h>
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -51,6 +55,7 @@ constexpr int kThreads = 256;
 constexpr int kTileRows = 128;  // weight rows (MMA M) per CTA: 2 warpgroups x 64
 constexpr int kStepK = 64;      // K elements per step: one 128-byte swizzle row of x
 constexpr int kStages = 4;
+constexpr int kMaxKSplits = 8;  // split-K: CTAs of one cluster (the portable cluster size)
 
 // The most rows (MMA N) an item of the kernel may have: 256 (kWgmmaItemRows), or 64 for the
 // grouped launches' small items. Why a 64-row size: the K step's chain of waits costs about as
@@ -400,26 +405,59 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
   const OutScale os[2] = {OutScale::of(w0), kSwiglu ? OutScale::of(w1) : OutScale()};
   const int rows = item.row_count;
   constexpr int kFeatures = kSwiglu ? kTileRows / 2 : kTileRows;
-  for (int i = tid + kr.rank * kThreads; i < rows * kFeatures; i += kThreads * kr.splits) {
-    const int tok = i / kFeatures, fl = i % kFeatures, f = n0 + fl;
-    if (f >= o.n) continue;
-    // tile_row_source's rows: kStore feature fl; kSwiglu its gate row m (up is 8 further).
-    const int m = kSwiglu ? 16 * (fl >> 3) + (fl & 7) : fl;
-    float v[NW];
+  if (kr.splits == 1) {
+    for (int i = tid; i < rows * kFeatures; i += kThreads) {
+      const int tok = i / kFeatures, fl = i % kFeatures, f = n0 + fl;
+      if (f >= o.n) continue;
+      // tile_row_source's rows: kStore feature fl; kSwiglu its gate row m (up is 8 further).
+      const int m = kSwiglu ? 16 * (fl >> 3) + (fl & 7) : fl;
+      float v[NW];
 #pragma unroll
-    for (int j = 0; j < NW; ++j) v[j] = sums[tok * kPitch + m + 8 * j];
-    if (kr.splits > 1) {  // rank 0's sums, then rank 1's, ...: the same order whichever rank adds
+      for (int j = 0; j < NW; ++j) v[j] = sums[tok * kPitch + m + 8 * j] * acc_mul;
+      o.out[int64_t(item.row_begin + tok) * o.stride + f] = f32_to_bf16_bits(epilogue_value<kSwiglu>(a, os, v));
+    }
+  } else {
+    // A thread takes 4 consecutive features of a token (rows m .. m + 3 of the sums: 16-byte loads
+    // from every rank's shared memory, all issued before the adds), added in rank order: rank 0's
+    // sums, then rank 1's, ..., the same order whichever rank adds. One feature at a time, each add
+    // waited on its remote load in turn: 15% of the stall samples of a 128-row launch of three
+    // splits under ncu (docs/gpu-backend-notes.md, "Session 37").
+    constexpr int kQuads = kFeatures / 4;
+    for (int i = tid + kr.rank * kThreads; i < rows * kQuads; i += kThreads * kr.splits) {
+      const int tok = i / kQuads, fl = 4 * (i % kQuads);
+      if (n0 + fl >= o.n) continue;
+      const int m = kSwiglu ? 16 * (fl >> 3) + (fl & 7) : fl;
+      float4 part[kMaxKSplits][NW];
 #pragma unroll
-      for (int j = 0; j < NW; ++j) v[j] = cluster.map_shared_rank(sums, 0)[tok * kPitch + m + 8 * j];
-      for (int r = 1; r < kr.splits; ++r) {
-        const float* peer = cluster.map_shared_rank(sums, r);
+      for (int r = 0; r < kMaxKSplits; ++r)
+        if (r < kr.splits) {
+          const float* peer = cluster.map_shared_rank(sums, r);
 #pragma unroll
-        for (int j = 0; j < NW; ++j) v[j] += peer[tok * kPitch + m + 8 * j];
+          for (int j = 0; j < NW; ++j) part[r][j] = *reinterpret_cast<const float4*>(peer + tok * kPitch + m + 8 * j);
+        }
+#pragma unroll
+      for (int r = 1; r < kMaxKSplits; ++r)
+        if (r < kr.splits)
+#pragma unroll
+          for (int j = 0; j < NW; ++j) {
+            part[0][j].x += part[r][j].x;
+            part[0][j].y += part[r][j].y;
+            part[0][j].z += part[r][j].z;
+            part[0][j].w += part[r][j].w;
+          }
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int f = n0 + fl + c;
+        if (f >= o.n) break;
+        float v[NW];
+#pragma unroll
+        for (int j = 0; j < NW; ++j) {
+          const float4& q = part[0][j];
+          v[j] = (c == 0 ? q.x : c == 1 ? q.y : c == 2 ? q.z : q.w) * acc_mul;
+        }
+        o.out[int64_t(item.row_begin + tok) * o.stride + f] = f32_to_bf16_bits(epilogue_value<kSwiglu>(a, os, v));
       }
     }
-#pragma unroll
-    for (int j = 0; j < NW; ++j) v[j] *= acc_mul;
-    o.out[int64_t(item.row_begin + tok) * o.stride + f] = f32_to_bf16_bits(epilogue_value<kSwiglu>(a, os, v));
   }
   if (kr.splits > 1) cluster.sync();  // the peers' sums stay until every rank has read them
 }
@@ -529,32 +567,64 @@ bool encode_x_map(const LinearArgs& a, CUtensorMap* map) {
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// grid.z > 1: split-K, one cluster of grid.z CTAs along z per tile.
+// Split-K for a dense launch of 256-row items whose 128-feature tiles leave SMs idle (decode
+// batches of 65-256 rows: M3.1's o_proj has 48 tiles for 132 SMs, its fused attention projections
+// 77, and one CTA walks every K step of its tile). A CTA's K step costs about the same whatever the
+// split (the chain of one step's waits, docs/gpu-backend-notes.md "Session 30"), so a launch takes
+// about waves x (steps a split + kSplitFixedSteps): kSplitFixedSteps prices a CTA's pipeline fill
+// and its share of the cluster's reduction in K steps. Waves count the clusters of s CTAs that fit
+// at once (cudaOccupancyMaxActiveClusters: a cluster sits in one GPC, so 132 SMs hold fewer than
+// 132 / s clusters of s CTAs). The rule takes the split count of least time, 1 to kMaxKSplits with
+// at least kMinSplitSteps steps a split, ties to fewer; until session 37 it kept the grid to one
+// wave, which left the fused projections' 77 tiles unsplit at 96 steps a CTA. a.k_splits > 0 (the
+// split-K sweep of `backend_check bench`) forces a count. Grouped launches (experts) have CTAs enough.
+constexpr int kMinSplitSteps = 12;
+constexpr int kSplitFixedSteps = 8;
+
+template <class Kernel>
+int wgmma_k_splits(const LinearArgs& a, dim3 grid, Kernel kernel, int smem) {
+  const int k_tiles = (a.k + kStepK - 1) / kStepK;
+  if (a.items != nullptr || a.item_rows <= 64) return 1;
+  if (a.k_splits > 0) return std::max(1, std::min({a.k_splits, kMaxKSplits, k_tiles}));
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 1;
+  const int64_t ctas = int64_t(grid.x) * grid.y;
+  if (ctas >= sms) return 1;
+  int best = 1;
+  int64_t best_time = INT64_MAX;
+  for (int s = 1; s <= kMaxKSplits && (s == 1 || k_tiles >= kMinSplitSteps * s); ++s) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid.x, grid.y, s);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = size_t(smem);
+    cudaLaunchAttribute cluster = {};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = unsigned(s);
+    cfg.attrs = &cluster;
+    cfg.numAttrs = 1;
+    int fit = 0;
+    if (cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg) != cudaSuccess || fit <= 0) {
+      (void)cudaGetLastError();  // the query's error must not stay for the launch's check
+      break;
+    }
+    const int64_t time = (ctas + fit - 1) / fit * ((k_tiles + s - 1) / s + kSplitFixedSteps);
+    if (time < best_time) best = s, best_time = time;
+  }
+  return best;
+}
+
+// Split-K where wgmma_k_splits gives more than one: grid.z splits, one cluster of them along z per tile.
 template <WeightKind F, bool kSwiglu, int kMaxN>
 void launch_size(const LinearArgs& a, const CUtensorMap& x_map, bool tma, dim3 grid, ItemSizes sizes,
                  cudaStream_t stream) {
   constexpr int smem = RawLayout<F, kMaxN>::kSmemBytes;
   const auto kernel = tma ? wgmma_linear_kernel<F, kSwiglu, true, kMaxN> : wgmma_linear_kernel<F, kSwiglu, false, kMaxN>;
+  grid.z = wgmma_k_splits(a, grid, kernel, smem);
   launch_cluster_kernel(kernel, grid, kThreads, dim3(1, 1, grid.z), smem, stream, a, x_map, sizes);
-}
-
-// Split-K for a dense launch of 256-row items whose 128-feature tiles leave SMs idle (decode
-// batches of 65-256 rows: M3.1's o_proj has 48 tiles for 132 SMs, and one CTA walks all 128 of
-// its K steps): the most splits, up to kMaxKSplits, that keep the grid one wave at one CTA an SM
-// and give every split at least kMinSplitSteps steps. Grouped launches (experts) have CTAs enough.
-constexpr int kMaxKSplits = 4;
-constexpr int kMinSplitSteps = 16;
-int wgmma_k_splits(const LinearArgs& a, int ctas) {
-  if (a.items != nullptr || a.item_rows <= 64) return 1;
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return 1;
-  const int k_tiles = (a.k + kStepK - 1) / kStepK;
-  int splits = 1;
-  while (splits < kMaxKSplits && int64_t(ctas) * (splits + 1) <= sms && k_tiles >= kMinSplitSteps * (splits + 1))
-    ++splits;
-  return splits;
 }
 
 template <WeightKind F, bool kSwiglu>
@@ -566,7 +636,7 @@ cudaError_t launch_kind(const LinearArgs& a, int items, cudaStream_t stream) {
     const LinearSegment& last = a.seg[a.num_segments - 1];
     tiles = last.tile_begin + (last.n + features - 1) / features;
   }
-  const dim3 grid(tiles, items, wgmma_k_splits(a, tiles * items));
+  const dim3 grid(tiles, items, 1);
   CUtensorMap x_map{};
   const bool tma = encode_x_map(a, &x_map);
   if (a.item_rows <= 64) {
