@@ -14,7 +14,8 @@
 //           the timing probe.)
 //   dense:  one CTA per (<= 4 rows of one sequence, KV head, block range); warp w owns row w and
 //           walks every tile, so a tile is staged once for 4 rows.
-// Splits write unnormalised partials (O, running max, normaliser) that combine_kernel merges.
+// Splits write unnormalised partials (O, running max, normaliser) that combine_kernel merges
+// (split_combine.cuh); rows alone over an NVFP4 cache merge theirs in sparse_rows.cu's last CTA.
 //
 // Numerics (ops/attention.h): bf16/fp8 KV: bf16 MMAs, fp32 softmax, P rounded to bf16 for the PV
 // MMA. nvfp4 KV: q' = E4M3(q), K'/V' the E4M3 view, P8 = E4M3(448 exp(.)) with the running max
@@ -23,6 +24,7 @@
 
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/split_combine.cuh"
 #include "kernels/cuda/sparse_union.cuh"
 
 namespace m3::cuda::detail {
@@ -381,16 +383,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
           a.partial_ml[(p * kMaxGroup + r) * 2 + 1] = l;
         }
       } else if (r < group) {
-        const int64_t head = int64_t(wrow + fr) * a.num_q_heads + kv * group + r;
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        uint32_t packed[8];
-#pragma unroll
-        for (int d = 0; d < 8; ++d) packed[d] = pack2<true>(acc[2 * d] * inv, acc[2 * d + 1] * inv);
-        uint4* dst = reinterpret_cast<uint4*>(a.out + head * kDim + d0);
-        dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-        dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
-        if (a.lse && d0 == 0)
-          a.lse[head] = l > 0.0f ? m * a.sm_scale + logf(l) - (C::kNvfp4 ? kLn448 : 0.0f) : -INFINITY;
+        store_merged(a.out, a.lse, int64_t(wrow + fr) * a.num_q_heads + kv * group + r, d0, acc, m, l, a.sm_scale,
+                     C::kNvfp4);
       }
     }
     __syncthreads();  // the merge scratch is the next walk's tile area
@@ -400,43 +394,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttentionArgs
 __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineArgs a) {
   kernel_prologue();
   if (a.device_num_work != nullptr && int(blockIdx.x) >= *a.device_num_work) return;  // graph mode surplus
-  const CombineWork w = a.work[blockIdx.x];
-  const int group = a.num_q_heads / a.num_kv_heads;
-  const float c2 = a.sm_scale * kLog2e;
-  for (int item = threadIdx.x; item < group * 8; item += kThreads) {
-    const int r = item >> 3, d0 = (item & 7) * 16;
-    float m = -INFINITY;
-    for (int s = 0; s < w.num_splits; ++s)
-      m = fmaxf(m, a.partial_ml[(int64_t(w.partial_begin + s) * kMaxGroup + r) * 2]);
-    float l = 0.0f, acc[16];
-#pragma unroll
-    for (int d = 0; d < 16; ++d) acc[d] = 0.0f;
-    for (int s = 0; s < w.num_splits; ++s) {
-      const int64_t p = w.partial_begin + s;
-      const float ms = a.partial_ml[(p * kMaxGroup + r) * 2];
-      const float e = ms == -INFINITY ? 0.0f : ex2_approx((ms - m) * c2);
-      l += e * a.partial_ml[(p * kMaxGroup + r) * 2 + 1];
-      const float4* src = reinterpret_cast<const float4*>(a.partial_o + (p * kMaxGroup + r) * kDim + d0);
-#pragma unroll
-      for (int d = 0; d < 4; ++d) {
-        const float4 v = src[d];
-        acc[4 * d] += e * v.x;
-        acc[4 * d + 1] += e * v.y;
-        acc[4 * d + 2] += e * v.z;
-        acc[4 * d + 3] += e * v.w;
-      }
-    }
-    const int64_t head = int64_t(w.row) * a.num_q_heads + w.kv_head * group + r;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    uint32_t packed[8];
-#pragma unroll
-    for (int d = 0; d < 8; ++d) packed[d] = pack2<true>(acc[2 * d] * inv, acc[2 * d + 1] * inv);
-    uint4* dst = reinterpret_cast<uint4*>(a.out + head * kDim + d0);
-    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
-    if (a.lse && d0 == 0)
-      a.lse[head] = l > 0.0f ? m * a.sm_scale + logf(l) - (a.nvfp4 ? kLn448 : 0.0f) : -INFINITY;
-  }
+  combine_splits<false>(a, a.work[blockIdx.x]);
 }
 
 template <KvDType kFmt, bool kDense>

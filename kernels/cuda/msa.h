@@ -102,6 +102,9 @@ class MsaPlan {
     int indexer_launch = 0, dense_launch = 0, combine_dense_launch = 0;  // CTAs (graph mode: bounds)
     int sparse_group_items = 0, sparse_row_items = 0;
     int sparse_group_launch = 0, sparse_row_launch = 0, combine_sparse_launch = 0;
+    // The sparse combine launch beside the NVFP4 kernels: the row groups' merges only (rows alone
+    // merge in the sparse rows kernel).
+    int combine_sparse_group_launch = 0;
   };
   Stats stats() const;
 

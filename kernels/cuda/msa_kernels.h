@@ -48,6 +48,8 @@ inline constexpr int kMaxGroupCandidates = 256;  // rows x topk of a group
 //                   blocks; warp r owns row r and walks the tiles its row selected, so a tile
 //                   two rows share is read once.
 // partial < 0: write the final bf16 output; else row r writes partial index partial + r * partial_stride.
+// combine >= 0 (a row alone split over slot ranges): the CombineWork of the row's splits; the
+// sparse rows kernel's CTA that finishes last merges them (AttentionArgs::combine_work).
 struct SparseWork {
   int32_t row;
   int32_t row_count;
@@ -56,7 +58,7 @@ struct SparseWork {
   int32_t end;
   int32_t partial;
   int32_t partial_stride;
-  int32_t pad;
+  int32_t combine;
 };
 
 // One CTA of dense attention: rows [row_begin, row_begin + row_count) (<= 4) of sequence `seq`,
@@ -139,6 +141,10 @@ struct AttentionArgs {
   float* partial_ml = nullptr;  // [P, kMaxGroup, 2]: running max (raw dot units), normaliser
   const uint2* e4m3_table = nullptr;
   bool probe_skip_expand = false;  // timing probe (sparse, nvfp4): K/V tiles not expanded
+  // The sparse rows kernel's merge of a row's splits (SparseWork::combine): the combine list and
+  // one arrival counter per item, zero between launches (the last CTA to arrive sets it back).
+  const CombineWork* combine_work = nullptr;
+  int32_t* combine_done = nullptr;
 };
 
 struct CombineArgs {

@@ -44,6 +44,7 @@ class DeviceBuffer {
     return true;
   }
   void* get() const { return ptr_; }
+  size_t bytes() const { return size_; }
 
  private:
   void* ptr_ = nullptr;
@@ -102,6 +103,9 @@ struct MsaPlan::Impl {
   int64_t generation = 0;
   cudaEvent_t upload_done = nullptr;
   DeviceBuffer table, meta, scores, partial_o, partial_ml;
+  // One arrival counter per sparse combine item (AttentionArgs::combine_done): zeroed when
+  // allocated, set back to zero by the CTA that merges.
+  DeviceBuffer combine_done;
   PinnedBuffer pinned;
 
   // The current step.
@@ -194,15 +198,21 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
   if (im.partial_ml.reserve(size_t(partials) * detail::kMaxGroup * 2 * 4, "attention partials")) ++im.generation;
   im.stats.sparse_splits = sc.sparse_splits;
   im.stats.sparse_parts = sc.sparse_parts;
+  const size_t combine_items = size_t(std::max<int64_t>(int64_t(sc.sparse_combine.size()), sc.sparse_combine_cap));
+  if (im.combine_done.reserve(std::max<size_t>(combine_items, 1) * sizeof(int32_t), "sparse combine counters")) {
+    check_cuda(cudaMemsetAsync(im.combine_done.get(), 0, im.combine_done.bytes(), stream), "sparse combine counters");
+    ++im.generation;
+  }
 
   Blob blob;
   // Item counts for graph mode's launches (which launch the bounds): indexer, dense, dense
-  // combine, sparse groups, sparse combine, sparse rows.
+  // combine, sparse groups, sparse combine, sparse rows, sparse combine of the groups alone.
   const std::vector<int32_t> counts = {static_cast<int32_t>(sc.indexer.size()), static_cast<int32_t>(sc.dense.size()),
                                        static_cast<int32_t>(sc.dense_combine.size()),
                                        static_cast<int32_t>(sc.sparse_groups.size()),
                                        static_cast<int32_t>(sc.sparse_combine.size()),
-                                       static_cast<int32_t>(sc.sparse_rows.size())};
+                                       static_cast<int32_t>(sc.sparse_rows.size()),
+                                       static_cast<int32_t>(sc.sparse_group_combines)};
   im.off_counts = blob.add(counts);
   im.off_score_offset = blob.add(sc.score_offset);
   im.off_indexer = blob.add(sc.indexer, sc.indexer_cap);
@@ -238,6 +248,7 @@ void MsaPlan::plan(const StepBatch& host, const StepView& device, cudaStream_t s
   im.stats.sparse_group_launch = graph ? sc.sparse_groups_cap : im.stats.sparse_group_items;
   im.stats.sparse_row_launch = graph ? sc.sparse_rows_cap : im.stats.sparse_row_items;
   im.stats.combine_sparse_launch = graph ? sc.sparse_combine_cap : im.stats.combine_sparse;
+  im.stats.combine_sparse_group_launch = graph ? sc.sparse_group_combine_cap : sc.sparse_group_combines;
   im.stats.dense_launch = graph ? sc.dense_cap : im.stats.dense_items;
   im.stats.combine_dense_launch = graph ? sc.dense_combine_cap : im.stats.combine_dense;
   im.stats.score_entries = sc.score_entries * std::max(0, ip.index_heads);
@@ -342,12 +353,15 @@ void MsaPlan::attention(const KvLayerView& cache, const void* q, ActDType q_dtyp
     a.work = im.meta_at<SparseWork>(im.off_sparse);
     a.num_work = im.stats.sparse_group_launch;
     a.device_num_work = im.graph ? im.meta_at<int32_t>(im.off_counts) + 3 : nullptr;
-    c.work = im.meta_at<CombineWork>(im.off_sparse_combine);
-    c.num_work = im.stats.combine_sparse_launch;
-    c.device_num_work = im.graph ? im.meta_at<int32_t>(im.off_counts) + 4 : nullptr;
     // The wgmma kernels on the NVFP4 cache, not under the timing probe, which times the expanding
-    // kernel; attention.cu's walks otherwise.
+    // kernel; attention.cu's walks otherwise. The sparse rows kernel merges a row's splits itself,
+    // so the combine launch then takes the row groups' merges alone (the head of the list).
     const bool wgmma = cache.kv_dtype == KvDType::kNVFP4 && !im.probe.skip_kv_expand;
+    c.work = im.meta_at<CombineWork>(im.off_sparse_combine);
+    c.num_work = wgmma ? im.stats.combine_sparse_group_launch : im.stats.combine_sparse_launch;
+    c.device_num_work = im.graph ? im.meta_at<int32_t>(im.off_counts) + (wgmma ? 6 : 4) : nullptr;
+    a.combine_work = c.work;
+    a.combine_done = static_cast<int32_t*>(im.combine_done.get());
     if (wgmma)
       check_cuda(detail::launch_sparse_groups(a, stream), "sparse attention launch (row groups)");
     else

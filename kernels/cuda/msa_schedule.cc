@@ -180,27 +180,32 @@ MsaSchedule build_msa_schedule(const MsaConfig& cfg, const StepBatch& host, cons
         const int row = r0 + int(int64_t(q) * k / n), count = r0 + int(int64_t(q) * (k + 1) / n) - row;
         for (int g = 0; g < hkv; ++g) {
           if (parts == 1) {
-            sparse_groups.push_back({row, count, g, 0, 1, -1, 0, 0});
+            sparse_groups.push_back({row, count, g, 0, 1, -1, 0, -1});
             continue;
           }
           for (int j = 0; j < parts; ++j)
-            sparse_groups.push_back({row, count, g, j, parts, next_partial + j, parts, 0});
+            sparse_groups.push_back({row, count, g, j, parts, next_partial + j, parts, -1});
           for (int r = 0; r < count; ++r) sparse_combine.push_back({row + r, g, next_partial + r * parts, parts});
           next_partial += count * parts;
         }
       }
     }
+    // The groups' merges come first in sparse_combine; a row alone's splits name theirs
+    // (SparseWork::combine), which the sparse rows kernel runs itself on NVFP4 caches.
+    sc.sparse_group_combines = static_cast<int>(sparse_combine.size());
     for (int s = 0; s < S; ++s) {
       const int r0 = host.query_start[s], q = host.query_start[s + 1] - r0;
       if (!alone(q)) continue;
       for (int t = r0; t < r0 + q; ++t)
         for (int g = 0; g < hkv; ++g) {
           if (splits == 1) {
-            sparse_rows.push_back({t, 1, g, 0, topk, -1, 0, 0});
+            sparse_rows.push_back({t, 1, g, 0, topk, -1, 0, -1});
             continue;
           }
+          const int combine = static_cast<int>(sparse_combine.size());
           for (int j = 0; j < splits; ++j)
-            sparse_rows.push_back({t, 1, g, j * per_split, std::min(topk, (j + 1) * per_split), next_partial + j, 1, 0});
+            sparse_rows.push_back(
+                {t, 1, g, j * per_split, std::min(topk, (j + 1) * per_split), next_partial + j, 1, combine});
           sparse_combine.push_back({t, g, next_partial, splits});
           next_partial += splits;
         }
@@ -209,6 +214,8 @@ MsaSchedule build_msa_schedule(const MsaConfig& cfg, const StepBatch& host, cons
       sparse_rows_cap = singles * hkv * splits;
       sparse_groups_cap = groups * hkv * parts;
       sparse_combine_cap = (splits > 1 || parts > 1) ? T * hkv : 0;
+      // Rows in groups: at most T, none where the step has no groups' bound (every sequence one row).
+      sc.sparse_group_combine_cap = parts > 1 && groups > 0 ? T * hkv : 0;
       sparse_partial_cap = int64_t(T) * hkv * std::max(splits, parts);
     }
     const int64_t sparse_partials = std::max<int64_t>(next_partial, sparse_partial_cap);
@@ -262,12 +269,13 @@ MsaSchedule build_msa_schedule(const MsaConfig& cfg, const StepBatch& host, cons
   if (graph)
     M3_CHECK(int(indexer.size()) <= indexer_cap && int(dense_work.size()) <= dense_cap &&
                  int(dense_combine.size()) <= dense_combine_cap && int(sparse_groups.size()) <= sparse_groups_cap &&
-                 int(sparse_rows.size()) <= sparse_rows_cap && int(sparse_combine.size()) <= sparse_combine_cap,
+                 int(sparse_rows.size()) <= sparse_rows_cap && int(sparse_combine.size()) <= sparse_combine_cap &&
+                 sc.sparse_group_combines <= sc.sparse_group_combine_cap,
              "MSA plan (graph mode): {} indexer / {} dense / {} combine / {} sparse group / {} sparse row / {} sparse "
-             "combine items exceed the bounds {} / {} / {} / {} / {} / {}",
+             "combine ({} of groups) items exceed the bounds {} / {} / {} / {} / {} / {} ({})",
              indexer.size(), dense_work.size(), dense_combine.size(), sparse_groups.size(), sparse_rows.size(),
-             sparse_combine.size(), indexer_cap, dense_cap, dense_combine_cap, sparse_groups_cap, sparse_rows_cap,
-             sparse_combine_cap);
+             sparse_combine.size(), sc.sparse_group_combines, indexer_cap, dense_cap, dense_combine_cap,
+             sparse_groups_cap, sparse_rows_cap, sparse_combine_cap, sc.sparse_group_combine_cap);
 
   return sc;
 }

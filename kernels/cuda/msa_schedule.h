@@ -28,13 +28,16 @@ struct MsaSchedule {
   int max_candidates = 1;  // largest (block of the last position + 1) of the step
   std::vector<detail::IndexerWork> indexer;
   std::vector<detail::SparseWork> sparse_groups, sparse_rows;
+  // sparse_combine: the row groups' merges (the first sparse_group_combines), then the rows
+  // alone's (SparseWork::combine names them).
   std::vector<detail::CombineWork> sparse_combine, dense_combine;
+  int sparse_group_combines = 0;
   std::vector<detail::DenseWork> dense;
   int sparse_splits = 1, sparse_parts = 1;
   int64_t sparse_partials = 0, dense_partials = 0;  // partial results to reserve
   // Graph mode's bounds (0 otherwise).
   int indexer_cap = 0, sparse_groups_cap = 0, sparse_rows_cap = 0, sparse_combine_cap = 0, dense_cap = 0,
-      dense_combine_cap = 0;
+      dense_combine_cap = 0, sparse_group_combine_cap = 0;
 };
 
 MsaSchedule build_msa_schedule(const MsaConfig& config, const StepBatch& step, const MsaSlots& slots,

@@ -1,6 +1,7 @@
 // Sparse attention of one query row over its selected blocks, NVFP4 KV cache (Q8KV4), on wgmma:
 // the decode path of MSA. One CTA (one warpgroup) per (query token, KV head, selection slot range);
-// 4 CTAs fit on a multiprocessor (122 registers, 44 KB of shared memory). Row groups (prefill)
+// 4 CTAs fit on a multiprocessor (122 registers, 44 KB of shared memory). A row split over slot
+// ranges is merged by its last CTA to finish (split_combine.cuh), not by a combine launch. Row groups (prefill)
 // over NVFP4 take sparse_groups.cu, other KV dtypes attention.cu.
 //
 // The row walk, per 64-token tile:
@@ -25,6 +26,7 @@
 // accumulate in fp32.
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/sparse_nvfp4.cuh"
+#include "kernels/cuda/split_combine.cuh"
 
 namespace m3::cuda::detail {
 namespace {
@@ -278,6 +280,29 @@ __global__ void __launch_bounds__(kThreads) sparse_rows_kernel(const AttentionAr
   const SparseWork w = static_cast<const SparseWork*>(a.work)[blockIdx.x];
   for (int c = threadIdx.x; c < 128; c += kThreads) cp_async16(table + 2 * c, a.e4m3_table + 2 * c);
   row_walk(a, RowWalkSmem{smem, table, vt, pt, stages, lists}, w.row, w.kv_head, w.begin, w.end, w.partial);
+  if (w.combine < 0) return;
+  // The row's splits: the last CTA to arrive merges them (no combine launch after this kernel).
+  // Release: every thread's partial stores, device-wide, before the arrival; acquire: the other
+  // CTAs' partials, read through L2, after it.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  const CombineWork cw = a.combine_work[w.combine];
+  if (threadIdx.x == 0) last = atomicAdd(a.combine_done + w.combine, 1) == cw.num_splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  CombineArgs c;
+  c.num_q_heads = a.num_q_heads;
+  c.num_kv_heads = a.cache.num_kv_heads;
+  c.sm_scale = a.sm_scale;
+  c.nvfp4 = true;
+  c.partial_o = a.partial_o;
+  c.partial_ml = a.partial_ml;
+  c.out = a.out;
+  c.lse = a.lse;
+  combine_splits<true>(c, cw);
+  if (threadIdx.x == 0) a.combine_done[w.combine] = 0;  // zero again for the next launch (graph replays)
 }
 
 }  // namespace

@@ -127,15 +127,36 @@ void check_schedule(const MsaConfig& cfg, const StepBatch& b, const MsaSchedule&
   // 0..n-1 once.
   PartialLedger sparse;
   std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> slots;  // (row, head) -> ranges
+  // A split row names its merge (SparseWork::combine, run by the sparse rows kernel's last CTA):
+  // past the groups' merges, of its own (row, head), over a range holding its partial.
   for (const SparseWork& w : sc.sparse_rows) {
     ASSERT_EQ(w.row_count, 1);
     EXPECT_LE(w.end - w.begin, detail::kMaxSlotsPerItem);
     slots[{w.row, w.kv_head}].push_back({w.begin, w.end});
     if (w.partial >= 0) sparse.write(w.row, w.kv_head, w.partial);
+    EXPECT_EQ(w.combine >= 0, w.partial >= 0) << "row " << w.row << ": a partial needs its merge";
+    if (w.combine >= 0) {
+      ASSERT_LT(w.combine, int(sc.sparse_combine.size()));
+      EXPECT_GE(w.combine, sc.sparse_group_combines) << "a row alone named a group's merge";
+      const CombineWork& c = sc.sparse_combine[w.combine];
+      EXPECT_EQ(c.row, w.row);
+      EXPECT_EQ(c.kv_head, w.kv_head);
+      EXPECT_GE(w.partial, c.partial_begin);
+      EXPECT_LT(w.partial, c.partial_begin + c.num_splits);
+    }
+  }
+  for (int i = 0; i < int(sc.sparse_combine.size()); ++i) {
+    const bool of_group = i < sc.sparse_group_combines;
+    const bool row_grouped = std::any_of(sc.sparse_groups.begin(), sc.sparse_groups.end(), [&](const SparseWork& w) {
+      const CombineWork& c = sc.sparse_combine[i];
+      return w.kv_head == c.kv_head && c.row >= w.row && c.row < w.row + w.row_count;
+    });
+    EXPECT_EQ(of_group, row_grouped) << "sparse merge " << i << ": groups' merges first, rows alone's after";
   }
   std::map<std::tuple<int, int, int>, std::set<int>> parts;  // (first row, count, head) -> parts seen
   std::map<std::pair<int, int>, int> grouped;                 // (row, head) -> its group's first row
   for (const SparseWork& w : sc.sparse_groups) {
+    EXPECT_EQ(w.combine, -1) << "a group's merges run in the combine launch";
     ASSERT_GE(w.row_count, 2);
     ASSERT_LE(w.row_count, detail::kSparseGroupRows);
     EXPECT_EQ(b.token_seq[w.row], b.token_seq[w.row + w.row_count - 1]) << "a group across sequences";
@@ -196,6 +217,7 @@ void check_schedule(const MsaConfig& cfg, const StepBatch& b, const MsaSchedule&
     EXPECT_LE(int(sc.sparse_rows.size()), sc.sparse_rows_cap);
     EXPECT_LE(int(sc.sparse_groups.size()), sc.sparse_groups_cap);
     EXPECT_LE(int(sc.sparse_combine.size()), sc.sparse_combine_cap);
+    EXPECT_LE(sc.sparse_group_combines, sc.sparse_group_combine_cap);
     EXPECT_LE(int(sc.dense.size()), sc.dense_cap);
     EXPECT_LE(int(sc.dense_combine.size()), sc.dense_combine_cap);
   }
