@@ -22,8 +22,8 @@
 # $OUT/bench-latency-8192-baseline.json, so that before and after are measured in one run.
 # dense = the dense projections at decode sizes, new vs BASELINE (op cases, bench linear / moe,
 # bench latency's 8K decode steps at batches 1-128: at most about 330 s).
-# PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 700 s with
-# every step at its timeout, 800 with BASELINE: typically 320 s); decode = main's decode benches
+# PARTS (default "main"): main = checks, nccl, http, bench, sanitizers (at most about 830 s with
+# every step at its timeout, 930 with BASELINE: typically 400 s); decode = main's decode benches
 # alone (8K and 128K, the per-op table, 8K sampled with logprobs; with BASELINE its 8K steps too: at most 360 s); batch-invariant = its op cases, the determinism
 # suite and the cost (at most about 430 s); msa = the MSA kernels alone: their op cases, the
 # msa_bench suites of issue 19 item 2 (targets, decode, prefill; prefill also from BASELINE's
@@ -479,8 +479,10 @@ if part trace; then
   done
 fi
 if part main; then
-# The five sanitizer runs take about 100 s together (racecheck over the linear cases ~25 s).
-PREBUILT=$P OUT=$L/s TIME_BUDGET=110 SANITIZE_TIMEOUT=60 scripts/gpu-check-model.sh sanitize 2>&1 | grep sanitize > $L/s-summary.txt
+# The six sanitizer runs: about 100 s for the first four (racecheck over the linear cases ~25 s),
+# up to 120 s for the sampling racecheck, a few for the expert-parallel initcheck (session 37: at a
+# 110 s budget the last two ran out of time).
+PREBUILT=$P OUT=$L/s TIME_BUDGET=240 SANITIZE_TIMEOUT=60 scripts/gpu-check-model.sh sanitize 2>&1 | grep sanitize > $L/s-summary.txt
 fi
 tar czf $OUT/logs.tgz -C /tmp logs
 cat $L/*-summary.txt
