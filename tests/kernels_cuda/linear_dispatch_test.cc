@@ -1,8 +1,8 @@
-// Which linear kernel takes a problem (kernels/cuda/backend/linear.cu, linear_streamed.cu), checked
-// on the host without a GPU: the streamed kernel copies weight and scale rows with 16-byte
-// cp.async, so a misaligned row, a scale row that is not whole 16-byte words, or a table not
-// checked as a whole must never reach it (the copy would fault or read past a row); items above
-// 16 rows go to the skinny or wgmma kernels.
+// Which linear kernel takes a problem (kernels/cuda/backend/linear.cu, linear_streamed.cu) and how
+// many splits of K a dense wgmma launch takes (linear_wgmma.cu), checked on the host without a GPU:
+// the streamed kernel copies weight and scale rows with 16-byte cp.async, so a misaligned row, a
+// scale row that is not whole 16-byte words, or a table not checked as a whole must never reach it
+// (the copy would fault or read past a row); items above 16 rows go to the skinny or wgmma kernels.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -165,6 +165,43 @@ TEST(LinearDispatch, RowsPerItem) {
   EXPECT_EQ(linear_item_rows(w, 6144, 512, 300), kWgmmaItemRows);
   // No tensor-core path (f32): 16-row items for the exact SIMT kernel.
   EXPECT_EQ(linear_item_rows(dense(WeightKind::kF32, 384, 4), 384, 8192, 300), 16);
+}
+
+// The wgmma split-K rule's model (waves x (steps a split + a fixed cost)). Clusters that fit at
+// once, by split count: 132 CTAs alone and 39 clusters of 3 as an H100 reported them (ncu, session
+// 37); the others assumed from GPC packing, consistent with the H100's choice of 2 splits for o_proj
+// and the dense down projection (fewer than 24 clusters of 5, fewer than 16 of 8).
+constexpr int kFit[kWgmmaMaxKSplits] = {132, 66, 39, 30, 22, 18, 14, 14};
+
+TEST(LinearDispatch, SplitCountFusedProjections) {
+  // 77 tiles of 96 steps: unsplit, one wave of 96 + 8; 3 splits, two waves of 32 + 8 (the sweep's
+  // best: 66.0 us against 68.8 unsplit at 128 rows); 2 splits, two waves of 48 + 8.
+  EXPECT_EQ(wgmma_split_count(77, 96, kFit, kWgmmaMaxKSplits), 3);
+}
+
+TEST(LinearDispatch, SplitCountOneWaveWhenItFits) {
+  // o_proj: 48 tiles of 128 steps. Two splits fit one wave (64 + 8); four take two (2 x 40).
+  EXPECT_EQ(wgmma_split_count(48, 128, kFit, kWgmmaMaxKSplits), 2);
+  // The dense layers' down projection: 48 tiles of 192 steps, two splits as well.
+  EXPECT_EQ(wgmma_split_count(48, 192, kFit, kWgmmaMaxKSplits), 2);
+  // Few tiles: one wave at every count, so the most steps off each CTA: 16 tiles of 96 steps take
+  // 6 splits (16 + 8), 7 and 8 need two waves of 14 clusters.
+  EXPECT_EQ(wgmma_split_count(16, 96, kFit, kWgmmaMaxKSplits), 6);
+}
+
+TEST(LinearDispatch, SplitCountLimits) {
+  // Every split keeps kWgmmaMinSplitSteps steps: 20 steps allow no split.
+  EXPECT_EQ(wgmma_split_count(8, 20, kFit, kWgmmaMaxKSplits), 1);
+  // A count whose query failed (fit <= 0) ends the search.
+  const int failed[kWgmmaMaxKSplits] = {132, 0, 44, 33, 26, 22, 18, 16};
+  EXPECT_EQ(wgmma_split_count(48, 128, failed, kWgmmaMaxKSplits), 1);
+  // Only the counts that were queried.
+  EXPECT_EQ(wgmma_split_count(16, 96, kFit, 4), 4);
+  EXPECT_EQ(wgmma_split_count(8, 1024, kFit, 1), 1);
+  // Ties go to fewer splits: 48 tiles of 128 steps with 16 clusters of 8 model 72 at 8 splits
+  // (3 x (16 + 8)) as at 2 (64 + 8).
+  const int tie8[kWgmmaMaxKSplits] = {132, 66, 10, 10, 10, 10, 10, 16};
+  EXPECT_EQ(wgmma_split_count(48, 128, tie8, kWgmmaMaxKSplits), 2);
 }
 
 }  // namespace

@@ -131,6 +131,23 @@ inline bool linear_runs_wgmma(const LinearArgs& a) {
 }
 cudaError_t init_linear_wgmma_kernels();
 cudaError_t launch_linear_wgmma(const LinearArgs& args, int items, cudaStream_t stream);
+// Split-K for a dense wgmma launch of 256-row items whose 128-feature tiles leave SMs idle (decode
+// batches of 65-256 rows: M3.1's o_proj has 48 tiles for 132 SMs, its fused attention projections
+// 77, and one CTA walks every K step of its tile). A CTA's K step costs about the same whatever the
+// split (the chain of one step's waits, docs/gpu-backend-notes.md "Session 30"), so a launch takes
+// about waves x (steps a split + kWgmmaSplitFixedSteps), the fixed part pricing a CTA's pipeline
+// fill and its share of the cluster's reduction. Waves count the clusters of s CTAs that fit at
+// once (cudaOccupancyMaxActiveClusters: a cluster sits in one GPC, so 132 SMs hold fewer than
+// 132 / s clusters of s CTAs; an H100 holds 39 of 3). The count of least time wins, 1 to
+// kWgmmaMaxKSplits with at least kWgmmaMinSplitSteps steps a split, ties to fewer. Until session 37
+// the rule kept the grid to one wave, which left the fused projections' 77 tiles unsplit at 96
+// steps a CTA (`backend_check bench --only split` sweeps every count against the rule).
+inline constexpr int kWgmmaMaxKSplits = 8;  // the portable cluster size
+inline constexpr int kWgmmaMinSplitSteps = 12;
+inline constexpr int kWgmmaSplitFixedSteps = 8;
+// fit[s - 1] (s = 1 .. counts): the clusters of s CTAs that fit at once (a count with fit <= 0, or
+// past counts, is not taken). Host code, tested without a GPU (linear_dispatch_test).
+int wgmma_split_count(int64_t ctas, int k_tiles, const int* fit, int counts);
 
 // ---- elementwise and normalisation ----
 

@@ -55,7 +55,7 @@ constexpr int kThreads = 256;
 constexpr int kTileRows = 128;  // weight rows (MMA M) per CTA: 2 warpgroups x 64
 constexpr int kStepK = 64;      // K elements per step: one 128-byte swizzle row of x
 constexpr int kStages = 4;
-constexpr int kMaxKSplits = 8;  // split-K: CTAs of one cluster (the portable cluster size)
+constexpr int kMaxKSplits = kWgmmaMaxKSplits;
 
 // The most rows (MMA N) an item of the kernel may have: 256 (kWgmmaItemRows), or 64 for the
 // grouped launches' small items. Why a 64-row size: the K step's chain of waits costs about as
@@ -567,20 +567,24 @@ bool encode_x_map(const LinearArgs& a, CUtensorMap* map) {
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Split-K for a dense launch of 256-row items whose 128-feature tiles leave SMs idle (decode
-// batches of 65-256 rows: M3.1's o_proj has 48 tiles for 132 SMs, its fused attention projections
-// 77, and one CTA walks every K step of its tile). A CTA's K step costs about the same whatever the
-// split (the chain of one step's waits, docs/gpu-backend-notes.md "Session 30"), so a launch takes
-// about waves x (steps a split + kSplitFixedSteps): kSplitFixedSteps prices a CTA's pipeline fill
-// and its share of the cluster's reduction in K steps. Waves count the clusters of s CTAs that fit
-// at once (cudaOccupancyMaxActiveClusters: a cluster sits in one GPC, so 132 SMs hold fewer than
-// 132 / s clusters of s CTAs). The rule takes the split count of least time, 1 to kMaxKSplits with
-// at least kMinSplitSteps steps a split, ties to fewer; until session 37 it kept the grid to one
-// wave, which left the fused projections' 77 tiles unsplit at 96 steps a CTA. a.k_splits > 0 (the
-// split-K sweep of `backend_check bench`) forces a count. Grouped launches (experts) have CTAs enough.
-constexpr int kMinSplitSteps = 12;
-constexpr int kSplitFixedSteps = 8;
+}  // namespace
 
+int wgmma_split_count(int64_t ctas, int k_tiles, const int* fit, int counts) {
+  int best = 1;
+  int64_t best_time = INT64_MAX;
+  for (int s = 1; s <= counts && s <= kWgmmaMaxKSplits && (s == 1 || k_tiles >= kWgmmaMinSplitSteps * s); ++s) {
+    if (fit[s - 1] <= 0) break;
+    const int64_t time = (ctas + fit[s - 1] - 1) / fit[s - 1] * ((k_tiles + s - 1) / s + kWgmmaSplitFixedSteps);
+    if (time < best_time) best = s, best_time = time;
+  }
+  return best;
+}
+
+namespace {
+
+// The split count of a dense launch (wgmma_split_count's model), from the clusters of each size
+// that fit at once for this kernel instance; a.k_splits > 0 (the split-K sweep of `backend_check
+// bench`) forces one. Grouped launches (experts) have CTAs enough and never split.
 template <class Kernel>
 int wgmma_k_splits(const LinearArgs& a, dim3 grid, Kernel kernel, int smem) {
   const int k_tiles = (a.k + kStepK - 1) / kStepK;
@@ -592,9 +596,9 @@ int wgmma_k_splits(const LinearArgs& a, dim3 grid, Kernel kernel, int smem) {
     return 1;
   const int64_t ctas = int64_t(grid.x) * grid.y;
   if (ctas >= sms) return 1;
-  int best = 1;
-  int64_t best_time = INT64_MAX;
-  for (int s = 1; s <= kMaxKSplits && (s == 1 || k_tiles >= kMinSplitSteps * s); ++s) {
+  int fit[kMaxKSplits];
+  int counts = 0;
+  for (int s = 1; s <= kMaxKSplits && (s == 1 || k_tiles >= kWgmmaMinSplitSteps * s); ++s) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(grid.x, grid.y, s);
     cfg.blockDim = dim3(kThreads);
@@ -606,15 +610,13 @@ int wgmma_k_splits(const LinearArgs& a, dim3 grid, Kernel kernel, int smem) {
     cluster.val.clusterDim.z = unsigned(s);
     cfg.attrs = &cluster;
     cfg.numAttrs = 1;
-    int fit = 0;
-    if (cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg) != cudaSuccess || fit <= 0) {
+    if (cudaOccupancyMaxActiveClusters(&fit[counts], kernel, &cfg) != cudaSuccess || fit[counts] <= 0) {
       (void)cudaGetLastError();  // the query's error must not stay for the launch's check
       break;
     }
-    const int64_t time = (ctas + fit - 1) / fit * ((k_tiles + s - 1) / s + kSplitFixedSteps);
-    if (time < best_time) best = s, best_time = time;
+    ++counts;
   }
-  return best;
+  return wgmma_split_count(ctas, k_tiles, fit, counts);
 }
 
 // Split-K where wgmma_k_splits gives more than one: grid.z splits, one cluster of them along z per tile.
