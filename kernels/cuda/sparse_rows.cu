@@ -1,8 +1,8 @@
 // Sparse attention of one query row over its selected blocks, NVFP4 KV cache (Q8KV4), on wgmma:
 // the decode path of MSA. One CTA (one warpgroup) per (query token, KV head, selection slot range);
-// 4 CTAs fit on a multiprocessor (122 registers, 44 KB of shared memory). A row split over slot
-// ranges is merged by its last CTA to finish (split_combine.cuh), not by a combine launch. Row groups (prefill)
-// over NVFP4 take sparse_groups.cu, other KV dtypes attention.cu.
+// 4 CTAs fit on a multiprocessor (116 registers, 44 KB of shared memory). A row split over slot
+// ranges is merged by its last CTA to finish (split_combine.cuh), not by a combine launch. Row
+// groups (prefill) over NVFP4 take sparse_groups.cu, other KV dtypes attention.cu.
 //
 // The row walk, per 64-token tile:
 //   S^T[64 keys][16 heads] = K' q'^T     wgmma m64n16k16 x 8 in fp16: K' (the E4M3 view of the

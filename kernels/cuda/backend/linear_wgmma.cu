@@ -32,6 +32,7 @@
 // slower, by instruction-cache misses). A version with a producer warpgroup (mbarrier ring,
 // setmaxnreg 40 / 232) measured 22% slower on an H100 (docs/gpu-backend-notes.md, "Session 29").
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 
@@ -55,7 +56,6 @@ constexpr int kThreads = 256;
 constexpr int kTileRows = 128;  // weight rows (MMA M) per CTA: 2 warpgroups x 64
 constexpr int kStepK = 64;      // K elements per step: one 128-byte swizzle row of x
 constexpr int kStages = 4;
-constexpr int kMaxKSplits = kWgmmaMaxKSplits;
 
 // The most rows (MMA N) an item of the kernel may have: 256 (kWgmmaItemRows), or 64 for the
 // grouped launches' small items. Why a 64-row size: the K step's chain of waits costs about as
@@ -427,16 +427,16 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
       const int tok = i / kQuads, fl = 4 * (i % kQuads);
       if (n0 + fl >= o.n) continue;
       const int m = kSwiglu ? 16 * (fl >> 3) + (fl & 7) : fl;
-      float4 part[kMaxKSplits][NW];
+      float4 part[kWgmmaMaxKSplits][NW];
 #pragma unroll
-      for (int r = 0; r < kMaxKSplits; ++r)
+      for (int r = 0; r < kWgmmaMaxKSplits; ++r)
         if (r < kr.splits) {
           const float* peer = cluster.map_shared_rank(sums, r);
 #pragma unroll
           for (int j = 0; j < NW; ++j) part[r][j] = *reinterpret_cast<const float4*>(peer + tok * kPitch + m + 8 * j);
         }
 #pragma unroll
-      for (int r = 1; r < kMaxKSplits; ++r)
+      for (int r = 1; r < kWgmmaMaxKSplits; ++r)
         if (r < kr.splits)
 #pragma unroll
           for (int j = 0; j < NW; ++j) {
@@ -582,38 +582,58 @@ int wgmma_split_count(int64_t ctas, int k_tiles, const int* fit, int counts) {
 
 namespace {
 
-// The split count of a dense launch (wgmma_split_count's model), from the clusters of each size
-// that fit at once for this kernel instance; a.k_splits > 0 (the split-K sweep of `backend_check
-// bench`) forces one. Grouped launches (experts) have CTAs enough and never split.
+// The clusters of s CTAs (s = 1 .. kWgmmaMaxKSplits) of one kernel instance that fit at once on a
+// device: a fixed property of the instance and the GPU, asked of the runtime once per device and
+// kept (0: not asked yet, -1: the query failed), so that an eager launch does not repeat up to 8
+// occupancy queries. Devices past kFitDevices are asked at every launch.
+constexpr int kFitDevices = 16;
+using ClusterFits = std::atomic<int>[kFitDevices][kWgmmaMaxKSplits];
+
 template <class Kernel>
-int wgmma_k_splits(const LinearArgs& a, dim3 grid, Kernel kernel, int smem) {
+int clusters_that_fit(Kernel kernel, int smem, int device, int s, ClusterFits& cache) {
+  std::atomic<int>* slot = device < kFitDevices ? &cache[device][s - 1] : nullptr;
+  if (slot != nullptr) {
+    const int known = slot->load(std::memory_order_relaxed);
+    if (known != 0) return known;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(1, 1, s);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = size_t(smem);
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = unsigned(s);
+  cfg.attrs = &cluster;
+  cfg.numAttrs = 1;
+  int fit = 0;
+  if (cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg) != cudaSuccess || fit <= 0) {
+    (void)cudaGetLastError();  // the query's error must not stay for the launch's check
+    fit = -1;
+  }
+  if (slot != nullptr) slot->store(fit, std::memory_order_relaxed);
+  return fit;
+}
+
+// The split count of a dense launch (wgmma_split_count's model); a.k_splits > 0 (the split-K sweep
+// of `backend_check bench`) forces one. Grouped launches (experts) have CTAs enough and never split.
+template <class Kernel>
+int wgmma_k_splits(const LinearArgs& a, dim3 grid, Kernel kernel, int smem, ClusterFits& cache) {
   const int k_tiles = (a.k + kStepK - 1) / kStepK;
   if (a.items != nullptr || a.item_rows <= 64) return 1;
-  if (a.k_splits > 0) return std::max(1, std::min({a.k_splits, kMaxKSplits, k_tiles}));
+  if (a.k_splits > 0) return std::max(1, std::min({a.k_splits, kWgmmaMaxKSplits, k_tiles}));
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
     return 1;
   const int64_t ctas = int64_t(grid.x) * grid.y;
   if (ctas >= sms) return 1;
-  int fit[kMaxKSplits];
+  int fit[kWgmmaMaxKSplits];
   int counts = 0;
-  for (int s = 1; s <= kMaxKSplits && (s == 1 || k_tiles >= kWgmmaMinSplitSteps * s); ++s) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid.x, grid.y, s);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = size_t(smem);
-    cudaLaunchAttribute cluster = {};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = unsigned(s);
-    cfg.attrs = &cluster;
-    cfg.numAttrs = 1;
-    if (cudaOccupancyMaxActiveClusters(&fit[counts], kernel, &cfg) != cudaSuccess || fit[counts] <= 0) {
-      (void)cudaGetLastError();  // the query's error must not stay for the launch's check
-      break;
-    }
+  while (counts < kWgmmaMaxKSplits && (counts == 0 || k_tiles >= kWgmmaMinSplitSteps * (counts + 1))) {
+    fit[counts] = clusters_that_fit(kernel, smem, device, counts + 1, cache);
+    if (fit[counts] <= 0) break;
     ++counts;
   }
   return wgmma_split_count(ctas, k_tiles, fit, counts);
@@ -625,7 +645,8 @@ void launch_size(const LinearArgs& a, const CUtensorMap& x_map, bool tma, dim3 g
                  cudaStream_t stream) {
   constexpr int smem = RawLayout<F, kMaxN>::kSmemBytes;
   const auto kernel = tma ? wgmma_linear_kernel<F, kSwiglu, true, kMaxN> : wgmma_linear_kernel<F, kSwiglu, false, kMaxN>;
-  grid.z = wgmma_k_splits(a, grid, kernel, smem);
+  static ClusterFits fits[2];  // [tma]: the instance's cluster counts per device, asked once
+  grid.z = wgmma_k_splits(a, grid, kernel, smem, fits[tma ? 1 : 0]);
   launch_cluster_kernel(kernel, grid, kThreads, dim3(1, 1, grid.z), smem, stream, a, x_map, sizes);
 }
 
