@@ -18,12 +18,12 @@
 
 namespace m3::cuda::detail {
 
-// CTAs of `kernel` (128 threads, `smem` dynamic bytes) that fit on one multiprocessor; 1 when
+// CTAs of `kernel` (`threads` a CTA, `smem` dynamic bytes) that fit on one multiprocessor; 1 when
 // the query fails.
 template <class Kernel>
-int ctas_per_sm(Kernel kernel, int smem) {
+int ctas_per_sm(Kernel kernel, int smem, int threads = 128) {
   int n = 0;
-  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 128, smem);
+  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem);
   return e == cudaSuccess && n > 0 ? n : 1;
 }
 
@@ -52,6 +52,31 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Named barrier kId (1..15; 0 is __syncthreads') over kCount threads (a multiple of 32): sync
+// waits until that many have arrived, arrive counts the calling warp and goes on (a producer
+// warpgroup handing a buffer to its consumer, or a consumer handing it back). The id is an
+// immediate: with a register id ptxas reserves all 16 barriers for the kernel.
+template <int kId, int kCount>
+__device__ __forceinline__ void named_barrier_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
+template <int kId, int kCount>
+__device__ __forceinline__ void named_barrier_arrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
+
+// A warpgroup's per-thread register limit moved to N (a multiple of 8 in 24..256; sm_90a): a
+// warp-specialised CTA gives its producer's registers to its consumer. Every warp of the
+// warpgroup executes it.
+template <int N>
+__device__ __forceinline__ void warpgroup_registers_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void warpgroup_registers_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {

@@ -1,5 +1,6 @@
 // Sparse attention of a row group (2-4 query rows of one sequence: prefill chunks) over an NVFP4
-// KV cache (Q8KV4), on wgmma. One CTA (one warpgroup) per (group, KV head, part).
+// KV cache (Q8KV4), on wgmma. One CTA per (group, KV head, part): a consumer warpgroup that
+// multiplies and a producer warpgroup that copies and decodes.
 //
 // The rows' selected blocks are merged into their sorted union (sparse_union.cuh) and the CTA walks
 // its part of the union once for all rows, each 64-token tile decoded once for 4 rows x 16 heads =
@@ -17,9 +18,16 @@
 //   O[64 columns][128 dims] += P8 V'   wgmma m64n128k32 x 2 (E4M3: P8 and V' are E4M3 values),
 //        V' decoded and transposed into shared memory with its keys in the order of P8's
 //        fragments (group_vt_offset).
-// The ALUs decode while the tensor cores multiply: V' of tile i during its S, K' of tile i + 1
-// during tile i's PV (a wait for all pending MMAs each time: ptxas serialises wgmma when a wait
-// leaves some pending in this loop).
+// Warp specialisation: the producer warpgroup copies the raw tiles (three cp.async stages) and
+// decodes K' and V'^T into a ring of kBuffers buffers while the consumer warpgroup runs the MMAs
+// and the softmax of an earlier one; they hand the buffers over by named barriers (full: decoded;
+// empty: the consumer's MMAs are done with it). The producer runs at 64 registers, the consumer at
+// 192 (setmaxnreg), two CTAs a multiprocessor. When one warpgroup did both (until session 38), each
+// tile's decode, MMAs and softmax ran behind full waits and two CTA barriers: 7-20% slower on the
+// prefill suite. Three buffers measured 1% slower than two. Every wgmma wait is still a full one:
+// ptxas serialises wgmma when a wait leaves some pending in this loop. What limits the walk now is
+// the masked columns: a tile costs all 64 columns of the group's rows, also those of rows that did
+// not select it (docs/msa-kernels-notes.md "v10").
 //
 // Numerics (ops/attention.h Q8KV4): a row meets its own tiles in ascending order, 64 keys at a
 // time (a tile it did not select adds exact zeros and leaves its maximum alone); its running
@@ -38,10 +46,33 @@ constexpr int kKtBytes = 64 * kDim * 2;
 // V'^T: per key half (32 keys) 16 dim groups of 8 dims x 2 key chunks of 16 (LBO 128 along keys,
 // SBO 272 along dims: a warp's transposed stores spread over the banks).
 constexpr int kGroupVtSbo = 272, kGroupVtHalf = 16 * kGroupVtSbo, kGroupVtBytes = 2 * kGroupVtHalf;
-// cp.async stages: 3 keep two tiles in flight while one is decoded.
+// cp.async stages: 3 keep two tiles in flight while one is decoded; kBuffers decoded buffers (K'
+// and V'^T) let the producer run up to kBuffers - 1 tiles ahead of the consumer.
 constexpr int kGroupStages = 3;
+constexpr int kBuffers = 2;
 constexpr int kListBytes = (3 * kMaxGroupCandidates + kMaxGroupCandidates * kMaxTilesPerBlock) * 4;
-constexpr int kSmemBytes = kTableBytes + kKtBytes + kGroupVtBytes + kGroupStages * kStageBytes + kListBytes;
+constexpr int kSmemBytes =
+    kTableBytes + kBuffers * (kKtBytes + kGroupVtBytes) + kGroupStages * kStageBytes + kListBytes;
+// The CTA: the consumer warpgroup (threads 0-127, warp r owns row r) and the producer's.
+constexpr int kCtaThreads = 2 * kThreads;
+constexpr int kProducerRegisters = 64, kConsumerRegisters = 192;  // x 128 threads: two CTAs an SM
+static_assert(kThreads * (kProducerRegisters + kConsumerRegisters) * 2 <= 65536, "two CTAs a multiprocessor");
+// Named barriers: buffer b decoded (kFullBarrier + b), buffer b free again (kEmptyBarrier + b),
+// the producer warpgroup alone.
+constexpr int kFullBarrier = 1, kEmptyBarrier = kFullBarrier + kBuffers, kProducerBarrier = kEmptyBarrier + kBuffers;
+static_assert(kBuffers <= 3 && kProducerBarrier <= 15, "buffer_barrier names three buffers' ids");
+
+// The CTA's barrier kBase + b (b < kBuffers), synced or arrived at: ids must be immediates.
+template <int kBase, bool kArrive>
+__device__ __forceinline__ void buffer_barrier(int b) {
+  if (b == 0) {
+    kArrive ? named_barrier_arrive<kBase, kCtaThreads>() : named_barrier_sync<kBase, kCtaThreads>();
+  } else if (kBuffers < 3 || b == 1) {
+    kArrive ? named_barrier_arrive<kBase + 1, kCtaThreads>() : named_barrier_sync<kBase + 1, kCtaThreads>();
+  } else {
+    kArrive ? named_barrier_arrive<kBase + 2, kCtaThreads>() : named_barrier_sync<kBase + 2, kCtaThreads>();
+  }
+}
 
 // V'^T position of (dim, logical key k of a tile): key half k >> 5, and inside it the order of
 // P8's A fragments (thread t's bytes 4t..4t+3 and 16+4t.. of a k32 step hold its accumulator
@@ -55,8 +86,8 @@ __device__ __forceinline__ int group_vt_offset(int dim, int ks, int h, int t) {
 // Lane (kq = lane & 7, tq = lane >> 3) of warp w decodes elements 32u..32u+31 (u = (tq + kq / 2)
 // & 3) of keys 16w + kq and + 8: the 8 lanes of a quarter-warp read 16 bytes of 8 different key
 // rows in distinct banks, and write 16 bytes of 8 different rows of one core matrix column.
-__device__ __forceinline__ void decode_keys(const uint8_t* staged, const uint2* table, uint8_t* kt) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kq = lane & 7, u = ((lane >> 3) + (kq >> 1)) & 3;
+__device__ __forceinline__ void decode_keys(const uint8_t* staged, const uint2* table, uint8_t* kt, int tid) {
+  const int lane = tid & 31, warp = tid >> 5, kq = lane & 7, u = ((lane >> 3) + (kq >> 1)) & 3;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int key = warp * 16 + 8 * half + kq;
@@ -75,11 +106,11 @@ __device__ __forceinline__ void decode_keys(const uint8_t* staged, const uint2* 
 }
 
 // V'^T of a staged tile: two units of 4 keys x 8 dims per thread.
-__device__ __forceinline__ void decode_values(const uint8_t* staged, const uint2* table, uint8_t* vt) {
+__device__ __forceinline__ void decode_values(const uint8_t* staged, const uint2* table, uint8_t* vt, int tid) {
   const uint8_t* v = staged + kHalfBytes;
 #pragma unroll
   for (int unit = 0; unit < 2; ++unit) {
-    const int u = threadIdx.x + kThreads * unit, dg = u & 15, q = u >> 4;
+    const int u = tid + kThreads * unit, dg = u & 15, q = u >> 4;
     const int ks = q >> 3, h = (q >> 2) & 1, tq = q & 3;
     const int key0 = 32 * ks + 16 * h + 2 * tq;
     uint32_t lo[4], hi[4];
@@ -102,24 +133,48 @@ __device__ __forceinline__ void decode_values(const uint8_t* staged, const uint2
 
 struct GroupSmem {
   const uint2* table;
-  uint8_t* kt;      // kKtBytes
-  uint8_t* vt;      // kGroupVtBytes
-  uint8_t* stages;  // kGroupStages * kStageBytes
+  uint8_t* kt;      // kBuffers x kKtBytes
+  uint8_t* vt;      // kBuffers x kGroupVtBytes
+  uint8_t* stages;  // kGroupStages x kStageBytes
 };
 
-__device__ __forceinline__ void union_walk(const AttentionArgs& a, const SparseWork& w, const GroupUnionLists& ul,
-                                           int num_tiles, const GroupSmem& sm) {
+// The producer warpgroup: tile i's raw bytes (issued two tiles ahead) decoded into buffer
+// i % kBuffers once the consumer is done with tile i - kBuffers there.
+__device__ __forceinline__ void produce_tiles(const AttentionArgs& a, const SparseWork& w, const GroupUnionLists& ul,
+                                              int num_tiles, const GroupSmem& sm) {
+  const int tid = threadIdx.x - kThreads;
+  const int tiles_per_block = a.cache.block_size / kTileTokens;
+  auto issue = [&](int i) {
+    const int e = i < num_tiles ? ul.tiles[i] : 0;
+    issue_tile(a, w.kv_head, sm.stages + (i % kGroupStages) * kStageBytes, i < num_tiles,
+               ul.block[e >> 2] * tiles_per_block + (e & 3), ul.phys[e >> 2], tid);
+  };
+  issue(0);  // with the table's copies
+  issue(1);
+  for (int i = 0; i < num_tiles; ++i) {
+    cp_async_wait<1>();  // this thread's copies of tile i (tile i + 1 may still be in flight)
+    // Every producer thread's copies of tile i landed, and every one is past its decode of tile
+    // i - 1, whose stage the next copies take.
+    named_barrier_sync<kProducerBarrier, kThreads>();
+    issue(i + 2);
+    const int b = i % kBuffers;
+    if (i >= kBuffers) buffer_barrier<kEmptyBarrier, false>(b);
+    const uint8_t* staged = sm.stages + (i % kGroupStages) * kStageBytes;
+    decode_keys(staged, sm.table, sm.kt + b * kKtBytes, tid);
+    decode_values(staged, sm.table, sm.vt + b * kGroupVtBytes, tid);
+    fence_async_shared();  // the stores before the consumer's wgmma reads them
+    buffer_barrier<kFullBarrier, true>(b);
+  }
+  cp_async_wait<0>();
+}
+
+// The consumer warpgroup: the MMAs and the softmax of every tile, and the rows' results.
+__device__ __forceinline__ void consume_tiles(const AttentionArgs& a, const SparseWork& w, const GroupUnionLists& ul,
+                                              int num_tiles, const GroupSmem& sm) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int hkv = a.cache.num_kv_heads, group = a.num_q_heads / hkv;
   const int tiles_per_block = a.cache.block_size / kTileTokens;
   const int row0 = w.row, nrows = w.row_count, kv = w.kv_head;
-  auto issue = [&](int i) {
-    const int e = i < num_tiles ? ul.tiles[i] : 0;
-    issue_tile(a, kv, sm.stages + (i % kGroupStages) * kStageBytes, i < num_tiles,
-               ul.block[e >> 2] * tiles_per_block + (e & 3), ul.phys[e >> 2]);
-  };
-#pragma unroll
-  for (int s = 0; s < kGroupStages; ++s) issue(s);
 
   // Q' of this warp's row as the A fragments of the 8 k16 steps (rows past the group's and heads
   // past the GQA group are zero columns), loaded while tile 0 lands.
@@ -132,13 +187,6 @@ __device__ __forceinline__ void union_walk(const AttentionArgs& a, const SparseW
       const int head = g + 8 * (r & 1), element = 16 * ks + 2 * t + 8 * (r >> 1);
       qf[ks][r] = warp < nrows && head < group ? load_act2_e4m3_as_f16x2(a.q, a.q_kind, q_row + head * kDim + element) : 0u;
     }
-  if (num_tiles > 0) {
-    cp_async_wait<kGroupStages - 1>();
-    __syncthreads();  // tile 0 (and the table) landed
-    decode_keys(sm.stages, sm.table, sm.kt);
-  }
-  fence_async_shared();
-  __syncthreads();
 
   const float c2 = a.sm_scale * kLog2e;
   const int my_pos = warp < nrows ? a.step.positions[row0 + warp] : -1;
@@ -152,19 +200,18 @@ __device__ __forceinline__ void union_walk(const AttentionArgs& a, const SparseW
   uint32_t pa[2][4];
 
   for (int i = 0; i < num_tiles; ++i) {
-    // K' of tile i is in place and visible; V'^T is free.
+    const int b = i % kBuffers;
+    const uint8_t* kt = sm.kt + b * kKtBytes;
+    const uint8_t* vt = sm.vt + b * kGroupVtBytes;
+    buffer_barrier<kFullBarrier, false>(b);  // K' and V'^T of tile i decoded
     float sd[32];
 #pragma unroll
     for (int c = 0; c < 32; ++c) sd[c] = 0.0f;
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kDim / 16; ++ks)
-      wgmma_f16<64>(sd, qf[ks], wgmma_desc(sm.kt + 2 * ks * kF16CoreK, kF16CoreK, kF16CoreN), ks > 0);
+      wgmma_f16<64>(sd, qf[ks], wgmma_desc(kt + 2 * ks * kF16CoreK, kF16CoreK, kF16CoreN), ks > 0);
     wgmma_commit();
-    const uint8_t* staged = sm.stages + (i % kGroupStages) * kStageBytes;
-    decode_values(staged, sm.table, sm.vt);
-    cp_async_wait<kGroupStages - 2>();  // tile i + 1 landed (this thread's copies)
-    fence_async_shared();
     wgmma_wait_all();
     wgmma_pin<64>(sd);
 
@@ -223,20 +270,17 @@ __device__ __forceinline__ void union_walk(const AttentionArgs& a, const SparseW
 #pragma unroll
         for (int r = 0; r < 4; ++r) pa[k][r] = 0u;
     }
-    __syncthreads();  // V'^T written, tile i + 1 staged, every warp past S (K' is free)
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks)
-      wgmma_e4m3<128>(o, pa[ks], wgmma_desc(sm.vt + ks * kGroupVtHalf, 128, kGroupVtSbo), true);
+      wgmma_e4m3<128>(o, pa[ks], wgmma_desc(vt + ks * kGroupVtHalf, 128, kGroupVtSbo), true);
     wgmma_commit();
-    issue(i + kGroupStages);  // into tile i's stage, decoded by now
-    if (i + 1 < num_tiles) decode_keys(sm.stages + ((i + 1) % kGroupStages) * kStageBytes, sm.table, sm.kt);
-    fence_async_shared();
     wgmma_wait_all();
     wgmma_pin<128>(o);
-    __syncthreads();  // K' of tile i + 1 written; every warp's PV is done with V'^T
+    // This warp's MMAs are done with buffer b: the producer decodes tile i + kBuffers there once
+    // all four warps have arrived (only if it will: the barrier's count must close).
+    if (i + kBuffers < num_tiles) buffer_barrier<kEmptyBarrier, true>(b);
   }
-  cp_async_wait<0>();
 
   if (warp >= nrows) return;
   const int row = row0 + warp;
@@ -265,14 +309,14 @@ __device__ __forceinline__ void union_walk(const AttentionArgs& a, const SparseW
   }
 }
 
-__global__ void __launch_bounds__(kThreads) sparse_groups_kernel(const AttentionArgs a) {
+__global__ void __launch_bounds__(kCtaThreads, 2) sparse_groups_kernel(const AttentionArgs a) {
   kernel_prologue();
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int s_num_tiles, s_shared;
   uint2* table = reinterpret_cast<uint2*>(smem);
   uint8_t* kt = smem + kTableBytes;
-  uint8_t* vt = kt + kKtBytes;
-  uint8_t* stages = vt + kGroupVtBytes;
+  uint8_t* vt = kt + kBuffers * kKtBytes;
+  uint8_t* stages = vt + kBuffers * kGroupVtBytes;
   int* lists = reinterpret_cast<int*>(stages + kGroupStages * kStageBytes);
   const GroupUnionLists ul{lists, lists + kMaxGroupCandidates, lists + 2 * kMaxGroupCandidates,
                            lists + 3 * kMaxGroupCandidates};
@@ -280,13 +324,25 @@ __global__ void __launch_bounds__(kThreads) sparse_groups_kernel(const Attention
   if (a.device_num_work != nullptr && int(blockIdx.x) >= *a.device_num_work) return;  // graph mode surplus
   const SparseWork w = static_cast<const SparseWork*>(a.work)[blockIdx.x];
   const int32_t* pages = a.step.page_table + int64_t(a.step.token_seq[w.row]) * a.step.pages_per_seq;
-  // Requested now; the walk's first commit covers these copies.
-  for (int c = threadIdx.x; c < 128; c += kThreads) cp_async16(table + 2 * c, a.e4m3_table + 2 * c);
+  // The decode table (2 KB, 16 bytes a producer thread), requested now; the producer's first
+  // commit covers these copies.
+  if (threadIdx.x >= kThreads) {
+    const int c = threadIdx.x - kThreads;
+    cp_async16(table + 2 * c, a.e4m3_table + 2 * c);
+  }
   // The union is always walked together (a share threshold of 0): rows that share few blocks
   // multiply masked columns, but the row walk's E4M3 scores are not exact enough for prefill rows.
   // No visible selected block at all: an empty walk (zero output, LSE -inf).
-  const bool any = build_group_union<kThreads, 0, 1>(a, w, pages, ul, &s_num_tiles, &s_shared);
-  union_walk(a, w, ul, any ? s_num_tiles : 0, GroupSmem{table, kt, vt, stages});
+  const bool any = build_group_union<kCtaThreads, 0, 1>(a, w, pages, ul, &s_num_tiles, &s_shared);
+  const int num_tiles = any ? s_num_tiles : 0;
+  const GroupSmem sm{table, kt, vt, stages};
+  if (threadIdx.x >= kThreads) {
+    warpgroup_registers_dec<kProducerRegisters>();
+    produce_tiles(a, w, ul, num_tiles, sm);
+  } else {
+    warpgroup_registers_inc<kConsumerRegisters>();
+    consume_tiles(a, w, ul, num_tiles, sm);
+  }
 }
 
 }  // namespace
@@ -295,12 +351,12 @@ cudaError_t init_sparse_groups_kernel() {
   return cudaFuncSetAttribute(sparse_groups_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
 }
 
-int sparse_groups_ctas_per_sm() { return ctas_per_sm(sparse_groups_kernel, kSmemBytes); }
+int sparse_groups_ctas_per_sm() { return ctas_per_sm(sparse_groups_kernel, kSmemBytes, kCtaThreads); }
 
 cudaError_t launch_sparse_groups(const AttentionArgs& a, cudaStream_t stream) {
   if (a.num_work == 0) return cudaSuccess;
   if (a.cache.kv_dtype != KvDType::kNVFP4) return cudaErrorInvalidValue;
-  launch_kernel(sparse_groups_kernel, a.num_work, kThreads, kSmemBytes, stream, a);
+  launch_kernel(sparse_groups_kernel, a.num_work, kCtaThreads, kSmemBytes, stream, a);
   return cudaGetLastError();
 }
 

@@ -27,9 +27,9 @@ __device__ __forceinline__ void transpose4x4(const uint32_t (&in)[4], uint32_t (
 
 // Issues the async copies of a walk's tile (K then V of logical tile `tile`, physical block
 // `phys`) into the stage at `dst` when `valid`, then commits (also when not, so that the wait
-// counts hold past the walk's end).
+// counts hold past the walk's end). `tid`: the thread among the kThreads that copy.
 __device__ __forceinline__ void issue_tile(const AttentionArgs& a, int kv, uint8_t* dst, bool valid, int tile,
-                                           int phys) {
+                                           int phys, int tid) {
   if (valid) {
     const int bs = a.cache.block_size, tiles_per_block = bs / kTileTokens;
     const uint8_t* k = a.cache.kv_slot(phys, 0, kv);
@@ -39,7 +39,7 @@ __device__ __forceinline__ void issue_tile(const AttentionArgs& a, int kv, uint8
     for (int which = 0; which < 2; ++which) {
       const uint8_t* slot = k + which * v_offset;
       stage_tile<KvDType::kNVFP4, kThreads>(dst + which * kHalfBytes, slot + tok0 * (kDim / 2),
-                                            slot + bs * (kDim / 2) + tok0 * (kDim / 16), threadIdx.x);
+                                            slot + bs * (kDim / 2) + tok0 * (kDim / 16), tid);
     }
   }
   cp_async_commit();

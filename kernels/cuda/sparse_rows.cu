@@ -122,7 +122,7 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
 
   auto issue = [&](int i) {
     issue_tile(a, kv, stages + (i % kStages) * kStageBytes, i < num_tiles, i < num_tiles ? tile_list[i] : 0,
-               i < num_tiles ? tile_phys[i] : 0);
+               i < num_tiles ? tile_phys[i] : 0, threadIdx.x);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);

@@ -34,6 +34,7 @@
 #include "formats/fp8_e4m3.h"
 #include "kernels/cuda/backend/cuda_backend.h"
 #include "kernels/cuda/msa.h"
+#include "kernels/cuda/msa_kernels.h"
 #include "tests/kernels_cuda/msa_bench_fill.h"
 #include "tests/kernels_cuda/msa_testing.h"
 
@@ -101,6 +102,7 @@ struct Row {
   double idx_us = 0, topk_us = 0, it_us = 0, sparse_us = 0, dense_us = 0;
   double idx_bytes = 0, sparse_bytes = 0, dense_bytes = 0, idx_flops = 0, sparse_flops = 0;
   double idx_probe_us = 0, sparse_probe_us = 0;  // "probe" suite: nvfp4 decode / expansion left out
+  double group_mma_flops = 0;  // the NVFP4 row-group walk's MMAs, masked query columns included
   int splits = 0;
 };
 
@@ -236,6 +238,31 @@ Row run_case(const Device& dev, const Case& c, KvDType kv_dtype, cudaStream_t s)
       r.sparse_bytes += double(blocks.size()) * kv_block;
     }
     r.sparse_bytes += (r1 - r0) * row_io;
+    // The NVFP4 row-group walk (sequences of more than kSparseRowsAlone rows, grouped as
+    // build_msa_schedule groups them at top-16): per group and KV head, each 64-key tile of the
+    // rows' union costs the wgmma tile's 64 query columns (4 rows x 16 heads, whether a row selected
+    // the tile or not) x 64 keys x 128 dims, twice (S and PV). Against sparse_flops: how much of the
+    // walk's tensor work is useful, which depends on how many blocks the group's rows share.
+    if (r1 - r0 > detail::kSparseRowsAlone) {
+      const int q = r1 - r0, n = (q + detail::kSparseGroupRows - 1) / detail::kSparseGroupRows;
+      const int tiles_per_block = kBlock / detail::kTileTokens;
+      for (int k = 0; k < n; ++k) {
+        const int g0 = r0 + int(int64_t(q) * k / n), g1 = r0 + int(int64_t(q) * (k + 1) / n);
+        for (int g = 0; g < hkv; ++g) {
+          std::map<int, int> last;  // union block -> latest position of a row that selected it
+          for (int t = g0; t < g1; ++t)
+            for (int j = 0; j < kTopk; ++j) {
+              const int blk = h_sel[(size_t(t) * hkv + g) * kTopk + j];
+              if (blk < 0 || blk * kBlock > b.positions[t]) continue;
+              auto it = last.try_emplace(blk, b.positions[t]).first;
+              it->second = std::max(it->second, b.positions[t]);
+            }
+          for (const auto& [blk, pos] : last)
+            r.group_mma_flops += 4.0 * 64 * detail::kTileTokens * kDim *
+                                 std::min(tiles_per_block, (pos - blk * kBlock) / detail::kTileTokens + 1);
+        }
+      }
+    }
     r.dense_bytes += double(last_local + 1) * kv_block * hkv + (r1 - r0) * row_io;
   }
   return r;
@@ -491,8 +518,10 @@ int main(int argc, char** argv) {
     if (want("prefill")) {
       std::printf("\nPrefill (vendor shapes; indexer FLOPs = 2*128*128*sum(history blocks) per row; attention FLOPs "
                   "= 4*Hq*128*selected keys)\n");
-      std::printf("%-30s %-6s %6s %8s | %9s %7s | %8s %7s | %9s %7s\n", "case", "dtype", "T", "max_kv", "idx_us",
-                  "TF/s", "topk_us", "%idx", "sparse_us", "TF/s");
+      std::printf("(mma TF/s, use%%: the NVFP4 row-group walk's tensor work, masked query columns included, and the "
+                  "useful share of it)\n");
+      std::printf("%-30s %-6s %6s %8s | %9s %7s | %8s %7s | %9s %7s %8s %5s\n", "case", "dtype", "T", "max_kv",
+                  "idx_us", "TF/s", "topk_us", "%idx", "sparse_us", "TF/s", "mmaTF/s", "use%");
       for (KvDType dt : dtypes)
         for (size_t pi = 0; pi < prefill_shapes().size(); ++pi) {
           if (quick && pi % 2) continue;
@@ -505,9 +534,14 @@ int main(int argc, char** argv) {
             total_q += ps.query_lens[i];
           }
           const Row r = run_case(dev, c, dt, s);
-          std::printf("%-30s %-6s %6d %8d | %9.1f %7.1f | %8.1f %7.0f | %9.1f %7.1f\n", ps.case_id, r.dtype.c_str(),
+          std::printf("%-30s %-6s %6d %8d | %9.1f %7.1f | %8.1f %7.0f | %9.1f %7.1f", ps.case_id, r.dtype.c_str(),
                       total_q, max_kv, r.idx_us, r.idx_flops / (r.idx_us * 1e-6) / 1e12, r.topk_us,
                       100 * r.topk_us / r.idx_us, r.sparse_us, r.sparse_flops / (r.sparse_us * 1e-6) / 1e12);
+          if (dt == KvDType::kNVFP4 && r.group_mma_flops > 0)
+            std::printf(" %8.1f %5.0f\n", r.group_mma_flops / (r.sparse_us * 1e-6) / 1e12,
+                        100 * r.sparse_flops / r.group_mma_flops);
+          else
+            std::printf(" %8s %5s\n", "-", "-");
         }
     }
     MSA_CUDA(cudaStreamDestroy(s));
