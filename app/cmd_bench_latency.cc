@@ -32,11 +32,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <sstream>
 
 #include "app/bench_timing_backend.h"
 #include "app/commands.h"
+#include "app/kernel_timeline.h"
 #include "app/model_loader.h"
 #include "app/model_source.h"
 #include "core/error.h"
@@ -75,6 +78,7 @@ struct BenchLatencyOptions {
   int top_k = 0;
   float top_p = 1.0f;
   int logprobs = -1;  // top logprobs a token (-1: none)
+  bool kernel_timeline = false;  // decode: one more step recorded kernel by kernel (CUPTI)
 };
 
 // What a step can touch, measured on the weights as stored (their formats do not change on a device).
@@ -415,7 +419,25 @@ std::vector<double> time_runs(int warmup, int iters, Fn&& fn) {
   return out;
 }
 
-nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const DecodeCase& c, double bandwidth) {
+// One step's kernels as the GPU ran them (KernelTimeline): each one's start, from the first
+// kernel's, its duration and its stream, and the step's span on the host's clock.
+nlohmann::json record_timeline(KernelTimeline& timeline, const std::function<void()>& step) {
+  const uint64_t begin = timeline.now();
+  step();  // ends with the sampled ids' copy, so the GPU is done
+  const uint64_t end = timeline.now();
+  const std::vector<KernelSpan> spans = timeline.spans(begin, end);
+  nlohmann::json kernels = nlohmann::json::array();
+  const uint64_t t0 = spans.empty() ? begin : spans.front().start_ns;
+  for (const KernelSpan& k : spans)
+    kernels.push_back({{"name", k.name},
+                       {"start_us", (k.start_ns - t0) * 1e-3},
+                       {"us", (k.end_ns - k.start_ns) * 1e-3},
+                       {"stream", k.stream}});
+  return {{"host_span_us", (end - begin) * 1e-3}, {"kernels", kernels}};
+}
+
+nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const DecodeCase& c, double bandwidth,
+                          KernelTimeline* timeline) {
   const ModelConfig& config = m.model->config();
   nlohmann::json r = {{"batch", c.batch}, {"context", c.context}, {"kv_blocks", c.blocks}};
   if (c.blocks > m.model->num_kv_blocks()) {
@@ -429,6 +451,7 @@ nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const Dec
   std::vector<RowLogprobs> logprobs(sampling.logprobs.size());
   const auto step = [&] { m.runner->forward_sample(batch, sampling, ids.data(), logprobs.data(), {}, nullptr); };
   const double step_s = median(time_runs(o.warmup, o.iters, step));
+  if (timeline != nullptr) r["kernel_timeline"] = record_timeline(*timeline, step);
   const double weight_bytes = m.weights.touched(c.batch);
   const double kv_bytes = decode_kv_bytes(config, m.model->kv_layout(), c.batch, c.context);
   const double floor_bytes = weight_bytes + kv_bytes;
@@ -684,6 +707,13 @@ void run(BenchLatencyOptions o) {
     }
   std::vector<PrefillCase> prefill;
   for (int l : prompts) prefill.push_back({l, (l + bs - 1) / bs});
+  // CUPTI traces a graph's kernel nodes only if it was on when the graph was built: on from before
+  // the model loads, so this run's other timings carry its (small) tracing cost too.
+  std::unique_ptr<KernelTimeline> timeline;
+  if (o.kernel_timeline) {
+    M3_CHECK(o.model.device == "cuda", "--kernel-timeline records GPU kernels: it needs --device cuda");
+    timeline = std::make_unique<KernelTimeline>();
+  }
   BenchModel m = load_bench_model(o, decode, prefill, bs);
   const ModelConfig& config = m.model->config();
   if (!o.spec_drafter.empty()) attach_bench_drafter(m, o);
@@ -721,6 +751,7 @@ void run(BenchLatencyOptions o) {
       {"bandwidth_bytes_per_s", bandwidth},
       {"bandwidth_source", bandwidth_source},
       {"peak_flops_per_s", flops_peak},
+      {"kernel_timeline", o.kernel_timeline},
       {"sampling", {{"temperature", o.temperature}, {"top_k", o.top_k}, {"top_p", o.top_p}, {"logprobs", o.logprobs}}},
       {"weights",
        {{"always_bytes", m.weights.always}, {"expert_bytes", m.weights.expert}, {"moe_layers", m.weights.moe_layers},
@@ -730,7 +761,7 @@ void run(BenchLatencyOptions o) {
       {"decode", nlohmann::json::array()},
       {"prefill", nlohmann::json::array()}};
   for (const DecodeCase& c : decode) {
-    out["decode"].push_back(run_decode(m, o, c, bandwidth));
+    out["decode"].push_back(run_decode(m, o, c, bandwidth, timeline.get()));
     if (!o.json) std::fprintf(stderr, "decode context %d batch %d done\n", c.context, c.batch);
   }
   for (const PrefillCase& c : prefill) {
@@ -767,6 +798,10 @@ void register_bench_latency(CLI::App& app) {
                   "bytes/s of the decode floor (default: the device's copy rate, measured after the model loads: "
                   "a device-to-device copy on cuda, the backend's threads copying host memory on cpu)");
   cmd->add_option("--flops", o->flops, "FLOP/s of the prefill floor (default 7.6e14 on cuda: H200 bf16; none on cpu)");
+  cmd->add_flag("--kernel-timeline", o->kernel_timeline,
+                "decode: one more step of each case recorded kernel by kernel with CUPTI (start, duration, stream: "
+                "decode[].kernel_timeline in the JSON; scripts/kernel_timeline_summary.py reads it); needs --device "
+                "cuda, and CUPTI stays on for the whole run");
   cmd->add_flag("--op-breakdown,!--no-op-breakdown", o->op_breakdown,
                 "decode: one more pass of iters steps, synchronised after every op, timed per op")
       ->capture_default_str();

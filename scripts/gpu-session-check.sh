@@ -34,7 +34,10 @@
 # serving = bench serve with 8K prompts at --max-num-batched-tokens 2048 and at the default (at most about 300 s). Each part fits one 600 s
 # device call; PARTS="main batch-invariant" runs both in one call when the time allows. sampling = the
 # sample and logprobs op cases and each kernel's ncu duration on 128-row and 1-row steps (at most about 200 s;
-# SAMPLING_SOURCE=1 adds a line-by-line profile of each kernel's one-row step, about 60 s more). speculative =
+# SAMPLING_SOURCE=1 adds a line-by-line profile of each kernel's one-row step, about 60 s more). timeline = the
+# decode step kernel by kernel from CUPTI's records of one graph replay (bench latency --kernel-timeline at
+# TIMELINE_BATCHES, default "1,64", TIMELINE_CONTEXTS, default 8192; scripts/kernel_timeline_summary.py; at most
+# 200 s). speculative =
 # the drafter's op cases, verification steps from CUDA graphs, both drafters on cuda against plain
 # decoding, the DSpark drafter's acceptance through a cuda server, the M3.1 verification steps with
 # a drafter of the M3.1 drafter's shapes (at most about 590 s). trace = Nsight Compute's duration of
@@ -477,6 +480,28 @@ if part trace; then
     gzip -c $L/trace-b$b.csv > $OUT/trace-b$b.csv.gz
     python3 scripts/kernel_trace_summary.py $L/trace-b$b.csv $OUT/trace-step-b$b.json >> $L/t-summary.txt 2>&1
   done
+fi
+if part timeline; then
+  # The decode step kernel by kernel as the GPU ran it: bench latency --kernel-timeline records one
+  # graph replay of each batch with CUPTI (every kernel's start and end, programmatic dependent
+  # launch and the side streams as they run), and scripts/kernel_timeline_summary.py prints each
+  # kernel's tail on its stream's chain, the idle time and the last layer one kernel at a time.
+  timeout 200 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS \
+    --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' \
+    --batch-sizes ${TIMELINE_BATCHES:-1,64} --context-lens ${TIMELINE_CONTEXTS:-8192} --prefill-lens "" --iters 10 \
+    --warmup 2 --no-op-breakdown --kernel-timeline --json > $OUT/bench-latency-timeline.json 2> $L/timeline.log
+  echo "timeline: bench rc $?" > $L/tl-summary.txt
+  # The same steps without CUPTI: what its tracing adds to a step.
+  timeout 120 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS \
+    --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' \
+    --batch-sizes ${TIMELINE_BATCHES:-1,64} --context-lens ${TIMELINE_CONTEXTS:-8192} --prefill-lens "" --iters 10 \
+    --warmup 2 --no-op-breakdown --json > $OUT/bench-latency-timeline-plain.json 2>> $L/timeline.log
+  python3 - $OUT/bench-latency-timeline-plain.json >> $L/tl-summary.txt 2>&1 <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1])).get("decode", []):
+    print(f"without CUPTI: decode b{r['batch']} ctx {r['context']}: step {r.get('step_ms', 0):.3f} ms")
+PY
+  python3 scripts/kernel_timeline_summary.py $OUT/bench-latency-timeline.json >> $L/tl-summary.txt 2>&1
 fi
 if part main; then
 # The six sanitizer runs: about 100 s for the first four (racecheck over the linear cases ~25 s),

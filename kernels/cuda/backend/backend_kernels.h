@@ -227,6 +227,9 @@ struct MoeRouteArgs {
   int32_t* done = nullptr;
 };
 cudaError_t launch_moe_route(const MoeRouteArgs& args, cudaStream_t stream);
+// Up to this many tokens the router logits take the decode-shaped kernel (a CTA per expert and 8
+// tokens, a few microseconds of work), above it the tensor-core one (prefill: hundreds).
+inline constexpr int kMoeSmallRouterMaxTokens = 256;
 // out[t] = bf16(bf16(routed_t * scale) + shared[t]) with routed_t the sum over the token's
 // choices in ascending expert id of bf16(y[row] * weight), rounded after every add. Choices of
 // row -1 (experts held elsewhere) add nothing and their y is never read; shared null (routed

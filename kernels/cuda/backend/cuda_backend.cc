@@ -920,8 +920,13 @@ ExpertTables& CudaBackend::expert_tables(const MlpWeights& mlp) {
 // The MoE block: shared expert (fused gate/up + SwiGLU, down), router and permutation on the
 // device, grouped gate/up + SwiGLU over the routed rows, grouped down, weighted combine.
 // The shared expert does not depend on the routing and each of its GEMMs alone under-fills the
-// GPU at decode sizes, so it runs on side_stream_ beside route + routed experts: fork_ (recorded
-// on stream_ once x is ready) starts it, join_ ends it before the combine. Under stream capture
+// GPU at decode sizes, so it runs on side_stream_ beside the routed experts: fork_ (recorded on
+// stream_) starts it, join_ ends it before the combine. Decode-sized steps (the small router, up
+// to kMoeSmallRouterMaxTokens tokens) fork after the routing launch: forked before it, the shared
+// expert's persistent CTAs held the SMs and the router's CTAs waited for them, so the routing
+// that the routed experts wait on took 37 us of a batch-1 step instead of a few (bench latency
+// --kernel-timeline, docs/gpu-backend-notes.md "Session 38"). Prefill steps fork first, so the
+// shared expert runs under their longer routing. Under stream capture
 // the side stream joins the capture through the wait on fork_. Its buffers (moe_shared_act_,
 // moe_shared_) are its own, and the next MoE op's fork comes after this op's combine in stream_
 // order, so results are those of the serial order bit for bit.
@@ -982,7 +987,7 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   moe_y_.reserve(size_t(held_pairs) * hidden * 2, "routed expert output");
 
   // Shared expert, on the side stream.
-  if (add_shared) {
+  auto fork_shared_expert = [&] {
     check_cuda(cudaEventRecord(fork_, stream_), "MoE fork");
     check_cuda(cudaStreamWaitEvent(side_stream_, fork_, 0), "MoE fork");
     gate_up_swiglu(bf16_ptr(x), hidden, static_cast<int>(rows), mlp.gate, mlp.up, params.swiglu_alpha,
@@ -991,7 +996,9 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
     Tensor shared = Tensor::wrap(moe_shared_.as(), {rows, hidden}, DType::kBF16, Device::kCuda);
     linear_on(shared_act, mlp.down, shared, side_stream_);
     check_cuda(cudaEventRecord(join_, side_stream_), "MoE join");
-  }
+  };
+  const bool route_first = rows <= detail::kMoeSmallRouterMaxTokens;
+  if (add_shared && !route_first) fork_shared_expert();
 
   // Routing and permutation.
   detail::MoeRouteArgs r;
@@ -1017,6 +1024,7 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   r.batch_invariant = options_.batch_invariant;
   r.done = moe_route_done_.data_as<int32_t>();
   check_cuda(detail::launch_moe_route(r, stream_), "MoE routing");
+  if (add_shared && route_first) fork_shared_expert();
 
   // Routed experts over the permuted rows.
   const detail::WeightView* table = tables.views.as<const detail::WeightView>();

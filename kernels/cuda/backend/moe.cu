@@ -23,7 +23,6 @@ namespace m3::cuda::detail {
 namespace {
 
 constexpr int kSmallTokens = 8;    // tokens per CTA of the decode-shaped router kernel
-constexpr int kSmallMaxTokens = 256;  // the decode-shaped kernel up to here, the tiled one above
 constexpr int kMaxGridY = 65535;      // the grid's y limit
 constexpr int kMaxExperts = 512;      // launch_moe_route refuses more
 // Up to here one launch routes (route_fused_kernel): its last CTA's 8 warps take the tokens' top-k
@@ -456,7 +455,7 @@ cudaError_t launch_moe_route(const MoeRouteArgs& a, cudaStream_t stream) {
   // The MMA router's 16-byte copies need 16-byte aligned rows.
   const bool mma_ok = a.hidden % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(a.router) % 16 == 0;
-  if (a.num_tokens <= kSmallMaxTokens || a.batch_invariant || !mma_ok) {
+  if (a.num_tokens <= kMoeSmallRouterMaxTokens || a.batch_invariant || !mma_ok) {
     const int groups = std::min((a.num_tokens + kSmallTokens - 1) / kSmallTokens, kMaxGridY);
     launch_kernel(router_small_kernel, dim3(a.num_experts, groups), 256, 0, stream, a);
   } else {
