@@ -212,6 +212,37 @@ TEST(BenchLatency, CasesWhosePoolExceedsTheBudgetAreSkipped) {
   EXPECT_EQ(r.at("prefill")[0].at("status"), "skipped: pool too large");
 }
 
+// Runs m3serve with `args`, expecting it to fail: returns its stderr.
+std::string run_m3serve_failing(const std::string& args) {
+  const std::string command = fmt::format("{} {} 2>&1 >/dev/null", M3SERVE_BIN, args);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "cannot run " << command;
+    return {};
+  }
+  std::string err;
+  std::array<char, 4096> buffer;
+  for (size_t n; (n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0;) err.append(buffer.data(), n);
+  EXPECT_NE(pclose(pipe), 0) << command << " succeeded";
+  return err;
+}
+
+TEST(BenchLatency, KernelTimelineIsRefusedOffTheGpuBeforeAnyWork) {
+  // The CPU runs no GPU kernels to record: a clear error, not an empty timeline.
+  const std::string err = run_m3serve_failing(fmt::format(
+      "bench latency --model {} --load-format dummy --device cpu --batch-sizes 1 --context-lens 256 "
+      "--prefill-lens '' --kernel-timeline --json", kTiny));
+  EXPECT_NE(err.find("--kernel-timeline"), std::string::npos) << err;
+  EXPECT_NE(err.find("--device cuda"), std::string::npos) << err;
+  // Without the flag the report says so.
+  const json r = run_m3serve(fmt::format(
+      "bench latency --model {} --load-format dummy --device cpu --batch-sizes 1 --context-lens 256 "
+      "--prefill-lens '' --warmup 0 --iters 1 --no-op-breakdown --json", kTiny));
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r.at("kernel_timeline"), false);
+  EXPECT_FALSE(decode_case(r, 1, 256).contains("kernel_timeline"));
+}
+
 void expect_throughput(const json& r, int prompts, int input_len, int output_len) {
   ASSERT_TRUE(r.is_object());
   EXPECT_EQ(r.at("num_requests"), prompts);
