@@ -78,7 +78,7 @@ struct BenchLatencyOptions {
   int top_k = 0;
   float top_p = 1.0f;
   int logprobs = -1;  // top logprobs a token (-1: none)
-  bool kernel_timeline = false;  // decode: one more step recorded kernel by kernel (CUPTI)
+  bool kernel_timeline = false;  // one more step (decode) / prompt (prefill) recorded kernel by kernel (CUPTI)
 };
 
 // What a step can touch, measured on the weights as stored (their formats do not change on a device).
@@ -551,7 +551,8 @@ nlohmann::json run_decode(BenchModel& m, const BenchLatencyOptions& o, const Dec
   return r;
 }
 
-nlohmann::json run_prefill(BenchModel& m, const BenchLatencyOptions& o, const PrefillCase& c, double flops_peak) {
+nlohmann::json run_prefill(BenchModel& m, const BenchLatencyOptions& o, const PrefillCase& c, double flops_peak,
+                           KernelTimeline* timeline) {
   const ModelConfig& config = m.model->config();
   nlohmann::json r = {{"prompt_len", c.len}, {"chunk_size", o.chunk_size}, {"kv_blocks", c.blocks}};
   if (c.blocks > m.model->num_kv_blocks()) {
@@ -565,6 +566,7 @@ nlohmann::json run_prefill(BenchModel& m, const BenchLatencyOptions& o, const Pr
     for (const StepBatch& b : chunks) m.runner->forward(b, logits.data());
   };
   const double s = median(time_runs(std::min(o.warmup, 1), std::max(1, o.iters / 2), prompt));
+  if (timeline != nullptr) r["kernel_timeline"] = record_timeline(*timeline, prompt);
   const double flops = prefill_flops(config, m.weights, c.len);
   r["status"] = "ok";
   r["time_ms"] = s * 1e3;
@@ -765,7 +767,7 @@ void run(BenchLatencyOptions o) {
     if (!o.json) std::fprintf(stderr, "decode context %d batch %d done\n", c.context, c.batch);
   }
   for (const PrefillCase& c : prefill) {
-    out["prefill"].push_back(run_prefill(m, o, c, flops_peak));
+    out["prefill"].push_back(run_prefill(m, o, c, flops_peak, timeline.get()));
     if (!o.json) std::fprintf(stderr, "prefill %d done\n", c.len);
   }
   if (o.json) {
@@ -799,9 +801,10 @@ void register_bench_latency(CLI::App& app) {
                   "a device-to-device copy on cuda, the backend's threads copying host memory on cpu)");
   cmd->add_option("--flops", o->flops, "FLOP/s of the prefill floor (default 7.6e14 on cuda: H200 bf16; none on cpu)");
   cmd->add_flag("--kernel-timeline", o->kernel_timeline,
-                "decode: one more step of each case recorded kernel by kernel with CUPTI (start, duration, stream: "
-                "decode[].kernel_timeline in the JSON; scripts/kernel_timeline_summary.py reads it); needs --device "
-                "cuda, and CUPTI stays on for the whole run");
+                "one more decode step of each case, and one more prompt of each prefill case, recorded kernel by "
+                "kernel with CUPTI (start, duration, stream: decode[].kernel_timeline and prefill[].kernel_timeline "
+                "in the JSON; scripts/kernel_timeline_summary.py reads them); needs --device cuda, and CUPTI stays "
+                "on for the whole run");
   cmd->add_flag("--op-breakdown,!--no-op-breakdown", o->op_breakdown,
                 "decode: one more pass of iters steps, synchronised after every op, timed per op")
       ->capture_default_str();

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Reads `m3serve bench latency --kernel-timeline --json` output and prints, per decode case, where
-the step's time goes as the GPU ran it (CUPTI's timestamps, kernels replayed from CUDA graphs).
+"""Reads `m3serve bench latency --kernel-timeline --json` output and prints, per decode case (one
+step) and prefill case (one whole prompt), where the time goes as the GPU ran it (CUPTI's
+timestamps; decode steps are replayed from CUDA graphs).
 
 With programmatic dependent launch a kernel starts while the one before it drains and waits inside
 for it, so its duration overstates what it adds. What a kernel adds to the step is its tail on the
@@ -24,8 +25,13 @@ def short(name, width=60):
 def summarize(case, top):
     tl = case["kernel_timeline"]
     ks = tl["kernels"]
+    if "prompt_len" in case:
+        title = (f"prefill {case['prompt_len']} (chunks of {case.get('chunk_size', '?')}): "
+                 f"prompt {case.get('time_ms', 0):.1f} ms (timed pass)")
+    else:
+        title = f"decode b{case['batch']} ctx {case['context']}: step {case.get('step_ms', 0):.3f} ms (timed pass)"
     if not ks:
-        print(f"decode b{case['batch']} ctx {case['context']}: no kernels recorded")
+        print(f"{title}: no kernels recorded")
         return
     per_stream = defaultdict(list)
     for k in ks:
@@ -42,8 +48,7 @@ def summarize(case, top):
         else:
             cur_e = max(cur_e, e)
     busy += cur_e - cur_s
-    print(f"decode b{case['batch']} ctx {case['context']}: step {case.get('step_ms', 0):.3f} ms "
-          f"(timed pass), recorded step {tl['host_span_us'] / 1e3:.3f} ms on the host; kernels span "
+    print(f"{title}, recorded {tl['host_span_us'] / 1e3:.3f} ms on the host; kernels span "
           f"{span / 1e3:.3f} ms, {len(ks)} kernels on {len(per_stream)} streams; busy {busy / 1e3:.3f} ms, "
           f"idle {(span - busy) / 1e3:.3f} ms")
     tails = defaultdict(lambda: [0, 0.0, 0.0])  # name -> count, tail, duration
@@ -82,9 +87,9 @@ def main():
         sys.exit(__doc__)
     top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 25
     data = json.load(open(sys.argv[1]))
-    cases = [c for c in data.get("decode", []) if "kernel_timeline" in c]
+    cases = [c for c in data.get("decode", []) + data.get("prefill", []) if "kernel_timeline" in c]
     if not cases:
-        sys.exit("no decode case has a kernel_timeline (run bench latency with --kernel-timeline --json)")
+        sys.exit("no case has a kernel_timeline (run bench latency with --kernel-timeline --json)")
     for c in cases:
         summarize(c, top)
 

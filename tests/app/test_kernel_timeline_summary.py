@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/kernel_timeline_summary.py on a hand-made timeline whose numbers are worked out below:
 kernel tails under programmatic dependent launch (a kernel that starts before its predecessor ends
-adds only what runs past it), a side stream, idle time, and the last layer's listing."""
+adds only what runs past it), a side stream, idle time, the last layer's listing, and a prefill
+prompt's timeline beside the decode step's."""
 import json
 import os
 import re
@@ -28,7 +29,10 @@ def main():
     ks.append(kernel("attention_input_kernel<true>", 100, 10))  # the next layer's start marks layer 2's end
     report = {"decode": [{"batch": 1, "context": 8192, "step_ms": 0.2,
                           "kernel_timeline": {"host_span_us": 130.0, "kernels": ks}},
-                         {"batch": 8, "context": 8192, "step_ms": 0.3}]}
+                         {"batch": 8, "context": 8192, "step_ms": 0.3}],
+              "prefill": [{"prompt_len": 4096, "chunk_size": 2048, "time_ms": 1.5,
+                           "kernel_timeline": {"host_span_us": 1400.0,
+                                               "kernels": [kernel("moe_gemm", 0, 600), kernel("moe_gemm", 700, 650)]}}]}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(report, f)
     out = subprocess.run([sys.executable, SCRIPT, f.name], capture_output=True, text=True, check=True).stdout
@@ -47,6 +51,9 @@ def main():
     assert "one layer (main stream, kernels 3-5): 50.0 us start to start" in out, out
     assert "side: +   12.0    28.0 us  route_fused_kernel" in out, out
     assert "b8" not in out, "a case without a timeline is left out"
+    # The prefill prompt: two chunks' kernels, 100 us idle between them.
+    assert ("prefill 4096 (chunks of 2048): prompt 1.5 ms (timed pass), recorded 1.400 ms on the host; kernels "
+            "span 1.350 ms, 2 kernels on 1 streams; busy 1.250 ms, idle 0.100 ms") in out, out
 
 
 if __name__ == "__main__":
