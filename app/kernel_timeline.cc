@@ -78,8 +78,6 @@ void check(CUptiResult r, const char* what) {
 
 }  // namespace
 
-struct KernelTimeline::Impl {};
-
 KernelTimeline::KernelTimeline() {
   Sink& s = sink();
   {
@@ -99,7 +97,6 @@ KernelTimeline::KernelTimeline() {
     s.owned = false;
     throw;
   }
-  impl_ = std::make_unique<Impl>();
 }
 
 KernelTimeline::~KernelTimeline() {
@@ -132,16 +129,12 @@ std::vector<KernelSpan> KernelTimeline::spans(uint64_t begin, uint64_t end) {
   return out;
 }
 
-bool KernelTimeline::available() { return true; }
-
 #else
 
-struct KernelTimeline::Impl {};
 KernelTimeline::KernelTimeline() { fail("kernel timeline: this build has no CUPTI (a CUDA build with CUDA::cupti has)"); }
 KernelTimeline::~KernelTimeline() = default;
 uint64_t KernelTimeline::now() const { return 0; }
 std::vector<KernelSpan> KernelTimeline::spans(uint64_t, uint64_t) { return {}; }
-bool KernelTimeline::available() { return false; }
 
 #endif
 

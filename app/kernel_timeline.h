@@ -1,11 +1,11 @@
 // The kernels a GPU ran, each with its start and end as the GPU's own timestamps, from CUPTI's
 // activity API: also the kernel nodes of a replayed CUDA graph, which no host timer separates and
 // which Nsight Compute times one at a time, alone, with cold caches and without programmatic
-// dependent launch. bench latency's --kernel-timeline records one decode step with it, so that
-// the step's gaps (a kernel waiting on the one before it, or on a side stream) can be read off.
+// dependent launch. bench latency's --kernel-timeline records one decode step (and one prefill
+// prompt) with it, so that the gaps (a kernel waiting on the one before it, or on a side stream)
+// can be read off.
 #pragma once
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,12 +34,6 @@ class KernelTimeline {
   // The kernels that started in [begin, end), by start; flushes CUPTI's buffers (call it after
   // the work finished).
   std::vector<KernelSpan> spans(uint64_t begin, uint64_t end);
-
-  static bool available();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace m3::app

@@ -60,17 +60,15 @@ static_assert(kThreads * (kProducerRegisters + kConsumerRegisters) * 2 <= 65536,
 // Named barriers: buffer b decoded (kFullBarrier + b), buffer b free again (kEmptyBarrier + b),
 // the producer warpgroup alone.
 constexpr int kFullBarrier = 1, kEmptyBarrier = kFullBarrier + kBuffers, kProducerBarrier = kEmptyBarrier + kBuffers;
-static_assert(kBuffers <= 3 && kProducerBarrier <= 15, "buffer_barrier names three buffers' ids");
+static_assert(kBuffers == 2, "buffer_barrier names two buffers' ids");
 
 // The CTA's barrier kBase + b (b < kBuffers), synced or arrived at: ids must be immediates.
 template <int kBase, bool kArrive>
 __device__ __forceinline__ void buffer_barrier(int b) {
   if (b == 0) {
     kArrive ? named_barrier_arrive<kBase, kCtaThreads>() : named_barrier_sync<kBase, kCtaThreads>();
-  } else if (kBuffers < 3 || b == 1) {
-    kArrive ? named_barrier_arrive<kBase + 1, kCtaThreads>() : named_barrier_sync<kBase + 1, kCtaThreads>();
   } else {
-    kArrive ? named_barrier_arrive<kBase + 2, kCtaThreads>() : named_barrier_sync<kBase + 2, kCtaThreads>();
+    kArrive ? named_barrier_arrive<kBase + 1, kCtaThreads>() : named_barrier_sync<kBase + 1, kCtaThreads>();
   }
 }
 

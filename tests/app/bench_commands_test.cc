@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -19,18 +20,23 @@ using nlohmann::json;
 
 constexpr const char* kTiny = "models/minimax-m3-tiny";
 
-// Runs m3serve with `args`; returns its stdout parsed as JSON (fails the test on exit status != 0).
-json run_m3serve(const std::string& args) {
-  const std::string command = fmt::format("{} {} 2>/dev/null", M3SERVE_BIN, args);
+// Runs `command` through the shell; returns its exit status and what it wrote to the pipe.
+std::pair<int, std::string> run_shell(const std::string& command) {
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {
     ADD_FAILURE() << "cannot run " << command;
-    return {};
+    return {-1, {}};
   }
   std::string out;
   std::array<char, 4096> buffer;
   for (size_t n; (n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0;) out.append(buffer.data(), n);
-  const int status = pclose(pipe);
+  return {pclose(pipe), out};
+}
+
+// Runs m3serve with `args`; returns its stdout parsed as JSON (fails the test on exit status != 0).
+json run_m3serve(const std::string& args) {
+  const std::string command = fmt::format("{} {} 2>/dev/null", M3SERVE_BIN, args);
+  const auto [status, out] = run_shell(command);
   EXPECT_EQ(status, 0) << command << "\n" << out;
   try {
     return json::parse(out);
@@ -215,15 +221,8 @@ TEST(BenchLatency, CasesWhosePoolExceedsTheBudgetAreSkipped) {
 // Runs m3serve with `args`, expecting it to fail: returns its stderr.
 std::string run_m3serve_failing(const std::string& args) {
   const std::string command = fmt::format("{} {} 2>&1 >/dev/null", M3SERVE_BIN, args);
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "cannot run " << command;
-    return {};
-  }
-  std::string err;
-  std::array<char, 4096> buffer;
-  for (size_t n; (n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0;) err.append(buffer.data(), n);
-  EXPECT_NE(pclose(pipe), 0) << command << " succeeded";
+  const auto [status, err] = run_shell(command);
+  EXPECT_NE(status, 0) << command << " succeeded";
   return err;
 }
 

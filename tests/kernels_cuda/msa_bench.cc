@@ -35,6 +35,7 @@
 #include "kernels/cuda/backend/cuda_backend.h"
 #include "kernels/cuda/msa.h"
 #include "kernels/cuda/msa_kernels.h"
+#include "kernels/cuda/msa_schedule.h"
 #include "tests/kernels_cuda/msa_bench_fill.h"
 #include "tests/kernels_cuda/msa_testing.h"
 
@@ -238,32 +239,28 @@ Row run_case(const Device& dev, const Case& c, KvDType kv_dtype, cudaStream_t s)
       r.sparse_bytes += double(blocks.size()) * kv_block;
     }
     r.sparse_bytes += (r1 - r0) * row_io;
-    // The NVFP4 row-group walk (sequences of more than kSparseRowsAlone rows, grouped as
-    // build_msa_schedule groups them at top-16): per group and KV head, each 64-key tile of the
-    // rows' union costs the wgmma tile's 64 query columns (4 rows x 16 heads, whether a row selected
-    // the tile or not) x 64 keys x 128 dims, twice (S and PV). Against sparse_flops: how much of the
-    // walk's tensor work is useful, which depends on how many blocks the group's rows share.
-    if (r1 - r0 > detail::kSparseRowsAlone) {
-      const int q = r1 - r0, n = (q + detail::kSparseGroupRows - 1) / detail::kSparseGroupRows;
-      const int tiles_per_block = kBlock / detail::kTileTokens;
-      for (int k = 0; k < n; ++k) {
-        const int g0 = r0 + int(int64_t(q) * k / n), g1 = r0 + int(int64_t(q) * (k + 1) / n);
-        for (int g = 0; g < hkv; ++g) {
-          std::map<int, int> last;  // union block -> latest position of a row that selected it
-          for (int t = g0; t < g1; ++t)
-            for (int j = 0; j < kTopk; ++j) {
-              const int blk = h_sel[(size_t(t) * hkv + g) * kTopk + j];
-              if (blk < 0 || blk * kBlock > b.positions[t]) continue;
-              auto it = last.try_emplace(blk, b.positions[t]).first;
-              it->second = std::max(it->second, b.positions[t]);
-            }
-          for (const auto& [blk, pos] : last)
-            r.group_mma_flops += 4.0 * 64 * detail::kTileTokens * kDim *
-                                 std::min(tiles_per_block, (pos - blk * kBlock) / detail::kTileTokens + 1);
-        }
-      }
-    }
     r.dense_bytes += double(last_local + 1) * kv_block * hkv + (r1 - r0) * row_io;
+  }
+  // The NVFP4 row-group walk's MMAs, on the groups build_msa_schedule makes of this step (one
+  // entry per group and KV head: part 0 of its union's parts): each 64-key tile of the group's
+  // union costs the wgmma tile's 64 query columns (4 rows x 16 heads, whether a row selected the
+  // tile or not) x 64 keys x 128 dims, twice (S and PV). Against sparse_flops: how much of the
+  // walk's tensor work is useful, which depends on how many blocks the group's rows share.
+  const MsaSchedule sched = build_msa_schedule(cfg, b, MsaSlots{}, 0);
+  const int tiles_per_block = kBlock / detail::kTileTokens;
+  for (const detail::SparseWork& w : sched.sparse_groups) {
+    if (w.begin != 0) continue;
+    std::map<int, int> last;  // union block -> latest position of a row that selected it
+    for (int t = w.row; t < w.row + w.row_count; ++t)
+      for (int j = 0; j < kTopk; ++j) {
+        const int blk = h_sel[(size_t(t) * hkv + w.kv_head) * kTopk + j];
+        if (blk < 0 || blk * kBlock > b.positions[t]) continue;
+        auto it = last.try_emplace(blk, b.positions[t]).first;
+        it->second = std::max(it->second, b.positions[t]);
+      }
+    for (const auto& [blk, pos] : last)
+      r.group_mma_flops += 4.0 * 64 * detail::kTileTokens * kDim *
+                           std::min(tiles_per_block, (pos - blk * kBlock) / detail::kTileTokens + 1);
   }
   return r;
 }
