@@ -36,8 +36,8 @@
 # sample and logprobs op cases and each kernel's ncu duration on 128-row and 1-row steps (at most about 200 s;
 # SAMPLING_SOURCE=1 adds a line-by-line profile of each kernel's one-row step, about 60 s more). timeline = the
 # decode step kernel by kernel from CUPTI's records of one graph replay (bench latency --kernel-timeline at
-# TIMELINE_BATCHES, default "1,64", TIMELINE_CONTEXTS, default 8192; scripts/kernel_timeline_summary.py; at most
-# 200 s). speculative =
+# TIMELINE_BATCHES, default "1,64", TIMELINE_CONTEXTS, default 8192, TIMELINE_PREFILL, default none, prompt lengths
+# recorded the same way; scripts/kernel_timeline_summary.py; at most 200 s). speculative =
 # the drafter's op cases, verification steps from CUDA graphs, both drafters on cuda against plain
 # decoding, the DSpark drafter's acceptance through a cuda server, the M3.1 verification steps with
 # a drafter of the M3.1 drafter's shapes (at most about 590 s). trace = Nsight Compute's duration of
@@ -488,8 +488,8 @@ if part timeline; then
   # kernel's tail on its stream's chain, the idle time and the last layer one kernel at a time.
   timeout 200 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS \
     --device cuda --kv-cache-dtype nvfp4 --attention-config '{"indexer_kv_dtype": "nvfp4"}' \
-    --batch-sizes ${TIMELINE_BATCHES:-1,64} --context-lens ${TIMELINE_CONTEXTS:-8192} --prefill-lens "" --iters 10 \
-    --warmup 2 --no-op-breakdown --kernel-timeline --json > $OUT/bench-latency-timeline.json 2> $L/timeline.log
+    --batch-sizes ${TIMELINE_BATCHES:-1,64} --context-lens ${TIMELINE_CONTEXTS:-8192} --prefill-lens "${TIMELINE_PREFILL:-}" \
+    --chunk-size 8192 --iters 10 --warmup 2 --no-op-breakdown --kernel-timeline --json > $OUT/bench-latency-timeline.json 2> $L/timeline.log
   echo "timeline: bench rc $?" > $L/tl-summary.txt
   # The same steps without CUPTI: what its tracing adds to a step.
   timeout 120 $P/bin/m3serve bench latency --model bench/configs/minimax-m3.1 --load-format dummy --num-layers $M3_LAYERS \

@@ -25,9 +25,11 @@
 // 192 (setmaxnreg), two CTAs a multiprocessor. When one warpgroup did both (until session 38), each
 // tile's decode, MMAs and softmax ran behind full waits and two CTA barriers: 7-20% slower on the
 // prefill suite. Three buffers measured 1% slower than two. Every wgmma wait is still a full one:
-// ptxas serialises wgmma when a wait leaves some pending in this loop. What limits the walk now is
-// the masked columns: a tile costs all 64 columns of the group's rows, also those of rows that did
-// not select it (docs/msa-kernels-notes.md "v10").
+// ptxas serialises wgmma when a wait leaves some pending in this loop. A tile costs all 64 columns
+// of the group's rows, also those of rows that did not select it, but the walk's pace is the
+// producer's: its decode alone takes ~80% of the walk's time, and a consumer that multiplied each
+// tile by the selecting rows only (3.6x fewer MMAs) made the walk slower (docs/msa-kernels-notes.md
+// "v10", "v11").
 //
 // Numerics (ops/attention.h Q8KV4): a row meets its own tiles in ascending order, 64 keys at a
 // time (a tile it did not select adds exact zeros and leaves its maximum alone); its running

@@ -210,10 +210,11 @@ __global__ void __launch_bounds__(kRouterThreads) router_mma_kernel(const MoeRou
 }
 
 // One warp, one token: sigmoid, biased top-k, normalised weights, choices sorted by expert id,
-// per-held-expert counts (the atomic's old value is the choice's rank inside its expert; -1 for
-// an expert held elsewhere). `buf` is the warp's 2 x num_experts floats of shared memory. The
-// logits are read through L2 (__ldcg): in the fused kernel other CTAs wrote them.
-__device__ void token_topk(const MoeRouteArgs& a, int t, float* buf) {
+// per-held-expert counts in `counts` (the atomic's old value is the choice's rank inside its
+// expert; -1 for an expert held elsewhere). `buf` is the warp's 2 x num_experts floats of shared
+// memory. The logits are read through L2 (__ldcg): in the fused kernel other CTAs wrote them.
+// `counts` is global memory (topk_kernel: the CTAs share it) or the fused kernel's shared memory.
+__device__ void token_topk(const MoeRouteArgs& a, int t, float* buf, int* counts) {
   const int lane = threadIdx.x & 31;
   const int ne = a.num_experts;
   float* p = buf;
@@ -225,7 +226,8 @@ __device__ void token_topk(const MoeRouteArgs& a, int t, float* buf) {
     choice[e] = s + (a.bias != nullptr ? a.bias[e] : 0.0f);
   }
   __syncwarp();
-  int sel[16];
+  // Lane i keeps the i-th choice (in selection order) and later stores it.
+  int mine = ne;
   for (int i = 0; i < a.top_k; ++i) {
     float best = -FLT_MAX;
     int best_e = ne;
@@ -245,35 +247,25 @@ __device__ void token_topk(const MoeRouteArgs& a, int t, float* buf) {
         best_e = oe;
       }
     }
-    sel[i] = best_e;
+    if (lane == i) mine = best_e;
     if (lane == 0) choice[best_e] = -INFINITY;
     __syncwarp();
   }
-  if (lane == 0) {
-    float sum = 0.0f;
-    for (int i = 0; i < a.top_k; ++i) sum += p[sel[i]];
-    float wts[16];
-    for (int i = 0; i < a.top_k; ++i) wts[i] = p[sel[i]] / sum;
-    // Insertion sort by expert id (k <= 16).
-    for (int i = 1; i < a.top_k; ++i) {
-      const int e = sel[i];
-      const float wv = wts[i];
-      int j = i - 1;
-      while (j >= 0 && sel[j] > e) {
-        sel[j + 1] = sel[j];
-        wts[j + 1] = wts[j];
-        --j;
-      }
-      sel[j + 1] = e;
-      wts[j + 1] = wv;
-    }
-    for (int i = 0; i < a.top_k; ++i) {
-      const int64_t c = int64_t(t) * a.top_k + i;
-      a.choice_expert[c] = sel[i];
-      a.choice_weight[c] = wts[i];
-      const int held = sel[i] - a.first_expert;
-      a.choice_row[c] = held >= 0 && held < a.held_experts ? atomicAdd(&a.expert_count[held], 1) : -1;
-    }
+  // The weights' sum in selection order (as the reference), the same on every lane; a choice's
+  // place among the token's k is the number of chosen experts with a lower id.
+  float sum = 0.0f;
+  int place = 0;
+  for (int j = 0; j < a.top_k; ++j) {
+    const int e = __shfl_sync(0xffffffffu, mine, j);
+    sum += p[e];
+    place += e < mine;
+  }
+  if (lane < a.top_k) {
+    const int64_t c = int64_t(t) * a.top_k + place;
+    a.choice_expert[c] = mine;
+    a.choice_weight[c] = p[mine] / sum;
+    const int held = mine - a.first_expert;
+    a.choice_row[c] = held >= 0 && held < a.held_experts ? atomicAdd(&counts[held], 1) : -1;
   }
   __syncwarp();  // the buffer is rewritten by the warp's next token
 }
@@ -284,35 +276,56 @@ __global__ void __launch_bounds__(256) topk_kernel(const MoeRouteArgs a) {
   extern __shared__ float topk_buf[];
   const int warp = threadIdx.x >> 5;
   const int t = blockIdx.x * 8 + warp;
-  if (t < a.num_tokens) token_topk(a, t, topk_buf + warp * 2 * a.num_experts);
+  if (t < a.num_tokens) token_topk(a, t, topk_buf + warp * 2 * a.num_experts, a.expert_count);
 }
 
-// One CTA (any width): per-held-expert row offsets and the work items (inclusive scans in shared
-// memory, blockDim experts at a time), then the permuted row of every (token, choice) pair of a
-// held expert. Counts are read through L2 (the atomics of token_topk).
-__device__ void scan_and_permute(const MoeRouteArgs& a) {
-  __shared__ int rows_scan[1024];
-  __shared__ int items_scan[1024];
+// Inclusive sums over the CTA (any multiple of 32 threads up to 1024) of two values a thread;
+// returns the CTA's totals. A warp scans by shuffles, then adds the totals of the warps before it.
+__device__ int2 block_inclusive_scan(int2& v) {
+  __shared__ int2 warp_total[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int x = __shfl_up_sync(0xffffffffu, v.x, o);
+    const int y = __shfl_up_sync(0xffffffffu, v.y, o);
+    if (lane >= o) {
+      v.x += x;
+      v.y += y;
+    }
+  }
+  if (lane == 31) warp_total[warp] = v;
+  __syncthreads();
+  int2 total = make_int2(0, 0);
+  for (int w = 0; w < warps; ++w) {
+    const int2 t = warp_total[w];
+    if (w < warp) {
+      v.x += t.x;
+      v.y += t.y;
+    }
+    total.x += t.x;
+    total.y += t.y;
+  }
+  __syncthreads();  // warp_total is rewritten by the next call
+  return total;
+}
+
+// One CTA (any width): per-held-expert row offsets and the work items (scans over blockDim
+// experts at a time), then the permuted row of every (token, choice) pair of a held expert.
+// kSharedCounts: `counts` is this CTA's shared memory (the fused kernel), else global memory
+// written by topk_kernel's atomics, read through L2.
+template <bool kSharedCounts>
+__device__ void scan_and_permute(const MoeRouteArgs& a, const int* counts) {
   __shared__ int row_offset[kMaxExperts];
   const int n = blockDim.x;
   int rows_before = 0, items_before = 0;
   for (int base = 0; base < a.held_experts; base += n) {
     const int e = base + threadIdx.x;
-    const int count = e < a.held_experts ? __ldcg(a.expert_count + e) : 0;
+    const int count = e >= a.held_experts ? 0 : kSharedCounts ? counts[e] : __ldcg(counts + e);
     const int n_items = (count + a.item_rows - 1) / a.item_rows;
-    rows_scan[threadIdx.x] = count;
-    items_scan[threadIdx.x] = n_items;
-    __syncthreads();
-    for (int o = 1; o < n; o <<= 1) {
-      const int r = threadIdx.x >= o ? rows_scan[threadIdx.x - o] : 0;
-      const int i = threadIdx.x >= o ? items_scan[threadIdx.x - o] : 0;
-      __syncthreads();
-      rows_scan[threadIdx.x] += r;
-      items_scan[threadIdx.x] += i;
-      __syncthreads();
-    }
-    const int first_row = rows_before + rows_scan[threadIdx.x] - count;
-    const int first_item = items_before + items_scan[threadIdx.x] - n_items;
+    int2 scan = make_int2(count, n_items);
+    const int2 total = block_inclusive_scan(scan);
+    const int first_row = rows_before + scan.x - count;
+    const int first_item = items_before + scan.y - n_items;
     if (e < a.held_experts) {
       row_offset[e] = first_row;
       for (int i = 0; i < n_items && first_item + i < a.max_items; ++i) {
@@ -324,10 +337,10 @@ __device__ void scan_and_permute(const MoeRouteArgs& a) {
         a.items[first_item + i] = item;
       }
     }
-    rows_before += rows_scan[n - 1];
-    items_before += items_scan[n - 1];
-    __syncthreads();  // the scans are rewritten by the next experts
+    rows_before += total.x;
+    items_before += total.y;
   }
+  __syncthreads();  // row_offset of every expert
   if (threadIdx.x == 0) *a.num_items = min(items_before, a.max_items);
   for (int c = threadIdx.x; c < a.num_tokens * a.top_k; c += n) {
     const int rank_in_expert = a.choice_row[c];
@@ -340,29 +353,33 @@ __device__ void scan_and_permute(const MoeRouteArgs& a) {
 
 __global__ void __launch_bounds__(1024) scan_kernel(const MoeRouteArgs a) {
   kernel_prologue();
-  scan_and_permute(a);
+  scan_and_permute<false>(a, a.expert_count);
 }
 
 // Decode steps (up to kFusedMaxTokens tokens) route in one launch instead of three: the router's
 // CTAs as router_small_kernel, then the last CTA to finish (a counter in a.done, which that CTA
 // sets back to zero, so a replayed graph finds it zero) runs the top-k of every token and the
-// scan. Two kernel boundaries less a MoE layer, which at batch 1 cost more than the work.
+// scan, counting the choices per expert in its own shared memory. Two kernel boundaries less a
+// MoE layer, which at batch 1 cost more than the work.
 __global__ void __launch_bounds__(256) route_fused_kernel(const MoeRouteArgs a) {
   kernel_prologue();
-  zero_expert_counts(a);
   router_small_group(a, blockIdx.y * kSmallTokens);
   __shared__ bool last;
-  __threadfence();  // this CTA's logits (and zeroed counts) before its arrival
+  __shared__ int counts[kMaxExperts];
+  __threadfence();  // this CTA's logits before its arrival
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(a.done, 1) == int(gridDim.x * gridDim.y) - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
+  for (int e = threadIdx.x; e < a.held_experts; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
   extern __shared__ float topk_buf[];
   const int warp = threadIdx.x >> 5;
-  for (int t = warp; t < a.num_tokens; t += blockDim.x / 32) token_topk(a, t, topk_buf + warp * 2 * a.num_experts);
+  for (int t = warp; t < a.num_tokens; t += blockDim.x / 32)
+    token_topk(a, t, topk_buf + warp * 2 * a.num_experts, counts);
   __syncthreads();
-  scan_and_permute(a);
+  scan_and_permute<true>(a, counts);
   if (threadIdx.x == 0) *a.done = 0;
 }
 
