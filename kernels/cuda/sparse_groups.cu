@@ -27,9 +27,9 @@
 // prefill suite. Three buffers measured 1% slower than two. Every wgmma wait is still a full one:
 // ptxas serialises wgmma when a wait leaves some pending in this loop. A tile costs all 64 columns
 // of the group's rows, also those of rows that did not select it, but the walk's pace is the
-// producer's: its decode alone takes ~80% of the walk's time, and a consumer that multiplied each
-// tile by the selecting rows only (3.6x fewer MMAs) made the walk slower (docs/msa-kernels-notes.md
-// "v10", "v11").
+// producer's (session 39's probes: its copies and decode alone took 2.2 of the walk's 2.77 ms on a
+// 16K-row chunk), and a consumer that multiplied each tile by the selecting rows only (3.6x fewer
+// MMAs) made the walk slower (docs/msa-kernels-notes.md "v10", "v11", "v12").
 //
 // Numerics (ops/attention.h Q8KV4): a row meets its own tiles in ascending order, 64 keys at a
 // time (a tile it did not select adds exact zeros and leaves its maximum alone); its running
@@ -143,11 +143,10 @@ struct GroupSmem {
 __device__ __forceinline__ void produce_tiles(const AttentionArgs& a, const SparseWork& w, const GroupUnionLists& ul,
                                               int num_tiles, const GroupSmem& sm) {
   const int tid = threadIdx.x - kThreads;
-  const int tiles_per_block = a.cache.block_size / kTileTokens;
+  const TileSource src = tile_source(a, w.kv_head);
   auto issue = [&](int i) {
     const int e = i < num_tiles ? ul.tiles[i] : 0;
-    issue_tile(a, w.kv_head, sm.stages + (i % kGroupStages) * kStageBytes, i < num_tiles,
-               ul.block[e >> 2] * tiles_per_block + (e & 3), ul.phys[e >> 2], tid);
+    issue_tile(src, sm.stages + (i % kGroupStages) * kStageBytes, i < num_tiles, e & 3, ul.phys[e >> 2], tid);
   };
   issue(0);  // with the table's copies
   issue(1);

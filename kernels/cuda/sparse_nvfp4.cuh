@@ -25,19 +25,32 @@ __device__ __forceinline__ void transpose4x4(const uint32_t (&in)[4], uint32_t (
   out[2] = __byte_perm(t2, t3, 0x5410), out[3] = __byte_perm(t2, t3, 0x7632);
 }
 
-// Issues the async copies of a walk's tile (K then V of logical tile `tile`, physical block
+// Where a walk's tiles come from: KV head `kv`'s K slot in block 0 of this layer, and the strides to
+// a block and to the V slot. Made once per walk, so that a tile's copies cost a multiply-add instead
+// of the layout's dtype switches (an NVFP4 slot is block_size x (kDim / 2 codes + kDim / 16 scales)).
+struct TileSource {
+  const uint8_t* k_head;
+  int64_t block_bytes, v_offset;
+  int block_size;
+};
+__device__ __forceinline__ TileSource tile_source(const AttentionArgs& a, int kv) {
+  const int64_t slot_bytes = int64_t(a.cache.block_size) * (kDim / 2 + kDim / 16);
+  return {a.cache.pool + a.cache.layer_offset + kv * slot_bytes, a.cache.block_bytes,
+          a.cache.num_kv_heads * slot_bytes, a.cache.block_size};
+}
+
+// Issues the async copies of a walk's tile (K then V of tile `tile_in_block` of physical block
 // `phys`) into the stage at `dst` when `valid`, then commits (also when not, so that the wait
 // counts hold past the walk's end). `tid`: the thread among the kThreads that copy.
-__device__ __forceinline__ void issue_tile(const AttentionArgs& a, int kv, uint8_t* dst, bool valid, int tile,
+__device__ __forceinline__ void issue_tile(const TileSource& src, uint8_t* dst, bool valid, int tile_in_block,
                                            int phys, int tid) {
   if (valid) {
-    const int bs = a.cache.block_size, tiles_per_block = bs / kTileTokens;
-    const uint8_t* k = a.cache.kv_slot(phys, 0, kv);
-    const int64_t v_offset = a.cache.kv_slot(0, 1, kv) - a.cache.kv_slot(0, 0, kv);
-    const int tok0 = (tile % tiles_per_block) * kTileTokens;
+    const int bs = src.block_size;
+    const uint8_t* k = src.k_head + phys * src.block_bytes;
+    const int tok0 = tile_in_block * kTileTokens;
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
-      const uint8_t* slot = k + which * v_offset;
+      const uint8_t* slot = k + which * src.v_offset;
       stage_tile<KvDType::kNVFP4, kThreads>(dst + which * kHalfBytes, slot + tok0 * (kDim / 2),
                                             slot + bs * (kDim / 2) + tok0 * (kDim / 16), tid);
     }

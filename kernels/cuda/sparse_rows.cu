@@ -120,9 +120,11 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
   __syncthreads();
   const int num_tiles = s_num_tiles;
 
+  const TileSource src = tile_source(a, kv);
+  const int tiles_per_block = a.cache.block_size / kTileTokens;
   auto issue = [&](int i) {
-    issue_tile(a, kv, stages + (i % kStages) * kStageBytes, i < num_tiles, i < num_tiles ? tile_list[i] : 0,
-               i < num_tiles ? tile_phys[i] : 0, threadIdx.x);
+    issue_tile(src, stages + (i % kStages) * kStageBytes, i < num_tiles,
+               i < num_tiles ? tile_list[i] % tiles_per_block : 0, i < num_tiles ? tile_phys[i] : 0, threadIdx.x);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);
