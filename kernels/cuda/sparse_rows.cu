@@ -1,6 +1,6 @@
 // Sparse attention of one query row over its selected blocks, NVFP4 KV cache (Q8KV4), on wgmma:
 // the decode path of MSA. One CTA (one warpgroup) per (query token, KV head, selection slot range);
-// 4 CTAs fit on a multiprocessor (116 registers, 44 KB of shared memory). A row split over slot
+// 4 CTAs fit on a multiprocessor (117 registers, 44 KB of shared memory). A row split over slot
 // ranges is merged by its last CTA to finish (split_combine.cuh), not by a combine launch. Row
 // groups (prefill) over NVFP4 take sparse_groups.cu, other KV dtypes attention.cu.
 //
