@@ -304,6 +304,25 @@ __device__ __forceinline__ int warp_exclusive_scan(int v, int& total) {
   return inc - v;
 }
 
+// Exclusive prefix over the CTA's threads in index order (any multiple of 32 threads up to 1024);
+// `total` gets the CTA's sum. `warp_sums`: one int a warp of shared memory, free again on return.
+__device__ __forceinline__ int block_exclusive_scan(int v, int* warp_sums, int& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int warp_total;
+  const int excl = warp_exclusive_scan(v, warp_total);
+  if (lane == 0) warp_sums[warp] = warp_total;
+  __syncthreads();
+  int before = 0;
+  total = 0;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) {
+    const int s = warp_sums[w];
+    if (w < warp) before += s;
+    total += s;
+  }
+  __syncthreads();  // warp_sums is rewritten by the next call
+  return before + excl;
+}
+
 // One sparse row's walk: warp 0 lists the tiles of selection slots [slot_begin, slot_end) of
 // `row` (visible ones only, ascending), 32 slots at a time; returns the tile count on every lane.
 __device__ __forceinline__ int list_row_tiles(const AttentionArgs& a, int row, int kv, int slot_begin, int slot_end,

@@ -23,28 +23,6 @@ __device__ __forceinline__ uint32_t order_key(float s) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// Exclusive prefix sum over the CTA; `total` gets the sum of all values.
-__device__ __forceinline__ int block_exclusive_scan(int v, int* warp_sums, int& total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int n = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += n;
-  }
-  if (lane == 31) warp_sums[warp] = inc;
-  __syncthreads();
-  int before = 0;
-  total = 0;
-#pragma unroll
-  for (int i = 0; i < kThreads / 32; ++i) {
-    if (i < warp) before += warp_sums[i];
-    total += warp_sums[i];
-  }
-  __syncthreads();
-  return before + inc - v;
-}
-
 __global__ void __launch_bounds__(kThreads) topk_kernel(const TopkArgs a) {
   kernel_prologue();
   extern __shared__ uint32_t keys[];

@@ -279,53 +279,23 @@ __global__ void __launch_bounds__(256) topk_kernel(const MoeRouteArgs a) {
   if (t < a.num_tokens) token_topk(a, t, topk_buf + warp * 2 * a.num_experts, a.expert_count);
 }
 
-// Inclusive sums over the CTA (any multiple of 32 threads up to 1024) of two values a thread;
-// returns the CTA's totals. A warp scans by shuffles, then adds the totals of the warps before it.
-__device__ int2 block_inclusive_scan(int2& v) {
-  __shared__ int2 warp_total[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int x = __shfl_up_sync(0xffffffffu, v.x, o);
-    const int y = __shfl_up_sync(0xffffffffu, v.y, o);
-    if (lane >= o) {
-      v.x += x;
-      v.y += y;
-    }
-  }
-  if (lane == 31) warp_total[warp] = v;
-  __syncthreads();
-  int2 total = make_int2(0, 0);
-  for (int w = 0; w < warps; ++w) {
-    const int2 t = warp_total[w];
-    if (w < warp) {
-      v.x += t.x;
-      v.y += t.y;
-    }
-    total.x += t.x;
-    total.y += t.y;
-  }
-  __syncthreads();  // warp_total is rewritten by the next call
-  return total;
-}
-
-// One CTA (any width): per-held-expert row offsets and the work items (scans over blockDim
-// experts at a time), then the permuted row of every (token, choice) pair of a held expert.
+// One CTA (a multiple of 32 threads): per-held-expert row offsets and the work items (scans over
+// blockDim experts at a time), then the permuted row of every (token, choice) pair of a held expert.
 // kSharedCounts: `counts` is this CTA's shared memory (the fused kernel), else global memory
 // written by topk_kernel's atomics, read through L2.
 template <bool kSharedCounts>
 __device__ void scan_and_permute(const MoeRouteArgs& a, const int* counts) {
   __shared__ int row_offset[kMaxExperts];
+  __shared__ int warp_sums[32];
   const int n = blockDim.x;
   int rows_before = 0, items_before = 0;
   for (int base = 0; base < a.held_experts; base += n) {
     const int e = base + threadIdx.x;
     const int count = e >= a.held_experts ? 0 : kSharedCounts ? counts[e] : __ldcg(counts + e);
     const int n_items = (count + a.item_rows - 1) / a.item_rows;
-    int2 scan = make_int2(count, n_items);
-    const int2 total = block_inclusive_scan(scan);
-    const int first_row = rows_before + scan.x - count;
-    const int first_item = items_before + scan.y - n_items;
+    int rows_total, items_total;
+    const int first_row = rows_before + block_exclusive_scan(count, warp_sums, rows_total);
+    const int first_item = items_before + block_exclusive_scan(n_items, warp_sums, items_total);
     if (e < a.held_experts) {
       row_offset[e] = first_row;
       for (int i = 0; i < n_items && first_item + i < a.max_items; ++i) {
@@ -337,8 +307,8 @@ __device__ void scan_and_permute(const MoeRouteArgs& a, const int* counts) {
         a.items[first_item + i] = item;
       }
     }
-    rows_before += total.x;
-    items_before += total.y;
+    rows_before += rows_total;
+    items_before += items_total;
   }
   __syncthreads();  // row_offset of every expert
   if (threadIdx.x == 0) *a.num_items = min(items_before, a.max_items);
