@@ -47,21 +47,6 @@ M3_HD uint8_t e2m1_encode(float x) {
   return static_cast<uint8_t>(c | (x < 0.0f ? 8u : 0u));
 }
 
-// e2m1_decode(e2m1_encode(x)): x rounded to the E2M1 value the encoder picks (zero and the small
-// values +0, NaN 6), as compares and selects; the scale search rounds 96 values a group this way.
-M3_HD float e2m1_round(float x) {
-  const float a = fabsf(x);
-  float m = 6.0f;  // saturates; NaN lands here too
-  if (a <= 5.0f) m = 4.0f;
-  if (a < 3.5f) m = 3.0f;
-  if (a <= 2.5f) m = 2.0f;
-  if (a < 1.75f) m = 1.5f;
-  if (a <= 1.25f) m = 1.0f;
-  if (a < 0.75f) m = 0.5f;
-  if (a <= 0.25f) return 0.0f;
-  return x < 0.0f ? -m : m;
-}
-
 // The E4M3 scale byte amax / 6 of a KV group whose largest magnitude is amax: where the scale
 // search starts.
 M3_HD uint8_t nvfp4_kv_scale(float amax) {
@@ -80,6 +65,45 @@ M3_HD float nvfp4_mul_rn(float a, float b) {
 #endif
 }
 
+// The E2M1 grid at one scale sd: the midpoints between neighbouring magnitudes (0.25, 0.75, 1.25,
+// 1.75, 2.5, 3.5, 5) times sd. Each product is exact in fp32 (a midpoint has at most 3 significant
+// bits, an E4M3 scale 4), so comparing |x| against them rounds the exact quotient x / sd to the
+// nearest magnitude without a division: the KV encoder's search rounds 96 values a candidate scale
+// this way, branch-free on the device (a division there is a call with a slow path). The codes are
+// e2m1_encode(x / sd)'s: the fp32 quotient never rounds onto or across a midpoint that the exact
+// one is off (every float in [0.1, 6.5] x sd at all 126 positive scale bytes gives the same code;
+// tests/formats sweeps the midpoints' neighbourhoods).
+struct E2m1Bounds {
+  float mid[7];
+};
+M3_HD E2m1Bounds e2m1_bounds(float sd) {
+  return {{nvfp4_mul_rn(0.25f, sd), nvfp4_mul_rn(0.75f, sd), nvfp4_mul_rn(1.25f, sd), nvfp4_mul_rn(1.75f, sd),
+           nvfp4_mul_rn(2.5f, sd), nvfp4_mul_rn(3.5f, sd), nvfp4_mul_rn(5.0f, sd)}};
+}
+
+// v[i] for the magnitude index i (0..7) nearest a / sd (a = |x|): a tie takes the even index (the
+// midpoints 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 go to 0, 2, 2, 4, 4, 6, 6), past 5 index 7, and so
+// does NaN. Selects, no branches or indexing (v stays in registers).
+template <typename T>
+M3_HD T e2m1_pick(const E2m1Bounds& b, float a, const T (&v)[8]) {
+  T r = v[7];
+  if (a <= b.mid[6]) r = v[6];
+  if (a < b.mid[5]) r = v[5];
+  if (a <= b.mid[4]) r = v[4];
+  if (a < b.mid[3]) r = v[3];
+  if (a <= b.mid[2]) r = v[2];
+  if (a < b.mid[1]) r = v[1];
+  if (a <= b.mid[0]) r = v[0];
+  return r;
+}
+
+// e2m1_encode(x / sd) for b = e2m1_bounds(sd), without the division: zero always +0, NaN 7.
+M3_HD uint8_t e2m1_encode_scaled(float x, const E2m1Bounds& b) {
+  constexpr uint8_t kIndex[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  const uint8_t c = e2m1_pick(b, fabsf(x), kIndex);
+  return c == 0 ? 0 : static_cast<uint8_t>(c | (x < 0.0f ? 8u : 0u));
+}
+
 // The scale search's candidates: E4M3 code steps from the amax / 6 scale, in the order ties are
 // settled (the first smallest error wins).
 inline constexpr int kNvfp4ScaleCandidates = 6;
@@ -91,12 +115,23 @@ M3_HD uint8_t nvfp4_kv_candidate(int base, int k) {
 }
 
 // Squared error, summed in element order, of x[0, 16) encoded with scale byte `sc` and read back
-// as the Q8KV4 kernels read it.
+// as the Q8KV4 kernels read it (code * scale rounded to E4M3). |x| - level squares to the same
+// fp32 value as x minus the signed level, so the levels are the 8 magnitudes' alone.
 M3_HD float nvfp4_kv_group_error(const float* x, uint8_t sc) {
   const float sd = fp8_e4m3_decode(sc);
+  const E2m1Bounds b = e2m1_bounds(sd);
+  const float level[8] = {0.0f,
+                          fp8_e4m3_round(nvfp4_mul_rn(0.5f, sd)),
+                          fp8_e4m3_round(sd),
+                          fp8_e4m3_round(nvfp4_mul_rn(1.5f, sd)),
+                          fp8_e4m3_round(nvfp4_mul_rn(2.0f, sd)),
+                          fp8_e4m3_round(nvfp4_mul_rn(3.0f, sd)),
+                          fp8_e4m3_round(nvfp4_mul_rn(4.0f, sd)),
+                          fp8_e4m3_round(nvfp4_mul_rn(6.0f, sd))};
   float err = 0.0f;
   for (int i = 0; i < kNvfp4Group; ++i) {
-    const float d = fp8_e4m3_round(e2m1_round(x[i] / sd) * sd) - x[i];
+    const float a = fabsf(x[i]);
+    const float d = e2m1_pick(b, a, level) - a;
     err = err + nvfp4_mul_rn(d, d);
   }
   return err;
@@ -120,12 +155,9 @@ M3_HD void nvfp4_kv_encode_group(const float* x, uint8_t* packed, uint8_t* scale
   float amax = 0.0f;
   for (int i = 0; i < kNvfp4Group; ++i) amax = fmaxf(amax, fabsf(x[i]));
   const uint8_t sc = nvfp4_kv_search_scale(x, amax);
-  const float sd = fp8_e4m3_decode(sc);
-  for (int i = 0; i < kNvfp4Group / 2; ++i) {
-    uint8_t lo = e2m1_encode(x[2 * i] / sd);
-    uint8_t hi = e2m1_encode(x[2 * i + 1] / sd);
-    packed[i] = static_cast<uint8_t>(lo | (hi << 4));
-  }
+  const E2m1Bounds b = e2m1_bounds(fp8_e4m3_decode(sc));
+  for (int i = 0; i < kNvfp4Group / 2; ++i)
+    packed[i] = static_cast<uint8_t>(e2m1_encode_scaled(x[2 * i], b) | (e2m1_encode_scaled(x[2 * i + 1], b) << 4));
   *scale = sc;
 }
 

@@ -314,26 +314,53 @@ TEST(FormatsE2M1, EncodeMatchesReference) {
   EXPECT_EQ(e2m1_encode(-0.1f), 0);  // rounds to zero: +0, never code 8
 }
 
-// e2m1_round is the encode-decode round trip bit for bit (the device check covers all 2^32 floats):
-// a sweep of every 2^12th bit pattern, both signs, and each rounding boundary with its neighbours.
-TEST(FormatsE2M1, RoundIsEncodeThenDecode) {
-  auto same = [](float x) {
-    const float want = e2m1_decode(e2m1_encode(x)), got = e2m1_round(x);
-    return std::memcmp(&want, &got, sizeof want) == 0;
-  };
-  for (uint64_t b = 0; b < (uint64_t(1) << 32); b += 1u << 12) {
-    uint32_t u = static_cast<uint32_t>(b) | 0x5a5u;
-    float x;
-    std::memcpy(&x, &u, sizeof x);
-    ASSERT_TRUE(same(x)) << std::hex << u;
-  }
-  for (double m : {0.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0})
-    for (float x : {float(m), std::nextafter(float(m), -1.0f), std::nextafter(float(m), 9.0f)}) {
-      ASSERT_TRUE(same(x)) << x;
-      ASSERT_TRUE(same(-x)) << -x;
+// e2m1_encode_scaled is e2m1_encode(x / sd) without the division: at power-of-two scales over a
+// sweep of every 2^12th bit pattern (the device check covers all 2^32 floats at scale 1), and at
+// every positive finite scale byte over 64 floats either side of each midpoint, where a rounded
+// quotient could land on the other side; there and on random values it is also the nearest code
+// in exact arithmetic (ties to even).
+TEST(FormatsE2M1, EncodeScaledIsEncodeOfTheQuotient) {
+  for (float sd : {1.0f, 0.125f, 1.0f / 512, 256.0f}) {
+    const E2m1Bounds b = e2m1_bounds(sd);
+    for (uint64_t bits = 0; bits < (uint64_t(1) << 32); bits += 1u << 12) {
+      const uint32_t u = static_cast<uint32_t>(bits) | 0x5a5u;
+      float x;
+      std::memcpy(&x, &u, sizeof x);
+      ASSERT_EQ(e2m1_encode_scaled(x, b), e2m1_encode(x / sd)) << std::hex << u << " scale " << sd;
     }
-  EXPECT_TRUE(same(std::numeric_limits<float>::quiet_NaN()));
-  EXPECT_TRUE(same(-std::numeric_limits<float>::infinity()));
+    EXPECT_EQ(e2m1_encode_scaled(std::numeric_limits<float>::quiet_NaN(), b), 7);
+    EXPECT_EQ(e2m1_encode_scaled(-std::numeric_limits<float>::infinity(), b), 15);
+    EXPECT_EQ(e2m1_encode_scaled(-0.0f, b), 0);
+  }
+  static const double mags[] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  auto nearest = [](float x, double sd) {  // exact distances in double; a tie takes the even index
+    int best = 0;
+    for (int i = 1; i < 8; ++i) {
+      const double d = std::fabs(std::fabs(double(x)) - mags[i] * sd), bd = std::fabs(std::fabs(double(x)) - mags[best] * sd);
+      if (d < bd || (d == bd && i % 2 == 0)) best = i;
+    }
+    return static_cast<uint8_t>(best == 0 ? 0 : best | (x < 0 ? 8 : 0));
+  };
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> unit(0.0f, 7.0f);
+  for (int s = 0x01; s <= 0x7e; ++s) {
+    const double sd = ref_e4m3(static_cast<uint8_t>(s));
+    const E2m1Bounds b = e2m1_bounds(static_cast<float>(sd));
+    for (int k = 0; k < 7; ++k) {
+      const float mid = static_cast<float>((mags[k] + mags[k + 1]) / 2 * sd);
+      float x = mid;
+      for (int i = 0; i < 64; ++i) x = std::nextafter(x, 0.0f);
+      for (int i = 0; i <= 128; ++i, x = std::nextafter(x, 1e9f)) {
+        ASSERT_EQ(e2m1_encode_scaled(x, b), nearest(x, sd)) << x << " scale byte " << s;
+        ASSERT_EQ(e2m1_encode_scaled(x, b), e2m1_encode(x / static_cast<float>(sd))) << x << " scale byte " << s;
+        ASSERT_EQ(e2m1_encode_scaled(-x, b), nearest(-x, sd)) << -x << " scale byte " << s;
+      }
+    }
+    for (int i = 0; i < 200; ++i) {
+      const float x = static_cast<float>(unit(rng) * sd) * (i % 2 ? -1.0f : 1.0f);
+      ASSERT_EQ(e2m1_encode_scaled(x, b), nearest(x, sd)) << x << " scale byte " << s;
+    }
+  }
 }
 
 TEST(FormatsNvfp4, EveryCodeAndScaleByte) {

@@ -4,12 +4,16 @@
 // exponent must round-trip through the scale pair for all 256), and for every e2m1 nibble x every
 // positive finite E4M3 group scale. Also the formats/ codecs whose device forms differ from the
 // host's: the E4M3 encode over every float and decode over every byte (conversion instructions
-// against the integer rule), and e2m1_round against the E2M1 encode-decode round trip over every
-// float. Run on the GPU machine: prints the mismatch counts, exit 1 on any mismatch.
+// against the integer rule), and the KV encoder's division-free E2M1 rounding (e2m1_encode_scaled)
+// against e2m1_encode over every float at scale 1, where the quotient is exact, and the backend's
+// bf16 rounding (f32_to_bf16_bits: the conversion instruction) against bf16_encode over every float,
+// the instruction alone over every float but NaN. Run on the GPU machine: prints the mismatch counts,
+// exit 1 on any mismatch.
 #include <cstdio>
 
 #include "formats/fp8_e4m3.h"
 #include "formats/nvfp4.h"
+#include "kernels/cuda/backend/device_math.cuh"
 #include "kernels/cuda/backend/weight_decode.cuh"
 
 namespace m3::cuda::detail {
@@ -73,16 +77,30 @@ __global__ void check_nvfp4(const uint8_t* scales, Mismatch* m) {
 }
 
 // Every float (2^32 bit patterns, 64 per thread): the device's E4M3 encode (the conversion
-// instruction) against the integer rule, and e2m1_round against the encode-decode round trip.
+// instruction) against the integer rule, and e2m1_encode_scaled at scale 1 against e2m1_encode.
 __global__ void check_fp8_and_e2m1(Mismatch* fp8, Mismatch* e2m1) {
   const uint32_t first = (blockIdx.x * blockDim.x + threadIdx.x) * 64u;
+  const E2m1Bounds unit = e2m1_bounds(1.0f);
   for (uint32_t i = 0; i < 64; ++i) {
     const uint32_t u = first + i;
     const float x = __uint_as_float(u);
     const uint8_t got = fp8_e4m3_encode(x), want = fp8_e4m3_encode_bits(x);
     if (got != want) record(fp8, u, got, want, 0);
-    const float r = e2m1_round(x), rr = e2m1_decode(e2m1_encode(x));
-    if (__float_as_uint(r) != __float_as_uint(rr)) record(e2m1, u, __float_as_uint(r), __float_as_uint(rr), 0);
+    const uint8_t c = e2m1_encode_scaled(x, unit), cc = e2m1_encode(x);
+    if (c != cc) record(e2m1, u, c, cc, 0);
+  }
+}
+
+// Every float (2^32 bit patterns, 64 per thread): f32_to_bf16_bits against bf16_encode, and the
+// conversion instruction alone against it where the input is not NaN.
+__global__ void check_bf16(Mismatch* m) {
+  const uint32_t first = (blockIdx.x * blockDim.x + threadIdx.x) * 64u;
+  for (uint32_t i = 0; i < 64; ++i) {
+    const uint32_t u = first + i;
+    const float x = __uint_as_float(u);
+    const uint16_t want = bf16_encode(x), got = f32_to_bf16_bits(x);
+    const uint16_t raw = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    if (got != want || (x == x && raw != want)) record(m, u, got == want ? raw : got, want, 0);
   }
 }
 
@@ -110,13 +128,14 @@ int main() {
   }
   cudaMalloc(&fp4_scales, 512);
   cudaMemcpy(fp4_scales, host_scales, 512, cudaMemcpyHostToDevice);
-  constexpr int kChecks = 5;
+  constexpr int kChecks = 6;
   cudaMalloc(&m, kChecks * sizeof(Mismatch));
   cudaMemset(m, 0, kChecks * sizeof(Mismatch));
   check_mxfp8<<<256, 256>>>(mx_scales, m);
   check_nvfp4<<<256, 256>>>(fp4_scales, m + 1);
   check_fp8_and_e2m1<<<(1u << 26) / 256, 256>>>(m + 2, m + 3);
   check_fp8_decode<<<1, 256>>>(m + 4);
+  check_bf16<<<(1u << 26) / 256, 256>>>(m + 5);
   Mismatch h[kChecks] = {};
   const cudaError_t e = cudaMemcpy(h, m, sizeof(h), cudaMemcpyDeviceToHost);
   if (e != cudaSuccess) {
@@ -124,8 +143,8 @@ int main() {
     return 1;
   }
   // "scale" is the input's bits for the three format checks.
-  const char* names[kChecks] = {"mxfp8", "nvfp4", "fp8_e4m3_encode (all floats)", "e2m1_round (all floats)",
-                                "fp8_e4m3_decode (all bytes)"};
+  const char* names[kChecks] = {"mxfp8", "nvfp4", "fp8_e4m3_encode (all floats)", "e2m1_encode_scaled at scale 1 (all floats)",
+                                "fp8_e4m3_decode (all bytes)", "f32_to_bf16_bits (all floats)"};
   bool failed = false;
   for (int i = 0; i < kChecks; ++i) {
     std::printf("weight_decode_check %s: %d mismatches", names[i], h[i].count);

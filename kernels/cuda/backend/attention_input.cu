@@ -11,7 +11,9 @@
 // row_ops.cuh's loops visit them, so every sum and rounding is the same; the RoPE pairs (c,
 // c + half) sit in one lane when half is a multiple of 32. Other shapes take the shared-memory
 // row functions. Before, one warp a row, through shared memory: on an H100 the M3.1 layer's
-// 8192-token prefill took 977 us here, instruction-bound (docs/gpu-backend-notes.md, "Session 31").
+// 8192-token prefill took 977 us here, instruction-bound (docs/gpu-backend-notes.md, "Session 31");
+// 615 us before session 40, which made the cache encoder's scale search division-free, the bf16
+// roundings the conversion instruction, and the register path load a warp's next row ahead.
 #include <algorithm>
 
 #include "kernels/cuda/backend/backend_kernels.h"
@@ -110,64 +112,103 @@ struct TokenRope {
   LaneRope lane;
 };
 
-// Norm + RoPE of the row at x, in place. `staged`: the result also in buf for the cache encoder
-// (the shared-memory path leaves it there anyway).
-template <bool kRegs>
-__device__ __forceinline__ void norm_rope_in_place(uint16_t* x, float* buf, int dim, const float* norm, float eps,
-                                                   const TokenRope& rope, bool staged) {
-  if constexpr (kRegs) {
-    float v[kRegSlots];
-    load_row(x, v);
-    norm_rope_row(v, norm, eps, rope.lane);
-    store_row(v, x);
-    if (staged) stage_row(v, buf);
-  } else {
-    warp_head_norm_rope(x, x, buf, dim, norm, eps, rope.dims, rope.cos_row, rope.sin_row, rope.table_half);
-  }
-}
+// What one row task does: row `task` of token t is a q head, a k head, a v head, the index-K row or
+// an index-q head, in that order. Every row but V's is normed (and roped) in place; K, V and
+// index-K rows of cached tokens are also encoded to the cache.
+struct RowTask {
+  const uint16_t* src = nullptr;  // the row; null: nothing to do (the V row of an uncached token)
+  uint16_t* dst = nullptr;        // where the normed row goes (src's row); null: no norm (V)
+  const float* norm = nullptr;
+  bool index_rope = false;  // the index rows' RoPE width, else the heads'
+  int dim = 0;
+  KvDType dtype = KvDType::kBF16;  // the cache row's, when data is not null
+  uint8_t* data = nullptr;
+  uint8_t* scales = nullptr;
+};
 
-// Row `task` of token t: q heads, k heads, v heads, index-K, index-q heads. kRegs: the register
-// path (head and index dims kRegDim, RoPE halves multiples of 32).
-template <bool kRegs>
-__device__ __forceinline__ void input_row(const AttentionInputArgs& a, int t, int task, float* buf, int32_t slot,
-                                          int64_t block, int row, const TokenRope& rope, const TokenRope& index_rope) {
+__device__ __forceinline__ RowTask row_task(const AttentionInputArgs& a, int t, int task, int32_t slot, int64_t block,
+                                            int row) {
   const KvLayerView& c = a.cache;
   const int hq = a.num_q_heads, hkv = c.num_kv_heads, d = c.head_dim;
   const int ik_tasks = a.index_k != nullptr ? 1 : 0;
+  const bool cached = slot >= 0;
+  RowTask r;
   if (task < hq) {
-    norm_rope_in_place<kRegs>(a.q + (int64_t(t) * hq + task) * d, buf, d, a.q_norm, a.eps, rope, false);
+    r.dst = a.q + (int64_t(t) * hq + task) * d;
+    r.norm = a.q_norm, r.dim = d;
   } else if (task < hq + hkv) {
     const int head = task - hq;
-    norm_rope_in_place<kRegs>(a.k + (int64_t(t) * hkv + head) * d, buf, d, a.k_norm, a.eps, rope, slot >= 0);
-    if (slot >= 0) warp_encode_row(c.kv_dtype, buf, d, c.kv_row(block, 0, head, row), c.kv_row_scales(block, 0, head, row));
+    r.dst = a.k + (int64_t(t) * hkv + head) * d;
+    r.norm = a.k_norm, r.dim = d;
+    if (cached) r.dtype = c.kv_dtype, r.data = c.kv_row(block, 0, head, row), r.scales = c.kv_row_scales(block, 0, head, row);
   } else if (task < hq + 2 * hkv) {
     const int head = task - hq - hkv;
-    if (slot < 0) return;
-    const uint16_t* x = a.v + (int64_t(t) * hkv + head) * d;
-    if constexpr (kRegs) {
-      float v[kRegSlots];
-      load_row(x, v);
-      stage_row(v, buf);
-    } else {
-      warp_load_bf16(x, buf, d);
-    }
-    warp_encode_row(c.kv_dtype, buf, d, c.kv_row(block, 1, head, row), c.kv_row_scales(block, 1, head, row));
+    if (!cached) return r;
+    r.src = a.v + (int64_t(t) * hkv + head) * d, r.dim = d;
+    r.dtype = c.kv_dtype, r.data = c.kv_row(block, 1, head, row), r.scales = c.kv_row_scales(block, 1, head, row);
+    return r;
   } else if (task >= hq + 2 * hkv + ik_tasks) {
     const int head = task - hq - 2 * hkv - ik_tasks;
-    norm_rope_in_place<kRegs>(a.index_q + (int64_t(t) * a.index_heads + head) * c.index_dim, buf, c.index_dim,
-                              a.index_q_norm, a.eps, index_rope, false);
+    r.dst = a.index_q + (int64_t(t) * a.index_heads + head) * c.index_dim;
+    r.norm = a.index_q_norm, r.index_rope = true, r.dim = c.index_dim;
   } else {
-    norm_rope_in_place<kRegs>(a.index_k + int64_t(t) * c.index_dim, buf, c.index_dim, a.index_k_norm, a.eps,
-                              index_rope, slot >= 0);
-    if (slot >= 0) warp_encode_row(c.index_dtype, buf, c.index_dim, c.index_row(block, row), c.index_row_scales(block, row));
+    r.dst = a.index_k + int64_t(t) * c.index_dim;
+    r.norm = a.index_k_norm, r.index_rope = true, r.dim = c.index_dim;
+    if (cached) r.dtype = c.index_dtype, r.data = c.index_row(block, row), r.scales = c.index_row_scales(block, row);
+  }
+  r.src = r.dst;
+  return r;
+}
+
+// x or y, field by field (a select of the whole struct would put both in local memory).
+__device__ __forceinline__ LaneRope pick_rope(bool take_x, const LaneRope& x, const LaneRope& y) {
+  LaneRope r;
+  r.half_slots = take_x ? x.half_slots : y.half_slots;
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    r.cos0[s] = take_x ? x.cos0[s] : y.cos0[s];
+    r.sin0[s] = take_x ? x.sin0[s] : y.sin0[s];
+    r.cos1[s] = take_x ? x.cos1[s] : y.cos1[s];
+    r.sin1[s] = take_x ? x.sin1[s] : y.sin1[s];
+  }
+  return r;
+}
+
+// A row task on the register path, its row already loaded into v (by the loop, a row ahead).
+__device__ __forceinline__ void run_row_regs(const AttentionInputArgs& a, const RowTask& r, float (&v)[kRegSlots],
+                                             float* buf, const TokenRope& rope, const TokenRope& index_rope) {
+  if (r.dst != nullptr) {
+    norm_rope_row(v, r.norm, a.eps, pick_rope(r.index_rope, index_rope.lane, rope.lane));
+    store_row(v, r.dst);
+  }
+  if (r.data != nullptr) {
+    stage_row(v, buf);
+    warp_encode_row(r.dtype, buf, r.dim, r.data, r.scales);
   }
   __syncwarp();  // buf is rewritten by the warp's next row
 }
 
+// A row task on the shared-memory path (other shapes).
+__device__ __forceinline__ void run_row_smem(const AttentionInputArgs& a, const RowTask& r, float* buf,
+                                             const TokenRope& rope, const TokenRope& index_rope) {
+  if (r.src == nullptr) return;
+  if (r.dst != nullptr) {
+    const TokenRope& tr = r.index_rope ? index_rope : rope;
+    warp_head_norm_rope(r.src, r.dst, buf, r.dim, r.norm, a.eps, tr.dims, tr.cos_row, tr.sin_row, tr.table_half);
+  } else {
+    warp_load_bf16(r.src, buf, r.dim);
+  }
+  if (r.data != nullptr) warp_encode_row(r.dtype, buf, r.dim, r.data, r.scales);
+  __syncwarp();
+}
+
 // CTAs (token, group of rows); warp w of group y takes rows y * kWarps + w, stepping by
-// gridDim.y * kWarps.
+// gridDim.y * kWarps. On the register path a warp loads its next row before it works on the current
+// one: the row loads' latency was the largest stall of the 8K prompt's launch (16% of ncu's samples,
+// session 40). Three CTAs an SM at 80 registers (with the cache encoder's search a call, 128 would
+// leave two).
 template <bool kRegs>
-__global__ void __launch_bounds__(kWarps * 32, 2) attention_input_kernel(const AttentionInputArgs a) {
+__global__ void __launch_bounds__(kWarps * 32, 3) attention_input_kernel(const AttentionInputArgs a) {
   kernel_prologue();
   extern __shared__ float rows_buf[];
   const KvLayerView& c = a.cache;
@@ -176,7 +217,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attention_input_kernel(const A
   float* buf = rows_buf + warp * width;
   const int tasks = a.num_q_heads + 2 * c.num_kv_heads + (a.index_k != nullptr ? 1 : 0) +
                     (a.index_q != nullptr ? a.index_heads : 0);
-  const int first = blockIdx.y * kWarps + warp;
+  const int first = blockIdx.y * kWarps + warp, stride = gridDim.y * kWarps;
   if (first >= tasks) return;
   const float* cos_row = a.cos + int64_t(t) * a.rope_half;
   const float* sin_row = a.sin + int64_t(t) * a.rope_half;
@@ -188,9 +229,23 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attention_input_kernel(const A
   if constexpr (kRegs) {
     rope.lane = lane_rope(a.rope_dims, cos_row, sin_row, a.rope_half);
     index_rope.lane = lane_rope(a.index_rope_dims, cos_row, sin_row, a.rope_half);
+    // Only the next row's address is kept across the current row (its other fields are made again
+    // when it runs), so that the prefetch costs its four values and a pointer of registers.
+    float v[kRegSlots] = {};
+    const uint16_t* src = row_task(a, t, first, slot, block, row).src;
+    if (src != nullptr) load_row(src, v);
+    for (int task = first; task < tasks; task += stride) {
+      float next[kRegSlots] = {};
+      const uint16_t* next_src = task + stride < tasks ? row_task(a, t, task + stride, slot, block, row).src : nullptr;
+      if (next_src != nullptr) load_row(next_src, next);
+      const RowTask cur = row_task(a, t, task, slot, block, row);
+      if (cur.src != nullptr) run_row_regs(a, cur, v, buf, rope, index_rope);
+#pragma unroll
+      for (int i = 0; i < kRegSlots; ++i) v[i] = next[i];
+    }
+  } else {
+    for (int task = first; task < tasks; task += stride) run_row_smem(a, row_task(a, t, task, slot, block, row), buf, rope, index_rope);
   }
-  for (int task = first; task < tasks; task += gridDim.y * kWarps)
-    input_row<kRegs>(a, t, task, buf, slot, block, row, rope, index_rope);
 }
 
 }  // namespace

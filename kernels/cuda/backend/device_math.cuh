@@ -12,9 +12,15 @@ namespace m3::cuda::detail {
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
 
-// Round to nearest even, as bf16_encode (the compiler must not fuse across it: it is a bit op).
-__device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) { return bf16_encode(f); }
-__device__ __forceinline__ float round_bf16(float f) { return bf16_round(f); }
+// Round to nearest even, as bf16_encode: the conversion instruction, which gives the integer rule's
+// bits for every float but NaN (weight_decode_check runs all 2^32), in about half the instructions;
+// NaN keeps the rule's quiet NaN with its sign and payload, whatever the instruction makes of it.
+// The norm and RoPE kernels round every intermediate this way.
+__device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
+  const uint16_t h = __bfloat16_as_ushort(__float2bfloat16_rn(f));
+  return f != f ? static_cast<uint16_t>((__float_as_uint(f) >> 16) | 0x0040u) : h;
+}
+__device__ __forceinline__ float round_bf16(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
 
 // SwiGLU-OAI of one element in bf16 mode (kernels/cpu/cpu_linear.cc swiglu_oai): gate and up are
 // bf16 values, every intermediate is rounded to bf16 where the Hugging Face model rounds.

@@ -62,6 +62,59 @@ __device__ __forceinline__ void warp_head_norm_rope(const uint16_t* src, uint16_
   __syncwarp();
 }
 
+// Encodes v[0, dim) (shared memory) into one NVFP4 cache row: not inlined, so that the kernels
+// that encode several kinds of rows (K, V, index-K) hold one copy of the scale search's unrolled
+// code (inlined at every call site it doubled attention_input's code and made its one-token
+// launches slower by instruction-cache misses).
+static __device__ __noinline__ void warp_encode_nvfp4_row(const float* v, int dim, uint8_t* data, uint8_t* scales) {
+  const int lane = threadIdx.x & 31;
+  // Four lanes per 16-element group (eight groups per pass), so a 128-wide row keeps all 32
+  // lanes busy; the same bytes as formats/ nvfp4_kv_encode_group: each lane holds its group's
+  // 16 values in registers, and the scale search's six candidates are shared out, lane q
+  // scoring candidates q and q + 4 (each error summed in the formats/ order, division-free).
+  // The winner is the sequential search's: the least error, the lower candidate on a tie; a
+  // NaN error never wins, except candidate 0's, which the sequential search never leaves.
+  const int groups = dim / kNvfp4Group;
+  for (int base = 0; base < groups; base += 8) {  // warp-uniform bound: every lane shuffles
+    const int g = base + (lane >> 2), quarter = lane & 3;
+    const bool active = g < groups;
+    float x[kNvfp4Group];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kNvfp4Group; ++i) {
+      x[i] = active ? v[g * kNvfp4Group + i] : 0.0f;
+      amax = fmaxf(amax, fabsf(x[i]));
+    }
+    const int base_code = nvfp4_kv_scale(amax);
+    float best_err = INFINITY;
+    int best_k = kNvfp4ScaleCandidates;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int k = quarter + 4 * j;  // rises with j: a tie keeps the lower
+      if (active && k < kNvfp4ScaleCandidates) {
+        float err = nvfp4_kv_group_error(x, nvfp4_kv_candidate(base_code, k));
+        if (isnan(err)) err = k == 0 ? -INFINITY : INFINITY;
+        if (err < best_err) best_err = err, best_k = k;
+      }
+    }
+#pragma unroll
+    for (int offset = 1; offset <= 2; offset <<= 1) {
+      const float other_err = __shfl_xor_sync(0xffffffffu, best_err, offset);
+      const int other_k = __shfl_xor_sync(0xffffffffu, best_k, offset);
+      if (other_err < best_err || (other_err == best_err && other_k < best_k)) best_err = other_err, best_k = other_k;
+    }
+    if (active) {
+      const uint8_t sc = nvfp4_kv_candidate(base_code, best_k);
+      const E2m1Bounds bounds = e2m1_bounds(fp8_e4m3_decode(sc));
+      const float* own = v + g * kNvfp4Group + quarter * 4;
+      uint8_t* out = data + g * (kNvfp4Group / 2) + quarter * 2;
+      out[0] = static_cast<uint8_t>(e2m1_encode_scaled(own[0], bounds) | (e2m1_encode_scaled(own[1], bounds) << 4));
+      out[1] = static_cast<uint8_t>(e2m1_encode_scaled(own[2], bounds) | (e2m1_encode_scaled(own[3], bounds) << 4));
+      if (quarter == 0) scales[g] = sc;
+    }
+  }
+}
+
 // Encodes v[0, dim) (shared memory) into one cache row of `dtype`.
 __device__ __forceinline__ void warp_encode_row(KvDType dtype, const float* v, int dim, uint8_t* data,
                                                 uint8_t* scales) {
@@ -76,55 +129,9 @@ __device__ __forceinline__ void warp_encode_row(KvDType dtype, const float* v, i
     case KvDType::kFP8:
       for (int i = lane; i < dim; i += 32) data[i] = fp8_e4m3_encode(v[i]);
       break;
-    case KvDType::kNVFP4: {
-      // Four lanes per 16-element group (eight groups per pass), so a 128-wide row keeps all 32
-      // lanes busy; the same bytes as formats/ nvfp4_kv_encode_group: the max is order-free, and
-      // the scale search's six candidates are shared out, lane q scoring candidates q and q + 4
-      // over the whole group (from shared memory, so that each error sums in the formats/ order).
-      // The winner is the sequential search's: the least error, the lower candidate on a tie; a
-      // NaN error never wins, except candidate 0's, which the sequential search never leaves.
-      const int groups = dim / kNvfp4Group;
-      for (int base = 0; base < groups; base += 8) {  // warp-uniform bound: every lane shuffles
-        const int g = base + (lane >> 2), quarter = lane & 3;
-        const bool active = g < groups;
-        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        float amax = 0.0f;
-        if (active) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            x[i] = v[g * kNvfp4Group + quarter * 4 + i];
-            amax = fmaxf(amax, fabsf(x[i]));
-          }
-        }
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        const int base_code = nvfp4_kv_scale(amax);
-        float best_err = INFINITY;
-        int best_k = kNvfp4ScaleCandidates;
-        if (active) {
-          for (int k = quarter; k < kNvfp4ScaleCandidates; k += 4) {
-            float err = nvfp4_kv_group_error(v + g * kNvfp4Group, nvfp4_kv_candidate(base_code, k));
-            if (isnan(err)) err = k == 0 ? -INFINITY : INFINITY;
-            if (err < best_err) best_err = err, best_k = k;  // k rises: a tie keeps the lower
-          }
-        }
-#pragma unroll
-        for (int offset = 1; offset <= 2; offset <<= 1) {
-          const float other_err = __shfl_xor_sync(0xffffffffu, best_err, offset);
-          const int other_k = __shfl_xor_sync(0xffffffffu, best_k, offset);
-          if (other_err < best_err || (other_err == best_err && other_k < best_k)) best_err = other_err, best_k = other_k;
-        }
-        if (active) {
-          const uint8_t sc = nvfp4_kv_candidate(base_code, best_k);
-          const float sd = fp8_e4m3_decode(sc);
-          uint8_t* out = data + g * (kNvfp4Group / 2) + quarter * 2;
-          out[0] = static_cast<uint8_t>(e2m1_encode(x[0] / sd) | (e2m1_encode(x[1] / sd) << 4));
-          out[1] = static_cast<uint8_t>(e2m1_encode(x[2] / sd) | (e2m1_encode(x[3] / sd) << 4));
-          if (quarter == 0) scales[g] = sc;
-        }
-      }
+    case KvDType::kNVFP4:
+      warp_encode_nvfp4_row(v, dim, data, scales);
       break;
-    }
   }
   __syncwarp();
 }
