@@ -122,7 +122,7 @@ M3_HD float nvfp4_kv_group_error(const float* x, uint8_t sc) {
   const E2m1Bounds b = e2m1_bounds(sd);
   const float level[8] = {0.0f,
                           fp8_e4m3_round(nvfp4_mul_rn(0.5f, sd)),
-                          fp8_e4m3_round(sd),
+                          sd,  // an E4M3 value already
                           fp8_e4m3_round(nvfp4_mul_rn(1.5f, sd)),
                           fp8_e4m3_round(nvfp4_mul_rn(2.0f, sd)),
                           fp8_e4m3_round(nvfp4_mul_rn(3.0f, sd)),

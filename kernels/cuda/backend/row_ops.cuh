@@ -124,7 +124,7 @@ __device__ __forceinline__ void warp_encode_row(KvDType dtype, const float* v, i
       for (int i = lane; i < dim; i += 32) reinterpret_cast<float*>(data)[i] = v[i];
       break;
     case KvDType::kBF16:
-      for (int i = lane; i < dim; i += 32) reinterpret_cast<uint16_t*>(data)[i] = bf16_encode(v[i]);
+      for (int i = lane; i < dim; i += 32) reinterpret_cast<uint16_t*>(data)[i] = f32_to_bf16_bits(v[i]);
       break;
     case KvDType::kFP8:
       for (int i = lane; i < dim; i += 32) data[i] = fp8_e4m3_encode(v[i]);
