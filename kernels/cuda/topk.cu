@@ -2,10 +2,11 @@
 //
 // One CTA per (query token, index head). Forced blocks (the `local_blocks` most recent and the
 // first `init_blocks`) are always kept; the remaining k - forced slots go to the highest scores
-// among the other visible blocks, ties to the lower block id. The exact k-th largest score is
-// found by a 4-pass radix select (8 bits per pass) over order-preserving integer keys, so the
-// result is the exact ordering, not a quantised one. Output: the chosen ids in ascending order,
-// then -1 padding.
+// among the other visible blocks, ties to the lower block id. Up to kThreads candidates (a
+// context of ~32K tokens) each thread ranks one against all the others; beyond, the exact k-th
+// largest score is found by a 4-pass radix select (8 bits per pass). Both work on order-preserving
+// integer keys, so the result is the exact ordering, not a quantised one. Output: the chosen ids
+// in ascending order, then -1 padding.
 #include <cmath>
 
 #include "kernels/cuda/device_common.cuh"
@@ -21,6 +22,36 @@ constexpr int kMaxTopk = 128;
 __device__ __forceinline__ uint32_t order_key(float s) {
   const uint32_t u = __float_as_uint(s + 0.0f);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The selection when the m candidates (blocks init_end .. local_begin - 1, keys[]) fit one a
+// thread: candidate i is taken when fewer than `take` candidates come before it in the selection
+// order (larger key, then lower id), counted against every other key, so the ties go to the lower
+// ids exactly as the radix select's ordered compaction does. Writes the k = init_end + take +
+// (n - local_begin) ids in ascending order (the init blocks, the taken candidates by a scan of the
+// taken flags, the local blocks), then -1 padding to `topk`. Replaces the radix passes' three
+// barriers each (up to four passes) with one loop over the keys and a scan: at decode sizes the
+// launch is latency.
+__device__ __forceinline__ void select_by_rank(const uint32_t* keys, int m, int take, int init_end, int local_begin,
+                                               int n, int32_t* out, int topk, int* warp_sums) {
+  const int tid = threadIdx.x;
+  bool taken = false;
+  if (tid < m) {
+    const uint32_t mine = keys[tid];
+    int before = 0;
+    for (int j = 0; j < m; ++j) {
+      const uint32_t other = keys[j];
+      before += other > mine || (other == mine && j < tid);
+    }
+    taken = before < take;
+  }
+  int total = 0;
+  const int slot = block_exclusive_scan(taken ? 1 : 0, warp_sums, total);
+  if (taken) out[init_end + slot] = init_end + tid;
+  for (int i = tid; i < init_end; i += kThreads) out[i] = i;
+  const int k = init_end + take + (n - local_begin);
+  for (int i = tid; i < n - local_begin; i += kThreads) out[init_end + take + i] = local_begin + i;
+  for (int i = k + tid; i < topk; i += kThreads) out[i] = -1;
 }
 
 __global__ void __launch_bounds__(kThreads) topk_kernel(const TopkArgs a) {
@@ -62,6 +93,11 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(const TopkArgs a) {
   const float* scores = a.scores + int64_t(a.score_offset[token]) * a.index_heads +
                         int64_t(head) * n + init_end;
   for (int i = tid; i < m; i += kThreads) keys[i] = order_key(scores[i]);
+  if (m <= kThreads) {  // one candidate a thread: select by rank (decode rows up to ~32K tokens)
+    __syncthreads();
+    select_by_rank(keys, m, k - forced, init_end, local_begin, n, out, a.topk, warp_sums);
+    return;
+  }
   if (tid == 0) num_chosen = 0;
   for (int i = tid; i < forced; i += kThreads)
     chosen[i] = i < init_end ? i : local_begin + (i - init_end);
