@@ -312,10 +312,12 @@ void add_linear_cases(CaseList& cases, bool quick) {
       {"f32 experts (simt), f32 shared", 8, 2, kFormats[1], kFormats[1]},
   };
   // 200 tokens: experts of ~50 (E16 k4) and ~50 (E8 k2) rows, grouped 64-row items on the wgmma
-  // kernel's 64-row size; 300 and 2048: 256-row items, those of more than 64 rows on the 256 size
-  // and the experts' tails on the 64 size (two launches over one item list).
+  // kernel's 64-row size; 300, 1100 and 2048: 256-row items, those of more than 64 rows on the 256
+  // size, the experts' tails of 17-64 rows on the 64 size and those of up to 16 rows on the
+  // streamed kernel (three launches over one item list; 1100 tokens: experts of ~275 rows, so that
+  // many tails are that small).
   for (const MoeShape& s : shapes)
-    for (int rows : quick ? std::vector<int>{1, 40, 200} : std::vector<int>{1, 5, 40, 200, 300, 2048})
+    for (int rows : quick ? std::vector<int>{1, 40, 200} : std::vector<int>{1, 5, 40, 200, 300, 1100, 2048})
       cases.push_back(std::make_unique<MoeCase>(s, rows));
 
   // Expert parallel and routed only: each shape's ranks' slices (one of a single expert, fewer

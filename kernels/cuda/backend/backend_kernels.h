@@ -95,6 +95,10 @@ struct LinearArgs {
   // Dense launches on the wgmma kernel: K split over this many CTAs of a cluster (1-8); 0, the
   // launcher's own choice (linear_wgmma.cu, wgmma_k_splits). Set by benchmarks' split-K sweeps only.
   int k_splits = 0;
+  // Grouped launches of 256-row items (prefill): items of at most this many rows (> 0) are the
+  // streamed kernel's, which skips the others (their units are empty), and the wgmma kernel skips
+  // them (launch_linear splits such a list in two; 0: one kernel takes every item).
+  int streamed_items_up_to = 0;
 };
 
 // True when the tensor-core kernels take this weight (exact bf16 expansion, aligned rows);

@@ -378,9 +378,31 @@ cudaError_t launch_skinny(const LinearArgs& a, int items, cudaStream_t stream) {
                                dim3(kSkinnyWarps * 32), dim3(1, 1, splits), 0, stream, a);
 }
 
+// Items of up to this many rows in a grouped list of 256-row items (the routed experts of a
+// prefill step: the experts' tails past their 256-row items, and the experts that got few rows) take
+// the streamed kernel's narrow form, the rest the wgmma kernel. On the wgmma kernel such an item
+// cost about a full item's K-step chain for a few rows (its 64-row size: the 8K prompt's tails 1.87
+// of a layer's 9.9 ms of routed GEMMs, ~0.5 TB/s of weights, docs/gpu-backend-notes.md "Session
+// 39"), where the streamed kernel reads an expert's weights at 2-3 TB/s for up to 16 rows.
+constexpr int kStreamedSmallItemRows = 16;
+
 template <WeightKind F, bool kSwiglu>
 cudaError_t launch_mma(const LinearArgs& a, int items, cudaStream_t stream) {
-  if (linear_runs_wgmma(a)) return launch_linear_wgmma(a, items, stream);
+  if (linear_runs_wgmma(a)) {
+    if (a.items != nullptr && a.item_rows > 64) {
+      LinearArgs small = a;
+      small.item_rows = kStreamedSmallItemRows;
+      small.streamed_items_up_to = kStreamedSmallItemRows;
+      if (streamed_linear_ok(small)) {
+        const cudaError_t e = launch_linear_streamed(small, items, stream);
+        if (e != cudaSuccess) return e;
+        LinearArgs rest = a;
+        rest.streamed_items_up_to = kStreamedSmallItemRows;
+        return launch_linear_wgmma(rest, items, stream);
+      }
+    }
+    return launch_linear_wgmma(a, items, stream);
+  }
   if (streamed_linear_ok(a)) return launch_linear_streamed(a, items, stream);
   switch (a.item_rows) {
     case 16:

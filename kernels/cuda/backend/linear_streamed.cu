@@ -148,6 +148,7 @@ __device__ __forceinline__ StreamUnit stream_unit(const LinearArgs& a, int u, in
   const int pair = u / chunked;
   if (a.items != nullptr) {
     s.item = a.items[index];
+    if (a.streamed_items_up_to > 0 && s.item.row_count > a.streamed_items_up_to) s.item.row_count = 0;  // the wgmma kernel's
   } else {
     s.item.expert = 0;
     s.item.row_begin = index * a.item_rows;
@@ -251,9 +252,12 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int chunked, int un
       const int slot = m % kHeaders;
       mbar_wait(&sm.hdr_empty[slot], ((m / kHeaders) & 1) ^ 1u);
       UnitHeader<TTMAX>& h = sm.hdr[slot];
+      // An empty unit's header carries only its row count (no x rows: nothing reads them).
+      if (un.item.row_count > 0) {
 #pragma unroll
-      for (int t = lane; t < StreamForm<TTMAX>::kTokens; t += 32)
-        h.xoff[t] = src_row(a, un.item.row_begin + (t < un.item.row_count ? t : 0)) * a.x_stride;
+        for (int t = lane; t < StreamForm<TTMAX>::kTokens; t += 32)
+          h.xoff[t] = src_row(a, un.item.row_begin + (t < un.item.row_count ? t : 0)) * a.x_stride;
+      }
       if (lane == 0) {
         h.row_begin = un.item.row_begin;
         h.row_count = un.item.row_count;

@@ -472,7 +472,8 @@ __global__ void __launch_bounds__(kThreads, TileSize<kMaxN>::kMinCtasPerSm)
   const ItemInfo info = item_of(a, blockIdx.y);
   if (!info.valid) return;
   const LinearItem item = info.item;
-  if ((sizes == ItemSizes::kAbove64 && item.row_count <= 64) || (sizes == ItemSizes::kUpTo64 && item.row_count > 64))
+  if ((sizes == ItemSizes::kAbove64 && item.row_count <= 64) || (sizes == ItemSizes::kUpTo64 && item.row_count > 64) ||
+      item.row_count <= a.streamed_items_up_to)  // the streamed kernel's (linear.cu launch_mma)
     return;
 
   const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
