@@ -17,6 +17,12 @@
 // cuBLASLt's, grids above the size limit below) starts after its predecessor completes, as always;
 // the prologue is a no-op where no programmatic dependency exists.
 //
+// One exception, for memory no kernel writes: a model's weights (and the per-layer tables of their
+// views) are written only by synchronous copies when they are placed on the device, so a kernel
+// may read them before its wait. The streamed linear kernel's producer warp does (linear_streamed.cu):
+// it fills its ring of weight stages while the kernel before it finishes, and its consumer warps
+// wait (grid_dependency_wait) before they read x.
+//
 // Build with -DM3_CUDA_PDL=OFF to launch every kernel the ordinary way (the prologue stays; it is
 // then a no-op): for profilers and sanitizers that do not follow programmatic edges, and to
 // measure what PDL gains.
@@ -41,6 +47,15 @@ __device__ __forceinline__ void kernel_prologue() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// The wait half of kernel_prologue(), for a warp that has read only never-written memory (weights)
+// before it and must not trigger the next grid itself (another warp of its CTA does, after its own
+// wait, so that the two-grid bound above still holds).
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
 

@@ -99,6 +99,11 @@ struct LinearArgs {
   // streamed kernel's, which skips the others (their units are empty), and the wgmma kernel skips
   // them (launch_linear splits such a list in two; 0: one kernel takes every item).
   int streamed_items_up_to = 0;
+  // The item list (items, num_items) was complete before the kernel launched just before this one
+  // began (the routed experts' down projection: the routing ran before gate/up), so the streamed
+  // kernel may stream weights before that kernel ends (launch.cuh). Dense launches need no flag;
+  // launches with x_rows always wait.
+  bool schedule_ready = false;
 };
 
 // True when the tensor-core kernels take this weight (exact bf16 expansion, aligned rows);

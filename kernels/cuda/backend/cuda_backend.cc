@@ -1065,6 +1065,7 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   d.out = moe_y_.as<uint16_t>();
   d.out_stride = hidden;
   d.epilogue = detail::Epilogue::kStore;
+  d.schedule_ready = true;  // the routing's items, a launch before gate/up
   check_cuda(detail::launch_linear(d, stream_), "routed experts down");
 
   if (add_shared) check_cuda(cudaStreamWaitEvent(stream_, join_, 0), "MoE join");

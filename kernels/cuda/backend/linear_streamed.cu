@@ -131,6 +131,11 @@ struct StreamUnit {
   UnitHalf half[2];
 };
 
+__device__ __forceinline__ LinearItem load_item_cg(const LinearItem* p) {
+  const int4 v = __ldcg(reinterpret_cast<const int4*>(p));
+  return LinearItem{v.x, v.y, v.z, v.w};
+}
+
 // The token chunks of kTokens rows an item of a.item_rows rows is cut into.
 __host__ __device__ inline int stream_chunks(const LinearArgs& a, int tokens) {
   return (a.item_rows + tokens - 1) / tokens;
@@ -147,7 +152,7 @@ __device__ __forceinline__ StreamUnit stream_unit(const LinearArgs& a, int u, in
   const int index = (u % chunked) / chunks, chunk = (u % chunked) % chunks;
   const int pair = u / chunked;
   if (a.items != nullptr) {
-    s.item = a.items[index];
+    s.item = load_item_cg(a.items + index);
     if (a.streamed_items_up_to > 0 && s.item.row_count > a.streamed_items_up_to) s.item.row_count = 0;  // the wgmma kernel's
   } else {
     s.item.expert = 0;
@@ -184,8 +189,18 @@ inline int stream_pairs(const LinearArgs& a, bool swiglu) {
   return swiglu ? slices : (slices + 1) / 2;
 }
 
+// Item lists are read through L2 (ld.global.cg): before its wait the producer may read a list that
+// a kernel two launches back wrote (LinearArgs::schedule_ready), which an L1 line of an older read
+// must not hide.
 __device__ __forceinline__ int stream_items(const LinearArgs& a) {
-  return a.items != nullptr ? *a.num_items : (a.rows + a.item_rows - 1) / a.item_rows;
+  return a.items != nullptr ? __ldcg(a.num_items) : (a.rows + a.item_rows - 1) / a.item_rows;
+}
+
+// Whether the unit schedule is complete before the kernel before this one ends: the producer reads
+// no x row gather (x_rows, which is waited for), and either no item list (dense launches) or one
+// that LinearArgs::schedule_ready says was written earlier.
+__device__ __forceinline__ bool schedule_ready(const LinearArgs& a) {
+  return a.x_rows == nullptr && (a.items == nullptr || a.schedule_ready);
 }
 
 // 16 bytes from src + kOff to shared address dst + kOff, both offsets immediate.
@@ -526,7 +541,8 @@ __device__ __forceinline__ void consume_unit(const LinearArgs& a, const UnitHead
 template <WeightKind F, bool kSwiglu, int TTMAX>
 __global__ void __launch_bounds__(kThreads, StreamForm<TTMAX>::kCtasPerSm)
     streamed_linear_kernel(const LinearArgs a, int pairs) {
-  kernel_prologue();
+  // No kernel_prologue() here: the producer waits for the kernel before only where the unit
+  // schedule depends on it (below); the consumers wait before they read x.
   using L = StreamLayout<F, kSwiglu, TTMAX>;
   constexpr int S = L::kStages;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -556,13 +572,18 @@ __global__ void __launch_bounds__(kThreads, StreamForm<TTMAX>::kCtasPerSm)
   }
   __syncthreads();
 
-  const int chunked = stream_items(a) * stream_chunks(a, StreamForm<TTMAX>::kTokens);
-  const int units = chunked * pairs;
-
   if (warp == kConsumerWarps) {
-    produce<F, kSwiglu, TTMAX>(a, chunked, units, sm);
+    // The weights stream in before the kernel before this one has finished when the producer
+    // needs nothing it writes (weights are never written by kernels, launch.cuh): the first
+    // stages of the ring fill during its tail instead of after it.
+    if (!schedule_ready(a)) grid_dependency_wait();
+    const int chunked = stream_items(a) * stream_chunks(a, StreamForm<TTMAX>::kTokens);
+    produce<F, kSwiglu, TTMAX>(a, chunked, chunked * pairs, sm);
     return;
   }
+  kernel_prologue();
+  const int chunked = stream_items(a) * stream_chunks(a, StreamForm<TTMAX>::kTokens);
+  const int units = chunked * pairs;
 
   // Consumers. Unit m's epilogue runs inside unit m + 1 (consume_unit; the last unit's after the
   // loop), so that a warp does not wait for the other warps' partial sums at the end of every unit.
