@@ -54,7 +54,11 @@ __device__ __forceinline__ void select_by_rank(const uint32_t* keys, int m, int 
   for (int i = k + tid; i < topk; i += kThreads) out[i] = -1;
 }
 
-__global__ void __launch_bounds__(kThreads) topk_kernel(const TopkArgs a) {
+// Eight CTAs an SM (32 registers): a decode step of many query rows (B=128 with Q=8 is 1,024
+// CTAs) then runs in one wave. The rank path alone took the kernel to 40 registers, six CTAs an
+// SM, and msa_bench's B=128 decode rows 0.3-3 us slower (docs/msa-kernels-notes.md); at 32 it
+// compiles without spills.
+__global__ void __launch_bounds__(kThreads, 8) topk_kernel(const TopkArgs a) {
   kernel_prologue();
   extern __shared__ uint32_t keys[];
   __shared__ uint32_t hist[256];
