@@ -170,7 +170,6 @@ MsaSchedule build_msa_schedule(const MsaConfig& cfg, const StepBatch& host, cons
                                                          std::min(topk, 8), row_tiles, 4);
     const int parts = wave_splits(int64_t(groups) * hkv, slots.sparse_groups, 1,
                                   std::min(16, std::max(1, group_rows * topk / 4)), group_rows * row_tiles, 10);
-    const int per_split = ceil_div(topk, splits);
     int next_partial = 0;
     for (int s = 0; s < S; ++s) {
       const int r0 = host.query_start[s], q = host.query_start[s + 1] - r0;
@@ -203,9 +202,11 @@ MsaSchedule build_msa_schedule(const MsaConfig& cfg, const StepBatch& host, cons
             continue;
           }
           const int combine = static_cast<int>(sparse_combine.size());
+          // Near-equal ranges (16 slots in 7 splits: 2 or 3 each). Ranges of ceil(topk / splits)
+          // left the last splits empty (16 in 5: 4, 4, 4, 4, 0; in 7: six of 3 and one past the
+          // end), CTAs that read nothing while their rows' work went in fewer, longer pieces.
           for (int j = 0; j < splits; ++j)
-            sparse_rows.push_back(
-                {t, 1, g, j * per_split, std::min(topk, (j + 1) * per_split), next_partial + j, 1, combine});
+            sparse_rows.push_back({t, 1, g, topk * j / splits, topk * (j + 1) / splits, next_partial + j, 1, combine});
           sparse_combine.push_back({t, g, next_partial, splits});
           next_partial += splits;
         }

@@ -131,6 +131,7 @@ void check_schedule(const MsaConfig& cfg, const StepBatch& b, const MsaSchedule&
   // past the groups' merges, of its own (row, head), over a range holding its partial.
   for (const SparseWork& w : sc.sparse_rows) {
     ASSERT_EQ(w.row_count, 1);
+    EXPECT_LT(w.begin, w.end) << "row " << w.row << ": an empty split";
     EXPECT_LE(w.end - w.begin, detail::kMaxSlotsPerItem);
     slots[{w.row, w.kv_head}].push_back({w.begin, w.end});
     if (w.partial >= 0) sparse.write(w.row, w.kv_head, w.partial);
@@ -249,6 +250,27 @@ TEST(MsaSchedule, RandomStepsKeepEveryInvariant) {
                                       << kv_heads << " index heads " << index_heads << " invariant " << invariant);
     check_schedule(cfg, b, build_msa_schedule(cfg, b, slots, 0), 0);
     if (HasFatalFailure()) return;
+  }
+}
+
+TEST(MsaSchedule, EverySplitCountOfDecodeRowsTilesTheirSlots) {
+  // Decode steps of 1-160 rows at several CTA counts reach every split count the wave rule can
+  // pick; a row's splits tile its topk slots whatever the count (16 slots in 7 splits of
+  // ceil(16 / 7) = 3 would leave a seventh split beyond the last slot).
+  for (const int topk : {16, 4, 48, 33, 64}) {
+    const MsaConfig cfg = config(64, 4, 128, topk, 4, false);
+    for (const int slots_rows : {132, 264, 396, 528}) {
+      std::set<int> counts;
+      for (int rows = 1; rows <= 160; ++rows) {
+        const StepBatch b = make_step(std::vector<Seq>(rows, Seq{1, 9000}));
+        const MsaSchedule sc = build_msa_schedule(cfg, b, MsaSlots{132, 660, slots_rows, 396}, 0);
+        SCOPED_TRACE(::testing::Message() << "topk " << topk << " CTAs " << slots_rows << " rows " << rows);
+        check_schedule(cfg, b, sc, 0);
+        if (HasFatalFailure()) return;
+        counts.insert(sc.sparse_splits);
+      }
+      EXPECT_GE(int(counts.size()), std::min(topk, 3)) << "topk " << topk << ": few split counts reached";
+    }
   }
 }
 
