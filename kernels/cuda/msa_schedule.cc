@@ -165,9 +165,16 @@ MsaSchedule build_msa_schedule(const MsaConfig& cfg, const StepBatch& host, cons
     const double row_tiles = double(topk) * (bs / detail::kTileTokens);
     // A row alone walks at most kMaxSlotsPerItem slots (its kernels' tile lists).
     const int min_splits = ceil_div(topk, detail::kMaxSlotsPerItem);
-    const int splits = cfg.batch_invariant ? min_splits
-                                           : wave_splits(int64_t(singles) * hkv, slots.sparse_rows, min_splits,
-                                                         std::min(topk, 8), row_tiles, 4);
+    // Up to 8 splits; up to 16 while the CTAs take at most half the SMs. On an H100 (132 SMs, 4
+    // KV heads) 16 splits took batch 1's sparse rows (64 CTAs of one block each) from 18.3 to
+    // 15.0 us on the layer's chain, a 0.5% faster step; at batch 2 (128 CTAs) the step was 1-2%
+    // slower than with 8, and 12 at batch 8 (384 CTAs, three an SM) 3 us a layer slower
+    // (docs/msa-kernels-notes.md "Decode splits").
+    const int64_t single_items = int64_t(singles) * hkv;
+    const int max_splits = std::min(topk, single_items * 16 <= slots.sms / 2 ? 16 : 8);
+    const int splits = cfg.batch_invariant
+                           ? min_splits
+                           : wave_splits(single_items, slots.sparse_rows, min_splits, max_splits, row_tiles, 4);
     const int parts = wave_splits(int64_t(groups) * hkv, slots.sparse_groups, 1,
                                   std::min(16, std::max(1, group_rows * topk / 4)), group_rows * row_tiles, 10);
     int next_partial = 0;
