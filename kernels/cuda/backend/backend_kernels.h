@@ -99,10 +99,10 @@ struct LinearArgs {
   // streamed kernel's, which skips the others (their units are empty), and the wgmma kernel skips
   // them (launch_linear splits such a list in two; 0: one kernel takes every item).
   int streamed_items_up_to = 0;
-  // The item list (items, num_items) was complete before the kernel launched just before this one
-  // began (the routed experts' down projection: the routing ran before gate/up), so the streamed
-  // kernel may stream weights before that kernel ends (launch.cuh). Dense launches need no flag;
-  // launches with x_rows always wait.
+  // The item list (items, num_items) and x_rows were complete before the kernel launched just
+  // before this one began (the routed experts' launches at decode, with a launch between them and
+  // the routing), so the streamed kernel may stream weights before that kernel ends (launch.cuh).
+  // Dense launches without x_rows need no flag.
   bool schedule_ready = false;
 };
 

@@ -34,6 +34,10 @@ namespace detail = cuda::detail;
 const uint16_t* bf16_ptr(const Tensor& t) { return t.data_as<const uint16_t>(); }
 uint16_t* bf16_ptr_mut(const Tensor& t) { return t.data_as<uint16_t>(); }
 
+// Up to this many tokens the MoE block runs its shared expert in the main stream between the
+// routed launches rather than on the side stream beside them (CudaBackend::moe).
+constexpr int64_t kMoeInterleaveSharedMaxTokens = 1;
+
 void check_act(const Tensor& t, int64_t rows, int64_t cols, const std::string& what) {
   M3_CHECK(t.defined() && t.device() == Device::kCuda && t.dtype() == DType::kBF16 && t.ndim() == 2 &&
                t.dim(0) == rows && t.dim(1) == cols,
@@ -920,16 +924,17 @@ ExpertTables& CudaBackend::expert_tables(const MlpWeights& mlp) {
 // The MoE block: shared expert (fused gate/up + SwiGLU, down), router and permutation on the
 // device, grouped gate/up + SwiGLU over the routed rows, grouped down, weighted combine.
 // The shared expert does not depend on the routing and each of its GEMMs alone under-fills the
-// GPU at decode sizes, so it runs on side_stream_ beside the routed experts: fork_ (recorded on
-// stream_) starts it, join_ ends it before the combine. Decode-sized steps (the small router, up
-// to kMoeSmallRouterMaxTokens tokens) fork after the routing launch: forked before it, the shared
-// expert's persistent CTAs held the SMs and the router's CTAs waited for them, so the routing
-// that the routed experts wait on took 37 us of a batch-1 step instead of a few (bench latency
-// --kernel-timeline, docs/gpu-backend-notes.md "Session 38"). Prefill steps fork first, so the
-// shared expert runs under their longer routing. Under stream capture
-// the side stream joins the capture through the wait on fork_. Its buffers (moe_shared_act_,
-// moe_shared_) are its own, and the next MoE op's fork comes after this op's combine in stream_
-// order, so results are those of the serial order bit for bit.
+// GPU at decode sizes, so above kMoeInterleaveSharedMaxTokens tokens it runs on side_stream_
+// beside the routed experts: fork_ (recorded on stream_) starts it, join_ ends it before the
+// combine. Decode-sized steps (the small router, up to kMoeSmallRouterMaxTokens tokens) fork
+// after the routing launch: forked before it, the shared expert's persistent CTAs held the SMs
+// and the router's CTAs waited for them, so the routing that the routed experts wait on took 37
+// us of a batch-1 step instead of a few (bench latency --kernel-timeline,
+// docs/gpu-backend-notes.md "Session 38"). Prefill steps fork first, so the shared expert runs
+// under their longer routing. Under stream capture the side stream joins the capture through the
+// wait on fork_. Its buffers (moe_shared_act_, moe_shared_) are its own, and the next MoE op's
+// fork comes after this op's combine in stream_ order, so results are those of the serial order
+// bit for bit.
 // Expert parallel (a subset of the experts): the routing still ranks all experts; the grouped GEMMs
 // see only the rows of the held experts and the combine skips the others' choices. Routed only
 // (!add_shared): no side stream, and the combine adds no shared expert.
@@ -986,19 +991,39 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   moe_act_.reserve(size_t(held_pairs) * inter * 2, "routed expert activation");
   moe_y_.reserve(size_t(held_pairs) * hidden * 2, "routed expert output");
 
-  // Shared expert, on the side stream.
+  // The shared expert's two launches.
+  auto shared_gate_up = [&](cudaStream_t stream) {
+    gate_up_swiglu(bf16_ptr(x), hidden, static_cast<int>(rows), mlp.gate, mlp.up, params.swiglu_alpha,
+                   params.swiglu_limit, moe_shared_act_.as<uint16_t>(), stream);
+  };
+  auto shared_down = [&](cudaStream_t stream) {
+    Tensor shared_act = Tensor::wrap(moe_shared_act_.as(), {rows, shared_inter}, DType::kBF16, Device::kCuda);
+    Tensor shared = Tensor::wrap(moe_shared_.as(), {rows, hidden}, DType::kBF16, Device::kCuda);
+    linear_on(shared_act, mlp.down, shared, stream);
+  };
+  // Where the shared expert runs. Prefill steps (the tiled router, a millisecond or more): on the
+  // side stream, forked before the routing and under it. Decode steps of 5-256 tokens: on the
+  // side stream, forked after the routing launch, beside the routed experts. Steps of up to
+  // kMoeInterleaveSharedMaxTokens (one) token: in the main stream between the routed launches
+  // (routing, shared gate/up, routed gate/up, shared down, routed down), so that each streamed
+  // launch has every SM and fills its weight ring during the launch before it (launch.cuh; the
+  // routed gate/up may, its items written two launches earlier). There the side stream's
+  // persistent CTAs and the routed experts' took the SMs from each other: at batch 1 the shared
+  // down waited ~27 us for slots. With more tokens the routed experts read more weights and the
+  // two branches overlap better: on an H100 the interleaved order made batch 1's step 1.6-1.9%
+  // faster, batches 2 and 4 no faster, and 8-128 0.3-2.6% slower (docs/gpu-backend-notes.md,
+  // "Session 42").
+  const bool route_first = rows <= detail::kMoeSmallRouterMaxTokens;
+  const bool interleave_shared = add_shared && rows <= kMoeInterleaveSharedMaxTokens;
+  const bool side_stream = add_shared && !interleave_shared;
   auto fork_shared_expert = [&] {
     check_cuda(cudaEventRecord(fork_, stream_), "MoE fork");
     check_cuda(cudaStreamWaitEvent(side_stream_, fork_, 0), "MoE fork");
-    gate_up_swiglu(bf16_ptr(x), hidden, static_cast<int>(rows), mlp.gate, mlp.up, params.swiglu_alpha,
-                   params.swiglu_limit, moe_shared_act_.as<uint16_t>(), side_stream_);
-    Tensor shared_act = Tensor::wrap(moe_shared_act_.as(), {rows, shared_inter}, DType::kBF16, Device::kCuda);
-    Tensor shared = Tensor::wrap(moe_shared_.as(), {rows, hidden}, DType::kBF16, Device::kCuda);
-    linear_on(shared_act, mlp.down, shared, side_stream_);
+    shared_gate_up(side_stream_);
+    shared_down(side_stream_);
     check_cuda(cudaEventRecord(join_, side_stream_), "MoE join");
   };
-  const bool route_first = rows <= detail::kMoeSmallRouterMaxTokens;
-  if (add_shared && !route_first) fork_shared_expert();
+  if (side_stream && !route_first) fork_shared_expert();
 
   // Routing and permutation.
   detail::MoeRouteArgs r;
@@ -1024,7 +1049,8 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   r.batch_invariant = options_.batch_invariant;
   r.done = moe_route_done_.data_as<int32_t>();
   check_cuda(detail::launch_moe_route(r, stream_), "MoE routing");
-  if (add_shared && route_first) fork_shared_expert();
+  if (side_stream && route_first) fork_shared_expert();
+  if (interleave_shared) shared_gate_up(stream_);
 
   // Routed experts over the permuted rows.
   const detail::WeightView* table = tables.views.as<const detail::WeightView>();
@@ -1049,6 +1075,7 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   a.epilogue = detail::Epilogue::kSwiglu;
   a.swiglu_alpha = params.swiglu_alpha;
   a.swiglu_limit = params.swiglu_limit;
+  a.schedule_ready = interleave_shared;  // the shared gate/up between it and the routing
   // The gathered rows go where the down projection writes later (moe_y_: as many rows, hidden wide).
   check_cuda(detail::launch_moe_gate_up(a, r, moe_y_.as<uint16_t>(), stream_), "routed experts gate/up");
 
@@ -1065,10 +1092,11 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   d.out = moe_y_.as<uint16_t>();
   d.out_stride = hidden;
   d.epilogue = detail::Epilogue::kStore;
-  d.schedule_ready = true;  // the routing's items, a launch before gate/up
+  d.schedule_ready = true;  // the routing's items, a launch or more before gate/up
+  if (interleave_shared) shared_down(stream_);
   check_cuda(detail::launch_linear(d, stream_), "routed experts down");
 
-  if (add_shared) check_cuda(cudaStreamWaitEvent(stream_, join_, 0), "MoE join");
+  if (side_stream) check_cuda(cudaStreamWaitEvent(stream_, join_, 0), "MoE join");
 
   check_cuda(detail::launch_moe_combine(moe_y_.as<const uint16_t>(), r.choice_row, r.choice_weight,
                                         static_cast<int>(rows), k, static_cast<int>(hidden),

@@ -196,11 +196,15 @@ __device__ __forceinline__ int stream_items(const LinearArgs& a) {
   return a.items != nullptr ? __ldcg(a.num_items) : (a.rows + a.item_rows - 1) / a.item_rows;
 }
 
-// Whether the unit schedule is complete before the kernel before this one ends: the producer reads
-// no x row gather (x_rows, which is waited for), and either no item list (dense launches) or one
-// that LinearArgs::schedule_ready says was written earlier.
+// Whether the unit schedule is complete before the kernel before this one ends: dense launches
+// read no item list and no x row gather; LinearArgs::schedule_ready says so of lists written earlier.
 __device__ __forceinline__ bool schedule_ready(const LinearArgs& a) {
-  return a.x_rows == nullptr && (a.items == nullptr || a.schedule_ready);
+  return a.schedule_ready || (a.items == nullptr && a.x_rows == nullptr);
+}
+
+// src_row through L2, as the item lists (stream_items).
+__device__ __forceinline__ int64_t src_row_cg(const LinearArgs& a, int r) {
+  return a.x_rows != nullptr ? __ldcg(a.x_rows + r) : r;
 }
 
 // 16 bytes from src + kOff to shared address dst + kOff, both offsets immediate.
@@ -271,7 +275,7 @@ __device__ __forceinline__ void produce(const LinearArgs& a, int chunked, int un
       if (un.item.row_count > 0) {
 #pragma unroll
         for (int t = lane; t < StreamForm<TTMAX>::kTokens; t += 32)
-          h.xoff[t] = src_row(a, un.item.row_begin + (t < un.item.row_count ? t : 0)) * a.x_stride;
+          h.xoff[t] = src_row_cg(a, un.item.row_begin + (t < un.item.row_count ? t : 0)) * a.x_stride;
       }
       if (lane == 0) {
         h.row_begin = un.item.row_begin;
