@@ -1002,7 +1002,7 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
     linear_on(shared_act, mlp.down, shared, stream);
   };
   // Where the shared expert runs. Prefill steps (the tiled router, a millisecond or more): on the
-  // side stream, forked before the routing and under it. Decode steps of 5-256 tokens: on the
+  // side stream, forked before the routing and under it. Decode steps of 2-256 tokens: on the
   // side stream, forked after the routing launch, beside the routed experts. Steps of up to
   // kMoeInterleaveSharedMaxTokens (one) token: in the main stream between the routed launches
   // (routing, shared gate/up, routed gate/up, shared down, routed down), so that each streamed
