@@ -1001,21 +1001,18 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
     Tensor shared = Tensor::wrap(moe_shared_.as(), {rows, hidden}, DType::kBF16, Device::kCuda);
     linear_on(shared_act, mlp.down, shared, stream);
   };
-  // Where the shared expert runs. Prefill steps (the tiled router, a millisecond or more): on the
-  // side stream, forked before the routing and under it. Decode steps of 2-256 tokens: on the
-  // side stream, forked after the routing launch, beside the routed experts. Steps of up to
-  // kMoeInterleaveSharedMaxTokens (one) token: in the main stream between the routed launches
-  // (routing, shared gate/up, routed gate/up, shared down, routed down), so that each streamed
-  // launch has every SM and fills its weight ring during the launch before it (launch.cuh; the
-  // routed gate/up may, its items written two launches earlier). There the side stream's
-  // persistent CTAs and the routed experts' took the SMs from each other: at batch 1 the shared
-  // down waited ~27 us for slots. With more tokens the routed experts read more weights and the
-  // two branches overlap better: on an H100 the interleaved order made batch 1's step 1.6-1.9%
-  // faster, batches 2 and 4 no faster, and 8-128 0.3-2.6% slower (docs/gpu-backend-notes.md,
-  // "Session 42").
+  // Steps of up to kMoeInterleaveSharedMaxTokens (one) token run the shared expert in the main
+  // stream between the routed launches (routing, shared gate/up, routed gate/up, shared down,
+  // routed down), so that each streamed launch has every SM and fills its weight ring during the
+  // launch before it (launch.cuh; the routed gate/up may, its items written two launches
+  // earlier). On the side stream the two branches' persistent CTAs took the SMs from each other:
+  // at batch 1 the shared down waited ~27 us for slots. With more tokens the routed experts read
+  // more weights and the branches overlap better: on an H100 the interleaved order made batch 1's
+  // step 1.6-1.9% faster, batches 2 and 4 no faster, and 8-128 0.3-2.6% slower
+  // (docs/gpu-backend-notes.md, "Session 42").
   const bool route_first = rows <= detail::kMoeSmallRouterMaxTokens;
   const bool interleave_shared = add_shared && rows <= kMoeInterleaveSharedMaxTokens;
-  const bool side_stream = add_shared && !interleave_shared;
+  const bool shared_on_side = add_shared && !interleave_shared;
   auto fork_shared_expert = [&] {
     check_cuda(cudaEventRecord(fork_, stream_), "MoE fork");
     check_cuda(cudaStreamWaitEvent(side_stream_, fork_, 0), "MoE fork");
@@ -1023,7 +1020,7 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
     shared_down(side_stream_);
     check_cuda(cudaEventRecord(join_, side_stream_), "MoE join");
   };
-  if (side_stream && !route_first) fork_shared_expert();
+  if (shared_on_side && !route_first) fork_shared_expert();
 
   // Routing and permutation.
   detail::MoeRouteArgs r;
@@ -1049,7 +1046,7 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   r.batch_invariant = options_.batch_invariant;
   r.done = moe_route_done_.data_as<int32_t>();
   check_cuda(detail::launch_moe_route(r, stream_), "MoE routing");
-  if (side_stream && route_first) fork_shared_expert();
+  if (shared_on_side && route_first) fork_shared_expert();
   if (interleave_shared) shared_gate_up(stream_);
 
   // Routed experts over the permuted rows.
@@ -1096,7 +1093,7 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   if (interleave_shared) shared_down(stream_);
   check_cuda(detail::launch_linear(d, stream_), "routed experts down");
 
-  if (side_stream) check_cuda(cudaStreamWaitEvent(stream_, join_, 0), "MoE join");
+  if (shared_on_side) check_cuda(cudaStreamWaitEvent(stream_, join_, 0), "MoE join");
 
   check_cuda(detail::launch_moe_combine(moe_y_.as<const uint16_t>(), r.choice_row, r.choice_weight,
                                         static_cast<int>(rows), k, static_cast<int>(hidden),
