@@ -73,28 +73,27 @@ step_correct() {
   echo "graphs rc $?: $(tail -1 $L/graphs.log)" >> "$S"
 }
 
-step_decode() {
-  local r d t
+# ROUNDS rounds of one bench latency case over builds $2 (each in turn): $1 names the case, $3 is
+# the timeout in seconds, the rest are the case's flags.
+rounds() {
+  local name=$1 builds=$2 limit=$3 r d t
+  shift 3
   for ((r = 1; r <= ROUNDS; ++r)); do
-    for d in ${DEC_BUILDS:-$NEW $BASES}; do
-      t=$L/decode-r$r-${d//\//_}
-      LD_LIBRARY_PATH=$(libs $d) timeout 150 $d/bin/m3serve bench latency "${M3[@]}" --batch-sizes "${DEC_BATCHES:-1,2,4,8,16}" \
-        --context-lens "${DEC_CTX:-8192}" --prefill-lens "" --iters 20 --warmup 3 > $t.json 2> $t.log
-      summarise $t.json "decode r$r $d"
+    for d in $builds; do
+      t=$L/$name-r$r-${d//\//_}
+      LD_LIBRARY_PATH=$(libs $d) timeout "$limit" $d/bin/m3serve bench latency "${M3[@]}" "$@" > $t.json 2> $t.log
+      summarise $t.json "$name r$r $d"
     done
   done
 }
 
+step_decode() {
+  rounds decode "${DEC_BUILDS:-$NEW $BASES}" 150 --batch-sizes "${DEC_BATCHES:-1,2,4,8,16}" \
+    --context-lens "${DEC_CTX:-8192}" --prefill-lens "" --iters 20 --warmup 3
+}
+
 step_prefill() {
-  local r d t
-  for ((r = 1; r <= ROUNDS; ++r)); do
-    for d in ${PF_BUILDS:-$NEW $BASES}; do
-      t=$L/prefill-r$r-${d//\//_}
-      LD_LIBRARY_PATH=$(libs $d) timeout 200 $d/bin/m3serve bench latency "${M3[@]}" --batch-sizes "" \
-        --prefill-lens "${PF_LENS:-8192}" --iters 4 --warmup 1 > $t.json 2> $t.log
-      summarise $t.json "prefill r$r $d"
-    done
-  done
+  rounds prefill "${PF_BUILDS:-$NEW $BASES}" 200 --batch-sizes "" --prefill-lens "${PF_LENS:-8192}" --iters 4 --warmup 1
 }
 
 step_timeline() {
