@@ -16,7 +16,11 @@
 #             of DEC_BUILDS (default NEW and BASES), ROUNDS rounds (default 2);
 #   prefill   bench latency's prompts of PF_LENS (default 8192) of PF_BUILDS, ROUNDS rounds;
 #   timeline  one decode step kernel by kernel (--kernel-timeline) at TL_BATCHES (default 1) of
-#             TL_BUILDS (default NEW), summarised by scripts/kernel_timeline_summary.py.
+#             TL_BUILDS (default NEW), summarised by scripts/kernel_timeline_summary.py;
+#   kernels   backend_check bench --only moe at KB_TOKENS (default 2048,8192) and --only linear of
+#             KB_BUILDS (default NEW and BASES): the routed and dense GEMMs alone, their lines at
+#             2,048 and 8,192 rows in the summary.
+# OPS_LIMIT: seconds for each filter of the correct step (default 200).
 # The model is M3.1's shape with dummy weights, LAYERS layers (default 12: what an H100 holds),
 # NVFP4 KV and index cache. One line per case in $OUT/summary.txt, printed last; the logs and JSON
 # in $OUT/compare-logs.tgz.
@@ -64,7 +68,7 @@ step_correct() {
   local f log
   for f in ${FILTERS:-moe}; do
     log=$L/ops-${f//[^a-zA-Z0-9]/_}.log
-    LD_LIBRARY_PATH=$(libs $NEW) timeout 200 $NEW/tests/kernels_cuda/backend_ops --filter "$f" > "$log" 2>&1
+    LD_LIBRARY_PATH=$(libs $NEW) timeout "${OPS_LIMIT:-200}" $NEW/tests/kernels_cuda/backend_ops --filter "$f" > "$log" 2>&1
     echo "ops '$f' rc $?: $(grep -E 'checks in' "$log" | tail -1)" >> "$S"
     grep -m5 FAIL "$log" >> "$S"
   done
@@ -104,6 +108,17 @@ step_timeline() {
       --context-lens 8192 --prefill-lens "" --iters 10 --warmup 2 --kernel-timeline > $t.json 2> $t.log
     python3 scripts/kernel_timeline_summary.py $t.json > $t.txt 2>&1
     { echo "timeline $d:"; head -40 $t.txt; } >> "$S"
+  done
+}
+
+step_kernels() {
+  local d t
+  for d in ${KB_BUILDS:-$NEW $BASES}; do
+    t=$L/kernels-${d//\//_}
+    LD_LIBRARY_PATH=$(libs $d) timeout 120 $d/tests/kernels_cuda/backend_check bench --only moe \
+      --tokens "${KB_TOKENS:-2048,8192}" > $t-moe.log 2>&1
+    LD_LIBRARY_PATH=$(libs $d) timeout 120 $d/tests/kernels_cuda/backend_check bench --only linear > $t-linear.log 2>&1
+    { echo "kernels $d:"; grep -E "^ *(2048|8192) " $t-moe.log; grep -E "^[a-z].* (2048|8192) +[0-9]" $t-linear.log; } >> "$S"
   done
 }
 
