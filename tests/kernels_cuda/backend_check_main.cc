@@ -92,12 +92,13 @@ double time_us(const std::function<void()>& f, int iters, const char* what) {
 }
 
 // Decode- and prefill-shaped linear layers of M3.1 (hidden 6144): weight bytes read once per call.
-// only: the sections whose name contains it (moe, linear split-k, linear, attention; empty: all).
+// only: the sections whose name contains it (moe, split-k, linear, attention; empty: all). The
+// split-K sweep's name leaves out "linear", so that `--only linear` is the linear layers alone.
 // tokens: the MoE bench's token counts (empty: its own list).
 void run_bench(const std::string& only, const std::vector<int>& tokens) {
   auto want = [&](const char* section) { return std::string(section).find(only) != std::string::npos; };
   if (want("moe")) run_moe_bench(tokens);
-  if (want("linear split-k")) run_splitk_bench();
+  if (want("split-k")) run_splitk_bench();
   if (!want("linear") && !want("attention")) return;
   std::mt19937_64 rng(7);
   auto backend = make_cuda_backend();
