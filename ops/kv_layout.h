@@ -34,6 +34,10 @@ M3_HD int kv_data_bytes(KvDType dtype, int dim) {
 
 M3_HD int kv_scale_bytes(KvDType dtype, int dim) { return dtype == KvDType::kNVFP4 ? dim / 16 : 0; }
 
+// Whether queries meet a cache of this dtype in the E4M3 domain: fp8 and nvfp4 caches
+// (ops/attention.h), for the attention K and the indexer's index-K alike.
+M3_HD bool e4m3_queries(KvDType dtype) { return dtype == KvDType::kFP8 || dtype == KvDType::kNVFP4; }
+
 // Where one layer's K, V and index-K live, as plain values a kernel can take by value.
 struct KvLayerView {
   uint8_t* pool = nullptr;   // start of block 0

@@ -48,9 +48,6 @@ void encode_row(KvDType dtype, const float* x, int dim, uint8_t* data, uint8_t* 
   }
 }
 
-// Whether queries meet this cache in the E4M3 domain (fp8 and nvfp4 caches, ops/attention.h).
-bool e4m3_queries(KvDType dtype) { return dtype == KvDType::kFP8 || dtype == KvDType::kNVFP4; }
-
 struct TokenView {
   int seq;
   int pos;

@@ -118,7 +118,7 @@ struct World {
 // HF-style indexer: dense scores, token mask, block max-pool, forced blocks, top-k.
 std::vector<int32_t> reference_topk(World& w, const std::vector<float>& iq, const IndexerParams& p) {
   std::vector<int32_t> out;
-  const bool q8 = w.index == KvDType::kFP8 || w.index == KvDType::kNVFP4;
+  const bool q8 = e4m3_queries(w.index);
   for (int t = 0; t < w.num_queries(); ++t) {
     const int s = w.token_seq[t], pos = w.positions[t], len = w.lens[s];
     const int nb = (len + w.bs - 1) / w.bs;

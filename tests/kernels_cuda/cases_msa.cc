@@ -72,7 +72,7 @@ class MsaCase : public AttentionCase {
     const StepBatch& b = step_.batch;
     const int bs = cache.block_size, pos = b.positions[token];
     const int64_t phys = b.page_table[size_t(b.token_seq[token]) * b.pages_per_seq + block];
-    const bool q8 = cache.index_dtype == KvDType::kFP8 || cache.index_dtype == KvDType::kNVFP4;
+    const bool q8 = e4m3_queries(cache.index_dtype);
     std::vector<float> key(cache.index_dim);
     BlockScore best;
     for (int r = 0; r < bs && block * bs + r <= pos; ++r) {
@@ -99,7 +99,7 @@ class MsaCase : public AttentionCase {
     const StepBatch& b = step_.batch;
     const KvLayerView cache = layout_.layer_view(const_cast<uint8_t*>(pool_.data_as<const uint8_t>()), 0);
     const int hi = s_.geometry.index_heads, topk = s_.geometry.topk, di = cache.index_dim;
-    const bool q8 = cache.index_dtype == KvDType::kFP8 || cache.index_dtype == KvDType::kNVFP4;
+    const bool q8 = e4m3_queries(cache.index_dtype);
     int failures = 0;
     for (int t = 0; t < b.num_tokens(); ++t)
       for (int h = 0; h < hi; ++h) {

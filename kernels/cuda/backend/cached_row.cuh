@@ -11,9 +11,6 @@
 
 namespace m3::cuda::detail {
 
-// Whether queries meet a cache of this dtype in the E4M3 domain (ops/attention.h).
-__device__ __forceinline__ bool e4m3_queries(KvDType d) { return d == KvDType::kFP8 || d == KvDType::kNVFP4; }
-
 // Element i of a cached row, decoded as the reference does (Q8KV4 view for nvfp4 when e4m3_view).
 __device__ __forceinline__ float cached_value(KvDType dtype, const uint8_t* data, const uint8_t* scales, int i,
                                               bool e4m3_view) {
