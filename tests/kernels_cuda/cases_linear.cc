@@ -267,8 +267,13 @@ void add_linear_cases(CaseList& cases, bool quick) {
   // the last 64-element step (k 1056, 16.5 steps: the 4-slot stage ring wraps many times; nvfp4
   // and mxfp8 scale rows of 66 and 33 bytes, read byte by byte) and items of 256, 256 and 188 rows
   // (700 rows: N 256 and 192), per tensor-core format.
+  // 1,100 rows: four items of 320 (wgmma_max_item_rows: mxfp8 and nvfp4 store), the last of 140
+  // (N 192 on the 320 size); fp8 keeps 256-row items.
   if (!quick)
-    for (int f : {0, 3, 5, 6, 7}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], 320, 1056, 700));
+    for (int f : {0, 3, 5, 6, 7}) {
+      cases.push_back(std::make_unique<LinearCase>(kFormats[f], 320, 1056, 700));
+      if (f != 0) cases.push_back(std::make_unique<LinearCase>(kFormats[f], 320, 1056, 1100));
+    }
   // Dense layers wide enough for the wgmma kernel at 65-256 rows (6144 weight rows and more:
   // linear_item_rows): one item of 150 rows (N 192) and one of 100 (N 128), where narrower layers
   // take the streamed kernel.
@@ -286,6 +291,8 @@ void add_linear_cases(CaseList& cases, bool quick) {
       cases.push_back(std::make_unique<LinearCase>(kFormats[f], 6144, 2080, 128));
       cases.push_back(std::make_unique<LinearCase>(kFormats[f], 6144, 4096, 200));
     }
+    // 300 rows: one item of N 320 (mxfp8, nvfp4), split over a cluster the same way.
+    for (int f : {5, 7}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], 6144, 2080, 300));
     for (int f : {5, 7}) cases.push_back(std::make_unique<SwigluCase>(kFormats[f], 128, 2048, 3072));
   }
   // MXFP8 block exponents from about 130 to 139: the exact expansion where a warp's blocks pass
@@ -312,12 +319,13 @@ void add_linear_cases(CaseList& cases, bool quick) {
       {"f32 experts (simt), f32 shared", 8, 2, kFormats[1], kFormats[1]},
   };
   // 200 tokens: experts of ~50 (E16 k4) and ~50 (E8 k2) rows, grouped 64-row items on the wgmma
-  // kernel's 64-row size; 300, 1100 and 2048: 256-row items, those of more than 64 rows on the 256
-  // size, the experts' tails of 17-64 rows on the 64 size and those of up to 16 rows on the
-  // streamed kernel (three launches over one item list; 1100 tokens: experts of ~275 rows, so that
-  // many tails are that small).
+  // kernel's 64-row size; 300, 1100, 1320 and 2048: items of 320 rows (nvfp4 experts; f32 ones
+  // take the SIMT kernel), those of more than 64 rows on the large size, the experts'
+  // tails of 17-64 rows on the 64 size and those of up to 16 rows on the streamed kernel (three
+  // launches over one item list; 1100 tokens: experts of ~275 rows, one item each; 1320: ~330 rows,
+  // an item of 320 and a tail of a few rows).
   for (const MoeShape& s : shapes)
-    for (int rows : quick ? std::vector<int>{1, 40, 200} : std::vector<int>{1, 5, 40, 200, 300, 1100, 2048})
+    for (int rows : quick ? std::vector<int>{1, 40, 200} : std::vector<int>{1, 5, 40, 200, 300, 1100, 1320, 2048})
       cases.push_back(std::make_unique<MoeCase>(s, rows));
 
   // Expert parallel and routed only: each shape's ranks' slices (one of a single expert, fewer
@@ -331,10 +339,12 @@ void add_linear_cases(CaseList& cases, bool quick) {
       {m3_routing, {{32, 32}}},
   };
   // The M3.1 routing at 2,048 tokens (serve's step on smaller GPUs): experts of ~64 rows, all
-  // experts and EP 4's rank 1, on the wgmma kernel's 64-row size.
+  // experts and EP 4's rank 1, on the wgmma kernel's 64-row size; at 8,192 (a prefill chunk):
+  // experts of ~256 rows, one 320-row item each or an item and a tail.
   if (!quick) {
     cases.push_back(std::make_unique<MoeCase>(m3_routing, 2048));
     cases.push_back(std::make_unique<MoeCase>(m3_routing, 2048, MoeSlice{32, 32, true}));
+    cases.push_back(std::make_unique<MoeCase>(m3_routing, 8192));
   }
   for (const auto& [s, slices] : ep)
     for (int rows : quick ? std::vector<int>{7, 300} : std::vector<int>{1, 7, 64, 300}) {

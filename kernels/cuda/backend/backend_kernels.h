@@ -79,7 +79,7 @@ struct LinearArgs {
   const LinearItem* items = nullptr;
   const int32_t* num_items = nullptr;
   int max_items = 0;
-  int item_rows = 16;  // rows per item: 16, 32 or 64 (streamed / skinny kernels, grouped 64: wgmma), 256 (wgmma)
+  int item_rows = 16;  // rows per item: 16, 32 or 64 (streamed / skinny kernels, grouped 64: wgmma), 256 or 320 (wgmma)
   uint16_t* out = nullptr;
   int64_t out_stride = 0;
   Epilogue epilogue = Epilogue::kStore;
@@ -95,7 +95,7 @@ struct LinearArgs {
   // Dense launches on the wgmma kernel: K split over this many CTAs of a cluster (1-8); 0, the
   // launcher's own choice (linear_wgmma.cu, wgmma_k_splits). Set by benchmarks' split-K sweeps only.
   int k_splits = 0;
-  // Grouped launches of 256-row items (prefill): items of at most this many rows (> 0) are the
+  // Grouped launches of 256- or 320-row items (prefill): items of at most this many rows (> 0) are the
   // streamed kernel's, which skips the others (their units are empty), and the wgmma kernel skips
   // them (launch_linear splits such a list in two; 0: one kernel takes every item).
   int streamed_items_up_to = 0;
@@ -112,8 +112,9 @@ bool linear_has_mma_path(const WeightView& w, int k);
 // Rows per item the kernels prefer for a problem of `rows` rows (dense) or of about `rows` rows
 // per expert (grouped). weight_rows: the weight rows a dense launch multiplies (out features;
 // twice that for a SwiGLU pair; 0 where only the skinny and streamed kernels may run, as for the
-// segments of one fused launch).
-int linear_item_rows(const WeightView& w, int k, int weight_rows, int rows, bool grouped = false);
+// segments of one fused launch). epilogue: the dense launch's (it bounds the wgmma items:
+// wgmma_max_item_rows); a grouped list takes the size of both.
+int linear_item_rows(const WeightView& w, int k, int weight_rows, int rows, Epilogue epilogue, bool grouped = false);
 // Rows per item in batch-invariant mode (CudaBackendOptions::batch_invariant), whatever the row
 // count: the item size picks the skinny kernel's instance, and with it the order in which a row's
 // K chunks are summed (chunks per warp batch, accumulator sets) and whether K is split over a
@@ -128,9 +129,19 @@ bool streamed_linear_ok(const LinearArgs& args);
 cudaError_t init_linear_streamed_kernels();
 cudaError_t launch_linear_streamed(const LinearArgs& args, int max_items, cudaStream_t stream);
 cudaError_t launch_linear(const LinearArgs& args, cudaStream_t stream);
-// The prefill-shaped kernel (items of up to 256 rows, Hopper wgmma; linear_wgmma.cu), for weights
-// with a tensor-core path (linear_has_mma_path); launch_linear dispatches here. `items`: item count.
+// The prefill-shaped kernel (items of up to 256 rows, or 320 where wgmma_max_item_rows allows; Hopper
+// wgmma; linear_wgmma.cu), for weights with a tensor-core path (linear_has_mma_path); launch_linear
+// dispatches here. `items`: item count.
 inline constexpr int kWgmmaItemRows = 256;
+inline constexpr int kWgmmaWideItemRows = 320;
+// The largest item the wgmma kernel takes for a weight kind and epilogue: 320 rows for NVFP4, and
+// for MXFP8 without the SwiGLU epilogue (which would spill there); 256 for the rest (bf16's stages
+// would not fit in shared memory at 320).
+constexpr int wgmma_max_item_rows(WeightKind kind, Epilogue epilogue) {
+  return kind == WeightKind::kNvfp4 || (kind == WeightKind::kMxfp8 && epilogue == Epilogue::kStore)
+             ? kWgmmaWideItemRows
+             : kWgmmaItemRows;
+}
 // Whether launch_linear gives a tensor-core problem to the wgmma kernel: items of more than 64
 // rows, and grouped (routed-expert) items of 64 rows, which its 64-row size takes two CTAs an SM
 // (experts of 33-64 rows, e.g. M3.1's 128 experts at 1,025-2,048 tokens a step). Dense 64-row

@@ -21,6 +21,8 @@
 //    from shared memory (Hopper warpgroup MMAs with register A).
 // Weights that cannot be expanded exactly to bf16 (f32, f16, fp8 with 128x128 block scales) or
 // whose rows are not 16-byte chunks take an exact fp32 SIMT kernel (fixtures, odd shapes).
+#include <algorithm>
+
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -378,8 +380,8 @@ cudaError_t launch_skinny(const LinearArgs& a, int items, cudaStream_t stream) {
                                dim3(kSkinnyWarps * 32), dim3(1, 1, splits), 0, stream, a);
 }
 
-// Items of up to this many rows in a grouped list of 256-row items (the routed experts of a
-// prefill step: the experts' tails past their 256-row items, and the experts that got few rows) take
+// Items of up to this many rows in a grouped list of 256- or 320-row items (the routed experts of a
+// prefill step: the experts' tails past their large items, and the experts that got few rows) take
 // the streamed kernel's narrow form, the rest the wgmma kernel. On the wgmma kernel such an item
 // cost about a full item's K-step chain for a few rows (its 64-row size: the 8K prompt's tails 1.87
 // of a layer's 9.9 ms of routed GEMMs, ~0.5 TB/s of weights, docs/gpu-backend-notes.md "Session
@@ -446,7 +448,7 @@ bool linear_has_mma_path(const WeightView& w, int k) {
   return true;
 }
 
-int linear_item_rows(const WeightView& w, int k, int weight_rows, int rows, bool grouped) {
+int linear_item_rows(const WeightView& w, int k, int weight_rows, int rows, Epilogue epilogue, bool grouped) {
   if (!linear_has_mma_path(w, k)) return 16;
   if (rows <= 16) return 16;
   if (rows <= 32) return 32;
@@ -455,7 +457,16 @@ int linear_item_rows(const WeightView& w, int k, int weight_rows, int rows, bool
   // form (64-row items): it reads the weight once with n / 16 CTAs, where the wgmma kernel would
   // have only n / 128 (k_proj's 512 features: 4).
   if (!grouped && rows <= kSkinnyMaxDenseRows && weight_rows < kWgmmaMinDenseWeightRows) return 64;
-  return kWgmmaItemRows;
+  // A grouped list serves the experts' SwiGLU and store launches alike: the size both epilogues take.
+  const int most = grouped ? std::min(wgmma_max_item_rows(w.kind, Epilogue::kStore),
+                                      wgmma_max_item_rows(w.kind, Epilogue::kSwiglu))
+                           : wgmma_max_item_rows(w.kind, epilogue);
+  if (grouped || most == kWgmmaItemRows) return most;
+  // Dense: the fewest items of at most `most` rows, as even as 64-row steps make them (8,192 rows:
+  // 26 items of 320 instead of 32 of 256), and never below 256, so that decode batches (and their
+  // split-K launches) keep the 256 size.
+  const int items = (rows + most - 1) / most;
+  return std::max(kWgmmaItemRows, ((rows + items - 1) / items + 63) / 64 * 64);
 }
 
 cudaError_t init_linear_kernels() {
@@ -470,7 +481,9 @@ cudaError_t launch_linear(const LinearArgs& a, cudaStream_t stream) {
     // (CudaBackend::fused_linears) checked that every weight shares w[0]'s kind and has the
     // tensor-core path.
     if (a.num_segments > kMaxLinearSegments || a.items != nullptr ||
-        (a.item_rows > 64 && a.item_rows != kWgmmaItemRows) || a.epilogue != Epilogue::kStore || a.x_stride % 8 != 0)
+        (a.item_rows > 64 && a.item_rows != kWgmmaItemRows &&
+         a.item_rows != wgmma_max_item_rows(a.w[0].kind, Epilogue::kStore)) ||
+        a.epilogue != Epilogue::kStore || a.x_stride % 8 != 0)
       return cudaErrorInvalidValue;
     if (items <= 0) return cudaSuccess;
     return launch_kind<false>(a, items, stream);

@@ -1,4 +1,4 @@
-// Prefill-shaped linear layers (items of up to 256 rows) on Hopper's warpgroup MMA: y = x W^T with
+// Prefill-shaped linear layers (items of up to 256 or 320 rows) on Hopper's warpgroup MMA: y = x W^T with
 // the weights expanded to bf16 in registers (never a dequantized copy in memory), fp32
 // accumulation. Same numerics as the skinny kernel (linear.cu): exact bf16 expansion of the
 // weights, the second-level / per-tensor scale and the SwiGLU epilogue on the fp32 sum; only the
@@ -7,9 +7,10 @@
 // The weights are the MMA's A operand, from registers (wgmma m64nNk16, register A): a CTA takes
 // 128 weight rows (two warpgroups of 64: 128 features, or 64 gate + 64 up features for the fused
 // SwiGLU, so that a thread holds a feature's gate and up sums together) and the item's rows
-// (tokens) as B, N = 64, 128, 192 or 256 of them, from shared memory. The kernel comes in two
-// sizes (TileSize): items of up to 256 rows, one CTA an SM, and items of up to 64 rows (grouped
-// launches: small experts and the tails of large ones), two CTAs an SM. Per K step of 64:
+// (tokens) as B, N = 64, 128, 192, 256 or 320 of them, from shared memory. The kernel comes in three
+// sizes (TileSize): items of up to 256 or 320 rows (the latter two MMAs a k16 step), one CTA an SM,
+// and items of up to 64 rows (grouped launches: small experts and the tails of large ones), two
+// CTAs an SM. Per K step of 64:
 //  - the x rows (a 128-byte-swizzled K-major tile, the layout wgmma reads through a descriptor)
 //    and the raw weight bytes (nvfp4 32, fp8 64, bf16 128 bytes a row, rows padded so that the 8
 //    rows a warp reads at once fall in distinct banks) are staged kStages - 1 steps ahead: the
@@ -63,9 +64,18 @@ constexpr int kStages = 4;
 // of shared memory), so an expert of a few dozen rows kept a whole SM for nearly a full item's
 // time. The 64 size fits two CTAs an SM (at most 128 registers, no spills: `-Xptxas -v`; ~60 KB
 // of shared memory for nvfp4), so two such chains overlap. At a 128-row maximum ptxas spills.
+//
+// The 320-row size (kWgmmaWideItemRows; NVFP4 weights, and MXFP8 without the SwiGLU epilogue:
+// wgmma_max_item_rows) takes N = 320 as two MMAs a k16 step, N = 256 and N = 64 on the same A
+// fragments. An 8,192-token prefill chunk gives M3.1's 128 experts 256 rows on average, so with
+// 256-row items about half of them needed a second item of a few dozen rows, which expands the
+// whole expert weight again (docs/gpu-backend-notes.md, "Session 39": 1.87 of a layer's 9.9 ms of
+// routed GEMMs); the K step's chain (~2,000 cycles against ~1,100 of MMAs at N = 256) leaves room
+// for the 64 more columns. mxfp8's SwiGLU spills at 320 and bf16's stages do not fit in shared
+// memory, so those keep 256.
 template <int kMaxN>
 struct TileSize {
-  static_assert(kMaxN == 64 || kMaxN == kWgmmaItemRows, "N of one wgmma");
+  static_assert(kMaxN == 64 || kMaxN == kWgmmaItemRows || kMaxN == kWgmmaWideItemRows, "an item size");
   static constexpr int kXTileBytes = kMaxN * kStepK * 2;
   // The x rows a thread copies: rows x_row + 32 i (i < N / 32) for x_row = tid / 8, each time the
   // same 16-byte column x_chunk = tid % 8 of the step's 64 elements.
@@ -120,8 +130,8 @@ struct KRange {
   int splits, rank;
 };
 
-// Which items of a launch a kernel instance computes. A grouped launch of 256-row items runs
-// twice over one item list: the 256 size takes the items of more than 64 rows, the 64 size the
+// Which items of a launch a kernel instance computes. A grouped launch of large items runs
+// twice over one item list: the 256 or 320 size takes the items of more than 64 rows, the 64 size the
 // rest (the experts' tails); every CTA reads its item and returns when it belongs to the other.
 enum class ItemSizes : int { kAll, kAbove64, kUpTo64 };
 
@@ -131,6 +141,20 @@ __device__ __forceinline__ uint32_t swizzled(int r, int c) { return uint32_t(r *
 // Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
 __device__ __forceinline__ uint64_t swizzled_desc(uint32_t addr) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// D (+)= A B^T of one k16 step over an item's N token rows, B from the x tile at x_addr: one MMA up
+// to N = 256 (wgmma's widest), else N = 256 and then N - 256 on the same A fragments (rows from 256
+// on start 256 * 128 bytes further into the tile, a swizzle pattern boundary; their sums are
+// d[128 ..], where the epilogue's layout continues).
+template <int N>
+__device__ __forceinline__ void wgmma_rows(float* d, const uint32_t (&a)[4], uint32_t x_addr) {
+  if constexpr (N <= 256) {
+    wgmma_bf16<N>(d, a, swizzled_desc(x_addr), true);
+  } else {
+    wgmma_bf16<256>(d, a, swizzled_desc(x_addr), true);
+    wgmma_bf16<N - 256>(d + 128, a, swizzled_desc(x_addr + 256 * 128), true);
+  }
 }
 
 // The weight and feature of tile row m: kStore rows are features n0 + m; kSwiglu rows 16 i + h * 8 + g
@@ -364,7 +388,7 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
     wgmma_pin<N>(d);
     wgmma_fence();
 #pragma unroll
-    for (int s = 0; s < 4; ++s) wgmma_bf16<N>(d, frag[S][s], swizzled_desc(x_tile + 32 * s), true);
+    for (int s = 0; s < 4; ++s) wgmma_rows<N>(d, frag[S][s], x_tile + 32 * s);
     wgmma_commit();
     sc_next[0] = sc_after[0];
     sc_next[1] = sc_after[1];
@@ -532,7 +556,9 @@ __global__ void __launch_bounds__(kThreads, TileSize<kMaxN>::kMinCtasPerSm)
       run_tile<F, kSwiglu, kTmaX, kMaxN, 128>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, kr);
     else if (rows <= 192)
       run_tile<F, kSwiglu, kTmaX, kMaxN, 192>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, kr);
-    else run_tile<F, kSwiglu, kTmaX, kMaxN, 256>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, kr);
+    else if (kMaxN == kWgmmaItemRows || rows <= kWgmmaItemRows)
+      run_tile<F, kSwiglu, kTmaX, kMaxN, kWgmmaItemRows>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, kr);
+    else run_tile<F, kSwiglu, kTmaX, kMaxN, kMaxN>(a, &x_map, item, w0, w1, smem, o, smem_base, ts, n0, kr);
   }
 }
 
@@ -651,6 +677,22 @@ void launch_size(const LinearArgs& a, const CUtensorMap& x_map, bool tma, dim3 g
   launch_cluster_kernel(kernel, grid, kThreads, dim3(1, 1, grid.z), smem, stream, a, x_map, sizes);
 }
 
+// Whether the kernel has an instance of items of up to kMaxN rows for weight kind F and the epilogue.
+template <WeightKind F, bool kSwiglu, int kMaxN>
+constexpr bool kSizeExists = kMaxN <= wgmma_max_item_rows(F, kSwiglu ? Epilogue::kSwiglu : Epilogue::kStore);
+
+// Items of more than 64 rows on the kMaxN size: a dense launch's all, a grouped list's those of
+// more than 64 rows, the rest (the experts' tails) on the 64-row size.
+template <WeightKind F, bool kSwiglu, int kMaxN>
+void launch_large(const LinearArgs& a, const CUtensorMap& x_map, bool tma, dim3 grid, cudaStream_t stream) {
+  if (a.items == nullptr) {
+    launch_size<F, kSwiglu, kMaxN>(a, x_map, tma, grid, ItemSizes::kAll, stream);
+  } else {
+    launch_size<F, kSwiglu, kMaxN>(a, x_map, tma, grid, ItemSizes::kAbove64, stream);
+    launch_size<F, kSwiglu, 64>(a, x_map, tma, grid, ItemSizes::kUpTo64, stream);
+  }
+}
+
 template <WeightKind F, bool kSwiglu>
 cudaError_t launch_kind(const LinearArgs& a, int items, cudaStream_t stream) {
   constexpr int features = kSwiglu ? kTileRows / 2 : kTileRows;
@@ -665,11 +707,13 @@ cudaError_t launch_kind(const LinearArgs& a, int items, cudaStream_t stream) {
   const bool tma = encode_x_map(a, &x_map);
   if (a.item_rows <= 64) {
     launch_size<F, kSwiglu, 64>(a, x_map, tma, grid, ItemSizes::kAll, stream);
-  } else if (a.items == nullptr) {
-    launch_size<F, kSwiglu, kWgmmaItemRows>(a, x_map, tma, grid, ItemSizes::kAll, stream);
+  } else if (a.item_rows <= kWgmmaItemRows) {
+    launch_large<F, kSwiglu, kWgmmaItemRows>(a, x_map, tma, grid, stream);
+  } else if constexpr (kSizeExists<F, kSwiglu, kWgmmaWideItemRows>) {
+    if (a.item_rows > kWgmmaWideItemRows) return cudaErrorInvalidValue;
+    launch_large<F, kSwiglu, kWgmmaWideItemRows>(a, x_map, tma, grid, stream);
   } else {
-    launch_size<F, kSwiglu, kWgmmaItemRows>(a, x_map, tma, grid, ItemSizes::kAbove64, stream);
-    launch_size<F, kSwiglu, 64>(a, x_map, tma, grid, ItemSizes::kUpTo64, stream);
+    return cudaErrorInvalidValue;  // items wider than wgmma_max_item_rows
   }
   return cudaGetLastError();
 }
@@ -679,24 +723,29 @@ cudaError_t launch_epilogue(const LinearArgs& a, int items, cudaStream_t stream)
   return dispatch_mma_kind(a.w[0].kind, [&](auto kind) { return launch_kind<decltype(kind)::value, kSwiglu>(a, items, stream); });
 }
 
-template <WeightKind F, int kMaxN>
+template <WeightKind F, bool kSwiglu, int kMaxN>
 cudaError_t set_smem_limit() {
-  constexpr int bytes = RawLayout<F, kMaxN>::kSmemBytes;
-  for (auto kernel : {wgmma_linear_kernel<F, false, false, kMaxN>, wgmma_linear_kernel<F, false, true, kMaxN>,
-                      wgmma_linear_kernel<F, true, false, kMaxN>, wgmma_linear_kernel<F, true, true, kMaxN>}) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    // Two 64-row CTAs an SM need the carveout at its shared-memory maximum.
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    if (e != cudaSuccess) return e;
+  if constexpr (kSizeExists<F, kSwiglu, kMaxN>) {
+    constexpr int bytes = RawLayout<F, kMaxN>::kSmemBytes;
+    for (auto kernel : {wgmma_linear_kernel<F, kSwiglu, false, kMaxN>, wgmma_linear_kernel<F, kSwiglu, true, kMaxN>}) {
+      cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      // Two 64-row CTAs an SM need the carveout at its shared-memory maximum.
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+      if (e != cudaSuccess) return e;
+    }
   }
   return cudaSuccess;
 }
 
 template <WeightKind F>
 cudaError_t set_smem_limits() {
-  const cudaError_t e = set_smem_limit<F, 64>();
-  return e != cudaSuccess ? e : set_smem_limit<F, kWgmmaItemRows>();
+  cudaError_t e = cudaSuccess;
+  for (cudaError_t (*set)() : {set_smem_limit<F, false, 64>, set_smem_limit<F, true, 64>,
+                               set_smem_limit<F, false, kWgmmaItemRows>, set_smem_limit<F, true, kWgmmaItemRows>,
+                               set_smem_limit<F, false, kWgmmaWideItemRows>, set_smem_limit<F, true, kWgmmaWideItemRows>})
+    if (e == cudaSuccess) e = set();
+  return e;
 }
 
 }  // namespace
