@@ -27,7 +27,11 @@ namespace {
 constexpr double kBoundary = 1e-9;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-enum class RowShape { kPeaked, kFlat, kTied, kNegInf, kNaN, kAllMasked };
+// kCrowded and kSpread are for the logprobs kernel's top k, which keeps the keys within a binade
+// of the row's max when it can: kCrowded puts half the row in the max's binade and 40 logits
+// near the max (too many kept: the chosen pivot is gathered again), kSpread spreads the row over
+// six binades (at small vocabularies the top 20 reach past the first binade).
+enum class RowShape { kPeaked, kFlat, kTied, kNegInf, kNaN, kAllMasked, kCrowded, kSpread };
 const char* shape_name(RowShape s) {
   switch (s) {
     case RowShape::kPeaked: return "peaked";
@@ -36,6 +40,8 @@ const char* shape_name(RowShape s) {
     case RowShape::kNegInf: return "-inf";
     case RowShape::kNaN: return "nan";
     case RowShape::kAllMasked: return "all -inf";
+    case RowShape::kCrowded: return "crowded";
+    case RowShape::kSpread: return "spread";
   }
   return "?";
 }
@@ -55,10 +61,14 @@ std::vector<float> make_logits(std::mt19937_64& rng, RowShape shape, int rows, i
         case RowShape::kNegInf: x[i] = unit(rng) < 0.3f ? -kInf : 2.0f * normal(rng); break;
         case RowShape::kNaN: x[i] = unit(rng) < 0.01f ? std::nanf("") : 2.0f * normal(rng); break;
         case RowShape::kAllMasked: x[i] = -kInf; break;
+        case RowShape::kCrowded: x[i] = unit(rng) < 0.5f ? 1.0f + 0.9f * unit(rng) : 0.5f * normal(rng) - 4.0f; break;
+        case RowShape::kSpread: x[i] = 100.0f * std::exp2(-6.0f * unit(rng)); break;
       }
       x[i] = bf16_round(x[i]);
     }
     if (shape == RowShape::kAllMasked && r % 2) x[rng() % vocab] = 1.0f;  // one survivor on odd rows
+    if (shape == RowShape::kCrowded)
+      for (int j = 0; j < 40; ++j) x[rng() % vocab] = bf16_round(1.95f + 0.04f * unit(rng));
     // A NaN last on the first row: at small vocabularies a GPU thread's whole share of the row
     // (seed 7 found a lone NaN dropped from the logprobs' sum).
     if (shape == RowShape::kNaN && r == 0) x[vocab - 1] = std::nanf("");
@@ -342,7 +352,8 @@ class LogprobsCase : public OpCase {
 
 void add_sampling_cases(CaseList& cases, bool quick) {
   for (int vocab : {200064, 1000, 37, 3})
-    for (RowShape shape : {RowShape::kPeaked, RowShape::kTied, RowShape::kNaN, RowShape::kAllMasked})
+    for (RowShape shape : {RowShape::kPeaked, RowShape::kTied, RowShape::kNaN, RowShape::kAllMasked,
+                           RowShape::kCrowded, RowShape::kSpread})
       if (!quick || shape == RowShape::kPeaked || vocab != 200064)
         cases.push_back(std::make_unique<LogprobsCase>(vocab, shape, 4));
   for (int vocab : {200064, 1000, 37, 3})

@@ -28,11 +28,14 @@
 //   tokens' ranks (counts of larger logits); log_norm = max + log(sum), so a logprob differs from
 //   the reference's (exp in double) by the float exps' rounding, ~1e-6 at most; 16-byte loads, 4
 //   in flight
-//   top k              the same radix select gives the k-th largest key (NaN keyed below -inf) and
-//                      each span's ties with it; every span gathers its larger keys in any order
-//                      and its share of the ties (the row's lowest ids first: all of its ties, or
-//                      in id order by a scan of tie counts), and the first CTA sorts the <= 20
-//                      (key descending, id ascending)
+//   top k              a second pass counts the keys (a bf16 logit's order key is 16 bits) within
+//                      6 distances of the max's and keeps those within a binade; the tightest
+//                      distance with k or more bounds the candidates (at most 512 in the row:
+//                      those kept, or a third pass's gather), which the first CTA ranks (key
+//                      descending, id ascending). A row with more than 512 keys at its top (ties,
+//                      a flat top) takes the radix select of the k-th largest key (digits of 11
+//                      and 5 bits) and gathers its larger keys and, in id order across the
+//                      spans, its share of the ties. No contended atomics on the common path.
 // Every reduction has a fixed order (warp butterflies, warps in index order, CTAs in rank order;
 // no float atomics), so a row gives the same id on every run and in every batch. Against the host
 // reference the sums differ in association only: a different id needs the draw (or the top_p cut,
@@ -405,7 +408,7 @@ __device__ int32_t sample_row(const SampleArgs& a, const SampleRow& r, const Row
         });
       };
       int ties_in, ties_total;
-      const uint32_t kth = row_select_kth(candidate_keys, r.top_k, ties_in, ties_total, sh);
+      const uint32_t kth = row_select_kth<32>(candidate_keys, r.top_k, ties_in, ties_total, sh);
       if (kth > lo) {
         lo = kth;
         kept_count = r.top_k - ties_in + ties_total;  // the larger keys and every tie with the k-th
@@ -580,8 +583,11 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
   row_end();
 }
 
-// A logit's key for the top k: NaN below everything (below -inf's key, which is > 0).
-__device__ __forceinline__ uint32_t logprob_key(float x) { return isnan(x) ? 0u : order_key(x); }
+// A logit's key for the top k: NaN below everything (below -inf's key, which is > 0). The logits
+// are bf16, so the high 16 bits of a float's order key are all of it (equal high bits mean equal
+// values), and the radix select needs two digits (11 and 5 bits), not three.
+constexpr int kLogprobKeyBits = 16;
+__device__ __forceinline__ uint32_t logprob_key(float x) { return isnan(x) ? 0u : order_key(x) >> 16; }
 
 // Each CTA's share of the softmax's normaliser: its max, the sum of exp(x - that max), the counts
 // of logits above the asked tokens'.
@@ -591,17 +597,35 @@ struct NormPart {
   double sum;
 };
 
-// Passes over each CTA's span of the raw row: (1) max with an online sum of expf(x - max)
-// (rescaled when the max grows) and the asked tokens' ranks; (2-4) the radix select of the k-th
-// largest key; (5) the gather: the larger keys and, in id order across the spans, the ties.
-__global__ void __launch_bounds__(kThreads) logprobs_kernel(LogprobArgs a) {
+// The top k's candidates: distances below the row's largest key (bf16 ulps; 128 is a binade) at
+// which the second pass counts the keys within, the tightest with k or more bounding the
+// candidates. The pass also keeps each key within kGatherPivot's distance (up to kCandidates a
+// CTA), so that where that pivot or a tighter one bounds at most kCandidates keys, no further
+// pass is needed: a peaked row's top 20 are within a binade of its max, and a few hundred keys
+// at most. One slot of row_sums' kPivots is the overflow flag.
+constexpr int kTopPivots = kPivots - 1;
+constexpr int kGatherPivot = 4;
+constexpr int kCandidates = kThreads;  // a CTA's kept keys, and a row's candidates: one a thread
+__device__ __forceinline__ uint32_t pivot_distance(int j) {
+  constexpr uint32_t kDistance[kTopPivots] = {4, 16, 32, 64, 128, 512};
+  return kDistance[j];
+}
+
+// The passes over each CTA's span of the raw row: (1) max with an online sum of expf(x - max)
+// (rescaled when the max grows) and the asked tokens' ranks; then, when a top k is asked, (2) the
+// counts at the pivots below the max and the keys within a binade of it. Most rows need no more:
+// the pivot that bounds the top k keeps at most kCandidates, which rank 0 ranks (key descending,
+// id ascending). Otherwise (3) a gather at the chosen pivot, or, where more than kCandidates keys
+// tie or crowd at the top (a flat row, a row of a few values), the radix select of the k-th
+// largest key and a gather of the larger keys and, in id order across the spans, its ties.
+__global__ void __launch_bounds__(kThreads, 2) logprobs_kernel(LogprobArgs a) {
   kernel_prologue();
   __shared__ Shared sh;
-  __shared__ int32_t top_id[kMaxTopLogprobs];  // this span's picks (read by rank 0)
-  __shared__ uint32_t top_key[kMaxTopLogprobs];
-  __shared__ int top_count;
-  __shared__ int32_t merged_id[kRowCtas * kMaxTopLogprobs];  // rank 0: every span's picks
-  __shared__ uint32_t merged_key[kRowCtas * kMaxTopLogprobs];
+  __shared__ int32_t cand_id[kCandidates];  // this span's candidates (read by rank 0)
+  __shared__ uint32_t cand_key[kCandidates];
+  __shared__ int cand_count;
+  __shared__ int32_t merged_id[kCandidates];  // rank 0: every span's candidates
+  __shared__ uint32_t merged_key[kCandidates];
   row_begin();
   const int vocab = a.vocab;
   const RowPart part = row_part(vocab);
@@ -653,57 +677,111 @@ __global__ void __launch_bounds__(kThreads) logprobs_kernel(LogprobArgs a) {
   const auto logprob = [&](float x) { return static_cast<float>(static_cast<double>(x) - log_norm); };
 
   const int k = min(q.top_k, vocab);
-  int n_picked = 0;  // rank 0: every span's picks, k or more
+  int n_picked = 0;  // rank 0: every span's candidates, k or more
   if (k > 0) {
-    const auto keys = [&](const auto& f) { for_each_logit(raw, part, [&](int, float x) { f(logprob_key(x)); }); };
-    int ties_in;
-    int ties_total;
-    const uint32_t kth = row_select_kth(keys, k, ties_in, ties_total, sh);
-    // Each span's picks: its keys above kth (fewer than k in the whole row, any order: slots by
-    // atomics) and its first ties_in ties with kth in id order (tiles of kThreads * kChunk
-    // consecutive ids, a thread's kChunk (8) one 16-byte word when the row is aligned). Together a
-    // superset of the row's top k, which rank 0 ranks (key descending, id ascending).
-    if (threadIdx.x == 0) top_count = 0;
-    __syncthreads();
-    int tie_carry = 0;
-    for (int tile = part.begin; tile < part.end; tile += kThreads * kChunk) {
-      const int begin = tile + threadIdx.x * kChunk;
-      float x[kChunk];
-      load_chunk(raw, nullptr, begin, part.end, x);
-      uint32_t key[kChunk];
-      int ties = 0;
+    // false when the span's slots are full (no more atomics on the count once they are: a row
+    // of a few values may have tens of thousands of keys at its top).
+    const auto keep = [&](int id, uint32_t key) {
+      if (*reinterpret_cast<volatile int*>(&cand_count) >= kCandidates) return false;
+      const int slot = atomicAdd(&cand_count, 1);
+      if (slot >= kCandidates) return false;
+      cand_id[slot] = id;
+      cand_key[slot] = key;
+      return true;
+    };
+    const auto restart = [&] {
+      __syncthreads();  // every thread has read the candidates it keeps
+      if (threadIdx.x == 0) cand_count = 0;
+      __syncthreads();
+    };
+    // A key's distance below the row's largest: max_x is never NaN and every other logit's key is
+    // at most its key; NaN (key 0) is at no distance, so NaN logits are never candidates here
+    // (they are last in the top k, only where fewer than k others exist: the radix path's case).
+    const uint32_t max_key = logprob_key(max_x);
+    const auto distance = [&](uint32_t key) { return key == 0u ? UINT_MAX : max_key - key; };
+    restart();
+    double count[kPivots];
+    {
+      int at[kTopPivots] = {};
+      bool lost = false;  // a key within the gather pivot found no slot
+      for_each_logit(raw, part, [&](int id, float x) {
+        const uint32_t key = logprob_key(x);
+        const uint32_t d = distance(key);
 #pragma unroll
-      for (int j = 0; j < kChunk; ++j) {
-        key[j] = begin + j < part.end ? logprob_key(x[j]) : 0u;
-        ties += begin + j < part.end && key[j] == kth;
-      }
-      int tile_ties;
-      int tie_rank = tie_carry + block_exclusive_scan(ties, tile_ties, sh);
+        for (int j = 0; j < kTopPivots; ++j) at[j] += d <= pivot_distance(j);
+        if (d <= pivot_distance(kGatherPivot) && !lost) lost = !keep(id, key);
+      });
 #pragma unroll
-      for (int j = 0; j < kChunk; ++j) {
-        if (begin + j >= part.end || key[j] < kth || (key[j] == kth && tie_rank++ >= ties_in)) continue;
-        const int slot = atomicAdd(&top_count, 1);
-        if (slot < kMaxTopLogprobs) {
-          top_id[slot] = begin + j;
-          top_key[slot] = key[j];
+      for (int j = 0; j < kTopPivots; ++j) count[j] = at[j];
+      count[kTopPivots] = lost ? 1.0 : 0.0;
+    }
+    row_sums(count, sh);  // the row's counts at the pivots; how many of its threads lost a key
+    int chosen = kTopPivots;
+    for (int j = kTopPivots - 1; j >= 0; --j)
+      if (count[j] >= k) chosen = j;
+    const bool bounded = chosen < kTopPivots && count[chosen] <= kCandidates;
+    if (bounded && chosen <= kGatherPivot && count[kTopPivots] == 0.0) {
+      // Every span kept all of its keys within the gather pivot: drop those below the chosen one.
+      const int n = cand_count;  // <= kCandidates: nothing was lost
+      const bool has = int(threadIdx.x) < n && distance(cand_key[threadIdx.x]) <= pivot_distance(chosen);
+      const int32_t id = has ? cand_id[threadIdx.x] : 0;
+      const uint32_t key = has ? cand_key[threadIdx.x] : 0u;
+      restart();
+      if (has) keep(id, key);
+    } else if (bounded) {
+      restart();
+      const uint32_t cut = pivot_distance(chosen);
+      for_each_logit(raw, part, [&](int id, float x) {
+        const uint32_t key = logprob_key(x);
+        if (distance(key) <= cut) keep(id, key);
+      });
+    } else {
+      const auto keys = [&](const auto& f) { for_each_logit(raw, part, [&](int, float x) { f(logprob_key(x)); }); };
+      int ties_in;
+      int ties_total;
+      const uint32_t kth = row_select_kth<kLogprobKeyBits>(keys, k, ties_in, ties_total, sh);
+      // Each span's keys above kth (fewer than k in the whole row, any order: slots by atomics)
+      // and its first ties_in ties with kth in id order (tiles of kThreads * kChunk consecutive
+      // ids, a thread's kChunk (8) one 16-byte word when the row is aligned): k in the row.
+      restart();
+      int tie_carry = 0;
+      for (int tile = part.begin; tile < part.end; tile += kThreads * kChunk) {
+        const int begin = tile + threadIdx.x * kChunk;
+        float x[kChunk];
+        load_chunk(raw, nullptr, begin, part.end, x);
+        uint32_t key[kChunk];
+        int ties = 0;
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+          key[j] = begin + j < part.end ? logprob_key(x[j]) : 0u;
+          ties += begin + j < part.end && key[j] == kth;
         }
+        int tile_ties;
+        int tie_rank = tie_carry + block_exclusive_scan(ties, tile_ties, sh);
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+          if (begin + j >= part.end || key[j] < kth || (key[j] == kth && tie_rank++ >= ties_in)) continue;
+          keep(begin + j, key[j]);
+        }
+        tie_carry += tile_ties;
       }
-      tie_carry += tile_ties;
     }
     __syncthreads();
-    // Rank 0 gathers every span's picks and writes each one whose rank is below k.
-    exchange(min(top_count, kMaxTopLogprobs), sh, [&](const int* counts) {
+    // Rank 0 gathers every span's candidates (at most kCandidates in the row) and writes each one
+    // whose rank is below k.
+    exchange(min(cand_count, kCandidates), sh, [&](const int* counts) {
       if (part.rank != 0) return;
       auto cluster = cooperative_groups::this_cluster();
       int offset = 0;
       for (int c = 0; c < kRowCtas; ++c) {
-        const int32_t* ids = cluster.map_shared_rank(&top_id[0], c);
-        const uint32_t* ks = cluster.map_shared_rank(&top_key[0], c);
-        for (int e = threadIdx.x; e < counts[c]; e += kThreads) {
+        const int32_t* ids = cluster.map_shared_rank(&cand_id[0], c);
+        const uint32_t* ks = cluster.map_shared_rank(&cand_key[0], c);
+        const int n = min(counts[c], kCandidates - offset);
+        for (int e = threadIdx.x; e < n; e += kThreads) {
           merged_id[offset + e] = ids[e];
           merged_key[offset + e] = ks[e];
         }
-        offset += counts[c];
+        offset += n;
       }
       n_picked = offset;
     });

@@ -249,19 +249,25 @@ __device__ int32_t row_argmax(const Visit& visit, Shared& sh) {
 }
 
 // The k-th largest of the row's keys (1 <= k <= the row's length), counting repeats: each CTA
-// hands its span's keys to f through visit_keys(f). `ties_in`: how many keys equal to it are among
-// the k largest (k minus the count of larger keys); `ties_total`: how many keys equal it. Three
-// passes of 11/11/10 bit digits; each CTA counts its keys into its histogram, every CTA sums the
-// row's histograms and finds the digit alike.
-template <class VisitKeys>
+// hands its span's keys (below 2^kKeyBits) to f through visit_keys(f). `ties_in`: how many keys
+// equal to it are among the k largest (k minus the count of larger keys); `ties_total`: how many
+// keys equal it. Digits of 11 bits from the top (32-bit keys: 11/11/10; 16-bit keys: 11/5), one
+// pass over the span each; each CTA counts its keys into its histogram, every CTA sums the row's
+// histograms and finds the digit alike.
+template <int kKeyBits, class VisitKeys>
 __device__ uint32_t row_select_kth(const VisitKeys& visit_keys, int k, int& ties_in, int& ties_total, Shared& sh) {
+  static_assert(kKeyBits > 11 && kKeyBits <= 32, "keys of 12 to 32 bits");
+  constexpr int kPasses = (kKeyBits + 10) / 11;
   auto cluster = cooperative_groups::this_cluster();
   uint32_t prefix = 0;
   int remaining = k;
-  const int shifts[3] = {21, 10, 0}, widths[3] = {11, 11, 10};
-  for (int pass = 0; pass < 3; ++pass) {
-    const int shift = shifts[pass], bins = 1 << widths[pass];
-    const uint32_t high_mask = pass == 0 ? 0u : ~0u << (shift + widths[pass]);
+  for (int pass = 0; pass < kPasses; ++pass) {
+    constexpr int kWidths[3] = {11, kPasses == 2 ? kKeyBits - 11 : 11, kPasses == 3 ? kKeyBits - 22 : 0};
+    constexpr int kShifts[3] = {kKeyBits - 11, kPasses == 2 ? 0 : kKeyBits - 22, 0};
+    const int width = kWidths[pass];
+    const int shift = kShifts[pass];
+    const int bins = 1 << width;
+    const uint32_t high_mask = pass == 0 ? 0u : ~0u << (shift + width);
     cluster_wait();  // every CTA has read this CTA's histogram of the pass before
     for (int b = threadIdx.x; b < bins; b += kThreads) sh.hist[b] = 0;
     __syncthreads();
@@ -271,20 +277,26 @@ __device__ uint32_t row_select_kth(const VisitKeys& visit_keys, int k, int& ties
     cluster_arrive();
     cluster_wait();
     // Thread t owns `per` consecutive bins counted from the top (bins - (t + 1) * per up to
-    // bins - t * per - 1), summed over the row's CTAs: one 16-byte (8-byte) load from each CTA,
-    // all eight in flight at once.
+    // bins - t * per - 1; none where that runs below 0), summed over the row's CTAs: one load of
+    // up to 16 bytes from each CTA, all eight in flight at once.
     constexpr int kMaxPer = kRadixBins / kThreads;
-    static_assert(kMaxPer == 4, "a thread's bins are one int4 of each histogram");
-    const int per = bins / kThreads;
-    const int first = bins - (threadIdx.x + 1) * per;
+    static_assert(kMaxPer == 4, "a thread's bins are at most one int4 of each histogram");
+    // Only a last digit of fewer than 10 bits has fewer than two bins a thread (32-bit keys have
+    // none, and compile without the branch).
+    constexpr bool kNarrowLast = kKeyBits - 11 * (kPasses - 1) < 10;
+    const bool narrow = kNarrowLast && pass == kPasses - 1;
+    const int per = narrow ? 1 : bins / kThreads;
+    const int first = bins - (int(threadIdx.x) + 1) * per;
     int4 part[kRowCtas];
 #pragma unroll
     for (int c = 0; c < kRowCtas; ++c) {
-      const int32_t* h = cluster.map_shared_rank(&sh.hist[0], c) + first;
-      if (per == 4) {
-        part[c] = *reinterpret_cast<const int4*>(h);
+      const int32_t* h = cluster.map_shared_rank(&sh.hist[0], c);
+      if (narrow) {
+        part[c] = make_int4(first >= 0 ? h[first] : 0, 0, 0, 0);
+      } else if (per == 4) {
+        part[c] = *reinterpret_cast<const int4*>(h + first);
       } else {
-        const int2 v = *reinterpret_cast<const int2*>(h);
+        const int2 v = *reinterpret_cast<const int2*>(h + first);
         part[c] = make_int4(v.x, v.y, 0, 0);
       }
     }
