@@ -96,8 +96,7 @@ void run_moe_bench(const std::vector<int>& token_counts) {
     const Tensor x = device_act(random_values(rng, size_t(tokens) * kHidden, 1.0f), tokens, kHidden);
     const uint16_t* xp = x.data_as<const uint16_t>();
     const int per_expert = (pairs + kExperts - 1) / kExperts;
-    const int item_rows = cuda::detail::linear_item_rows(host_table[0], kHidden, 0, per_expert,
-                                                               cuda::detail::Epilogue::kSwiglu, true);
+    const int item_rows = cuda::detail::linear_item_rows(host_table[0], kHidden, 0, per_expert, true);
     const int max_items = (pairs + item_rows - 1) / item_rows + std::min(kExperts, pairs);
     s.logits.reserve(sizeof(float) * tokens * kExperts, "logits");
     s.choice_expert.reserve(sizeof(int32_t) * pairs, "choices");
@@ -126,7 +125,7 @@ void run_moe_bench(const std::vector<int>& token_counts) {
     sg.k = kHidden;
     sg.w[0] = view_of(mlp.gate);
     sg.w[1] = view_of(mlp.up);
-    sg.item_rows = cuda::detail::linear_item_rows(sg.w[0], kHidden, 2 * kInter, tokens, cuda::detail::Epilogue::kSwiglu);
+    sg.item_rows = cuda::detail::linear_item_rows(sg.w[0], kHidden, 2 * kInter, tokens);
     sg.out = s.shared_act.as<uint16_t>();
     sg.out_stride = kInter;
     sg.epilogue = cuda::detail::Epilogue::kSwiglu;
@@ -137,7 +136,7 @@ void run_moe_bench(const std::vector<int>& token_counts) {
     sd.n = kHidden;
     sd.k = kInter;
     sd.w[0] = view_of(mlp.down);
-    sd.item_rows = cuda::detail::linear_item_rows(sd.w[0], kInter, kHidden, tokens, cuda::detail::Epilogue::kStore);
+    sd.item_rows = cuda::detail::linear_item_rows(sd.w[0], kInter, kHidden, tokens);
     sd.out = s.shared.as<uint16_t>();
     sd.out_stride = kHidden;
 

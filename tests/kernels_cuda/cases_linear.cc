@@ -267,13 +267,8 @@ void add_linear_cases(CaseList& cases, bool quick) {
   // the last 64-element step (k 1056, 16.5 steps: the 4-slot stage ring wraps many times; nvfp4
   // and mxfp8 scale rows of 66 and 33 bytes, read byte by byte) and items of 256, 256 and 188 rows
   // (700 rows: N 256 and 192), per tensor-core format.
-  // 1,100 rows: four items of 320 (wgmma_max_item_rows: mxfp8 and nvfp4 store), the last of 140
-  // (N 192 on the 320 size); fp8 keeps 256-row items.
   if (!quick)
-    for (int f : {0, 3, 5, 6, 7}) {
-      cases.push_back(std::make_unique<LinearCase>(kFormats[f], 320, 1056, 700));
-      if (f != 0) cases.push_back(std::make_unique<LinearCase>(kFormats[f], 320, 1056, 1100));
-    }
+    for (int f : {0, 3, 5, 6, 7}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], 320, 1056, 700));
   // Dense layers wide enough for the wgmma kernel at 65-256 rows (6144 weight rows and more:
   // linear_item_rows): one item of 150 rows (N 192) and one of 100 (N 128), where narrower layers
   // take the streamed kernel.
@@ -291,8 +286,6 @@ void add_linear_cases(CaseList& cases, bool quick) {
       cases.push_back(std::make_unique<LinearCase>(kFormats[f], 6144, 2080, 128));
       cases.push_back(std::make_unique<LinearCase>(kFormats[f], 6144, 4096, 200));
     }
-    // 300 rows: one item of N 320 (mxfp8, nvfp4), split over a cluster the same way.
-    for (int f : {5, 7}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], 6144, 2080, 300));
     for (int f : {5, 7}) cases.push_back(std::make_unique<SwigluCase>(kFormats[f], 128, 2048, 3072));
   }
   // MXFP8 block exponents from about 130 to 139: the exact expansion where a warp's blocks pass

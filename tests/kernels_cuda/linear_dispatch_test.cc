@@ -51,7 +51,7 @@ LinearArgs args_for(const WeightView& w, int k, int rows) {
   a.n = 4096;
   a.k = k;
   a.w[0] = w;
-  a.item_rows = linear_item_rows(w, k, a.n, rows, Epilogue::kStore);
+  a.item_rows = linear_item_rows(w, k, a.n, rows);
   return a;
 }
 
@@ -139,7 +139,7 @@ TEST(LinearDispatch, WgmmaKernelTakesLargeItemsAndGroupedSixtyFourRowItems) {
     LinearArgs grouped = dense;
     grouped.items = items;
     grouped.num_items = &num_items;
-    grouped.item_rows = linear_item_rows(w, 6144, 0, rows, Epilogue::kSwiglu, /*grouped=*/true);
+    grouped.item_rows = linear_item_rows(w, 6144, 0, rows, /*grouped=*/true);
     // Experts of 33-64 rows: the 64-row size; fewer rows stay on the streamed kernel.
     EXPECT_EQ(linear_runs_wgmma(grouped), rows > 32) << rows;
   }
@@ -154,47 +154,33 @@ TEST(LinearDispatch, WgmmaKernelTakesLargeItemsAndGroupedSixtyFourRowItems) {
 
 TEST(LinearDispatch, RowsPerItem) {
   const WeightView w = mxfp8(6144);
-  constexpr Epilogue kStore = Epilogue::kStore, kSwiglu = Epilogue::kSwiglu;
-  EXPECT_EQ(linear_item_rows(w, 6144, 512, 1, kStore), 16);
-  EXPECT_EQ(linear_item_rows(w, 6144, 512, 32, kStore), 32);
-  EXPECT_EQ(linear_item_rows(w, 6144, 8192, 64, kStore), 64);
-  EXPECT_EQ(linear_item_rows(w, 6144, 512, 200, kStore), 64);  // a narrow dense layer: streamed up to 256 rows
-  EXPECT_EQ(linear_item_rows(w, 6144, 0, 200, kStore), 64);    // a fused launch's segments
-  EXPECT_EQ(linear_item_rows(w, 6144, 4096, 128, kStore), 64);                 // 32 CTAs: streamed up to 256 rows
-  EXPECT_EQ(linear_item_rows(w, 6144, 6144, 65, kStore), kWgmmaItemRows);      // 48 CTAs: wgmma from 65 rows
-  EXPECT_EQ(linear_item_rows(w, 6144, 0, 200, kSwiglu, true), kWgmmaItemRows);  // grouped: wgmma tiles
-  EXPECT_EQ(linear_item_rows(w, 6144, 512, 300, kStore), kWgmmaWideItemRows);
+  EXPECT_EQ(linear_item_rows(w, 6144, 512, 1), 16);
+  EXPECT_EQ(linear_item_rows(w, 6144, 512, 32), 32);
+  EXPECT_EQ(linear_item_rows(w, 6144, 8192, 64), 64);
+  EXPECT_EQ(linear_item_rows(w, 6144, 512, 200), 64);     // a narrow dense layer: streamed up to 256 rows
+  EXPECT_EQ(linear_item_rows(w, 6144, 0, 200), 64);       // a fused launch's segments
+  EXPECT_EQ(linear_item_rows(w, 6144, 4096, 128), 64);               // 32 CTAs: streamed up to 256 rows
+  EXPECT_EQ(linear_item_rows(w, 6144, 6144, 65), kWgmmaItemRows);     // 48 CTAs: wgmma from 65 rows
+  EXPECT_EQ(linear_item_rows(w, 6144, 0, 200, true), kWgmmaItemRows);  // grouped: wgmma tiles
+  EXPECT_EQ(linear_item_rows(w, 6144, 512, 300), kWgmmaItemRows);
   // No tensor-core path (f32): 16-row items for the exact SIMT kernel.
-  EXPECT_EQ(linear_item_rows(dense(WeightKind::kF32, 384, 4), 384, 8192, 300, kStore), 16);
+  EXPECT_EQ(linear_item_rows(dense(WeightKind::kF32, 384, 4), 384, 8192, 300), 16);
 }
 
-// Items of up to 320 rows (wgmma_max_item_rows): NVFP4 weights, and MXFP8 without the SwiGLU
-// epilogue. Dense launches take the fewest such items, as even as 64-row steps make them, never
-// below 256 rows; a grouped list (an expert's SwiGLU and store launches share it) the size both
-// epilogues take.
+// Items of up to 320 rows (wgmma_max_item_rows): grouped lists of NVFP4 weights (M3.1's routed
+// experts) only; other kinds and every dense launch keep 256.
 TEST(LinearDispatch, WideItems) {
-  constexpr Epilogue kStore = Epilogue::kStore, kSwiglu = Epilogue::kSwiglu;
-  EXPECT_EQ(wgmma_max_item_rows(WeightKind::kNvfp4, kSwiglu), kWgmmaWideItemRows);
-  EXPECT_EQ(wgmma_max_item_rows(WeightKind::kNvfp4, kStore), kWgmmaWideItemRows);
-  EXPECT_EQ(wgmma_max_item_rows(WeightKind::kMxfp8, kStore), kWgmmaWideItemRows);
-  EXPECT_EQ(wgmma_max_item_rows(WeightKind::kMxfp8, kSwiglu), kWgmmaItemRows);
-  EXPECT_EQ(wgmma_max_item_rows(WeightKind::kFp8, kStore), kWgmmaItemRows);
-  EXPECT_EQ(wgmma_max_item_rows(WeightKind::kBF16, kStore), kWgmmaItemRows);
-
-  const WeightView fp4 = nvfp4(6144), mx = mxfp8(6144), f8 = dense(WeightKind::kFp8, 6144, 1);
-  EXPECT_EQ(linear_item_rows(fp4, 6144, 0, 200, kSwiglu, true), kWgmmaWideItemRows);  // M3.1's experts
-  EXPECT_EQ(linear_item_rows(mx, 6144, 0, 200, kStore, true), kWgmmaItemRows);        // mxfp8's SwiGLU: 256
-  EXPECT_EQ(linear_item_rows(fp4, 6144, 0, 40, kSwiglu, true), 64);
-  // Dense rows -> item rows: 8,192 in 26 items of 320 (not 32 of 256); 1,000 in four of 256 (250
-  // each); 1,100 in four of 320 (275); 600 in two of 320; up to 256 rows one item of 256 (decode
-  // batches keep the 256 size and its split-K), 257 one of 320.
-  for (const auto& [rows, expected] : {std::pair{8192, 320}, std::pair{1000, 256}, std::pair{1100, 320},
-                                       std::pair{600, 320}, std::pair{256, 256}, std::pair{200, 256},
-                                       std::pair{257, 320}, std::pair{70000, 320}}) {
-    EXPECT_EQ(linear_item_rows(mx, 6144, 9856, rows, kStore), expected) << rows;
-    EXPECT_EQ(linear_item_rows(fp4, 6144, 9856, rows, kSwiglu), expected) << rows;
-    EXPECT_EQ(linear_item_rows(mx, 6144, 9856, rows, kSwiglu), kWgmmaItemRows) << rows;
-    EXPECT_EQ(linear_item_rows(f8, 6144, 9856, rows, kStore), kWgmmaItemRows) << rows;
+  EXPECT_EQ(wgmma_max_item_rows(WeightKind::kNvfp4), kWgmmaWideItemRows);
+  EXPECT_EQ(wgmma_max_item_rows(WeightKind::kMxfp8), kWgmmaItemRows);
+  EXPECT_EQ(wgmma_max_item_rows(WeightKind::kFp8), kWgmmaItemRows);
+  EXPECT_EQ(wgmma_max_item_rows(WeightKind::kBF16), kWgmmaItemRows);
+  const WeightView fp4 = nvfp4(6144), mx = mxfp8(6144);
+  EXPECT_EQ(linear_item_rows(fp4, 6144, 0, 200, /*grouped=*/true), kWgmmaWideItemRows);
+  EXPECT_EQ(linear_item_rows(mx, 6144, 0, 200, /*grouped=*/true), kWgmmaItemRows);
+  EXPECT_EQ(linear_item_rows(fp4, 6144, 0, 40, /*grouped=*/true), 64);
+  for (int rows : {257, 300, 1100, 8192, 70000}) {
+    EXPECT_EQ(linear_item_rows(fp4, 6144, 9856, rows), kWgmmaItemRows) << rows;
+    EXPECT_EQ(linear_item_rows(mx, 6144, 9856, rows), kWgmmaItemRows) << rows;
   }
 }
 

@@ -112,9 +112,8 @@ bool linear_has_mma_path(const WeightView& w, int k);
 // Rows per item the kernels prefer for a problem of `rows` rows (dense) or of about `rows` rows
 // per expert (grouped). weight_rows: the weight rows a dense launch multiplies (out features;
 // twice that for a SwiGLU pair; 0 where only the skinny and streamed kernels may run, as for the
-// segments of one fused launch). epilogue: the dense launch's (it bounds the wgmma items:
-// wgmma_max_item_rows); a grouped list takes the size of both.
-int linear_item_rows(const WeightView& w, int k, int weight_rows, int rows, Epilogue epilogue, bool grouped = false);
+// segments of one fused launch).
+int linear_item_rows(const WeightView& w, int k, int weight_rows, int rows, bool grouped = false);
 // Rows per item in batch-invariant mode (CudaBackendOptions::batch_invariant), whatever the row
 // count: the item size picks the skinny kernel's instance, and with it the order in which a row's
 // K chunks are summed (chunks per warp batch, accumulator sets) and whether K is split over a
@@ -129,18 +128,19 @@ bool streamed_linear_ok(const LinearArgs& args);
 cudaError_t init_linear_streamed_kernels();
 cudaError_t launch_linear_streamed(const LinearArgs& args, int max_items, cudaStream_t stream);
 cudaError_t launch_linear(const LinearArgs& args, cudaStream_t stream);
-// The prefill-shaped kernel (items of up to 256 rows, or 320 where wgmma_max_item_rows allows; Hopper
+// The prefill-shaped kernel (items of up to 256 rows, or 320 for grouped NVFP4 lists; Hopper
 // wgmma; linear_wgmma.cu), for weights with a tensor-core path (linear_has_mma_path); launch_linear
 // dispatches here. `items`: item count.
 inline constexpr int kWgmmaItemRows = 256;
 inline constexpr int kWgmmaWideItemRows = 320;
-// The largest item the wgmma kernel takes for a weight kind and epilogue: 320 rows for NVFP4, and
-// for MXFP8 without the SwiGLU epilogue (which would spill there); 256 for the rest (bf16's stages
-// would not fit in shared memory at 320).
-constexpr int wgmma_max_item_rows(WeightKind kind, Epilogue epilogue) {
-  return kind == WeightKind::kNvfp4 || (kind == WeightKind::kMxfp8 && epilogue == Epilogue::kStore)
-             ? kWgmmaWideItemRows
-             : kWgmmaItemRows;
+// The largest item the wgmma kernel takes for a weight kind: 320 rows for NVFP4 (both epilogues),
+// 256 for the rest (MXFP8's SwiGLU instance would spill at 320, bf16's stages would not fit in
+// shared memory). Only grouped lists (the routed experts) use 320: there an expert of 257-320
+// rows is one item instead of a full one and a tail of a few rows (the 8,192-token MoE op 3%
+// faster on an H100), while dense launches of 320-row items measured 6-29% slower than of 256
+// (session 46: per item, not per tail), so dense launches keep 256.
+constexpr int wgmma_max_item_rows(WeightKind kind) {
+  return kind == WeightKind::kNvfp4 ? kWgmmaWideItemRows : kWgmmaItemRows;
 }
 // Whether launch_linear gives a tensor-core problem to the wgmma kernel: items of more than 64
 // rows, and grouped (routed-expert) items of 64 rows, which its 64-row size takes two CTAs an SM

@@ -634,7 +634,7 @@ class CudaBackend final : public Backend {
     a.n = static_cast<int>(weight.out_features);
     a.k = static_cast<int>(weight.in_features);
     a.w[0] = w;
-    a.item_rows = item_rows(w, a.k, a.n, a.rows, detail::Epilogue::kStore);
+    a.item_rows = item_rows(w, a.k, a.n, a.rows);
     a.out = bf16_ptr_mut(out);
     a.out_stride = out.dim(1);
     check_cuda(detail::launch_linear(a, stream), weight.name.c_str());
@@ -655,7 +655,7 @@ class CudaBackend final : public Backend {
     // with q's tiles.
     int weight_rows = 0;
     for (const LinearOutput& o : outputs) weight_rows += static_cast<int>(o.weight->out_features);
-    const int item_rows = this->item_rows(w0, k, weight_rows, static_cast<int>(rows), detail::Epilogue::kStore);
+    const int item_rows = this->item_rows(w0, k, weight_rows, static_cast<int>(rows));
     detail::LinearArgs a;
     int slices = 0, tiles = 0;
     for (size_t i = 0; i < outputs.size(); ++i) {
@@ -697,7 +697,7 @@ class CudaBackend final : public Backend {
     a.k = static_cast<int>(gate.in_features);
     a.w[0] = weight_view(gate);
     a.w[1] = weight_view(up);
-    a.item_rows = item_rows(a.w[0], a.k, 2 * a.n, rows, detail::Epilogue::kSwiglu);
+    a.item_rows = item_rows(a.w[0], a.k, 2 * a.n, rows);
     a.out = act;
     a.out_stride = gate.out_features;
     a.epilogue = detail::Epilogue::kSwiglu;
@@ -707,10 +707,9 @@ class CudaBackend final : public Backend {
   }
   // Rows per linear work item: the kernels' choice for the row count, or in batch-invariant mode
   // the one fixed size whose per-row sum order is the same in every batch (backend_kernels.h).
-  int item_rows(const detail::WeightView& w, int k, int weight_rows, int rows, detail::Epilogue epilogue,
-                bool grouped = false) const {
+  int item_rows(const detail::WeightView& w, int k, int weight_rows, int rows, bool grouped = false) const {
     return options_.batch_invariant ? detail::kBatchInvariantItemRows
-                                    : detail::linear_item_rows(w, k, weight_rows, rows, epilogue, grouped);
+                                    : detail::linear_item_rows(w, k, weight_rows, rows, grouped);
   }
   ExpertTables& expert_tables(const MlpWeights& mlp);
   // Changes whenever scratch a recorded graph may point at moves (cuda_graphs.h).
@@ -971,7 +970,7 @@ void CudaBackend::moe(const Tensor& x, const MlpWeights& mlp, const MoeParams& p
   // Rows per expert as the routing spreads them over all experts (the held ones get their share).
   const int per_expert = static_cast<int>((pairs + e_count - 1) / e_count);
   const int item_rows = this->item_rows(tables.first[0], static_cast<int>(hidden), /*weight_rows=*/0, per_expert,
-                                       detail::Epilogue::kSwiglu, /*grouped=*/true);
+                                       /*grouped=*/true);
   const int max_items =
       static_cast<int>((held_pairs + item_rows - 1) / item_rows + std::min<int64_t>(held, held_pairs));
 

@@ -448,7 +448,7 @@ bool linear_has_mma_path(const WeightView& w, int k) {
   return true;
 }
 
-int linear_item_rows(const WeightView& w, int k, int weight_rows, int rows, Epilogue epilogue, bool grouped) {
+int linear_item_rows(const WeightView& w, int k, int weight_rows, int rows, bool grouped) {
   if (!linear_has_mma_path(w, k)) return 16;
   if (rows <= 16) return 16;
   if (rows <= 32) return 32;
@@ -457,16 +457,9 @@ int linear_item_rows(const WeightView& w, int k, int weight_rows, int rows, Epil
   // form (64-row items): it reads the weight once with n / 16 CTAs, where the wgmma kernel would
   // have only n / 128 (k_proj's 512 features: 4).
   if (!grouped && rows <= kSkinnyMaxDenseRows && weight_rows < kWgmmaMinDenseWeightRows) return 64;
-  // A grouped list serves the experts' SwiGLU and store launches alike: the size both epilogues take.
-  const int most = grouped ? std::min(wgmma_max_item_rows(w.kind, Epilogue::kStore),
-                                      wgmma_max_item_rows(w.kind, Epilogue::kSwiglu))
-                           : wgmma_max_item_rows(w.kind, epilogue);
-  if (grouped || most == kWgmmaItemRows) return most;
-  // Dense: the fewest items of at most `most` rows, as even as 64-row steps make them (8,192 rows:
-  // 26 items of 320 instead of 32 of 256), and never below 256, so that decode batches (and their
-  // split-K launches) keep the 256 size.
-  const int items = (rows + most - 1) / most;
-  return std::max(kWgmmaItemRows, ((rows + items - 1) / items + 63) / 64 * 64);
+  // A grouped list (the experts' SwiGLU and store launches alike) takes the widest size the kind
+  // has; dense launches 256 (wgmma_max_item_rows says why).
+  return grouped ? wgmma_max_item_rows(w.kind) : kWgmmaItemRows;
 }
 
 cudaError_t init_linear_kernels() {
@@ -480,9 +473,7 @@ cudaError_t launch_linear(const LinearArgs& a, cudaStream_t stream) {
     // The skinny, streamed and wgmma kernels walk segments (dense, kStore); the caller
     // (CudaBackend::fused_linears) checked that every weight shares w[0]'s kind and has the
     // tensor-core path.
-    if (a.num_segments > kMaxLinearSegments || a.items != nullptr ||
-        (a.item_rows > 64 && a.item_rows != kWgmmaItemRows &&
-         a.item_rows != wgmma_max_item_rows(a.w[0].kind, Epilogue::kStore)) ||
+    if (a.num_segments > kMaxLinearSegments || a.items != nullptr || (a.item_rows > 64 && a.item_rows != kWgmmaItemRows) ||
         a.epilogue != Epilogue::kStore || a.x_stride % 8 != 0)
       return cudaErrorInvalidValue;
     if (items <= 0) return cudaSuccess;

@@ -65,14 +65,14 @@ constexpr int kStages = 4;
 // time. The 64 size fits two CTAs an SM (at most 128 registers, no spills: `-Xptxas -v`; ~60 KB
 // of shared memory for nvfp4), so two such chains overlap. At a 128-row maximum ptxas spills.
 //
-// The 320-row size (kWgmmaWideItemRows; NVFP4 weights, and MXFP8 without the SwiGLU epilogue:
-// wgmma_max_item_rows) takes N = 320 as two MMAs a k16 step, N = 256 and N = 64 on the same A
+// The 320-row size (kWgmmaWideItemRows; grouped lists of NVFP4 weights: wgmma_max_item_rows)
+// takes N = 320 as two MMAs a k16 step, N = 256 and N = 64 on the same A
 // fragments. An 8,192-token prefill chunk gives M3.1's 128 experts 256 rows on average, so with
 // 256-row items about half of them needed a second item of a few dozen rows, which expands the
 // whole expert weight again (docs/gpu-backend-notes.md, "Session 39": 1.87 of a layer's 9.9 ms of
 // routed GEMMs); the K step's chain (~2,000 cycles against ~1,100 of MMAs at N = 256) leaves room
 // for the 64 more columns. mxfp8's SwiGLU spills at 320 and bf16's stages do not fit in shared
-// memory, so those keep 256.
+// memory, so those keep 256; dense launches keep 256 too, as 320-row items ran 6-29% slower there.
 template <int kMaxN>
 struct TileSize {
   static_assert(kMaxN == 64 || kMaxN == kWgmmaItemRows || kMaxN == kWgmmaWideItemRows, "an item size");
@@ -677,9 +677,9 @@ void launch_size(const LinearArgs& a, const CUtensorMap& x_map, bool tma, dim3 g
   launch_cluster_kernel(kernel, grid, kThreads, dim3(1, 1, grid.z), smem, stream, a, x_map, sizes);
 }
 
-// Whether the kernel has an instance of items of up to kMaxN rows for weight kind F and the epilogue.
+// Whether the kernel has an instance of items of up to kMaxN rows for weight kind F.
 template <WeightKind F, bool kSwiglu, int kMaxN>
-constexpr bool kSizeExists = kMaxN <= wgmma_max_item_rows(F, kSwiglu ? Epilogue::kSwiglu : Epilogue::kStore);
+constexpr bool kSizeExists = kMaxN <= wgmma_max_item_rows(F);
 
 // Items of more than 64 rows on the kMaxN size: a dense launch's all, a grouped list's those of
 // more than 64 rows, the rest (the experts' tails) on the 64-row size.

@@ -36,29 +36,21 @@ __device__ __forceinline__ void zero_expert_counts(const MoeRouteArgs& a) {
     for (int i = threadIdx.x; i < a.held_experts; i += blockDim.x) a.expert_count[i] = 0;
 }
 
-// The float4 registers of its expert's router row a thread of route_fused_kernel loads before the
-// grid dependency wait: the whole row for hidden up to 4 * 256 * 8 = 8,192 (M3: 6,144, 6 of them).
-constexpr int kRouterRowRegs = 8;
-
-// Whether router_small_group reads the router row in float4s: rows 16-byte (weight) and 8-byte (x)
-// aligned, else a scalar loop takes the whole row.
-__device__ __forceinline__ bool router_rows_vectorized(const MoeRouteArgs& a) {
-  return a.hidden % 4 == 0 && reinterpret_cast<uintptr_t>(a.router) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(a.x) % 8 == 0;
-}
-
-// One expert's logits for the tokens [t0, t0 + kSmallTokens). kPrefetched: the thread's float4s
-// of the row are already in `row` (route_fused_kernel); the sums are the same, in the same order.
-template <bool kPrefetched>
-__device__ void router_small_group(const MoeRouteArgs& a, int t0, const float4 (&row)[kRouterRowRegs]) {
+// One expert's logits for the tokens [t0, t0 + kSmallTokens).
+__device__ void router_small_group(const MoeRouteArgs& a, int t0) {
   const int e = blockIdx.x;
   const int nt = min(kSmallTokens, a.num_tokens - t0);
   const float* w = a.router + int64_t(e) * a.hidden;
   float acc[kSmallTokens];
 #pragma unroll
   for (int i = 0; i < kSmallTokens; ++i) acc[i] = 0.0f;
-  const int vec_end = router_rows_vectorized(a) ? a.hidden : 0;
-  auto add = [&](const float4& wv, int h) {
+  // Rows 16-byte (weight) and 8-byte (x) aligned, else the scalar loop takes the whole row.
+  const bool vec = a.hidden % 4 == 0 && reinterpret_cast<uintptr_t>(a.router) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.x) % 8 == 0;
+  const int vec_end = vec ? a.hidden : 0;
+#pragma unroll 2
+  for (int h = 4 * threadIdx.x; h < vec_end; h += 4 * blockDim.x) {
+    const float4 wv = __ldg(reinterpret_cast<const float4*>(w + h));
 #pragma unroll
     for (int i = 0; i < kSmallTokens; ++i) {
       if (i < nt) {
@@ -67,17 +59,6 @@ __device__ void router_small_group(const MoeRouteArgs& a, int t0, const float4 (
                   bf16_bits_to_f32(uint16_t(xv.y)) * wv.z + bf16_bits_to_f32(uint16_t(xv.y >> 16)) * wv.w;
       }
     }
-  };
-  if constexpr (kPrefetched) {
-#pragma unroll
-    for (int j = 0; j < kRouterRowRegs; ++j) {
-      const int h = 4 * (threadIdx.x + j * blockDim.x);
-      if (h < vec_end) add(row[j], h);
-    }
-  } else {
-#pragma unroll 2
-    for (int h = 4 * threadIdx.x; h < vec_end; h += 4 * blockDim.x)
-      add(__ldg(reinterpret_cast<const float4*>(w + h)), h);
   }
   for (int h = vec_end + threadIdx.x; h < a.hidden; h += blockDim.x) {
     const float wv = w[h];
@@ -108,9 +89,8 @@ __global__ void __launch_bounds__(256) router_small_kernel(const MoeRouteArgs a)
   kernel_prologue();
   zero_expert_counts(a);
   // Token groups past the grid's y limit (batch-invariant prefill steps) come round again.
-  const float4 unused[kRouterRowRegs] = {};
   for (int t0 = blockIdx.y * kSmallTokens; t0 < a.num_tokens; t0 += gridDim.y * kSmallTokens)
-    router_small_group<false>(a, t0, unused);
+    router_small_group(a, t0);
 }
 
 
@@ -350,23 +330,10 @@ __global__ void __launch_bounds__(1024) scan_kernel(const MoeRouteArgs a) {
 // CTAs as router_small_kernel, then the last CTA to finish (a counter in a.done, which that CTA
 // sets back to zero, so a replayed graph finds it zero) runs the top-k of every token and the
 // scan, counting the choices per expert in its own shared memory. Two kernel boundaries less a
-// MoE layer, which at batch 1 cost more than the work. Each thread loads its part of the expert's
-// router row (a weight: no kernel writes it) before the grid dependency wait, under the kernel
-// before it (the norm that writes x): at batch 1 the routing's own latency is a share of the step.
+// MoE layer, which at batch 1 cost more than the work.
 __global__ void __launch_bounds__(256) route_fused_kernel(const MoeRouteArgs a) {
-  float4 row[kRouterRowRegs];
-  const bool prefetched = router_rows_vectorized(a) && a.hidden <= 4 * kRouterRowRegs * int(blockDim.x);
-  if (prefetched) {
-    const float* w = a.router + int64_t(blockIdx.x) * a.hidden;
-#pragma unroll
-    for (int j = 0; j < kRouterRowRegs; ++j) {
-      const int h = 4 * (threadIdx.x + j * blockDim.x);
-      row[j] = h < a.hidden ? __ldg(reinterpret_cast<const float4*>(w + h)) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-  }
   kernel_prologue();
-  if (prefetched) router_small_group<true>(a, blockIdx.y * kSmallTokens, row);
-  else router_small_group<false>(a, blockIdx.y * kSmallTokens, row);
+  router_small_group(a, blockIdx.y * kSmallTokens);
   __shared__ bool last;
   __shared__ int counts[kMaxExperts];
   __threadfence();  // this CTA's logits before its arrival
