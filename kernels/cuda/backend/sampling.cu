@@ -695,7 +695,7 @@ __global__ void __launch_bounds__(kThreads, 2) logprobs_kernel(LogprobArgs a) {
       __syncthreads();
     };
     // A key's distance below the row's largest: max_x is never NaN and every other logit's key is
-    // at most its key; NaN (key 0) is at no distance, so NaN logits are never candidates here
+    // at most its key; NaN (key 0) is infinitely far, so NaN logits are never candidates here
     // (they are last in the top k, only where fewer than k others exist: the radix path's case).
     const uint32_t max_key = logprob_key(max_x);
     const auto distance = [&](uint32_t key) { return key == 0u ? UINT_MAX : max_key - key; };
