@@ -21,8 +21,6 @@
 //    from shared memory (Hopper warpgroup MMAs with register A).
 // Weights that cannot be expanded exactly to bf16 (f32, f16, fp8 with 128x128 block scales) or
 // whose rows are not 16-byte chunks take an exact fp32 SIMT kernel (fixtures, odd shapes).
-#include <algorithm>
-
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -473,8 +471,8 @@ cudaError_t launch_linear(const LinearArgs& a, cudaStream_t stream) {
     // The skinny, streamed and wgmma kernels walk segments (dense, kStore); the caller
     // (CudaBackend::fused_linears) checked that every weight shares w[0]'s kind and has the
     // tensor-core path.
-    if (a.num_segments > kMaxLinearSegments || a.items != nullptr || (a.item_rows > 64 && a.item_rows != kWgmmaItemRows) ||
-        a.epilogue != Epilogue::kStore || a.x_stride % 8 != 0)
+    if (a.num_segments > kMaxLinearSegments || a.items != nullptr ||
+        (a.item_rows > 64 && a.item_rows != kWgmmaItemRows) || a.epilogue != Epilogue::kStore || a.x_stride % 8 != 0)
       return cudaErrorInvalidValue;
     if (items <= 0) return cudaSuccess;
     return launch_kind<false>(a, items, stream);

@@ -678,7 +678,7 @@ void launch_size(const LinearArgs& a, const CUtensorMap& x_map, bool tma, dim3 g
 }
 
 // Whether the kernel has an instance of items of up to kMaxN rows for weight kind F.
-template <WeightKind F, bool kSwiglu, int kMaxN>
+template <WeightKind F, int kMaxN>
 constexpr bool kSizeExists = kMaxN <= wgmma_max_item_rows(F);
 
 // Items of more than 64 rows on the kMaxN size: a dense launch's all, a grouped list's those of
@@ -709,7 +709,7 @@ cudaError_t launch_kind(const LinearArgs& a, int items, cudaStream_t stream) {
     launch_size<F, kSwiglu, 64>(a, x_map, tma, grid, ItemSizes::kAll, stream);
   } else if (a.item_rows <= kWgmmaItemRows) {
     launch_large<F, kSwiglu, kWgmmaItemRows>(a, x_map, tma, grid, stream);
-  } else if constexpr (kSizeExists<F, kSwiglu, kWgmmaWideItemRows>) {
+  } else if constexpr (kSizeExists<F, kWgmmaWideItemRows>) {
     if (a.item_rows > kWgmmaWideItemRows) return cudaErrorInvalidValue;
     launch_large<F, kSwiglu, kWgmmaWideItemRows>(a, x_map, tma, grid, stream);
   } else {
@@ -723,11 +723,12 @@ cudaError_t launch_epilogue(const LinearArgs& a, int items, cudaStream_t stream)
   return dispatch_mma_kind(a.w[0].kind, [&](auto kind) { return launch_kind<decltype(kind)::value, kSwiglu>(a, items, stream); });
 }
 
-template <WeightKind F, bool kSwiglu, int kMaxN>
+template <WeightKind F, int kMaxN>
 cudaError_t set_smem_limit() {
-  if constexpr (kSizeExists<F, kSwiglu, kMaxN>) {
+  if constexpr (kSizeExists<F, kMaxN>) {
     constexpr int bytes = RawLayout<F, kMaxN>::kSmemBytes;
-    for (auto kernel : {wgmma_linear_kernel<F, kSwiglu, false, kMaxN>, wgmma_linear_kernel<F, kSwiglu, true, kMaxN>}) {
+    for (auto kernel : {wgmma_linear_kernel<F, false, false, kMaxN>, wgmma_linear_kernel<F, false, true, kMaxN>,
+                        wgmma_linear_kernel<F, true, false, kMaxN>, wgmma_linear_kernel<F, true, true, kMaxN>}) {
       cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
       // Two 64-row CTAs an SM need the carveout at its shared-memory maximum.
       if (e == cudaSuccess)
@@ -740,12 +741,9 @@ cudaError_t set_smem_limit() {
 
 template <WeightKind F>
 cudaError_t set_smem_limits() {
-  cudaError_t e = cudaSuccess;
-  for (cudaError_t (*set)() : {set_smem_limit<F, false, 64>, set_smem_limit<F, true, 64>,
-                               set_smem_limit<F, false, kWgmmaItemRows>, set_smem_limit<F, true, kWgmmaItemRows>,
-                               set_smem_limit<F, false, kWgmmaWideItemRows>, set_smem_limit<F, true, kWgmmaWideItemRows>})
-    if (e == cudaSuccess) e = set();
-  return e;
+  cudaError_t e = set_smem_limit<F, 64>();
+  if (e == cudaSuccess) e = set_smem_limit<F, kWgmmaItemRows>();
+  return e != cudaSuccess ? e : set_smem_limit<F, kWgmmaWideItemRows>();
 }
 
 }  // namespace
