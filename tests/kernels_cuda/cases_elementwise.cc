@@ -20,6 +20,7 @@ constexpr double kTolRounding = 8e-3;  // one bf16 step, relative to the output'
 constexpr int kVocab = 1000;
 constexpr int kSliceBegin = 300, kSliceRows = 400;  // the embed slice case
 constexpr float kEps = 1e-6f;
+constexpr int kChunkTokens = 37;
 
 enum class Op { kEmbed, kEmbedSlice, kConcatColumns, kGather, kRmsNorm, kAddInplace, kAddRmsNorm, kAddRmsNormSplit };
 
@@ -40,13 +41,17 @@ const char* op_name(Op op) {
 // The row ops: x, y [T, hidden] (N(0, 2)), a norm weight, a bf16 embedding table.
 class RowOpCase : public OpCase {
  public:
-  RowOpCase(Geometry g, Op op) : g_(std::move(g)), op_(op) {}
-  std::string name() const override { return g_.name + " " + op_name(op_); }
+  // tokens: the chunk's rows (thousands: a prefill chunk, for --perf).
+  RowOpCase(Geometry g, Op op, int tokens = kChunkTokens) : g_(std::move(g)), op_(op), tokens_(tokens) {}
+  std::string name() const override {
+    return g_.name + " " + op_name(op_) + (tokens_ == kChunkTokens ? "" : fmt::format(" {} rows", tokens_));
+  }
   Geometry geometry() const override { return g_; }
 
   void build(std::mt19937_64& rng) override {
-    // One sequence: a 37-token chunk after a history of several blocks.
-    step_ = make_step({{37, 3000 % (g_.block_size * 40) + 37}}, g_.block_size, PageLayout::kDisjoint, 0, kVocab, rng);
+    // One sequence: a chunk of tokens_ after a history of several blocks.
+    step_ = make_step({{tokens_, 3000 % (g_.block_size * 40) + tokens_}}, g_.block_size, PageLayout::kDisjoint, 0,
+                      kVocab, rng);
     const int t = step_.batch.num_tokens();
     x_ = random_values(rng, size_t(t) * g_.hidden, 2.0f);
     y_ = random_values(rng, size_t(t) * g_.hidden, 2.0f);
@@ -150,6 +155,7 @@ class RowOpCase : public OpCase {
  private:
   Geometry g_;
   Op op_;
+  int tokens_;
   Step step_;
   std::vector<float> x_, y_;
   Tensor norm_, table_;
@@ -204,6 +210,13 @@ void add_elementwise_cases(CaseList& cases, bool) {
     for (Op op : {Op::kGather, Op::kRmsNorm, Op::kAddRmsNorm, Op::kAddRmsNormSplit})
       cases.push_back(std::make_unique<RowOpCase>(g, op));
   }
+  // M3.1's 8,192-row prompt chunk (--perf: the norms' rate against the copy rate; on an H100 in
+  // session 47, add_rms_norm moved 98% of the copy rate's bytes, rms_norm 77%).
+  Geometry chunk = m3_geometry();
+  chunk.name = "m3-6144";
+  chunk.hidden = 6144;
+  for (Op op : {Op::kRmsNorm, Op::kAddRmsNorm, Op::kAddRmsNormSplit})
+    cases.push_back(std::make_unique<RowOpCase>(chunk, op, 8192));
 }
 
 }  // namespace m3::test
