@@ -13,12 +13,12 @@
 // CTAs an SM. Per K step of 64:
 //  - the x rows (a 128-byte-swizzled K-major tile, the layout wgmma reads through a descriptor)
 //    and the raw weight bytes (nvfp4 32, fp8 64, bf16 128 bytes a row, rows padded so that the 8
-//    rows a warp reads at once fall in distinct banks) are staged kStages - 1 steps ahead (4 or 3:
-//    RawLayout::kStages): the weights by cp.async, x by TMA where its rows are contiguous (one
-//    thread, N / 64 boxes onto the stage's mbarrier), else by cp.async from each row's address.
-//    TMA took the per-row address chains off the copy path: on an H100, q_proj at 8192 rows 545 ->
-//    600 TFLOP/s, the expert down projection 363 -> 393, the 12-layer 8K prompt 238 -> 228 ms
-//    (docs/gpu-backend-notes.md, "Session 31");
+//    rows a warp reads at once fall in distinct banks) are staged kStages - 1 steps ahead: the
+//    weights by cp.async, x by TMA where its rows are contiguous (one thread, N / 64 boxes onto
+//    the stage's mbarrier), else by cp.async from each row's address. TMA took the per-row address
+//    chains off the copy path: on an H100, q_proj at 8192 rows 545 -> 600 TFLOP/s, the expert down
+//    projection 363 -> 393, the 12-layer 8K prompt 238 -> 228 ms (docs/gpu-backend-notes.md,
+//    "Session 31");
 //  - each thread reads its two weight rows' bytes with 16-byte loads, picks those of its A
 //    fragments (rows g and g + 8 of its warp's 16, elements 2t, 2t + 1 of every 8) with byte
 //    permutes and expands them to bf16 pairs, for the next step while the tensor cores run this
@@ -56,10 +56,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kTileRows = 128;  // weight rows (MMA M) per CTA: 2 warpgroups x 64
 constexpr int kStepK = 64;      // K elements per step: one 128-byte swizzle row of x
-// Stages of the copy ring: 5 where they fit the shared memory (RawLayout::kStages), else 4.
-constexpr int kMaxStages = 5, kMinStages = 4;
-// sm_90's shared memory: 227 KB a CTA at most, 228 KB a multiprocessor (1 KB of it reserved a CTA).
-constexpr int kSmemPerCta = 227 * 1024, kSmemPerSm = 228 * 1024;
+constexpr int kStages = 4;
 
 // The most rows (MMA N) an item of the kernel may have: 256 (kWgmmaItemRows), or 64 for the
 // grouped launches' small items. Why a 64-row size: the K step's chain of waits costs about as
@@ -95,7 +92,7 @@ struct TileSize {
 template <int kMaxN>
 struct TileShared {
   // kTmaX: the x tile of stage s has landed when barrier s completes its phase.
-  alignas(16) uint64_t x_full[kMaxStages];
+  alignas(16) uint64_t x_full[kStages];
   // The row's address in x, or a.x + 1 past the item's rows (odd: never a row; a.x stays mapped
   // for the zero-filling copy).
   alignas(16) uint64_t x_src[kMaxN];
@@ -114,17 +111,7 @@ struct RawLayout {
   static constexpr int kXTileBytes = TileSize<kMaxN>::kXTileBytes;
   // x tiles start on a 1024-byte swizzle pattern boundary.
   static constexpr int kStageBytes = (kXTileBytes + kTileRows * kPitch + 1023) / 1024 * 1024;
-  static constexpr int kExtraBytes = 1024 + int(sizeof(TileShared<kMaxN>));  // alignment, TileShared
-  static constexpr bool fits(int stages) {
-    const int bytes = stages * kStageBytes + kExtraBytes;
-    return bytes <= kSmemPerCta && TileSize<kMaxN>::kMinCtasPerSm * (bytes + 1024) <= kSmemPerSm;
-  }
-  // A fifth stage gives a copy three steps to land instead of two (issuing the copies later in a
-  // step, after the next fragments' expansion, made the GEMMs 2-6% slower: docs/gpu-backend-notes.md
-  // "Session 47"); the 320-row nvfp4 and 256-row bf16 sizes have no room for it.
-  static constexpr int kStages = fits(kMaxStages) ? kMaxStages : kMinStages;
-  static_assert(fits(kStages), "the stages fit the shared memory");
-  static constexpr int kSmemBytes = kStages * kStageBytes + kExtraBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024 + int(sizeof(TileShared<kMaxN>));
 };
 
 // Where one CTA's features go: the launch's weight, or under segments (LinearArgs::seg, the fused
@@ -306,10 +293,10 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
 
   auto issue_stage = [&](int kt) {
     if (kt < k_tiles) {
-      const uint32_t base = smem_base + (kt % L::kStages) * L::kStageBytes;
+      const uint32_t base = smem_base + (kt % kStages) * L::kStageBytes;
       if constexpr (kTmaX) {
         if (tid == 0) {
-          uint64_t* bar = &ts.x_full[kt % L::kStages];
+          uint64_t* bar = &ts.x_full[kt % kStages];
           asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbar_addr(bar)),
                        "r"(N * kStepK * 2)
                        : "memory");
@@ -354,7 +341,7 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
   uint32_t frag[2][4][4];  // [register set][k16 step][A fragment]
   auto expand_step = [&](auto set, int kt, const uint32_t (&scales)[2]) {
     constexpr int S = decltype(set)::value;
-    const uint8_t* raw = smem + (kt % L::kStages) * L::kStageBytes + kXTileBytes;
+    const uint8_t* raw = smem + (kt % kStages) * L::kStageBytes + kXTileBytes;
     uint32_t p0[8], p1[8];
     bool fast = true;
     if constexpr (F == WeightKind::kMxfp8) {
@@ -382,17 +369,17 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
   };
 
 #pragma unroll
-  for (int s = 0; s < L::kStages - 1; ++s) issue_stage(s);
+  for (int s = 0; s < kStages - 1; ++s) issue_stage(s);
   uint32_t sc_next[2], sc_after[2];
   load_scales(0, sc_next);
   load_scales(1, sc_after);
-  cp_async_wait<L::kStages - 2>();
+  cp_async_wait<kStages - 2>();
   if constexpr (!kTmaX) fence_async_shared();
   __syncthreads();
   expand_step(std::integral_constant<int, 0>(), 0, sc_next);
 
   // Step kt: the MMAs of step kt from register set S, then (under them) stage kt + 1 waited for,
-  // stage kt + L::kStages - 1 issued into the slot step kt - 1 used (both warpgroups finished its
+  // stage kt + kStages - 1 issued into the slot step kt - 1 used (both warpgroups finished its
   // MMAs before this step's barrier), step kt + 1's fragments expanded into the other set.
   // The proxy fence orders x rows copied by cp.async (the generic proxy) before the MMAs read
   // them (the async proxy). x tiles that come by TMA are async-proxy writes whose mbarrier
@@ -402,8 +389,8 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
   // routed experts' GEMMs at 2,048 tokens were 12% slower.
   auto step = [&](auto set, int kt) {
     constexpr int S = decltype(set)::value;
-    const uint32_t x_tile = smem_base + (kt % L::kStages) * L::kStageBytes;
-    if constexpr (kTmaX) mbar_wait(&ts.x_full[kt % L::kStages], (kt / L::kStages) & 1);
+    const uint32_t x_tile = smem_base + (kt % kStages) * L::kStageBytes;
+    if constexpr (kTmaX) mbar_wait(&ts.x_full[kt % kStages], (kt / kStages) & 1);
     wgmma_pin<N>(d);
     wgmma_fence();
 #pragma unroll
@@ -412,10 +399,10 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
     sc_next[0] = sc_after[0];
     sc_next[1] = sc_after[1];
     load_scales(kt + 2, sc_after);
-    cp_async_wait<L::kStages - 3>();
+    cp_async_wait<kStages - 3>();
     if constexpr (!kTmaX) fence_async_shared();
     __syncthreads();
-    issue_stage(kt + L::kStages - 1);
+    issue_stage(kt + kStages - 1);
     if (kt + 1 < k_tiles) expand_step(std::integral_constant<int, 1 - S>(), kt + 1, sc_next);
     wgmma_wait_all();
     wgmma_pin<N>(d);
@@ -430,7 +417,7 @@ __device__ __forceinline__ void run_tile(const LinearArgs& a, const CUtensorMap*
   cp_async_wait<0>();
   __syncthreads();
   constexpr int kPitch = kTileRows + 4;  // floats; a warp's stores below hit 32 distinct banks
-  static_assert(N * kPitch * 4 <= L::kStages * L::kStageBytes, "epilogue tile");
+  static_assert(N * kPitch * 4 <= kStages * L::kStageBytes, "epilogue tile");
   float* sums = reinterpret_cast<float*>(smem);
   // d[4 j + 2 h + c]: tile row m0 + 8 h, token 8 j + 2 t + c.
 #pragma unroll
@@ -521,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, TileSize<kMaxN>::kMinCtasPerSm)
 
   const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* smem = smem_raw + (smem_base - smem_u32(smem_raw));
-  TileShared<kMaxN>& ts = *reinterpret_cast<TileShared<kMaxN>*>(smem + L::kStages * L::kStageBytes);
+  TileShared<kMaxN>& ts = *reinterpret_cast<TileShared<kMaxN>*>(smem + kStages * L::kStageBytes);
   const int tid = threadIdx.x;
   const int k_tiles = (a.k + kStepK - 1) / kStepK;
   // Split-K: the cluster's CTAs (along z) share the K steps out evenly, the first ones one more.
@@ -548,7 +535,7 @@ __global__ void __launch_bounds__(kThreads, TileSize<kMaxN>::kMinCtasPerSm)
 
   if constexpr (kTmaX) {
     if (tid == 0) {
-      for (int s = 0; s < L::kStages; ++s) mbar_init(&ts.x_full[s], 1);
+      for (int s = 0; s < kStages; ++s) mbar_init(&ts.x_full[s], 1);
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
     }
   } else {
