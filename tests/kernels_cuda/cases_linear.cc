@@ -269,7 +269,7 @@ void add_linear_cases(CaseList& cases, bool quick) {
   // (700 rows: N 256 and 192), per tensor-core format.
   if (!quick)
     for (int f : {0, 3, 5, 6, 7}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], 320, 1056, 700));
-  // Dense layers wide enough for the wgmma kernel at 65-256 rows (6144 weight rows and more:
+  // Dense layers wide enough for the wgmma kernel at 33-256 rows (6144 weight rows and more:
   // linear_item_rows): one item of 150 rows (N 192) and one of 100 (N 128), where narrower layers
   // take the streamed kernel.
   if (!quick)
@@ -287,6 +287,15 @@ void add_linear_cases(CaseList& cases, bool quick) {
       cases.push_back(std::make_unique<LinearCase>(kFormats[f], 6144, 4096, 200));
     }
     for (int f : {5, 7}) cases.push_back(std::make_unique<SwigluCase>(kFormats[f], 128, 2048, 3072));
+  }
+  // Dense layers of 33-64 rows as wide (6144 weight rows and more): the wgmma kernel's 64-row size
+  // with K split over a cluster (linear_item_rows, wgmma_k_splits); K 2080 = 32.5 steps, a tail
+  // in the last split. 32 rows: still the streamed kernel. The SwiGLU pair (gate + up 6144 rows)
+  // at 40 rows.
+  if (!quick) {
+    for (int f : {3, 5, 6, 7})
+      for (int rows : {32, 33, 40, 64}) cases.push_back(std::make_unique<LinearCase>(kFormats[f], 6144, 2080, rows));
+    for (int f : {5, 7}) cases.push_back(std::make_unique<SwigluCase>(kFormats[f], 40, 2048, 3072));
   }
   // MXFP8 block exponents from about 130 to 139: the exact expansion where a warp's blocks pass
   // 134, the fast one elsewhere (decode rows: skinny and streamed kernels; 300 rows: wgmma).
@@ -366,12 +375,12 @@ void add_linear_cases(CaseList& cases, bool quick) {
     for (int f : {5, 7})
       cases.push_back(std::make_unique<LinearsCase>(std::vector{kFormats[f]}, std::vector<int>{2048, 256, 256, 512, 128},
                                                     1024, rows));
-  // The attention projections as wide as a dense layer that takes the wgmma kernel at 65-256 rows
+  // The attention projections as wide as a dense layer that takes the wgmma kernel at 33-256 rows
   // (6,144 + 1,408 weight rows: 59 tiles; at K 2048 a 2-CTA split on 132 SMs), at decode batches
-  // of 65-256 rows.
+  // of 33 (the 64-row size) and 65-256 rows.
   if (!quick)
     for (int k : {1024, 2048})
-      for (int rows : {100, 200})
+      for (int rows : {33, 100, 200})
         for (int f : {5, 7})
           cases.push_back(std::make_unique<LinearsCase>(std::vector{kFormats[f]},
                                                         std::vector<int>{6144, 512, 256, 512, 128}, k, rows));

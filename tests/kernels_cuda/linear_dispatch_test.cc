@@ -156,7 +156,13 @@ TEST(LinearDispatch, RowsPerItem) {
   const WeightView w = mxfp8(6144);
   EXPECT_EQ(linear_item_rows(w, 6144, 512, 1), 16);
   EXPECT_EQ(linear_item_rows(w, 6144, 512, 32), 32);
-  EXPECT_EQ(linear_item_rows(w, 6144, 8192, 64), 64);
+  // A wide dense layer (6144 weight rows and more) of 33-64 rows: the wgmma kernel's 64-row size;
+  // up to 32 rows the streamed kernel.
+  EXPECT_EQ(linear_item_rows(w, 6144, 8192, 64), kWgmmaItemRows);
+  EXPECT_EQ(linear_item_rows(w, 6144, 6144, 33), kWgmmaItemRows);
+  EXPECT_EQ(linear_item_rows(w, 6144, 9856, 32), 32);
+  EXPECT_EQ(linear_item_rows(w, 6144, 4096, 40), 64);  // narrower: the streamed kernel's wide form
+  EXPECT_EQ(linear_item_rows(w, 6144, 9856, 40, true), 64);  // grouped: experts of 33-64 rows
   EXPECT_EQ(linear_item_rows(w, 6144, 512, 200), 64);     // a narrow dense layer: streamed up to 256 rows
   EXPECT_EQ(linear_item_rows(w, 6144, 0, 200), 64);       // a fused launch's segments
   EXPECT_EQ(linear_item_rows(w, 6144, 4096, 128), 64);               // 32 CTAs: streamed up to 256 rows

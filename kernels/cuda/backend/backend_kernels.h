@@ -144,15 +144,17 @@ constexpr int wgmma_max_item_rows(WeightKind kind) {
 }
 // Whether launch_linear gives a tensor-core problem to the wgmma kernel: items of more than 64
 // rows, and grouped (routed-expert) items of 64 rows, which its 64-row size takes two CTAs an SM
-// (experts of 33-64 rows, e.g. M3.1's 128 experts at 1,025-2,048 tokens a step). Dense 64-row
-// launches (decode batches) stay on the streamed and skinny kernels, which read the weight once.
+// (experts of 33-64 rows, e.g. M3.1's 128 experts at 1,025-2,048 tokens a step). Dense launches
+// of up to 64 rows reach it with kWgmmaItemRows (linear_item_rows: wide layers at decode batches
+// of 33-64, which launch_linear_wgmma runs on the 64-row size); 16-, 32- and 64-row dense items
+// are the streamed and skinny kernels'.
 inline bool linear_runs_wgmma(const LinearArgs& a) {
   return a.item_rows > 64 || (a.items != nullptr && a.item_rows == 64);
 }
 cudaError_t init_linear_wgmma_kernels();
 cudaError_t launch_linear_wgmma(const LinearArgs& args, int items, cudaStream_t stream);
 // Split-K for a dense wgmma launch of 256-row items whose 128-feature tiles leave SMs idle (decode
-// batches of 65-256 rows: M3.1's o_proj has 48 tiles for 132 SMs, its fused attention projections
+// batches of 33-256 rows: M3.1's o_proj has 48 tiles for 132 SMs, its fused attention projections
 // 77, and one CTA walks every K step of its tile). A CTA's K step costs about the same whatever the
 // split (the chain of one step's waits, docs/gpu-backend-notes.md "Session 30"), so a launch takes
 // about waves x (steps a split + kWgmmaSplitFixedSteps), the fixed part pricing a CTA's pipeline

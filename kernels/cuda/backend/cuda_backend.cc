@@ -647,10 +647,10 @@ class CudaBackend final : public Backend {
     const int k = static_cast<int>(first.in_features);
     // bf16: cuBLAS, except in batch-invariant mode, where bf16 takes the skinny kernel as well.
     if ((w0.kind == detail::WeightKind::kBF16 && !options_.batch_invariant) || x.dim(1) % 8 != 0) return false;
-    // Up to 64 rows the skinny and streamed kernels walk the segments; at 65-256 rows the wgmma
+    // Up to 32 rows the skinny and streamed kernels walk the segments; at 33-256 rows the wgmma
     // kernel does when the segments together are as wide as a dense layer that takes it
     // (kWgmmaMinDenseWeightRows: M3.1's q, k, v, index q and k are 9,856 rows, 77 tiles), else
-    // the streamed kernel's wide form; above, the wgmma kernel always, so that the small
+    // the streamed kernel; above, the wgmma kernel always, so that the small
     // projections (k, v: 512 features; index_k: 128, one wave's few CTAs alone) share a launch
     // with q's tiles.
     int weight_rows = 0;

@@ -13,9 +13,9 @@
 //    16 output features; its warps split K and reduce through shared memory (dense 64-row tiles
 //    with few feature slices also split K over a 2-CTA cluster, reduced through DSMEM).
 //  - wgmma (items of up to 256 rows: prefill, grouped experts of 64 rows and more (items of up to
-//    64 rows on its 64-row size, two CTAs an SM), dense layers of 65-256 rows with at least
-//    kWgmmaMinDenseWeightRows weight rows, their K split over a cluster when the tiles are too
-//    few to fill the GPU; linear_wgmma.cu): 128 weight rows x the
+//    64 rows on its 64-row size, two CTAs an SM), dense layers of 33-256 rows with at least
+//    kWgmmaMinDenseWeightRows weight rows (up to 64 rows on the 64-row size), their K split over
+//    a cluster when the tiles are too few to fill the GPU; linear_wgmma.cu): 128 weight rows x the
 //    item's rows a CTA, raw weight bytes staged by cp.async and x rows by TMA (cp.async where they
 //    are gathered), the weights expanded to bf16 in registers as the MMA's A operand, x tiles read
 //    from shared memory (Hopper warpgroup MMAs with register A).
@@ -48,13 +48,14 @@ namespace {
 
 constexpr int kSkinnyWarps = 8;
 constexpr int kSkinnyMaxDenseRows = 256;
-// Dense layers of 65-256 rows with at least this many weight rows (48 CTAs) take the wgmma kernel
-// (one item, N up to 256) rather than the streamed kernel's wide form (64-row items, each
-// expanding the whole weight again). H100, session 30, 12 M3.1 layers at 8K (docs/gpu-backend-notes.md):
-// decode steps of 96 / 128 / 192 rows 20.2 / 21.6 / 25.5 ms against 20.4 / 22.1 / 27.0; the shared
-// expert at 256 rows 112 against 151 us (gate/up + SwiGLU), 56 against 81 (down). o_proj alone
-// (K 8192) is 3-13% slower on it at 96-128 rows, but the shared expert's 48 CTAs beside the routed
-// experts shorten the MoE op by more; requiring 16384 weight rows up to 128 rows gave 22.0 ms at 128.
+// Dense layers of 33-256 rows with at least this many weight rows (48 CTAs) take the wgmma kernel
+// (one item, N up to 256; up to 64 rows its 64-row size) rather than the streamed kernel's wide
+// form (64-row items, each expanding the whole weight again). H100, session 30, 12 M3.1 layers at
+// 8K (docs/gpu-backend-notes.md): decode steps of 96 / 128 / 192 rows 20.2 / 21.6 / 25.5 ms against
+// 20.4 / 22.1 / 27.0; the shared expert at 256 rows 112 against 151 us (gate/up + SwiGLU), 56
+// against 81 (down). o_proj alone (K 8192) is 3-13% slower on it at 96-128 rows, but the shared
+// expert's 48 CTAs beside the routed experts shorten the MoE op by more; requiring 16384 weight
+// rows up to 128 rows gave 22.0 ms at 128. Session 48 extended it to 33-64 rows (linear_item_rows).
 constexpr int kWgmmaMinDenseWeightRows = 6144;
 
 // 16-byte weight loads per lane per batch: 8, or 4 for 64-row tiles (their accumulators and x
@@ -450,7 +451,13 @@ int linear_item_rows(const WeightView& w, int k, int weight_rows, int rows, bool
   if (!linear_has_mma_path(w, k)) return 16;
   if (rows <= 16) return 16;
   if (rows <= 32) return 32;
-  if (rows <= 64) return 64;
+  // A wide dense layer of 33-64 rows takes the wgmma kernel too (launch_linear_wgmma runs its
+  // 64-row size, two CTAs an SM, with K split over a cluster) rather than the streamed kernel's
+  // 64-row items. H100, `backend_check bench --only split-k` (docs/gpu-backend-notes.md "Session
+  // 48"): M3.1's fused attention projections at 48-64 rows 40-41 us against 54-55, o_proj 37-38
+  // against 43, the dense down projection 55-56 against 69-70; at 24-32 rows (the streamed
+  // kernel's 32-row items) the streamed kernel was 2-8 us faster.
+  if (rows <= 64) return !grouped && weight_rows >= kWgmmaMinDenseWeightRows ? kWgmmaItemRows : 64;
   // A narrow dense layer of up to kSkinnyMaxDenseRows rows stays on the streamed kernel's wide
   // form (64-row items): it reads the weight once with n / 16 CTAs, where the wgmma kernel would
   // have only n / 128 (k_proj's 512 features: 4).

@@ -1,5 +1,5 @@
 // The streamed skinny kernel: linear layers over items of at most 64 rows (decode steps, the
-// routed experts of a decode step, dense layers up to 64 rows and narrow ones up to 256) at the
+// routed experts of a decode step, dense layers up to 32 rows and narrow ones up to 256) at the
 // memory system's pace.
 //
 // The skinny kernel (linear.cu) keeps its weight loads in registers, so a warp alternates between
@@ -52,10 +52,11 @@ constexpr int kUnitRows = 16;  // output features per unit half: two 8-feature M
 
 // The two forms of the kernel, by the token tiles (8 tokens each) a unit may hold: the narrow one
 // (items of <= 16 rows: decode steps, routed experts) runs two CTAs an SM; the wide one (items
-// of 32 or 64 rows, cut into 32-token chunks: dense layers of batch 17-256, experts with more
-// than 16 rows) one, so that a thread has the registers for 4 token tiles' accumulators (65,536 /
-// (9 warps x 32) -> 168 where two CTAs leave 96; 8 tiles would spill) and the shared memory for
-// their reduction. An SM has 228 KB of shared memory, 1 KB of it reserved per CTA.
+// of 32 or 64 rows, cut into 32-token chunks: dense layers of batch 17-32, narrow ones up to 256
+// (linear_item_rows), experts with more than 16 rows) one, so that a thread has the registers for
+// 4 token tiles' accumulators (65,536 / (9 warps x 32) -> 168 where two CTAs leave 96; 8 tiles
+// would spill) and the shared memory for their reduction. An SM has 228 KB of shared memory, 1 KB
+// of it reserved per CTA.
 template <int TTMAX>
 struct StreamForm {
   static constexpr int kTokens = 8 * TTMAX;

@@ -24,8 +24,9 @@
 //    permutes and expands them to bf16 pairs, for the next step while the tensor cores run this
 //    one (two register sets of fragments);
 //  - the group / block scales come from global memory two steps ahead, into registers.
-// A dense launch of few 128-feature tiles (decode batches of 65-256 rows) splits K over a cluster of
-// 2-8 CTAs, which add their sums through distributed shared memory in rank order (wgmma_k_splits).
+// A dense launch of few 128-feature tiles (decode batches of 33-256 rows; up to 64 rows on the
+// 64-row size) splits K over a cluster of 2-8 CTAs, which add their sums through distributed
+// shared memory in rank order (wgmma_k_splits).
 // The weights cross shared memory once, compressed, and an x tile serves 128 weight rows. Every
 // wgmma wait is a full one (wgmma.wait_group 0): a partial wait makes ptxas serialise the MMAs.
 // The fp32 sums leave through shared memory: whole output rows by consecutive lanes, and the
@@ -654,7 +655,7 @@ int clusters_that_fit(Kernel kernel, int smem, int device, int s, ClusterFits& c
 template <class Kernel>
 int wgmma_k_splits(const LinearArgs& a, dim3 grid, Kernel kernel, int smem, ClusterFits& cache) {
   const int k_tiles = (a.k + kStepK - 1) / kStepK;
-  if (a.items != nullptr || a.item_rows <= 64) return 1;
+  if (a.items != nullptr) return 1;
   if (a.k_splits > 0) return std::max(1, std::min({a.k_splits, kWgmmaMaxKSplits, k_tiles}));
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
@@ -711,7 +712,9 @@ cudaError_t launch_kind(const LinearArgs& a, int items, cudaStream_t stream) {
   const dim3 grid(tiles, items, 1);
   CUtensorMap x_map{};
   const bool tma = encode_x_map(a, &x_map);
-  if (a.item_rows <= 64) {
+  // A dense launch of up to 64 rows (linear_item_rows: wide layers at decode batches of 33-64)
+  // runs the 64-row size, two CTAs an SM, with its K split (wgmma_k_splits).
+  if (a.item_rows <= 64 || (a.items == nullptr && a.rows <= 64)) {
     launch_size<F, kSwiglu, 64>(a, x_map, tma, grid, ItemSizes::kAll, stream);
   } else if (a.item_rows <= kWgmmaItemRows) {
     launch_large<F, kSwiglu, kWgmmaItemRows>(a, x_map, tma, grid, stream);
