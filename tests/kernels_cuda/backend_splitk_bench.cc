@@ -25,10 +25,26 @@ namespace {
 
 constexpr int kIters = 20, kMaxSplits = 8;
 
-// One dense MXFP8 problem (x all bf16 1.17) timed with CUDA events.
+// The stream and events every timing of the sweep uses.
+struct Timer {
+  Timer() {
+    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "bench stream");
+    for (cudaEvent_t& e : ev) check_cuda(cudaEventCreate(&e), "bench event");
+  }
+  ~Timer() {
+    for (cudaEvent_t e : ev) cudaEventDestroy(e);
+    cudaStreamDestroy(stream);
+  }
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ev[2] = {};
+};
+
+// One dense MXFP8 problem (x all bf16 1.17).
 class DenseProblem {
  public:
-  DenseProblem(const LinearWeight& w, int n, int k, int rows) {
+  DenseProblem(const LinearWeight& w, int n, int k, int rows, Timer& timer) : timer_(timer) {
     x_.reserve(size_t(rows) * k * 2, "bench x");
     y_.reserve(size_t(rows) * n * 2, "bench y");
     check_cuda(cudaMemset(x_.as(), 0x3c, size_t(rows) * k * 2), "bench fill");
@@ -40,36 +56,28 @@ class DenseProblem {
     a_.w[0] = view_of(w);
     a_.out = y_.as<uint16_t>();
     a_.out_stride = n;
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "bench stream");
-    for (cudaEvent_t& e : ev_) check_cuda(cudaEventCreate(&e), "bench event");
   }
-  ~DenseProblem() {
-    for (cudaEvent_t e : ev_) cudaEventDestroy(e);
-    cudaStreamDestroy(stream_);
-  }
-  DenseProblem(const DenseProblem&) = delete;
-  DenseProblem& operator=(const DenseProblem&) = delete;
 
   // us a launch with `item_rows` rows an item and `splits` K splits (0: the launcher's choice), the
   // mean of kIters after one that loads the module.
   double time_us(int item_rows, int splits) {
     a_.item_rows = item_rows;
     a_.k_splits = splits;
-    check_cuda(cuda::detail::launch_linear(a_, stream_), "split-K bench");
-    check_cuda(cudaEventRecord(ev_[0], stream_), "bench event");
-    for (int it = 0; it < kIters; ++it) check_cuda(cuda::detail::launch_linear(a_, stream_), "split-K bench");
-    check_cuda(cudaEventRecord(ev_[1], stream_), "bench event");
-    check_cuda(cudaEventSynchronize(ev_[1]), "split-K bench");
+    cudaStream_t s = timer_.stream;
+    check_cuda(cuda::detail::launch_linear(a_, s), "split-K bench");
+    check_cuda(cudaEventRecord(timer_.ev[0], s), "bench event");
+    for (int it = 0; it < kIters; ++it) check_cuda(cuda::detail::launch_linear(a_, s), "split-K bench");
+    check_cuda(cudaEventRecord(timer_.ev[1], s), "bench event");
+    check_cuda(cudaEventSynchronize(timer_.ev[1]), "split-K bench");
     float ms = 0;
-    check_cuda(cudaEventElapsedTime(&ms, ev_[0], ev_[1]), "bench event time");
+    check_cuda(cudaEventElapsedTime(&ms, timer_.ev[0], timer_.ev[1]), "bench event time");
     return 1e3 * ms / kIters;
   }
 
  private:
+  Timer& timer_;
   cuda::DeviceBuffer x_, y_;
   cuda::detail::LinearArgs a_;
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t ev_[2] = {};
 };
 
 // Prints every split count's time (the wgmma kernel, 256-row items); returns the least of them and `best`.
@@ -99,6 +107,7 @@ void run_splitk_bench() {
                           {"o_proj 6144x8192", 6144, 8192},
                           {"q_proj 8192x6144", 8192, 6144},
                           {"dense down 6144x12288", 6144, 12288}};
+  Timer timer;
   auto split_columns = [] {
     for (int s = 1; s <= kMaxSplits; ++s) std::printf(" %7s%d", "split", s);
     std::printf(" %9s\n", "auto/best");
@@ -107,14 +116,15 @@ void run_splitk_bench() {
   split_columns();
   for (const Shape& sh : shapes) {
     const LinearWeight w = constant_weight(sh.n, sh.k, WeightFormat::kMxfp8);
-    const double floor_us = double(w.weight.nbytes() + w.scale.nbytes()) / copy_bytes_per_us;
+    const double weight_bytes = double(w.weight.nbytes() + w.scale.nbytes());
+    const double floor_us = weight_bytes / copy_bytes_per_us;
     for (int rows : {96, 128, 192, 256}) {
-      DenseProblem p(w, sh.n, sh.k, rows);
+      DenseProblem p(w, sh.n, sh.k, rows, timer);
       const double auto_us = p.time_us(cuda::detail::kWgmmaItemRows, 0);
       std::printf("%-22s %5d %8.1f", sh.name, rows, auto_us);
       const double best = print_splits(p, auto_us);
       std::printf(" %9.2f  (best %.1f us: %.0f GB/s, x%.2f the weight floor)\n", auto_us / best, best,
-                  floor_us * copy_bytes_per_us / best / 1e3, best / floor_us);
+                  weight_bytes / best / 1e3, best / floor_us);
     }
   }
   // Dense layers of 16-64 rows: the launcher's choice (auto: linear_item_rows sends wide layers of
@@ -129,10 +139,11 @@ void run_splitk_bench() {
     const LinearWeight w = constant_weight(sh.n, sh.k, WeightFormat::kMxfp8);
     const double floor_us = double(w.weight.nbytes() + w.scale.nbytes()) / copy_bytes_per_us;
     for (int rows : {16, 24, 32, 48, 64}) {
-      DenseProblem p(w, sh.n, sh.k, rows);
+      DenseProblem p(w, sh.n, sh.k, rows, timer);
       const int production = cuda::detail::linear_item_rows(view_of(w), sh.k, sh.n, rows);
       const double auto_us = p.time_us(production, 0);
-      const double streamed = p.time_us(rows <= 16 ? 16 : rows <= 32 ? 32 : 64, 0);
+      // No weight rows: the item size the streamed and skinny kernels take.
+      const double streamed = p.time_us(cuda::detail::linear_item_rows(view_of(w), sh.k, 0, rows), 0);
       std::printf("%-22s %5d %8.1f %9.1f", sh.name, rows, auto_us, streamed);
       const double best = print_splits(p, auto_us);
       std::printf(" %9.2f  (%s; best %.1f us: x%.2f the weight floor; streamed x%.2f)\n", auto_us / best,
