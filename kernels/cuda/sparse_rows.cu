@@ -1,6 +1,6 @@
 // Sparse attention of one query row over its selected blocks, NVFP4 KV cache (Q8KV4), on wgmma:
 // the decode path of MSA. One CTA (one warpgroup) per (query token, KV head, selection slot range);
-// 5 CTAs fit on a multiprocessor (87 registers, 44 KB of shared memory). A row split over slot
+// 4 CTAs fit on a multiprocessor (117 registers, 44 KB of shared memory). A row split over slot
 // ranges is merged by its last CTA to finish (split_combine.cuh), not by a combine launch. Row
 // groups (prefill) over NVFP4 take sparse_groups.cu, other KV dtypes attention.cu.
 //
@@ -18,10 +18,8 @@
 //   O^T[128 dims][16 heads] += V'^T P8^T wgmma m64n16k32 x 4 (two dim halves x two key halves),
 //                                        V' decoded and transposed into shared memory (4 keys x
 //                                        8 dims per thread, byte permutes), P8 written there too.
-// The V' decode follows S's MMAs rather than running beside them: with the key fragments in
-// flight it held the walk at 117 registers and four CTAs a multiprocessor, and the walk is bound
-// by latency (the other CTAs' work fills the gap). The accumulators are split over the warpgroup
-// (16 floats a thread for O), so no per-warp states need merging at the end.
+// The V' decode runs while the tensor cores compute S. The accumulators are split over the
+// warpgroup (16 floats a thread for O), so no per-warp states need merging at the end.
 //
 // Numerics (ops/attention.h Q8KV4): the running maximum is that of the tiles seen so far, over all
 // 64 keys of a tile; the normaliser sums the unquantised 448 exp(.); products are exact and
@@ -163,11 +161,9 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
       wgmma_f16<16>(sd, af, qdesc[ks], ks > 0);
     }
     wgmma_commit();
+    stage_vt(kt + kHalfBytes, table, vt, tid);  // on the ALUs while the tensor cores compute S
     wgmma_wait_all();
     wgmma_pin<16>(sd);
-    // V' decoded after S, not beside its MMAs: with the key fragments in flight the decode needs
-    // 117 registers (four walks a multiprocessor); after them, 87 (five).
-    stage_vt(kt + kHalfBytes, table, vt, tid);
 
     // sd[4j + c]: key 16w + g (c < 2) or + 8, head 8j + 2t + (c & 1). Mask keys past the row.
     const int key_g = key_pos0 + warp * 16 + g;
@@ -272,12 +268,8 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
 }
 
 constexpr int kSmemBytes = kQBytes + kTableBytes + kVtBytes + kPtBytes + kStages * kStageBytes + kListInts * 4;
-// Five walks a multiprocessor (44 KB each, with the 1 KB the hardware reserves per CTA and the
-// walk's 640 bytes of static arrays): the walk is latency-bound at four (ncu: 44% of cycles with no
-// eligible warp).
-static_assert(5 * (kSmemBytes + 1024 + 768) <= 228 * 1024, "five row walks a multiprocessor");
 
-__global__ void __launch_bounds__(kThreads, 5) sparse_rows_kernel(const AttentionArgs a) {
+__global__ void __launch_bounds__(kThreads) sparse_rows_kernel(const AttentionArgs a) {
   kernel_prologue();
   extern __shared__ __align__(128) uint8_t smem[];
   uint2* table = reinterpret_cast<uint2*>(smem + kQBytes);
