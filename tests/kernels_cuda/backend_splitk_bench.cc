@@ -1,9 +1,8 @@
-// The wgmma kernel's split-K at decode sizes: M3.1's dense MXFP8 projections at 65-256 rows (and at
-// 16-64 against the streamed kernel), each
-// launched with every split count of 1-8 and with the launcher's own choice (linear_wgmma.cu,
-// wgmma_k_splits), timed with CUDA events, against the weight bytes at this GPU's copy rate. The
-// rule's cost model (waves x (steps a split + a fixed cost)) is checked here: its choice should be
-// within a few percent of the sweep's best.
+// The wgmma kernel's split-K at decode sizes: M3.1's dense MXFP8 projections at 65-256 rows (and
+// at 16-64 against the streamed kernel), each launched with every split count of 1-8 and with the
+// launcher's own choice (linear_wgmma.cu, wgmma_k_splits), timed with CUDA events, against the
+// weight bytes at this GPU's copy rate. The rule's cost model (waves x (steps a split + a fixed
+// cost)) is checked here: its choice should be within a few percent of the sweep's best.
 #include <algorithm>
 #include <cstdio>
 #include <vector>

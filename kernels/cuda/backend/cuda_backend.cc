@@ -650,9 +650,8 @@ class CudaBackend final : public Backend {
     // Up to 32 rows the skinny and streamed kernels walk the segments; at 33-256 rows the wgmma
     // kernel does when the segments together are as wide as a dense layer that takes it
     // (kWgmmaMinDenseWeightRows: M3.1's q, k, v, index q and k are 9,856 rows, 77 tiles), else
-    // the streamed kernel; above, the wgmma kernel always, so that the small
-    // projections (k, v: 512 features; index_k: 128, one wave's few CTAs alone) share a launch
-    // with q's tiles.
+    // the streamed kernel; above 256 rows the wgmma kernel always, so that the small projections
+    // (k, v: 512 features; index_k: 128, one wave's few CTAs alone) share a launch with q's tiles.
     int weight_rows = 0;
     for (const LinearOutput& o : outputs) weight_rows += static_cast<int>(o.weight->out_features);
     const int item_rows = this->item_rows(w0, k, weight_rows, static_cast<int>(rows));
