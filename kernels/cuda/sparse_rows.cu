@@ -1,6 +1,6 @@
 // Sparse attention of one query row over its selected blocks, NVFP4 KV cache (Q8KV4), on wgmma:
 // the decode path of MSA. One CTA (one warpgroup) per (query token, KV head, selection slot range);
-// 4 CTAs fit on a multiprocessor (117 registers, 44 KB of shared memory). A row split over slot
+// 4 CTAs fit on a multiprocessor (121 registers, 47 KB of shared memory). A row split over slot
 // ranges is merged by its last CTA to finish (split_combine.cuh), not by a combine launch. Row
 // groups (prefill) over NVFP4 take sparse_groups.cu, other KV dtypes attention.cu.
 //
@@ -53,6 +53,13 @@ __device__ __forceinline__ int pt_offset(int head, int key) {
   return (key >> 5) * 512 + (head >> 3) * 256 + ((key >> 4) & 1) * 128 + (head & 7) * 16 + (key & 15);
 }
 
+// The keys of a tile sit in P8^T and V'^T in slot order: in each chunk of 16, keys k and k + 8
+// (k < 8) take slots 2k and 2k + 1, so that the thread holding both scores of a head stores them
+// as one 16-bit word. PV sums over slots, so the order is free.
+__device__ __forceinline__ int key_of_slot(int slot) {
+  return (slot & ~15) | ((slot & 15) >> 1) | ((slot & 1) << 3);
+}
+
 // V' of the staged tile to V'^T: thread tid takes keys 4(tid/16) .. +3 (and 32 further) x dims
 // 8(tid%16) .. +7.
 __device__ __forceinline__ void stage_vt(const uint8_t* v, const uint2* table, uint8_t* vt, int tid) {
@@ -62,8 +69,11 @@ __device__ __forceinline__ void stage_vt(const uint8_t* v, const uint2* table, u
     uint32_t lo[4], hi[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const uint32_t x = *reinterpret_cast<const uint32_t*>(v + (key0 + r) * (kDim / 2) + 4 * dg);
-      const uint8_t sc = v[kScaleOffset + (key0 + r) * (kDim / 16) + (dg >> 1)];
+      // Slot key0 + r of V'^T holds key_of_slot(key0 + r): key0 is a multiple of 4, so that is
+      // key_of_slot(key0) + 0, 8, 1, 9.
+      const int key = key_of_slot(key0) + (r & 1) * 8 + (r >> 1);
+      const uint32_t x = *reinterpret_cast<const uint32_t*>(v + key * (kDim / 2) + 4 * dg);
+      const uint8_t sc = v[kScaleOffset + key * (kDim / 16) + (dg >> 1)];
       nvfp4_word_to_e4m3(x, table[sc], lo[r], hi[r]);
     }
     uint32_t cols[4];
@@ -91,8 +101,11 @@ struct RowWalkSmem {
 // bf16 output (and LSE), else the unnormalised partial `partial`. Every thread of the CTA calls it.
 __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSmem& sm, int row, int kv,
                                          int slot_begin, int slot_end, int partial) {
-  __shared__ float s_max[4][16], s_sum[4][16];
+  __shared__ __align__(16) float s_max[16][4];
+  __shared__ float s_sum[4][16];
   __shared__ int s_num_tiles;
+  __shared__ const uint8_t* s_tile_codes[kListInts / 2];
+  __shared__ const uint8_t* s_tile_scales[kListInts / 2];
   uint8_t* const q_tile = sm.q_tile;
   const uint2* const table = sm.table;
   uint8_t* const vt = sm.vt;
@@ -104,27 +117,65 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
   const int hkv = a.cache.num_kv_heads, group = a.num_q_heads / hkv;
   const int pos = a.step.positions[row];
   const int32_t* pages = a.step.page_table + int64_t(a.step.token_seq[row]) * a.step.pages_per_seq;
+  const TileSource src = tile_source(a, kv);
+  const int tiles_per_block = a.cache.block_size / kTileTokens;
+
+  // q' = E4M3(q) as fp16 in the keys' head-dim order (f16_row_element); heads past the group zero.
+  // A thread's pairs are loaded together, before warp 0's listing, so that their latency and the
+  // listing's chain of loads overlap (one after the other, they held ncu's samples of the walk's
+  // start).
+  constexpr int kQPairs = 16 * (kDim / 2) / kThreads;
+  const int p2 = (tid % (kDim / 2)) * 2, h0 = tid / (kDim / 2);
+  const int64_t q0 = (int64_t(row) * a.num_q_heads + kv * group) * kDim + f16_row_element(p2);
+  uint32_t qv[kQPairs];
+  if (a.q_kind == ActKind::kE4M3) {
+#pragma unroll
+    for (int k = 0; k < kQPairs; ++k) {
+      const int h = h0 + k * (kThreads / (kDim / 2));
+      qv[k] = h < group ? *reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.q) + q0 + h * kDim) : 0u;
+    }
+#pragma unroll
+    for (int k = 0; k < kQPairs; ++k) qv[k] = e4m3x2_to_f16x2(qv[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kQPairs; ++k) {
+      const int h = h0 + k * (kThreads / (kDim / 2));
+      qv[k] = h < group ? *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(a.q) + q0 + h * kDim) : 0u;
+    }
+#pragma unroll
+    for (int k = 0; k < kQPairs; ++k)
+      qv[k] = f32x2_to_e4m3_as_f16x2(__uint_as_float(qv[k] << 16), __uint_as_float(qv[k] & 0xffff0000u));
+  }
+
   if (warp == 0) {
     const int n = list_row_tiles(a, row, kv, slot_begin, slot_end, pages, tile_list, tile_phys);
     if (lane == 0) s_num_tiles = n;
+    __syncwarp();
+    // Each tile's copy sources, made once (V's are src.v_offset further): in the loop, the
+    // addresses from the block and the tile's place in it took ~75 instructions a tile.
+    for (int i = lane; i < n; i += 32) {
+      const int tok0 = (tile_list[i] % tiles_per_block) * kTileTokens;
+      const uint8_t* slot = src.k_head + tile_phys[i] * src.block_bytes;
+      s_tile_codes[i] = slot + tok0 * (kDim / 2);
+      s_tile_scales[i] = slot + src.block_size * (kDim / 2) + tok0 * (kDim / 16);
+    }
   }
-  // q' = E4M3(q) as fp16 in the keys' head-dim order (f16_row_element); heads past the group zero.
-  for (int idx = tid; idx < 16 * (kDim / 2); idx += kThreads) {
-    const int h = idx / (kDim / 2), p2 = (idx % (kDim / 2)) * 2;
-    uint32_t v = 0;
-    if (h < group)
-      v = load_act2_e4m3_as_f16x2(a.q, a.q_kind, (int64_t(row) * a.num_q_heads + kv * group + h) * kDim + f16_row_element(p2));
-    *reinterpret_cast<uint32_t*>(q_tile + wgmma_f16_offset(h, p2)) = v;
-  }
+#pragma unroll
+  for (int k = 0; k < kQPairs; ++k)
+    *reinterpret_cast<uint32_t*>(q_tile + wgmma_f16_offset(h0 + k * (kThreads / (kDim / 2)), p2)) = qv[k];
   fence_async_shared();
   __syncthreads();
   const int num_tiles = s_num_tiles;
 
-  const TileSource src = tile_source(a, kv);
-  const int tiles_per_block = a.cache.block_size / kTileTokens;
   auto issue = [&](int i) {
-    issue_tile(src, stages + (i % kStages) * kStageBytes, i < num_tiles,
-               i < num_tiles ? tile_list[i] % tiles_per_block : 0, i < num_tiles ? tile_phys[i] : 0, threadIdx.x);
+    if (i < num_tiles) {
+      uint8_t* const dst = stages + (i % kStages) * kStageBytes;
+      const uint8_t* const codes = s_tile_codes[i];
+      const uint8_t* const scales = s_tile_scales[i];
+      stage_tile<KvDType::kNVFP4, kThreads>(dst, codes, scales, tid);
+      stage_tile<KvDType::kNVFP4, kThreads>(dst + kHalfBytes, codes + src.v_offset, scales + src.v_offset, tid);
+    }
+    cp_async_commit();
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);
@@ -172,27 +223,29 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
       for (int c = 0; c < 8; ++c)
         if (key_g + ((c >> 1) & 1) * 8 > pos) sd[c] = -INFINITY;
     }
-    // Tile maximum per head over the 64 keys: this thread's 2, the warp's 16, the 4 warps.
+    // Tile maximum per head over the 64 keys: this thread's 2, the warp's 16 (a butterfly that halves
+    // the heads a lane carries at each step: lane g keeps head column hc = g >> 1 of its four), the
+    // 4 warps (s_max[head][warp], one 16-byte load a head).
     float mx[4];
 #pragma unroll
-    for (int hc = 0; hc < 4; ++hc) {
-      const int j = hc >> 1, c = hc & 1;
-      float m = fmaxf(sd[4 * j + c], sd[4 * j + 2 + c]);
+    for (int hc = 0; hc < 4; ++hc) mx[hc] = fmaxf(sd[4 * (hc >> 1) + (hc & 1)], sd[4 * (hc >> 1) + 2 + (hc & 1)]);
+    {
+      const bool hi4 = g & 4, hi2 = g & 2;
+      const float send0 = hi4 ? mx[0] : mx[2], send1 = hi4 ? mx[1] : mx[3];
+      const float r0 = fmaxf(hi4 ? mx[2] : mx[0], __shfl_xor_sync(0xffffffffu, send0, 16));
+      const float r1 = fmaxf(hi4 ? mx[3] : mx[1], __shfl_xor_sync(0xffffffffu, send1, 16));
+      float m = fmaxf(hi2 ? r1 : r0, __shfl_xor_sync(0xffffffffu, hi2 ? r0 : r1, 8));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-      mx[hc] = m;
-    }
-    if (g == 0) {
-#pragma unroll
-      for (int hc = 0; hc < 4; ++hc) s_max[warp][8 * (hc >> 1) + 2 * t + (hc & 1)] = mx[hc];
+      // Lane g now holds head column hc = 2 (g >> 2) + ((g >> 1) & 1): head 8 (hc >> 1) + 2t + (hc & 1).
+      if ((g & 1) == 0) s_max[8 * (g >> 2) + 2 * t + ((g >> 1) & 1)][warp] = m;
     }
     __syncthreads();
     float bias[4];
 #pragma unroll
     for (int hc = 0; hc < 4; ++hc) {
       const int head = 8 * (hc >> 1) + 2 * t + (hc & 1);
-      const float m_tile = fmaxf(fmaxf(s_max[0][head], s_max[1][head]), fmaxf(s_max[2][head], s_max[3][head]));
+      const float4 wm = *reinterpret_cast<const float4*>(s_max[head]);
+      const float m_tile = fmaxf(fmaxf(wm.x, wm.y), fmaxf(wm.z, wm.w));
       const float m_new = fmaxf(m_run[hc], m_tile);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
       if (m_new > m_run[hc]) {  // alpha is exactly 1 otherwise
@@ -211,9 +264,8 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
       const float p0 = ex2_approx(fmaf(sd[4 * j + c], c2, bias[hc]));
       const float p1 = ex2_approx(fmaf(sd[4 * j + 2 + c], c2, bias[hc]));
       l_part[hc] += p0 + p1;
-      const uint32_t e = f32x2_to_e4m3x2(p0, p1);
-      pt[pt_offset(head, warp * 16 + g)] = uint8_t(e);
-      pt[pt_offset(head, warp * 16 + 8 + g)] = uint8_t(e >> 8);
+      // Keys 16w + g and + 8: slots 16w + 2g and + 1 (key_of_slot).
+      *reinterpret_cast<uint16_t*>(pt + pt_offset(head, warp * 16 + 2 * g)) = uint16_t(f32x2_to_e4m3x2(p0, p1));
     }
     fence_async_shared();
     __syncthreads();  // V'^T and P8^T written
@@ -284,16 +336,16 @@ __global__ void __launch_bounds__(kThreads) sparse_rows_kernel(const AttentionAr
   row_walk(a, RowWalkSmem{smem, table, vt, pt, stages, lists}, w.row, w.kv_head, w.begin, w.end, w.partial);
   if (w.combine < 0) return;
   // The row's splits: the last CTA to arrive merges them (no combine launch after this kernel).
-  // Release: every thread's partial stores, device-wide, before the arrival; acquire: the other
-  // CTAs' partials, read through L2, after it.
+  // The CTA barrier orders every thread's partial stores before thread 0's arrival, whose
+  // acquire-release atomic makes them visible device-wide (release) and the other CTAs' partials
+  // visible here (acquire; read through L2), the pattern of a grid barrier's arrival. A fence in
+  // every thread (__threadfence) cost each warp a full memory barrier.
   __shared__ bool last;
-  __threadfence();
   __syncthreads();
   const CombineWork cw = a.combine_work[w.combine];
-  if (threadIdx.x == 0) last = atomicAdd(a.combine_done + w.combine, 1) == cw.num_splits - 1;
+  if (threadIdx.x == 0) last = atomic_add_acq_rel_gpu(a.combine_done + w.combine, 1) == cw.num_splits - 1;
   __syncthreads();
   if (!last) return;
-  __threadfence();
   CombineArgs c;
   c.num_q_heads = a.num_q_heads;
   c.num_kv_heads = a.cache.num_kv_heads;
