@@ -179,16 +179,13 @@ __device__ __forceinline__ void consume_tiles(const AttentionArgs& a, const Spar
   // past the GQA group are zero columns), loaded while tile 0 lands.
   uint32_t qf[kDim / 16][4];
   const int64_t q_row = (int64_t(row0 + warp) * a.num_q_heads + kv * group) * kDim;
-  {
-    // Pair k: k16 step k >> 2, register k & 3 (head g + 8 (r & 1), element 16 ks + 2t + 8 (r >> 1)).
-    uint32_t pairs[kDim / 4];
-    load_act2_e4m3_as_f16x2_batch(
-        a.q, a.q_kind,
-        [&](int k) { return q_row + (g + 8 * (k & 1)) * kDim + 16 * (k >> 2) + 2 * t + 8 * ((k >> 1) & 1); },
-        [&](int k) { return warp < nrows && g + 8 * (k & 1) < group; }, pairs);
 #pragma unroll
-    for (int k = 0; k < kDim / 4; ++k) qf[k >> 2][k & 3] = pairs[k];
-  }
+  for (int ks = 0; ks < kDim / 16; ++ks)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int head = g + 8 * (r & 1), element = 16 * ks + 2 * t + 8 * (r >> 1);
+      qf[ks][r] = warp < nrows && head < group ? load_act2_e4m3_as_f16x2(a.q, a.q_kind, q_row + head * kDim + element) : 0u;
+    }
 
   const float c2 = a.sm_scale * kLog2e;
   const int my_pos = warp < nrows ? a.step.positions[row0 + warp] : -1;

@@ -128,9 +128,24 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
   const int p2 = (tid % (kDim / 2)) * 2, h0 = tid / (kDim / 2);
   const int64_t q0 = (int64_t(row) * a.num_q_heads + kv * group) * kDim + f16_row_element(p2);
   uint32_t qv[kQPairs];
-  load_act2_e4m3_as_f16x2_batch(
-      a.q, a.q_kind, [&](int k) { return q0 + (h0 + k * (kThreads / (kDim / 2))) * kDim; },
-      [&](int k) { return h0 + k * (kThreads / (kDim / 2)) < group; }, qv);
+  if (a.q_kind == ActKind::kE4M3) {
+#pragma unroll
+    for (int k = 0; k < kQPairs; ++k) {
+      const int h = h0 + k * (kThreads / (kDim / 2));
+      qv[k] = h < group ? *reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.q) + q0 + h * kDim) : 0u;
+    }
+#pragma unroll
+    for (int k = 0; k < kQPairs; ++k) qv[k] = e4m3x2_to_f16x2(qv[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kQPairs; ++k) {
+      const int h = h0 + k * (kThreads / (kDim / 2));
+      qv[k] = h < group ? *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(a.q) + q0 + h * kDim) : 0u;
+    }
+#pragma unroll
+    for (int k = 0; k < kQPairs; ++k)
+      qv[k] = f32x2_to_e4m3_as_f16x2(__uint_as_float(qv[k] << 16), __uint_as_float(qv[k] & 0xffff0000u));
+  }
 
   if (warp == 0) {
     const int n = list_row_tiles(a, row, kv, slot_begin, slot_end, pages, tile_list, tile_phys);
