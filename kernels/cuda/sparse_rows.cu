@@ -1,6 +1,6 @@
 // Sparse attention of one query row over its selected blocks, NVFP4 KV cache (Q8KV4), on wgmma:
 // the decode path of MSA. One CTA (one warpgroup) per (query token, KV head, selection slot range);
-// 4 CTAs fit on a multiprocessor (118 registers, 47 KB of shared memory). A row split over slot
+// 4 CTAs fit on a multiprocessor (121 registers, 47 KB of shared memory). A row split over slot
 // ranges is merged by its last CTA to finish (split_combine.cuh), not by a combine launch. Row
 // groups (prefill) over NVFP4 take sparse_groups.cu, other KV dtypes attention.cu.
 //
@@ -104,7 +104,8 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
   __shared__ __align__(16) float s_max[16][4];
   __shared__ float s_sum[4][16];
   __shared__ int s_num_tiles;
-  __shared__ TileCopySource s_tile_sources[kListInts / 2];
+  __shared__ const uint8_t* s_tile_codes[kListInts / 2];
+  __shared__ const uint8_t* s_tile_scales[kListInts / 2];
   uint8_t* const q_tile = sm.q_tile;
   const uint2* const table = sm.table;
   uint8_t* const vt = sm.vt;
@@ -127,17 +128,37 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
   const int p2 = (tid % (kDim / 2)) * 2, h0 = tid / (kDim / 2);
   const int64_t q0 = (int64_t(row) * a.num_q_heads + kv * group) * kDim + f16_row_element(p2);
   uint32_t qv[kQPairs];
-  load_act2_e4m3_as_f16x2_batch(
-      a.q, a.q_kind, [&](int k) { return q0 + (h0 + k * (kThreads / (kDim / 2))) * kDim; },
-      [&](int k) { return h0 + k * (kThreads / (kDim / 2)) < group; }, qv);
+  if (a.q_kind == ActKind::kE4M3) {
+#pragma unroll
+    for (int k = 0; k < kQPairs; ++k) {
+      const int h = h0 + k * (kThreads / (kDim / 2));
+      qv[k] = h < group ? *reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.q) + q0 + h * kDim) : 0u;
+    }
+#pragma unroll
+    for (int k = 0; k < kQPairs; ++k) qv[k] = e4m3x2_to_f16x2(qv[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kQPairs; ++k) {
+      const int h = h0 + k * (kThreads / (kDim / 2));
+      qv[k] = h < group ? *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(a.q) + q0 + h * kDim) : 0u;
+    }
+#pragma unroll
+    for (int k = 0; k < kQPairs; ++k)
+      qv[k] = f32x2_to_e4m3_as_f16x2(__uint_as_float(qv[k] << 16), __uint_as_float(qv[k] & 0xffff0000u));
+  }
 
   if (warp == 0) {
     const int n = list_row_tiles(a, row, kv, slot_begin, slot_end, pages, tile_list, tile_phys);
     if (lane == 0) s_num_tiles = n;
     __syncwarp();
-    // Each tile's copy sources, made once (tile_copy_source).
-    for (int i = lane; i < n; i += 32)
-      s_tile_sources[i] = tile_copy_source(src, tile_phys[i], tile_list[i] % tiles_per_block);
+    // Each tile's copy sources, made once (V's are src.v_offset further): in the loop, the
+    // addresses from the block and the tile's place in it took ~75 instructions a tile.
+    for (int i = lane; i < n; i += 32) {
+      const int tok0 = (tile_list[i] % tiles_per_block) * kTileTokens;
+      const uint8_t* slot = src.k_head + tile_phys[i] * src.block_bytes;
+      s_tile_codes[i] = slot + tok0 * (kDim / 2);
+      s_tile_scales[i] = slot + src.block_size * (kDim / 2) + tok0 * (kDim / 16);
+    }
   }
 #pragma unroll
   for (int k = 0; k < kQPairs; ++k)
@@ -147,8 +168,14 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
   const int num_tiles = s_num_tiles;
 
   auto issue = [&](int i) {
-    issue_tile(i < num_tiles ? &s_tile_sources[i] : nullptr, src.v_offset, stages + (i % kStages) * kStageBytes,
-               tid);
+    if (i < num_tiles) {
+      uint8_t* const dst = stages + (i % kStages) * kStageBytes;
+      const uint8_t* const codes = s_tile_codes[i];
+      const uint8_t* const scales = s_tile_scales[i];
+      stage_tile<KvDType::kNVFP4, kThreads>(dst, codes, scales, tid);
+      stage_tile<KvDType::kNVFP4, kThreads>(dst + kHalfBytes, codes + src.v_offset, scales + src.v_offset, tid);
+    }
+    cp_async_commit();
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);
