@@ -1,6 +1,8 @@
 // What the two sparse attention kernels over an NVFP4 KV cache (Q8KV4) share (sparse_rows.cu:
-// rows alone, sparse_groups.cu: row groups): the staged 64-token tile and its layout, the tile's
-// async copy, the byte transpose of V's decode, and how a walk's result is stored.
+// rows alone, sparse_groups.cu: row groups): the staged 64-token tile and its layout, where a
+// walk's tiles come from (TileSource), the tile's async copy (issue_tile; the row walk copies from
+// sources it makes once per tile instead), the byte transpose of V's decode, and how a walk's
+// result is stored.
 #pragma once
 #include <cmath>
 
