@@ -336,12 +336,13 @@ __global__ void __launch_bounds__(256) route_fused_kernel(const MoeRouteArgs a) 
   router_small_group(a, blockIdx.y * kSmallTokens);
   __shared__ bool last;
   __shared__ int counts[kMaxExperts];
-  __threadfence();  // this CTA's logits before its arrival
+  // This CTA's logits before its arrival, the other CTAs' after it: the barrier orders every
+  // thread's stores before thread 0's acquire-release arrival (atomic_add_acq_rel_gpu), rather
+  // than a full fence in every thread before and after.
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(a.done, 1) == int(gridDim.x * gridDim.y) - 1;
+  if (threadIdx.x == 0) last = atomic_add_acq_rel_gpu(a.done, 1) == int(gridDim.x * gridDim.y) - 1;
   __syncthreads();
   if (!last) return;
-  __threadfence();
   for (int e = threadIdx.x; e < a.held_experts; e += blockDim.x) counts[e] = 0;
   __syncthreads();
   extern __shared__ float topk_buf[];
