@@ -144,10 +144,24 @@ __device__ __forceinline__ void produce_tiles(const AttentionArgs& a, const Spar
                                               int num_tiles, const GroupSmem& sm) {
   const int tid = threadIdx.x - kThreads;
   const TileSource src = tile_source(a, w.kv_head);
-  auto issue = [&](int i) {
-    const int e = i < num_tiles ? ul.tiles[i] : 0;
-    issue_tile(src, sm.stages + (i % kGroupStages) * kStageBytes, i < num_tiles, e & 3, ul.phys[e >> 2], tid);
+  // The tiles' copy sources (tile_copy_source), made a chunk of kThreads tiles at a time, one tile a
+  // thread, into a ring of two chunks: chunk c + 1 is made right after the last copy of chunk c is
+  // issued, while other threads may still read chunk c's half; the next producer barrier publishes it
+  // before its first copy.
+  __shared__ TileCopySource s_sources[2 * kThreads];
+  auto make_sources = [&](int chunk) {
+    const int i = chunk * kThreads + tid;
+    if (i < num_tiles) {
+      const int e = ul.tiles[i];
+      s_sources[i % (2 * kThreads)] = tile_copy_source(src, ul.phys[e >> 2], e & 3);
+    }
   };
+  auto issue = [&](int i) {
+    issue_tile(i < num_tiles ? &s_sources[i % (2 * kThreads)] : nullptr, src.v_offset,
+               sm.stages + (i % kGroupStages) * kStageBytes, tid);
+  };
+  make_sources(0);
+  named_barrier_sync<kProducerBarrier, kThreads>();
   issue(0);  // with the table's copies
   issue(1);
   for (int i = 0; i < num_tiles; ++i) {
@@ -156,6 +170,7 @@ __device__ __forceinline__ void produce_tiles(const AttentionArgs& a, const Spar
     // i - 1, whose stage the next copies take.
     named_barrier_sync<kProducerBarrier, kThreads>();
     issue(i + 2);
+    if ((i + 3) % kThreads == 0) make_sources((i + 3) / kThreads);
     const int b = i % kBuffers;
     if (i >= kBuffers) buffer_barrier<kEmptyBarrier, false>(b);
     const uint8_t* staged = sm.stages + (i % kGroupStages) * kStageBytes;
@@ -179,13 +194,16 @@ __device__ __forceinline__ void consume_tiles(const AttentionArgs& a, const Spar
   // past the GQA group are zero columns), loaded while tile 0 lands.
   uint32_t qf[kDim / 16][4];
   const int64_t q_row = (int64_t(row0 + warp) * a.num_q_heads + kv * group) * kDim;
+  {
+    // Pair k: k16 step k >> 2, register k & 3 (head g + 8 (r & 1), element 16 ks + 2t + 8 (r >> 1)).
+    uint32_t pairs[kDim / 4];
+    load_act2_e4m3_as_f16x2_batch(
+        a.q, a.q_kind,
+        [&](int k) { return q_row + (g + 8 * (k & 1)) * kDim + 16 * (k >> 2) + 2 * t + 8 * ((k >> 1) & 1); },
+        [&](int k) { return warp < nrows && g + 8 * (k & 1) < group; }, pairs);
 #pragma unroll
-  for (int ks = 0; ks < kDim / 16; ++ks)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int head = g + 8 * (r & 1), element = 16 * ks + 2 * t + 8 * (r >> 1);
-      qf[ks][r] = warp < nrows && head < group ? load_act2_e4m3_as_f16x2(a.q, a.q_kind, q_row + head * kDim + element) : 0u;
-    }
+    for (int k = 0; k < kDim / 4; ++k) qf[k >> 2][k & 3] = pairs[k];
+  }
 
   const float c2 = a.sm_scale * kLog2e;
   const int my_pos = warp < nrows ? a.step.positions[row0 + warp] : -1;

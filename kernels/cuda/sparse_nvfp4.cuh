@@ -1,8 +1,8 @@
 // What the two sparse attention kernels over an NVFP4 KV cache (Q8KV4) share (sparse_rows.cu:
 // rows alone, sparse_groups.cu: row groups): the staged 64-token tile and its layout, where a
-// walk's tiles come from (TileSource), the tile's async copy (issue_tile; the row walk copies from
-// sources it makes once per tile instead), the byte transpose of V's decode, and how a walk's
-// result is stored.
+// walk's tiles come from (TileSource), a tile's copy sources and async copy (tile_copy_source and
+// issue_tile: the union walk's producer; the row walk keeps the same sources in two arrays of its
+// own), the byte transpose of V's decode, and how a walk's result is stored.
 #pragma once
 #include <cmath>
 
@@ -41,21 +41,27 @@ __device__ __forceinline__ TileSource tile_source(const AttentionArgs& a, int kv
           a.cache.num_kv_heads * slot_bytes, a.cache.block_size};
 }
 
-// Issues the async copies of a walk's tile (K then V of tile `tile_in_block` of physical block
-// `phys`) into the stage at `dst` when `valid`, then commits (also when not, so that the wait
-// counts hold past the walk's end). `tid`: the thread among the kThreads that copy.
-__device__ __forceinline__ void issue_tile(const TileSource& src, uint8_t* dst, bool valid, int tile_in_block,
-                                           int phys, int tid) {
-  if (valid) {
-    const int bs = src.block_size;
-    const uint8_t* k = src.k_head + phys * src.block_bytes;
-    const int tok0 = tile_in_block * kTileTokens;
-#pragma unroll
-    for (int which = 0; which < 2; ++which) {
-      const uint8_t* slot = k + which * src.v_offset;
-      stage_tile<KvDType::kNVFP4, kThreads>(dst + which * kHalfBytes, slot + tok0 * (kDim / 2),
-                                            slot + bs * (kDim / 2) + tok0 * (kDim / 16), tid);
-    }
+// A tile's copy sources: its K codes and K scales (V's are TileSource::v_offset further), made once
+// per tile by a walk's listing rather than in every copy: from the block, the page and the tile's
+// place they took ~75 instructions a warp a tile (ncu, session 50).
+struct TileCopySource {
+  const uint8_t* codes;
+  const uint8_t* scales;
+};
+__device__ __forceinline__ TileCopySource tile_copy_source(const TileSource& src, int phys, int tile_in_block) {
+  const uint8_t* slot = src.k_head + phys * src.block_bytes;
+  const int tok0 = tile_in_block * kTileTokens;
+  return {slot + tok0 * (kDim / 2), slot + src.block_size * (kDim / 2) + tok0 * (kDim / 16)};
+}
+
+// Issues the async copies of the tile at `s` (K then V) into the stage at `dst`, then commits; with
+// no tile (s null, past the walk's end) it commits alone, so that the wait counts hold. `tid`: the
+// thread among the kThreads that copy.
+__device__ __forceinline__ void issue_tile(const TileCopySource* s, int64_t v_offset, uint8_t* dst, int tid) {
+  if (s != nullptr) {
+    const TileCopySource c = *s;
+    stage_tile<KvDType::kNVFP4, kThreads>(dst, c.codes, c.scales, tid);
+    stage_tile<KvDType::kNVFP4, kThreads>(dst + kHalfBytes, c.codes + v_offset, c.scales + v_offset, tid);
   }
   cp_async_commit();
 }

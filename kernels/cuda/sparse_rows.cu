@@ -128,31 +128,18 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
   const int p2 = (tid % (kDim / 2)) * 2, h0 = tid / (kDim / 2);
   const int64_t q0 = (int64_t(row) * a.num_q_heads + kv * group) * kDim + f16_row_element(p2);
   uint32_t qv[kQPairs];
-  if (a.q_kind == ActKind::kE4M3) {
-#pragma unroll
-    for (int k = 0; k < kQPairs; ++k) {
-      const int h = h0 + k * (kThreads / (kDim / 2));
-      qv[k] = h < group ? *reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.q) + q0 + h * kDim) : 0u;
-    }
-#pragma unroll
-    for (int k = 0; k < kQPairs; ++k) qv[k] = e4m3x2_to_f16x2(qv[k]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < kQPairs; ++k) {
-      const int h = h0 + k * (kThreads / (kDim / 2));
-      qv[k] = h < group ? *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(a.q) + q0 + h * kDim) : 0u;
-    }
-#pragma unroll
-    for (int k = 0; k < kQPairs; ++k)
-      qv[k] = f32x2_to_e4m3_as_f16x2(__uint_as_float(qv[k] << 16), __uint_as_float(qv[k] & 0xffff0000u));
-  }
+  load_act2_e4m3_as_f16x2_batch(
+      a.q, a.q_kind, [&](int k) { return q0 + (h0 + k * (kThreads / (kDim / 2))) * kDim; },
+      [&](int k) { return h0 + k * (kThreads / (kDim / 2)) < group; }, qv);
 
   if (warp == 0) {
     const int n = list_row_tiles(a, row, kv, slot_begin, slot_end, pages, tile_list, tile_phys);
     if (lane == 0) s_num_tiles = n;
     __syncwarp();
     // Each tile's copy sources, made once (V's are src.v_offset further): in the loop, the
-    // addresses from the block and the tile's place in it took ~75 instructions a tile.
+    // addresses from the block and the tile's place in it took ~75 instructions a tile. These are
+    // tile_copy_source's; the walk on tile_copy_source and issue_tile (session 51) measured 0.2-0.3 us
+    // slower at batch 1 (H100, msa_bench --case 1,1,131072), so it keeps its two arrays.
     for (int i = lane; i < n; i += 32) {
       const int tok0 = (tile_list[i] % tiles_per_block) * kTileTokens;
       const uint8_t* slot = src.k_head + tile_phys[i] * src.block_bytes;

@@ -203,6 +203,28 @@ __device__ __forceinline__ uint32_t load_act2_e4m3_as_f16x2(const void* src, Act
   return f32x2_to_e4m3_as_f16x2(__uint_as_float(raw << 16), __uint_as_float(raw & 0xffff0000u));
 }
 
+// N pairs as load_act2_e4m3_as_f16x2 (pair k at element index(k), zero where !valid(k)) with the
+// kind's branch taken once, so that the N loads are in flight together: behind a branch each, ptxas
+// issued them a few at a time, and the walks' first tiles waited on the chain (ncu).
+template <int N, class Index, class Valid>
+__device__ __forceinline__ void load_act2_e4m3_as_f16x2_batch(const void* src, ActKind kind, Index index, Valid valid,
+                                                              uint32_t (&out)[N]) {
+  if (kind == ActKind::kE4M3) {
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      out[k] = valid(k) ? *reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(src) + index(k)) : 0u;
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = e4m3x2_to_f16x2(out[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      out[k] = valid(k) ? *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(src) + index(k)) : 0u;
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      out[k] = f32x2_to_e4m3_as_f16x2(__uint_as_float(out[k] << 16), __uint_as_float(out[k] & 0xffff0000u));
+  }
+}
+
 // Generic-proxy stores to shared memory made visible to the tensor cores' (async proxy) reads.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
