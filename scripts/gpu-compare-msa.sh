@@ -17,7 +17,9 @@
 # Q,B,TOKENS rows (default "1,64,131072 8,64,131072 1,8,131072 1,1,131072"); PREFILL=1 adds
 # `--suite prefill --quick`; SEEDS: backend_ops seeds (default "1 2"); NCU_CASE: a case (Q,B,TOKENS)
 # whose first launch of NCU_KERNEL (default sparse_rows_kernel) is profiled per SASS instruction for
-# every variant (ncu-sass-<v>.csv.gz: executions and stall samples per instruction);
+# every variant (ncu-sass-<v>.csv.gz: executions and stall samples per instruction); NCU_ARGS: msa_bench's
+# arguments for that run instead (e.g. "--prefill-case c17ccf --dtype nvfp4" with
+# NCU_KERNEL=sparse_groups_kernel: the union walk of one prefill shape);
 # DEADLINE: seconds after which no new bench starts (default 400). Logs under $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/msa-compare}
@@ -62,12 +64,13 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
   fi
 done
 
-if [[ -n "${NCU_CASE:-}" ]] && command -v ncu > /dev/null; then
+if [[ -n "${NCU_CASE:-}${NCU_ARGS:-}" ]] && command -v ncu > /dev/null; then
+  read -r -a ncu_args <<< "${NCU_ARGS:---case ${NCU_CASE:-} --dtype nvfp4}"
   for v in $VARIANTS; do
     (( $(left) > 40 )) || break
     timeout 60 ncu --clock-control none --kernel-name "regex:${NCU_KERNEL:-sparse_rows_kernel}" --launch-count 1 \
       --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
-      "$V/$v/msa_bench" --case "$NCU_CASE" --dtype nvfp4 2>&1 | gzip > "$OUT/ncu-sass-$v.csv.gz"
+      "$V/$v/msa_bench" "${ncu_args[@]}" 2>&1 | gzip > "$OUT/ncu-sass-$v.csv.gz"
     echo "ncu $v rc ${PIPESTATUS[0]}" | tee -a "$OUT/summary.txt"
   done
 fi

@@ -1,9 +1,10 @@
 // Benchmark of the MSA CUDA kernels against their byte / FLOP floors (prints a table).
 //
 //   msa_bench [--suite decode|lowlat|dense|targets|probe|prefill|all] [--dtype nvfp4|fp8|all] [--quick]
-//             [--case Q,B,TOKENS]
+//             [--case Q,B,TOKENS] [--prefill-case ID]
 //   msa_bench --fp8-mma-probe
 //   (--quick: a subset of every suite; --case: the one targets case, e.g. for a profiler;
+//   --prefill-case: the prefill suite's cases whose id contains ID, e.g. one shape for a profiler;
 //   --fp8-mma-probe: how exactly the FP8 tensor-core MMAs accumulate, mma.sync and wgmma (E4M3 and the
 //   same values as fp16), against exact sums)
 //
@@ -408,7 +409,7 @@ const std::vector<PrefillShape>& prefill_shapes() {
 int main(int argc, char** argv) {
   using namespace m3::cuda::testing;
   using m3::KvDType;
-  std::string suite = "all", dtype = "all";
+  std::string suite = "all", dtype = "all", prefill_case;
   bool quick = false, fp8_probe = false;
   int one_q = 0, one_batch = 0;
   long long one_len = 0;
@@ -420,6 +421,9 @@ int main(int argc, char** argv) {
         return 2;
       }
       suite = "targets";
+    } else if (!std::strcmp(argv[i], "--prefill-case") && i + 1 < argc) {
+      prefill_case = argv[++i];
+      suite = "prefill";
     } else if (!std::strcmp(argv[i], "--fp8-mma-probe")) {
       fp8_probe = true;
     } else if (!std::strcmp(argv[i], "--suite") && i + 1 < argc) suite = argv[++i];
@@ -521,8 +525,10 @@ int main(int argc, char** argv) {
                   "idx_us", "TF/s", "topk_us", "%idx", "sparse_us", "TF/s", "mmaTF/s", "use%");
       for (KvDType dt : dtypes)
         for (size_t pi = 0; pi < prefill_shapes().size(); ++pi) {
-          if (quick && pi % 2) continue;
           const PrefillShape& ps = prefill_shapes()[pi];
+          if (!prefill_case.empty() ? std::string(ps.case_id).find(prefill_case) == std::string::npos
+                                    : quick && pi % 2)
+            continue;
           Case c{"prefill", 0, {}, false};
           int max_kv = 0, total_q = 0;
           for (size_t i = 0; i < ps.query_lens.size(); ++i) {
