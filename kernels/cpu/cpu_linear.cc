@@ -9,19 +9,15 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_dequant.h"
+#include "kernels/cpu/cpu_fused_linear.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace m3::cpu {
 
 namespace {
 // One fixed order for every output: lane l accumulates fma(x[k], w[k], acc) for k = l mod 8 in
-// ascending k over the whole multiples of 8; the lanes are summed pairwise; the tail is fused in
-// ascending k. The AVX2 path and the portable path compute exactly this (fma rounds once either way).
-inline float reduce8(const float a[8], const float* x, const float* w, int64_t k8, int64_t k) {
-  float s = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-  for (int64_t i = k8; i < k; ++i) s = std::fma(x[i], w[i], s);
-  return s;
-}
+// ascending k over the whole multiples of 8, then reduce_fma_lanes. The AVX2 path and the
+// portable path compute exactly this (fma rounds once either way).
 
 #if defined(__x86_64__)
 template <int R, int C>
@@ -43,7 +39,7 @@ __attribute__((target("avx2,fma"))) inline void block_avx2(const float* x, int64
     for (int c = 0; c < C; ++c) {
       alignas(32) float a[8];
       _mm256_store_ps(a, acc[r][c]);
-      out[r * ldo + c] = reduce8(a, x + r * ldx, w + c * ldw, k8, k);
+      out[r * ldo + c] = reduce_fma_lanes(a, x + r * ldx, w + c * ldw, k8, k);
     }
 }
 
@@ -54,7 +50,7 @@ inline void dot_portable(const float* x, const float* w, int64_t k, float* out) 
   float a[8] = {};
   for (int64_t i = 0; i < k8; i += 8)
     for (int l = 0; l < 8; ++l) a[l] = std::fma(x[i + l], w[i + l], a[l]);
-  *out = reduce8(a, x, w, k8, k);
+  *out = reduce_fma_lanes(a, x, w, k8, k);
 }
 
 #if defined(__x86_64__)
@@ -117,6 +113,9 @@ void linear(const float* x, int64_t rows, const LinearWeight& w, float* out, boo
   const int64_t tile = std::clamp<int64_t>((int64_t(1) << 13) / std::max<int64_t>(in, 1), 4, 512);
   const int64_t num_tiles = (out_features + tile - 1) / tile;
   const int threads = omp_get_max_threads();
+  // A few rows (decode) multiply each weight once: decoded in registers as they are multiplied
+  // (dequant_gemm_tile, the same bits), where the format allows.
+  const bool fused = !direct && rows <= kFusedMaxRows;
   for (int i = 0; i < threads; ++i) scratch.thread_buffer(i, direct ? 1 : tile * in);
   // Products under 64K multiply-adds run faster on one thread than through a parallel region; the
   // small model's expert projections at batch 1 (98K) already gain from two threads (its decode
@@ -125,6 +124,7 @@ void linear(const float* x, int64_t rows, const LinearWeight& w, float* out, boo
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
   for (int64_t i = 0; i < num_tiles; ++i) {
     const int64_t r0 = i * tile, r1 = std::min(out_features, r0 + tile);
+    if (fused && dequant_gemm_tile(x, rows, in, w, r0, r1, out + r0, out_features)) continue;
     const float* wt;
     if (direct) {
       wt = w.weight.data_as<const float>() + r0 * in;

@@ -1,6 +1,7 @@
 // Internal building blocks of the CPU backend (not part of the backend interface): the exact
 // linear layer over any weight format, the SwiGLU-OAI activation, and per-thread scratch.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -23,6 +24,15 @@ class Scratch {
   std::vector<std::vector<float>> per_thread_;
   std::vector<std::vector<float>> shared_;
 };
+
+// The final sum of gemm_xwt's order: lanes a[0..7] (lane l accumulated fma(x[i], w[i]) for i = l
+// mod 8 over the whole multiples of 8, k8 of them) summed pairwise, then the tail [k8, k) fused
+// in ascending i.
+inline float reduce_fma_lanes(const float a[8], const float* x, const float* w, int64_t k8, int64_t k) {
+  float s = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+  for (int64_t i = k8; i < k; ++i) s = std::fma(x[i], w[i], s);
+  return s;
+}
 
 // out[r][j] = sum_k x[r][k] w[j][k] (row strides ldx, ldw, ldo), fp32, batch-invariant: every
 // output is summed in one fixed order that depends on k only, never on the number of rows or the

@@ -1,7 +1,9 @@
 // The CPU linear layer's building blocks: the AVX2 dequantization against the reference
-// dequantize_rows (bit for bit, every code and scale byte), and the GEMM's batch invariance.
+// dequantize_rows (bit for bit, every code and scale byte), the fused products of few rows against
+// the tile path, and the GEMM's batch invariance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -9,6 +11,7 @@
 
 #include "core/tensor.h"
 #include "kernels/cpu/cpu_dequant.h"
+#include "kernels/cpu/cpu_fused_linear.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/weights.h"
 
@@ -88,6 +91,62 @@ TEST(CpuDequantize, TileEqualsTheReferenceForEveryFormatCodeAndScale) {
     dequantize_rows(w, 17, 27, part_ref.data());
     expect_same(part, part_ref, "rows 17-27");
   }
+}
+
+// The fused decode-and-multiply of few rows against the tile path (dequantize_tile, then
+// gemm_xwt), bit for bit, for every format it takes (every code and scale byte: the scales cycle
+// through all 256), and linear() of 1-3 rows (fused) against the same rows inside a batch of 7
+// (the tile path).
+TEST(CpuFusedLinear, FewRowsEqualTheTilePathBitForBit) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal;
+  struct Case {
+    WeightFormat format;
+    float divisor;
+  };
+  const Case cases[] = {{WeightFormat::kMxfp8, 0}, {WeightFormat::kNvfp4, 0}, {WeightFormat::kNvfp4, 2688.0f},
+                        {WeightFormat::kDense, 0}};
+  const int64_t in = 256, out_features = 39;  // not a multiple of 4: the one-row blocks run too
+  for (const Case& c : cases) {
+    LinearWeight w = weight_of(c.format, out_features, in, rng);
+    w.global_divisor = c.divisor;
+    if (c.divisor != 0) w.global_scale = 1.0f / c.divisor;
+    const std::string what = std::string(weight_format_name(c.format)) + (c.divisor != 0 ? " (divisor)" : "");
+    std::vector<float> x(7 * in);
+    for (float& v : x) v = normal(rng);
+    for (int64_t rows = 1; rows <= cpu::kFusedMaxRows; ++rows) {
+      // Weight rows 5..34 of the tile path and of the fused one, output stride 40.
+      std::vector<float> tile(30 * in), want(rows * 40, 0.0f), got(rows * 40, 0.0f);
+      cpu::dequantize_tile(w, 5, 35, tile.data());
+      cpu::gemm_xwt(x.data(), rows, in, tile.data(), 30, in, in, want.data(), 40);
+      // Both decoders where the CPU has AVX-512F (NVFP4's takes it), else AVX2's twice.
+      for (bool avx512 : {false, true}) {
+        std::fill(got.begin(), got.end(), 0.0f);
+        ASSERT_TRUE(cpu::dequant_gemm_tile(x.data(), rows, in, w, 5, 35, got.data(), 40, avx512)) << what;
+        expect_same(got, want, what + " rows " + std::to_string(rows) + (avx512 ? "" : " (AVX2)"));
+      }
+    }
+    cpu::Scratch scratch;
+    std::vector<float> batch(7 * out_features);
+    cpu::linear(x.data(), 7, w, batch.data(), false, scratch);
+    for (int64_t rows = 1; rows <= cpu::kFusedMaxRows; ++rows) {
+      std::vector<float> few(rows * out_features);
+      cpu::linear(x.data(), rows, w, few.data(), false, scratch);
+      expect_same(few, std::vector<float>(batch.begin(), batch.begin() + rows * out_features),
+                  what + " linear of " + std::to_string(rows) + " rows");
+    }
+  }
+  // Where it does not apply it says so and writes nothing: more rows, a width off the 32-element
+  // grid, ModelOpt's NVFP4 multiplier (the reference path).
+  LinearWeight mx = weight_of(WeightFormat::kMxfp8, 8, 256, rng);
+  LinearWeight narrow = weight_of(WeightFormat::kNvfp4, 8, 48, rng);
+  LinearWeight modelopt = weight_of(WeightFormat::kNvfp4, 8, 256, rng);
+  modelopt.global_scale = 0.37f;
+  std::vector<float> x(4 * 256, 1.0f), sink(64, -1.0f);
+  EXPECT_FALSE(cpu::dequant_gemm_tile(x.data(), 4, 256, mx, 0, 8, sink.data(), 8));
+  EXPECT_FALSE(cpu::dequant_gemm_tile(x.data(), 1, 48, narrow, 0, 8, sink.data(), 8));
+  EXPECT_FALSE(cpu::dequant_gemm_tile(x.data(), 1, 256, modelopt, 0, 8, sink.data(), 8));
+  for (float v : sink) EXPECT_EQ(v, -1.0f);
 }
 
 TEST(CpuGemm, EveryRowIsBitIdenticalWhateverTheBatchAndCloseToExact) {
