@@ -115,7 +115,13 @@ void linear(const float* x, int64_t rows, const LinearWeight& w, float* out, boo
   const int threads = omp_get_max_threads();
   // A few rows (decode) multiply each weight once: decoded in registers as they are multiplied
   // (dequant_gemm_tile, the same bits), where the format allows.
-  const bool fused = !direct && rows <= kFusedMaxRows;
+  const bool fused = !direct && dequant_gemm_applies(rows, w);
+  const bool divided = fused && w.format == WeightFormat::kNvfp4 && w.global_divisor != 0.0f;
+  float* values = nullptr;
+  if (divided) {
+    values = scratch.shared(kLinearValuesSlot, kNvfp4DividedValues).data();
+    nvfp4_divided_table(w, values);
+  }
   for (int i = 0; i < threads; ++i) scratch.thread_buffer(i, direct ? 1 : tile * in);
   // Products under 64K multiply-adds run faster on one thread than through a parallel region; the
   // small model's expert projections at batch 1 (98K) already gain from two threads (its decode
@@ -124,7 +130,7 @@ void linear(const float* x, int64_t rows, const LinearWeight& w, float* out, boo
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
   for (int64_t i = 0; i < num_tiles; ++i) {
     const int64_t r0 = i * tile, r1 = std::min(out_features, r0 + tile);
-    if (fused && dequant_gemm_tile(x, rows, in, w, r0, r1, out + r0, out_features)) continue;
+    if (fused && dequant_gemm_tile(x, rows, in, w, r0, r1, out + r0, out_features, values)) continue;
     const float* wt;
     if (direct) {
       wt = w.weight.data_as<const float>() + r0 * in;

@@ -14,7 +14,9 @@ namespace m3::cpu {
 inline float round_act(float x, bool bf16) { return bf16 ? bf16_round(x) : x; }
 
 // Grow-only fp32 buffers, one per OpenMP thread plus named shared ones: after the first steps of
-// a given size, the ops allocate nothing.
+// a given size, the ops allocate nothing. Shared slots: 0-1 swiglu_mlp, 2-7 the MoE block
+// (cpu_backend.cc), kLinearValuesSlot linear's NVFP4 value table.
+inline constexpr int kLinearValuesSlot = 8;
 class Scratch {
  public:
   float* thread_buffer(int thread, std::size_t floats);

@@ -90,6 +90,21 @@ struct Nvfp4Decoder {
   }
 };
 
+// The NVFP4 values of a tensor with a compressed-tensors divisor, for every scale byte s and code c:
+// values[16 s + c] = e2m1[c] * e4m3[s] / divisor, the reference's product and division (lane by
+// lane, the same two roundings). A group's decode then looks its 16 values up in the row of its
+// scale instead of dividing them: the division took ~40% of a fused projection's time.
+inline constexpr int kNvfp4ValueCount = 256 * 16;
+__attribute__((target("avx2"))) inline void nvfp4_divided_values(float divisor, float* values) {
+  const __m256 lo = _mm256_loadu_ps(e2m1_table().data()), hi = _mm256_loadu_ps(e2m1_table().data() + 8);
+  const __m256 d = _mm256_set1_ps(divisor);
+  for (int s = 0; s < 256; ++s) {
+    const __m256 scale = _mm256_set1_ps(fp8_e4m3_table()[s]);
+    _mm256_storeu_ps(values + 16 * s, _mm256_div_ps(_mm256_mul_ps(lo, scale), d));
+    _mm256_storeu_ps(values + 16 * s + 8, _mm256_div_ps(_mm256_mul_ps(hi, scale), d));
+  }
+}
+
 __attribute__((target("avx2"))) inline __m256 bf16x8(const uint16_t* src) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -106,14 +121,24 @@ struct Mxfp8Rows {
     d.decode16(codes + j * stride + i, scales[j * scale_stride + i / kMxfp8Block], v);
   }
 };
-template <bool kDivides>
 struct Nvfp4Rows {
   const uint8_t* packed;
   const uint8_t* scales;
   int64_t stride, scale_stride;
-  Nvfp4Decoder<kDivides> d;
+  Nvfp4Decoder<false> d;
   __attribute__((target("avx2"))) void operator()(int64_t j, int64_t i, __m256 v[2]) const {
     d.decode16(packed + j * stride + i / 2, scales[j * scale_stride + i / kNvfp4Group], v);
+  }
+};
+// With a divisor: each group's 16 values from the row of nvfp4_divided_values for its scale.
+struct Nvfp4DividedRows {
+  const uint8_t* packed;
+  const uint8_t* scales;
+  int64_t stride, scale_stride;
+  const float* values;  // nvfp4_divided_values
+  __attribute__((target("avx2"))) void operator()(int64_t j, int64_t i, __m256 v[2]) const {
+    const float* row = values + 16 * scales[j * scale_stride + i / kNvfp4Group];
+    cpu::nvfp4_group_lookup_avx2(packed + j * stride + i / 2, _mm256_loadu_ps(row), _mm256_loadu_ps(row + 8), v);
   }
 };
 struct Bf16Rows {

@@ -114,6 +114,15 @@ TEST(CpuFusedLinear, FewRowsEqualTheTilePathBitForBit) {
     const std::string what = std::string(weight_format_name(c.format)) + (c.divisor != 0 ? " (divisor)" : "");
     std::vector<float> x(7 * in);
     for (float& v : x) v = normal(rng);
+    // NVFP4 with a divisor looks its values up in the tensor's table of divided values.
+    std::vector<float> divided;
+    if (c.divisor != 0) {
+      divided.resize(cpu::kNvfp4DividedValues);
+      cpu::nvfp4_divided_table(w, divided.data());
+      std::vector<float> sink(40, -1.0f);
+      EXPECT_FALSE(cpu::dequant_gemm_tile(x.data(), 1, in, w, 5, 35, sink.data(), 40, nullptr)) << "no table";
+    }
+    const float* table = divided.empty() ? nullptr : divided.data();
     for (int64_t rows = 1; rows <= cpu::kFusedMaxRows; ++rows) {
       // Weight rows 5..34 of the tile path and of the fused one, output stride 40.
       std::vector<float> tile(30 * in), want(rows * 40, 0.0f), got(rows * 40, 0.0f);
@@ -122,7 +131,7 @@ TEST(CpuFusedLinear, FewRowsEqualTheTilePathBitForBit) {
       // Both decoders where the CPU has AVX-512F (NVFP4's takes it), else AVX2's twice.
       for (bool avx512 : {false, true}) {
         std::fill(got.begin(), got.end(), 0.0f);
-        ASSERT_TRUE(cpu::dequant_gemm_tile(x.data(), rows, in, w, 5, 35, got.data(), 40, avx512)) << what;
+        ASSERT_TRUE(cpu::dequant_gemm_tile(x.data(), rows, in, w, 5, 35, got.data(), 40, table, avx512)) << what;
         expect_same(got, want, what + " rows " + std::to_string(rows) + (avx512 ? "" : " (AVX2)"));
       }
     }
@@ -137,15 +146,15 @@ TEST(CpuFusedLinear, FewRowsEqualTheTilePathBitForBit) {
     }
   }
   // Where it does not apply it says so and writes nothing: more rows, a width off the 32-element
-  // grid, ModelOpt's NVFP4 multiplier (the reference path).
+  // grid, ModelOpt's NVFP4 multiplier (the reference path), and above a divisor without its table.
   LinearWeight mx = weight_of(WeightFormat::kMxfp8, 8, 256, rng);
   LinearWeight narrow = weight_of(WeightFormat::kNvfp4, 8, 48, rng);
   LinearWeight modelopt = weight_of(WeightFormat::kNvfp4, 8, 256, rng);
   modelopt.global_scale = 0.37f;
   std::vector<float> x(4 * 256, 1.0f), sink(64, -1.0f);
-  EXPECT_FALSE(cpu::dequant_gemm_tile(x.data(), 4, 256, mx, 0, 8, sink.data(), 8));
-  EXPECT_FALSE(cpu::dequant_gemm_tile(x.data(), 1, 48, narrow, 0, 8, sink.data(), 8));
-  EXPECT_FALSE(cpu::dequant_gemm_tile(x.data(), 1, 256, modelopt, 0, 8, sink.data(), 8));
+  EXPECT_FALSE(cpu::dequant_gemm_tile(x.data(), 4, 256, mx, 0, 8, sink.data(), 8, nullptr));
+  EXPECT_FALSE(cpu::dequant_gemm_tile(x.data(), 1, 48, narrow, 0, 8, sink.data(), 8, nullptr));
+  EXPECT_FALSE(cpu::dequant_gemm_tile(x.data(), 1, 256, modelopt, 0, 8, sink.data(), 8, nullptr));
   for (float v : sink) EXPECT_EQ(v, -1.0f);
 }
 
