@@ -94,7 +94,6 @@ struct Nvfp4Decoder {
 // values[16 s + c] = e2m1[c] * e4m3[s] / divisor, the reference's product and division (lane by
 // lane, the same two roundings). A group's decode then looks its 16 values up in the row of its
 // scale instead of dividing them: the division took ~40% of a fused projection's time.
-inline constexpr int kNvfp4ValueCount = 256 * 16;
 __attribute__((target("avx2"))) inline void nvfp4_divided_values(float divisor, float* values) {
   const __m256 lo = _mm256_loadu_ps(e2m1_table().data()), hi = _mm256_loadu_ps(e2m1_table().data() + 8);
   const __m256 d = _mm256_set1_ps(divisor);
