@@ -1,6 +1,6 @@
 // Sparse attention of a row group (2-4 query rows of one sequence: prefill chunks) over an NVFP4
 // KV cache (Q8KV4), on wgmma. One CTA per (group, KV head, part): a consumer warpgroup that
-// multiplies and two producer warpgroups that copy and decode, one the keys, one the values.
+// multiplies and a producer warpgroup that copies and decodes.
 //
 // The rows' selected blocks are merged into their sorted union (sparse_union.cuh) and the CTA walks
 // its part of the union once for all rows, each 64-token tile decoded once for 4 rows x 16 heads =
@@ -15,27 +15,21 @@
 //        and P8 = E4M3(448 exp(s - m)), packed straight into register A fragments. Warp r holds
 //        the 16 columns of row r, so the softmax needs no exchange between warps, and a warp whose
 //        row did not select the tile skips it (its P8 is zero);
-//   O[64 columns][128 dims] += P8 V'   wgmma m64n64k32 x 4 (two dim halves; E4M3: P8 and V' are
-//        E4M3 values), V' decoded and transposed into shared memory with its keys in the order of
-//        P8's fragments (group_vt_offset).
-// Warp specialisation: the K producer copies the tiles' K halves (three cp.async stages) and
-// decodes K' into a ring of kBuffers buffers, the V producer the same for V'^T, while the consumer
-// runs the MMAs and the softmax of an earlier tile; each producer and the consumer hand a buffer
-// over by named barriers (full: decoded; empty: the consumer's MMAs are done with it), so S starts
-// once K' is in and K' is handed back before the softmax. The walk's pace is the producers'
-// (session 39's probes: the copies and decode alone took 2.2 of the walk's 2.77 ms on a 16K-row
-// chunk; session 52's ncu: ~430 instructions a producer warp a tile, 363 of them the decode, and
-// two instructions issued a cycle of the SM's four), so two producers halve the decode's chain a
-// tile and double the warps that hide its latency. Registers: two CTAs of 384 threads a
-// multiprocessor leave 80 a thread at launch, so no instruction may need more (ptxas checks
-// every wgmma against the launch's count: an m64n128 PV, 64 accumulators, needs 94, hence two
-// m64n64), and setmaxnreg moves them to 32 + 32 for the producers, 176 for the consumer. When one
-// warpgroup did everything (until session 38), each tile's decode, MMAs and softmax ran behind
-// full waits and two CTA barriers: 7-20% slower on the prefill suite. Three buffers measured 1%
-// slower than two. Every wgmma wait is still a full one: ptxas serialises wgmma when a wait leaves
-// some pending in this loop. A tile costs all 64 columns of the group's rows, also those of rows
-// that did not select it, but a consumer that multiplied each tile by the selecting rows only
-// (3.6x fewer MMAs) made the walk slower (docs/msa-kernels-notes.md "v10", "v11", "v12").
+//   O[64 columns][128 dims] += P8 V'   wgmma m64n128k32 x 2 (E4M3: P8 and V' are E4M3 values),
+//        V' decoded and transposed into shared memory with its keys in the order of P8's
+//        fragments (group_vt_offset).
+// Warp specialisation: the producer warpgroup copies the raw tiles (three cp.async stages) and
+// decodes K' and V'^T into a ring of kBuffers buffers while the consumer warpgroup runs the MMAs
+// and the softmax of an earlier one; they hand the buffers over by named barriers (full: decoded;
+// empty: the consumer's MMAs are done with it). The producer runs at 64 registers, the consumer at
+// 192 (setmaxnreg), two CTAs a multiprocessor. When one warpgroup did both (until session 38), each
+// tile's decode, MMAs and softmax ran behind full waits and two CTA barriers: 7-20% slower on the
+// prefill suite. Three buffers measured 1% slower than two. Every wgmma wait is still a full one:
+// ptxas serialises wgmma when a wait leaves some pending in this loop. A tile costs all 64 columns
+// of the group's rows, also those of rows that did not select it, but the walk's pace is the
+// producer's (session 39's probes: its copies and decode alone took 2.2 of the walk's 2.77 ms on a
+// 16K-row chunk), and a consumer that multiplied each tile by the selecting rows only (3.6x fewer
+// MMAs) made the walk slower (docs/msa-kernels-notes.md "v10", "v11", "v12").
 //
 // Numerics (ops/attention.h Q8KV4): a row meets its own tiles in ascending order, 64 keys at a
 // time (a tile it did not select adds exact zeros and leaves its maximum alone); its running
@@ -54,40 +48,29 @@ constexpr int kKtBytes = 64 * kDim * 2;
 // V'^T: per key half (32 keys) 16 dim groups of 8 dims x 2 key chunks of 16 (LBO 128 along keys,
 // SBO 272 along dims: a warp's transposed stores spread over the banks).
 constexpr int kGroupVtSbo = 272, kGroupVtHalf = 16 * kGroupVtSbo, kGroupVtBytes = 2 * kGroupVtHalf;
-// cp.async stages: 3 keep two tiles in flight while one is decoded (a stage holds one half of a
-// tile: its K or its V); kBuffers decoded buffers (K' and V'^T) let each producer run up to
-// kBuffers - 1 tiles ahead of the consumer.
+// cp.async stages: 3 keep two tiles in flight while one is decoded; kBuffers decoded buffers (K'
+// and V'^T) let the producer run up to kBuffers - 1 tiles ahead of the consumer.
 constexpr int kGroupStages = 3;
 constexpr int kBuffers = 2;
 constexpr int kListBytes = (3 * kMaxGroupCandidates + kMaxGroupCandidates * kMaxTilesPerBlock) * 4;
 constexpr int kSmemBytes =
-    kTableBytes + kBuffers * (kKtBytes + kGroupVtBytes) + 2 * kGroupStages * kHalfBytes + kListBytes;
-// The CTA: the consumer warpgroup (threads 0-127, warp r owns row r), the K producer's
-// (128-255) and the V producer's (256-383). Registers: 80 a thread at launch (two CTAs of 384
-// threads a multiprocessor), moved by setmaxnreg to 32 for each producer (ptxas fits them without
-// spills) and 176 for the consumer (at 160 it spilled).
-constexpr int kCtaThreads = 3 * kThreads;
-constexpr int kKProducerRegisters = 32, kVProducerRegisters = 32, kConsumerRegisters = 176;
-static_assert(kKProducerRegisters + kVProducerRegisters + kConsumerRegisters == 3 * 80,
-              "the launch's 80 registers a thread, moved");
-static_assert(kCtaThreads * 80 * 2 <= 65536, "two CTAs a multiprocessor");
-// Named barriers, per half (0: K, 1: V): buffer b of the half decoded (kFullBarrier + 2 half + b),
-// free again (kEmptyBarrier + 2 half + b), each between the consumer and that half's producer; the
-// half's producer warpgroup alone (kProducerBarrier + half).
-constexpr int kFullBarrier = 1, kEmptyBarrier = kFullBarrier + 2 * kBuffers;
-constexpr int kProducerBarrier = kEmptyBarrier + 2 * kBuffers;
-constexpr int kPairThreads = 2 * kThreads;
+    kTableBytes + kBuffers * (kKtBytes + kGroupVtBytes) + kGroupStages * kStageBytes + kListBytes;
+// The CTA: the consumer warpgroup (threads 0-127, warp r owns row r) and the producer's.
+constexpr int kCtaThreads = 2 * kThreads;
+constexpr int kProducerRegisters = 64, kConsumerRegisters = 192;  // x 128 threads: two CTAs an SM
+static_assert(kThreads * (kProducerRegisters + kConsumerRegisters) * 2 <= 65536, "two CTAs a multiprocessor");
+// Named barriers: buffer b decoded (kFullBarrier + b), buffer b free again (kEmptyBarrier + b),
+// the producer warpgroup alone.
+constexpr int kFullBarrier = 1, kEmptyBarrier = kFullBarrier + kBuffers, kProducerBarrier = kEmptyBarrier + kBuffers;
 static_assert(kBuffers == 2, "buffer_barrier names two buffers' ids");
-static_assert(kProducerBarrier + 1 < 16, "16 named barriers");
 
-// The barrier kBase + b (b < kBuffers) of the consumer and one producer, synced or arrived at:
-// ids must be immediates.
+// The CTA's barrier kBase + b (b < kBuffers), synced or arrived at: ids must be immediates.
 template <int kBase, bool kArrive>
 __device__ __forceinline__ void buffer_barrier(int b) {
   if (b == 0) {
-    kArrive ? named_barrier_arrive<kBase, kPairThreads>() : named_barrier_sync<kBase, kPairThreads>();
+    kArrive ? named_barrier_arrive<kBase, kCtaThreads>() : named_barrier_sync<kBase, kCtaThreads>();
   } else {
-    kArrive ? named_barrier_arrive<kBase + 1, kPairThreads>() : named_barrier_sync<kBase + 1, kPairThreads>();
+    kArrive ? named_barrier_arrive<kBase + 1, kCtaThreads>() : named_barrier_sync<kBase + 1, kCtaThreads>();
   }
 }
 
@@ -99,7 +82,7 @@ __device__ __forceinline__ int group_vt_offset(int dim, int ks, int h, int t) {
   return ks * kGroupVtHalf + (dim >> 3) * kGroupVtSbo + h * 128 + (dim & 7) * 16 + 4 * t;
 }
 
-// K' of a tile's staged K half, as fp16 (the E4M3 view, exact).
+// K' of a staged tile, as fp16 (the E4M3 view, exact).
 // Lane (kq = lane & 7, tq = lane >> 3) of warp w decodes elements 32u..32u+31 (u = (tq + kq / 2)
 // & 3) of keys 16w + kq and + 8: the 8 lanes of a quarter-warp read 16 bytes of 8 different key
 // rows in distinct banks, and write 16 bytes of 8 different rows of one core matrix column.
@@ -122,8 +105,9 @@ __device__ __forceinline__ void decode_keys(const uint8_t* staged, const uint2* 
   }
 }
 
-// V'^T of a tile's staged V half: two units of 4 keys x 8 dims per thread.
-__device__ __forceinline__ void decode_values(const uint8_t* v, const uint2* table, uint8_t* vt, int tid) {
+// V'^T of a staged tile: two units of 4 keys x 8 dims per thread.
+__device__ __forceinline__ void decode_values(const uint8_t* staged, const uint2* table, uint8_t* vt, int tid) {
+  const uint8_t* v = staged + kHalfBytes;
 #pragma unroll
   for (int unit = 0; unit < 2; ++unit) {
     const int u = tid + kThreads * unit, dg = u & 15, q = u >> 4;
@@ -151,61 +135,49 @@ struct GroupSmem {
   const uint2* table;
   uint8_t* kt;      // kBuffers x kKtBytes
   uint8_t* vt;      // kBuffers x kGroupVtBytes
-  uint8_t* stages;  // per half (K, V) kGroupStages x kHalfBytes
+  uint8_t* stages;  // kGroupStages x kStageBytes
 };
 
-// A producer warpgroup (kHalf 0: K, 1: V): its half of tile i (copies issued two tiles ahead)
-// decoded into buffer i % kBuffers once the consumer is done with tile i - kBuffers there.
-template <int kHalf>
+// The producer warpgroup: tile i's raw bytes (issued two tiles ahead) decoded into buffer
+// i % kBuffers once the consumer is done with tile i - kBuffers there.
 __device__ __forceinline__ void produce_tiles(const AttentionArgs& a, const SparseWork& w, const GroupUnionLists& ul,
-                                              int num_tiles, const GroupSmem& sm,
-                                              TileCopySource (&sources)[2 * kThreads]) {
-  constexpr int kFull = kFullBarrier + kHalf * kBuffers, kEmpty = kEmptyBarrier + kHalf * kBuffers;
-  const int tid = threadIdx.x - (1 + kHalf) * kThreads;
+                                              int num_tiles, const GroupSmem& sm) {
+  const int tid = threadIdx.x - kThreads;
   const TileSource src = tile_source(a, w.kv_head);
-  const int64_t half_offset = kHalf ? src.v_offset : 0;
-  uint8_t* const stages = sm.stages + kHalf * kGroupStages * kHalfBytes;
-  // The tiles' copy sources (tile_copy_source, moved to this half), made a chunk of kThreads tiles
-  // at a time, one tile a thread, into a ring of two chunks: chunk c + 1 is made right after the
-  // last copy of chunk c is issued, while other threads may still read chunk c's half; the next
-  // producer barrier publishes it before its first copy.
+  // The tiles' copy sources (tile_copy_source), made a chunk of kThreads tiles at a time, one tile a
+  // thread, into a ring of two chunks: chunk c + 1 is made right after the last copy of chunk c is
+  // issued, while other threads may still read chunk c's half; the next producer barrier publishes it
+  // before its first copy.
+  __shared__ TileCopySource s_sources[2 * kThreads];
   auto make_sources = [&](int chunk) {
     const int i = chunk * kThreads + tid;
     if (i < num_tiles) {
       const int e = ul.tiles[i];
-      const TileCopySource c = tile_copy_source(src, ul.phys[e >> 2], e & 3);
-      sources[i % (2 * kThreads)] = {c.codes + half_offset, c.scales + half_offset};
+      s_sources[i % (2 * kThreads)] = tile_copy_source(src, ul.phys[e >> 2], e & 3);
     }
   };
   auto issue = [&](int i) {
-    if (i < num_tiles) {
-      const TileCopySource c = sources[i % (2 * kThreads)];
-      stage_tile<KvDType::kNVFP4, kThreads>(stages + (i % kGroupStages) * kHalfBytes, c.codes, c.scales, tid);
-    }
-    cp_async_commit();  // alone past the walk's end, so that the wait counts hold
+    issue_tile(i < num_tiles ? &s_sources[i % (2 * kThreads)] : nullptr, src.v_offset,
+               sm.stages + (i % kGroupStages) * kStageBytes, tid);
   };
-  constexpr int kAhead = kGroupStages - 1;  // tiles in flight while one is decoded
   make_sources(0);
-  named_barrier_sync<kProducerBarrier + kHalf, kThreads>();
-#pragma unroll
-  for (int i = 0; i < kAhead; ++i) issue(i);
+  named_barrier_sync<kProducerBarrier, kThreads>();
+  issue(0);  // with the table's copies
+  issue(1);
   for (int i = 0; i < num_tiles; ++i) {
-    cp_async_wait<kAhead - 1>();  // this thread's copies of tile i (later ones may still be in flight)
+    cp_async_wait<1>();  // this thread's copies of tile i (tile i + 1 may still be in flight)
     // Every producer thread's copies of tile i landed, and every one is past its decode of tile
     // i - 1, whose stage the next copies take.
-    named_barrier_sync<kProducerBarrier + kHalf, kThreads>();
-    issue(i + kAhead);
-    if ((i + kAhead + 1) % kThreads == 0) make_sources((i + kAhead + 1) / kThreads);
+    named_barrier_sync<kProducerBarrier, kThreads>();
+    issue(i + 2);
+    if ((i + 3) % kThreads == 0) make_sources((i + 3) / kThreads);
     const int b = i % kBuffers;
-    if (i >= kBuffers) buffer_barrier<kEmpty, false>(b);
-    const uint8_t* staged = stages + (i % kGroupStages) * kHalfBytes;
-    if constexpr (kHalf == 0) {
-      decode_keys(staged, sm.table, sm.kt + b * kKtBytes, tid);
-    } else {
-      decode_values(staged, sm.table, sm.vt + b * kGroupVtBytes, tid);
-    }
+    if (i >= kBuffers) buffer_barrier<kEmptyBarrier, false>(b);
+    const uint8_t* staged = sm.stages + (i % kGroupStages) * kStageBytes;
+    decode_keys(staged, sm.table, sm.kt + b * kKtBytes, tid);
+    decode_values(staged, sm.table, sm.vt + b * kGroupVtBytes, tid);
     fence_async_shared();  // the stores before the consumer's wgmma reads them
-    buffer_barrier<kFull, true>(b);
+    buffer_barrier<kFullBarrier, true>(b);
   }
   cp_async_wait<0>();
 }
@@ -248,7 +220,7 @@ __device__ __forceinline__ void consume_tiles(const AttentionArgs& a, const Spar
     const int b = i % kBuffers;
     const uint8_t* kt = sm.kt + b * kKtBytes;
     const uint8_t* vt = sm.vt + b * kGroupVtBytes;
-    buffer_barrier<kFullBarrier, false>(b);  // K' of tile i decoded
+    buffer_barrier<kFullBarrier, false>(b);  // K' and V'^T of tile i decoded
     float sd[32];
 #pragma unroll
     for (int c = 0; c < 32; ++c) sd[c] = 0.0f;
@@ -259,9 +231,6 @@ __device__ __forceinline__ void consume_tiles(const AttentionArgs& a, const Spar
     wgmma_commit();
     wgmma_wait_all();
     wgmma_pin<64>(sd);
-    // This warp's MMAs are done with K' in buffer b: the K producer decodes tile i + kBuffers
-    // there once all four warps have arrived (only if it will: the barrier's count must close).
-    if (i + kBuffers < num_tiles) buffer_barrier<kEmptyBarrier, true>(b);
 
     const int e = ul.tiles[i];
     const int key_pos0 = (ul.block[e >> 2] * tiles_per_block + (e & 3)) * kTileTokens;
@@ -318,18 +287,16 @@ __device__ __forceinline__ void consume_tiles(const AttentionArgs& a, const Spar
 #pragma unroll
         for (int r = 0; r < 4; ++r) pa[k][r] = 0u;
     }
-    buffer_barrier<kFullBarrier + kBuffers, false>(b);  // V'^T of tile i decoded
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-        wgmma_e4m3<64>(o + 32 * n, pa[ks], wgmma_desc(vt + ks * kGroupVtHalf + 8 * n * kGroupVtSbo, 128, kGroupVtSbo),
-                       true);
+      wgmma_e4m3<128>(o, pa[ks], wgmma_desc(vt + ks * kGroupVtHalf, 128, kGroupVtSbo), true);
     wgmma_commit();
     wgmma_wait_all();
     wgmma_pin<128>(o);
-    if (i + kBuffers < num_tiles) buffer_barrier<kEmptyBarrier + kBuffers, true>(b);  // V'^T's, likewise
+    // This warp's MMAs are done with buffer b: the producer decodes tile i + kBuffers there once
+    // all four warps have arrived (only if it will: the barrier's count must close).
+    if (i + kBuffers < num_tiles) buffer_barrier<kEmptyBarrier, true>(b);
   }
 
   if (warp >= nrows) return;
@@ -363,23 +330,22 @@ __global__ void __launch_bounds__(kCtaThreads, 2) sparse_groups_kernel(const Att
   kernel_prologue();
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int s_num_tiles, s_shared;
-  __shared__ TileCopySource s_sources[2][2 * kThreads];  // per producer
   uint2* table = reinterpret_cast<uint2*>(smem);
   uint8_t* kt = smem + kTableBytes;
   uint8_t* vt = kt + kBuffers * kKtBytes;
   uint8_t* stages = vt + kBuffers * kGroupVtBytes;
-  int* lists = reinterpret_cast<int*>(stages + 2 * kGroupStages * kHalfBytes);
+  int* lists = reinterpret_cast<int*>(stages + kGroupStages * kStageBytes);
   const GroupUnionLists ul{lists, lists + kMaxGroupCandidates, lists + 2 * kMaxGroupCandidates,
                            lists + 3 * kMaxGroupCandidates};
 
   if (a.device_num_work != nullptr && int(blockIdx.x) >= *a.device_num_work) return;  // graph mode surplus
   const SparseWork w = static_cast<const SparseWork*>(a.work)[blockIdx.x];
   const int32_t* pages = a.step.page_table + int64_t(a.step.token_seq[w.row]) * a.step.pages_per_seq;
-  // The decode table (2 KB, 16 bytes a consumer thread), requested now and waited for before the
-  // union's last barrier: both producers read it.
-  if (threadIdx.x < kThreads) {
-    cp_async16(table + 2 * threadIdx.x, a.e4m3_table + 2 * threadIdx.x);
-    cp_async_commit();
+  // The decode table (2 KB, 16 bytes a producer thread), requested now; the producer's first
+  // commit covers these copies.
+  if (threadIdx.x >= kThreads) {
+    const int c = threadIdx.x - kThreads;
+    cp_async16(table + 2 * c, a.e4m3_table + 2 * c);
   }
   // The union is always walked together (a share threshold of 0): rows that share few blocks
   // multiply masked columns, but the row walk (sparse_rows.cu, fp16 scores too since session 28)
@@ -388,15 +354,10 @@ __global__ void __launch_bounds__(kCtaThreads, 2) sparse_groups_kernel(const Att
   // No visible selected block at all: an empty walk (zero output, LSE -inf).
   const bool any = build_group_union<kCtaThreads, 0, 1>(a, w, pages, ul, &s_num_tiles, &s_shared);
   const int num_tiles = any ? s_num_tiles : 0;
-  if (threadIdx.x < kThreads) cp_async_wait<0>();
-  __syncthreads();  // the table
   const GroupSmem sm{table, kt, vt, stages};
-  if (threadIdx.x >= 2 * kThreads) {
-    warpgroup_registers_dec<kVProducerRegisters>();
-    produce_tiles<1>(a, w, ul, num_tiles, sm, s_sources[1]);
-  } else if (threadIdx.x >= kThreads) {
-    warpgroup_registers_dec<kKProducerRegisters>();
-    produce_tiles<0>(a, w, ul, num_tiles, sm, s_sources[0]);
+  if (threadIdx.x >= kThreads) {
+    warpgroup_registers_dec<kProducerRegisters>();
+    produce_tiles(a, w, ul, num_tiles, sm);
   } else {
     warpgroup_registers_inc<kConsumerRegisters>();
     consume_tiles(a, w, ul, num_tiles, sm);

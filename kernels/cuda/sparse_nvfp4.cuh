@@ -1,8 +1,8 @@
 // What the two sparse attention kernels over an NVFP4 KV cache (Q8KV4) share (sparse_rows.cu:
 // rows alone, sparse_groups.cu: row groups): the staged 64-token tile and its layout, where a
-// walk's tiles come from (TileSource), a tile's copy sources (tile_copy_source: the union walk's
-// producers; the row walk keeps the same sources in two arrays of its own), the byte transpose of
-// V's decode, and how a walk's result is stored.
+// walk's tiles come from (TileSource), a tile's copy sources and async copy (tile_copy_source and
+// issue_tile: the union walk's producer; the row walk keeps the same sources in two arrays of its
+// own), the byte transpose of V's decode, and how a walk's result is stored.
 #pragma once
 #include <cmath>
 
@@ -52,6 +52,18 @@ __device__ __forceinline__ TileCopySource tile_copy_source(const TileSource& src
   const uint8_t* slot = src.k_head + phys * src.block_bytes;
   const int tok0 = tile_in_block * kTileTokens;
   return {slot + tok0 * (kDim / 2), slot + src.block_size * (kDim / 2) + tok0 * (kDim / 16)};
+}
+
+// Issues the async copies of the tile at `s` (K then V) into the stage at `dst`, then commits; with
+// no tile (s null, past the walk's end) it commits alone, so that the wait counts hold. `tid`: the
+// thread among the kThreads that copy.
+__device__ __forceinline__ void issue_tile(const TileCopySource* s, int64_t v_offset, uint8_t* dst, int tid) {
+  if (s != nullptr) {
+    const TileCopySource c = *s;
+    stage_tile<KvDType::kNVFP4, kThreads>(dst, c.codes, c.scales, tid);
+    stage_tile<KvDType::kNVFP4, kThreads>(dst + kHalfBytes, c.codes + v_offset, c.scales + v_offset, tid);
+  }
+  cp_async_commit();
 }
 
 // A walk's result for one (row, head) once its numerator is written: the partial's running

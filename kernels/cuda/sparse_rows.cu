@@ -138,8 +138,8 @@ __device__ __forceinline__ void row_walk(const AttentionArgs& a, const RowWalkSm
     __syncwarp();
     // Each tile's copy sources, made once (V's are src.v_offset further): in the loop, the
     // addresses from the block and the tile's place in it took ~75 instructions a tile. These are
-    // tile_copy_source's; the walk on one array of them (session 51) measured 0.2-0.3 us slower at
-    // batch 1 (H100, msa_bench --case 1,1,131072), so it keeps its two arrays.
+    // tile_copy_source's; the walk on tile_copy_source and issue_tile (session 51) measured 0.2-0.3 us
+    // slower at batch 1 (H100, msa_bench --case 1,1,131072), so it keeps its two arrays.
     for (int i = lane; i < n; i += 32) {
       const int tok0 = (tile_list[i] % tiles_per_block) * kTileTokens;
       const uint8_t* slot = src.k_head + tile_phys[i] * src.block_bytes;
